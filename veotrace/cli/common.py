@@ -1,0 +1,159 @@
+"""Pieces every command shares: the error boundary, common options, output and progress wiring.
+
+Only the CLI package imports typer. Heavy modules (pyarrow, numpy, scipy) are imported inside
+functions so that ``veotrace --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from veotrace.errors import VeotraceError
+
+
+class OutputFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    parquet = "parquet"
+
+
+class TimeUnit(str, enum.Enum):
+    s = "s"
+    ms = "ms"
+    us = "us"
+    ns = "ns"
+
+
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option("--format", "-f", help="table (rich, default), json (one object), csv, parquet (needs -o)."),
+]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write the result to this file instead of stdout.", dir_okay=False),
+]
+RowsOpt = Annotated[
+    int, typer.Option("--rows", help="Rows shown in terminal tables (0 = all).", min=0)
+]
+SkipBadRowsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-bad-rows",
+        help="Skip rows that do not parse instead of stopping; the count and first lines are reported.",
+    ),
+]
+TimeUnitOpt = Annotated[
+    TimeUnit, typer.Option("--time-unit", help="Unit of the timestamp column in CSV/JSONL logs.")
+]
+FormatHintOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format-hint",
+        help="Read inputs as this format instead of detecting it (see 'veotrace formats').",
+    ),
+]
+NoProgressOpt = Annotated[
+    bool, typer.Option("--no-progress", help="Do not show a progress bar on stderr.")
+]
+PathsArg = Annotated[
+    list[Path],
+    typer.Argument(help="Files or folders of rotated logs (read in name order), or a Parquet file from 'veotrace convert'."),
+]
+
+
+def err(message: str) -> None:
+    """Print a plain message line on stderr (warnings, skipped-row reports)."""
+    sys.stderr.write(message.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn user-facing errors into one ``Error:`` line on stderr and an exit code.
+
+    VeotraceError -> its exit code (1, or 2 for usage); missing/unreadable files -> 1.
+    Anything else is a bug and propagates with a traceback.
+    """
+    try:
+        yield
+    except VeotraceError as exc:
+        err(f"Error: {exc}")
+        raise typer.Exit(exc.exit_code) from None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        name = exc.filename if exc.filename is not None else ""
+        err(f"Error: {name}: {exc.strerror or exc}. Check the path and permissions.")
+        raise typer.Exit(1) from None
+    except BrokenPipeError:  # `veotrace ... | head`
+        raise typer.Exit(0) from None
+
+
+@contextlib.contextmanager
+def progress(description: str, *, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+    """Yield an ``on_progress(done, total)`` callback drawing a rich bar on stderr.
+
+    The bar is drawn only when stderr is a terminal and ``enabled``; otherwise the callback is a no-op,
+    so logs and CI output stay clean.
+    """
+    if not (enabled and sys.stderr.isatty()):
+        yield lambda done, total: None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    from veotrace.render.console import stderr_console
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=stderr_console(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None)
+
+        yield update
+
+
+def emit(
+    fmt: OutputFormat,
+    output: Path | None,
+    *,
+    as_json: Callable[[], Any],
+    as_table: Callable[[], Any] | None,
+    render_terminal: Callable[[Any], None],
+) -> None:
+    """Write a result in the chosen format.
+
+    Args:
+        as_json: returns the JSON object (plain values; NaN is turned into null).
+        as_table: returns the Arrow table for csv/parquet (None if the command has none).
+        render_terminal: draws the rich view on the given console.
+    """
+    from veotrace.errors import UsageError
+    from veotrace.render import export
+
+    if fmt is OutputFormat.json:
+        export.write_text(export.dumps_json(as_json()), output)
+    elif fmt in (OutputFormat.csv, OutputFormat.parquet):
+        if as_table is None:
+            raise UsageError(f"this command has no table output; use --format json")
+        export.write_table(as_table(), fmt.value, output)
+    else:
+        from veotrace.render.console import stdout_console
+
+        if output is None:
+            render_terminal(stdout_console())
+        else:
+            with output.open("w", encoding="utf-8") as fh:
+                render_terminal(stdout_console(fh))

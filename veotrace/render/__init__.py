@@ -1,0 +1,1 @@
+"""Renderers: analysis results -> terminal (rich), JSON, CSV, Parquet. No analysis happens here."""

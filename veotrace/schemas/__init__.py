@@ -1,0 +1,75 @@
+"""Arrow schemas: the contract between readers, analyses and renderers.
+
+Every table that crosses a layer has a named schema here, with units in column names, repeated
+strings dictionary-encoded, declared nullability and a ``veotrace.schema`` metadata tag such as
+``alloc_events/1``. Bump the number when a column changes meaning.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_KEY = b"veotrace.schema"
+
+#: Dictionary type for repeated strings (op names, kernel names, file names).
+DICT_STR = pa.dictionary(pa.int32(), pa.string())
+
+
+def tagged(name: str, fields: list[pa.Field]) -> pa.Schema:
+    """Build a schema carrying the ``veotrace.schema`` tag ``name`` (e.g. ``"alloc_events/1"``)."""
+    return pa.schema(fields, metadata={SCHEMA_KEY: name.encode()})
+
+
+def schema_tag(schema: pa.Schema) -> str | None:
+    """Return the ``veotrace.schema`` tag of ``schema``, or None for a foreign table."""
+    meta = schema.metadata or {}
+    value = meta.get(SCHEMA_KEY)
+    return value.decode() if value is not None else None
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """An empty table that still carries the full schema."""
+    return schema.empty_table()
+
+
+def conform(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
+    """Select, order and cast ``table``'s columns to ``schema``; absent nullable columns become null.
+
+    Raises:
+        KeyError: if a non-nullable column of ``schema`` is absent (a bug in the reader).
+    """
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    n = table.num_rows
+    arrays = []
+    for field in schema:
+        if field.name in table.column_names:
+            col = table.column(field.name)
+            if col.type != field.type:
+                col = col.cast(field.type)
+            arrays.append(col)
+        elif field.nullable:
+            arrays.append(pa.nulls(n, field.type))
+        else:
+            raise KeyError(f"column {field.name!r} is required by {schema_tag(schema)}")
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+from veotrace.schemas.events import ALLOC_EVENTS, Op  # noqa: E402
+from veotrace.schemas.gpu import BLOCKS, GPU_ACTIVITY, SEGMENTS  # noqa: E402
+from veotrace.schemas.metrics import NCU_METRICS  # noqa: E402
+
+__all__ = [
+    "ALLOC_EVENTS",
+    "BLOCKS",
+    "DICT_STR",
+    "GPU_ACTIVITY",
+    "NCU_METRICS",
+    "Op",
+    "SCHEMA_KEY",
+    "SEGMENTS",
+    "conform",
+    "empty_table",
+    "schema_tag",
+    "tagged",
+]

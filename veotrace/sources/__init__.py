@@ -1,0 +1,158 @@
+"""Readers: files on disk -> Arrow tables in the schemas of ``veotrace.schemas``.
+
+Entry points dispatch on the detected format of each file (see ``detect.FORMATS``). A folder is
+read as every supported file in it, in name order (rotated logs). Reader modules implement, as they
+apply to their format:
+
+- ``iter_alloc_events(path, *, options, report, columns, on_progress) -> Iterator[pa.RecordBatch]``
+  batches in ``ALLOC_EVENTS`` restricted to ``columns`` (all when None), bounded in size;
+  ``on_progress(bytes_done_in_file)``;
+- ``read_gpu_activity(path, *, options, report) -> pa.Table`` (``GPU_ACTIVITY``);
+- ``read_segments`` / ``read_blocks`` (``SEGMENTS`` / ``BLOCKS``);
+- ``read_metrics(path, *, options, report) -> pa.Table`` (``NCU_METRICS``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from veotrace.errors import TraceFormatError
+from veotrace.sources.base import ReadOptions, ReadReport, expand_paths
+from veotrace.sources.detect import Format, detect, sniff, supported_formats_text
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: What each table kind is called in messages, and the command that uses it.
+KIND_TEXT = {
+    "alloc_events": "alloc/free events",
+    "gpu_activity": "kernel launches",
+    "segments": "allocator segments",
+    "blocks": "allocator blocks",
+    "ncu_metrics": "Nsight Compute metrics",
+}
+_READER = {
+    "gpu_activity": "read_gpu_activity",
+    "segments": "read_segments",
+    "blocks": "read_blocks",
+    "ncu_metrics": "read_metrics",
+}
+
+
+def resolve_inputs(
+    paths: Sequence[Path], kind: str, *, options: ReadOptions, report: ReadReport
+) -> list[tuple[Path, Format]]:
+    """The files to read for table ``kind``, with their formats.
+
+    A file named directly must provide ``kind``; inside folders, files that are not traces are
+    skipped and listed in ``report``.
+
+    Raises:
+        TraceFormatError: a named file does not provide ``kind``, or a folder holds no such file.
+    """
+    out: list[tuple[Path, Format]] = []
+    for given in paths:
+        if not given.is_dir():
+            fmt = detect(given, options.format_hint)
+            if kind not in fmt.provides:
+                raise TraceFormatError(
+                    f"this is a {fmt.description}, which holds no {KIND_TEXT[kind]}",
+                    path=given,
+                    hint=_hint_for(fmt),
+                )
+            out.append((given, fmt))
+            continue
+        found = 0
+        for path in expand_paths([given]):
+            fmt = detect(path, options.format_hint) if options.format_hint else _sniff_or_none(path)
+            if fmt is None or kind not in fmt.provides:
+                report.skipped_files.append(str(path))
+                continue
+            out.append((path, fmt))
+            found += 1
+        if not found:
+            raise TraceFormatError(
+                f"the folder holds no files with {KIND_TEXT[kind]}",
+                path=given,
+                hint=f"veotrace reads: {supported_formats_text()}",
+            )
+    return out
+
+
+def _sniff_or_none(path: Path) -> Format | None:
+    if path.stat().st_size == 0:
+        return None
+    return sniff(path)
+
+
+def _hint_for(fmt: Format) -> str:
+    if "ncu_metrics" in fmt.provides:
+        return "Use 'veotrace l2-breakpoints' for Nsight Compute files"
+    if "arrays" in fmt.provides:
+        return "Use 'veotrace correlate' for arrays"
+    return "Run 'veotrace info FILE' to see what it holds"
+
+
+def _module(fmt: Format):
+    return importlib.import_module(f"veotrace.sources.{fmt.module}")
+
+
+def iter_alloc_events(
+    paths: Sequence[Path],
+    *,
+    options: ReadOptions = ReadOptions(),
+    report: ReadReport | None = None,
+    columns: Sequence[str] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Stream alloc/free events from files and folders as ``ALLOC_EVENTS`` batches.
+
+    Args:
+        columns: the ``ALLOC_EVENTS`` columns wanted (all when None); fewer columns read faster.
+        on_progress: called as ``on_progress(bytes_done, bytes_total)`` over all files.
+
+    Raises:
+        TraceFormatError: unreadable or unsupported input (see ``resolve_inputs``).
+    """
+    report = report if report is not None else ReadReport()
+    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    sizes = [p.stat().st_size for p, _ in inputs]
+    total = sum(sizes)
+    offset = 0
+    for (path, fmt), size in zip(inputs, sizes):
+        def file_progress(done: int, _base: int = offset) -> None:
+            if on_progress is not None:
+                on_progress(_base + min(done, size), total)
+
+        yield from _module(fmt).iter_alloc_events(
+            path, options=options, report=report, columns=columns, on_progress=file_progress
+        )
+        offset += size
+        file_progress(size, offset - size)
+
+
+def read_table(
+    paths: Sequence[Path],
+    kind: str,
+    *,
+    options: ReadOptions = ReadOptions(),
+    report: ReadReport | None = None,
+) -> pa.Table:
+    """Read table ``kind`` ("gpu_activity", "segments", "blocks", "ncu_metrics") from all inputs."""
+    import pyarrow as pa
+
+    report = report if report is not None else ReadReport()
+    if kind == "alloc_events":
+        batches = list(iter_alloc_events(paths, options=options, report=report))
+        from veotrace.schemas import ALLOC_EVENTS
+
+        return pa.Table.from_batches(batches, schema=ALLOC_EVENTS) if batches else ALLOC_EVENTS.empty_table()
+    inputs = resolve_inputs(paths, kind, options=options, report=report)
+    tables = [getattr(_module(fmt), _READER[kind])(path, options=options, report=report) for path, fmt in inputs]
+    return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
+
+
+__all__ = ["ReadOptions", "ReadReport", "iter_alloc_events", "read_table", "resolve_inputs"]

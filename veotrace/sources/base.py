@@ -1,0 +1,173 @@
+"""Reader plumbing shared by every format: read options, the skipped-row report, compression, paths."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from veotrace.errors import TraceFormatError
+
+#: Bytes per CSV/JSON read block; bounds memory whatever the log length.
+DEFAULT_BLOCK_BYTES = 16 << 20
+#: How many skipped line numbers are listed in the report.
+MAX_LISTED_SKIPS = 5
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+TIME_UNIT_NS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read inputs.
+
+    Attributes:
+        time_unit: unit of timestamps in CSV/JSONL logs ("s", "ms", "us", "ns").
+        skip_bad_rows: skip unparseable rows (counted in the ReadReport) instead of stopping.
+        format_hint: a format name from ``veotrace.sources.detect.FORMATS`` to skip detection.
+        block_bytes: read block size for streaming readers.
+    """
+
+    time_unit: str = "ns"
+    skip_bad_rows: bool = False
+    format_hint: str | None = None
+    block_bytes: int = DEFAULT_BLOCK_BYTES
+
+    def __post_init__(self) -> None:
+        if self.time_unit not in TIME_UNIT_NS:
+            raise ValueError(f"time_unit must be one of {sorted(TIME_UNIT_NS)}")
+
+
+@dataclass
+class ReadReport:
+    """What a lenient read left out, so that nothing is dropped silently."""
+
+    skipped_rows: int = 0
+    first_skipped: list[tuple[str, int, str]] = field(default_factory=list)
+    skipped_files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def skip_row(self, path: str | Path, line: int, reason: str) -> None:
+        self.skipped_rows += 1
+        if len(self.first_skipped) < MAX_LISTED_SKIPS:
+            self.first_skipped.append((str(path), line, reason))
+
+    def merge(self, other: ReadReport) -> None:
+        self.skipped_rows += other.skipped_rows
+        room = MAX_LISTED_SKIPS - len(self.first_skipped)
+        self.first_skipped.extend(other.first_skipped[: max(room, 0)])
+        self.skipped_files.extend(other.skipped_files)
+        self.warnings.extend(other.warnings)
+
+    def messages(self) -> list[str]:
+        """Lines for stderr describing what was skipped (empty when nothing was)."""
+        out = list(self.warnings)
+        if self.skipped_files:
+            shown = ", ".join(self.skipped_files[:MAX_LISTED_SKIPS])
+            more = "" if len(self.skipped_files) <= MAX_LISTED_SKIPS else ", ..."
+            out.append(f"Warning: skipped {len(self.skipped_files)} file(s) that are not traces: {shown}{more}")
+        if self.skipped_rows:
+            where = "; ".join(f"{p}:{ln} ({why})" for p, ln, why in self.first_skipped)
+            out.append(f"Warning: skipped {self.skipped_rows} bad row(s) (--skip-bad-rows); first: {where}")
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "skipped_rows": self.skipped_rows,
+            "first_skipped": [{"file": p, "line": ln, "reason": r} for p, ln, r in self.first_skipped],
+            "skipped_files": list(self.skipped_files),
+        }
+
+
+def compression_of(head: bytes) -> str | None:
+    """'gzip', 'zstd' or None, from the first bytes of a file (content, not extension)."""
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def read_head(path: Path, n: int = 65536) -> bytes:
+    """The first ``n`` bytes of ``path``, decompressed when it is gzip or zstd."""
+    with path.open("rb") as fh:
+        raw = fh.read(n)
+    kind = compression_of(raw)
+    if kind is None:
+        return raw
+    try:
+        if kind == "gzip":
+            with gzip.open(path, "rb") as gz:
+                return gz.read(n)
+        import pyarrow as pa
+
+        with pa.input_stream(str(path), compression="zstd") as zs:
+            return zs.read(n)
+    except (OSError, EOFError) as exc:
+        # A truncated stream still yields its first bytes through the slow path below.
+        return _partial_gzip_head(raw) if kind == "gzip" else _raise_corrupt(path, kind, exc)
+    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError subclasses on corrupt zstd
+        return _raise_corrupt(path, kind, exc)
+
+
+def _partial_gzip_head(raw: bytes) -> bytes:
+    import zlib
+
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw)
+    except zlib.error:
+        return b""
+
+
+def _raise_corrupt(path: Path, kind: str, exc: Exception) -> bytes:
+    raise TraceFormatError(
+        f"the {kind} stream is truncated or corrupt ({exc})",
+        path=path,
+        hint="Re-copy or re-compress the file",
+    )
+
+
+def open_decompressed(path: Path) -> tuple[IO[bytes], object]:
+    """Open ``path`` for reading, decompressing gzip/zstd by content.
+
+    Returns the (possibly decompressing) stream and the raw file, whose ``tell()`` gives the
+    compressed bytes consumed, for progress.
+    """
+    import pyarrow as pa
+
+    raw = pa.OSFile(str(path), "rb")
+    kind = compression_of(raw.read(4))
+    raw.seek(0)
+    if kind is None:
+        return raw, raw
+    return pa.CompressedInputStream(raw, kind), raw
+
+
+_NUM = re.compile(r"(\d+)")
+
+
+def natural_key(path: Path) -> list[object]:
+    """Sort key so that log.2 comes before log.10 (rotated logs)."""
+    return [int(t) if t.isdigit() else t for t in _NUM.split(path.name)]
+
+
+def expand_paths(paths: list[Path]) -> list[Path]:
+    """Files named directly, plus every regular file in named folders (name order, recursive, no dotfiles).
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+    """
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            inner = [q for q in p.rglob("*") if q.is_file() and not any(part.startswith(".") for part in q.relative_to(p).parts)]
+            files.extend(sorted(inner, key=lambda q: [natural_key(Path(part)) for part in q.relative_to(p).parts]))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise FileNotFoundError(2, "no such file or folder", str(p))
+    return files

@@ -1,0 +1,137 @@
+"""Format detection by content (magic bytes, headers), not by extension; ``--format-hint`` overrides.
+
+Each format names the module that reads it and the tables it can provide. Reader modules expose
+``iter_alloc_events``, ``read_gpu_activity``, ``read_segments``, ``read_blocks``, ``read_metrics`` as
+they apply (see ``veotrace.sources``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from veotrace.errors import TraceFormatError, UsageError
+from veotrace.sources.base import read_head
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    description: str
+    module: str  # veotrace.sources.<module>
+    provides: tuple[str, ...]  # table kinds: alloc_events, gpu_activity, segments, blocks, ncu_metrics, arrays
+    sniff: Callable[[bytes], bool]
+
+
+def _text(head: bytes) -> str:
+    return head.decode("utf-8", errors="replace").lstrip("\ufeff")
+
+
+def _lines(head: bytes, n: int = 60) -> list[str]:
+    return [ln.strip() for ln in _text(head).splitlines()[:n]]
+
+
+def _is_alloc_csv(head: bytes) -> bool:
+    for line in _lines(head, 5):
+        if line:
+            cols = {c.strip().strip('"').lower() for c in line.split(",")}
+            return {"op_type", "size_bytes"} <= cols
+    return False
+
+
+def _is_alloc_jsonl(head: bytes) -> bool:
+    for line in _lines(head, 5):
+        if line:
+            return line.startswith("{") and '"op_type"' in line and '"size_bytes"' in line
+    return False
+
+
+_NCU_HEADER = re.compile(r'^"ID","(Process ID|API Name|Kernel Name)"')
+
+
+def _is_ncu_csv(head: bytes) -> bool:
+    return any(_NCU_HEADER.match(line) for line in _lines(head, 400))
+
+
+_NSYS_COLUMNS = ("Time (%)", "Total Time (ns)", "Start (ns)", "Duration (ns)", "CorrId", "CorrID", "Total (MB)")
+
+
+def _is_nsys_csv(head: bytes) -> bool:
+    lines = _lines(head, 200)
+    if any(ln.startswith("Processing [") for ln in lines):
+        return True
+    first = next((ln for ln in lines if ln), "")
+    return any(col in first for col in _NSYS_COLUMNS)
+
+
+def _is_pickle(head: bytes) -> bool:
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+FORMATS: tuple[Format, ...] = (
+    Format("parquet", "Parquet table (from 'veotrace convert' or with canonical columns)", "parquet",
+           ("alloc_events",), lambda h: h.startswith(b"PAR1")),
+    Format("nsys-sqlite", "Nsight Systems SQLite export (nsys export --type sqlite)", "nsys_sqlite",
+           ("gpu_activity", "alloc_events"), lambda h: h.startswith(b"SQLite format 3\x00")),
+    Format("ncu-rep", "Nsight Compute report (.ncu-rep, needs veotrace[ncu])", "ncu",
+           ("ncu_metrics",), lambda h: h.startswith(b"NVR\x00")),
+    Format("torch-snapshot", "PyTorch CUDA memory snapshot (pickle)", "torch_snapshot",
+           ("alloc_events", "segments", "blocks"), _is_pickle),
+    Format("npy", "NumPy array (.npy/.npz)", "arrays", ("arrays",),
+           lambda h: h.startswith(b"\x93NUMPY") or h.startswith(b"PK\x03\x04")),
+    Format("ncu-csv", "Nsight Compute CSV (ncu --csv, details or raw page)", "ncu",
+           ("ncu_metrics",), _is_ncu_csv),
+    Format("alloc-csv", "alloc/free event log, CSV (timestamp,op_type,size_bytes,...)", "alloc_log",
+           ("alloc_events",), _is_alloc_csv),
+    Format("alloc-jsonl", "alloc/free event log, JSON Lines", "alloc_log",
+           ("alloc_events",), _is_alloc_jsonl),
+    Format("nsys-csv", "nsys stats --format csv output (one report or captured stdout)", "nsys_csv",
+           ("gpu_activity",), _is_nsys_csv),
+)
+
+BY_NAME = {f.name: f for f in FORMATS}
+
+
+def supported_formats_text() -> str:
+    """One line naming every format veotrace reads, for error messages."""
+    return "; ".join(f"{f.name} ({f.description})" for f in FORMATS)
+
+
+def format_by_name(name: str) -> Format:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown --format-hint {name!r}", hint=f"Use one of: {', '.join(BY_NAME)}"
+        ) from None
+
+
+def sniff(path: Path) -> Format | None:
+    """The format of ``path`` judged from its (decompressed) first bytes, or None."""
+    head = read_head(path)
+    for fmt in FORMATS:
+        if fmt.sniff(head):
+            return fmt
+    return None
+
+
+def detect(path: Path, hint: str | None = None) -> Format:
+    """The format of ``path``, from ``hint`` if given, else by content.
+
+    Raises:
+        TraceFormatError: empty file, or none of the supported formats.
+    """
+    if hint is not None:
+        return format_by_name(hint)
+    if path.stat().st_size == 0:
+        raise TraceFormatError("the file is empty", path=path, hint="Point veotrace at a non-empty trace")
+    fmt = sniff(path)
+    if fmt is None:
+        raise TraceFormatError(
+            "not a format veotrace reads",
+            path=path,
+            hint=f"Supported: {supported_formats_text()}. Use --format-hint to force one",
+        )
+    return fmt
