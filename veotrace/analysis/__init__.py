@@ -1,0 +1,1 @@
+"""Analyses: pure functions, Arrow/numpy in, dataclasses/Arrow out. They never print, plot or read files."""

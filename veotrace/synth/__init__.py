@@ -1,0 +1,1 @@
+"""Seeded synthetic data generators that return (data, ground truth)."""
