@@ -1,0 +1,226 @@
+"""Readers layer: numeric arrays from .npy, .npz, CSV and Parquet files, never unpickling anything.
+
+``allow_pickle`` stays off everywhere: an object array (``dtype=object``) is refused with a message
+saying how to save it as numbers instead. Formats are told apart by content, not by extension.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from veotrace.errors import TraceFormatError
+from veotrace.sources.base import read_head
+
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGIC = b"PK\x03\x04"
+PARQUET_MAGIC = b"PAR1"
+#: What the readers accept, for messages.
+ARRAY_FORMATS_TEXT = ".npy, .npz, CSV or Parquet"
+_NUMERIC_KINDS = "iuf"
+
+
+def array_kind(path: Path) -> str:
+    """'npy', 'npz', 'parquet' or 'csv' from the first bytes of ``path``.
+
+    Raises:
+        TraceFormatError: empty, a pickle, JSON, or other binary content.
+    """
+    if path.stat().st_size == 0:
+        raise TraceFormatError("the file is empty", path=path, hint=f"Expected a {ARRAY_FORMATS_TEXT} array file")
+    head = read_head(path, 4096)
+    if head.startswith(NPY_MAGIC):
+        return "npy"
+    if head.startswith(ZIP_MAGIC):
+        return "npz"
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
+    if head[:1] == b"\x80":
+        raise TraceFormatError(
+            "this is a Python pickle, not an array file; veotrace never unpickles input",
+            path=path,
+            hint="Save the array with np.save(path, arr) as a numeric dtype",
+        )
+    try:
+        text = head.decode("utf-8").lstrip("\ufeff").lstrip()
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text or text[:1] in ("{", "["):
+        raise TraceFormatError(
+            "not an array file", path=path, hint=f"Expected a {ARRAY_FORMATS_TEXT} file with numeric data"
+        )
+    return "csv"
+
+
+def read_array(path: Path, *, name: str | None = None) -> np.ndarray:
+    """Read a numeric array from ``path``.
+
+    Args:
+        name: the array in an .npz, or the column in a CSV/Parquet file; ``"a,b"`` stacks columns
+            into an (n, 2) array. Not needed when the file holds exactly one array or column;
+            ignored for .npy.
+
+    Returns:
+        The array, dtype integer or float (never object).
+
+    Raises:
+        TraceFormatError: not an array file, an object or non-numeric array, an unknown name.
+    """
+    kind = array_kind(path)
+    if kind == "npy":
+        arr = _load_npy(path)
+    elif kind == "npz":
+        arr = _load_npz(path, name)
+    else:
+        arr = _load_columns(path, kind, name)
+    if arr.dtype.kind not in _NUMERIC_KINDS:
+        raise TraceFormatError(
+            f"the array has dtype {arr.dtype.str!r}, not integers or floats",
+            path=path,
+            hint="Save it with a numeric dtype, e.g. arr.astype(np.float64)",
+        )
+    return arr
+
+
+def _object_error(path: Path) -> TraceFormatError:
+    return TraceFormatError(
+        "the array holds Python objects (dtype object), which only load by unpickling; veotrace never unpickles input",
+        path=path,
+        hint="Save it as numbers: np.save(path, np.asarray(arr, dtype=np.uint64))",
+    )
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        with warnings.catch_warnings():
+            # Files written by Python 2 (shape "(2L,)") load fine but numpy warns; not the user's problem.
+            warnings.simplefilter("ignore", UserWarning)
+            arr = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise _object_error(path) from None
+        raise TraceFormatError(f"not a readable .npy array ({exc})", path=path, hint="Re-save it with np.save") from None
+    except (OSError, EOFError) as exc:
+        raise TraceFormatError(f"truncated or corrupt .npy file ({exc})", path=path, hint="Re-save it with np.save") from None
+    return arr
+
+
+def _load_npz(path: Path, name: str | None) -> np.ndarray:
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise TraceFormatError(f"not a readable .npz archive ({exc})", path=path, hint="Re-save it with np.savez") from None
+    with npz:
+        names = list(npz.files)
+        if not names:
+            raise TraceFormatError("the .npz archive holds no arrays", path=path)
+        if name is None:
+            if len(names) > 1:
+                raise TraceFormatError(
+                    f"the .npz archive holds {len(names)} arrays: {', '.join(names)}",
+                    path=path,
+                    hint="Pick one by name (e.g. --addrs-name / --epe-name)",
+                )
+            name = names[0]
+        if name not in names:
+            raise TraceFormatError(
+                f"no array named {name!r}", path=path, hint=f"The archive holds: {', '.join(names)}"
+            )
+        try:
+            return npz[name]
+        except ValueError as exc:
+            if "allow_pickle" in str(exc):
+                raise _object_error(path) from None
+            raise TraceFormatError(f"array {name!r} is not readable ({exc})", path=path) from None
+
+
+def _load_columns(path: Path, kind: str, name: str | None) -> np.ndarray:
+    import pyarrow as pa
+
+    table = _read_table(path, kind)
+    columns = table.column_names
+    wanted = [c.strip() for c in name.split(",")] if name else columns
+    if name is None and len(columns) > 1:
+        raise TraceFormatError(
+            f"the table has {len(columns)} columns: {', '.join(columns)}",
+            path=path,
+            hint="Pick one by name (e.g. --addrs-name / --epe-name); 'a,b' picks several",
+        )
+    missing = [c for c in wanted if c not in columns]
+    if missing:
+        raise TraceFormatError(
+            f"no column named {missing[0]!r}", path=path, field=missing[0], hint=f"Columns: {', '.join(columns)}"
+        )
+    out = []
+    for col_name in wanted:
+        col = table.column(col_name)
+        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_null(col.type)):
+            raise _non_numeric(path, col_name, col, header_rows=1 if kind == "csv" else 0)
+        # Empty CSV cells become NaN, which the analysis refuses or drops (--drop-nonfinite) and counts.
+        if col.null_count or pa.types.is_null(col.type):
+            col = col.cast(pa.float64()).fill_null(float("nan"))
+        out.append(col.to_numpy())
+    if len(out) == 1:
+        return out[0]
+    return np.column_stack(out)
+
+
+def _read_table(path: Path, kind: str):
+    import pyarrow as pa
+
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
+        import pyarrow.csv as pacsv
+
+        return pacsv.read_csv(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        what = "Parquet" if kind == "parquet" else "CSV"
+        raise TraceFormatError(f"not a readable {what} table ({exc})", path=path) from None
+
+
+def _non_numeric(path: Path, column: str, col, *, header_rows: int) -> TraceFormatError:
+    for i, value in enumerate(col.to_pylist()):
+        try:
+            if value is not None:
+                float(value)
+        except (TypeError, ValueError):
+            return TraceFormatError(
+                f"non-numeric value {value!r}", path=path, line=i + 1 + header_rows, field=column,
+                hint="Every value must be a number",
+            )
+    return TraceFormatError(f"the column has type {col.type}, not numbers", path=path, field=column)
+
+
+def to_addresses(arr: np.ndarray, *, path: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Addresses as uint64, plus a mask of the finite entries (False where a float array held NaN/inf).
+
+    Signed and float arrays are accepted when every finite value is an exact non-negative integer.
+
+    Raises:
+        TraceFormatError: negative, fractional, or (for floats) beyond 2**64 values.
+    """
+    if arr.dtype.kind == "u":
+        return arr.astype(np.uint64, copy=False), np.ones(arr.shape, dtype=bool)
+    if arr.dtype.kind == "i":
+        if arr.size and arr.min() < 0:
+            raise TraceFormatError(
+                f"addresses must be non-negative, found {int(arr.min())}", path=path,
+                hint="Pass the raw unsigned addresses (e.g. tensor.data_ptr())",
+            )
+        return arr.astype(np.uint64), np.ones(arr.shape, dtype=bool)
+    finite = np.isfinite(arr)
+    vals = arr[finite]
+    bad = (vals < 0) | (vals != np.floor(vals)) | (vals >= 2.0**64)
+    if bad.any():
+        raise TraceFormatError(
+            f"addresses must be exact non-negative integers, found {vals[bad][0]!r}", path=path,
+            hint="Save addresses as uint64 (floats above 2**53 lose bytes)",
+        )
+    out = np.zeros(arr.shape, dtype=np.uint64)
+    out[finite] = vals.astype(np.uint64)
+    return out, finite
