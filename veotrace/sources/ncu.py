@@ -1,0 +1,191 @@
+"""Reader: Nsight Compute CSV (details page, raw page) and .ncu-rep reports -> NCU_METRICS."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+import pyarrow as pa
+
+from veotrace.analysis.metric_names import metric_for_label
+from veotrace.errors import TraceFormatError
+from veotrace.schemas import NCU_METRICS, conform
+from veotrace.sources.base import ReadOptions, ReadReport, open_decompressed
+
+#: Columns before the metrics on both pages; "Kernel Time" is 2020-era, Block Size..CC are 2025+.
+LEADING = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
+           "Stream", "Block Size", "Grid Size", "Device", "CC")
+DETAILS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
+MISSING = {"", "n/a", "-", "N/A"}
+#: Unit spelling -> (normalised unit, factor). ncu scales units (Kbyte, usecond, Msector) unless
+#: --print-units base; we store base units so launches from different runs compare.
+_TIME = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_SCALED = re.compile(r"^(K|M|G|T)?(byte|sector|cycle|request|inst|warp|thread|block)(/second|/s)?$")
+
+
+def normalise_unit(unit: str) -> tuple[str, float]:
+    """('ns', 1000.0) for 'usecond'; ('byte/s', 1e9) for 'Gbyte/second'; unknown units unchanged."""
+    u = unit.strip()
+    if u in _TIME:
+        return "ns", _TIME[u]
+    m = _SCALED.match(u)
+    if m:
+        base = m.group(2) + ("/s" if m.group(3) else "")
+        return base, _PREFIX[m.group(1) or ""]
+    if u in ("hz", "Hz"):
+        return "cycle/s", 1.0
+    return u, 1.0
+
+
+def parse_value(text: str) -> float | None:
+    """A metric value: thousands separators stripped, n/a/''/'-' -> None. Raises ValueError."""
+    t = text.strip()
+    if t in MISSING:
+        return None
+    return float(t.replace(",", ""))
+
+
+def read_metrics(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None) -> pa.Table:
+    """Read an ncu CSV export (details or raw page) or an .ncu-rep report into ``NCU_METRICS``.
+
+    Raises:
+        TraceFormatError: no ncu header, or a value that does not parse (without --skip-bad-rows).
+        MissingDependencyError: an .ncu-rep report and the ``ncu_report`` module is absent.
+    """
+    report = report if report is not None else ReadReport()
+    with path.open("rb") as fh:
+        magic = fh.read(4)
+    if magic == b"NVR\x00":
+        from veotrace.sources.ncu_rep import read_report
+
+        return read_report(path, report=report)
+    stream, raw = open_decompressed(path)
+    try:
+        text = stream.read().decode("utf-8", errors="replace")
+    finally:
+        raw.close()
+    text = text.lstrip("\ufeff")
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.lstrip("\ufeff").startswith('"ID",')), None)
+    if start is None:
+        raise TraceFormatError("no ncu CSV header (a line starting with \"ID\",)", path=path,
+                               hint="Export with 'ncu --csv' (details page) or 'ncu --csv --page raw'")
+    rows = csv.reader(io.StringIO("\n".join(lines[start:])))
+    header = next(rows)
+    if all(col in header for col in DETAILS):
+        cols = _read_details(path, header, rows, start, options, report)
+    else:
+        cols = _read_raw(path, header, rows, start, options, report)
+    cols["source_file"] = [str(path)] * len(cols["launch_id"])
+    table = pa.table({k: v for k, v in cols.items()})
+    return conform(table, NCU_METRICS).unify_dictionaries()
+
+
+def _new_cols() -> dict[str, list]:
+    return {k: [] for k in ("launch_id", "kernel", "metric", "label", "section", "unit", "value",
+                            "device", "stream", "block_size", "grid_size", "cc")}
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    t = text.strip().replace(",", "")
+    return int(t) if t.lstrip("-").isdigit() else None
+
+
+def _bad(path, line, field, text, options, report) -> None:
+    if options.skip_bad_rows:
+        report.skip_row(path, line, f"{field} {text!r} is not a number")
+        return
+    raise TraceFormatError(f"value {text!r} is not a number", path=path, line=line, field=field,
+                           hint="Fix the file, or pass --skip-bad-rows to skip such rows (they are counted)")
+
+
+def _leading(cols: dict[str, list], idx: dict[str, int], row: list[str]) -> None:
+    get = lambda name: row[idx[name]] if name in idx and idx[name] < len(row) else None  # noqa: E731
+    cols["launch_id"].append(int(get("ID").replace(",", "")))
+    cols["kernel"].append(get("Kernel Name"))
+    cols["device"].append(_int_or_none(get("Device")))
+    cols["stream"].append(_int_or_none(get("Stream")))
+    cols["block_size"].append(get("Block Size"))
+    cols["grid_size"].append(get("Grid Size"))
+    cols["cc"].append(get("CC"))
+
+
+def _read_details(path, header, rows, start, options, report) -> dict[str, list]:
+    idx = {name: i for i, name in enumerate(header)}
+    s, n, u, v = (idx[c] for c in DETAILS)
+    cols = _new_cols()
+    for lineno, row in enumerate(rows, start=start + 2):
+        if len(row) < len(header):
+            if not any(f.strip() for f in row):
+                continue
+            if _skip_or_raise(path, lineno, f"{len(row)} fields, the header has {len(header)}", options, report):
+                continue
+        if not row[idx["ID"]].replace(",", "").strip().isdigit():
+            if _skip_or_raise(path, lineno, f"launch ID {row[idx['ID']]!r} is not an integer", options, report):
+                continue
+        try:
+            value = parse_value(row[v])
+        except ValueError:
+            _bad(path, lineno, row[n], row[v], options, report)
+            continue
+        unit, factor = normalise_unit(row[u])
+        name = row[n]
+        metric = name if "__" in name else (metric_for_label(name, row[s]) or name)
+        _leading(cols, idx, row)
+        cols["metric"].append(metric)
+        cols["label"].append(None if metric == name else name)
+        cols["section"].append(row[s])
+        cols["unit"].append(unit or None)
+        cols["value"].append(None if value is None else value * factor)
+    return cols
+
+
+def _skip_or_raise(path, lineno, reason, options, report) -> bool:
+    if options.skip_bad_rows:
+        report.skip_row(path, lineno, reason)
+        return True
+    raise TraceFormatError(reason, path=path, line=lineno, hint="Pass --skip-bad-rows to skip such rows")
+
+
+def _read_raw(path, header, rows, start, options, report) -> dict[str, list]:
+    idx = {name: i for i, name in enumerate(header)}
+    if "Kernel Name" not in idx:
+        raise TraceFormatError("ncu CSV header has neither 'Metric Name' (details page) nor 'Kernel Name' (raw page)",
+                               path=path, line=start + 1, hint="veotrace reads the details and raw pages of 'ncu --csv'")
+    metric_cols = [(i, name) for i, name in enumerate(header) if name not in LEADING]
+    units = [""] * len(header)
+    cols = _new_cols()
+    for lineno, row in enumerate(rows, start=start + 2):
+        if not any(f.strip() for f in row):
+            continue
+        if row[0].strip() == "":  # the units row under the header
+            units = row + [""] * (len(header) - len(row))
+            continue
+        if len(row) < len(header) or not row[0].replace(",", "").strip().isdigit():
+            if _skip_or_raise(path, lineno, f"not a launch row ({len(row)} fields, ID {row[0]!r})", options, report):
+                continue
+        parsed = []
+        try:
+            for i, name in metric_cols:
+                parsed.append(parse_value(row[i]))
+        except ValueError:
+            _bad(path, lineno, name, row[i], options, report)
+            continue
+        for (i, name), value in zip(metric_cols, parsed):
+            unit, factor = normalise_unit(units[i])
+            label = None
+            metric = name if "__" in name else (metric_for_label(name) or name)
+            if metric != name:
+                label = name
+            _leading(cols, idx, row)
+            cols["metric"].append(metric)
+            cols["label"].append(label)
+            cols["section"].append(None)
+            cols["unit"].append(unit or None)
+            cols["value"].append(None if value is None else value * factor)
+    return cols
