@@ -1,0 +1,357 @@
+"""Reader of canonical alloc/free logs (CSV or JSON Lines, plain, gzip or zstd) into ALLOC_EVENTS batches.
+
+Fast path: pyarrow's multithreaded streaming CSV/JSON readers with typed columns. When a block does
+not convert (a bad value), the rest of the file is re-read by the exact path (Python csv/json, one
+line at a time) that knows line numbers: it stops with the file, line and column, or, with
+``--skip-bad-rows``, skips and counts the bad rows. Rows already yielded are never re-yielded.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veotrace.errors import TraceFormatError
+from veotrace.schemas import ALLOC_EVENTS
+from veotrace.sources.base import TIME_UNIT_NS, ReadOptions, ReadReport, open_decompressed, read_head
+from veotrace.sources.numparse import parse_uint64
+
+#: Log column -> ALLOC_EVENTS column.
+LOG_COLUMNS = {"timestamp": "ts_ns", "op_type": "op", "size_bytes": "size_bytes",
+               "address": "address", "stream": "stream", "device": "device"}
+REQUIRED = ("timestamp", "op_type", "size_bytes")
+#: Rows per batch on the exact (slow) path.
+SLOW_BATCH_ROWS = 65536
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+
+class _BadBlock(Exception):
+    """The fast reader met a value it cannot convert; fall back to the exact path."""
+
+
+def _header(path: Path, is_jsonl: bool) -> list[str]:
+    head = read_head(path, 1 << 16).decode("utf-8", errors="replace").lstrip("\ufeff")
+    lines = [ln for ln in head.splitlines() if ln.strip()]
+    if not lines:
+        raise TraceFormatError("the file is empty", path=path)
+    if is_jsonl:
+        keys: set[str] = set()
+        for ln in lines[:50]:
+            try:
+                keys |= set(json.loads(ln))
+            except (json.JSONDecodeError, TypeError):
+                break
+        return sorted(keys)
+    return [c.strip().strip('"') for c in next(csv.reader([lines[0]]))]
+
+
+def _check_columns(path: Path, names: list[str]) -> dict[str, str]:
+    """Map lower-cased canonical names to the file's spelling; refuse a missing required column."""
+    found = {n.lower(): n for n in names}
+    for req in REQUIRED:
+        if req not in found:
+            raise TraceFormatError(
+                f"missing required column '{req}' (found: {', '.join(names) or 'none'})",
+                path=path, line=1,
+                hint="An alloc/free log needs columns timestamp, op_type, size_bytes",
+            )
+    return {k: v for k, v in found.items() if k in LOG_COLUMNS}
+
+
+def _wanted(columns: Sequence[str] | None, present: dict[str, str]) -> list[str]:
+    """Canonical log columns to read for the requested ALLOC_EVENTS columns."""
+    want = set(ALLOC_EVENTS.names if columns is None else columns)
+    return [log for log, ev in LOG_COLUMNS.items() if ev in want and log in present]
+
+
+def iter_alloc_events(
+    path: Path,
+    *,
+    options: ReadOptions,
+    report: ReadReport,
+    columns: Sequence[str] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Stream ``path`` (CSV or JSONL log) as ALLOC_EVENTS batches restricted to ``columns``.
+
+    Raises:
+        TraceFormatError: missing column, header only, bad value (without skip_bad_rows), corrupt stream.
+    """
+    head = read_head(path, 4096).lstrip(b"\xef\xbb\xbf").lstrip()
+    is_jsonl = head.startswith(b"{")
+    present = _check_columns(path, _header(path, is_jsonl))
+    read_cols = _wanted(columns, present)
+    out_schema = pa.schema([f for f in ALLOC_EVENTS if columns is None or f.name in columns],
+                           metadata=ALLOC_EVENTS.metadata)
+    state = {"rows": 0}
+    try:
+        yield from _read(path, is_jsonl, present, read_cols, options, report, on_progress, out_schema, state)
+    except (OSError, EOFError) as exc:
+        raise _corrupt(path, exc) from None
+    if state["rows"] == 0 and report.skipped_rows == 0:
+        raise TraceFormatError("the log has a header but no rows", path=path,
+                               hint="Check that the logger flushed the file")
+
+
+def _read(path, is_jsonl, present, read_cols, options, report, on_progress, out_schema, state):
+    try:
+        for raw in _fast_batches(path, is_jsonl, present, read_cols, options, on_progress):
+            yield conform_log_batch(raw, path=path, options=options, seq_start=state["rows"], schema=out_schema)
+            state["rows"] += raw.num_rows
+    except _BadBlock:
+        for raw in _exact_rows(path, is_jsonl, present, read_cols, options, report, skip=state["rows"]):
+            yield conform_log_batch(raw, path=path, options=options, seq_start=state["rows"], schema=out_schema)
+            state["rows"] += raw.num_rows
+
+
+def _corrupt(path: Path, exc: BaseException) -> TraceFormatError:
+    return TraceFormatError(f"the compressed stream is truncated or corrupt ({exc})", path=path,
+                            hint="Re-copy the file, or decompress what remains and read that")
+
+
+def _time_type(options: ReadOptions) -> pa.DataType:
+    return pa.int64() if options.time_unit == "ns" else pa.float64()
+
+
+def _types(present: dict[str, str], read_cols: list[str], options: ReadOptions) -> dict[str, pa.DataType]:
+    types = {"timestamp": _time_type(options), "op_type": _DICT, "size_bytes": pa.int64(),
+             "address": pa.string(), "stream": pa.int64(), "device": pa.int64()}
+    return {present[c]: types[c] for c in read_cols}
+
+
+def _fast_batches(path, is_jsonl, present, read_cols, options, on_progress) -> Iterator[pa.RecordBatch]:
+    stream, raw = open_decompressed(path)
+    try:
+        yield from _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress)
+    except pa.ArrowInvalid as exc:
+        if "ompress" in str(exc) or "runcated" in str(exc):
+            raise OSError(str(exc)) from None
+        raise _BadBlock from None
+    finally:
+        stream.close()
+
+
+def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress) -> Iterator[pa.RecordBatch]:
+    if is_jsonl:
+        import pyarrow.json as pj
+
+        types = _types(present, read_cols, options)
+        types = {k: (pa.string() if v == _DICT else v) for k, v in types.items()}
+        if "address" in read_cols:
+            types.pop(present["address"])  # may be int or "0x.." string: inferred, parsed later
+        reader = pj.open_json(stream, read_options=pj.ReadOptions(block_size=options.block_bytes),
+                              parse_options=pj.ParseOptions(explicit_schema=pa.schema(types),
+                                                            unexpected_field_behavior="infer"))
+    else:
+        import pyarrow.csv as pcsv
+
+        reader = pcsv.open_csv(
+            stream,
+            read_options=pcsv.ReadOptions(block_size=options.block_bytes, use_threads=True),
+            convert_options=pcsv.ConvertOptions(
+                column_types=_types(present, read_cols, options),
+                include_columns=[present[c] for c in read_cols],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
+        )
+    keep = [present[c] for c in read_cols]
+    for batch in reader:
+        if is_jsonl:
+            batch = batch.select([k for k in keep if k in batch.schema.names])
+        batch = _rename(batch, present)
+        if not _batch_ok(batch):
+            raise _BadBlock
+        if on_progress is not None:
+            on_progress(raw.tell())
+        yield batch
+
+
+def _rename(batch: pa.RecordBatch, present: dict[str, str]) -> pa.RecordBatch:
+    back = {v: k for k, v in present.items()}
+    return batch.rename_columns([back.get(n, n) for n in batch.schema.names])
+
+
+def _batch_ok(batch: pa.RecordBatch) -> bool:
+    """Required values present and sizes non-negative (the fast path checks what it cannot parse)."""
+    names = batch.schema.names
+    for col in ("timestamp", "size_bytes", "op_type"):
+        if col in names and batch.column(col).null_count:
+            return False
+    if "size_bytes" in names and len(batch) and pc.min(batch.column("size_bytes")).as_py() < 0:
+        return False
+    if "op_type" in names and len(batch):
+        ops = batch.column("op_type")
+        ops = ops.dictionary if pa.types.is_dictionary(ops.type) else ops
+        if pc.any(pc.equal(ops, "")).as_py():
+            return False
+    if "address" in names:
+        _, bad = parse_uint64(batch.column("address"))
+        if bad.any():
+            return False
+    return True
+
+
+def conform_log_batch(raw: pa.RecordBatch | pa.Table, *, path: Path, options: ReadOptions,
+                      seq_start: int, schema: pa.Schema) -> pa.RecordBatch:
+    """Canonical log columns (timestamp, op_type, ...) -> an ALLOC_EVENTS batch with ``schema``'s columns."""
+    n = raw.num_rows
+    names = raw.schema.names
+    out: dict[str, pa.Array] = {}
+    for field in schema:
+        name = field.name
+        if name == "seq":
+            arr = pa.array(np.arange(seq_start, seq_start + n, dtype=np.int64))
+        elif name == "source_file":
+            arr = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([str(path)]))
+        elif name == "ts_ns" and "timestamp" in names:
+            arr = _to_ns(_col(raw, "timestamp"), options.time_unit)
+        elif name == "op" and "op_type" in names:
+            arr = _col(raw, "op_type")
+            arr = arr if pa.types.is_dictionary(arr.type) else pc.dictionary_encode(arr.cast(pa.string()))
+        elif name == "address" and "address" in names:
+            arr, _ = parse_uint64(_col(raw, "address"))
+        elif name in names:
+            arr = _col(raw, name)
+        else:
+            arr = pa.nulls(n, field.type)
+        if arr.type != field.type:
+            arr = arr.cast(field.type)
+        out[name] = arr
+    return pa.RecordBatch.from_arrays(list(out.values()), schema=schema)
+
+
+def _col(raw, name: str) -> pa.Array:
+    col = raw.column(name)
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _to_ns(arr: pa.Array, unit: str) -> pa.Array:
+    factor = TIME_UNIT_NS[unit]
+    if factor == 1 and pa.types.is_integer(arr.type):
+        return arr.cast(pa.int64())
+    values = np.asarray(arr.cast(pa.float64()).to_numpy(zero_copy_only=False))
+    return pa.array(np.round(values * factor).astype(np.int64))
+
+
+# ----------------------------------------------------------------------------- exact path
+def _text_lines(path: Path) -> Iterator[str]:
+    stream, _ = open_decompressed(path)
+    try:
+        yield from io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path,
+                               hint="Is this a binary file? Logs must be UTF-8 CSV or JSON Lines") from None
+    finally:
+        stream.close()
+
+
+def _parse_value(col: str, text, options: ReadOptions):
+    """Parse one field of the exact path; ValueError with what was expected on failure."""
+    if isinstance(text, str):
+        text = text.strip()
+    if col == "op_type":
+        if text in (None, ""):
+            raise ValueError("expected an op name (alloc, free, defrag, ...), got an empty value")
+        return str(text)
+    if text is None or text == "":
+        if col in REQUIRED:
+            raise ValueError("expected a value, got an empty field")
+        return None
+    if col == "timestamp":
+        try:
+            return int(text) if options.time_unit == "ns" else float(text)
+        except (TypeError, ValueError):
+            unit = "integer nanoseconds" if options.time_unit == "ns" else f"a number in {options.time_unit}"
+            raise ValueError(f"expected {unit} (see --time-unit), got {text!r}") from None
+    if col == "size_bytes":
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a non-negative integer byte count, got {text!r}") from None
+        if value < 0:
+            raise ValueError(f"expected a non-negative integer byte count, got {text!r}")
+        return value
+    if col == "address":
+        try:
+            value = int(text, 16) if isinstance(text, str) and text[:2].lower() == "0x" else int(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a decimal or 0x-hex address, got {text!r}") from None
+        if not 0 <= value < 2**64:
+            raise ValueError(f"expected an address in 0..2**64-1, got {text!r}")
+        return str(value)
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport, *, skip: int):
+    """Re-read ``path`` line by line after the first ``skip`` good rows, validating every field."""
+    lines = _text_lines(path)
+    rows: dict[str, list] = {c: [] for c in read_cols}
+    seen = 0
+    if is_jsonl:
+        numbered = ((i, ln) for i, ln in enumerate(lines, start=1) if ln.strip())
+    else:
+        reader = csv.reader(lines)
+        header = next(reader)
+        index = {h.strip().strip('"').lower(): j for j, h in enumerate(header)}
+        numbered = ((reader.line_num, r) for r in reader if r)
+    for lineno, item in numbered:
+        seen += 1
+        if seen <= skip:
+            continue
+        try:
+            if is_jsonl:
+                try:
+                    obj = json.loads(item)
+                except json.JSONDecodeError as exc:
+                    raise _FieldError(None, f"not valid JSON ({exc.msg})") from None
+                if not isinstance(obj, dict):
+                    raise _FieldError(None, "expected a JSON object per line")
+                lower = {k.lower(): v for k, v in obj.items()}
+                get = lambda c: lower.get(c)  # noqa: E731
+            else:
+                if len(item) < len(index):
+                    raise _FieldError(None, f"expected {len(index)} fields, got {len(item)}")
+                get = lambda c: item[index[c]]  # noqa: E731
+            parsed = {}
+            for c in read_cols:
+                try:
+                    parsed[c] = _parse_value(c, get(c), options)
+                except ValueError as exc:
+                    raise _FieldError(c, str(exc)) from None
+        except _FieldError as bad:
+            if not options.skip_bad_rows:
+                raise TraceFormatError(bad.message, path=path, line=lineno, field=bad.field,
+                                       hint="Fix the row, or pass --skip-bad-rows to skip and count bad rows") from None
+            report.skip_row(path, lineno, f"{bad.field + ': ' if bad.field else ''}{bad.message}")
+            continue
+        for c in read_cols:
+            rows[c].append(parsed[c])
+        if len(rows[read_cols[0]]) >= SLOW_BATCH_ROWS:
+            yield _rows_batch(rows, options)
+            rows = {c: [] for c in read_cols}
+    if rows[read_cols[0]]:
+        yield _rows_batch(rows, options)
+
+
+class _FieldError(Exception):
+    def __init__(self, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _rows_batch(rows: dict[str, list], options: ReadOptions) -> pa.RecordBatch:
+    types = {"timestamp": _time_type(options), "op_type": pa.string(), "size_bytes": pa.int64(),
+             "address": pa.string(), "stream": pa.int64(), "device": pa.int64()}
+    return pa.RecordBatch.from_pydict({c: pa.array(v, type=types[c]) for c, v in rows.items()})

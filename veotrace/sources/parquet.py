@@ -1,0 +1,78 @@
+"""Reader of Parquet alloc/free tables: ALLOC_EVENTS written by 'veotrace convert', or canonical log columns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from veotrace.errors import TraceFormatError
+from veotrace.schemas import ALLOC_EVENTS, schema_tag
+from veotrace.sources.base import ReadOptions, ReadReport
+
+#: Rows per batch when streaming a Parquet file.
+BATCH_ROWS = 1 << 20
+
+
+def iter_alloc_events(
+    path: Path,
+    *,
+    options: ReadOptions,
+    report: ReadReport,
+    columns: Sequence[str] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Stream ALLOC_EVENTS batches (only ``columns``) from a Parquet file.
+
+    Raises:
+        TraceFormatError: not readable Parquet, or neither alloc_events/1 nor canonical log columns.
+    """
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceFormatError(f"not a readable Parquet file ({exc})", path=path) from None
+    schema = pf.schema_arrow
+    wanted = [f.name for f in ALLOC_EVENTS if columns is None or f.name in columns]
+    out_schema = pa.schema([ALLOC_EVENTS.field(n) for n in wanted], metadata=ALLOC_EVENTS.metadata)
+    size = path.stat().st_size
+    groups = max(pf.num_row_groups, 1)
+    if schema_tag(schema) == schema_tag(ALLOC_EVENTS):
+        for i, batch in enumerate(pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted)):
+            if on_progress is not None:
+                on_progress(min(size, size * (i + 1) * BATCH_ROWS // max(pf.metadata.num_rows, 1)))
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
+        return
+    from veotrace.sources.alloc_log import LOG_COLUMNS, REQUIRED, conform_log_batch
+
+    names = {n.lower(): n for n in schema.names}
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise TraceFormatError(
+            f"Parquet file has neither the veotrace alloc_events schema nor the log column(s) {', '.join(missing)}",
+            path=path, hint="Write it with 'veotrace convert', or name columns timestamp, op_type, size_bytes")
+    read = [names[c] for c in LOG_COLUMNS if c in names]
+    seq = 0
+    for i, batch in enumerate(pf.iter_batches(batch_size=BATCH_ROWS, columns=read)):
+        batch = batch.rename_columns([n.lower() for n in batch.schema.names])
+        _check_foreign(batch, path, seq)
+        yield conform_log_batch(batch, path=path, options=options, seq_start=seq, schema=out_schema)
+        seq += batch.num_rows
+        if on_progress is not None:
+            on_progress(size * (i + 1) // groups)
+
+
+def _check_foreign(batch: pa.RecordBatch, path: Path, seq: int) -> None:
+    import pyarrow.compute as pc
+
+    for col in ("timestamp", "size_bytes", "op_type"):
+        arr = batch.column(col)
+        if arr.null_count:
+            row = seq + int(pc.index(pc.is_null(arr), True).as_py())
+            raise TraceFormatError("missing value", path=path, line=row + 1, field=col,
+                                   hint="Row numbers count from 1 over the Parquet file")
+    if not pa.types.is_integer(batch.column("size_bytes").type) or (
+        len(batch) and pc.min(batch.column("size_bytes")).as_py() < 0
+    ):
+        raise TraceFormatError("expected non-negative integer sizes", path=path, field="size_bytes")
