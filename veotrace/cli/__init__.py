@@ -12,6 +12,8 @@ from veotrace.cli.app import app
 
 #: Command modules, in the order their commands appear in --help.
 COMMAND_MODULES = (
+    "veotrace.cli.entropy",
+    "veotrace.cli.convert",
     "veotrace.cli.formats",
 )
 

@@ -37,14 +37,15 @@ def _is_alloc_csv(head: bytes) -> bool:
     for line in _lines(head, 5):
         if line:
             cols = {c.strip().strip('"').lower() for c in line.split(",")}
-            return {"op_type", "size_bytes"} <= cols
+            # Either key column is enough: the reader then names the missing one precisely.
+            return bool({"op_type", "size_bytes"} & cols)
     return False
 
 
 def _is_alloc_jsonl(head: bytes) -> bool:
     for line in _lines(head, 5):
         if line:
-            return line.startswith("{") and '"op_type"' in line and '"size_bytes"' in line
+            return line.startswith("{") and ('"op_type"' in line or '"size_bytes"' in line)
     return False
 
 

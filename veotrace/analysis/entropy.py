@@ -1,0 +1,191 @@
+"""Sliding-window Shannon entropy of allocation size classes, and its trend over the run.
+
+Definition (fixed so results can be checked): counted events are ``op in ops`` (default alloc);
+class = ceil(log2(size_bytes / 1024)) clamped to [min_class, max_class] (4 KiB ... 4 MiB: 11 classes);
+window k covers [k*S, k*S + W); H = -sum p_i log2 p_i over classes present; empty windows have
+H = null and are left out of fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veotrace.analysis.trend import fit_trend, segment_trends
+from veotrace.analysis.windows import WindowCounts
+from veotrace.errors import AnalysisError, UsageError
+from veotrace.schemas.entropy import ENTROPY_WINDOWS
+
+DEFAULT_WINDOW_S = 300.0
+DEFAULT_OPS = ("alloc",)
+DEFAULT_MIN_CLASS = 2
+DEFAULT_MAX_CLASS = 12
+NS_PER_HOUR = 3_600_000_000_000
+#: ALLOC_EVENTS columns the analysis reads (the reader skips the others).
+COLUMNS = ("ts_ns", "seq", "op", "size_bytes")
+
+
+def size_classes(size_bytes: np.ndarray, min_class: int = DEFAULT_MIN_CLASS, max_class: int = DEFAULT_MAX_CLASS) -> np.ndarray:
+    """ceil(log2(size / 1024)) clamped to [min_class, max_class], exactly, as int64.
+
+    ceil(log2(n)) is the bit length of n - 1 (frexp's exponent), so powers of two never round wrong.
+    """
+    _, exp = np.frexp(np.asarray(size_bytes, dtype=np.int64) - 1)
+    return np.clip(exp.astype(np.int64) - 10, min_class, max_class)
+
+
+def entropy_bits(counts: np.ndarray) -> np.ndarray:
+    """Shannon entropy (bits) of each row of a counts matrix; NaN for empty rows."""
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = counts / n
+        terms = np.where(counts > 0, p * np.log2(np.where(p > 0, p, 1.0)), 0.0)
+    h = -terms.sum(axis=1)
+    h[n[:, 0] == 0] = np.nan
+    return np.maximum(h, 0.0)
+
+
+@dataclass
+class EntropyResult:
+    """Windows (ENTROPY_WINDOWS), trend over hours, per-segment fits and counts of what was read."""
+
+    windows: pa.Table
+    trend: dict
+    segments: list[dict]
+    params: dict
+    summary: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"params": self.params, "summary": self.summary, "trend": self.trend,
+                "segments": self.segments, "windows": self.windows.to_pylist()}
+
+
+def _check(window_s, step_s, min_class, max_class, window_events, segments):
+    if window_events is not None:
+        if window_events < 1:
+            raise UsageError("--window-events must be at least 1")
+    elif window_s <= 0 or (step_s is not None and step_s <= 0):
+        raise UsageError("--window and --step must be positive")
+    if min_class > max_class:
+        raise UsageError(f"--min-class {min_class} is above --max-class {max_class}")
+    if list(segments) != sorted(segments) or any(b <= 0 for b in segments):
+        raise UsageError("--segments must be increasing positive hours, e.g. 48,120")
+
+
+def compute_entropy(
+    batches: Iterable[pa.RecordBatch],
+    *,
+    window_s: float = DEFAULT_WINDOW_S,
+    step_s: float | None = None,
+    ops: Sequence[str] = DEFAULT_OPS,
+    min_class: int = DEFAULT_MIN_CLASS,
+    max_class: int = DEFAULT_MAX_CLASS,
+    window_events: int | None = None,
+    segments: Sequence[float] = (),
+    on_progress: Callable[[], None] | None = None,
+) -> EntropyResult:
+    """Entropy of size classes per window over ALLOC_EVENTS batches (any order, any number of files).
+
+    Args:
+        window_s, step_s: W and S in seconds of the log's time base (S defaults to W).
+        window_events: instead of time windows, windows of N consecutive counted events
+            (timestamp order when every event has one, else read order).
+        segments: hours since the first window at which to split the per-segment fits.
+
+    Raises:
+        UsageError: impossible parameters. AnalysisError: nothing to count, or no timestamps.
+    """
+    _check(window_s, step_s, min_class, max_class, window_events, segments)
+    n_cls = max_class - min_class + 1
+    window_ns = int(round(window_s * 1e9))
+    step_ns = int(round((step_s if step_s is not None else window_s) * 1e9))
+    acc = WindowCounts(window_ns, step_ns, n_cls)
+    ev_ts, ev_cls, n_read, n_counted, has_null_ts = [], [], 0, 0, False
+    for batch in batches:
+        n_read += batch.num_rows
+        ts_arr = batch.column("ts_ns")
+        if ts_arr.null_count:
+            has_null_ts = True
+        mask = np.asarray(pc.is_in(batch.column("op"), pa.array(list(ops))).cast(pa.bool_()))
+        cls = size_classes(np.asarray(batch.column("size_bytes"))[mask], min_class, max_class) - min_class
+        n_counted += int(cls.size)
+        if window_events is None:
+            if has_null_ts:
+                raise AnalysisError(
+                    "events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
+                    hint="Use --window-events N to count windows of N consecutive events")
+            ts = np.asarray(ts_arr)
+            acc.observe_span(ts)
+            acc.add(ts[mask], cls)
+        else:
+            ev_ts.append(np.asarray(ts_arr.fill_null(0))[mask])
+            ev_cls.append(cls)
+        if on_progress is not None:
+            on_progress()
+    if n_counted == 0 and window_events is not None:
+        raise AnalysisError(f"no events with op {', '.join(ops)} were read", hint="Check --ops")
+    if window_events is None:
+        ks, counts = acc.finish()
+        start = ks * step_ns
+        end = start + window_ns
+        windows_idx = ks
+    else:
+        windows_idx, start, end, counts = _event_windows(ev_ts, ev_cls, window_events, n_cls, has_null_ts)
+    table = _windows_table(windows_idx, start, end, counts, n_cls, has_times=not has_null_ts)
+    hours = np.asarray(table.column("hours").fill_null(np.nan), dtype=np.float64)
+    x = hours if not has_null_ts else windows_idx.astype(np.float64)
+    h = np.asarray(table.column("entropy_bits").fill_null(np.nan), dtype=np.float64)
+    trend = fit_trend(x, h)
+    trend["x"] = "hours" if not has_null_ts else "window"
+    segs = segment_trends(x, h, segments) if segments else []
+    params = {"window_s": window_s if window_events is None else None,
+              "step_s": (step_ns / 1e9) if window_events is None else None,
+              "window_events": window_events, "ops": list(ops), "min_class": min_class,
+              "max_class": max_class, "classes": n_cls, "segments_hours": list(segments)}
+    summary = {"events_read": n_read, "events_counted": n_counted, "windows": table.num_rows,
+               "empty_windows": int((counts.sum(axis=1) == 0).sum()),
+               "first_ns": acc.first_ns, "last_ns": acc.last_ns,
+               "mean_entropy_bits": float(np.nanmean(h)) if np.isfinite(h).any() else None}
+    return EntropyResult(table, trend, segs, params, summary)
+
+
+def _event_windows(ev_ts, ev_cls, n, n_cls, has_null_ts):
+    ts = np.concatenate(ev_ts) if ev_ts else np.zeros(0, np.int64)
+    cls = np.concatenate(ev_cls) if ev_cls else np.zeros(0, np.int64)
+    if not has_null_ts:
+        order = np.argsort(ts, kind="stable")
+        ts, cls = ts[order], cls[order]
+    n_win = ts.size // n  # only complete windows; the remainder is reported in events_counted
+    ts, cls = ts[: n_win * n], cls[: n_win * n]
+    w = np.repeat(np.arange(n_win), n)
+    counts = np.bincount(w * n_cls + cls, minlength=n_win * n_cls).reshape(n_win, n_cls)
+    if has_null_ts or n_win == 0:
+        return np.arange(n_win), None, None, counts
+    return np.arange(n_win), ts[::n], ts[n - 1 :: n], counts
+
+
+def _windows_table(idx, start, end, counts, n_cls, *, has_times) -> pa.Table:
+    h = entropy_bits(counts)
+    n = counts.sum(axis=1)
+    hours = None
+    if start is not None and len(start):
+        hours = (start - start[0]) / NS_PER_HOUR
+    nulls = pa.nulls(len(idx), pa.int64())
+    return pa.Table.from_arrays(
+        [
+            pa.array(idx, pa.int64()),
+            pa.array(start, pa.int64()) if start is not None else nulls,
+            pa.array(end, pa.int64()) if end is not None else nulls,
+            pa.array(hours, pa.float64()) if hours is not None else pa.nulls(len(idx), pa.float64()),
+            pa.array(n, pa.int64()),
+            pa.array((counts > 0).sum(axis=1), pa.int32()),
+            pa.array(h, pa.float64(), from_pandas=True),
+            pa.array(h / np.log2(n_cls) if n_cls > 1 else np.where(n > 0, 0.0, np.nan), pa.float64(), from_pandas=True),
+        ],
+        schema=ENTROPY_WINDOWS,
+    )

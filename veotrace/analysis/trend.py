@@ -1,0 +1,79 @@
+"""Trend of a series over time: least squares, Theil-Sen, Kendall's tau (Mann-Kendall), per-segment fits."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+#: Above this many points Theil-Sen (O(n^2) pairs) is computed on a seeded sample of pairs.
+THEIL_SEN_MAX_POINTS = 4000
+_THEIL_SEN_PAIRS = 4_000_000
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def fit_trend(x: np.ndarray, y: np.ndarray) -> dict:
+    """Linear trend of ``y`` against ``x`` (y null/NaN points left out).
+
+    Returns:
+        ``{"n", "slope", "intercept", "r_squared", "theil_sen": {"slope", "low", "high", "approximate"},
+        "kendall": {"tau", "p_value"}}``; statistics that need 3+ points (or a varying x/y) are None.
+    """
+    ok = np.isfinite(y) & np.isfinite(x)
+    x, y = x[ok], y[ok]
+    out: dict = {"n": int(x.size), "slope": None, "intercept": None, "r_squared": None,
+                 "theil_sen": {"slope": None, "low": None, "high": None, "approximate": False},
+                 "kendall": {"tau": None, "p_value": None}}
+    if x.size < 3 or np.ptp(x) == 0:
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lr = stats.linregress(x, y)
+        out["slope"], out["intercept"] = _finite(lr.slope), _finite(lr.intercept)
+        out["r_squared"] = _finite(lr.rvalue**2) if np.ptp(y) > 0 else None
+        out["theil_sen"] = _theil_sen(x, y)
+        if np.ptp(y) > 0:
+            tau = stats.kendalltau(x, y)
+            out["kendall"] = {"tau": _finite(tau.statistic), "p_value": _finite(tau.pvalue)}
+    return out
+
+
+def _theil_sen(x: np.ndarray, y: np.ndarray) -> dict:
+    if x.size <= THEIL_SEN_MAX_POINTS:
+        ts = stats.theilslopes(y, x)
+        return {"slope": _finite(ts.slope), "low": _finite(ts.low_slope), "high": _finite(ts.high_slope),
+                "approximate": False}
+    # Median of slopes over a seeded random sample of pairs: same estimator, bounded cost.
+    rng = np.random.default_rng(0)
+    i = rng.integers(0, x.size, _THEIL_SEN_PAIRS)
+    j = rng.integers(0, x.size, _THEIL_SEN_PAIRS)
+    keep = x[i] != x[j]
+    slopes = (y[j][keep] - y[i][keep]) / (x[j][keep] - x[i][keep])
+    lo, med, hi = np.percentile(slopes, [2.5, 50, 97.5])
+    return {"slope": float(med), "low": float(lo), "high": float(hi), "approximate": True}
+
+
+def segment_trends(x: np.ndarray, y: np.ndarray, boundaries: Sequence[float]) -> list[dict]:
+    """Per-segment mean, slope and R^2 of ``y`` split at ``boundaries`` of ``x`` (e.g. hours 48, 120).
+
+    Segment i covers [b_i, b_{i+1}) with b_0 = min(x) and the last one closed at max(x).
+    """
+    if x.size == 0:
+        return []
+    edges = [float(np.nanmin(x))] + [float(b) for b in boundaries] + [float(np.nanmax(x))]
+    out = []
+    for i in range(len(edges) - 1):
+        lo, hi = edges[i], edges[i + 1]
+        sel = (x >= lo) & ((x < hi) if i < len(edges) - 2 else (x <= hi))
+        ys = y[sel]
+        fin = np.isfinite(ys)
+        fit = fit_trend(x[sel], ys)
+        out.append({"start_hours": lo, "end_hours": hi, "windows": int(sel.sum()),
+                    "mean_bits": float(ys[fin].mean()) if fin.any() else None,
+                    "slope_bits_per_hour": fit["slope"], "r_squared": fit["r_squared"]})
+    return out

@@ -1,0 +1,35 @@
+"""`veotrace convert`: write alloc/free events once as Parquet (alloc_events/1) for fast re-analysis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from veotrace.cli.app import app
+from veotrace.cli.common import (FormatHintOpt, NoProgressOpt, PathsArg, SkipBadRowsOpt, TimeUnit, TimeUnitOpt,
+                                 err, progress, user_errors)
+
+
+@app.command("convert")
+def convert_command(
+    paths: PathsArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Parquet file to write.", dir_okay=False)],
+    time_unit: TimeUnitOpt = TimeUnit.ns,
+    skip_bad_rows: SkipBadRowsOpt = False,
+    format_hint: FormatHintOpt = None,
+    no_progress: NoProgressOpt = False,
+) -> None:
+    """Convert logs, snapshots or exports to one Parquet table that every command accepts."""
+    with user_errors():
+        from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
+        from veotrace.sources.convert import write_parquet
+
+        options = ReadOptions(time_unit=time_unit.value, skip_bad_rows=skip_bad_rows, format_hint=format_hint)
+        report = ReadReport()
+        with progress("converting", enabled=not no_progress) as bar:
+            rows = write_parquet(iter_alloc_events(paths, options=options, report=report, on_progress=bar), output)
+        for line in report.messages():
+            err(line)
+        err(f"wrote {rows:,} events to {output}")

@@ -1,0 +1,61 @@
+"""`veotrace entropy`: sliding-window entropy of allocation size classes and its trend."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from veotrace.cli.app import app
+from veotrace.cli.common import (FormatHintOpt, FormatOpt, NoProgressOpt, OutputFormat, OutputOpt, PathsArg,
+                                 RowsOpt, SkipBadRowsOpt, TimeUnit, TimeUnitOpt, emit, err, progress, user_errors)
+
+# Defaults live in veotrace.analysis.entropy; these mirror them without importing numpy at startup.
+_WINDOW_S, _MIN_CLASS, _MAX_CLASS = 300.0, 2, 12
+
+
+@app.command("entropy")
+def entropy_command(
+    paths: PathsArg,
+    window: Annotated[float, typer.Option("--window", help="Window length W in seconds.")] = _WINDOW_S,
+    step: Annotated[float | None, typer.Option("--step", help="Step S in seconds (default: W).")] = None,
+    window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive counted events instead of time windows.")] = None,
+    ops: Annotated[str, typer.Option("--ops", help="Comma-separated ops to count.")] = "alloc",
+    min_class: Annotated[int, typer.Option("--min-class", help="Smallest class: 2 = 4 KiB (ceil(log2(size/1KiB))).")] = _MIN_CLASS,
+    max_class: Annotated[int, typer.Option("--max-class", help="Largest class: 12 = 4 MiB.")] = _MAX_CLASS,
+    segments: Annotated[str, typer.Option("--segments", help="Split the trend at these hours, e.g. 48,120.")] = "",
+    time_unit: TimeUnitOpt = TimeUnit.ns,
+    skip_bad_rows: SkipBadRowsOpt = False,
+    format_hint: FormatHintOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+    rows: RowsOpt = 40,
+    no_progress: NoProgressOpt = False,
+) -> None:
+    """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments."""
+    with user_errors():
+        from veotrace.analysis.entropy import COLUMNS, compute_entropy
+        from veotrace.render.entropy import render_entropy
+        from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
+
+        options = ReadOptions(time_unit=time_unit.value, skip_bad_rows=skip_bad_rows, format_hint=format_hint)
+        report = ReadReport()
+        with progress("reading", enabled=not no_progress) as bar:
+            batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=bar)
+            result = compute_entropy(batches, window_s=window, step_s=step, window_events=window_events,
+                                     ops=[o.strip() for o in ops.split(",") if o.strip()],
+                                     min_class=min_class, max_class=max_class, segments=_hours(segments))
+        for line in report.messages():
+            err(line)
+        result.summary["read"] = report.to_dict()
+        emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.windows,
+             render_terminal=lambda con: render_entropy(con, result, max_rows=rows))
+
+
+def _hours(text: str) -> list[float]:
+    from veotrace.errors import UsageError
+
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--segments expects hours like 48,120, got {text!r}") from None

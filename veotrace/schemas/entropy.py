@@ -1,0 +1,21 @@
+"""Schema of sliding-window entropy results: one row per window."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from veotrace.schemas import tagged
+
+ENTROPY_WINDOWS = tagged(
+    "entropy_windows/1",
+    [
+        pa.field("window", pa.int64(), nullable=False),  # k (time windows) or window number (event windows)
+        pa.field("start_ns", pa.int64(), nullable=True),  # k*S, or first event's timestamp (event windows)
+        pa.field("end_ns", pa.int64(), nullable=True),  # k*S + W, or last event's timestamp
+        pa.field("hours", pa.float64(), nullable=True),  # hours since the first window's start
+        pa.field("events", pa.int64(), nullable=False),
+        pa.field("classes_present", pa.int32(), nullable=False),
+        pa.field("entropy_bits", pa.float64(), nullable=True),  # null for an empty window
+        pa.field("normalized_entropy", pa.float64(), nullable=True),  # H / log2(number of classes)
+    ],
+)
