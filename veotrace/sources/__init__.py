@@ -96,8 +96,18 @@ def _hint_for(fmt: Format) -> str:
     return "Run 'veotrace info FILE' to see what it holds"
 
 
-def _module(fmt: Format):
-    return importlib.import_module(f"veotrace.sources.{fmt.module}")
+def _module(fmt: Format, path: Path | None = None):
+    name = f"veotrace.sources.{fmt.module}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        raise TraceFormatError(
+            f"detected a {fmt.description}, but this version of veotrace cannot read it yet",
+            path=path,
+            hint="Export the data as a CSV alloc/free log (timestamp,op_type,size_bytes) meanwhile",
+        ) from None
 
 
 def iter_alloc_events(
@@ -127,7 +137,7 @@ def iter_alloc_events(
             if on_progress is not None:
                 on_progress(_base + min(done, size), total)
 
-        yield from _module(fmt).iter_alloc_events(
+        yield from _module(fmt, path).iter_alloc_events(
             path, options=options, report=report, columns=columns, on_progress=file_progress
         )
         offset += size
@@ -151,7 +161,7 @@ def read_table(
 
         return pa.Table.from_batches(batches, schema=ALLOC_EVENTS) if batches else ALLOC_EVENTS.empty_table()
     inputs = resolve_inputs(paths, kind, options=options, report=report)
-    tables = [getattr(_module(fmt), _READER[kind])(path, options=options, report=report) for path, fmt in inputs]
+    tables = [getattr(_module(fmt, path), _READER[kind])(path, options=options, report=report) for path, fmt in inputs]
     return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
 
 
