@@ -157,3 +157,16 @@ def emit(
         else:
             with output.open("w", encoding="utf-8") as fh:
                 render_terminal(stdout_console(fh))
+
+
+def read_setup(time_unit: TimeUnit, skip_bad_rows: bool, format_hint: str | None) -> tuple[Any, Any]:
+    """The ReadOptions and an empty ReadReport for the shared reading options of a command."""
+    from veotrace.sources import ReadOptions, ReadReport
+
+    return ReadOptions(time_unit=time_unit.value, skip_bad_rows=skip_bad_rows, format_hint=format_hint), ReadReport()
+
+
+def print_report(report: Any) -> None:
+    """Warn on stderr about whatever a lenient read skipped."""
+    for line in report.messages():
+        err(line)

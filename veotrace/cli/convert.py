@@ -9,7 +9,7 @@ import typer
 
 from veotrace.cli.app import app
 from veotrace.cli.common import (FormatHintOpt, NoProgressOpt, PathsArg, SkipBadRowsOpt, TimeUnit, TimeUnitOpt,
-                                 err, progress, user_errors)
+                                 err, print_report, progress, read_setup, user_errors)
 
 
 @app.command("convert")
@@ -23,13 +23,11 @@ def convert_command(
 ) -> None:
     """Convert logs, snapshots or exports to one Parquet table that every command accepts."""
     with user_errors():
-        from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
+        from veotrace.sources import iter_alloc_events
         from veotrace.sources.convert import write_parquet
 
-        options = ReadOptions(time_unit=time_unit.value, skip_bad_rows=skip_bad_rows, format_hint=format_hint)
-        report = ReadReport()
+        options, report = read_setup(time_unit, skip_bad_rows, format_hint)
         with progress("converting", enabled=not no_progress) as bar:
             rows = write_parquet(iter_alloc_events(paths, options=options, report=report, on_progress=bar), output)
-        for line in report.messages():
-            err(line)
+        print_report(report)
         err(f"wrote {rows:,} events to {output}")

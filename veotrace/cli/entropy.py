@@ -8,7 +8,8 @@ import typer
 
 from veotrace.cli.app import app
 from veotrace.cli.common import (FormatHintOpt, FormatOpt, NoProgressOpt, OutputFormat, OutputOpt, PathsArg,
-                                 RowsOpt, SkipBadRowsOpt, TimeUnit, TimeUnitOpt, emit, err, progress, user_errors)
+                                 RowsOpt, SkipBadRowsOpt, TimeUnit, TimeUnitOpt, emit, print_report, progress,
+                                 read_setup, user_errors)
 
 # Defaults live in veotrace.analysis.entropy; these mirror them without importing numpy at startup.
 _WINDOW_S, _MIN_CLASS, _MAX_CLASS = 300.0, 2, 12
@@ -36,17 +37,15 @@ def entropy_command(
     with user_errors():
         from veotrace.analysis.entropy import COLUMNS, compute_entropy
         from veotrace.render.entropy import render_entropy
-        from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
+        from veotrace.sources import iter_alloc_events
 
-        options = ReadOptions(time_unit=time_unit.value, skip_bad_rows=skip_bad_rows, format_hint=format_hint)
-        report = ReadReport()
+        options, report = read_setup(time_unit, skip_bad_rows, format_hint)
         with progress("reading", enabled=not no_progress) as bar:
             batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=bar)
             result = compute_entropy(batches, window_s=window, step_s=step, window_events=window_events,
                                      ops=[o.strip() for o in ops.split(",") if o.strip()],
                                      min_class=min_class, max_class=max_class, segments=_hours(segments))
-        for line in report.messages():
-            err(line)
+        print_report(report)
         result.summary["read"] = report.to_dict()
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.windows,
              render_terminal=lambda con: render_entropy(con, result, max_rows=rows))
