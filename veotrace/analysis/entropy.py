@@ -50,6 +50,18 @@ def entropy_bits(counts: np.ndarray) -> np.ndarray:
     return np.maximum(h, 0.0)
 
 
+def op_mask(ops_column: pa.Array, ops: Sequence[str]) -> np.ndarray:
+    """Boolean mask of rows whose op is in ``ops``; on dictionary arrays, tested once per dictionary value."""
+    if isinstance(ops_column, pa.ChunkedArray):
+        ops_column = ops_column.combine_chunks()
+    if pa.types.is_dictionary(ops_column.type):
+        hit = np.isin(np.asarray(ops_column.dictionary.to_pylist(), dtype=object), list(ops))
+        if ops_column.null_count == 0:
+            return hit[ops_column.indices.to_numpy()]
+        return hit[np.asarray(ops_column.indices.fill_null(0))] & np.asarray(ops_column.is_valid())
+    return np.asarray(pc.fill_null(pc.is_in(ops_column, pa.array(list(ops))), False))
+
+
 @dataclass
 class EntropyResult:
     """Windows (ENTROPY_WINDOWS), trend over hours, per-segment fits and counts of what was read."""
@@ -111,7 +123,7 @@ def compute_entropy(
         ts_arr = batch.column("ts_ns")
         if ts_arr.null_count:
             has_null_ts = True
-        mask = np.asarray(pc.is_in(batch.column("op"), pa.array(list(ops))).cast(pa.bool_()))
+        mask = op_mask(batch.column("op"), ops)
         cls = size_classes(np.asarray(batch.column("size_bytes"))[mask], min_class, max_class) - min_class
         n_counted += int(cls.size)
         if window_events is None:
