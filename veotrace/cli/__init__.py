@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "veotrace.cli.entropy",
     "veotrace.cli.convert",
     "veotrace.cli.formats",
+    "veotrace.cli.correlate",
 )
 
 for _name in COMMAND_MODULES:

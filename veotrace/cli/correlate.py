@@ -1,0 +1,58 @@
+"""`veotrace correlate`: do frame-tensor address jumps go with optical-flow error?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from veotrace.cli.app import app
+from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, RowsOpt, emit, err, user_errors
+
+
+def _pairs(addrs: Path, epe: Path, names: tuple[str | None, str | None], **opts):
+    from veotrace.analysis.correlation import align_pairs
+    from veotrace.sources.arrays import read_array, to_addresses
+
+    values, valid = to_addresses(read_array(addrs, name=names[0]), path=addrs)
+    return align_pairs(values, valid, read_array(epe, name=names[1]), **opts)
+
+
+@app.command("correlate")
+def correlate_command(
+    addrs: Annotated[Path, typer.Argument(help="GPU address of each frame's tensor(s): (n,) or (n, k); .npy/.npz/CSV/Parquet.")],
+    epe: Annotated[Path, typer.Argument(help="End-point error: (n-1,) per transition, (n,) per frame, or (m, H, W) maps.")],
+    addrs_name: Annotated[str | None, typer.Option("--addrs-name", help="Array (.npz) or column(s) 'a,b' (CSV/Parquet) of ADDRS.")] = None,
+    epe_name: Annotated[str | None, typer.Option("--epe-name", help="Array (.npz) or column (CSV/Parquet) of EPE.")] = None,
+    align: Annotated[str, typer.Option("--align", help="Per-frame EPE: 'into' pairs EPE[i+1] with jump i -> i+1, 'from' pairs EPE[i].")] = "into",
+    reduce: Annotated[str, typer.Option("--reduce", help="Reduce (m, H, W) EPE maps per frame: mean, median or p95.")] = "mean",
+    tensors: Annotated[str, typer.Option("--tensors", help="With k tensors per frame, the jump is their mean or max.")] = "mean",
+    resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples and permutations.")] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and permutations.")] = 0,
+    block_len: Annotated[int, typer.Option("--block-len", help="Block length for resampling (0 = about n^(1/3)).")] = 0,
+    max_lag: Annotated[int, typer.Option("--max-lag", help="Also correlate at lags -K..K (EPE K frames later).")] = 0,
+    baseline: Annotated[tuple[Path, Path] | None, typer.Option("--baseline", help="ADDRS0 EPE0 of a baseline run to compare means with.")] = None,
+    drop_nonfinite: Annotated[bool, typer.Option("--drop-nonfinite", help="Drop pairs with NaN/inf (counted) instead of refusing.")] = False,
+    pairs_out: Annotated[Path | None, typer.Option("--pairs-out", help="Write the aligned pairs as CSV here.", dir_okay=False)] = None,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+    rows: RowsOpt = 40,
+) -> None:
+    """Correlate per-frame GPU address jumps with optical-flow end-point error."""
+    with user_errors():
+        from veotrace.analysis.correlation import compare_groups, correlate
+        from veotrace.render import export
+        from veotrace.render.correlate import render_correlate
+
+        opts = dict(align=align, reduce=reduce, tensors=tensors, drop_nonfinite=drop_nonfinite)
+        pairs = _pairs(addrs, epe, (addrs_name, epe_name), **opts)
+        if pairs.dropped_nonfinite:
+            err(f"Warning: dropped {pairs.dropped_nonfinite} pair(s) with NaN/inf (--drop-nonfinite)")
+        result = correlate(pairs.jump_bytes, pairs.epe_px, resamples=resamples, seed=seed, block_len=block_len, max_lag=max_lag)
+        comparison = compare_groups(pairs, _pairs(*baseline, (addrs_name, epe_name), **opts)) if baseline else None
+        if pairs_out is not None:
+            export.write_table(pairs.to_table(), "csv", pairs_out)
+        as_json = lambda: {**result.to_dict(), "dropped_nonfinite": pairs.dropped_nonfinite, "baseline": comparison}  # noqa: E731
+        emit(fmt, output, as_json=as_json, as_table=pairs.to_table,
+             render_terminal=lambda con: render_correlate(con, result, pairs=pairs, comparison=comparison, max_rows=rows))
