@@ -13,7 +13,7 @@ from veotrace.schemas import ALLOC_EVENTS, schema_tag
 from veotrace.sources.base import ReadOptions, ReadReport
 
 #: Rows per batch when streaming a Parquet file.
-BATCH_ROWS = 1 << 20
+BATCH_ROWS = 1 << 18
 
 
 def iter_alloc_events(
