@@ -147,7 +147,7 @@ def emit(
         export.write_text(export.dumps_json(as_json()), output)
     elif fmt in (OutputFormat.csv, OutputFormat.parquet):
         if as_table is None:
-            raise UsageError(f"this command has no table output; use --format json")
+            raise UsageError("this command has no table output; use --format json")
         export.write_table(as_table(), fmt.value, output)
     else:
         from veotrace.render.console import stdout_console

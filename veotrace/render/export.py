@@ -66,7 +66,6 @@ def write_text(text: str, output: Path | None) -> None:
 
 def csv_text(table: Any) -> str:
     """An Arrow table as CSV text with a header (dictionary columns decoded)."""
-    import pyarrow as pa
     import pyarrow.csv as pacsv
 
     table = _decode_dictionaries(table)
@@ -75,7 +74,6 @@ def csv_text(table: Any) -> str:
     text = sink.getvalue().decode("utf-8")
     if table.num_rows == 0 and not text:
         text = ",".join(f'"{n}"' for n in table.column_names) + "\n"
-    del pa
     return text
 
 
