@@ -52,3 +52,9 @@ ALLOC_EVENTS = tagged(
         pa.field("source_file", DICT_STR, nullable=False),
     ],
 )
+
+
+def alloc_events_schema(columns=None) -> pa.Schema:
+    """ALLOC_EVENTS restricted to ``columns`` (all when None), in schema order, tag kept."""
+    return pa.schema([f for f in ALLOC_EVENTS if columns is None or f.name in columns],
+                     metadata=ALLOC_EVENTS.metadata)

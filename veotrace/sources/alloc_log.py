@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import ALLOC_EVENTS
+from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import TIME_UNIT_NS, ReadOptions, ReadReport, open_decompressed, read_head
 from veotrace.sources.numparse import parse_uint64
 
@@ -88,8 +89,7 @@ def iter_alloc_events(
     is_jsonl = head.startswith(b"{")
     present = _check_columns(path, _header(path, is_jsonl))
     read_cols = _wanted(columns, present)
-    out_schema = pa.schema([f for f in ALLOC_EVENTS if columns is None or f.name in columns],
-                           metadata=ALLOC_EVENTS.metadata)
+    out_schema = alloc_events_schema(columns)
     state = {"rows": 0}
     try:
         yield from _read(path, is_jsonl, present, read_cols, options, report, on_progress, out_schema, state)
@@ -120,9 +120,14 @@ def _time_type(options: ReadOptions) -> pa.DataType:
     return pa.int64() if options.time_unit == "ns" else pa.float64()
 
 
+def _log_types(options: ReadOptions, op_type: pa.DataType = _DICT) -> dict[str, pa.DataType]:
+    """Arrow type of each canonical log column as read (addresses stay text until parsed)."""
+    return {"timestamp": _time_type(options), "op_type": op_type, "size_bytes": pa.int64(),
+            "address": pa.string(), "stream": pa.int64(), "device": pa.int64()}
+
+
 def _types(present: dict[str, str], read_cols: list[str], options: ReadOptions) -> dict[str, pa.DataType]:
-    types = {"timestamp": _time_type(options), "op_type": _DICT, "size_bytes": pa.int64(),
-             "address": pa.string(), "stream": pa.int64(), "device": pa.int64()}
+    types = _log_types(options)
     return {present[c]: types[c] for c in read_cols}
 
 
@@ -352,6 +357,5 @@ class _FieldError(Exception):
 
 
 def _rows_batch(rows: dict[str, list], options: ReadOptions) -> pa.RecordBatch:
-    types = {"timestamp": _time_type(options), "op_type": pa.string(), "size_bytes": pa.int64(),
-             "address": pa.string(), "stream": pa.int64(), "device": pa.int64()}
+    types = _log_types(options, op_type=pa.string())
     return pa.RecordBatch.from_pydict({c: pa.array(v, type=types[c]) for c, v in rows.items()})

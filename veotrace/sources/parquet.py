@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import ALLOC_EVENTS, schema_tag
+from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import ReadOptions, ReadReport
 
 #: Rows per batch when streaming a Parquet file.
@@ -34,8 +35,8 @@ def iter_alloc_events(
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceFormatError(f"not a readable Parquet file ({exc})", path=path) from None
     schema = pf.schema_arrow
-    wanted = [f.name for f in ALLOC_EVENTS if columns is None or f.name in columns]
-    out_schema = pa.schema([ALLOC_EVENTS.field(n) for n in wanted], metadata=ALLOC_EVENTS.metadata)
+    out_schema = alloc_events_schema(columns)
+    wanted = out_schema.names
     size = path.stat().st_size
     groups = max(pf.num_row_groups, 1)
     if schema_tag(schema) == schema_tag(ALLOC_EVENTS):
