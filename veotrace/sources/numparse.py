@@ -24,13 +24,8 @@ def parse_uint64(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
         (uint64 array with nulls for missing values, boolean mask of values that did not parse).
     """
     if pa.types.is_integer(arr.type):
-        values = arr.to_numpy(zero_copy_only=False) if arr.null_count == 0 else None
-        bad = np.zeros(len(arr), dtype=bool)
-        if values is not None:
-            bad = values < 0
-        else:
-            bad = np.asarray(pc.fill_null(pc.less(arr, 0), False))
-        return pc.cast(pc.if_else(pc.less(arr, 0), None, arr), pa.uint64()), bad
+        negative = pc.fill_null(pc.less(arr, 0), False)
+        return pc.cast(pc.if_else(negative, None, arr), pa.uint64()), np.asarray(negative)
     if pa.types.is_floating(arr.type):
         ok = pc.and_(pc.equal(pc.floor(arr), arr), pc.greater_equal(arr, 0))
         bad = np.asarray(pc.fill_null(pc.invert(ok), False))
