@@ -171,8 +171,8 @@ def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress) 
     for batch in reader:
         if is_jsonl:
             batch = batch.select([k for k in keep if k in batch.schema.names])
-        batch = _rename(batch, present)
-        if not _batch_ok(batch):
+        batch = _checked(_rename(batch, present))
+        if batch is None:
             raise _BadBlock
         if on_progress is not None:
             on_progress(raw.tell())
@@ -184,24 +184,29 @@ def _rename(batch: pa.RecordBatch, present: dict[str, str]) -> pa.RecordBatch:
     return batch.rename_columns([back.get(n, n) for n in batch.schema.names])
 
 
-def _batch_ok(batch: pa.RecordBatch) -> bool:
-    """Required values present and sizes non-negative (the fast path checks what it cannot parse)."""
+def _checked(batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    """The batch with addresses parsed to uint64, or None when a value needs the exact path.
+
+    The fast path checks what pyarrow's typed conversion does not: required values present, sizes
+    non-negative, ops non-empty, addresses parseable (parsed here once, not again in conform).
+    """
     names = batch.schema.names
     for col in ("timestamp", "size_bytes", "op_type"):
         if col in names and batch.column(col).null_count:
-            return False
+            return None
     if "size_bytes" in names and len(batch) and pc.min(batch.column("size_bytes")).as_py() < 0:
-        return False
+        return None
     if "op_type" in names and len(batch):
         ops = batch.column("op_type")
         ops = ops.dictionary if pa.types.is_dictionary(ops.type) else ops
         if pc.any(pc.equal(ops, "")).as_py():
-            return False
+            return None
     if "address" in names:
-        _, bad = parse_uint64(batch.column("address"))
+        parsed, bad = parse_uint64(batch.column("address"))
         if bad.any():
-            return False
-    return True
+            return None
+        batch = batch.set_column(names.index("address"), "address", parsed)
+    return batch
 
 
 def conform_log_batch(raw: pa.RecordBatch | pa.Table, *, path: Path, options: ReadOptions,
