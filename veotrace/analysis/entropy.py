@@ -15,15 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from veotrace.analysis.defaults import ENTROPY_MAX_CLASS as DEFAULT_MAX_CLASS
+from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as DEFAULT_MIN_CLASS
+from veotrace.analysis.defaults import ENTROPY_OPS as DEFAULT_OPS
+from veotrace.analysis.defaults import ENTROPY_WINDOW_S as DEFAULT_WINDOW_S
 from veotrace.analysis.trend import fit_trend, segment_trends
 from veotrace.analysis.windows import WindowCounts
 from veotrace.errors import AnalysisError, UsageError
 from veotrace.schemas.entropy import ENTROPY_WINDOWS
 
-DEFAULT_WINDOW_S = 300.0
-DEFAULT_OPS = ("alloc",)
-DEFAULT_MIN_CLASS = 2
-DEFAULT_MAX_CLASS = 12
 NS_PER_HOUR = 3_600_000_000_000
 #: ALLOC_EVENTS columns the analysis reads (the reader skips the others).
 COLUMNS = ("ts_ns", "seq", "op", "size_bytes")

@@ -11,8 +11,10 @@ from veotrace.cli.common import (FormatHintOpt, FormatOpt, NoProgressOpt, Output
                                  RowsOpt, SkipBadRowsOpt, TimeUnit, TimeUnitOpt, emit, print_report, progress,
                                  read_setup, user_errors)
 
-# Defaults live in veotrace.analysis.entropy; these mirror them without importing numpy at startup.
-_WINDOW_S, _MIN_CLASS, _MAX_CLASS = 300.0, 2, 12
+from veotrace.analysis.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
+from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
+from veotrace.analysis.defaults import ENTROPY_OPS as _OPS
+from veotrace.analysis.defaults import ENTROPY_WINDOW_S as _WINDOW_S
 
 
 @app.command("entropy")
@@ -21,7 +23,7 @@ def entropy_command(
     window: Annotated[float, typer.Option("--window", help="Window length W in seconds.")] = _WINDOW_S,
     step: Annotated[float | None, typer.Option("--step", help="Step S in seconds (default: W).")] = None,
     window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive counted events instead of time windows.")] = None,
-    ops: Annotated[str, typer.Option("--ops", help="Comma-separated ops to count.")] = "alloc",
+    ops: Annotated[str, typer.Option("--ops", help="Comma-separated ops to count.")] = ",".join(_OPS),
     min_class: Annotated[int, typer.Option("--min-class", help="Smallest class: 2 = 4 KiB (ceil(log2(size/1KiB))).")] = _MIN_CLASS,
     max_class: Annotated[int, typer.Option("--max-class", help="Largest class: 12 = 4 MiB.")] = _MAX_CLASS,
     segments: Annotated[str, typer.Option("--segments", help="Split the trend at these hours, e.g. 48,120.")] = "",
