@@ -1,12 +1,15 @@
-"""Trend of a series over time: least squares, Theil-Sen, Kendall's tau (Mann-Kendall), per-segment fits."""
+"""Trend of a series over time: least squares, Theil-Sen, Kendall's tau (Mann-Kendall), per-segment fits.
+
+The statistics come from ``rankstats`` (numpy, same formulas as scipy.stats, no 1.4 s import).
+"""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
+
+from veotrace.analysis.rankstats import kendall_tau, linregress, theil_sen
 
 #: Above this many points Theil-Sen (O(n^2) pairs) is computed on a seeded sample of pairs.
 THEIL_SEN_MAX_POINTS = 4000
@@ -31,23 +34,20 @@ def fit_trend(x: np.ndarray, y: np.ndarray) -> dict:
                  "kendall": {"tau": None, "p_value": None}}
     if x.size < 3 or np.ptp(x) == 0:
         return out
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lr = stats.linregress(x, y)
-        out["slope"], out["intercept"] = _finite(lr.slope), _finite(lr.intercept)
-        out["r_squared"] = _finite(lr.rvalue**2) if np.ptp(y) > 0 else None
-        out["theil_sen"] = _theil_sen(x, y)
-        if np.ptp(y) > 0:
-            tau = stats.kendalltau(x, y)
-            out["kendall"] = {"tau": _finite(tau.statistic), "p_value": _finite(tau.pvalue)}
+    slope, intercept, r = linregress(x, y)
+    out["slope"], out["intercept"] = _finite(slope), _finite(intercept)
+    out["r_squared"] = _finite(r**2) if np.ptp(y) > 0 else None
+    out["theil_sen"] = _theil_sen(x, y)
+    if np.ptp(y) > 0:
+        tau, p = kendall_tau(x, y)
+        out["kendall"] = {"tau": _finite(tau), "p_value": _finite(p)}
     return out
 
 
 def _theil_sen(x: np.ndarray, y: np.ndarray) -> dict:
     if x.size <= THEIL_SEN_MAX_POINTS:
-        ts = stats.theilslopes(y, x)
-        return {"slope": _finite(ts.slope), "low": _finite(ts.low_slope), "high": _finite(ts.high_slope),
-                "approximate": False}
+        slope, low, high = theil_sen(x, y)
+        return {"slope": _finite(slope), "low": _finite(low), "high": _finite(high), "approximate": False}
     # Median of slopes over a seeded random sample of pairs: same estimator, bounded cost.
     rng = np.random.default_rng(0)
     i = rng.integers(0, x.size, _THEIL_SEN_PAIRS)

@@ -1,0 +1,44 @@
+"""The numpy trend statistics agree with scipy.stats on the same data (ties, small and large n)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from veotrace.analysis import rankstats
+
+
+def _cases():
+    rng = np.random.default_rng(7)
+    for n in (5, 12, 33, 34, 200, 2500):
+        x = np.arange(n, dtype=float) / 12.0
+        yield f"smooth{n}", x, 0.01 * x + rng.normal(0, 0.3, n)
+        yield f"ties{n}", np.round(x * 2), np.round(rng.normal(0, 1, n), 1)
+    yield "monotone", np.arange(40.0), np.arange(40.0) ** 1.5
+    yield "one_swap", np.arange(50.0), np.r_[np.arange(48.0), 49.0, 48.0]
+    yield "large_fallback", np.arange(7000.0), rng.normal(0, 1, 7000) + np.arange(7000) * 1e-4
+
+
+@pytest.mark.parametrize("name,x,y", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+def test_matches_scipy(name, x, y):
+    lr = stats.linregress(x, y)
+    slope, intercept, r = rankstats.linregress(x, y)
+    assert slope == pytest.approx(lr.slope, rel=1e-12, abs=1e-15)
+    assert intercept == pytest.approx(lr.intercept, rel=1e-12, abs=1e-15)
+    assert r == pytest.approx(lr.rvalue, rel=1e-12, abs=1e-15)
+
+    kt = stats.kendalltau(x, y)
+    tau, p = rankstats.kendall_tau(x, y)
+    assert tau == pytest.approx(kt.statistic, rel=1e-12, abs=1e-15)
+    assert p == pytest.approx(kt.pvalue, rel=1e-9, abs=1e-300)
+
+    if x.size <= 4000:
+        ts = stats.theilslopes(y, x)
+        med, lo, hi = rankstats.theil_sen(x, y)
+        assert (med, lo, hi) == (ts.slope, ts.low_slope, ts.high_slope)
+
+
+def test_kendall_undefined_when_one_series_is_constant():
+    tau, p = rankstats.kendall_tau(np.arange(10.0), np.ones(10))
+    assert np.isnan(tau) and np.isnan(p)
