@@ -12,7 +12,7 @@ from veotrace.errors import TraceFormatError
 
 #: Bytes per CSV/JSON read block; bounds memory whatever the log length. 4 MiB keeps peak RSS
 #: ~370 MiB on a 10M-event log (16 MiB: ~700 MiB) for ~10% more time (benchmarks/bench_entropy.py).
-DEFAULT_BLOCK_BYTES = 4 << 20
+DEFAULT_BLOCK_BYTES = 16 << 20
 #: How many skipped line numbers are listed in the report.
 MAX_LISTED_SKIPS = 5
 
