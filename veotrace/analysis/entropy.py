@@ -26,7 +26,7 @@ from veotrace.schemas.entropy import ENTROPY_WINDOWS
 
 NS_PER_HOUR = 3_600_000_000_000
 #: ALLOC_EVENTS columns the analysis reads (the reader skips the others).
-COLUMNS = ("ts_ns", "seq", "op", "size_bytes")
+COLUMNS = ("ts_ns", "op", "size_bytes")
 
 
 def size_classes(size_bytes: np.ndarray, min_class: int = DEFAULT_MIN_CLASS, max_class: int = DEFAULT_MAX_CLASS) -> np.ndarray:

@@ -32,11 +32,11 @@ def linregress(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 
 def _pairs(n: int):
-    """(i block rows, j columns) index pairs with i < j, in blocks of rows."""
+    """Blocks of index pairs i < j: rows ``i`` (column vector) against columns ``j`` > the block start."""
     for a in range(0, n - 1, _BLOCK):
         b = min(a + _BLOCK, n - 1)
         i = np.arange(a, b)[:, None]
-        j = np.arange(n)[None, :]
+        j = np.arange(a + 1, n)[None, :]
         yield i, j, j > i
 
 
@@ -48,18 +48,24 @@ def _tie_counts(v: np.ndarray) -> np.ndarray:
 
 def theil_sen(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
     """(median slope, low, high) over all pairs with distinct x, with Sen's (1968) interval."""
-    parts = []
-    for i, j, upper in _pairs(x.size):
-        dx = (x[j] - x[i])[upper]
-        dy = (y[j] - y[i])[upper]
-        pos, neg = dx > 0, dx < 0
-        # A pair with x_j < x_i is the pair (j, i) with x_i - x_j > 0: negation is exact in IEEE.
-        parts.append(dy[pos] / dx[pos])
-        parts.append((-dy[neg]) / (-dx[neg]))
-    slopes = np.concatenate(parts) if parts else np.zeros(0)
+    order = np.argsort(x, kind="stable")
+    xs, ys = x[order], y[order]
+    # After sorting, every pair i < j has x_j >= x_i; (y_j - y_i) / (x_j - x_i) is the same number
+    # as for the unsorted pair (negating both is exact in IEEE). Pairs with equal x are left out.
+    n = xs.size
+    slopes = np.empty(n * (n - 1) // 2)
+    at, ties = 0, bool(np.any(xs[1:] == xs[:-1]))
+    for i in range(n - 1):
+        dx = xs[i + 1 :] - xs[i]
+        dy = ys[i + 1 :] - ys[i]
+        if ties:
+            keep = dx > 0
+            dx, dy = dx[keep], dy[keep]
+        np.divide(dy, dx, out=slopes[at : at + dx.size])
+        at += dx.size
+    slopes = slopes[:at]
     if slopes.size == 0:
         return math.nan, math.nan, math.nan
-    med = float(np.median(slopes))
     alpha = 1.0 - confidence if confidence > 0.5 else confidence
     z = NormalDist().inv_cdf(alpha / 2.0)
     ny, nt = y.size, slopes.size
@@ -67,7 +73,9 @@ def theil_sen(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> tuple[f
     sigma = math.sqrt((ny * (ny - 1) * (2 * ny + 5) - rep) / 18.0)
     hi_i = min(int(np.round((nt - z * sigma) / 2.0)), nt - 1)
     lo_i = max(int(np.round((nt + z * sigma) / 2.0)) - 1, 0)
-    part = np.partition(slopes, sorted({lo_i, hi_i}))
+    mid = [(nt - 1) // 2, nt // 2]
+    part = np.partition(slopes, sorted({lo_i, hi_i, *mid}))  # one pass instead of a sort
+    med = float(part[mid[0]]) if mid[0] == mid[1] else float((part[mid[0]] + part[mid[1]]) / 2.0)
     return med, float(part[lo_i]), float(part[hi_i])
 
 

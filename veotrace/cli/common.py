@@ -144,7 +144,8 @@ def emit(
     from veotrace.render import export
 
     if fmt is OutputFormat.json:
-        export.write_text(export.dumps_json(as_json()), output)
+        pretty = output is None and sys.stdout.isatty()
+        export.write_text(export.dumps_json(as_json(), pretty=pretty), output)
     elif fmt in (OutputFormat.csv, OutputFormat.parquet):
         if as_table is None:
             raise UsageError("this command has no table output; use --format json")

@@ -45,9 +45,13 @@ def jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
 
 
-def dumps_json(obj: Any) -> str:
-    """Serialise ``obj`` as strict JSON (no NaN), one object, trailing newline."""
-    return json.dumps(jsonable(obj), allow_nan=False, indent=2) + "\n"
+def dumps_json(obj: Any, *, pretty: bool = False) -> str:
+    """Serialise ``obj`` as strict JSON (no NaN), one object, trailing newline.
+
+    ``pretty`` indents (for a person at a terminal); compact output uses json's C encoder, which is
+    many times faster on results with 10^5 windows or bursts.
+    """
+    return json.dumps(jsonable(obj), allow_nan=False, indent=2 if pretty else None) + "\n"
 
 
 def table_rows(table: Any) -> list[dict[str, Any]]:
