@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "veotrace.cli.convert",
     "veotrace.cli.formats",
     "veotrace.cli.correlate",
+    "veotrace.cli.bursts",
 )
 
 for _name in COMMAND_MODULES:
