@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "veotrace.cli.formats",
     "veotrace.cli.correlate",
     "veotrace.cli.bursts",
+    "veotrace.cli.info",
 )
 
 for _name in COMMAND_MODULES:
