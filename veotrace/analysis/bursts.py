@@ -23,7 +23,7 @@ import pyarrow as pa
 from veotrace.analysis.defaults import BURSTS_GAP_MS as DEFAULT_GAP_MS
 from veotrace.analysis.defaults import BURSTS_MIN_EVENTS as DEFAULT_MIN_EVENTS
 from veotrace.analysis.defaults import BURSTS_OPS as DEFAULT_OPS
-from veotrace.analysis.entropy import op_mask
+from veotrace.analysis.ops import op_mask
 from veotrace.analysis.runs import BurstRuns, RunsAccumulator
 from veotrace.errors import AnalysisError, UsageError
 from veotrace.schemas.bursts import BURSTS
