@@ -8,6 +8,7 @@ reason instead of an error, so one call describes every file it is given.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -40,9 +41,7 @@ class FileInfo:
     error: str | None = None  # the file is none of the supported formats (or empty)
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "format": self.format, "description": self.description,
-                "version": self.version, "tables": self.tables, "span": self.span,
-                "devices": self.devices, "streams": self.streams, "details": self.details, "supports": self.supports, "problems": self.problems, "error": self.error}
+        return dataclasses.asdict(self)
 
 
 def describe(probe: Any) -> FileInfo:
