@@ -121,8 +121,10 @@ def _rotate(truth, tmp_path: Path) -> tuple[Path, Path]:
     folder = tmp_path / "logs"
     folder.mkdir()
     ts = table.column("timestamp").to_numpy()
-    # cut points: the middle of bursts 5, 17 and 30, so three bursts span two files each
-    cuts = [int(np.searchsorted(ts, (truth.starts[b] + truth.ends[b]) // 2)) for b in (5, 17, 30)]
+    # sorted: cut in the middle of bursts 5, 17 and 30, so three bursts span two files each;
+    # unsorted: quarters of the rows, so every file overlaps every other in time
+    cuts = ([int(np.searchsorted(ts, (truth.starts[b] + truth.ends[b]) // 2)) for b in (5, 17, 30)]
+            if (np.diff(ts) >= 0).all() else [table.num_rows * q // 4 for q in (1, 2, 3)])
     bounds = [0, *cuts, table.num_rows]
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         part = _csv(table.slice(lo, hi - lo), folder / f"alloc.log.{[1, 2, 10, 11][i]}.csv")
@@ -132,8 +134,9 @@ def _rotate(truth, tmp_path: Path) -> tuple[Path, Path]:
     return whole, folder
 
 
-def test_folder_of_rotated_files_equals_the_concatenated_file(tmp_path):
-    truth = planted_bursts_log(seed=6, bursts=40, shuffle=False)
+@pytest.mark.parametrize("shuffle", [False, True])  # True: every file spans the whole run, rows unsorted
+def test_folder_of_rotated_files_equals_the_concatenated_file(tmp_path, shuffle):
+    truth = planted_bursts_log(seed=6, bursts=40, shuffle=shuffle)
     whole, folder = _rotate(truth, tmp_path)
     a = run_cli("bursts", whole, "--format", "json")
     b = run_cli("bursts", folder, "--format", "json")
