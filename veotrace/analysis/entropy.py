@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veotrace.analysis.defaults import ENTROPY_MAX_CLASS as DEFAULT_MAX_CLASS
 from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as DEFAULT_MIN_CLASS
 from veotrace.analysis.defaults import ENTROPY_OPS as DEFAULT_OPS
 from veotrace.analysis.defaults import ENTROPY_WINDOW_S as DEFAULT_WINDOW_S
+from veotrace.analysis.ops import op_mask
 from veotrace.analysis.trend import fit_trend, segment_trends
 from veotrace.analysis.windows import WindowCounts
 from veotrace.errors import AnalysisError, UsageError
@@ -48,18 +48,6 @@ def entropy_bits(counts: np.ndarray) -> np.ndarray:
     h = -terms.sum(axis=1)
     h[n[:, 0] == 0] = np.nan
     return np.maximum(h, 0.0)
-
-
-def op_mask(ops_column: pa.Array, ops: Sequence[str]) -> np.ndarray:
-    """Boolean mask of rows whose op is in ``ops``; on dictionary arrays, tested once per dictionary value."""
-    if isinstance(ops_column, pa.ChunkedArray):
-        ops_column = ops_column.combine_chunks()
-    if pa.types.is_dictionary(ops_column.type):
-        hit = np.isin(np.asarray(ops_column.dictionary.to_pylist(), dtype=object), list(ops))
-        if ops_column.null_count == 0:
-            return hit[ops_column.indices.to_numpy()]
-        return hit[np.asarray(ops_column.indices.fill_null(0))] & np.asarray(ops_column.is_valid())
-    return np.asarray(pc.fill_null(pc.is_in(ops_column, pa.array(list(ops))), False))
 
 
 @dataclass

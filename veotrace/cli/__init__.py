@@ -16,6 +16,8 @@ COMMAND_MODULES = (
     "veotrace.cli.convert",
     "veotrace.cli.formats",
     "veotrace.cli.correlate",
+    "veotrace.cli.bursts",
+    "veotrace.cli.info",
 )
 
 for _name in COMMAND_MODULES:

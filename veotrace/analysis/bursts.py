@@ -1,0 +1,202 @@
+"""Burst windows: maximal runs of events closer than a gap, per burst and summarised.
+
+Definition (fixed so results can be checked): take the counted events (alloc events whose op is in
+``ops``, or kernel launches by start time) in time order; a new run starts wherever the gap to the
+previous event is >= ``gap``; a run of at least ``min_events`` events is a burst (singletons never
+are). Per burst: start/end (first/last event), events, bytes (sum of size_bytes; null for kernels),
+rates = events or bytes / (end - start) (null when end == start), and the gap from the previous
+burst's end. Quantiles are numpy's default (linear interpolation).
+
+Order and exactness: the input may be unsorted within and across files. Each batch becomes a
+:class:`~veotrace.analysis.runs.BurstRuns` partial, and partials merge exactly in any order (see
+``runs.py``), so bursts crossing batch and file boundaries are the same as on one sorted file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from veotrace.analysis.defaults import BURSTS_GAP_MS as DEFAULT_GAP_MS
+from veotrace.analysis.defaults import BURSTS_MIN_EVENTS as DEFAULT_MIN_EVENTS
+from veotrace.analysis.defaults import BURSTS_OPS as DEFAULT_OPS
+from veotrace.analysis.ops import op_mask
+from veotrace.analysis.runs import BurstRuns, RunsAccumulator
+from veotrace.errors import AnalysisError, UsageError
+from veotrace.schemas.bursts import BURSTS
+
+#: ALLOC_EVENTS columns the analysis reads (the reader skips the others).
+COLUMNS = ("ts_ns", "op", "size_bytes")
+#: GPU_ACTIVITY rows counted with --events kernels.
+KERNEL_KIND = "kernel"
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+QUANTILES = (50, 95, 99)
+
+
+@dataclass
+class BurstResult:
+    """Bursts (BURSTS), a summary of their sizes, durations and gaps, and the parameters used."""
+
+    bursts: pa.Table
+    summary: dict
+    params: dict
+
+    def to_dict(self) -> dict:
+        return {"params": self.params, "summary": self.summary, "bursts": self.bursts.to_pylist()}
+
+
+def check_params(gap_ms: float, min_events: int) -> int:
+    """The gap in ns, after refusing impossible parameters.
+
+    Raises:
+        UsageError: gap not positive (or below 1 ns), min_events below 2.
+    """
+    if not gap_ms > 0 or not np.isfinite(gap_ms):
+        raise UsageError(f"--gap must be a positive number of milliseconds, got {gap_ms}")
+    gap_ns = round(gap_ms * NS_PER_MS)
+    if gap_ns < 1:
+        raise UsageError(f"--gap {gap_ms} ms is below 1 ns", hint="Timestamps are integer nanoseconds")
+    if min_events < 2:
+        raise UsageError(f"--min-events must be at least 2 (a single event is not a burst), got {min_events}")
+    return gap_ns
+
+
+def alloc_runs(
+    batches: Iterable[pa.RecordBatch],
+    *,
+    gap_ns: int,
+    ops: Sequence[str] = DEFAULT_OPS,
+    on_progress: Callable[[], None] | None = None,
+) -> tuple[BurstRuns, int]:
+    """Runs of the alloc/free events with op in ``ops``, and the number of rows read.
+
+    Raises:
+        AnalysisError: a counted event has no timestamp (a PyTorch snapshot without time_us).
+    """
+    acc = RunsAccumulator(gap_ns, has_bytes=True)
+    n_read = 0
+    for batch in batches:
+        n_read += batch.num_rows
+        mask = op_mask(batch.column("op"), ops)
+        ts = batch.column("ts_ns")
+        if ts.null_count and not np.asarray(ts.is_valid())[mask].all():
+            raise AnalysisError(
+                "events have no timestamps (e.g. a PyTorch snapshot recorded without time_us), so gaps between "
+                "them are unknown", hint="Bursts need times: record the snapshot with torch >= 2.2, or use a timed log")
+        acc.add(BurstRuns.from_events(np.asarray(ts.fill_null(0))[mask],
+                                      np.asarray(batch.column("size_bytes"))[mask], gap_ns=gap_ns))
+        if on_progress is not None:
+            on_progress()
+    return acc.result(), n_read
+
+
+def kernel_runs(table: pa.Table, *, gap_ns: int) -> tuple[BurstRuns, int]:
+    """Runs of the kernel launches (by ``start_ns``) in a GPU_ACTIVITY table, and its row count."""
+    acc = RunsAccumulator(gap_ns, has_bytes=False)
+    for batch in table.to_batches():
+        mask = op_mask(batch.column("kind"), [KERNEL_KIND])
+        acc.add(BurstRuns.from_events(np.asarray(batch.column("start_ns").fill_null(0))[mask], gap_ns=gap_ns))
+    return acc.result(), table.num_rows
+
+
+def compute_bursts(
+    batches: Iterable[pa.RecordBatch],
+    *,
+    gap_ms: float = DEFAULT_GAP_MS,
+    ops: Sequence[str] = DEFAULT_OPS,
+    min_events: int = DEFAULT_MIN_EVENTS,
+    on_progress: Callable[[], None] | None = None,
+) -> BurstResult:
+    """Bursts of alloc/free events over ALLOC_EVENTS batches (any order, any number of files).
+
+    Args:
+        gap_ms: a burst continues while consecutive counted events are less than this apart.
+        ops: the ops counted (default alloc).
+        min_events: the fewest events a burst holds (>= 2).
+
+    Raises:
+        UsageError: impossible parameters. AnalysisError: no counted events, or no timestamps.
+    """
+    gap_ns = check_params(gap_ms, min_events)
+    runs, n_read = alloc_runs(batches, gap_ns=gap_ns, ops=ops, on_progress=on_progress)
+    if runs.n_runs == 0:
+        raise AnalysisError(f"no events with op {', '.join(ops)} were read", hint="Check --ops")
+    return finish_bursts(runs, min_events=min_events, events_read=n_read,
+                         params={"events": "alloc", "ops": list(ops)})
+
+
+def compute_kernel_bursts(
+    table: pa.Table, *, gap_ms: float = DEFAULT_GAP_MS, min_events: int = DEFAULT_MIN_EVENTS
+) -> BurstResult:
+    """Bursts of kernel launches (GPU_ACTIVITY rows of kind 'kernel', by start time).
+
+    Raises:
+        UsageError: impossible parameters. AnalysisError: the table holds no kernel launches.
+    """
+    gap_ns = check_params(gap_ms, min_events)
+    runs, n_read = kernel_runs(table, gap_ns=gap_ns)
+    if runs.n_runs == 0:
+        raise AnalysisError("the input holds no kernel launches",
+                            hint="Profile with 'nsys profile --trace=cuda', or use --events alloc")
+    return finish_bursts(runs, min_events=min_events, events_read=n_read,
+                         params={"events": "kernels", "ops": None})
+
+
+def finish_bursts(runs: BurstRuns, *, min_events: int, events_read: int, params: dict) -> BurstResult:
+    """The burst table and summary from the merged runs of all events."""
+    keep = runs.count >= min_events
+    start, end, count = runs.start[keep], runs.end[keep], runs.count[keep]
+    nbytes = runs.nbytes[keep] if runs.nbytes is not None else None
+    duration = end - start
+    gaps = start[1:] - end[:-1]
+    table = bursts_table(start, end, count, nbytes)
+    n_counted, in_bursts = runs.n_events, int(count.sum())
+    summary = {
+        "events_read": events_read, "events_counted": n_counted, "bursts": int(count.size),
+        "events_in_bursts": in_bursts, "share_in_bursts": in_bursts / n_counted if n_counted else None,
+        "bytes_in_bursts": int(nbytes.sum()) if nbytes is not None else None,
+        "first_ns": runs.first_ns, "last_ns": runs.last_ns,
+        "burst_events": distribution(count), "burst_duration_ns": distribution(duration),
+        "inter_burst_gap_ns": distribution(gaps),
+        "burst_bytes": distribution(nbytes) if nbytes is not None else None,
+    }
+    params = {**params, "gap_ms": runs.gap_ns / NS_PER_MS, "min_events": min_events,
+              "quantiles": "numpy linear interpolation"}
+    return BurstResult(table, summary, params)
+
+
+def distribution(values: np.ndarray) -> dict:
+    """min, median, p95, p99, max and mean of ``values`` (all None when empty)."""
+    keys = ("min", "median", "p95", "p99", "max", "mean")
+    if values.size == 0:
+        return dict.fromkeys(keys)
+    q = np.percentile(values, QUANTILES)
+    return dict(zip(keys, (int(values.min()), float(q[0]), float(q[1]), float(q[2]), int(values.max()),
+                           float(values.mean()))))
+
+
+def bursts_table(start: np.ndarray, end: np.ndarray, count: np.ndarray, nbytes: np.ndarray | None) -> pa.Table:
+    """A BURSTS table from per-burst arrays (sorted by start)."""
+    n = start.size
+    duration = end - start
+    secs = np.where(duration > 0, duration, 1) / NS_PER_S
+    zero = duration == 0
+    gap_before = np.concatenate(([0], start[1:] - end[:-1])) if n else start
+    return pa.Table.from_arrays(
+        [
+            pa.array(np.arange(n, dtype=np.int64)),
+            pa.array(start, pa.int64()),
+            pa.array(end, pa.int64()),
+            pa.array(duration, pa.int64()),
+            pa.array(count, pa.int64()),
+            pa.array(nbytes, pa.int64()) if nbytes is not None else pa.nulls(n, pa.int64()),
+            pa.array(count / secs, pa.float64(), mask=zero),
+            pa.array(nbytes / secs, pa.float64(), mask=zero) if nbytes is not None else pa.nulls(n, pa.float64()),
+            pa.array(gap_before, pa.int64(), mask=np.arange(n) == 0),
+        ],
+        schema=BURSTS,
+    )

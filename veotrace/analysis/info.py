@@ -1,0 +1,243 @@
+"""What a trace file holds, before any analysis: tables and rows, time span, devices, ops, sizes, commands.
+
+``describe(probe)`` summarises each table a file provides (alloc/free events are streamed, never held
+whole). A table whose reader refuses the file, or does not exist yet, becomes a problem line with the
+reason instead of an error, so one call describes every file it is given.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veotrace.errors import VeotraceError
+
+NS_PER_S = 1e9
+
+
+@dataclass
+class FileInfo:
+    """The description of one file (see :func:`describe`)."""
+
+    path: str
+    format: str | None
+    description: str | None
+    version: dict = field(default_factory=dict)
+    tables: dict[str, int] = field(default_factory=dict)  # kind -> rows
+    details: dict[str, dict] = field(default_factory=dict)  # kind -> summary of that table
+    span: dict = field(default_factory=dict)  # first_ns, last_ns, duration_s of the first timed table
+    devices: list = field(default_factory=list)  # seen in any table
+    streams: list = field(default_factory=list)
+    supports: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    error: str | None = None  # the file is none of the supported formats (or empty)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def describe(probe: Any) -> FileInfo:
+    """Describe a probed file (``veotrace.sources.probe.Probe``): every table it provides, summarised."""
+    fmt = probe.fmt
+    info = FileInfo(str(probe.path), fmt.name if fmt else None, fmt.description if fmt else None,
+                    version=dict(probe.version), error=without_path(probe.error) if probe.error else None)
+    failed: dict[str, list[str]] = {}  # reason -> what it stopped (one line per reason, not per table)
+    if probe.version_error:
+        failed[without_path(probe.version_error)] = ["version"]
+    for kind in probe.kinds:
+        try:
+            summary = SUMMARISERS[kind](probe.load(kind))
+        except VeotraceError as exc:
+            failed.setdefault(without_path(exc), []).append(kind)
+            continue
+        info.tables[kind] = summary.pop("rows")
+        info.details[kind] = summary
+    info.problems = [f"{', '.join(k for k in what if k != 'version') or 'version'}: {reason}"
+                     for reason, what in failed.items()]
+    info.span = span_of(info)
+    info.devices, info.streams = devices_and_streams(info)
+    info.supports = supported_commands(info)
+    return info
+
+
+def without_path(exc: VeotraceError) -> str:
+    """The error's text with line, column and hint but not the path (the file is named already)."""
+    bare = copy.copy(exc)
+    bare.path = None
+    return str(bare)
+
+
+def _span(lo: int | None, hi: int | None) -> dict:
+    return {"first_ns": lo, "last_ns": hi, "duration_s": None if lo is None else (hi - lo) / NS_PER_S}
+
+
+def _values(arrays: Iterable[pa.Array]) -> list:
+    seen: set = set()
+    for arr in arrays:
+        seen.update(v for v in pc.unique(arr).to_pylist() if v is not None)
+    return sorted(seen)
+
+
+def _counts(arr: pa.Array | pa.ChunkedArray) -> Counter:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    vc = pc.value_counts(arr)
+    return Counter(dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist())))
+
+
+def _minmax(arr) -> tuple[int | None, int | None]:
+    if len(arr) == 0 or arr.null_count == len(arr):
+        return None, None
+    mm = pc.min_max(arr)
+    return mm["min"].as_py(), mm["max"].as_py()
+
+
+def _widen(cur: tuple, new: tuple) -> tuple:
+    lo = min(v for v in (cur[0], new[0]) if v is not None) if cur[0] is not None or new[0] is not None else None
+    hi = max(v for v in (cur[1], new[1]) if v is not None) if cur[1] is not None or new[1] is not None else None
+    return lo, hi
+
+
+def alloc_summary(batches: Iterable[pa.RecordBatch]) -> dict:
+    """Rows, time span, devices, streams, op counts and size ranges of ALLOC_EVENTS batches (streamed)."""
+    rows, untimed, ops, kinds = 0, 0, Counter(), Counter()
+    span, sizes, alloc_sizes = (None, None), (None, None), (None, None)
+    devices, streams = set(), set()
+    for b in batches:
+        rows += b.num_rows
+        ts = b.column("ts_ns")
+        untimed += ts.null_count
+        span = _widen(span, _minmax(ts))
+        ops += _counts(b.column("op"))
+        kinds += _counts(b.column("mem_kind"))
+        devices.update(_values([b.column("device")]))
+        streams.update(_values([b.column("stream")]))
+        size = b.column("size_bytes")
+        sizes = _widen(sizes, _minmax(size))
+        is_alloc = pc.equal(b.column("op").cast(pa.string()), "alloc")
+        alloc_sizes = _widen(alloc_sizes, _minmax(size.filter(is_alloc)))
+    kinds.pop(None, None)
+    return {"rows": rows, **_span(*span), "events_without_time": untimed, "devices": sorted(devices),
+            "streams": sorted(streams), "ops": dict(ops.most_common()), "mem_kinds": dict(kinds.most_common()),
+            "alloc_size_bytes": {"min": alloc_sizes[0], "max": alloc_sizes[1]},
+            "size_bytes": {"min": sizes[0], "max": sizes[1]}}
+
+
+def gpu_summary(table: pa.Table) -> dict:
+    """Rows, activity kinds, span, devices, streams and kernel names of a GPU_ACTIVITY table."""
+    kernels = table.filter(pc.equal(table.column("kind").cast(pa.string()), "kernel"))
+    lo, _ = _minmax(table.column("start_ns"))
+    _, hi = _minmax(table.column("end_ns"))
+    return {"rows": table.num_rows, "kinds": dict(_counts(table.column("kind")).most_common()), **_span(lo, hi),
+            "devices": _values([table.column("device")]), "streams": _values([table.column("stream")]),
+            "kernel_names": len(_values([kernels.column("name").cast(pa.string())]))}
+
+
+def segments_summary(table: pa.Table) -> dict:
+    """Rows, reserved bytes, devices, streams and segment types of a SEGMENTS table."""
+    return {"rows": table.num_rows, "reserved_bytes": pc.sum(table.column("total_size_bytes")).as_py() or 0,
+            "devices": _values([table.column("device")]), "streams": _values([table.column("stream")]),
+            "segment_types": dict(_counts(table.column("segment_type")).most_common()),
+            "pools": _values([table.column("pool").cast(pa.string())])}
+
+
+def blocks_summary(table: pa.Table) -> dict:
+    """Rows, states and block size range of a BLOCKS table."""
+    lo, hi = _minmax(table.column("size_bytes"))
+    return {"rows": table.num_rows, "states": dict(_counts(table.column("state")).most_common()),
+            "size_bytes": {"min": lo, "max": hi}}
+
+
+def metrics_summary(table: pa.Table) -> dict:
+    """Rows, launches, kernels, metric names, devices and streams of an NCU_METRICS table."""
+    metrics = _values([table.column("metric").cast(pa.string())])
+    return {"rows": table.num_rows, "launches": len(_values([table.column("launch_id")])),
+            "kernels": _values([table.column("kernel").cast(pa.string())])[:20], "metrics": len(metrics),
+            "has_l2_hit_rate": "lts__t_sector_hit_rate.pct" in metrics,
+            "devices": _values([table.column("device")]), "streams": _values([table.column("stream")])}
+
+
+def arrays_summary(arrays: dict[str, np.ndarray]) -> dict:
+    """Per array: shape, dtype and finite value range; rows = total elements."""
+    out, rows = {}, 0
+    for name, arr in arrays.items():
+        finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr.ravel()
+        out[name] = {"shape": list(arr.shape), "dtype": arr.dtype.str,
+                     "min": finite.min().item() if finite.size else None,
+                     "max": finite.max().item() if finite.size else None,
+                     "nonfinite": int(arr.size - finite.size)}
+        rows += int(arr.size)
+    return {"rows": rows, "arrays": out}
+
+
+SUMMARISERS = {"alloc_events": alloc_summary, "gpu_activity": gpu_summary, "segments": segments_summary,
+               "blocks": blocks_summary, "ncu_metrics": metrics_summary, "arrays": arrays_summary}
+
+
+def supported_commands(info: FileInfo) -> list[str]:
+    """The veotrace commands this file can feed, given what was read from it."""
+    out = []
+    alloc = info.details.get("alloc_events")
+    if alloc is not None and info.tables.get("alloc_events"):
+        timed = alloc["events_without_time"] < info.tables["alloc_events"]
+        out += ["entropy" if timed else "entropy --window-events N", "convert"]
+        if timed:
+            out.append("bursts")
+    gpu = info.details.get("gpu_activity")
+    if gpu is not None and gpu["kinds"].get("kernel"):
+        out.append("bursts --events kernels")
+    if info.tables.get("ncu_metrics"):
+        out.append("l2-breakpoints")
+    if info.tables.get("arrays"):
+        out.append("correlate")
+    return out
+
+
+TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays")
+
+
+def span_of(info: FileInfo) -> dict:
+    """The time span of the first timed table (alloc events, then GPU activity), or all None."""
+    for kind in ("alloc_events", "gpu_activity"):
+        d = info.details.get(kind)
+        if d is not None and d.get("first_ns") is not None:
+            return {k: d[k] for k in ("first_ns", "last_ns", "duration_s")}
+    return _span(None, None)
+
+
+def devices_and_streams(info: FileInfo) -> tuple[list, list]:
+    """Devices and streams seen in any table of the file."""
+    devices, streams = set(), set()
+    for d in info.details.values():
+        devices.update(d.get("devices", ()))
+        streams.update(d.get("streams", ()))
+    return sorted(devices), sorted(streams)
+
+
+def info_table(infos: list[FileInfo]) -> pa.Table:
+    """One INFO_FILES row per file (for --format csv/parquet)."""
+    import json
+
+    from veotrace.schemas.info import INFO_FILES
+
+    rows = []
+    for i in infos:
+        span, devices, streams = i.span or _span(None, None), i.devices, i.streams
+        rows.append({"path": i.path, "format": i.format,
+                     "version": json.dumps(i.version, default=str) if i.version else None,
+                     **{k: i.tables.get(k) for k in TABLE_KINDS},
+                     "first_ns": span["first_ns"], "last_ns": span["last_ns"],
+                     "devices": ",".join(map(str, devices)) or None, "streams": ",".join(map(str, streams)) or None,
+                     "supports": "; ".join(i.supports) or None, "problems": "; ".join(i.problems) or None,
+                     "error": i.error})
+    return pa.Table.from_pylist(rows, schema=INFO_FILES)

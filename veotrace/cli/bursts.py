@@ -1,0 +1,86 @@
+"""`veotrace bursts`: bursts of alloc events or kernel launches, per burst and summarised."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+import typer
+
+from veotrace.analysis.defaults import BURSTS_GAP_MS as _GAP_MS
+from veotrace.analysis.defaults import BURSTS_MIN_EVENTS as _MIN_EVENTS
+from veotrace.analysis.defaults import BURSTS_OPS as _OPS
+from veotrace.cli.app import app
+from veotrace.cli.common import (
+    FormatHintOpt,
+    FormatOpt,
+    NoProgressOpt,
+    OutputFormat,
+    OutputOpt,
+    PathsArg,
+    RowsOpt,
+    SkipBadRowsOpt,
+    TimeUnit,
+    TimeUnitOpt,
+    emit,
+    print_report,
+    progress,
+    read_setup,
+    user_errors,
+)
+
+
+class EventKind(str, enum.Enum):
+    alloc = "alloc"
+    kernels = "kernels"
+
+
+@app.command("bursts")
+def bursts_command(
+    paths: PathsArg,
+    gap: Annotated[float, typer.Option("--gap", help="A burst continues while events are closer than this (ms).")] = _GAP_MS,
+    events: Annotated[EventKind, typer.Option("--events", help="alloc: alloc/free events; kernels: kernel launches (Nsight Systems).")] = EventKind.alloc,
+    ops: Annotated[str | None, typer.Option("--ops", help=f"Comma-separated ops counted with --events alloc [default: {','.join(_OPS)}].")] = None,
+    min_events: Annotated[int, typer.Option("--min-events", help="Fewest events in a burst (singletons never are).")] = _MIN_EVENTS,
+    time_unit: TimeUnitOpt = TimeUnit.ns,
+    skip_bad_rows: SkipBadRowsOpt = False,
+    format_hint: FormatHintOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+    rows: RowsOpt = 40,
+    no_progress: NoProgressOpt = False,
+) -> None:
+    """Burst windows: maximal runs of events closer than --gap; sizes, durations, gaps and rates."""
+    with user_errors():
+        from veotrace.analysis import bursts as analysis
+        from veotrace.errors import UsageError
+        from veotrace.render.bursts import render_bursts
+        from veotrace.sources import iter_alloc_events, read_table
+
+        options, report = read_setup(time_unit, skip_bad_rows, format_hint)
+        analysis.check_params(gap, min_events)
+        if events is EventKind.kernels:
+            if ops is not None:
+                raise UsageError("--ops applies to --events alloc only")
+            result = analysis.compute_kernel_bursts(read_table(paths, "gpu_activity", options=options, report=report),
+                                                    gap_ms=gap, min_events=min_events)
+        else:
+            with progress("reading", enabled=not no_progress) as bar:
+                batches = iter_alloc_events(paths, options=options, report=report, columns=analysis.COLUMNS,
+                                            on_progress=bar)
+                result = analysis.compute_bursts(batches, gap_ms=gap, min_events=min_events, ops=_ops(ops))
+        print_report(report)
+        result.summary["read"] = report.to_dict()
+        emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.bursts,
+             render_terminal=lambda con: render_bursts(con, result, max_rows=rows))
+
+
+def _ops(text: str | None) -> list[str]:
+    from veotrace.errors import UsageError
+
+    if text is None:
+        return list(_OPS)
+    ops = [o.strip() for o in text.split(",") if o.strip()]
+    if not ops:
+        raise UsageError("--ops needs at least one op name, e.g. alloc")
+    return ops

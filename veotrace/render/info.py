@@ -1,0 +1,85 @@
+"""Terminal view of `veotrace info`: one key/value block per file."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from veotrace.render.console import fmt_bytes, fmt_value, summary_table
+
+_KIND_TEXT = {"alloc_events": "alloc/free events", "segments": "segments", "blocks": "blocks",
+              "gpu_activity": "GPU activity rows", "ncu_metrics": "ncu metric rows", "arrays": "array elements"}
+#: Most ops/kinds listed per file in the terminal (JSON has them all).
+MAX_LISTED = 6
+
+
+def _listed(counts: dict) -> str:
+    items = [f"{k} {fmt_value(v)}" for k, v in list(counts.items())[:MAX_LISTED]]
+    more = len(counts) - MAX_LISTED
+    return ", ".join(items) + (f", ... ({more} more)" if more > 0 else "") if items else "-"
+
+
+def _ids(values: list) -> str:
+    return ", ".join(map(str, values[:16])) + (" ..." if len(values) > 16 else "") if values else "-"
+
+
+def _version(version: dict) -> str:
+    shown = {k: v for k, v in version.items() if not isinstance(v, (dict, list))}
+    return "; ".join(f"{k}={'none' if v is None else fmt_value(v)}" for k, v in shown.items()) or "-"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds:.3f} s"
+
+
+def file_items(info) -> list[tuple[str, object]]:
+    """The key/value rows shown for one file (a FileInfo)."""
+    span = info.span
+    items: list[tuple[str, object]] = [("format", f"{info.format}: {info.description}"),
+                                       ("version", _version(info.version))]
+    rows = info.version.get("source_rows")
+    if rows:
+        items.append(("source tables", _listed(rows)))
+    for report_key in ("reports", "empty_reports"):
+        if info.version.get(report_key):
+            items.append((report_key.replace("_", " "), ", ".join(info.version[report_key])))
+    for kind, n in info.tables.items():
+        items.append((_KIND_TEXT[kind], n))
+    if span.get("first_ns") is not None:
+        items.append(("time span (ns)", f"{span['first_ns']:,} .. {span['last_ns']:,} ({_duration(span['duration_s'])})"))
+    alloc = info.details.get("alloc_events")
+    if alloc is not None and alloc["events_without_time"]:
+        items.append(("events without time", alloc["events_without_time"]))
+    items += [("devices", _ids(info.devices)), ("streams", _ids(info.streams))]
+    if alloc is not None and info.tables.get("alloc_events"):
+        items.append(("ops", _listed(alloc["ops"])))
+        sizes = alloc["alloc_size_bytes"] if alloc["alloc_size_bytes"]["min"] is not None else alloc["size_bytes"]
+        items.append(("alloc sizes", f"{fmt_bytes(sizes['min'])} .. {fmt_bytes(sizes['max'])}"))
+    for kind, key in (("gpu_activity", "kinds"), ("blocks", "states")):
+        if kind in info.details:
+            items.append((f"{kind.replace('_', ' ')} {key}", _listed(info.details[kind][key])))
+    metrics = info.details.get("ncu_metrics")
+    if metrics is not None:
+        items.append(("launches / metrics", f"{metrics['launches']} / {metrics['metrics']}"))
+    for name, arr in info.details.get("arrays", {}).get("arrays", {}).items():
+        values = f"{fmt_value(arr['min'])} .. {fmt_value(arr['max'])}"
+        items.append((f"array {name}", f"{arr['dtype']} shape {tuple(arr['shape'])}, {values}"))
+    items.append(("supports", ", ".join(info.supports) or "none of the analyses"))
+    items += [("problem", p) for p in info.problems]
+    return items
+
+
+def render_info(console: Console, infos: list) -> None:
+    """Draw each file's description (FileInfo objects).
+
+    Files that are no supported format are left out: the CLI reports them as ``Error:`` lines on stderr.
+    """
+    for info in infos:
+        if info.error:
+            continue
+        # Paths, kernel names and hints hold brackets ("[CUDA memcpy HtoD]", "veotrace[ncu]"): not markup.
+        items = [(k, escape(v) if isinstance(v, str) else v) for k, v in file_items(info)]
+        console.print(summary_table(escape(info.path), items))
+        console.print()

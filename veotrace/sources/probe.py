@@ -1,0 +1,248 @@
+"""Readers layer: what a file is before it is read in full (format, version, cheap metadata), for `info`.
+
+``probe(path)`` never raises for a file that exists: detection failures and unreadable metadata
+are recorded on the :class:`Probe`, so one bad file cannot hide what the others hold.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veotrace.errors import TraceFormatError, VeotraceError
+from veotrace.sources.base import (
+    ReadOptions,
+    ReadReport,
+    compression_of,
+    expand_paths,
+    open_decompressed,
+    read_head,
+)
+from veotrace.sources.detect import Format, detect
+
+#: nsys SQLite tables whose row counts `info` shows (the ones veotrace maps, FORMATS.md A.4-A.5).
+NSYS_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+               "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS", "NVTX_EVENTS", "TARGET_INFO_GPU")
+_NSYS_META = ("EXPORT_META_DATA", "META_DATA_EXPORT")  # schema <= 3.0, newer
+_PROCESSING = re.compile(r"^Processing \[.*\] with \[(?:.*/)?([^/\]]+?)(?:\.py)?\]")
+#: Lines of text formats scanned for headers and report markers.
+_SCAN_LINES = 200_000
+
+
+@dataclass
+class Probe:
+    """A file's detected format and version details, and how to load each table it provides.
+
+    Attributes:
+        error: why detection failed (empty file, not a supported format); None when detected.
+        version_error: why the version details could not be read (the file may still be unreadable).
+    """
+
+    path: Path
+    fmt: Format | None
+    version: dict[str, Any] = field(default_factory=dict)
+    error: VeotraceError | None = None
+    version_error: VeotraceError | None = None
+    options: ReadOptions = field(default_factory=ReadOptions)
+    report: ReadReport = field(default_factory=ReadReport)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return self.fmt.provides if self.fmt is not None else ()
+
+    def load(self, kind: str) -> Any:
+        """Batches (alloc_events), a dict of arrays (arrays) or an Arrow table (other kinds).
+
+        Raises:
+            VeotraceError: the reader refuses the file or is not available yet.
+        """
+        from veotrace import sources
+
+        if kind == "alloc_events":
+            return sources.iter_alloc_events([self.path], options=self.options, report=self.report)
+        if kind == "arrays":
+            from veotrace.sources.arrays import read_array
+
+            names = list(self.version.get("arrays", {})) or [None]
+            return {name or "array": read_array(self.path, name=name) for name in names}
+        return sources.read_table([self.path], kind, options=self.options, report=self.report)
+
+
+def probe(path: Path, options: ReadOptions | None = None) -> Probe:
+    """Detect ``path``'s format and read its version details (never raises for an existing file)."""
+    options = options if options is not None else ReadOptions()
+    try:
+        fmt = detect(path, options.format_hint)
+    except TraceFormatError as exc:
+        return Probe(path, None, error=exc, options=options)
+    result = Probe(path, fmt, options=options)
+    reader = _VERSION.get(fmt.name)
+    if reader is not None:
+        try:
+            result.version = reader(path)
+        except VeotraceError as exc:
+            result.version_error = exc
+    return result
+
+
+def probe_paths(paths: list[Path], options: ReadOptions | None = None) -> tuple[list[Probe], list[str]]:
+    """Probes of every file named or inside the folders named, and the folder files that are no trace.
+
+    A file named directly is always probed (its detection error is kept on the probe); inside folders,
+    files that are none of the supported formats are left out and listed instead.
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+    """
+    out, skipped = [], []
+    for given in paths:
+        for path in expand_paths([given]):
+            result = probe(path, options)
+            if result.error is not None and path != given:
+                skipped.append(str(path))
+            else:
+                out.append(result)
+    return out, skipped
+
+
+def _torch(path: Path) -> dict[str, Any]:
+    from veotrace.sources.torch_snapshot import load_snapshot
+
+    snap = load_snapshot(path)
+    return {"layout": snap.layout, "has_time_us": snap.has_time, "device_traces": len(snap.device_traces),
+            "allocator_settings": snap.allocator_settings is not None, "external_annotations": snap.annotations}
+
+
+def _nsys_sqlite(path: Path) -> dict[str, Any]:
+    # Read-only URI: never create a journal or touch the user's export.
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise TraceFormatError(f"SQLite cannot open the file ({exc})", path=path) from None
+    try:
+        names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        meta_table = next((t for t in _NSYS_META if t in names), None)
+        if meta_table is None:
+            raise TraceFormatError("a SQLite database, but not an Nsight Systems export (no EXPORT_META_DATA or "
+                                   "META_DATA_EXPORT table)", path=path)
+        meta = dict(con.execute(f"SELECT name, value FROM {meta_table}").fetchall())  # table names come from _NSYS_META, not input
+        counts = {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in NSYS_TABLES if t in names}
+    except sqlite3.Error as exc:
+        raise TraceFormatError(f"SQLite cannot read the file ({exc})", path=path) from None
+    finally:
+        con.close()
+    return {"nsys_version": _meta_value(meta, "PRODUCT_VERSION"), "schema_version": _meta_value(meta, "SCHEMA_VERSION"),
+            "metadata_table": meta_table, "tables": len(names), "source_rows": counts}
+
+
+def _meta_value(meta: dict, suffix: str) -> str | None:
+    keys = sorted(k for k in meta if str(k).endswith(suffix))
+    return str(meta[keys[0]]) if keys else None
+
+
+def _text_lines(path: Path) -> list[str]:
+    stream, raw = open_decompressed(path)
+    try:
+        text = stream.read(64 << 20).decode("utf-8", errors="replace")
+    finally:
+        raw.close()
+    return text.lstrip("\ufeff").splitlines()[:_SCAN_LINES]
+
+
+def _nsys_csv(path: Path) -> dict[str, Any]:
+    lines = _text_lines(path)
+    reports, skipped = [], []
+    for i, line in enumerate(lines):
+        m = _PROCESSING.match(line)
+        if m:
+            reports.append(m.group(1))
+            if i + 1 < len(lines) and lines[i + 1].startswith("SKIPPED:"):
+                skipped.append(m.group(1))
+    if not reports:
+        return {"layout": "one report", "header": next((ln for ln in lines if ln.strip()), "")[:200]}
+    return {"layout": "captured nsys stats stdout", "reports": reports, "empty_reports": skipped}
+
+
+def _ncu_csv(path: Path) -> dict[str, Any]:
+    head = read_head(path, 1 << 20)
+    lines = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID",')), None)
+    if start is None:
+        return {"page": None}
+    header = [c.strip('"') for c in lines[start].split('","')]
+    generation = ("2020-era header (Kernel Time column)" if "Kernel Time" in header
+                  else "2025+ header (Block Size .. CC columns)" if "CC" in header else "unknown header")
+    return {"page": "details" if "Metric Name" in header else "raw", "generation": generation,
+            "preamble_lines": start, "bom": head.startswith(b"\xef\xbb\xbf"), "crlf": b"\r\n" in head[:4096]}
+
+
+def _ncu_rep(path: Path) -> dict[str, Any]:
+    del path
+    try:
+        import ncu_report  # noqa: F401
+    except ImportError:
+        return {"ncu_report_module": False}
+    return {"ncu_report_module": True}
+
+
+def _npy_header(fh) -> dict[str, Any]:
+    import warnings
+
+    import numpy as np
+
+    major, minor = np.lib.format.read_magic(fh)
+    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Python 2 headers ("(2L,)") parse fine; numpy warns
+        shape, fortran, dtype = read(fh)
+    return {"npy_version": f"{major}.{minor}", "dtype": dtype.str, "shape": list(shape), "fortran_order": fortran}
+
+
+def _arrays(path: Path) -> dict[str, Any]:
+    try:
+        if read_head(path, 4).startswith(b"PK"):
+            with zipfile.ZipFile(path) as zf:
+                out = {}
+                for name in zf.namelist():
+                    with zf.open(name) as fh:
+                        out[name.removesuffix(".npy")] = _npy_header(fh)
+                return {"container": "npz", "arrays": out}
+        with path.open("rb") as fh:
+            return {"container": "npy", **_npy_header(fh)}
+    except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile) as exc:
+        raise TraceFormatError(f"unreadable array header ({exc})", path=path) from None
+
+
+def _parquet(path: Path) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from veotrace.schemas import schema_tag
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceFormatError(f"not a readable Parquet file ({exc})", path=path) from None
+    return {"schema": schema_tag(pf.schema_arrow), "rows": pf.metadata.num_rows, "row_groups": pf.num_row_groups,
+            "columns": pf.schema_arrow.names}
+
+
+def _alloc_log(path: Path) -> dict[str, Any]:
+    with path.open("rb") as fh:
+        compression = compression_of(fh.read(4))
+    first = next((ln for ln in read_head(path, 4096).decode("utf-8", errors="replace").splitlines() if ln.strip()), "")
+    out: dict[str, Any] = {"compression": compression}
+    if not first.lstrip().startswith("{"):
+        out["columns"] = [c.strip().strip('"') for c in first.split(",")]
+    return out
+
+
+_VERSION: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "torch-snapshot": _torch, "nsys-sqlite": _nsys_sqlite, "nsys-csv": _nsys_csv, "ncu-csv": _ncu_csv,
+    "ncu-rep": _ncu_rep, "npy": _arrays, "parquet": _parquet, "alloc-csv": _alloc_log, "alloc-jsonl": _alloc_log,
+}
