@@ -53,11 +53,15 @@ class WindowCounts:
         ks, cs = [], []
         for j in range(-(-W // S)):  # ceil(W / S) windows can hold one event
             k = base - j
+            if j == 0 and W >= S:  # t < (t // S) * S + S <= k * S + W: every event is in its own window
+                ks.append(k)
+                cs.append(cls)
+                continue
             keep = ts < k * S + W
             ks.append(k[keep])
             cs.append(cls[keep])
-        k = np.concatenate(ks)
-        c = np.concatenate(cs).astype(np.int64)
+        k = ks[0] if len(ks) == 1 else np.concatenate(ks)
+        c = (cs[0] if len(cs) == 1 else np.concatenate(cs)).astype(np.int64, copy=False)
         lo, hi = int(k.min()), int(k.max())
         self._ensure(lo, hi)
         flat = (k - self.k0) * C + c

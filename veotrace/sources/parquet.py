@@ -40,10 +40,14 @@ def iter_alloc_events(
     size = path.stat().st_size
     groups = max(pf.num_row_groups, 1)
     if schema_tag(schema) == schema_tag(ALLOC_EVENTS):
-        for i, batch in enumerate(pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted)):
+        # Whole row groups, columns decoded in parallel (iter_batches decodes on one thread);
+        # memory stays bounded by the row-group size 'veotrace convert' writes.
+        for i in range(pf.num_row_groups):
+            table = pf.read_row_group(i, columns=wanted, use_threads=True)
+            for batch in table.to_batches():
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
             if on_progress is not None:
-                on_progress(min(size, size * (i + 1) * BATCH_ROWS // max(pf.metadata.num_rows, 1)))
-            yield pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
+                on_progress(size * (i + 1) // groups)
         return
     from veotrace.sources.alloc_log import LOG_COLUMNS, REQUIRED, conform_log_batch
 
