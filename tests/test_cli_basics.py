@@ -22,3 +22,18 @@ def test_help_does_not_import_pyarrow_numpy_or_scipy():
             "bad=[m for m in ('pyarrow','numpy','scipy','pandas') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_entropy_run_imports_neither_pandas_nor_scipy_stats(tmp_path):
+    # pyarrow would import pandas (0.3 s) and the trend once used scipy.stats (1.4 s): the CLI needs neither.
+    from tests.conftest import SAMPLES
+
+    code = ("import sys, atexit; "
+            "atexit.register(lambda: print([m for m in ('pandas', 'scipy.stats') if m in sys.modules])); "
+            "from veotrace.cli import main; "
+            f"sys.argv = ['veotrace', 'entropy', {str(SAMPLES / 'alloc_logs')!r}, '-f', 'json', '-o', {str(tmp_path / 'o.json')!r}]; "
+            "main()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "o.json").stat().st_size > 0
