@@ -64,6 +64,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--growth", type=int, default=10,
+                    help="also run (a) on a folder of this many rotated copies of the log (0 = skip)")
     args = ap.parse_args()
     DATA.mkdir(exist_ok=True)
     csv = DATA / f"alloc_{args.events}.csv"
@@ -83,6 +85,14 @@ def main() -> None:
         "d_polars": [sys.executable, "-c", POLARS, str(csv), str(tmp / "d.json")],
     }
     res = {name: median_run(cmd, args.runs) for name, cmd in cases.items()}
+    if args.growth:
+        folder = DATA / f"rotated_{args.events}_x{args.growth}"
+        folder.mkdir(exist_ok=True)
+        for i in range(1, args.growth + 1):
+            link = folder / f"alloc.log.{i}.csv"
+            if not link.exists():
+                link.symlink_to(csv.resolve())
+        res["a_x_growth"] = run(vt + [str(folder), "-o", str(tmp / "g.json")])
     help_wall = statistics.median(run([sys.executable, "-m", "veotrace", "--help"])[0] for _ in range(5))
     a = {str(w["window"]): w["entropy_bits"] for w in json.loads((tmp / "a.json").read_text())["windows"]
          if w["entropy_bits"] is not None}
@@ -91,8 +101,13 @@ def main() -> None:
     mib = csv.stat().st_size / 2**20
     print(f"log: {args.events:,} events, {mib:.0f} MiB CSV; median of {args.runs} runs, whole process")
     for name, (wall, rss) in res.items():
+        name = f"a_veotrace_{args.growth}x_log" if name == "a_x_growth" else name
         print(f"  {name:<20} {wall:7.2f} s   peak RSS {rss:7.0f} MiB")
     ta, tb, tc, td = (res[k][0] for k in cases)
+    if args.growth:
+        print(f"(a) peak RSS on a {args.growth}x longer log (folder of rotated copies, one run): "
+              f"{res['a_x_growth'][1]:.0f} MiB vs {res['a_veotrace_csv'][1]:.0f} MiB "
+              f"({res['a_x_growth'][1] / res['a_veotrace_csv'][1]:.2f}x; target: not growing)")
     print(f"(a) vs (c) speed-up: {tc / ta:.1f}x (target >= 5)")
     print(f"(a) vs (d) polars:   {td / ta:.2f}x (target >= 1.0, i.e. no slower)")
     print(f"(b) vs (c) speed-up: {tc / tb:.1f}x (target >= 8)")
