@@ -12,6 +12,7 @@ import csv
 import io
 import json
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,13 @@ import pyarrow.compute as pc
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import ALLOC_EVENTS
 from veotrace.schemas.events import alloc_events_schema
-from veotrace.sources.base import TIME_UNIT_NS, ReadOptions, ReadReport, open_decompressed, read_head
+from veotrace.sources.base import (
+    TIME_UNIT_NS,
+    ReadOptions,
+    ReadReport,
+    open_decompressed,
+    read_head,
+)
 from veotrace.sources.numparse import parse_uint64
 
 #: Log column -> ALLOC_EVENTS column.
@@ -184,17 +191,36 @@ def _csv_batches(stream, raw, present, read_cols, options, on_progress) -> Itera
         strings_can_be_null=True,
         quoted_strings_can_be_null=True,
     )
-    for chunk in chunks:
+
+    def parse(chunk: pa.Buffer) -> pa.RecordBatch | None:
         table = pcsv.read_csv(pa.BufferReader(chunk), read_options=read_options, convert_options=convert_options)
         if table.num_rows == 0:
-            continue
-        batch = table.unify_dictionaries().combine_chunks().to_batches()[0]
-        batch = _checked(_rename(batch, present))
-        if batch is None:
-            raise _BadBlock
-        if on_progress is not None:
-            on_progress(raw.tell())
-        yield batch
+            return None
+        return _checked(_rename(table.unify_dictionaries().combine_chunks().to_batches()[0], present)) or _BAD
+
+    # The next chunk is read and parsed (GIL released) while the caller analyses this one.
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_next_parsed, chunks, parse)
+        while True:
+            batch, done = pending.result()
+            if done:
+                return
+            pending = pool.submit(_next_parsed, chunks, parse)
+            if batch is _BAD:
+                raise _BadBlock
+            if batch is not None:
+                if on_progress is not None:
+                    on_progress(raw.tell())
+                yield batch
+
+
+_BAD = object()  # a chunk with a value the exact path must report
+
+
+def _next_parsed(chunks: Iterator[pa.Buffer], parse):
+    """(parsed next chunk, False), or (None, True) at the end."""
+    chunk = next(chunks, None)
+    return (None, True) if chunk is None else (parse(chunk), False)
 
 
 def _split_header(line: bytes) -> list[str]:
