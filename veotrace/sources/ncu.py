@@ -19,24 +19,37 @@ LEADING = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kern
            "Stream", "Block Size", "Grid Size", "Device", "CC")
 DETAILS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 MISSING = {"", "n/a", "-", "N/A"}
+_NCU_MESSAGE = re.compile(r"^==(PROF|WARNING|ERROR|INFO)==")
 #: Unit spelling -> (normalised unit, factor). ncu scales units (Kbyte, usecond, Msector) unless
 #: --print-units base; we store base units so launches from different runs compare.
 _TIME = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-_SCALED = re.compile(r"^(K|M|G|T)?(byte|sector|cycle|request|inst|warp|thread|block)(/second|/s)?$")
+_SCALED = re.compile(r"^(K|M|G|T)?(byte|sector|cycle|request|inst|warp|thread|block)(/[a-z]+)?$")
+#: Per-time denominators -> factor to "per second" ("cycle/nsecond" is GHz in ncu >= 2021).
+_PER_TIME = {"/second": 1.0, "/s": 1.0, "/msecond": 1e3, "/ms": 1e3, "/usecond": 1e6, "/us": 1e6,
+             "/nsecond": 1e9, "/ns": 1e9}
+_HZ = re.compile(r"^(K|M|G|T)?(hz|Hz)$")
 
 
 def normalise_unit(unit: str) -> tuple[str, float]:
-    """('ns', 1000.0) for 'usecond'; ('byte/s', 1e9) for 'Gbyte/second'; unknown units unchanged."""
+    """('ns', 1000.0) for 'usecond'; ('byte/s', 1e9) for 'Gbyte/second'; ('cycle/s', 1e9) for
+    'cycle/nsecond'; ('byte/block', 1e3) for 'Kbyte/block'; unknown units unchanged.
+
+    Prefixes are decimal (K = 1e3), as ncu prints them.
+    """
     u = unit.strip()
     if u in _TIME:
         return "ns", _TIME[u]
     m = _SCALED.match(u)
     if m:
-        base = m.group(2) + ("/s" if m.group(3) else "")
-        return base, _PREFIX[m.group(1) or ""]
-    if u in ("hz", "Hz"):
-        return "cycle/s", 1.0
+        per = m.group(3) or ""
+        factor = _PREFIX[m.group(1) or ""]
+        if per in _PER_TIME:
+            return m.group(2) + "/s", factor * _PER_TIME[per]
+        return m.group(2) + per, factor
+    m = _HZ.match(u)
+    if m:
+        return "cycle/s", _PREFIX[m.group(1) or ""]
     return u, 1.0
 
 
@@ -48,13 +61,14 @@ def parse_value(text: str) -> float | None:
     return float(t.replace(",", ""))
 
 
-def read_metrics(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None) -> pa.Table:
+def read_metrics(path: Path, *, options: ReadOptions | None = None, report: ReadReport | None = None) -> pa.Table:
     """Read an ncu CSV export (details or raw page) or an .ncu-rep report into ``NCU_METRICS``.
 
     Raises:
         TraceFormatError: no ncu header, or a value that does not parse (without --skip-bad-rows).
         MissingDependencyError: an .ncu-rep report and the ``ncu_report`` module is absent.
     """
+    options = options if options is not None else ReadOptions()
     report = report if report is not None else ReadReport()
     with path.open("rb") as fh:
         magic = fh.read(4)
@@ -73,7 +87,9 @@ def read_metrics(path: Path, *, options: ReadOptions = ReadOptions(), report: Re
     if start is None:
         raise TraceFormatError("no ncu CSV header (a line starting with \"ID\",)", path=path,
                                hint="Export with 'ncu --csv' (details page) or 'ncu --csv --page raw'")
-    rows = csv.reader(io.StringIO("\n".join(lines[start:])))
+    # ncu's own messages may also follow the table (==WARNING== at exit): blank them, keeping line numbers.
+    body = ["" if _NCU_MESSAGE.match(ln) else ln for ln in lines[start:]]
+    rows = csv.reader(io.StringIO("\n".join(body)))
     header = next(rows)
     if all(col in header for col in DETAILS):
         cols = _read_details(path, header, rows, start, options, report)
@@ -96,16 +112,38 @@ def _int_or_none(text: str | None) -> int | None:
     return int(t) if t.lstrip("-").isdigit() else None
 
 
-def _bad(path, line, field, text, options, report) -> None:
-    if options.skip_bad_rows:
-        report.skip_row(path, line, f"{field} {text!r} is not a number")
+def _settle_text(path, cols: dict[str, list], pending: list[tuple[int, int, str, str]], options, report) -> None:
+    """Resolve values that did not parse, once every row is read.
+
+    A metric none of whose values is a number is a text attribute (``CachePreferNone``, a device
+    name): its rows are left out, with a warning naming it. A text value among numbers is a bad
+    value: an error, or (--skip-bad-rows) a skipped, counted row.
+    """
+    if not pending:
         return
-    raise TraceFormatError(f"value {text!r} is not a number", path=path, line=line, field=field,
-                           hint="Fix the file, or pass --skip-bad-rows to skip such rows (they are counted)")
+    numeric = {m for m, v in zip(cols["metric"], cols["value"]) if v is not None}
+    drop: set[int] = set()
+    text_metrics: dict[str, int] = {}
+    for row, lineno, metric, text in pending:
+        if metric not in numeric:
+            text_metrics[metric] = text_metrics.get(metric, 0) + 1
+        elif options.skip_bad_rows:
+            report.skip_row(path, lineno, f"{metric} {text!r} is not a number")
+        else:
+            raise TraceFormatError(f"value {text!r} is not a number", path=path, line=lineno, field=metric,
+                                   hint="Fix the file, or pass --skip-bad-rows to skip such rows (they are counted)")
+        drop.add(row)
+    if text_metrics:
+        names = ", ".join(sorted(text_metrics))
+        report.warnings.append(f"Warning: {path}: left out {len(text_metrics)} text-valued metric(s) "
+                               f"({sum(text_metrics.values())} values): {names}")
+    keep = [i for i in range(len(cols["metric"])) if i not in drop]
+    for key, values in cols.items():
+        cols[key] = [values[i] for i in keep]
 
 
 def _leading(cols: dict[str, list], idx: dict[str, int], row: list[str]) -> None:
-    get = lambda name: row[idx[name]] if name in idx and idx[name] < len(row) else None  # noqa: E731
+    get = lambda name: row[idx[name]] if name in idx and idx[name] < len(row) else None
     cols["launch_id"].append(int(get("ID").replace(",", "")))
     cols["kernel"].append(get("Kernel Name"))
     cols["device"].append(_int_or_none(get("Device")))
@@ -119,29 +157,31 @@ def _read_details(path, header, rows, start, options, report) -> dict[str, list]
     idx = {name: i for i, name in enumerate(header)}
     s, n, u, v = (idx[c] for c in DETAILS)
     cols = _new_cols()
+    pending: list[tuple[int, int, str, str]] = []
     for lineno, row in enumerate(rows, start=start + 2):
         if len(row) < len(header):
             if not any(f.strip() for f in row):
                 continue
             if _skip_or_raise(path, lineno, f"{len(row)} fields, the header has {len(header)}", options, report):
                 continue
-        if not row[idx["ID"]].replace(",", "").strip().isdigit():
-            if _skip_or_raise(path, lineno, f"launch ID {row[idx['ID']]!r} is not an integer", options, report):
-                continue
+        if not row[idx["ID"]].replace(",", "").strip().isdigit() and _skip_or_raise(
+                path, lineno, f"launch ID {row[idx['ID']]!r} is not an integer", options, report):
+            continue
+        name = row[n]
+        metric = name if "__" in name else (metric_for_label(name, row[s]) or name)
         try:
             value = parse_value(row[v])
         except ValueError:
-            _bad(path, lineno, row[n], row[v], options, report)
-            continue
+            pending.append((len(cols["metric"]), lineno, metric, row[v]))
+            value = None
         unit, factor = normalise_unit(row[u])
-        name = row[n]
-        metric = name if "__" in name else (metric_for_label(name, row[s]) or name)
         _leading(cols, idx, row)
         cols["metric"].append(metric)
         cols["label"].append(None if metric == name else name)
         cols["section"].append(row[s])
         cols["unit"].append(unit or None)
         cols["value"].append(None if value is None else value * factor)
+    _settle_text(path, cols, pending, options, report)
     return cols
 
 
@@ -157,35 +197,32 @@ def _read_raw(path, header, rows, start, options, report) -> dict[str, list]:
     if "Kernel Name" not in idx:
         raise TraceFormatError("ncu CSV header has neither 'Metric Name' (details page) nor 'Kernel Name' (raw page)",
                                path=path, line=start + 1, hint="veotrace reads the details and raw pages of 'ncu --csv'")
-    metric_cols = [(i, name) for i, name in enumerate(header) if name not in LEADING]
+    metric_cols = [(i, name, name if "__" in name else (metric_for_label(name) or name))
+                   for i, name in enumerate(header) if name not in LEADING]
     units = [""] * len(header)
     cols = _new_cols()
+    pending: list[tuple[int, int, str, str]] = []
     for lineno, row in enumerate(rows, start=start + 2):
         if not any(f.strip() for f in row):
             continue
         if row[0].strip() == "":  # the units row under the header
             units = row + [""] * (len(header) - len(row))
             continue
-        if len(row) < len(header) or not row[0].replace(",", "").strip().isdigit():
-            if _skip_or_raise(path, lineno, f"not a launch row ({len(row)} fields, ID {row[0]!r})", options, report):
-                continue
-        parsed = []
-        try:
-            for i, name in metric_cols:
-                parsed.append(parse_value(row[i]))
-        except ValueError:
-            _bad(path, lineno, name, row[i], options, report)
+        if (len(row) < len(header) or not row[0].replace(",", "").strip().isdigit()) and _skip_or_raise(
+                path, lineno, f"not a launch row ({len(row)} fields, ID {row[0]!r})", options, report):
             continue
-        for (i, name), value in zip(metric_cols, parsed):
+        for i, name, metric in metric_cols:
+            try:
+                value = parse_value(row[i])
+            except ValueError:
+                pending.append((len(cols["metric"]), lineno, metric, row[i]))
+                value = None
             unit, factor = normalise_unit(units[i])
-            label = None
-            metric = name if "__" in name else (metric_for_label(name) or name)
-            if metric != name:
-                label = name
             _leading(cols, idx, row)
             cols["metric"].append(metric)
-            cols["label"].append(label)
+            cols["label"].append(None if metric == name else name)
             cols["section"].append(None)
             cols["unit"].append(unit or None)
             cols["value"].append(None if value is None else value * factor)
+    _settle_text(path, cols, pending, options, report)
     return cols
