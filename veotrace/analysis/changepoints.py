@@ -16,12 +16,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from veotrace.analysis.defaults import CHANGEPOINT_MIN_SIZE as DEFAULT_MIN_SIZE
+from veotrace.analysis.defaults import (
+    CHANGEPOINT_PENALTY_SCALE as DEFAULT_PENALTY_SCALE,
+)
 from veotrace.errors import UsageError
-
-#: Fewest points in a regime (and so between two breaks).
-DEFAULT_MIN_SIZE = 5
-#: Multiplier of the BIC penalty 2 * sigma^2 * ln(n); raise it for fewer, surer breaks.
-DEFAULT_PENALTY_SCALE = 1.0
 
 
 def noise_sigma(x: np.ndarray) -> float:
@@ -90,7 +89,7 @@ def detect(
     if gain > pen:
         heap.append((-gain, t, 0, n))
     while heap:
-        g, t, a, b = heapq.heappop(heap)
+        _g, t, a, b = heapq.heappop(heap)
         found.append(t)
         if on_progress is not None:
             on_progress(len(found), len(found) + len(heap))
@@ -108,7 +107,7 @@ def _refine(cs: np.ndarray, bkps: list[int], n: int, min_size: int) -> list[int]
     for i in range(len(out)):
         a = out[i - 1] if i > 0 else 0
         b = out[i + 1] if i + 1 < len(out) else n
-        gain, t = _best_split(cs, a, b, min_size)
+        _gain, t = _best_split(cs, a, b, min_size)
         if t >= 0:
             out[i] = t
     return out

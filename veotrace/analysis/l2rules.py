@@ -1,0 +1,174 @@
+"""The engineers' rule presets that annotate L2 breakpoints.
+
+Each rule compares the launches of the regime before a break with those of the regime after it
+(the neighbouring segments), on metrics of the same launches. Regimes are summarised by the median
+over their launches, so a break found a launch or two off its true place gives the same verdict:
+
+- ``l2_throughput_low``: median L2 throughput (``lts__throughput.avg.pct_of_peak_sustained_elapsed``)
+  after the break is below 65% of peak.
+- ``bytes_per_request_drop``: bytes per L2 request, ``32 * lts__t_sectors.sum /
+  lts__t_requests.sum`` per launch (a sector is 32 B), is >= 128 B before and <= 32 B after.
+- ``read_sector_slope_rise``: the slope of the cumulative L2 read sectors over launches, i.e. the
+  read sectors per launch (``lts__t_sectors_op_read.sum``, else the ``srcunit_tex`` variant, which
+  Turing reports have instead), rises by >= 200% (after >= 3 x before).
+
+A rule whose metrics are absent from the input is reported as ``not evaluated: missing X`` and never
+fires; a break where the kernel has no values of a needed metric is counted as not evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from veotrace.analysis.defaults import (
+    L2_BYTES_PER_REQUEST_FROM,
+    L2_BYTES_PER_REQUEST_TO,
+    L2_READ_SLOPE_RISE_PCT,
+    L2_THROUGHPUT_LOW_PCT,
+)
+from veotrace.analysis.metric_names import L2_THROUGHPUT
+from veotrace.errors import UsageError
+
+SECTOR_BYTES = 32
+SECTORS = "lts__t_sectors.sum"
+REQUESTS = "lts__t_requests.sum"
+READ_SECTORS = ("lts__t_sectors_op_read.sum", "lts__t_sectors_srcunit_tex_op_read.sum")
+
+Values = dict[str, np.ndarray]
+
+
+def _throughput_low(v: Values, before: np.ndarray, after: np.ndarray) -> bool | None:
+    a = v[L2_THROUGHPUT][after]
+    return None if np.isnan(a).all() else bool(np.nanmedian(a) < L2_THROUGHPUT_LOW_PCT)
+
+
+def _bytes_per_request(v: Values, idx: np.ndarray) -> float | None:
+    s, r = v[SECTORS][idx], v[REQUESTS][idx]
+    ok = ~(np.isnan(s) | np.isnan(r)) & (r > 0)
+    return float(np.median(SECTOR_BYTES * s[ok] / r[ok])) if ok.any() else None
+
+
+def _bytes_drop(v: Values, before: np.ndarray, after: np.ndarray) -> bool | None:
+    b, a = _bytes_per_request(v, before), _bytes_per_request(v, after)
+    if b is None or a is None:
+        return None
+    return b >= L2_BYTES_PER_REQUEST_FROM and a <= L2_BYTES_PER_REQUEST_TO
+
+
+def _read_slope_rise(v: Values, before: np.ndarray, after: np.ndarray) -> bool | None:
+    key = next(iter(v))
+    b, a = v[key][before], v[key][after]
+    if np.isnan(b).all() or np.isnan(a).all():
+        return None
+    mb, ma = float(np.nanmedian(b)), float(np.nanmedian(a))
+    if mb <= 0:
+        return ma > 0
+    return (ma - mb) / mb * 100.0 >= L2_READ_SLOPE_RISE_PCT
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    description: str
+    needs: tuple[tuple[str, ...], ...]  # per needed metric, its alternatives (the first present is used)
+    test: Callable[[Values, np.ndarray, np.ndarray], bool | None]
+
+
+RULES: dict[str, Rule] = {r.name: r for r in (
+    Rule("l2_throughput_low", f"L2 throughput below {L2_THROUGHPUT_LOW_PCT:g}% of peak after the break",
+         ((L2_THROUGHPUT,),), _throughput_low),
+    Rule("bytes_per_request_drop", f"bytes per L2 request from >= {L2_BYTES_PER_REQUEST_FROM:g} B to "
+         f"<= {L2_BYTES_PER_REQUEST_TO:g} B (32 B sectors / requests)", ((SECTORS,), (REQUESTS,)), _bytes_drop),
+    Rule("read_sector_slope_rise", f"L2 read sectors per launch rising by >= {L2_READ_SLOPE_RISE_PCT:g}%",
+         (READ_SECTORS,), _read_slope_rise),
+)}
+
+
+def select(names: Sequence[str]) -> list[Rule]:
+    """The presets named (``all`` for every one, ``none`` or empty for none).
+
+    Raises:
+        UsageError: an unknown rule name.
+    """
+    names = [n.strip() for n in names if n.strip()]
+    if "all" in names:
+        return list(RULES.values())
+    if names in ([], ["none"]):
+        return []
+    unknown = [n for n in names if n not in RULES]
+    if unknown:
+        raise UsageError(f"unknown rule {unknown[0]!r}", field="--rules",
+                         hint=f"Rules: {', '.join(RULES)}, all, none")
+    return [RULES[n] for n in names]
+
+
+def _resolve(rule: Rule, available: set[str]) -> tuple[list[str], list[str]]:
+    """(metrics used, needs missing) for ``rule`` given the metrics present."""
+    used, missing = [], []
+    for alternatives in rule.needs:
+        present = [m for m in alternatives if m in available]
+        if present:
+            used.append(present[0])
+        else:
+            missing.append(" or ".join(alternatives))
+    return used, missing
+
+
+def status(presets: Sequence[Rule], available: set[str]) -> list[dict]:
+    """Per preset: name, description, status ("evaluated" or "not evaluated: missing X"), metrics used."""
+    out = []
+    for rule in presets:
+        used, missing = _resolve(rule, available)
+        out.append({"name": rule.name, "description": rule.description,
+                    "status": "evaluated" if not missing else f"not evaluated: missing {', '.join(missing)}",
+                    "metrics": used, "fired": 0, "breaks_not_evaluated": 0})
+    return out
+
+
+def needed(presets: Sequence[Rule], available: set[str]) -> list[str]:
+    """The metrics the evaluable presets read."""
+    out: list[str] = []
+    for rule in presets:
+        used, missing = _resolve(rule, available)
+        if not missing:
+            out.extend(m for m in used if m not in out)
+    return out
+
+
+@dataclass
+class RuleData:
+    """The NCU_METRICS table and the series of the metrics the rules read, with per-kernel alignments."""
+
+    table: pa.Table
+    series: dict  # metric -> {kernel -> l2.Series}
+    _aligned: dict = field(default_factory=dict)
+    not_evaluated: dict = field(default_factory=dict)  # rule name -> breaks it could not judge
+
+    def values(self, metric: str, s) -> np.ndarray:
+        from veotrace.analysis.l2 import align
+
+        key = (metric, s.kernel)
+        if key not in self._aligned:
+            self._aligned[key] = align(s, self.series[metric].get(s.kernel))
+        return self._aligned[key]
+
+
+def evaluate(presets: Sequence[Rule], data: RuleData, s, before: np.ndarray, after: np.ndarray) -> list[str]:
+    """Names of the presets that fire at the break between launch positions ``before`` and ``after``."""
+    fired = []
+    available = set(data.series)
+    for rule in presets:
+        used, missing = _resolve(rule, available)
+        if missing:
+            continue
+        values = {m: data.values(m, s) for m in used}
+        verdict = rule.test(values, before, after)
+        if verdict is None:
+            data.not_evaluated[rule.name] = data.not_evaluated.get(rule.name, 0) + 1
+        elif verdict:
+            fired.append(rule.name)
+    return fired
