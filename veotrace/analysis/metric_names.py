@@ -80,9 +80,14 @@ def resolve_metric(asked: str, available: Iterable[str]) -> str:
         return lowered[asked.strip().lower()]
     pool = sorted(names) + [lab for lab, m in LABEL_TO_METRIC.items() if m in names]
     close = difflib.get_close_matches(asked.lower(), [p.lower() for p in pool], n=5, cutoff=0.4)
-    shown = ", ".join(close) if close else ", ".join(sorted(names)[:8])
-    raise AnalysisError(
-        f"metric {asked!r} is not in the input",
-        field="--metric",
-        hint=f"Close names: {shown}" if close else f"Metrics present include: {shown}",
-    )
+    l2 = [f"{n} ({METRIC_TO_LABEL[n]})" if n in METRIC_TO_LABEL else n for n in sorted(names) if n.startswith("lts__")]
+    what = f"metric {asked!r}"
+    if asked.strip() == L2_MISS_RATE:
+        what += f" (100 - {L2_HIT_RATE}, the 'L2 Hit Rate')"
+    asks_l2 = any(w in asked.lower() for w in ("l2", "lts"))
+    parts = [f"Close names: {', '.join(close)}"] if close and not (asks_l2 and l2) else []
+    if l2 and (asks_l2 or not close):
+        parts.append(f"L2 metrics present: {', '.join(l2[:8])}")
+    if not parts:
+        parts.append(f"Metrics present include: {', '.join(sorted(names)[:8])}")
+    raise AnalysisError(f"{what} is not in the input", hint="; ".join(parts) + " (pass one with --metric)")

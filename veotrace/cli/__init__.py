@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "veotrace.cli.formats",
     "veotrace.cli.correlate",
     "veotrace.cli.bursts",
+    "veotrace.cli.l2",
     "veotrace.cli.info",
 )
 
