@@ -5,7 +5,9 @@ candidate at once from cumulative sums (O(n) per split, so O(n log k) for k brea
 while its cost reduction exceeds the penalty. The default penalty is the BIC / Schwarz criterion
 for a Gaussian mean shift, ``2 * sigma^2 * ln(n)`` (one mean and one location per break), with sigma
 estimated robustly from the data as ``1.4826 * MAD(diff(x)) / sqrt(2)`` (insensitive to the jumps
-themselves). Each break is then refined once to its best position between its neighbours.
+themselves). Each break is then refined once to its best position between its neighbours, and
+breaks whose gain given their final neighbours no longer exceeds the penalty are removed (weakest
+first, refining after each removal).
 """
 
 from __future__ import annotations
@@ -98,7 +100,31 @@ def detect(
             if gain > pen:
                 heapq.heappush(heap, (-gain, tt, lo, hi))
     found.sort()
-    return _refine(cs, found, n, min_size)
+    return _prune(cs, _refine(cs, found, n, min_size), n, min_size, pen)
+
+
+def _split_gains(cs: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Cost reduction of each inner edge given its neighbouring edges."""
+    a, t, b = edges[:-2], edges[1:-1], edges[2:]
+    n1, n2 = (t - a).astype(float), (b - t).astype(float)
+    diff = (cs[t] - cs[a]) / n1 - (cs[b] - cs[t]) / n2
+    return n1 * n2 / (b - a) * diff * diff
+
+
+def _prune(cs: np.ndarray, bkps: list[int], n: int, min_size: int, pen: float) -> list[int]:
+    """Backward elimination: drop the weakest break while its gain, given its neighbours, is below the
+    penalty (top-down splits made before later breaks were known can be superfluous), then refine."""
+    out = list(bkps)
+    changed = True
+    while changed and out:
+        changed = False
+        gains = _split_gains(cs, np.array([0, *out, n]))
+        i = int(np.argmin(gains))
+        if gains[i] <= pen:
+            del out[i]
+            changed = True
+            out = _refine(cs, out, n, min_size)
+    return out
 
 
 def _refine(cs: np.ndarray, bkps: list[int], n: int, min_size: int) -> list[int]:
