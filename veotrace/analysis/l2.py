@@ -151,7 +151,7 @@ def find_breakpoints(
         st["breaks_not_evaluated"] = context.not_evaluated.get(st["name"], 0)
     table_out = pa.Table.from_pylist(rows, schema=L2_BREAKPOINTS) if rows else L2_BREAKPOINTS.empty_table()
     params = {"metric": chosen, "asked": metric, "kernel": kernel, "min_size": min_size,
-              "penalty_scale": penalty_scale, "method": "binary segmentation, l2 cost, BIC penalty "
+              "penalty_scale": penalty_scale, "method": "binary segmentation + backward merging, l2 cost, penalty "
               "scale * 2 * sigma^2 * ln(n), sigma = 1.4826 * MAD(diff(x)) / sqrt(2)",
               "rules": [p.name for p in presets]}
     return L2Result(table_out, infos, status, params)

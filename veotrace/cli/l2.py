@@ -33,7 +33,7 @@ def l2_command(
     metric: Annotated[str, typer.Option("--metric", help="Metric name or ncu label, e.g. 'L2 Hit Rate', lts__throughput.avg.pct_of_peak_sustained_elapsed; l2_miss_rate.pct = 100 - L2 hit rate.")] = _METRIC,
     kernel: Annotated[str | None, typer.Option("--kernel", help="Only kernels whose name matches this regular expression.")] = None,
     min_size: Annotated[int, typer.Option("--min-size", help="Fewest launches in a regime (a kernel needs twice this).")] = _MIN_SIZE,
-    penalty_scale: Annotated[float, typer.Option("--penalty-scale", help="Multiplier of the BIC penalty 2*sigma^2*ln(n); higher = fewer, surer breaks.")] = _PENALTY_SCALE,
+    penalty_scale: Annotated[float, typer.Option("--penalty-scale", help="Multiplier of the BIC penalty 2*sigma^2*ln(n) (1 = BIC, 1.5 = modified BIC); higher = fewer, surer breaks.")] = _PENALTY_SCALE,
     rules: Annotated[str, typer.Option("--rules", help="Comma-separated rule presets to annotate breaks with, 'all' or 'none'.")] = ",".join(_RULES),
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
