@@ -1,0 +1,212 @@
+"""l2-breakpoints: planted L2 shifts found (exactly on clean data), rules, both ncu pages, bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import SAMPLES, real_trace
+from veotrace.analysis.changepoints import match_f1
+from veotrace.analysis.l2 import find_breakpoints
+from veotrace.sources.ncu import read_metrics
+from veotrace.synth.ncu import HIT, THROUGHPUT, planted_l2
+
+TOLERANCE = 3
+
+
+def _found(result) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for b in result.breakpoints.to_pylist():
+        out.setdefault(b["kernel"], []).append(b["launch_index"])
+    return out
+
+
+def test_clean_data_every_planted_break_exact_with_ids_and_rules(tmp_path):
+    truth = planted_l2(seed=11, kernels=4, launches=[100, 400, 1500, 3000], breaks=[2, 5, 12, 25], sigma=0.0)
+    res = find_breakpoints(read_metrics(truth.write_details(tmp_path / "d.csv")))
+    found = _found(res)
+    rows = res.breakpoints.to_pylist()
+    for k in truth.kernels:
+        assert found[k] == truth.breaks[k]
+        mine = [r for r in rows if r["kernel"] == k]
+        assert [r["id"] for r in mine] == [int(truth.ids[k][t]) for t in truth.breaks[k]]
+        assert [r["rules"].split(";") if r["rules"] else [] for r in mine] == truth.rules[k]
+        miss = truth.miss_rate(k)
+        edges = [0, *truth.breaks[k], miss.size]
+        for j, r in enumerate(mine):
+            assert r["mean_before"] == pytest.approx(miss[edges[j]:edges[j + 1]].mean())
+            assert r["mean_after"] == pytest.approx(miss[edges[j + 1]:edges[j + 2]].mean())
+            assert r["jump"] == pytest.approx(r["mean_after"] - r["mean_before"])
+            assert r["metric"] == "l2_miss_rate.pct"
+
+
+def test_two_sigma_jumps_precision_and_recall_at_least_0_9():
+    hits = found_total = truth_total = 0
+    for seed in range(4):
+        truth = planted_l2(seed=seed, kernels=4, launches=[100, 1000, 5000, 20000], breaks=[2, 10, 40, 100],
+                           sigma=1.0, jump_sigmas=2.0, min_gap=20)
+        from veotrace.analysis import changepoints
+
+        for k in truth.kernels:
+            got = changepoints.detect(truth.miss_rate(k))
+            p, _, _ = match_f1(got, truth.breaks[k], TOLERANCE)
+            hits += round(p * len(got))
+            found_total += len(got)
+            truth_total += len(truth.breaks[k])
+    precision, recall = hits / found_total, hits / truth_total
+    assert precision >= 0.9 and recall >= 0.9, (precision, recall)
+
+
+def test_two_sigma_jumps_through_the_csv_reader(tmp_path):
+    truth = planted_l2(seed=5, kernels=3, launches=[300, 800, 2000], breaks=[3, 8, 20], sigma=1.0)
+    res = find_breakpoints(read_metrics(truth.write_details(tmp_path / "d.csv")))
+    found = _found(res)
+    f1s = [match_f1(found.get(k, []), truth.breaks[k], TOLERANCE)[2] for k in truth.kernels]
+    assert min(f1s) >= 0.85 and np.mean(f1s) >= 0.9
+    assert all(r["z_score"] > 3 for r in res.breakpoints.to_pylist())
+
+
+def test_details_and_raw_page_give_the_same_result(tmp_path):
+    truth = planted_l2(seed=7, kernels=3, launches=[150, 300, 600], breaks=[2, 4, 6], sigma=0.8)
+    a = find_breakpoints(read_metrics(truth.write_details(tmp_path / "d.csv")))
+    b = find_breakpoints(read_metrics(truth.write_raw(tmp_path / "r.csv", separators=False)))
+    assert a.breakpoints.to_pylist() == b.breakpoints.to_pylist()
+    assert a.kernels == b.kernels and a.rules == b.rules
+
+
+def test_metric_by_label_and_kernel_filter(tmp_path):
+    truth = planted_l2(seed=3, kernels=3, launches=200, breaks=2, sigma=0.0)
+    table = read_metrics(truth.write_details(tmp_path / "d.csv"))
+    res = find_breakpoints(table, metric="L2 Hit Rate", kernel="^reduce")
+    assert res.params["metric"] == HIT
+    assert [k["kernel"] for k in res.kernels] == [truth.kernels[1]]
+    rows = res.breakpoints.to_pylist()
+    assert [r["launch_index"] for r in rows] == truth.breaks[truth.kernels[1]]
+    miss = find_breakpoints(table, kernel="^reduce").breakpoints.to_pylist()
+    assert [r["jump"] for r in rows] == pytest.approx([-r["jump"] for r in miss])  # miss = 100 - hit
+
+
+def test_rule_with_absent_metrics_says_not_evaluated(tmp_path):
+    truth = planted_l2(seed=2, kernels=1, launches=200, breaks=2, sigma=0.0)
+    lines = [ln for ln in truth.details_lines() if "lts__t_requests.sum" not in ln and "op_read" not in ln]
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(lines) + "\n")
+    res = find_breakpoints(read_metrics(path))
+    status = {r["name"]: r["status"] for r in res.rules}
+    assert status["l2_throughput_low"] == "evaluated"
+    assert status["bytes_per_request_drop"] == "not evaluated: missing lts__t_requests.sum"
+    assert status["read_sector_slope_rise"].startswith("not evaluated: missing lts__t_sectors_op_read.sum")
+    fired = {r for b in res.breakpoints.to_pylist() for r in (b["rules"] or "").split(";") if r}
+    assert fired <= {"l2_throughput_low"}
+
+
+def test_na_launches_are_left_out_but_keep_their_launch_index(tmp_path):
+    truth = planted_l2(seed=4, kernels=1, launches=120, breaks=1, sigma=0.0)
+    k = truth.kernels[0]
+    t = truth.breaks[k][0]
+    lines = truth.details_lines()
+    target = f'"{int(truth.ids[k][3])}",'
+    lines = [ln.rsplit(",", 1)[0] + ',"n/a"' if ln.startswith(target) and f'"{HIT}"' in ln else ln for ln in lines]
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(lines) + "\n")
+    res = find_breakpoints(read_metrics(path))
+    assert res.kernels[0]["missing_values"] == 1 and res.kernels[0]["launches"] == 120
+    assert [b["launch_index"] for b in res.breakpoints.to_pylist()] == [t]
+
+
+def test_cli_json_csv_table(cli, tmp_path):
+    truth = planted_l2(seed=9, kernels=2, launches=[100, 250], breaks=[1, 3], sigma=0.0)
+    path = truth.write_details(tmp_path / "d.csv")
+    r = cli("l2-breakpoints", path, "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    bps = doc["breakpoints"]
+    assert {tuple(sorted(b)) for b in bps} == {tuple(sorted(("kernel", "metric", "launch_index", "id", "mean_before",
+                                                            "mean_after", "jump", "z_score", "rules")))}
+    assert sorted((b["kernel"], b["launch_index"]) for b in bps) == sorted(
+        (k, t) for k in truth.kernels for t in truth.breaks[k])
+    assert {k["kernel"] for k in doc["kernels"]} == set(truth.kernels)
+    assert [r["status"] for r in doc["rules"]] == ["evaluated"] * 3
+    r = cli("l2-breakpoints", path, "--format", "csv", "--rules", "none", "--metric", THROUGHPUT)
+    assert r.exit_code == 0 and r.stdout.startswith('"kernel","metric","launch_index","id"')
+    r = cli("l2-breakpoints", path)
+    assert r.exit_code == 0 and "Breakpoints" in r.stdout and "bytes_per_request_drop" in r.stdout
+
+
+def test_sample_file_runs(cli):
+    r = cli("l2-breakpoints", SAMPLES / "ncu" / "l2_details.csv", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert len(json.loads(r.stdout)["breakpoints"]) >= 1
+
+
+def test_real_2020_file_by_sol_label(cli):
+    path = real_trace("andrewxu_nsight_cfd_097K.log")
+    r = cli("l2-breakpoints", path, "--metric", "SOL L2", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["params"]["metric"] == THROUGHPUT
+    assert sum(k["launches"] for k in doc["kernels"]) == 100
+    status = {s["name"]: s["status"] for s in doc["rules"]}
+    assert status["bytes_per_request_drop"].startswith("not evaluated: missing")
+
+
+# ---- bad input: one Error: line, an exit code, never a traceback ----
+
+def _one_error(r, code: int, *needles: str) -> None:
+    assert r.exit_code == code, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_bad_csv_not_from_ncu(cli, tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("name,value\na,1\n")
+    _one_error(cli("l2-breakpoints", path), 1, "x.csv")
+    alloc = tmp_path / "alloc.csv"
+    alloc.write_text("timestamp,op_type,size_bytes\n1,alloc,10\n")
+    _one_error(cli("l2-breakpoints", alloc), 1, "holds no Nsight Compute metrics")
+    forced = cli("l2-breakpoints", path, "--format-hint", "ncu-csv")
+    _one_error(forced, 1, "no ncu CSV header")
+
+
+def test_bad_metric_not_in_file_lists_close_names(cli, tmp_path):
+    path = planted_l2(seed=1, kernels=1, launches=50, breaks=1).write_details(tmp_path / "d.csv")
+    _one_error(cli("l2-breakpoints", path, "--metric", "lts__throughput.avg.pct_of_peak"), 1,
+               "'lts__throughput.avg.pct_of_peak' is not in the input", THROUGHPUT)
+    _one_error(cli("l2-breakpoints", path, "--metric", "gpu__time_durtion.sum"), 1, "Close names", "gpu__time_duration.sum")
+
+
+def test_bad_kernel_with_too_few_launches(cli, tmp_path):
+    path = planted_l2(seed=1, kernels=1, launches=8, breaks=0).write_details(tmp_path / "d.csv")
+    _one_error(cli("l2-breakpoints", path), 1, "has 8 launches", "at least 10")
+    _one_error(cli("l2-breakpoints", path, "--kernel", "nomatch"), 1, "no kernel name matches")
+
+
+def test_bad_unparseable_value(cli, tmp_path):
+    truth = planted_l2(seed=1, kernels=1, launches=40, breaks=1)
+    lines = truth.details_lines()
+    i = next(j for j, ln in enumerate(lines) if HIT in ln and ln.startswith('"5",'))
+    lines[i] = lines[i].rsplit(",", 1)[0] + ',"12.3.4"'
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(lines) + "\n")
+    _one_error(cli("l2-breakpoints", path), 1, f"d.csv:{i + 1}", "'12.3.4' is not a number", "--skip-bad-rows")
+    r = cli("l2-breakpoints", path, "--skip-bad-rows", "--format", "json")
+    assert r.exit_code == 0 and "skipped 1 bad row" in r.stderr
+
+
+def test_bad_options_are_usage_errors(cli, tmp_path):
+    path = planted_l2(seed=1, kernels=1, launches=50, breaks=1).write_details(tmp_path / "d.csv")
+    _one_error(cli("l2-breakpoints", path, "--rules", "bogus"), 2, "unknown rule 'bogus'")
+    _one_error(cli("l2-breakpoints", path, "--kernel", "("), 2, "not a regular expression")
+    _one_error(cli("l2-breakpoints", path, "--min-size", "0"), 2, "--min-size")
+    _one_error(cli("l2-breakpoints", path, "--penalty-scale", "-1"), 2, "--penalty-scale")
+
+
+def test_empty_ncu_table(cli, tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text(planted_l2(seed=1, kernels=1, launches=5, breaks=0).details_lines()[3] + "\n")
+    _one_error(cli("l2-breakpoints", path), 1, "no ncu metric rows")
