@@ -1,10 +1,12 @@
-"""Analysis: change points in the mean of a 1-D series by binary segmentation with a BIC penalty.
+"""Analysis: change points in the mean of a 1-D series by binary segmentation with a (modified) BIC penalty.
 
 Method: binary segmentation on the least-squares (l2) cost, the CUSUM split, evaluated for every
 candidate at once from cumulative sums (O(n) per split, so O(n log k) for k breaks). Splits are made
-while their cost reduction exceeds half the penalty (so that a short regime between two opposite
-jumps, whose single best split is weak, is still cut at both edges), then merged back weakest first
-while a break's gain given its neighbours is below the penalty. The penalty is
+while their cost reduction exceeds half the penalty; candidates also come from seeded binary
+segmentation (Kovacs et al. 2020: intervals of geometrically decreasing lengths, narrowest over
+threshold first), which finds a short regime between two opposite jumps, whose single best split
+in the long segment is weak. The candidates are merged back weakest first while a break's gain given
+its neighbours is below the penalty (or its regime is shorter than min_size). The penalty is
 ``scale * 2 * sigma^2 * ln(n)``: scale 1 is the BIC / Schwarz criterion for a Gaussian mean shift;
 the default scale 1.5 gives ``3 * sigma^2 * ln(n)``, the per-break term of the modified BIC of
 Zhang & Siegmund (2007), which plain BIC undercuts on short series; sigma is
@@ -16,6 +18,7 @@ first, refining after each removal).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable
@@ -104,10 +107,53 @@ def detect(
             gain, tt = _best_split(cs, lo, hi, min_size)
             if gain > split_pen:
                 heapq.heappush(heap, (-gain, tt, lo, hi))
-    found.sort()
-    if OVERSPLIT < 1:
-        found = _merge_weakest(cs, found, n, pen)
+    if SEEDED:
+        found.extend(_seeded_candidates(cs, n, min_size, split_pen))
+    found = sorted(set(found))
+    found = _merge_weakest(cs, found, n, pen, min_size)
     return _prune(cs, _refine(cs, found, n, min_size), n, min_size, pen)
+
+
+#: Also take candidates from seeded intervals (below).
+SEEDED = True
+#: Ratio of successive seeded interval lengths.
+SEED_DECAY = math.sqrt(2.0)
+
+
+def _seeded_candidates(cs: np.ndarray, n: int, min_size: int, threshold: float) -> list[int]:
+    """Breaks from seeded binary segmentation (Kovacs et al. 2020) with narrowest-over-threshold selection.
+
+    Intervals of lengths n, n/sqrt(2), n/2, ... down to 2 * min_size, each length laid over the series
+    with half-overlapping shifts; every interval's best split is computed at once per length from the
+    cumulative sums. Of the splits whose gain exceeds ``threshold``, the narrowest intervals' are kept
+    first, skipping an interval that contains a kept break. Short regimes in long ones (a bump between
+    two opposite jumps) are found here, where a single split of the long segment is weak.
+    """
+    cands: list[tuple[int, int, int]] = []  # (length, a, t)
+    length = float(n)
+    while int(length) >= 2 * min_size:
+        ln = int(length)
+        m = 2 * math.ceil(n / ln) - 1
+        starts = np.unique(np.round(np.linspace(0, n - ln, m)).astype(np.int64))
+        offs = np.arange(min_size, ln - min_size + 1)
+        t = starts[:, None] + offs[None, :]
+        a, b = starts[:, None], starts[:, None] + ln
+        n1, n2 = offs[None, :].astype(float), (ln - offs)[None, :].astype(float)
+        d = (cs[t] - cs[a]) / n1 - (cs[b] - cs[t]) / n2
+        gain = n1 * n2 / ln * d * d
+        best = np.argmax(gain, axis=1)
+        g = gain[np.arange(starts.size), best]
+        keep = np.flatnonzero(g > threshold)
+        cands.extend(zip([ln] * keep.size, starts[keep].tolist(), (starts[keep] + offs[best[keep]]).tolist()))
+        length /= SEED_DECAY
+    cands.sort()
+    kept: list[int] = []
+    for ln, a, t in cands:
+        i = bisect.bisect_right(kept, a)
+        if i < len(kept) and kept[i] < a + ln:
+            continue
+        bisect.insort(kept, t)
+    return kept
 
 
 #: Splits are made down to this fraction of the penalty, then merged back while below the penalty:
@@ -115,37 +161,37 @@ def detect(
 OVERSPLIT = 0.5
 
 
-def _merge_weakest(cs: np.ndarray, bkps: list[int], n: int, pen: float) -> list[int]:
-    """Remove breaks, weakest first, while the weakest gain (given its current neighbours) <= pen."""
+def _merge_weakest(cs: np.ndarray, bkps: list[int], n: int, pen: float, min_size: int = 1) -> list[int]:
+    """Remove breaks, weakest first, while the weakest gain (given its current neighbours) <= pen.
+
+    A break closer than ``min_size`` to a neighbour goes first (the weaker of such a pair)."""
     if not bkps:
         return bkps
     edges = [0, *bkps, n]
     left = list(range(-1, len(edges) - 1))
     right = list(range(1, len(edges) + 1))
     alive = [True] * len(edges)
-    gains = _split_gains(cs, np.array(edges))
-    heap = [(float(g), i + 1) for i, g in enumerate(gains)]
-    heapq.heapify(heap)
-    current = {i + 1: float(g) for i, g in enumerate(gains)}
-
-    def gain_at(i: int) -> float:
+    def key_at(i: int) -> tuple[int, float]:
         a, t, b = edges[left[i]], edges[i], edges[right[i]]
         n1, n2 = t - a, b - t
         d = (cs[t] - cs[a]) / n1 - (cs[b] - cs[t]) / n2
-        return n1 * n2 / (b - a) * d * d
+        return (1 if min(n1, n2) >= min_size else 0), n1 * n2 / (b - a) * d * d
 
+    current = {i: key_at(i) for i in range(1, len(edges) - 1)}
+    heap = [(k, i) for i, k in current.items()]
+    heapq.heapify(heap)
     while heap:
         g, i = heapq.heappop(heap)
         if not alive[i] or current.get(i) != g:
             continue
-        if g > pen:
+        if g[0] == 1 and g[1] > pen:
             break
         alive[i] = False
         lo, hi = left[i], right[i]
         right[lo], left[hi] = hi, lo
         for j in (lo, hi):
             if 0 < j < len(edges) - 1:
-                current[j] = gain_at(j)
+                current[j] = key_at(j)
                 heapq.heappush(heap, (current[j], j))
     return [edges[i] for i in range(1, len(edges) - 1) if alive[i]]
 
