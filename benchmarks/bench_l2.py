@@ -3,6 +3,9 @@
 In one run, on the same seeded series (the L2 miss rate of one kernel, planted breaks, 2-sigma jumps,
 noise sigma = 1):
 
+Each comparison runs on several seeded series (--series); speed is total ruptures time over total
+veotrace time, F1 the mean over the series (per-series numbers are printed too).
+
 (a) 10,000 launches: veotrace ``changepoints.detect`` vs ``ruptures.Pelt(model="l2")`` with default
     settings (min_size=2, jump=5), target >= 100x faster;
 (b) 100,000 launches: veotrace vs ``ruptures.Binseg(model="l2")`` (defaults), target >= 10x faster.
@@ -87,30 +90,43 @@ def whole_analysis(n_per_kernel: int, *, runs: int, seed: int) -> dict:
             "breakpoints": res.breakpoints.num_rows}
 
 
+def _series_report(key: str, rows: list[dict], target: float) -> dict:
+    t_ours = sum(r["veotrace_s"] for r in rows)
+    t_theirs = sum(r["ruptures_s"] for r in rows)
+    f_ours = sum(r["veotrace"]["f1"] for r in rows) / len(rows)
+    f_theirs = sum(r["ruptures"]["f1"] for r in rows) / len(rows)
+    speedup = t_theirs / t_ours
+    ok = speedup >= target and f_ours >= f_theirs
+    r0 = rows[0]
+    print(f"{key}: {r0['launches']:,} launches, {r0['planted']} planted breaks, 2-sigma jumps, {len(rows)} series; "
+          f"baseline {r0['baseline'].split(',')[0]} with pen = veotrace's penalty")
+    for i, r in enumerate(rows):
+        print(f"  series {i}: pen {r['penalty']:.4g}  veotrace {r['veotrace_s'] * 1e3:8.2f} ms F1 {r['veotrace']['f1']:.3f} "
+              f"(P {r['veotrace']['precision']:.3f} R {r['veotrace']['recall']:.3f})  |  ruptures "
+              f"{r['ruptures_s'] * 1e3:9.1f} ms F1 {r['ruptures']['f1']:.3f} (P {r['ruptures']['precision']:.3f} "
+              f"R {r['ruptures']['recall']:.3f})  {r['speedup']:.0f}x")
+    print(f"  total: veotrace {t_ours * 1e3:.1f} ms, ruptures {t_theirs * 1e3:.1f} ms, speedup {speedup:.1f}x "
+          f"(target >= {target:g}x); mean F1 veotrace {f_ours:.3f} vs ruptures {f_theirs:.3f} -> {'PASS' if ok else 'FAIL'}")
+    return {"series": rows, "veotrace_s": t_ours, "ruptures_s": t_theirs, "speedup": speedup,
+            "veotrace_f1": f_ours, "ruptures_f1": f_theirs, "pass": ok}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="1,000 and 10,000 launches (a quick check)")
-    ap.add_argument("--runs", type=int, default=5, help="veotrace runs per size (best is reported)")
+    ap.add_argument("--runs", type=int, default=5, help="veotrace runs per series (best is reported)")
+    ap.add_argument("--series", type=int, default=5, help="seeded series per comparison")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="also print all numbers as JSON")
     args = ap.parse_args()
     n_a, n_b = (1_000, 10_000) if args.small else (10_000, 100_000)
-    results = {
-        "a_vs_pelt": compare(n_a, n_a // 200, "Pelt", runs=args.runs, seed=args.seed),
-        "b_vs_binseg": compare(n_b, n_b // 500, "Binseg", runs=args.runs, seed=args.seed + 1),
-        "c_find_breakpoints": whole_analysis(n_b // 4, runs=args.runs, seed=args.seed + 2),
-    }
-    for key, target in (("a_vs_pelt", 100), ("b_vs_binseg", 10)):
-        r = results[key]
-        ok = r["speedup"] >= target and r["veotrace"]["f1"] >= r["ruptures"]["f1"]
-        print(f"{key}: {r['launches']:,} launches, {r['planted']} planted breaks, {r['baseline']}")
-        print(f"  veotrace {r['veotrace_s'] * 1e3:9.2f} ms  found {r['veotrace']['found']:4d}  "
-              f"P {r['veotrace']['precision']:.3f} R {r['veotrace']['recall']:.3f} F1 {r['veotrace']['f1']:.3f}")
-        print(f"  ruptures {r['ruptures_s'] * 1e3:9.2f} ms  found {r['ruptures']['found']:4d}  "
-              f"P {r['ruptures']['precision']:.3f} R {r['ruptures']['recall']:.3f} F1 {r['ruptures']['f1']:.3f}")
-        print(f"  speedup {r['speedup']:.1f}x (target >= {target}x), F1 equal or better: "
-              f"{r['veotrace']['f1'] >= r['ruptures']['f1']}  -> {'PASS' if ok else 'FAIL'}")
-    c = results["c_find_breakpoints"]
+    results = {}
+    for key, n, k, base, target, off in (("a_vs_pelt", n_a, n_a // 200, "Pelt", 100, 0),
+                                         ("b_vs_binseg", n_b, n_b // 500, "Binseg", 10, 1000)):
+        rows = [compare(n, k, base, runs=args.runs, seed=args.seed + off + i) for i in range(args.series)]
+        results[key] = _series_report(key, rows, target)
+    c = whole_analysis(n_b // 4, runs=args.runs, seed=args.seed + 2000)
+    results["c_find_breakpoints"] = c
     print(f"c_find_breakpoints: {c['launches']:,} launches in {c['kernels']} kernels ({c['metric_rows']:,} metric rows), "
           f"{c['breakpoints']} breakpoints, {c['seconds'] * 1e3:.1f} ms (series + detection + rules)")
     if args.json:

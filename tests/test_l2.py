@@ -210,3 +210,13 @@ def test_empty_ncu_table(cli, tmp_path):
     path = tmp_path / "h.csv"
     path.write_text(planted_l2(seed=1, kernels=1, launches=5, breaks=0).details_lines()[3] + "\n")
     _one_error(cli("l2-breakpoints", path), 1, "no ncu metric rows")
+
+
+@pytest.mark.parametrize("gap", [5, 8, 12, 30])
+def test_clean_data_exact_with_regimes_as_short_as_min_size(gap):
+    from veotrace.analysis import changepoints
+
+    for seed in range(60):
+        truth = planted_l2(seed=seed, kernels=1, launches=400, breaks=10, sigma=0.0, min_gap=gap)
+        k = truth.kernels[0]
+        assert changepoints.detect(truth.miss_rate(k)) == truth.breaks[k], seed

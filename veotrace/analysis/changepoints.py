@@ -1,12 +1,14 @@
-"""Analysis: change points in the mean of a 1-D series by binary segmentation with a (modified) BIC penalty.
+"""Analysis: change points in the mean of a 1-D series by seeded binary segmentation, (modified) BIC penalty.
 
-Method: binary segmentation on the least-squares (l2) cost, the CUSUM split, evaluated for every
-candidate at once from cumulative sums (O(n) per split, so O(n log k) for k breaks). Splits are made
-while their cost reduction exceeds half the penalty; candidates also come from seeded binary
-segmentation (Kovacs et al. 2020: intervals of geometrically decreasing lengths, narrowest over
-threshold first), which finds a short regime between two opposite jumps, whose single best split
-in the long segment is weak. The candidates are merged back weakest first while a break's gain given
-its neighbours is below the penalty (or its regime is shorter than min_size). The penalty is
+Method: seeded binary segmentation (Kovacs, Li, Buhlmann & Munk 2020) on the least-squares (l2)
+cost. The best split (CUSUM) of every interval of lengths n, n/2, n/4, ... 2 * min_size, laid over
+the series with half overlaps, is computed at once per length from cumulative sums (O(n log n) in
+all); splits whose cost reduction exceeds half the penalty are selected narrowest interval first,
+skipping intervals that hold a selected break (narrowest over threshold). Unlike plain binary
+segmentation, this finds a short regime between two opposite jumps, whose single split in the long
+segment is weak. The candidates are then merged back, weakest first, while a break's gain given its
+neighbours is below the penalty (or its regime is shorter than min_size), and any regime whose own
+best split still exceeds the penalty is split further (plain binary segmentation). The penalty is
 ``scale * 2 * sigma^2 * ln(n)``: scale 1 is the BIC / Schwarz criterion for a Gaussian mean shift;
 the default scale 1.5 gives ``3 * sigma^2 * ln(n)``, the per-break term of the modified BIC of
 Zhang & Siegmund (2007), which plain BIC undercuts on short series; sigma is
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Callable
 
@@ -92,38 +95,46 @@ def detect(
     floor = 1e-9 * max(float(np.var(x)) * n, 1e-300)
     pen = max(pen, floor)
     cs = np.concatenate(([0.0], np.cumsum(x - x.mean())))
-    found: list[int] = []
+    found = _seeded_candidates(cs, n, min_size, pen * OVERSPLIT)
+    found = _merge_weakest(cs, found, n, pen, min_size)
+    found = _split_further(cs, found, n, min_size, pen)
+    found = _prune(cs, _refine(cs, found, n, min_size), n, min_size, pen)
+    if on_progress is not None:
+        on_progress(len(found), len(found))
+    return found
+
+
+def _split_further(cs: np.ndarray, bkps: list[int], n: int, min_size: int, pen: float) -> list[int]:
+    """Binary segmentation started from ``bkps``: split any regime whose best split gains more than pen.
+
+    Catches a break the seeded intervals missed because every interval around it also held another.
+    """
+    edges = [0, *bkps, n]
     heap: list[tuple[float, int, int, int]] = []
-    split_pen = pen * OVERSPLIT
-    gain, t = _best_split(cs, 0, n, min_size)
-    if gain > split_pen:
-        heap.append((-gain, t, 0, n))
+    for a, b in itertools.pairwise(edges):
+        gain, t = _best_split(cs, a, b, min_size)
+        if gain > pen:
+            heap.append((-gain, t, a, b))
+    heapq.heapify(heap)
+    out = list(bkps)
     while heap:
         _g, t, a, b = heapq.heappop(heap)
-        found.append(t)
-        if on_progress is not None:
-            on_progress(len(found), len(found) + len(heap))
+        out.append(t)
         for lo, hi in ((a, t), (t, b)):
             gain, tt = _best_split(cs, lo, hi, min_size)
-            if gain > split_pen:
+            if gain > pen:
                 heapq.heappush(heap, (-gain, tt, lo, hi))
-    if SEEDED:
-        found.extend(_seeded_candidates(cs, n, min_size, split_pen))
-    found = sorted(set(found))
-    found = _merge_weakest(cs, found, n, pen, min_size)
-    return _prune(cs, _refine(cs, found, n, min_size), n, min_size, pen)
+    return sorted(out)
 
 
-#: Also take candidates from seeded intervals (below).
-SEEDED = True
 #: Ratio of successive seeded interval lengths.
-SEED_DECAY = math.sqrt(2.0)
+SEED_DECAY = 2.0
 
 
 def _seeded_candidates(cs: np.ndarray, n: int, min_size: int, threshold: float) -> list[int]:
     """Breaks from seeded binary segmentation (Kovacs et al. 2020) with narrowest-over-threshold selection.
 
-    Intervals of lengths n, n/sqrt(2), n/2, ... down to 2 * min_size, each length laid over the series
+    Intervals of lengths n, n/2, n/4, ... down to 2 * min_size, each length laid over the series
     with half-overlapping shifts; every interval's best split is computed at once per length from the
     cumulative sums. Of the splits whose gain exceeds ``threshold``, the narrowest intervals' are kept
     first, skipping an interval that contains a kept break. Short regimes in long ones (a bump between
@@ -143,7 +154,10 @@ def _seeded_candidates(cs: np.ndarray, n: int, min_size: int, threshold: float) 
         gain = n1 * n2 / ln * d * d
         best = np.argmax(gain, axis=1)
         g = gain[np.arange(starts.size), best]
-        keep = np.flatnonzero(g > threshold)
+        # A best split pinned at min_size from an inner interval edge means the change lies nearer to
+        # the edge than a regime may be: a neighbouring interval sees it whole.
+        pinned = ((best == 0) & (starts > 0)) | ((best == offs.size - 1) & (starts + ln < n))
+        keep = np.flatnonzero((g > threshold) & ~pinned)
         cands.extend(zip([ln] * keep.size, starts[keep].tolist(), (starts[keep] + offs[best[keep]]).tolist()))
         length /= SEED_DECAY
     cands.sort()
@@ -156,8 +170,7 @@ def _seeded_candidates(cs: np.ndarray, n: int, min_size: int, threshold: float) 
     return kept
 
 
-#: Splits are made down to this fraction of the penalty, then merged back while below the penalty:
-#: a short regime between two opposite jumps (a bump) has a weak single split but strong edges.
+#: Candidates are taken down to this fraction of the penalty, then merged back while below it.
 OVERSPLIT = 0.5
 
 
