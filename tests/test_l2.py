@@ -220,3 +220,14 @@ def test_clean_data_exact_with_regimes_as_short_as_min_size(gap):
         truth = planted_l2(seed=seed, kernels=1, launches=400, breaks=10, sigma=0.0, min_gap=gap)
         k = truth.kernels[0]
         assert changepoints.detect(truth.miss_rate(k)) == truth.breaks[k], seed
+
+
+def test_ncu_rep_without_the_module_names_the_extra(cli):
+    try:
+        import ncu_report  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("ncu_report is installed")
+    path = real_trace("tanvisharma_3136_64_64_rtx2080ti_sgemm.ncu-rep")
+    _one_error(cli("l2-breakpoints", path), 1, "ncu-report", "veotrace[ncu]")
