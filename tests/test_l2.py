@@ -132,7 +132,7 @@ def test_cli_json_csv_table(cli, tmp_path):
     r = cli("l2-breakpoints", path, "--format", "csv", "--rules", "none", "--metric", THROUGHPUT)
     assert r.exit_code == 0 and r.stdout.startswith('"kernel","metric","launch_index","id"')
     r = cli("l2-breakpoints", path)
-    assert r.exit_code == 0 and "Breakpoints" in r.stdout and "bytes_per_request_drop" in r.stdout
+    assert r.exit_code == 0 and "Breakpoints" in r.stdout and "B/req" in r.stdout and "evaluated" in r.stdout
 
 
 def test_sample_file_runs(cli):
