@@ -211,3 +211,34 @@ def test_real_2020_details_page():
     freq = _by(t, "dram__cycles_elapsed.avg.per_second")[0]
     assert (freq["unit"], freq["value"]) == ("cycle/s", 795373665.48)
     assert _by(t, "gpu__time_duration.sum")[0]["value"] == 8992.0
+
+
+def _equivalence_files(tmp_path: Path) -> list[Path]:
+    from veotrace.synth.ncu import planted_l2
+
+    files = [_write(tmp_path, PREAMBLE + _details(h, ROWS), bom=True, crlf=True, name=f"d{i}.csv")
+             for i, h in enumerate((H2020, H2025, H_MIN))]
+    files.append(_write(tmp_path, _raw_lines([("2,000", "1", "85.5", "A30"), ("n/a", "1.5", "90", "A30")]), name="r.csv"))
+    rows = [(i, "k", "Launch Statistics", "Function Cache Configuration", "", "CachePreferNone") for i in range(3)]
+    rows += [(i, "k", "GPU Speed Of Light", "SOL L2", "%", "1,5") for i in range(3)]
+    files.append(_write(tmp_path, _details(H2020, rows), name="text.csv"))
+    truth = planted_l2(seed=1, kernels=3, launches=50, breaks=1, sigma=1.0)
+    files += [truth.write_details(tmp_path / "sd.csv"), truth.write_raw(tmp_path / "sr.csv")]
+    from tests.conftest import REAL_TRACES
+
+    real = REAL_TRACES / "andrewxu_nsight_cfd_097K.log"
+    return files + ([real] if real.exists() else [])
+
+
+def test_vectorised_path_equals_the_row_reader(tmp_path, monkeypatch):
+    import veotrace.sources.ncu_fast as fast
+
+    for path in _equivalence_files(tmp_path):
+        r1, r2 = ReadReport(), ReadReport()
+        a = read_metrics(path, report=r1)
+        with monkeypatch.context() as m:
+            m.setattr(fast, "read_fast", lambda *a, **k: None)
+            b = read_metrics(path, report=r2)
+        assert a.schema == b.schema
+        assert a.to_pylist() == b.to_pylist(), path.name
+        assert r1.warnings == r2.warnings

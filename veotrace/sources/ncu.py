@@ -78,10 +78,14 @@ def read_metrics(path: Path, *, options: ReadOptions | None = None, report: Read
         return read_report(path, report=report)
     stream, raw = open_decompressed(path)
     try:
-        text = stream.read().decode("utf-8", errors="replace")
+        data = stream.read()
     finally:
         raw.close()
-    text = text.lstrip("\ufeff")
+    data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    fast = _try_fast(path, data, report)
+    if fast is not None:
+        return fast
+    text = data.decode("utf-8", errors="replace")
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.lstrip("\ufeff").startswith('"ID",')), None)
     if start is None:
@@ -98,6 +102,21 @@ def read_metrics(path: Path, *, options: ReadOptions | None = None, report: Read
     cols["source_file"] = [str(path)] * len(cols["launch_id"])
     table = pa.table({k: v for k, v in cols.items()})
     return conform(table, NCU_METRICS).unify_dictionaries()
+
+
+def _try_fast(path: Path, data: bytes, report: ReadReport) -> pa.Table | None:
+    """The vectorised read (``ncu_fast``) when the table is plain: None sends the file to the row reader."""
+    pos = 0 if data.startswith(b'"ID",') else data.find(b'\n"ID",') + 1
+    if pos == 0 and not data.startswith(b'"ID",'):
+        return None
+    if re.search(rb"\n==(PROF|WARNING|ERROR|INFO)==", data[pos:]):
+        return None
+    end = data.find(b"\n", pos)
+    line = data[pos:end if end >= 0 else len(data)].decode("utf-8", errors="replace").rstrip("\r")
+    header = next(csv.reader([line]))
+    from veotrace.sources.ncu_fast import read_fast
+
+    return read_fast(path, data[pos:], header, leading=LEADING, details=DETAILS, missing=MISSING, report=report)
 
 
 def _new_cols() -> dict[str, list]:
