@@ -1,4 +1,9 @@
-"""Reader: Nsight Compute CSV (details page, raw page) and .ncu-rep reports -> NCU_METRICS."""
+"""Reader: Nsight Compute CSV (details page, raw page) and .ncu-rep reports -> NCU_METRICS.
+
+Well-formed pages are read vectorised (``ncu_fast``); a file with anything needing judgement row by
+row (a bad value, a short row, ncu messages inside the table) goes through the row reader below,
+which names the line.
+"""
 
 from __future__ import annotations
 
