@@ -231,3 +231,18 @@ def test_ncu_rep_without_the_module_names_the_extra(cli):
         pytest.skip("ncu_report is installed")
     path = real_trace("tanvisharma_3136_64_64_rtx2080ti_sgemm.ncu-rep")
     _one_error(cli("l2-breakpoints", path), 1, "ncu-report", "veotrace[ncu]")
+
+
+def test_files_are_one_series_in_file_order_even_when_ids_restart(tmp_path):
+    from veotrace.sources import read_table
+
+    truth = planted_l2(seed=8, kernels=2, launches=300, breaks=4, sigma=0.0)
+    lines = truth.details_lines()
+    head, data = lines[:4], lines[4:]
+    half = truth.order.size // 2
+    first = [ln for ln in data if int(ln.split('"')[1]) < half]
+    second = ['"' + str(int(ln.split('"')[1]) - half) + ln[ln.index('"', 1):] for ln in data if int(ln.split('"')[1]) >= half]
+    (tmp_path / "a.csv").write_text("\n".join(head + first) + "\n")
+    (tmp_path / "b.csv").write_text("\n".join(head + second) + "\n")
+    res = find_breakpoints(read_table([tmp_path / "a.csv", tmp_path / "b.csv"], "ncu_metrics"))
+    assert _found(res) == truth.breaks
