@@ -90,7 +90,7 @@ def detect(
     if gain > pen:
         heap.append((-gain, t, 0, n))
     while heap:
-        g, t, a, b = heapq.heappop(heap)
+        _, t, a, b = heapq.heappop(heap)
         found.append(t)
         if on_progress is not None:
             on_progress(len(found), len(found) + len(heap))
@@ -108,7 +108,7 @@ def _refine(cs: np.ndarray, bkps: list[int], n: int, min_size: int) -> list[int]
     for i in range(len(out)):
         a = out[i - 1] if i > 0 else 0
         b = out[i + 1] if i + 1 < len(out) else n
-        gain, t = _best_split(cs, a, b, min_size)
+        _, t = _best_split(cs, a, b, min_size)
         if t >= 0:
             out[i] = t
     return out

@@ -140,7 +140,7 @@ def correlate(
         raise UsageError(f"--max-lag must be between 0 and {n - 3} for {n} pairs, got {max_lag}")
     check_not_constant(jump, "address jumps")
     check_not_constant(epe, "EPE values")
-    block = block_len or max(1, int(round(n ** (1 / 3))))
+    block = block_len or max(1, round(n ** (1 / 3)))
     rng = np.random.default_rng(seed)
     boot_idx = _block_indices(rng, n, block, resamples)
     perm_idx = _block_permutations(rng, n, block, resamples)

@@ -38,7 +38,6 @@ class _HidePandas(MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "pandas" or name.startswith("pandas."):
             raise ModuleNotFoundError(f"pandas is hidden in the veotrace CLI process ({name})", name=name)
-        return None
 
 
 def main() -> None:

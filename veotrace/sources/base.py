@@ -111,7 +111,7 @@ def read_head(path: Path, n: int = 65536) -> bytes:
     except (OSError, EOFError) as exc:
         # A truncated stream still yields its first bytes through the slow path below.
         return _partial_gzip_head(raw) if kind == "gzip" else _raise_corrupt(path, kind, exc)
-    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError subclasses on corrupt zstd
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError subclasses on corrupt zstd
         return _raise_corrupt(path, kind, exc)
 
 

@@ -81,7 +81,7 @@ FORMATS: tuple[Format, ...] = (
     Format("torch-snapshot", "PyTorch CUDA memory snapshot (pickle)", "torch_snapshot",
            ("alloc_events", "segments", "blocks"), _is_pickle),
     Format("npy", "NumPy array (.npy/.npz)", "arrays", ("arrays",),
-           lambda h: h.startswith(b"\x93NUMPY") or h.startswith(b"PK\x03\x04")),
+           lambda h: h.startswith((b"\x93NUMPY", b"PK\x03\x04"))),
     Format("ncu-csv", "Nsight Compute CSV (ncu --csv, details or raw page)", "ncu",
            ("ncu_metrics",), _is_ncu_csv),
     Format("alloc-csv", "alloc/free event log, CSV (timestamp,op_type,size_bytes,...)", "alloc_log",
