@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -199,9 +200,9 @@ def memory_events(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
     """
     t, enums = _memory_table(path, columns)
     n = t.num_rows
-    start = t.column("ts_ns").combine_chunks()
-    if n > 1 and pc.any(pc.less(start[1:], start[:-1])).as_py():
-        t = t.take(pc.array_sort_indices(start))  # stable
+    start = t.column("ts_ns").combine_chunks().to_numpy(zero_copy_only=False)  # start is NOT NULL
+    if n > 1 and bool((start[1:] < start[:-1]).any()):
+        t = t.take(pa.array(np.argsort(start, kind="stable")))
     out: dict[str, pa.Array] = {}
     for name in t.column_names:
         col = t.column(name).combine_chunks()
@@ -212,7 +213,7 @@ def memory_events(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
         elif name == "address":
             col = col.cast(pa.uint64(), safe=False)  # SQLite stores 64-bit addresses as signed integers
         out[name] = col
-    out["seq"] = pa.array(range(n), pa.int64()) if n else pa.array([], pa.int64())
+    out["seq"] = pa.array(np.arange(n, dtype=np.int64))
     out["source_file"] = _source(path, n)
     schema = alloc_events_schema(columns)
     return conform(pa.table({k: v for k, v in out.items() if k in schema.names}), schema)
