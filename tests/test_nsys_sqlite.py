@@ -272,3 +272,9 @@ def test_info_on_the_sample_and_a_real_export():
     assert sample["tables"] == {"gpu_activity": 336, "alloc_events": 4_000}
     assert sample["details"]["alloc_events"]["ops"] == {"alloc": 2_000, "free": 2_000}
     assert real["tables"] == {"gpu_activity": 4} and any("no GPU memory events" in p for p in real["problems"])
+
+
+def test_empty_activity_and_memory_tables(tmp_path):
+    e = write_export(tmp_path / "empty.sqlite", memory=0, kernels=0, memcpys=0, memsets=0)
+    assert memory_events(e.path).num_rows == 0 and read_gpu_activity(e.path).num_rows == 0
+    assert "no events with timestamps" in _error("entropy", e.path)
