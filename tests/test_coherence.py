@@ -10,6 +10,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES, run_cli
 from veotrace.analysis.coherence import Thresholds, detect_collapse, onset_index
@@ -294,3 +296,22 @@ def test_unreadable_tables(tmp_path, content, what):
 def test_bad_options_are_usage_errors(args, what):
     r = run_cli("coherence", SAMPLES / "frames" / "frames.csv", *args)
     assert r.exit_code == 2 and r.stderr.startswith("Error: ") and what in r.stderr
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.booleans(), max_size=40), st.integers(1, 6))
+def test_onset_index_is_the_first_run_of_persist(holds, persist):
+    brute = next((i for i in range(len(holds) - persist + 1) if all(holds[i:i + persist])), None)
+    assert onset_index(np.array(holds, bool), persist) == brute
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5))
+def test_any_onset_never_later_than_all_onset(seed, persist):
+    rng = np.random.default_rng(seed)
+    n = 30
+    metrics = {"id_match_rate": rng.uniform(0.3, 1, n), "flow_l2_px": rng.uniform(0, 20, n),
+               "clip_entropy_bits": rng.uniform(1, 4, n), "coherence_score": rng.uniform(0, 0.2, n)}
+    first = detect_collapse(np.arange(n), metrics, rule="any", persist=persist).onset_frame
+    last = detect_collapse(np.arange(n), metrics, rule="all", persist=persist).onset_frame
+    assert last is None or (first is not None and first <= last)
