@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "veotrace.cli.convert",
     "veotrace.cli.formats",
     "veotrace.cli.correlate",
+    "veotrace.cli.coherence",
     "veotrace.cli.bursts",
     "veotrace.cli.info",
 )

@@ -218,7 +218,7 @@ def to_addresses(arr: np.ndarray, *, path: Path | None = None) -> tuple[np.ndarr
     bad = (vals < 0) | (vals != np.floor(vals)) | (vals >= 2.0**64)
     if bad.any():
         raise TraceFormatError(
-            f"addresses must be exact non-negative integers, found {vals[bad][0]!r}", path=path,
+            f"addresses must be exact non-negative integers, found {float(vals[bad][0])!r}", path=path,
             hint="Save addresses as uint64 (floats above 2**53 lose bytes)",
         )
     out = np.zeros(arr.shape, dtype=np.uint64)
