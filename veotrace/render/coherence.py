@@ -10,7 +10,8 @@ from veotrace.render.console import rows_table, summary_table
 
 _METRIC_HEADERS = [("id_match_rate", "ID match"), ("flow_l2_px", "flow px"),
                    ("clip_entropy_bits", "entropy"), ("coherence_score", "score")]
-_SHORT = {"id_drift": "id", "flow_jump": "flow", "entropy_jump": "ent", "score_collapse": "score"}
+#: One letter per sign in the per-frame table (legend in its header).
+_SHORT = {"id_drift": "I", "flow_jump": "F", "entropy_jump": "E", "score_collapse": "S"}
 
 
 def frame_ranges(frames: list[int]) -> str:
@@ -29,7 +30,7 @@ def frame_ranges(frames: list[int]) -> str:
 
 
 def _fired(row: dict, signs) -> str:
-    return ",".join(_SHORT[s] for s in signs if row[s])
+    return "".join(_SHORT[s] if row[s] else "." for s in signs)
 
 
 def _num(value) -> str:
@@ -59,7 +60,7 @@ def render_coherence(con: Console, result, *, max_rows: int = 40) -> None:
     for row in flags:
         row["fired"] = _fired(row, result.signs)
         row["state"] = "collapsed" if row["collapsed"] else ""
-    columns = [("frame", "frame"), *present, ("fired", "signs fired"), ("state", "")]
+    columns = [("frame", "frame"), *present, ("fired", "signs IFES"), ("state", "state")]
     table, footer = rows_table("Per-frame flags", flags, columns, max_rows=max_rows,
                                formatters={k: _num for k, _ in _METRIC_HEADERS})
     con.print(table)

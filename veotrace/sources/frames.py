@@ -98,9 +98,9 @@ def _load(path: Path):
 
 
 def _read_arrow(path: Path, kind: str):
-    from veotrace.sources.arrays import _read_table
+    from veotrace.sources.arrays import read_column_table
 
-    return _read_table(path, kind)
+    return read_column_table(path, kind)
 
 
 def _load_json(path: Path) -> tuple[str, list[dict]]:
@@ -167,11 +167,11 @@ def _numeric(path: Path, kind: str, data, column: str, lines: list[int] | None) 
     if kind in ("csv", "parquet"):
         import pyarrow as pa
 
-        from veotrace.sources.arrays import _non_numeric
+        from veotrace.sources.arrays import non_numeric_error
 
         col = data.column(column)
         if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_null(col.type)):
-            raise _non_numeric(path, column, col, header_rows=1 if kind == "csv" else 0)
+            raise non_numeric_error(path, column, col, header_rows=1 if kind == "csv" else 0)
         return col.cast(pa.float64()).fill_null(math.nan).to_numpy()
     out = np.empty(len(data), dtype=np.float64)
     for i, row in enumerate(data):
