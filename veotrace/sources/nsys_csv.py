@@ -23,7 +23,12 @@ import pyarrow.compute as pc
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import GPU_ACTIVITY, conform
 from veotrace.sources.base import ReadOptions, ReadReport
-from veotrace.sources.nsys_reports import TRACE_REPORT, Report, split_column, split_reports
+from veotrace.sources.nsys_reports import (
+    TRACE_REPORT,
+    Report,
+    split_column,
+    split_reports,
+)
 
 #: Unit spelling in a header's parentheses -> factor to ns or to bytes.
 TIME_UNITS = {"ns": 1, "nsec": 1, "us": 1_000, "usec": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000,
@@ -47,13 +52,14 @@ _PLACE = {"Host": "H", "Device": "D", "Array": "A", "Peer": "P"}
 TRACE_HINT = "Run 'nsys stats --report cuda_gpu_trace --format csv' (gputrace before nsys 2023.1) for per-launch rows"
 
 
-def read_gpu_activity(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None) -> pa.Table:
+def read_gpu_activity(path: Path, *, options: ReadOptions | None = None, report: ReadReport | None = None) -> pa.Table:
     """Kernel launches, memcpys and memsets of the trace report(s) in ``path``, as ``GPU_ACTIVITY``.
 
     Raises:
         TraceFormatError: no trace report (naming the reports the file holds), an unknown unit,
             a missing column, or a value that is not a number (without ``skip_bad_rows``).
     """
+    options = options if options is not None else ReadOptions()
     report = report if report is not None else ReadReport()
     reports, _ = split_reports(path)
     traces = [r for r in reports if r.is_trace]
