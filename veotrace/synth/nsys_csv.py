@@ -127,8 +127,8 @@ def captured_stdout(report_csv: str, *, generation: str = "2025", db: str = "/tm
              f"NOTICE: Existing SQLite export found: {db}\n"]
     for name, what in _SKIPPED:
         parts += [processing(name), f"SKIPPED: {db} does not contain {what} data.\n", "\n"]
-    parts += [processing(kern_sum), "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),"
-              "StdDev (ns),Name\n", "100.0,1000,2,500.0,500.0,400,600,141.4,flash_fwd_kernel\n", "\n"]
+    parts += [processing(kern_sum), ("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),"
+              "StdDev (ns),Name\n"), "100.0,1000,2,500.0,500.0,400,600,141.4,flash_fwd_kernel\n", "\n"]
     parts += [processing(trace), report_csv, "\n"]
     parts += [processing("um_sum"), f"SKIPPED: {db} does not contain CUDA memory transfers data.\n", "\n"]
     return "".join(parts)
