@@ -24,6 +24,7 @@ from veotrace.errors import TraceFormatError
 from veotrace.schemas import GPU_ACTIVITY, conform
 from veotrace.sources.base import ReadOptions, ReadReport
 from veotrace.sources.nsys_reports import (
+    KNOWN_REPORTS,
     TRACE_REPORT,
     Report,
     split_column,
@@ -75,7 +76,7 @@ def read_gpu_activity(path: Path, *, options: ReadOptions | None = None, report:
 
 
 def _no_trace_error(path: Path, reports: list[Report]) -> TraceFormatError:
-    named = [r for r in reports if r.name is not None]
+    named = [r for r in reports if r.name in KNOWN_REPORTS]
     if not named:
         return TraceFormatError(
             "an nsys stats CSV with no report veotrace knows", path=path,
