@@ -57,6 +57,8 @@ def _is_ncu_csv(head: bytes) -> bool:
 
 
 _NSYS_COLUMNS = ("Time (%)", "Total Time (ns)", "Start (ns)", "Duration (ns)", "CorrId", "CorrID", "Total (MB)")
+#: Trace headers in other units: nsys 2021.1 'Start(sec)', 'Duration(nsec)'; 'nsys stats --timeunit usec'.
+_NSYS_TIME_COLUMN = re.compile(r"(^|,)(Start|Duration) ?\((ns|nsec|us|usec|ms|msec|s|sec)\),")
 
 
 def _is_nsys_csv(head: bytes) -> bool:
@@ -64,7 +66,7 @@ def _is_nsys_csv(head: bytes) -> bool:
     if any(ln.startswith("Processing [") for ln in lines):
         return True
     first = next((ln for ln in lines if ln), "")
-    return any(col in first for col in _NSYS_COLUMNS)
+    return any(col in first for col in _NSYS_COLUMNS) or bool(_NSYS_TIME_COLUMN.search(first))
 
 
 def _is_pickle(head: bytes) -> bool:

@@ -6,7 +6,6 @@ are recorded on the :class:`Probe`, so one bad file cannot hide what the others 
 
 from __future__ import annotations
 
-import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +18,6 @@ from veotrace.sources.base import (
     ReadReport,
     compression_of,
     expand_paths,
-    open_decompressed,
     read_head,
 )
 from veotrace.sources.detect import Format, detect
@@ -27,9 +25,6 @@ from veotrace.sources.detect import Format, detect
 #: nsys SQLite tables whose row counts `info` shows (the ones veotrace maps, FORMATS.md A.4-A.5).
 NSYS_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS", "NVTX_EVENTS", "TARGET_INFO_GPU")
-_PROCESSING = re.compile(r"^Processing \[.*\] with \[(?:.*/)?([^/\]]+?)(?:\.py)?\]")
-#: Lines of text formats scanned for headers and report markers.
-_SCAN_LINES = 200_000
 
 
 @dataclass
@@ -126,27 +121,17 @@ def _nsys_sqlite(path: Path) -> dict[str, Any]:
             "metadata_table": layout.meta_table, "tables": len(layout.tables), "source_rows": counts}
 
 
-def _text_lines(path: Path) -> list[str]:
-    stream, raw = open_decompressed(path)
-    try:
-        text = stream.read(64 << 20).decode("utf-8", errors="replace")
-    finally:
-        raw.close()
-    return text.lstrip("\ufeff").splitlines()[:_SCAN_LINES]
-
-
 def _nsys_csv(path: Path) -> dict[str, Any]:
-    lines = _text_lines(path)
-    reports, skipped = [], []
-    for i, line in enumerate(lines):
-        m = _PROCESSING.match(line)
-        if m:
-            reports.append(m.group(1))
-            if i + 1 < len(lines) and lines[i + 1].startswith("SKIPPED:"):
-                skipped.append(m.group(1))
-    if not reports:
-        return {"layout": "one report", "header": next((ln for ln in lines if ln.strip()), "")[:200]}
-    return {"layout": "captured nsys stats stdout", "reports": reports, "empty_reports": skipped}
+    from veotrace.sources.nsys_reports import split_reports
+
+    reports, captured = split_reports(path)
+    if not captured:
+        rep = reports[0] if reports else None
+        return {"layout": "one report", "report": rep.name if rep else None,
+                "header": (rep.header or "")[:200] if rep else "", "rows": len(rep.lines) if rep else 0}
+    return {"layout": "captured nsys stats stdout", "reports": [r.name or r.given_name for r in reports],
+            "empty_reports": [r.name or r.given_name for r in reports if r.skipped is not None],
+            "report_rows": {r.name or r.given_name: len(r.lines) for r in reports if r.skipped is None}}
 
 
 def _ncu_csv(path: Path) -> dict[str, Any]:
