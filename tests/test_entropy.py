@@ -14,11 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from veotrace.analysis.entropy import COLUMNS, compute_entropy, entropy_bits, size_classes
+from tests.conftest import SAMPLES, run_cli
+from veotrace.analysis.entropy import (
+    COLUMNS,
+    compute_entropy,
+    entropy_bits,
+    size_classes,
+)
 from veotrace.analysis.windows import WindowCounts
 from veotrace.sources import iter_alloc_events
 from veotrace.synth.alloc import regimes_log
-from tests.conftest import SAMPLES, run_cli
 
 
 def _entropy(paths, **kw):

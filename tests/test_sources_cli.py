@@ -42,10 +42,10 @@ def test_snapshot_event_windows_and_convert(tmp_path):
     assert again["windows"] == out["windows"]
 
 
-def test_nsys_sqlite_is_detected_but_not_read_yet():
+def test_nsys_sqlite_without_memory_events_is_refused_clearly():
     path = real_trace("lianhang_report1.sqlite")
     r = run_cli("entropy", path)
-    assert r.exit_code == 1 and "Nsight Systems SQLite export" in r.stderr and str(path) in r.stderr
+    assert r.exit_code == 1 and "no GPU memory events" in r.stderr and str(path) in r.stderr
     assert "Traceback" not in r.stderr
 
 

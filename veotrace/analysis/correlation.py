@@ -6,20 +6,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from veotrace.analysis.defaults import CORRELATE_ALIGN as DEFAULT_ALIGN
+from veotrace.analysis.defaults import CORRELATE_ALIGNS as ALIGNS
+from veotrace.analysis.defaults import CORRELATE_REDUCE as DEFAULT_REDUCE
+from veotrace.analysis.defaults import CORRELATE_REDUCES as REDUCES
+from veotrace.analysis.defaults import CORRELATE_TENSOR_REDUCES as TENSOR_REDUCES
+from veotrace.analysis.defaults import CORRELATE_TENSORS as DEFAULT_TENSORS
 from veotrace.errors import AnalysisError, UsageError
 
-DEFAULT_ALIGN = "into"  # per-frame EPE[j] goes with the transition j-1 -> j
-ALIGNS = ("into", "from")
-DEFAULT_REDUCE = "mean"  # how (m, H, W) EPE maps become one value per frame
-REDUCES = ("mean", "median", "p95")
-DEFAULT_TENSORS = "mean"  # how k tensors per frame become one jump
-TENSOR_REDUCES = ("mean", "max")
-DEFAULT_RESAMPLES = 2000
-DEFAULT_SEED = 0
-DEFAULT_BLOCK_LEN = 0  # 0 = automatic, about n ** (1/3)
-DEFAULT_MAX_LAG = 0
-CONFIDENCE = 0.95
-MIN_PAIRS = 3
+MIN_PAIRS = 3  # a correlation of two points is always +-1
 
 
 @dataclass
@@ -149,7 +144,7 @@ def effective_n(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.clip(x.size * (1 - prod) / (1 + prod), 2.0, x.size))
 
 
-from veotrace.analysis.correlation_stats import (  # noqa: E402
+from veotrace.analysis.correlation_stats import (
     CorrelationResult,
     GroupComparison,
     compare_groups,

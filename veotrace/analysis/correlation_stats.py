@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
+from veotrace.analysis.defaults import (
+    CORRELATE_BLOCK_LEN,
+    CORRELATE_CONFIDENCE,
+    CORRELATE_MAX_LAG,
+    CORRELATE_RESAMPLES,
+    CORRELATE_SEED,
+)
 from veotrace.errors import UsageError
 
 
@@ -110,11 +117,11 @@ def correlate(
     jump: np.ndarray,
     epe: np.ndarray,
     *,
-    resamples: int = 2000,
-    seed: int = 0,
-    block_len: int = 0,
-    max_lag: int = 0,
-    confidence: float = 0.95,
+    resamples: int = CORRELATE_RESAMPLES,
+    seed: int = CORRELATE_SEED,
+    block_len: int = CORRELATE_BLOCK_LEN,
+    max_lag: int = CORRELATE_MAX_LAG,
+    confidence: float = CORRELATE_CONFIDENCE,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> CorrelationResult:
     """Correlate address jumps with EPE: Pearson and Spearman, classic and block-resampled uncertainty.
@@ -140,7 +147,7 @@ def correlate(
         raise UsageError(f"--max-lag must be between 0 and {n - 3} for {n} pairs, got {max_lag}")
     check_not_constant(jump, "address jumps")
     check_not_constant(epe, "EPE values")
-    block = block_len or max(1, int(round(n ** (1 / 3))))
+    block = block_len or max(1, round(n ** (1 / 3)))
     rng = np.random.default_rng(seed)
     boot_idx = _block_indices(rng, n, block, resamples)
     perm_idx = _block_permutations(rng, n, block, resamples)
@@ -182,7 +189,7 @@ def _diff(a: np.ndarray, b: np.ndarray, confidence: float) -> dict:
     return {"diff": float(a.mean() - b.mean()), "ci_low": float(ci.low), "ci_high": float(ci.high), "p": float(res.pvalue)}
 
 
-def compare_groups(run, baseline, *, confidence: float = 0.95) -> GroupComparison:
+def compare_groups(run, baseline, *, confidence: float = CORRELATE_CONFIDENCE) -> GroupComparison:
     """Compare two runs' aligned pairs (``Pairs``): run minus baseline, Welch t intervals.
 
     The intervals assume independent transitions; with autocorrelated series read them as optimistic.

@@ -22,3 +22,25 @@ L2_THROUGHPUT_LOW_PCT = 65.0  # L2 throughput (% of peak) below this after a bre
 L2_BYTES_PER_REQUEST_FROM = 128.0  # bytes per L2 request before the break at least this ...
 L2_BYTES_PER_REQUEST_TO = 32.0  # ... and after it at most this
 L2_READ_SLOPE_RISE_PCT = 200.0  # read sectors per launch rising by at least this much (%)
+
+# coherence (collapse signs of a long video generation, per frame)
+COHERENCE_ID_MIN = 0.65  # id drift: tracker cross-frame ID match rate below this
+COHERENCE_FLOW_MAX_PX = 8.7  # flow jump: mean inter-frame flow displacement above this
+COHERENCE_ENTROPY_MAX_BITS = 2.95  # semantic entropy jump: CLIP alignment entropy above this
+COHERENCE_SCORE_MIN = 0.05  # score collapse: coherence score below this ...
+COHERENCE_SCORE_DROP = 5.0  # ... or at least this many times lower than before a one-frame drop
+COHERENCE_RULE = "any"  # "any", "all", or a comma-separated list of signs that must all fire
+COHERENCE_PERSIST = 3  # the rule must hold this many consecutive frames for an onset
+
+# correlate (address jumps vs optical-flow end-point error)
+CORRELATE_ALIGN = "into"  # per-frame EPE[j] goes with the transition j-1 -> j
+CORRELATE_ALIGNS = ("into", "from")
+CORRELATE_REDUCE = "mean"  # how (m, H, W) EPE maps become one value per frame
+CORRELATE_REDUCES = ("mean", "median", "p95")
+CORRELATE_TENSORS = "mean"  # how k tensors per frame become one jump
+CORRELATE_TENSOR_REDUCES = ("mean", "max")
+CORRELATE_RESAMPLES = 2000  # bootstrap resamples and permutations
+CORRELATE_SEED = 0
+CORRELATE_BLOCK_LEN = 0  # 0 = automatic, about n ** (1/3)
+CORRELATE_MAX_LAG = 0
+CORRELATE_CONFIDENCE = 0.95

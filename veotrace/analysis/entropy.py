@@ -102,8 +102,8 @@ def compute_entropy(
     """
     _check(window_s, step_s, min_class, max_class, window_events, segments)
     n_cls = max_class - min_class + 1
-    window_ns = int(round(window_s * 1e9))
-    step_ns = int(round((step_s if step_s is not None else window_s) * 1e9))
+    window_ns = round(window_s * 1e9)
+    step_ns = round((step_s if step_s is not None else window_s) * 1e9)
     acc = WindowCounts(window_ns, step_ns, n_cls)
     ev_ts, ev_cls, n_read, n_counted, has_null_ts = [], [], 0, 0, False
     for batch in batches:

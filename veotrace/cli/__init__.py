@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "veotrace.cli.convert",
     "veotrace.cli.formats",
     "veotrace.cli.correlate",
+    "veotrace.cli.coherence",
     "veotrace.cli.bursts",
     "veotrace.cli.l2",
     "veotrace.cli.info",
@@ -39,7 +40,6 @@ class _HidePandas(MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "pandas" or name.startswith("pandas."):
             raise ModuleNotFoundError(f"pandas is hidden in the veotrace CLI process ({name})", name=name)
-        return None
 
 
 def main() -> None:

@@ -8,8 +8,19 @@ from typing import Annotated
 import typer
 
 from veotrace.cli.app import app
-from veotrace.cli.common import (FormatHintOpt, NoProgressOpt, PathsArg, SkipBadRowsOpt, TimeUnit, TimeUnitOpt,
-                                 err, print_report, progress, read_setup, user_errors)
+from veotrace.cli.common import (
+    FormatHintOpt,
+    NoProgressOpt,
+    PathsArg,
+    SkipBadRowsOpt,
+    TimeUnit,
+    TimeUnitOpt,
+    err,
+    print_report,
+    progress,
+    read_setup,
+    user_errors,
+)
 
 
 @app.command("convert")

@@ -7,8 +7,17 @@ from typing import Annotated
 
 import typer
 
+from veotrace.analysis import defaults as d
 from veotrace.cli.app import app
-from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, RowsOpt, emit, err, user_errors
+from veotrace.cli.common import (
+    FormatOpt,
+    OutputFormat,
+    OutputOpt,
+    RowsOpt,
+    emit,
+    err,
+    user_errors,
+)
 
 
 def _pairs(addrs: Path, epe: Path, names: tuple[str | None, str | None], **opts):
@@ -25,13 +34,13 @@ def correlate_command(
     epe: Annotated[Path, typer.Argument(help="End-point error: (n-1,) per transition, (n,) per frame, or (m, H, W) maps.")],
     addrs_name: Annotated[str | None, typer.Option("--addrs-name", help="Array (.npz) or column(s) 'a,b' (CSV/Parquet) of ADDRS.")] = None,
     epe_name: Annotated[str | None, typer.Option("--epe-name", help="Array (.npz) or column (CSV/Parquet) of EPE.")] = None,
-    align: Annotated[str, typer.Option("--align", help="Per-frame EPE: 'into' pairs EPE[i+1] with jump i -> i+1, 'from' pairs EPE[i].")] = "into",
-    reduce: Annotated[str, typer.Option("--reduce", help="Reduce (m, H, W) EPE maps per frame: mean, median or p95.")] = "mean",
-    tensors: Annotated[str, typer.Option("--tensors", help="With k tensors per frame, the jump is their mean or max.")] = "mean",
-    resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples and permutations.")] = 2000,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and permutations.")] = 0,
-    block_len: Annotated[int, typer.Option("--block-len", help="Block length for resampling (0 = about n^(1/3)).")] = 0,
-    max_lag: Annotated[int, typer.Option("--max-lag", help="Also correlate at lags -K..K (EPE K frames later).")] = 0,
+    align: Annotated[str, typer.Option("--align", help="Per-frame EPE: 'into' pairs EPE[i+1] with jump i -> i+1, 'from' pairs EPE[i].")] = d.CORRELATE_ALIGN,
+    reduce: Annotated[str, typer.Option("--reduce", help=f"Reduce (m, H, W) EPE maps per frame: {', '.join(d.CORRELATE_REDUCES)}.")] = d.CORRELATE_REDUCE,
+    tensors: Annotated[str, typer.Option("--tensors", help=f"With k tensors per frame, the jump is their {' or '.join(d.CORRELATE_TENSOR_REDUCES)}.")] = d.CORRELATE_TENSORS,
+    resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples and permutations.")] = d.CORRELATE_RESAMPLES,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and permutations.")] = d.CORRELATE_SEED,
+    block_len: Annotated[int, typer.Option("--block-len", help="Block length for resampling (0 = about n^(1/3)).")] = d.CORRELATE_BLOCK_LEN,
+    max_lag: Annotated[int, typer.Option("--max-lag", help="Also correlate at lags -K..K (EPE K frames later).")] = d.CORRELATE_MAX_LAG,
     baseline: Annotated[tuple[Path, Path] | None, typer.Option("--baseline", help="ADDRS0 EPE0 of a baseline run to compare means with.")] = None,
     drop_nonfinite: Annotated[bool, typer.Option("--drop-nonfinite", help="Drop pairs with NaN/inf (counted) instead of refusing.")] = False,
     pairs_out: Annotated[Path | None, typer.Option("--pairs-out", help="Write the aligned pairs as CSV here.", dir_okay=False)] = None,
@@ -45,7 +54,7 @@ def correlate_command(
         from veotrace.render import export
         from veotrace.render.correlate import render_correlate
 
-        opts = dict(align=align, reduce=reduce, tensors=tensors, drop_nonfinite=drop_nonfinite)
+        opts = {"align": align, "reduce": reduce, "tensors": tensors, "drop_nonfinite": drop_nonfinite}
         pairs = _pairs(addrs, epe, (addrs_name, epe_name), **opts)
         if pairs.dropped_nonfinite:
             err(f"Warning: dropped {pairs.dropped_nonfinite} pair(s) with NaN/inf (--drop-nonfinite)")
@@ -53,6 +62,6 @@ def correlate_command(
         comparison = compare_groups(pairs, _pairs(*baseline, (addrs_name, epe_name), **opts)) if baseline else None
         if pairs_out is not None:
             export.write_table(pairs.to_table(), "csv", pairs_out)
-        as_json = lambda: {**result.to_dict(), "dropped_nonfinite": pairs.dropped_nonfinite, "baseline": comparison}  # noqa: E731
+        as_json = lambda: {**result.to_dict(), "dropped_nonfinite": pairs.dropped_nonfinite, "baseline": comparison}
         emit(fmt, output, as_json=as_json, as_table=pairs.to_table,
              render_terminal=lambda con: render_correlate(con, result, pairs=pairs, comparison=comparison, max_rows=rows))

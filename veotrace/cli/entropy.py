@@ -6,15 +6,28 @@ from typing import Annotated
 
 import typer
 
-from veotrace.cli.app import app
-from veotrace.cli.common import (FormatHintOpt, FormatOpt, NoProgressOpt, OutputFormat, OutputOpt, PathsArg,
-                                 RowsOpt, SkipBadRowsOpt, TimeUnit, TimeUnitOpt, emit, print_report, progress,
-                                 read_setup, user_errors)
-
 from veotrace.analysis.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
 from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
 from veotrace.analysis.defaults import ENTROPY_OPS as _OPS
 from veotrace.analysis.defaults import ENTROPY_WINDOW_S as _WINDOW_S
+from veotrace.cli.app import app
+from veotrace.cli.common import (
+    FormatHintOpt,
+    FormatOpt,
+    NoProgressOpt,
+    OutputFormat,
+    OutputOpt,
+    PathsArg,
+    RowsOpt,
+    SkipBadRowsOpt,
+    TimeUnit,
+    TimeUnitOpt,
+    emit,
+    print_report,
+    progress,
+    read_setup,
+    user_errors,
+)
 
 
 @app.command("entropy")

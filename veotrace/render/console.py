@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,7 +67,7 @@ def fmt_value(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if value != value:  # NaN
+        if math.isnan(value):
             return "-"
         if value == 0 or 1e-3 <= abs(value) < 1e6:
             return f"{value:.4g}" if abs(value) < 1 else f"{value:,.4f}".rstrip("0").rstrip(".")

@@ -55,9 +55,9 @@ def conform(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-from veotrace.schemas.events import ALLOC_EVENTS, Op  # noqa: E402
-from veotrace.schemas.gpu import BLOCKS, GPU_ACTIVITY, SEGMENTS  # noqa: E402
-from veotrace.schemas.metrics import NCU_METRICS  # noqa: E402
+from veotrace.schemas.events import ALLOC_EVENTS, Op
+from veotrace.schemas.gpu import BLOCKS, GPU_ACTIVITY, SEGMENTS
+from veotrace.schemas.metrics import NCU_METRICS
 
 __all__ = [
     "ALLOC_EVENTS",
@@ -65,9 +65,9 @@ __all__ = [
     "DICT_STR",
     "GPU_ACTIVITY",
     "NCU_METRICS",
-    "Op",
     "SCHEMA_KEY",
     "SEGMENTS",
+    "Op",
     "conform",
     "empty_table",
     "schema_tag",

@@ -133,9 +133,9 @@ def iter_alloc_events(
     total = sum(sizes)
     offset = 0
     for (path, fmt), size in zip(inputs, sizes):
-        def file_progress(done: int, _base: int = offset) -> None:
+        def file_progress(done: int, _base: int = offset, _size: int = size) -> None:
             if on_progress is not None:
-                on_progress(_base + min(done, size), total)
+                on_progress(_base + min(done, _size), total)
 
         yield from _module(fmt, path).iter_alloc_events(
             path, options=options, report=report, columns=columns, on_progress=file_progress

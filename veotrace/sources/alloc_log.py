@@ -422,11 +422,11 @@ def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport,
                 if not isinstance(obj, dict):
                     raise _FieldError(None, "expected a JSON object per line")
                 lower = {k.lower(): v for k, v in obj.items()}
-                get = lambda c: lower.get(c)  # noqa: E731
+                get = lower.get
             else:
                 if len(item) < len(index):
                     raise _FieldError(None, f"expected {len(index)} fields, got {len(item)}")
-                get = lambda c: item[index[c]]  # noqa: E731
+                get = lambda c, item=item: item[index[c]]
             parsed = {}
             for c in read_cols:
                 try:

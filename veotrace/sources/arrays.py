@@ -139,7 +139,7 @@ def _load_npz(path: Path, name: str | None) -> np.ndarray:
 def _load_columns(path: Path, kind: str, name: str | None) -> np.ndarray:
     import pyarrow as pa
 
-    table = _read_table(path, kind)
+    table = read_column_table(path, kind)
     columns = table.column_names
     wanted = [c.strip() for c in name.split(",")] if name else columns
     if name is None and len(columns) > 1:
@@ -157,7 +157,7 @@ def _load_columns(path: Path, kind: str, name: str | None) -> np.ndarray:
     for col_name in wanted:
         col = table.column(col_name)
         if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_null(col.type)):
-            raise _non_numeric(path, col_name, col, header_rows=1 if kind == "csv" else 0)
+            raise non_numeric_error(path, col_name, col, header_rows=1 if kind == "csv" else 0)
         # Empty CSV cells become NaN, which the analysis refuses or drops (--drop-nonfinite) and counts.
         if col.null_count or pa.types.is_null(col.type):
             col = col.cast(pa.float64()).fill_null(float("nan"))
@@ -167,7 +167,8 @@ def _load_columns(path: Path, kind: str, name: str | None) -> np.ndarray:
     return np.column_stack(out)
 
 
-def _read_table(path: Path, kind: str):
+def read_column_table(path: Path, kind: str):
+    """A CSV or Parquet file as an Arrow table (shared with the per-frame metrics reader)."""
     import pyarrow as pa
 
     try:
@@ -183,7 +184,7 @@ def _read_table(path: Path, kind: str):
         raise TraceFormatError(f"not a readable {what} table ({exc})", path=path) from None
 
 
-def _non_numeric(path: Path, column: str, col, *, header_rows: int) -> TraceFormatError:
+def non_numeric_error(path: Path, column: str, col, *, header_rows: int) -> TraceFormatError:
     for i, value in enumerate(col.to_pylist()):
         try:
             if value is not None:
@@ -218,7 +219,7 @@ def to_addresses(arr: np.ndarray, *, path: Path | None = None) -> tuple[np.ndarr
     bad = (vals < 0) | (vals != np.floor(vals)) | (vals >= 2.0**64)
     if bad.any():
         raise TraceFormatError(
-            f"addresses must be exact non-negative integers, found {vals[bad][0]!r}", path=path,
+            f"addresses must be exact non-negative integers, found {float(vals[bad][0])!r}", path=path,
             hint="Save addresses as uint64 (floats above 2**53 lose bytes)",
         )
     out = np.zeros(arr.shape, dtype=np.uint64)

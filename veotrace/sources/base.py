@@ -10,8 +10,9 @@ from typing import IO
 
 from veotrace.errors import TraceFormatError
 
-#: Bytes per CSV/JSON read block; bounds memory whatever the log length. 4 MiB keeps peak RSS
-#: ~370 MiB on a 10M-event log (16 MiB: ~700 MiB) for ~10% more time (benchmarks/bench_entropy.py).
+#: Bytes per CSV/JSON read chunk (line-aligned); bounds memory whatever the log length. 16 MiB
+#: chunks keep peak RSS ~280 MiB on a 10M-event log and flat on a 10x longer one
+#: (benchmarks/bench_entropy.py --growth 10); smaller chunks cost time in per-chunk overhead.
 DEFAULT_BLOCK_BYTES = 16 << 20
 #: How many skipped line numbers are listed in the report.
 MAX_LISTED_SKIPS = 5
@@ -111,7 +112,7 @@ def read_head(path: Path, n: int = 65536) -> bytes:
     except (OSError, EOFError) as exc:
         # A truncated stream still yields its first bytes through the slow path below.
         return _partial_gzip_head(raw) if kind == "gzip" else _raise_corrupt(path, kind, exc)
-    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError subclasses on corrupt zstd
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError subclasses on corrupt zstd
         return _raise_corrupt(path, kind, exc)
 
 

@@ -57,6 +57,8 @@ def _is_ncu_csv(head: bytes) -> bool:
 
 
 _NSYS_COLUMNS = ("Time (%)", "Total Time (ns)", "Start (ns)", "Duration (ns)", "CorrId", "CorrID", "Total (MB)")
+#: Trace headers in other units: nsys 2021.1 'Start(sec)', 'Duration(nsec)'; 'nsys stats --timeunit usec'.
+_NSYS_TIME_COLUMN = re.compile(r"(^|,)(Start|Duration) ?\((ns|nsec|us|usec|ms|msec|s|sec)\),")
 
 
 def _is_nsys_csv(head: bytes) -> bool:
@@ -64,7 +66,7 @@ def _is_nsys_csv(head: bytes) -> bool:
     if any(ln.startswith("Processing [") for ln in lines):
         return True
     first = next((ln for ln in lines if ln), "")
-    return any(col in first for col in _NSYS_COLUMNS)
+    return any(col in first for col in _NSYS_COLUMNS) or bool(_NSYS_TIME_COLUMN.search(first))
 
 
 def _is_pickle(head: bytes) -> bool:
@@ -81,7 +83,7 @@ FORMATS: tuple[Format, ...] = (
     Format("torch-snapshot", "PyTorch CUDA memory snapshot (pickle)", "torch_snapshot",
            ("alloc_events", "segments", "blocks"), _is_pickle),
     Format("npy", "NumPy array (.npy/.npz)", "arrays", ("arrays",),
-           lambda h: h.startswith(b"\x93NUMPY") or h.startswith(b"PK\x03\x04")),
+           lambda h: h.startswith((b"\x93NUMPY", b"PK\x03\x04"))),
     Format("ncu-csv", "Nsight Compute CSV (ncu --csv, details or raw page)", "ncu",
            ("ncu_metrics",), _is_ncu_csv),
     Format("alloc-csv", "alloc/free event log, CSV (timestamp,op_type,size_bytes,...)", "alloc_log",

@@ -6,8 +6,6 @@ are recorded on the :class:`Probe`, so one bad file cannot hide what the others 
 
 from __future__ import annotations
 
-import re
-import sqlite3
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +18,6 @@ from veotrace.sources.base import (
     ReadReport,
     compression_of,
     expand_paths,
-    open_decompressed,
     read_head,
 )
 from veotrace.sources.detect import Format, detect
@@ -28,10 +25,6 @@ from veotrace.sources.detect import Format, detect
 #: nsys SQLite tables whose row counts `info` shows (the ones veotrace maps, FORMATS.md A.4-A.5).
 NSYS_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS", "NVTX_EVENTS", "TARGET_INFO_GPU")
-_NSYS_META = ("EXPORT_META_DATA", "META_DATA_EXPORT")  # schema <= 3.0, newer
-_PROCESSING = re.compile(r"^Processing \[.*\] with \[(?:.*/)?([^/\]]+?)(?:\.py)?\]")
-#: Lines of text formats scanned for headers and report markers.
-_SCAN_LINES = 200_000
 
 
 @dataclass
@@ -119,53 +112,26 @@ def _torch(path: Path) -> dict[str, Any]:
 
 
 def _nsys_sqlite(path: Path) -> dict[str, Any]:
-    # Read-only URI: never create a journal or touch the user's export.
-    try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise TraceFormatError(f"SQLite cannot open the file ({exc})", path=path) from None
-    try:
-        names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        meta_table = next((t for t in _NSYS_META if t in names), None)
-        if meta_table is None:
-            raise TraceFormatError("a SQLite database, but not an Nsight Systems export (no EXPORT_META_DATA or "
-                                   "META_DATA_EXPORT table)", path=path)
-        meta = dict(con.execute(f"SELECT name, value FROM {meta_table}").fetchall())  # table names come from _NSYS_META, not input
-        counts = {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in NSYS_TABLES if t in names}
-    except sqlite3.Error as exc:
-        raise TraceFormatError(f"SQLite cannot read the file ({exc})", path=path) from None
-    finally:
-        con.close()
-    return {"nsys_version": _meta_value(meta, "PRODUCT_VERSION"), "schema_version": _meta_value(meta, "SCHEMA_VERSION"),
-            "metadata_table": meta_table, "tables": len(names), "source_rows": counts}
+    from veotrace.sources.sqlite_ro import connect_ro, export_layout
 
-
-def _meta_value(meta: dict, suffix: str) -> str | None:
-    keys = sorted(k for k in meta if str(k).endswith(suffix))
-    return str(meta[keys[0]]) if keys else None
-
-
-def _text_lines(path: Path) -> list[str]:
-    stream, raw = open_decompressed(path)
-    try:
-        text = stream.read(64 << 20).decode("utf-8", errors="replace")
-    finally:
-        raw.close()
-    return text.lstrip("\ufeff").splitlines()[:_SCAN_LINES]
+    with connect_ro(path) as con:
+        layout = export_layout(con, path)
+        counts = {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in NSYS_TABLES if t in layout.tables}
+    return {"nsys_version": layout.meta_value("PRODUCT_VERSION"), "schema_version": layout.meta_value("SCHEMA_VERSION"),
+            "metadata_table": layout.meta_table, "tables": len(layout.tables), "source_rows": counts}
 
 
 def _nsys_csv(path: Path) -> dict[str, Any]:
-    lines = _text_lines(path)
-    reports, skipped = [], []
-    for i, line in enumerate(lines):
-        m = _PROCESSING.match(line)
-        if m:
-            reports.append(m.group(1))
-            if i + 1 < len(lines) and lines[i + 1].startswith("SKIPPED:"):
-                skipped.append(m.group(1))
-    if not reports:
-        return {"layout": "one report", "header": next((ln for ln in lines if ln.strip()), "")[:200]}
-    return {"layout": "captured nsys stats stdout", "reports": reports, "empty_reports": skipped}
+    from veotrace.sources.nsys_reports import split_reports
+
+    reports, captured = split_reports(path)
+    if not captured:
+        rep = reports[0] if reports else None
+        return {"layout": "one report", "report": rep.name if rep else None,
+                "header": (rep.header or "")[:200] if rep else "", "rows": len(rep.lines) if rep else 0}
+    return {"layout": "captured nsys stats stdout", "reports": [r.name or r.given_name for r in reports],
+            "empty_reports": [r.name or r.given_name for r in reports if r.skipped is not None],
+            "report_rows": {r.name or r.given_name: len(r.lines) for r in reports if r.skipped is None}}
 
 
 def _ncu_csv(path: Path) -> dict[str, Any]:

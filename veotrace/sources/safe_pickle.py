@@ -29,7 +29,7 @@ class _RefusedGlobal(Exception):
 class _PlainUnpickler(pickle.Unpickler):
     """Unpickler whose ``find_class`` refuses everything, so no object but plain data is built."""
 
-    def find_class(self, module: str, name: str):  # noqa: D401 - pickle API
+    def find_class(self, module: str, name: str):
         raise _RefusedGlobal(module, name)
 
     def persistent_load(self, pid):

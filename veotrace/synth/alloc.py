@@ -83,7 +83,7 @@ def write_realistic_log(
             cls = np.clip(np.rint(rng.normal(centre, width)), 2, 12).astype(np.int64)
             size = class_size(rng, cls)
             is_free = rng.random(n) < 0.48
-            ops = np.where(is_free, "free", "alloc")
+            ops = np.where(is_free, "free", "alloc").astype("<U6")  # room for "defrag"
             ops[rng.random(n) < 1e-4] = "defrag"
             addr = (np.int64(0x7F0000000000) + rng.integers(0, 1 << 36, n) * 512).astype(np.int64)
             out.write_table(pa.table({

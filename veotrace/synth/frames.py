@@ -38,23 +38,52 @@ def address_epe_series(n: int = 48, *, rho: float = 0.6, phi: float = 0.0, k: in
     return addr, epe, {"rho": rho, "jump_bytes": jump}
 
 
-def frame_metrics(n: int = 48, *, onset: int | None = 18, noise: float = 0.0, blip: int | None = None, seed: int = 0) -> dict:
+#: Healthy and collapsed level of each metric; the thresholds in analysis/defaults.py lie between.
+LEVELS = {  # metric: (healthy, collapsed, noise scale)
+    "id_match_rate": (0.90, 0.40, 0.05),
+    "flow_l2_px": (3.0, 15.0, 1.0),
+    "clip_entropy_bits": (2.0, 3.6, 0.1),
+    "coherence_score": (0.124, 0.009, 0.002),
+}
+SIGN_OF = {"id_match_rate": "id_drift", "flow_l2_px": "flow_jump", "clip_entropy_bits": "entropy_jump",
+           "coherence_score": "score_collapse"}
+
+
+def frame_metrics(
+    n: int = 48,
+    *,
+    onset: int | None = 18,
+    noise: float = 0.0,
+    blip: int | None = None,
+    signs: tuple[str, ...] | None = None,
+    seed: int = 0,
+) -> dict:
     """Per-frame metrics (frame, id_match_rate, flow_l2_px, clip_entropy_bits, coherence_score).
 
-    Every sign fires from ``onset`` on (None: never); ``blip`` plants a one-frame flow spike that
-    ``--persist`` > 1 must ignore. ``noise`` scales Gaussian noise kept within the thresholds' margins.
+    The planted signs (``signs``; None = all four) fire from row ``onset`` on (None: never), the
+    others stay healthy throughout; ``blip`` plants a one-frame flow spike that ``--persist`` > 1
+    must ignore. ``noise`` scales Gaussian noise clipped at 2 sd, which keeps every value on its
+    side of the default thresholds (and one-frame score ratios below the default drop factor).
     """
     rng = np.random.default_rng(seed)
     frames = np.arange(n)
     bad = np.zeros(n, bool) if onset is None else frames >= onset
-    jitter = lambda scale: noise * scale * np.clip(rng.standard_normal(n), -2, 2)  # noqa: E731
-    cols = {
-        "frame": frames,
-        "id_match_rate": np.where(bad, 0.40, 0.90) + jitter(0.05),
-        "flow_l2_px": np.where(bad, 15.0, 3.0) + jitter(1.0),
-        "clip_entropy_bits": np.where(bad, 3.6, 2.0) + jitter(0.1),
-        "coherence_score": np.where(bad, 0.009, 0.124) + jitter(0.002),
-    }
+    cols: dict = {"frame": frames}
+    for metric, (good, collapsed, scale) in LEVELS.items():
+        planted = signs is None or SIGN_OF[metric] in signs
+        level = np.where(bad & planted, collapsed, good)
+        cols[metric] = level + noise * scale * np.clip(rng.standard_normal(n), -2, 2)
     if blip is not None:
         cols["flow_l2_px"][blip] = 20.0
     return cols
+
+
+def frame_rows(cols: dict) -> list[dict]:
+    """The columns of ``frame_metrics`` as one dict per frame (JSON Lines rows, a service's "frames")."""
+    names = list(cols)
+    return [dict(zip(names, values)) for values in zip(*(np.asarray(cols[k]).tolist() for k in names))]
+
+
+def generation_response(cols: dict, *, job_id: str = "gen-0001", model: str = "video-gen-synthetic") -> dict:
+    """A generation service's JSON answer carrying per-frame metrics: {"job_id", "model", "frames": [...]}."""
+    return {"job_id": job_id, "model": model, "num_frames": len(cols["frame"]), "frames": frame_rows(cols)}

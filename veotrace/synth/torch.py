@@ -56,7 +56,7 @@ def synthetic_snapshot(
         seg_addr = BASE_ADDRESS + dev * (1 << 36)
         trace: list[dict] = []
 
-        def entry(action: str, addr: int, size: int, **extra: object) -> None:
+        def entry(action: str, addr: int, size: int, trace: list[dict] = trace, **extra: object) -> None:
             nonlocal t_us
             t_us += int(rng.integers(1, 4000))
             e: dict = {"action": action, "addr": addr, "size": size, "stream": 0, **extra}

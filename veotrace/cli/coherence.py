@@ -1,0 +1,64 @@
+"""`veotrace coherence`: at which frame did a long video generation lose coherence, and by which signs?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from veotrace.analysis import defaults as d
+from veotrace.cli.app import app
+from veotrace.cli.common import (
+    FormatOpt,
+    OutputFormat,
+    OutputOpt,
+    RowsOpt,
+    emit,
+    err,
+    user_errors,
+)
+
+
+def _col(flag: str, metric: str):
+    return typer.Option(flag, help=f"Column holding {metric} [default: {metric}, optional].")
+
+
+@app.command("coherence")
+def coherence_command(
+    frames: Annotated[Path, typer.Argument(help="Per-frame metrics: CSV, Parquet, JSON Lines, or a service's JSON {\"frames\": [...]}.")],
+    frame_col: Annotated[str | None, typer.Option("--frame-col", help="Column of frame numbers [default: 'frame' if present, else row order from 0].")] = None,
+    id_col: Annotated[str | None, _col("--id-col", "id_match_rate")] = None,
+    flow_col: Annotated[str | None, _col("--flow-col", "flow_l2_px")] = None,
+    entropy_col: Annotated[str | None, _col("--entropy-col", "clip_entropy_bits")] = None,
+    score_col: Annotated[str | None, _col("--score-col", "coherence_score")] = None,
+    id_min: Annotated[float, typer.Option("--id-min", help="ID drift when the ID match rate is below this.")] = d.COHERENCE_ID_MIN,
+    flow_max: Annotated[float, typer.Option("--flow-max", help="Flow jump when the mean flow is above this (px).")] = d.COHERENCE_FLOW_MAX_PX,
+    entropy_max: Annotated[float, typer.Option("--entropy-max", help="Entropy jump when the CLIP entropy is above this (bits).")] = d.COHERENCE_ENTROPY_MAX_BITS,
+    score_min: Annotated[float, typer.Option("--score-min", help="Score collapse when the coherence score is below this.")] = d.COHERENCE_SCORE_MIN,
+    score_drop: Annotated[float, typer.Option("--score-drop", help="... or when it drops this many times between frames and stays down (0 = off).")] = d.COHERENCE_SCORE_DROP,
+    rule: Annotated[str, typer.Option("--rule", help="any, all, or signs that must all fire: id_drift,flow_jump,entropy_jump,score_collapse.")] = d.COHERENCE_RULE,
+    persist: Annotated[int, typer.Option("--persist", help="The rule must hold this many consecutive frames for an onset.")] = d.COHERENCE_PERSIST,
+    fail_on_collapse: Annotated[bool, typer.Option("--fail-on-collapse", help="Exit 1 when a collapse onset is found (for CI).")] = False,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+    rows: RowsOpt = 40,
+) -> None:
+    """Collapse onset of a generation: ID drift, flow jump, entropy jump and score collapse per frame."""
+    with user_errors():
+        from veotrace.analysis.coherence import Thresholds, detect_collapse
+        from veotrace.render.coherence import render_coherence
+        from veotrace.sources.frames import read_frame_metrics
+
+        names = {m: c for m, c in (("id_match_rate", id_col), ("flow_l2_px", flow_col),
+                                   ("clip_entropy_bits", entropy_col), ("coherence_score", score_col)) if c}
+        table = read_frame_metrics(frames, frame_column=frame_col, names=names)
+        thresholds = Thresholds(id_min, flow_max, entropy_max, score_min, score_drop)
+        result = detect_collapse(table.frame, table.metrics, thresholds=thresholds, rule=rule, persist=persist,
+                                 frame_source=table.frame_source)
+        emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.flags,
+             render_terminal=lambda con: render_coherence(con, result, max_rows=rows))
+    if fail_on_collapse and result.onset_frame is not None:
+        err(f"Collapse: onset at frame {result.onset_frame} ({', '.join(result.onset_signs)}; rule {result.rule}, "
+            f"persist {result.persist}); failing because of --fail-on-collapse")
+        raise typer.Exit(1)
