@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -222,15 +223,24 @@ def test_clean_data_exact_with_regimes_as_short_as_min_size(gap):
         assert changepoints.detect(truth.miss_rate(k)) == truth.breaks[k], seed
 
 
-def test_ncu_rep_without_the_module_names_the_extra(cli):
-    try:
-        import ncu_report  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("ncu_report is installed")
+def test_ncu_rep_without_the_module_names_the_extra(cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ncu_report", None)  # import fails as if not installed
     path = real_trace("tanvisharma_3136_64_64_rtx2080ti_sgemm.ncu-rep")
     _one_error(cli("l2-breakpoints", path), 1, "ncu-report", "veotrace[ncu]")
+
+
+def test_truncated_ncu_rep_is_refused_naming_the_file(cli, tmp_path):
+    pytest.importorskip("ncu_report")
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(real_trace("tanvisharma_3136_64_64_rtx2080ti_sgemm.ncu-rep").read_bytes()[:100_000])
+    _one_error(cli("l2-breakpoints", cut), 1, "cut.ncu-rep", "no kernel launches", "truncated")
+
+
+def test_real_ncu_rep_is_read_through_ncu_report(cli):
+    pytest.importorskip("ncu_report")
+    path = real_trace("tanvisharma_3136_64_64_rtx2080ti_sgemm.ncu-rep")
+    # One sgemm launch with 698 numeric metrics: readable, but too short a series for change points.
+    _one_error(cli("l2-breakpoints", path, "--metric", "L2 Hit Rate"), 1, "volta_sgemm_32x128_nn", "1 launches")
 
 
 def test_files_are_one_series_in_file_order_even_when_ids_restart(tmp_path):

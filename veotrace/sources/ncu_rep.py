@@ -29,7 +29,7 @@ def read_report(path: Path, *, report: ReadReport) -> pa.Table:
 
     try:
         ctx = ncu_report.load_report(str(path))
-    except Exception as exc:  # the module raises its own error types on bad files
+    except Exception as exc:  # noqa: BLE001 - the module's error types are undocumented
         raise TraceFormatError(f"ncu_report could not load the report ({exc})", path=path) from None
     cols: dict[str, list] = {k: [] for k in ("launch_id", "kernel", "metric", "unit", "value", "device",
                                              "block_size", "grid_size")}
@@ -39,7 +39,6 @@ def read_report(path: Path, *, report: ReadReport) -> pa.Table:
         for a in range(rng.num_actions()):
             action = rng.action_by_idx(a)
             kernel = action.name()
-            dev = action.metric_by_name("device__attribute_display_name")
             block = _dims(action, "launch__block_dim")
             grid = _dims(action, "launch__grid_dim")
             for name in action.metric_names():
@@ -57,7 +56,10 @@ def read_report(path: Path, *, report: ReadReport) -> pa.Table:
                 cols["block_size"].append(block)
                 cols["grid_size"].append(grid)
             launch += 1
-    del dev
+    if not cols["launch_id"]:
+        # ncu_report loads a truncated or foreign file as an empty report instead of failing.
+        raise TraceFormatError("the report holds no kernel launches with numeric metrics", path=path,
+                               hint="It may be truncated or not an Nsight Compute report: copy it again, or open it in ncu-ui")
     cols["source_file"] = [str(path)] * len(cols["launch_id"])
     return conform(pa.table(cols), NCU_METRICS).unify_dictionaries()
 
