@@ -146,3 +146,24 @@ def test_sample_traces_main_job_has_a_rising_trend():
     assert res.summary["events_read"] == 30000
     assert res.trend["slope"] > 0 and res.trend["kendall"]["p_value"] < 1e-6
     assert [s["windows"] for s in res.segments] == [48, 72, 117]
+
+
+@pytest.mark.parametrize("events", [200_000, pytest.param(3_000_000, marks=pytest.mark.slow)])
+def test_realistic_log_agrees_with_pandas_and_scipy(tmp_path, events):
+    """The benchmark's baseline (c), pandas groupby + scipy.stats.entropy, gives the same H per window."""
+    import pandas as pd
+
+    from veotrace.synth.alloc import write_realistic_log
+
+    log = tmp_path / "alloc.csv"
+    write_realistic_log(log, events=events)
+    r = run_cli("entropy", log, "--format", "json", "--no-progress")
+    assert r.exit_code == 0, r.stderr
+    ours = {w["window"]: w["entropy_bits"] for w in json.loads(r.stdout)["windows"] if w["events"]}
+    df = pd.read_csv(log)
+    a = df[df.op_type == "alloc"]
+    cls = np.clip(np.ceil(np.log2(a.size_bytes / 1024)), 2, 12).astype(int)
+    win = a.timestamp // 300_000_000_000
+    ref = cls.groupby(win).apply(lambda s: stats.entropy(s.value_counts().to_numpy(), base=2))
+    assert set(ours) == {int(k) for k in ref.index}
+    assert max(abs(ours[int(k)] - v) for k, v in ref.items()) <= 1e-9
