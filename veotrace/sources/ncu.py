@@ -193,20 +193,27 @@ def _read_details(path, header, rows, start, options, report) -> dict[str, list]
             continue
         name = row[n]
         metric = name if "__" in name else (metric_for_label(name, row[s]) or name)
-        try:
-            value = parse_value(row[v])
-        except ValueError:
-            pending.append((len(cols["metric"]), lineno, metric, row[v]))
-            value = None
-        unit, factor = normalise_unit(row[u])
-        _leading(cols, idx, row)
-        cols["metric"].append(metric)
-        cols["label"].append(None if metric == name else name)
-        cols["section"].append(row[s])
-        cols["unit"].append(unit or None)
-        cols["value"].append(None if value is None else value * factor)
+        _add_value(cols, pending, idx, row, lineno, name=name, metric=metric, section=row[s], unit=row[u],
+                   text=row[v])
     _settle_text(path, cols, pending, options, report)
     return cols
+
+
+def _add_value(cols, pending, idx, row, lineno, *, name, metric, section, unit, text) -> None:
+    """Append one (launch, metric) value; text that is not a number is noted in ``pending``
+    (settled per metric by ``_settle_text``: a text-valued metric is left out, a stray text is an error)."""
+    try:
+        value = parse_value(text)
+    except ValueError:
+        pending.append((len(cols["metric"]), lineno, metric, text))
+        value = None
+    norm, factor = normalise_unit(unit)
+    _leading(cols, idx, row)
+    cols["metric"].append(metric)
+    cols["label"].append(None if metric == name else name)
+    cols["section"].append(section)
+    cols["unit"].append(norm or None)
+    cols["value"].append(None if value is None else value * factor)
 
 
 def _skip_or_raise(path, lineno, reason, options, report) -> bool:
@@ -236,17 +243,7 @@ def _read_raw(path, header, rows, start, options, report) -> dict[str, list]:
                 path, lineno, f"not a launch row ({len(row)} fields, ID {row[0]!r})", options, report):
             continue
         for i, name, metric in metric_cols:
-            try:
-                value = parse_value(row[i])
-            except ValueError:
-                pending.append((len(cols["metric"]), lineno, metric, row[i]))
-                value = None
-            unit, factor = normalise_unit(units[i])
-            _leading(cols, idx, row)
-            cols["metric"].append(metric)
-            cols["label"].append(None if metric == name else name)
-            cols["section"].append(None)
-            cols["unit"].append(unit or None)
-            cols["value"].append(None if value is None else value * factor)
+            _add_value(cols, pending, idx, row, lineno, name=name, metric=metric, section=None, unit=units[i],
+                       text=row[i])
     _settle_text(path, cols, pending, options, report)
     return cols
