@@ -74,12 +74,10 @@ class CoherenceResult:
     flags: object  # pyarrow.Table, schema FRAME_FLAGS
 
     def to_dict(self) -> dict:
-        from veotrace.render.export import table_rows
-
         return {
             "onset_frame": self.onset_frame, "collapsed": self.onset_frame is not None, "onset_signs": self.onset_signs,
             "rule": self.rule, "rule_signs": self.rule_signs, "persist": self.persist, "n_frames": self.n_frames,
-            "frame_source": self.frame_source, "signs": self.signs, "frames": table_rows(self.flags),
+            "frame_source": self.frame_source, "signs": self.signs, "frames": self.flags.to_pylist(),
         }
 
 

@@ -25,9 +25,9 @@ from veotrace.analysis.defaults import (
     L2_METRIC,
     L2_RULES,
 )
-from veotrace.analysis.metric_names import L2_HIT_RATE, L2_MISS_RATE, resolve_metric
 from veotrace.errors import AnalysisError, UsageError
 from veotrace.schemas.changepoints import L2_BREAKPOINTS
+from veotrace.schemas.ncu_names import L2_HIT_RATE, L2_MISS_RATE, resolve_metric
 
 
 @dataclass

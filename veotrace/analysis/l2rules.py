@@ -30,8 +30,8 @@ from veotrace.analysis.defaults import (
     L2_READ_SLOPE_RISE_PCT,
     L2_THROUGHPUT_LOW_PCT,
 )
-from veotrace.analysis.metric_names import L2_THROUGHPUT
 from veotrace.errors import UsageError
+from veotrace.schemas.ncu_names import L2_THROUGHPUT
 
 SECTOR_BYTES = 32
 SECTORS = "lts__t_sectors.sum"

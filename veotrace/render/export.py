@@ -54,11 +54,6 @@ def dumps_json(obj: Any, *, pretty: bool = False) -> str:
     return json.dumps(jsonable(obj), allow_nan=False, indent=2 if pretty else None) + "\n"
 
 
-def table_rows(table: Any) -> list[dict[str, Any]]:
-    """Rows of an Arrow table as JSON-ready dicts (dictionary columns decoded, nulls as None)."""
-    return jsonable(table.to_pylist())
-
-
 def write_text(text: str, output: Path | None) -> None:
     """Write ``text`` to ``output`` or to stdout."""
     if output is None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from veotrace.analysis.metric_names import metric_for_label
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import NCU_METRICS, conform
+from veotrace.schemas.ncu_names import metric_for_label
 from veotrace.sources.base import ReadOptions, ReadReport, open_decompressed
 
 #: Columns before the metrics on both pages; "Kernel Time" is 2020-era, Block Size..CC are 2025+.

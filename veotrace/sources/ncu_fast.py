@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from veotrace.analysis.metric_names import metric_for_label
 from veotrace.schemas import NCU_METRICS, conform
+from veotrace.schemas.ncu_names import metric_for_label
 
 _NUMBER = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
 _INT = r"^-?[0-9]+$"

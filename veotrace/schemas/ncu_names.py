@@ -1,4 +1,4 @@
-"""Analysis helper: ncu display labels <-> metric names (FORMATS.md B.3), so users may ask for either."""
+"""Schemas layer: ncu display labels <-> metric names (FORMATS.md B.3), the names in NCU_METRICS's metric column, so users may ask for either."""
 
 from __future__ import annotations
 
