@@ -315,3 +315,17 @@ def test_any_onset_never_later_than_all_onset(seed, persist):
     first = detect_collapse(np.arange(n), metrics, rule="any", persist=persist).onset_frame
     last = detect_collapse(np.arange(n), metrics, rule="all", persist=persist).onset_frame
     assert last is None or (first is not None and first <= last)
+
+
+@pytest.mark.parametrize("name", ["nsys/synthetic_memory.sqlite", "alloc_logs/alloc.log.1.csv"])
+def test_a_trace_of_another_kind_is_named_not_parsed_as_csv(cli, name):
+    r = cli("coherence", SAMPLES / name)
+    assert r.exit_code == 1 and r.stderr.count("Error:") == 1
+    assert "detected format" in r.stderr and "not a per-frame metrics table" in r.stderr
+
+
+def test_binary_junk_is_refused_without_echoing_it(cli, tmp_path):
+    junk = tmp_path / "frames.csv"
+    junk.write_bytes(b"frame,coherence_score\n\x00\x01\x02\xff" * 50)
+    r = cli("coherence", junk)
+    assert r.exit_code == 1 and "binary data" in r.stderr and "\x00" not in r.stderr

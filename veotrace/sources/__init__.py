@@ -59,7 +59,7 @@ def resolve_inputs(
             fmt = detect(given, options.format_hint)
             if kind not in fmt.provides:
                 raise TraceFormatError(
-                    f"this is a {fmt.description}, which holds no {KIND_TEXT[kind]}",
+                    f"detected format {fmt.name} ({fmt.description}), which holds no {KIND_TEXT[kind]}",
                     path=given,
                     hint=_hint_for(fmt),
                 )

@@ -94,7 +94,21 @@ def _load(path: Path):
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff").lstrip()
     if text[:1] in ("{", "["):
         return _load_json(path)
+    _refuse_other_formats(path, head)
     return "csv", _read_arrow(path, "csv")
+
+
+def _refuse_other_formats(path: Path, head: bytes) -> None:
+    """A trace of another kind, or binary data, is named as such instead of failing as a bad CSV."""
+    from veotrace.sources.detect import sniff
+
+    fmt = sniff(path)
+    what = f"format {fmt.name} ({fmt.description})" if fmt is not None else (
+        "binary data" if b"\x00" in head else None)
+    if what is not None:
+        raise TraceFormatError(
+            f"detected {what}, not a per-frame metrics table", path=path,
+            hint='coherence reads CSV, Parquet, JSON Lines or {"frames": [...]} JSON with one row per frame')
 
 
 def _read_arrow(path: Path, kind: str):
