@@ -3,8 +3,8 @@
 Series: for each kernel name, the chosen metric of its launches in launch order (file order, then ncu
 ID), one value per launch (the first when a launch repeats a metric); ``n/a`` launches are left out
 of the series and counted. The default metric is the L2 miss rate, ``100 - lts__t_sector_hit_rate.pct``
-(FORMATS.md B.3). Change points: ``changepoints.detect`` (binary segmentation on the l2 cost, BIC
-penalty on the noise estimated from the series), per kernel. ``launch_index`` is the 0-based position
+(FORMATS.md B.3). Change points: ``changepoints.detect`` (seeded binary segmentation on the l2 cost,
+modified-BIC penalty on the noise estimated from the series), per kernel. ``launch_index`` is the 0-based position
 of the first launch of the new regime among the kernel's launches; ``id`` is that launch's ncu ID;
 ``z_score`` (the confidence) is the jump over its standard error.
 """
@@ -151,7 +151,7 @@ def find_breakpoints(
         st["breaks_not_evaluated"] = context.not_evaluated.get(st["name"], 0)
     table_out = pa.Table.from_pylist(rows, schema=L2_BREAKPOINTS) if rows else L2_BREAKPOINTS.empty_table()
     params = {"metric": chosen, "asked": metric, "kernel": kernel, "min_size": min_size,
-              "penalty_scale": penalty_scale, "method": "binary segmentation + backward merging, l2 cost, penalty "
+              "penalty_scale": penalty_scale, "method": "seeded binary segmentation + weakest-first merging, l2 cost, penalty "
               "scale * 2 * sigma^2 * ln(n), sigma = 1.4826 * MAD(diff(x)) / sqrt(2)",
               "rules": [p.name for p in presets]}
     return L2Result(table_out, infos, status, params)
