@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_entropy import DATA, median_run, run
+from bench_entropy import median_run, realistic_log
 
 PANDAS = r"""
 import sys, json, pandas as pd
@@ -79,15 +79,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.small:
         args.events, args.runs = 1_000_000, 1
-    DATA.mkdir(exist_ok=True)
-    csv = DATA / f"alloc_{args.events}.csv"
-    if not csv.exists():
-        from veotrace.synth.alloc import write_realistic_log
-
-        write_realistic_log(csv, events=args.events)
-    pq_path = csv.with_suffix(".parquet")
-    if not pq_path.exists():
-        run([sys.executable, "-m", "veotrace", "convert", str(csv), "-o", str(pq_path)])
+    csv, pq_path = realistic_log(args.events)
     tmp = Path(tempfile.mkdtemp())
     # The burst table as CSV: --format json of ~10^5 bursts spends seconds in the shared indented JSON writer.
     vt = [sys.executable, "-m", "veotrace", "bursts", "--format", "csv", "--no-progress"]

@@ -60,6 +60,20 @@ def median_run(cmd: list[str], runs: int) -> tuple[float, float]:
     return statistics.median(r[0] for r in results), max(r[1] for r in results)
 
 
+def realistic_log(events: int) -> tuple[Path, Path]:
+    """The realistic log of ``events`` events under benchmarks/data and its Parquet, made once and reused."""
+    DATA.mkdir(exist_ok=True)
+    csv = DATA / f"alloc_{events}.csv"
+    if not csv.exists():
+        from veotrace.synth.alloc import write_realistic_log
+
+        write_realistic_log(csv, events=events)
+    pq = csv.with_suffix(".parquet")
+    if not pq.exists():
+        run([sys.executable, "-m", "veotrace", "convert", str(csv), "-o", str(pq)])
+    return csv, pq
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=10_000_000)
@@ -67,15 +81,7 @@ def main() -> None:
     ap.add_argument("--growth", type=int, default=10,
                     help="also run (a) on a folder of this many rotated copies of the log (0 = skip)")
     args = ap.parse_args()
-    DATA.mkdir(exist_ok=True)
-    csv = DATA / f"alloc_{args.events}.csv"
-    if not csv.exists():
-        from veotrace.synth.alloc import write_realistic_log
-
-        write_realistic_log(csv, events=args.events)
-    pq = csv.with_suffix(".parquet")
-    if not pq.exists():
-        run([sys.executable, "-m", "veotrace", "convert", str(csv), "-o", str(pq)])
+    csv, pq = realistic_log(args.events)
     tmp = Path(tempfile.mkdtemp())
     vt = [sys.executable, "-m", "veotrace", "entropy", "--format", "json", "--no-progress"]
     cases = {
