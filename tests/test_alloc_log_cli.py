@@ -99,6 +99,8 @@ def test_table_output_is_capped_with_a_footer():
 def test_usage_errors_exit_2(tmp_path):
     r = run_cli("entropy", SAMPLES / "alloc_logs", "--min-class", "9", "--max-class", "3")
     assert r.exit_code == 2 and "Error: --min-class 9 is above --max-class 3" in r.stderr
+    r = run_cli("entropy", SAMPLES / "alloc_logs", "--ops", " , ")
+    assert r.exit_code == 2 and "Error: --ops needs at least one op name" in r.stderr
 
 
 def test_time_unit_seconds(tmp_path):

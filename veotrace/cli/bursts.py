@@ -23,6 +23,7 @@ from veotrace.cli.common import (
     TimeUnit,
     TimeUnitOpt,
     emit,
+    parse_ops,
     print_report,
     progress,
     read_setup,
@@ -68,19 +69,9 @@ def bursts_command(
             with progress("reading", enabled=not no_progress) as bar:
                 batches = iter_alloc_events(paths, options=options, report=report, columns=analysis.COLUMNS,
                                             on_progress=bar)
-                result = analysis.compute_bursts(batches, gap_ms=gap, min_events=min_events, ops=_ops(ops))
+                result = analysis.compute_bursts(batches, gap_ms=gap, min_events=min_events, ops=parse_ops(ops, _OPS))
         print_report(report)
         result.summary["read"] = report.to_dict()
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.bursts,
              render_terminal=lambda con: render_bursts(con, result, max_rows=rows))
 
-
-def _ops(text: str | None) -> list[str]:
-    from veotrace.errors import UsageError
-
-    if text is None:
-        return list(_OPS)
-    ops = [o.strip() for o in text.split(",") if o.strip()]
-    if not ops:
-        raise UsageError("--ops needs at least one op name, e.g. alloc")
-    return ops

@@ -160,6 +160,22 @@ def emit(
                 render_terminal(stdout_console(fh))
 
 
+def parse_ops(text: str | None, default: tuple[str, ...]) -> list[str]:
+    """The op names of a comma-separated ``--ops`` value (``default`` when None).
+
+    Raises:
+        UsageError: the value names no op at all (e.g. ``--ops ,``).
+    """
+    from veotrace.errors import UsageError
+
+    if text is None:
+        return list(default)
+    ops = [o.strip() for o in text.split(",") if o.strip()]
+    if not ops:
+        raise UsageError("--ops needs at least one op name, e.g. alloc")
+    return ops
+
+
 def read_setup(time_unit: TimeUnit, skip_bad_rows: bool, format_hint: str | None) -> tuple[Any, Any]:
     """The ReadOptions and an empty ReadReport for the shared reading options of a command."""
     from veotrace.sources import ReadOptions, ReadReport

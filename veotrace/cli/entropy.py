@@ -23,6 +23,7 @@ from veotrace.cli.common import (
     TimeUnit,
     TimeUnitOpt,
     emit,
+    parse_ops,
     print_report,
     progress,
     read_setup,
@@ -58,7 +59,7 @@ def entropy_command(
         with progress("reading", enabled=not no_progress) as bar:
             batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=bar)
             result = compute_entropy(batches, window_s=window, step_s=step, window_events=window_events,
-                                     ops=[o.strip() for o in ops.split(",") if o.strip()],
+                                     ops=parse_ops(ops, _OPS),
                                      min_class=min_class, max_class=max_class, segments=_hours(segments))
         print_report(report)
         result.summary["read"] = report.to_dict()
