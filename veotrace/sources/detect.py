@@ -113,7 +113,11 @@ def format_by_name(name: str) -> Format:
 
 def sniff(path: Path) -> Format | None:
     """The format of ``path`` judged from its (decompressed) first bytes, or None."""
-    head = read_head(path)
+    return sniff_head(read_head(path))
+
+
+def sniff_head(head: bytes) -> Format | None:
+    """The format judged from a file's (decompressed) first bytes, as read by ``read_head``, or None."""
     for fmt in FORMATS:
         if fmt.sniff(head):
             return fmt

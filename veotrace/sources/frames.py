@@ -88,7 +88,7 @@ def read_frame_metrics(
 def _load(path: Path):
     if path.stat().st_size == 0:
         raise TraceFormatError("the file is empty", path=path, hint="Expected one row per frame")
-    head = read_head(path, 4096)
+    head = read_head(path)
     if head.startswith(PARQUET_MAGIC):
         return "parquet", _read_arrow(path, "parquet")
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff").lstrip()
@@ -100,9 +100,9 @@ def _load(path: Path):
 
 def _refuse_other_formats(path: Path, head: bytes) -> None:
     """A trace of another kind, or binary data, is named as such instead of failing as a bad CSV."""
-    from veotrace.sources.detect import sniff
+    from veotrace.sources.detect import sniff_head
 
-    fmt = sniff(path)
+    fmt = sniff_head(head)
     what = f"format {fmt.name} ({fmt.description})" if fmt is not None else (
         "binary data" if b"\x00" in head else None)
     if what is not None:
