@@ -21,6 +21,14 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 TIME_UNIT_NS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+#: Every spelling of a time unit in tool output (ncu units, nsys stats header parentheses) -> ns.
+TIME_SPELLING_NS = {
+    **TIME_UNIT_NS,
+    "nsec": 1, "nsecond": 1,
+    "usec": 1_000, "usecond": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000,
+    "msec": 1_000_000, "msecond": 1_000_000,
+    "sec": 1_000_000_000, "second": 1_000_000_000,
+}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,12 @@ import pyarrow as pa
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.schemas.ncu_names import metric_for_label
-from veotrace.sources.base import ReadOptions, ReadReport, open_decompressed
+from veotrace.sources.base import (
+    TIME_SPELLING_NS,
+    ReadOptions,
+    ReadReport,
+    open_decompressed,
+)
 
 #: Columns before the metrics on both pages; "Kernel Time" is 2020-era, Block Size..CC are 2025+.
 LEADING = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
@@ -27,12 +32,10 @@ MISSING = {"", "n/a", "-", "N/A"}
 _NCU_MESSAGE = re.compile(r"^==(PROF|WARNING|ERROR|INFO)==")
 #: Unit spelling -> (normalised unit, factor). ncu scales units (Kbyte, usecond, Msector) unless
 #: --print-units base; we store base units so launches from different runs compare.
-_TIME = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _SCALED = re.compile(r"^(K|M|G|T)?(byte|sector|cycle|request|inst|warp|thread|block)(/[a-z]+)?$")
 #: Per-time denominators -> factor to "per second" ("cycle/nsecond" is GHz in ncu >= 2021).
-_PER_TIME = {"/second": 1.0, "/s": 1.0, "/msecond": 1e3, "/ms": 1e3, "/usecond": 1e6, "/us": 1e6,
-             "/nsecond": 1e9, "/ns": 1e9}
+_PER_TIME = {f"/{unit}": 1e9 / ns for unit, ns in TIME_SPELLING_NS.items()}
 _HZ = re.compile(r"^(K|M|G|T)?(hz|Hz)$")
 
 
@@ -43,8 +46,8 @@ def normalise_unit(unit: str) -> tuple[str, float]:
     Prefixes are decimal (K = 1e3), as ncu prints them.
     """
     u = unit.strip()
-    if u in _TIME:
-        return "ns", _TIME[u]
+    if u in TIME_SPELLING_NS:
+        return "ns", float(TIME_SPELLING_NS[u])
     m = _SCALED.match(u)
     if m:
         per = m.group(3) or ""

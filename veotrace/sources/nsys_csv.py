@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import GPU_ACTIVITY, conform
-from veotrace.sources.base import ReadOptions, ReadReport
+from veotrace.sources.base import TIME_SPELLING_NS, ReadOptions, ReadReport
 from veotrace.sources.nsys_reports import (
     KNOWN_REPORTS,
     TRACE_REPORT,
@@ -31,15 +31,13 @@ from veotrace.sources.nsys_reports import (
     split_reports,
 )
 
-#: Unit spelling in a header's parentheses -> factor to ns or to bytes.
-TIME_UNITS = {"ns": 1, "nsec": 1, "us": 1_000, "usec": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000,
-              "ms": 1_000_000, "msec": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000}
+#: Size unit in a header's parentheses -> bytes (times use base.TIME_SPELLING_NS).
 SIZE_UNITS = {"B": 1, "byte": 1, "bytes": 1, "KB": 1_000, "kB": 1_000, "MB": 1_000_000, "GB": 1_000_000_000,
               "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 #: GPU_ACTIVITY column <- trace column name (before the unit), its unit table, and whether a value is required.
 NUMERIC = (
-    ("start_ns", ("Start",), TIME_UNITS, True),
-    ("duration", ("Duration",), TIME_UNITS, True),
+    ("start_ns", ("Start",), TIME_SPELLING_NS, True),
+    ("duration", ("Duration",), TIME_SPELLING_NS, True),
     ("correlation_id", ("CorrId", "CorrID"), None, False),
     ("stream", ("Strm", "Stream"), None, False),
     ("bytes", ("Bytes",), SIZE_UNITS, False),
