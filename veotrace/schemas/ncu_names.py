@@ -60,6 +60,12 @@ def metric_for_label(label: str, section: str | None = None) -> str | None:
     return LABEL_TO_METRIC.get(key)
 
 
+def canonical_metric(name: str, section: str | None = None) -> str:
+    """The NCU_METRICS ``metric`` of an ncu column or row name: metric names (``lts__...``) as they are,
+    known display labels mapped to their metric, any other label kept as it is."""
+    return name if "__" in name else (metric_for_label(name, section) or name)
+
+
 def resolve_metric(asked: str, available: Iterable[str]) -> str:
     """The metric in ``available`` that the user means by ``asked`` (a metric name or a label).
 

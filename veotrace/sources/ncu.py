@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import NCU_METRICS, conform
-from veotrace.schemas.ncu_names import metric_for_label
+from veotrace.schemas.ncu_names import canonical_metric
 from veotrace.sources.base import (
     TIME_SPELLING_NS,
     ReadOptions,
@@ -195,7 +195,7 @@ def _read_details(path, header, rows, start, options, report) -> dict[str, list]
                 path, lineno, f"launch ID {row[idx['ID']]!r} is not an integer", options, report):
             continue
         name = row[n]
-        metric = name if "__" in name else (metric_for_label(name, row[s]) or name)
+        metric = canonical_metric(name, row[s])
         _add_value(cols, pending, idx, row, lineno, name=name, metric=metric, section=row[s], unit=row[u],
                    text=row[v])
     _settle_text(path, cols, pending, options, report)
@@ -231,7 +231,7 @@ def _read_raw(path, header, rows, start, options, report) -> dict[str, list]:
     if "Kernel Name" not in idx:
         raise TraceFormatError("ncu CSV header has neither 'Metric Name' (details page) nor 'Kernel Name' (raw page)",
                                path=path, line=start + 1, hint="veotrace reads the details and raw pages of 'ncu --csv'")
-    metric_cols = [(i, name, name if "__" in name else (metric_for_label(name) or name))
+    metric_cols = [(i, name, canonical_metric(name))
                    for i, name in enumerate(header) if name not in LEADING]
     units = [""] * len(header)
     cols = _new_cols()

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from veotrace.schemas import NCU_METRICS, conform
-from veotrace.schemas.ncu_names import metric_for_label
+from veotrace.schemas.ncu_names import canonical_metric
 
 _NUMBER = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
 _INT = r"^-?[0-9]+$"
@@ -115,7 +115,7 @@ def _details(t: pa.Table, details: tuple[str, ...], ctx: _Ctx):
     mapped = []
     for p in enc.dictionary.to_pylist():
         section, name = p.split("\x00", 1)
-        mapped.append(name if "__" in name else (metric_for_label(name, section) or name))
+        mapped.append(canonical_metric(name, section))
     metric = pc.take(pa.array(mapped, pa.string()), enc.indices)
     name = pc.take(pa.array([p.split("\x00", 1)[1] for p in enc.dictionary.to_pylist()], pa.string()), enc.indices)
     text = _text_metrics(metric, bad, values)
@@ -146,11 +146,11 @@ def _raw(t: pa.Table, leading: tuple[str, ...], ctx: _Ctx):
         if pc.any(bad).as_py():
             if pc.any(pc.is_valid(values)).as_py():
                 return None
-            text[_metric(name)] = int(pc.sum(bad).as_py())
+            text[canonical_metric(name)] = int(pc.sum(bad).as_py())
             continue
         unit_text = units_rows.column(name)[units_rows.num_rows - 1].as_py() if units_rows.num_rows else ""
         unit, factor = ctx.normalise_unit(unit_text or "")
-        metric = _metric(name)
+        metric = canonical_metric(name)
         parts.append(pa.table({**lead, "metric": pa.array([metric] * n, pa.string()),
                                "label": pa.nulls(n, pa.string()) if metric == name else pa.array([name] * n, pa.string()),
                                "section": pa.nulls(n, pa.string()), "unit": pa.array([unit or None] * n, pa.string()),
@@ -162,7 +162,3 @@ def _raw(t: pa.Table, leading: tuple[str, ...], ctx: _Ctx):
     table = pa.concat_tables(parts, promote_options="permissive")
     order = (np.arange(len(parts))[None, :] * n + np.arange(n)[:, None]).ravel()
     return table.take(pa.array(order)), text
-
-
-def _metric(name: str) -> str:
-    return name if "__" in name else (metric_for_label(name) or name)
