@@ -124,7 +124,7 @@ def _try_fast(path: Path, data: bytes, report: ReadReport) -> pa.Table | None:
     header = next(csv.reader([line]))
     from veotrace.sources.ncu_fast import read_fast
 
-    return read_fast(path, data[pos:], header, leading=LEADING, details=DETAILS, missing=MISSING, report=report)
+    return read_fast(path, data[pos:], header, report=report)
 
 
 def _new_cols() -> dict[str, list]:

@@ -15,16 +15,22 @@ import pyarrow.csv as pacsv
 
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.schemas.ncu_names import canonical_metric
+from veotrace.sources.ncu import (  # ncu imports this module lazily
+    DETAILS,
+    LEADING,
+    MISSING,
+    normalise_unit,
+)
 
 _NUMBER = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
 _INT = r"^-?[0-9]+$"
 
 
-def read_fast(path, body: bytes, header: list[str], *, leading: tuple[str, ...], details: tuple[str, ...],
-              missing: set[str], report) -> pa.Table | None:
-    """The NCU_METRICS table of a details or raw page given its bytes from the header on, or None."""
-    from veotrace.sources.ncu import normalise_unit
+_MISSING = pa.array(sorted(MISSING), pa.string())
 
+
+def read_fast(path, body: bytes, header: list[str], *, report) -> pa.Table | None:
+    """The NCU_METRICS table of a details or raw page given its bytes from the header on, or None."""
     if len(set(header)) != len(header):
         return None
     try:
@@ -32,11 +38,10 @@ def read_fast(path, body: bytes, header: list[str], *, leading: tuple[str, ...],
             column_types=dict.fromkeys(header, pa.string()), strings_can_be_null=False, quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
-    ctx = _Ctx(missing, normalise_unit)
-    if all(c in header for c in details):
-        out = _details(t, details, ctx)
+    if all(c in header for c in DETAILS):
+        out = _details(t)
     elif "Kernel Name" in header:
-        out = _raw(t, leading, ctx)
+        out = _raw(t)
     else:
         return None
     if out is None:
@@ -49,18 +54,12 @@ def read_fast(path, body: bytes, header: list[str], *, leading: tuple[str, ...],
     return conform(table, NCU_METRICS).unify_dictionaries()
 
 
-class _Ctx:
-    def __init__(self, missing, normalise_unit):
-        self.missing = pa.array(sorted(missing), pa.string())
-        self.normalise_unit = normalise_unit
-
-
-def _values(col: pa.Array, ctx: _Ctx) -> tuple[pa.Array, pa.Array]:
+def _values(col: pa.Array) -> tuple[pa.Array, pa.Array]:
     """(float64 values with nulls for n/a and non-numbers, mask of non-numbers)."""
     v = pc.utf8_trim_whitespace(col)
     stripped = pc.replace_substring(v, ",", "")
     numeric = pc.match_substring_regex(stripped, _NUMBER)
-    absent = pc.is_in(v, value_set=ctx.missing)
+    absent = pc.is_in(v, value_set=_MISSING)
     bad = pc.and_(pc.invert(numeric), pc.invert(absent))
     return pc.cast(pc.if_else(numeric, stripped, pa.scalar(None, pa.string())), pa.float64()), bad
 
@@ -84,10 +83,10 @@ def _leading(t: pa.Table, n: int) -> dict[str, pa.Array] | None:
             "block_size": get("Block Size"), "grid_size": get("Grid Size"), "cc": get("CC")}
 
 
-def _units(units: pa.Array, ctx: _Ctx) -> tuple[pa.Array, pa.Array]:
+def _units(units: pa.Array) -> tuple[pa.Array, pa.Array]:
     """(normalised unit, factor) per row, computed once per distinct unit."""
     enc = pc.dictionary_encode(units).combine_chunks() if isinstance(units, pa.ChunkedArray) else pc.dictionary_encode(units)
-    pairs = [ctx.normalise_unit(u) for u in enc.dictionary.to_pylist()]
+    pairs = [normalise_unit(u) for u in enc.dictionary.to_pylist()]
     names = pa.array([p[0] or None for p in pairs], pa.string())
     factors = pa.array([p[1] for p in pairs], pa.float64())
     return pc.take(names, enc.indices), pc.take(factors, enc.indices)
@@ -103,13 +102,13 @@ def _text_metrics(metric: pa.Array, bad: pa.Array, values: pa.Array) -> dict[str
     return None if numeric & set(out) else out
 
 
-def _details(t: pa.Table, details: tuple[str, ...], ctx: _Ctx):
+def _details(t: pa.Table):
     n = t.num_rows
     lead = _leading(t, n)
     if lead is None:
         return None
-    sec_col, name_col, unit_col, value_col = (t.column(c) for c in details)
-    values, bad = _values(value_col, ctx)
+    sec_col, name_col, unit_col, value_col = (t.column(c) for c in DETAILS)
+    values, bad = _values(value_col)
     pair = pc.binary_join_element_wise(sec_col, name_col, "\x00")
     enc = pc.dictionary_encode(pair).combine_chunks()
     mapped = []
@@ -121,14 +120,14 @@ def _details(t: pa.Table, details: tuple[str, ...], ctx: _Ctx):
     text = _text_metrics(metric, bad, values)
     if text is None:
         return None
-    unit, factor = _units(unit_col, ctx)
+    unit, factor = _units(unit_col)
     cols = {**lead, "metric": metric, "label": pc.if_else(pc.equal(metric, name), pa.scalar(None, pa.string()), name),
             "section": sec_col, "unit": unit, "value": pc.multiply(values, factor)}
     table = pa.table({k: (v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v) for k, v in cols.items()})
     return (table.filter(pc.invert(bad)) if text else table), text
 
 
-def _raw(t: pa.Table, leading: tuple[str, ...], ctx: _Ctx):
+def _raw(t: pa.Table):
     ids = pc.utf8_trim_whitespace(t.column("ID"))
     is_units = pc.equal(ids, "")
     units_rows = t.filter(is_units)
@@ -140,16 +139,16 @@ def _raw(t: pa.Table, leading: tuple[str, ...], ctx: _Ctx):
     lead = {k: (v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v) for k, v in lead.items()}
     parts, text = [], {}
     for name in t.column_names:
-        if name in leading:
+        if name in LEADING:
             continue
-        values, bad = _values(t.column(name), ctx)
+        values, bad = _values(t.column(name))
         if pc.any(bad).as_py():
             if pc.any(pc.is_valid(values)).as_py():
                 return None
             text[canonical_metric(name)] = int(pc.sum(bad).as_py())
             continue
         unit_text = units_rows.column(name)[units_rows.num_rows - 1].as_py() if units_rows.num_rows else ""
-        unit, factor = ctx.normalise_unit(unit_text or "")
+        unit, factor = normalise_unit(unit_text or "")
         metric = canonical_metric(name)
         parts.append(pa.table({**lead, "metric": pa.array([metric] * n, pa.string()),
                                "label": pa.nulls(n, pa.string()) if metric == name else pa.array([name] * n, pa.string()),
