@@ -21,8 +21,8 @@ from veotrace.sources.ncu import (  # ncu imports this module lazily
     MISSING,
     normalise_unit,
 )
+from veotrace.sources.numparse import DECIMAL_RE
 
-_NUMBER = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
 _INT = r"^-?[0-9]+$"
 
 
@@ -58,7 +58,7 @@ def _values(col: pa.Array) -> tuple[pa.Array, pa.Array]:
     """(float64 values with nulls for n/a and non-numbers, mask of non-numbers)."""
     v = pc.utf8_trim_whitespace(col)
     stripped = pc.replace_substring(v, ",", "")
-    numeric = pc.match_substring_regex(stripped, _NUMBER)
+    numeric = pc.match_substring_regex(stripped, DECIMAL_RE)
     absent = pc.is_in(v, value_set=_MISSING)
     bad = pc.and_(pc.invert(numeric), pc.invert(absent))
     return pc.cast(pc.if_else(numeric, stripped, pa.scalar(None, pa.string())), pa.float64()), bad

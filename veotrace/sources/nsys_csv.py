@@ -30,6 +30,7 @@ from veotrace.sources.nsys_reports import (
     split_column,
     split_reports,
 )
+from veotrace.sources.numparse import DECIMAL_RE
 
 #: Size unit in a header's parentheses -> bytes (times use base.TIME_SPELLING_NS).
 SIZE_UNITS = {"B": 1, "byte": 1, "bytes": 1, "KB": 1_000, "kB": 1_000, "MB": 1_000_000, "GB": 1_000_000_000,
@@ -44,7 +45,6 @@ NUMERIC = (
     ("grid_x", ("GrdX",), None, False), ("grid_y", ("GrdY",), None, False), ("grid_z", ("GrdZ",), None, False),
     ("block_x", ("BlkX",), None, False), ("block_y", ("BlkY",), None, False), ("block_z", ("BlkZ",), None, False),
 )
-_NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
 _DEVICE_ID = re.compile(r"\((\d+)\)\s*$")
 _MEMCPY = re.compile(r"^\[CUDA memcpy (.+)\]$")
 _PLACE = {"Host": "H", "Device": "D", "Array": "A", "Peer": "P"}
@@ -191,7 +191,7 @@ def parse_scaled(values: pa.Array, factor: int, *, required: bool = False) -> tu
     """
     s = pc.utf8_trim_whitespace(values)
     empty = pc.equal(s, "")
-    ok = pc.match_substring_regex(s, _NUMBER)
+    ok = pc.match_substring_regex(s, DECIMAL_RE)
     bad = np.asarray(pc.and_not(pc.invert(empty), ok)) | (np.asarray(empty) if required else False)
     clean = pc.if_else(ok, s, pa.scalar(None, pa.string()))
     is_int = np.asarray(pc.fill_null(pc.match_substring_regex(clean, r"^[-+]?\d+$"), True))

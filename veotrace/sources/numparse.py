@@ -6,6 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+#: RE2 pattern (pyarrow.compute regexes) of a decimal number as tools print it: 12, -1.5, .5, 3e-06.
+DECIMAL_RE = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
+
 _HEX_LUT = np.full(256, 255, dtype=np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
     _HEX_LUT[_c] = _i
