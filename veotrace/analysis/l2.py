@@ -77,17 +77,6 @@ def metric_series(table: pa.Table, metric: str) -> dict[str, Series]:
     return out
 
 
-def align(series: Series, other: Series | None) -> np.ndarray:
-    """``other``'s values at ``series``' launches (NaN where absent)."""
-    out = np.full(series.keys.size, np.nan)
-    if other is None or other.keys.size == 0:
-        return out
-    pos = np.clip(np.searchsorted(other.keys, series.keys), 0, other.keys.size - 1)
-    hit = other.keys[pos] == series.keys
-    out[hit] = other.values[pos[hit]]
-    return out
-
-
 def find_breakpoints(
     table: pa.Table,
     *,
@@ -134,7 +123,7 @@ def find_breakpoints(
             raise AnalysisError(f"no kernel name matches --kernel {kernel!r}", field="--kernel",
                                 hint=f"Kernels with {chosen}: {names}")
     status = l2rules.status(presets, set(available))
-    context = l2rules.RuleData(table, {m: metric_series(table, m) for m in l2rules.needed(presets, set(available))})
+    context = l2rules.RuleData({m: metric_series(table, m) for m in l2rules.needed(presets, set(available))})
     rows, infos = [], []
     for s in series.values():
         info, found = _one_kernel(s, chosen, min_size, penalty_scale, presets, context)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
 from veotrace.analysis.defaults import (
     L2_BYTES_PER_REQUEST_FROM,
@@ -139,18 +138,26 @@ def needed(presets: Sequence[Rule], available: set[str]) -> list[str]:
     return out
 
 
+def align(series, other) -> np.ndarray:
+    """``other``'s values at ``series``' launches (NaN where absent); both are ``l2.Series``."""
+    out = np.full(series.keys.size, np.nan)
+    if other is None or other.keys.size == 0:
+        return out
+    pos = np.clip(np.searchsorted(other.keys, series.keys), 0, other.keys.size - 1)
+    hit = other.keys[pos] == series.keys
+    out[hit] = other.values[pos[hit]]
+    return out
+
+
 @dataclass
 class RuleData:
-    """The NCU_METRICS table and the series of the metrics the rules read, with per-kernel alignments."""
+    """The series of the metrics the rules read, with per-kernel alignments."""
 
-    table: pa.Table
     series: dict  # metric -> {kernel -> l2.Series}
     _aligned: dict = field(default_factory=dict)
     not_evaluated: dict = field(default_factory=dict)  # rule name -> breaks it could not judge
 
     def values(self, metric: str, s) -> np.ndarray:
-        from veotrace.analysis.l2 import align
-
         key = (metric, s.kernel)
         if key not in self._aligned:
             self._aligned[key] = align(s, self.series[metric].get(s.kernel))
