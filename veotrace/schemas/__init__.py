@@ -15,6 +15,11 @@ SCHEMA_KEY = b"veotrace.schema"
 DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 
+def repeated(value: str, n: int) -> pa.DictionaryArray:
+    """A ``DICT_STR`` column of ``n`` copies of ``value`` (one dictionary entry), e.g. ``source_file``."""
+    return pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n), pa.array([value], pa.string()))
+
+
 def tagged(name: str, fields: list[pa.Field]) -> pa.Schema:
     """Build a schema carrying the ``veotrace.schema`` tag ``name`` (e.g. ``"alloc_events/1"``)."""
     return pa.schema(fields, metadata={SCHEMA_KEY: name.encode()})
@@ -70,6 +75,7 @@ __all__ = [
     "Op",
     "conform",
     "empty_table",
+    "repeated",
     "schema_tag",
     "tagged",
 ]

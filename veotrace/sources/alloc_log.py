@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veotrace.errors import TraceFormatError
-from veotrace.schemas import ALLOC_EVENTS
+from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import (
     TIME_UNIT_NS,
@@ -314,7 +314,7 @@ def conform_log_batch(raw: pa.RecordBatch | pa.Table, *, path: Path, options: Re
         if name == "seq":
             arr = pa.array(np.arange(seq_start, seq_start + n, dtype=np.int64))
         elif name == "source_file":
-            arr = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([str(path)]))
+            arr = repeated(str(path), n)
         elif name == "ts_ns" and "timestamp" in names:
             arr = _to_ns(_col(raw, "timestamp"), options.time_unit)
         elif name == "op" and "op_type" in names:

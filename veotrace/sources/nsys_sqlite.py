@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veotrace.errors import TraceFormatError
-from veotrace.schemas import ALLOC_EVENTS, GPU_ACTIVITY, conform
+from veotrace.schemas import ALLOC_EVENTS, GPU_ACTIVITY, conform, repeated
 from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import ReadOptions, ReadReport
 from veotrace.sources.sqlite_ro import (
@@ -97,10 +97,6 @@ def _decode(codes: pa.ChunkedArray | pa.Array, key: str, enums: dict, *, lower: 
     return pa.DictionaryArray.from_arrays(indices, pa.array([str(labels[i]) for i in ids.to_pylist()], pa.string()))
 
 
-def _source(path: Path, n: int) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()).fill_null(0), pa.array([str(path)]))
-
-
 def _strings(path: Path, ids: pa.Array) -> pa.DictionaryArray:
     """StringIds references -> dictionary array holding only the values used (unresolved ids named as such)."""
     strings = _query(path, f"SELECT id, value FROM {STRINGS}")
@@ -127,11 +123,7 @@ def _kernels(path: Path, layout: ExportLayout) -> pa.Table:
     ) + f" FROM {KERNEL}")
     names = _strings(path, t.column("name_id").combine_chunks())
     t = t.drop_columns(["name_id"]).append_column("name", names)
-    return t.append_column("kind", _const("kernel", t.num_rows))
-
-
-def _const(value: str, n: int) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()).fill_null(0), pa.array([value]))
+    return t.append_column("kind", repeated("kernel", t.num_rows))
 
 
 def _copies(path: Path, layout: ExportLayout, enums: dict) -> pa.Table:
@@ -143,15 +135,15 @@ def _copies(path: Path, layout: ExportLayout, enums: dict) -> pa.Table:
     names = pa.DictionaryArray.from_arrays(
         kind.indices, pc.binary_join_element_wise("[CUDA memcpy ", dictionary, "]", ""))
     t = t.drop_columns(["copy_code"]).append_column("copy_kind", kind).append_column("name", names)
-    return t.append_column("kind", _const("memcpy", t.num_rows))
+    return t.append_column("kind", repeated("memcpy", t.num_rows))
 
 
 def _sets(path: Path, layout: ExportLayout) -> pa.Table:
     wanted = {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
               "correlation_id": "correlationId", "bytes": "bytes"}
     t = _select(path, MEMSET, layout.columns[MEMSET], wanted)
-    return t.append_column("name", _const("[CUDA memset]", t.num_rows)).append_column(
-        "kind", _const("memset", t.num_rows))
+    return t.append_column("name", repeated("[CUDA memset]", t.num_rows)).append_column(
+        "kind", repeated("memset", t.num_rows))
 
 
 def read_gpu_activity(path: Path, *, options: ReadOptions | None = None, report: ReadReport | None = None) -> pa.Table:
@@ -175,7 +167,7 @@ def read_gpu_activity(path: Path, *, options: ReadOptions | None = None, report:
             hint="Profile with 'nsys profile --trace=cuda ...' so that kernels and copies are recorded")
     tables = []
     for part in parts:
-        part = part.append_column("source_file", _source(path, part.num_rows))
+        part = part.append_column("source_file", repeated(str(path), part.num_rows))
         tables.append(conform(part, GPU_ACTIVITY))
     table = pa.concat_tables(tables).unify_dictionaries().combine_chunks()
     if table.num_rows > 1:
@@ -214,7 +206,7 @@ def memory_events(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
             col = col.cast(pa.uint64(), safe=False)  # SQLite stores 64-bit addresses as signed integers
         out[name] = col
     out["seq"] = pa.array(np.arange(n, dtype=np.int64))
-    out["source_file"] = _source(path, n)
+    out["source_file"] = repeated(str(path), n)
     schema = alloc_events_schema(columns)
     return conform(pa.table({k: v for k, v in out.items() if k in schema.names}), schema)
 

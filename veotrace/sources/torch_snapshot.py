@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from veotrace.errors import TraceFormatError
-from veotrace.schemas import ALLOC_EVENTS, BLOCKS, SEGMENTS, conform
+from veotrace.schemas import ALLOC_EVENTS, BLOCKS, SEGMENTS, conform, repeated
 from veotrace.sources.base import ReadOptions, ReadReport
 from veotrace.sources.safe_pickle import load_plain
 
@@ -138,7 +138,7 @@ def events_table(snap: Snapshot, source: str) -> pa.Table:
         "address": pa.array(addr, pa.uint64()),
         "stream": pa.array(stream, pa.int64()),
         "device": pa.array(dev, pa.int32()),
-        "source_file": pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([source])),
+        "source_file": repeated(source, n),
     })
     if snap.has_time and len(snap.device_traces) > 1 and n:
         import pyarrow.compute as pc
