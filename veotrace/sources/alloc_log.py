@@ -11,8 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from veotrace.sources.base import (
     read_head,
 )
 from veotrace.sources.numparse import parse_uint64
+from veotrace.sources.pipeline import read_ahead
 
 #: Log column -> ALLOC_EVENTS column.
 LOG_COLUMNS = {"timestamp": "ts_ns", "op_type": "op", "size_bytes": "size_bytes",
@@ -38,6 +39,8 @@ REQUIRED = ("timestamp", "op_type", "size_bytes")
 #: Rows per batch on the exact (slow) path.
 SLOW_BATCH_ROWS = 65536
 _DICT = pa.dictionary(pa.int32(), pa.string())
+#: Threads scanning CSV chunks at once (the caller's analysis runs beside them).
+PARSE_WORKERS = max(2, min(os.cpu_count() or 2, 8))
 
 
 class _BadBlock(Exception):
@@ -175,15 +178,21 @@ def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress) 
 
 
 def _csv_batches(stream, raw, present, read_cols, options, on_progress) -> Iterator[pa.RecordBatch]:
-    """CSV chunks cut at line ends, each parsed by pyarrow's multithreaded ``read_csv``.
+    """CSV chunks cut at line ends, each read by the C scanner or else pyarrow's ``read_csv``.
 
-    ``read_csv`` on a chunk keeps both cores busy (the streaming reader parses about half as fast);
-    memory stays bounded by the chunk size whatever the length of the log.
+    The scanner (``csvscan``) reads the plain shape of the timestamp, op and size columns, one
+    chunk per core; a chunk it declines goes to pyarrow's multithreaded ``read_csv``, and a chunk
+    pyarrow cannot convert to the exact path. Memory stays bounded by the chunk size whatever the
+    length of the log.
     """
     import pyarrow.csv as pcsv
 
+    from veotrace.sources.csvscan import scanner_for
+
     header, chunks = _line_chunks(stream, raw, options.block_bytes)
-    read_options = pcsv.ReadOptions(column_names=_split_header(header), use_threads=True,
+    names = _split_header(header)
+    scanner = scanner_for(names, present, read_cols, options.time_unit)
+    read_options = pcsv.ReadOptions(column_names=names, use_threads=True,
                                     block_size=max(options.block_bytes // 16, 1 << 16))
     convert_options = pcsv.ConvertOptions(
         column_types=_types(present, read_cols, options),
@@ -193,34 +202,27 @@ def _csv_batches(stream, raw, present, read_cols, options, on_progress) -> Itera
     )
 
     def parse(chunk: pa.Buffer) -> pa.RecordBatch | None:
+        if scanner is not None:
+            batch = scanner(chunk)
+            if batch is not None:
+                return batch if batch.num_rows else None
         table = pcsv.read_csv(pa.BufferReader(chunk), read_options=read_options, convert_options=convert_options)
         if table.num_rows == 0:
             return None
         return _checked(_rename(table.unify_dictionaries().combine_chunks().to_batches()[0], present)) or _BAD
 
-    # The next chunk is read and parsed (GIL released) while the caller analyses this one.
-    with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(_next_parsed, chunks, parse)
-        while True:
-            batch, done = pending.result()
-            if done:
-                return
-            pending = pool.submit(_next_parsed, chunks, parse)
-            if batch is _BAD:
-                raise _BadBlock
-            if batch is not None:
-                if on_progress is not None:
-                    on_progress(raw.tell())
-                yield batch
+    # The next chunks are read and parsed (GIL released) while the caller analyses this one: one
+    # chunk per core with the scanner, one ahead with pyarrow (which uses every core by itself).
+    for batch in read_ahead(chunks, parse, workers=PARSE_WORKERS if scanner is not None else 1):
+        if batch is _BAD:
+            raise _BadBlock
+        if batch is not None:
+            if on_progress is not None:
+                on_progress(raw.tell())
+            yield batch
 
 
 _BAD = object()  # a chunk with a value the exact path must report
-
-
-def _next_parsed(chunks: Iterator[pa.Buffer], parse):
-    """(parsed next chunk, False), or (None, True) at the end."""
-    chunk = next(chunks, None)
-    return (None, True) if chunk is None else (parse(chunk), False)
 
 
 def _split_header(line: bytes) -> list[str]:

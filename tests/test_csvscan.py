@@ -1,0 +1,182 @@
+"""The C line scanner: wherever it accepts a buffer it must read exactly what pyarrow reads, and it
+must decline (never guess) whatever is not the plain shape; the reader gives the same events with
+and without it."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from veotrace.sources import alloc_log, csvscan
+from veotrace.sources.base import ReadOptions, ReadReport
+from veotrace.synth.alloc import write_realistic_log
+
+pytestmark = pytest.mark.skipif(not csvscan.available(), reason="C scanner not built")
+
+HEADER = ["timestamp", "op_type", "size_bytes", "address", "stream", "device"]
+PRESENT = {c: c for c in HEADER}
+READ = ["timestamp", "op_type", "size_bytes"]
+
+
+def scan(text: bytes, read=READ, header=HEADER):
+    return csvscan.scanner_for(header, PRESENT, read, "ns")(pa.py_buffer(text))
+
+
+def by_pyarrow(text: bytes, read=READ, header=HEADER) -> pa.Table:
+    types = {"timestamp": pa.int64(), "op_type": pa.string(), "size_bytes": pa.int64()}
+    return pcsv.read_csv(pa.BufferReader(text), read_options=pcsv.ReadOptions(column_names=header),
+                         convert_options=pcsv.ConvertOptions(column_types={c: types[c] for c in read},
+                                                             include_columns=read))
+
+
+def test_plain_quoted_crlf_blank_lines_and_no_final_newline():
+    text = (b'5,alloc,4096,0x10,0,0\r\n\r\n"-7","free","0","0x2a",1,0\n\n12,defrag,9,,,\n'
+            b'3,"alloc",123456789012345678,"",2,1')
+    batch = scan(text)
+    assert batch.column("timestamp").to_pylist() == [5, -7, 12, 3]
+    assert batch.column("op_type").to_pylist() == ["alloc", "free", "defrag", "alloc"]
+    assert batch.column("size_bytes").to_pylist() == [4096, 0, 9, 123456789012345678]
+    assert batch.column("op_type").type == pa.dictionary(pa.int32(), pa.string())
+
+
+def test_column_order_and_subset_follow_the_header():
+    header = ["size_bytes", "device", "op_type", "timestamp"]
+    batch = scan(b"10,0,free,99\n20,1,alloc,98\n", read=["timestamp", "size_bytes"], header=header)
+    assert batch.schema.names == ["timestamp", "size_bytes"]
+    assert batch.column("timestamp").to_pylist() == [99, 98]
+    assert batch.column("size_bytes").to_pylist() == [10, 20]
+
+
+@pytest.mark.parametrize("line", [
+    b"1.5,alloc,10,0x1,0,0",           # a float timestamp
+    b"1,alloc,-10,0x1,0,0",            # a negative size (pyarrow reads it; the checks refuse it)
+    b"1,malloc,10,0x1,0,0",            # an op the scanner has no code for (kept as it is by pyarrow)
+    b"1,alloc,10,0x1,0",               # a short row
+    b"1,alloc,10,0x1,0,0,7",           # a long row
+    b'1,"al""loc",10,0x1,0,0',         # a doubled quote
+    b'1,"alloc,x",10,0x1,0,0',         # a quoted comma
+    b'1,al"loc,10,0x1,0,0',            # a quote inside a field
+    b'1,"alloc"x,10,0x1,0,0',          # text after a closing quote
+    b"1,alloc,,0x1,0,0",               # an empty size
+    b",alloc,10,0x1,0,0",              # an empty timestamp
+    b"1234567890123456789,alloc,10,0x1,0,0",  # 19 digits: left to pyarrow's overflow check
+    b"1,alloc,10\r,0x1,0,0",           # a lone CR
+    b" 1,alloc,10,0x1,0,0",            # a space
+    b"+1,alloc,10,0x1,0,0",            # a plus sign
+])
+def test_declines_what_is_not_the_plain_shape(line):
+    assert scan(b"1,alloc,10,0x1,0,0\n" + line + b"\n2,free,3,0x1,0,0\n") is None
+    assert scan(line) is None  # also as the last line without a line end
+
+
+def test_empty_buffer_has_no_rows():
+    assert scan(b"").num_rows == 0
+    assert scan(b"\n\r\n\n").num_rows == 0
+
+
+JUNK = st.sampled_from(["malloc", "", "0x1f", "1.5", " 3", 'a"b', "-", "+4", "1e3"])
+FIELD = st.one_of(st.integers(-(10**19), 10**19).map(str), JUNK)
+
+
+@st.composite
+def csv_text(draw):
+    n = draw(st.sampled_from([6, 6, 6, 6, 6, 6, 5, 7]))
+    row = st.tuples(
+        st.one_of(st.integers(-(10**19), 10**19).map(str), JUNK) if draw(st.booleans())
+        else st.integers(-(10**12), 10**12).map(str),
+        st.sampled_from(["alloc", "free", "defrag"]) if draw(st.booleans()) else st.one_of(
+            st.sampled_from(["alloc", "free", "defrag"]), JUNK),
+        st.integers(0, 10**18).map(str) if draw(st.booleans()) else FIELD,
+        *([FIELD if draw(st.booleans()) else st.integers(0, 99).map(str)] * (n - 3)),
+    )
+    rows = draw(st.lists(row, max_size=20))
+    quote = draw(st.booleans())
+    out = []
+    for cells in rows:
+        cells = [f'"{c}"' if quote and '"' not in c else c for c in cells]
+        out.append(",".join(cells).encode())
+    ends = draw(st.sampled_from([b"\n", b"\r\n"]))
+    text = ends.join(out)
+    return text + (ends if draw(st.booleans()) else b"")
+
+
+ACCEPTED: list[bool] = []
+
+
+@settings(max_examples=300, deadline=None)
+@given(csv_text())
+def test_accepts_only_what_pyarrow_reads_the_same(text):
+    batch = scan(text)
+    ACCEPTED.append(batch is not None and batch.num_rows > 0)
+    if batch is None:
+        return
+    if batch.num_rows == 0:  # pyarrow calls a buffer of blank lines an empty file; both give no rows
+        assert not text.strip()
+        return
+    try:
+        want = by_pyarrow(text)
+    except pa.ArrowInvalid:
+        pytest.fail(f"scanner accepted what pyarrow refuses: {text!r}")
+    assert batch.column("timestamp").to_pylist() == want.column("timestamp").to_pylist()
+    assert batch.column("op_type").to_pylist() == want.column("op_type").to_pylist()
+    assert batch.column("size_bytes").to_pylist() == want.column("size_bytes").to_pylist()
+
+
+def test_the_property_test_saw_accepted_buffers():
+    """Guard against a generator that only ever makes buffers the scanner declines."""
+    if not ACCEPTED:
+        pytest.skip("run with the property test")
+    assert sum(ACCEPTED) >= 20
+
+
+def _read(path, **kw):
+    cols = ("ts_ns", "op", "size_bytes")
+    batches = list(alloc_log.iter_alloc_events(path, options=ReadOptions(**kw), report=ReadReport(), columns=cols))
+    return pa.Table.from_batches(batches).combine_chunks()
+
+
+def test_reader_gives_the_same_events_with_and_without_the_scanner(tmp_path, monkeypatch):
+    log = tmp_path / "log.csv"
+    write_realistic_log(log, events=200_000)
+    gz = tmp_path / "log.csv.gz"
+    gz.write_bytes(gzip.compress(log.read_bytes(), compresslevel=1))
+    calls = []
+    real = csvscan.scanner_for
+
+    def counting(*a, **k):
+        inner = real(*a, **k)
+        return None if inner is None else (lambda chunk: calls.append(1) or inner(chunk))
+
+    monkeypatch.setattr(csvscan, "scanner_for", counting)
+    fast = {p.name: _read(p, block_bytes=1 << 20) for p in (log, gz)}
+    assert len(calls) > 4  # several chunks went through the scanner
+    monkeypatch.setattr(csvscan, "scanner_for", lambda *a, **k: None)
+    for p in (log, gz):
+        slow = _read(p, block_bytes=1 << 20)
+        got = fast[p.name]
+        assert got.num_rows == slow.num_rows == 200_000
+        for col in ("ts_ns", "size_bytes"):
+            np.testing.assert_array_equal(got.column(col).to_numpy(), slow.column(col).to_numpy())
+        assert got.column("op").to_pylist() == slow.column("op").to_pylist()
+
+
+def test_a_declined_chunk_is_read_by_pyarrow_and_a_bad_one_still_named(tmp_path):
+    log = tmp_path / "log.csv"
+    good = "".join(f"{i},alloc,{4096 + i},0x{i:x},0,0\n" for i in range(5000))
+    log.write_text("timestamp,op_type,size_bytes,address,stream,device\n" + good
+                   + "5000,cudaMalloc,10,0x1,0,0\n" + good)
+    table = _read(log, block_bytes=1 << 16)
+    assert table.num_rows == 10_001
+    assert table.column("op").to_pylist().count("cudaMalloc") == 1
+    log.write_text("timestamp,op_type,size_bytes,address,stream,device\n" + good + "5000,alloc,ten,0x1,0,0\n")
+    from veotrace.errors import TraceFormatError
+
+    with pytest.raises(TraceFormatError) as err:
+        _read(log, block_bytes=1 << 16)
+    assert err.value.line == 5002 and err.value.field == "size_bytes"

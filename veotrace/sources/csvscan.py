@@ -1,0 +1,62 @@
+"""Arrow batches from the C line scanner (``_csvscan``) for plain canonical CSV logs.
+
+The scanner reads timestamp, op_type and size_bytes of the plain shape loggers write (see
+``_csvscan.c``); for any other buffer it declines and the caller parses that buffer with pyarrow.
+It is an optional build: where it is absent, ``scanner_for`` returns None and pyarrow reads all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pyarrow as pa
+
+try:
+    from veotrace.sources import _csvscan
+except ImportError:  # built without a C compiler
+    _csvscan = None
+
+#: Op names in the scanner's code order (its OP_NAMES).
+OPS = ("alloc", "free", "defrag")
+#: Canonical log columns the scanner can read.
+SCANNED = ("timestamp", "op_type", "size_bytes")
+_OPS_ARRAY = pa.array(OPS, pa.string())
+
+
+def available() -> bool:
+    return _csvscan is not None
+
+
+def scanner_for(header: Sequence[str], present: dict[str, str], read_cols: Sequence[str],
+                time_unit: str) -> Callable[[pa.Buffer], pa.RecordBatch | None] | None:
+    """A function buffer -> batch of ``read_cols`` (None when it declines), or None when not applicable.
+
+    Applies to nanosecond timestamps (other units are read as floats by pyarrow) and to reads of
+    scanned columns only.
+    """
+    if _csvscan is None or time_unit != "ns" or not set(read_cols) <= set(SCANNED) or not read_cols:
+        return None
+    names = list(header)
+    try:
+        index = {c: names.index(present[c]) for c in read_cols}
+    except ValueError:
+        return None
+    ncols = len(names)
+    cols = [index.get(c, -1) for c in SCANNED]
+
+    def scan(chunk: pa.Buffer) -> pa.RecordBatch | None:
+        cap = _csvscan.count_lines(chunk) + 1
+        bufs = [pa.allocate_buffer(cap * width) if col >= 0 else None
+                for col, width in zip(cols, (8, 4, 8), strict=True)]
+        rows = _csvscan.scan(chunk, ncols, *cols, *bufs)
+        if rows < 0:
+            return None
+        arrays = {
+            "timestamp": lambda: pa.Array.from_buffers(pa.int64(), rows, [None, bufs[0]]),
+            "op_type": lambda: pa.DictionaryArray.from_arrays(
+                pa.Array.from_buffers(pa.int32(), rows, [None, bufs[1]]), _OPS_ARRAY),
+            "size_bytes": lambda: pa.Array.from_buffers(pa.int64(), rows, [None, bufs[2]]),
+        }
+        return pa.RecordBatch.from_arrays([arrays[c]() for c in read_cols], names=list(read_cols))
+
+    return scan

@@ -1,0 +1,64 @@
+"""Ordered read-ahead: pull items and process them on worker threads, yield results in item order.
+
+Readers use it to read and parse the next blocks (GIL released in pyarrow and the C scanner)
+while the caller analyses the current one. At most ``workers + 1`` items are in flight, so memory
+stays bounded by the block size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+X = TypeVar("X")
+Y = TypeVar("Y")
+_END = object()
+
+
+class _Raised:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def read_ahead(items: Iterator[X], work: Callable[[X], Y], workers: int = 1) -> Iterator[Y]:
+    """``work(item)`` for each item of ``items``, computed ``workers`` at a time, yielded in order.
+
+    ``items`` is advanced under a lock on the worker threads (its reads happen off the caller's
+    thread too). An exception from ``items`` or ``work`` is raised at that item's place in the order.
+    """
+    lock = threading.Lock()
+    seq = itertools.count()
+
+    def task() -> tuple[int, object]:
+        with lock:
+            i = next(seq)
+            try:
+                item = next(items, _END)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in order on the caller's thread
+                return i, _Raised(exc)
+        if item is _END:
+            return i, _END
+        try:
+            return i, work(item)
+        except BaseException as exc:  # noqa: BLE001
+            return i, _Raised(exc)
+
+    with ThreadPoolExecutor(workers) as pool:
+        pending: set[Future] = {pool.submit(task) for _ in range(workers + 1)}
+        ready: dict[int, object] = {}
+        for nxt in itertools.count():
+            while nxt not in ready:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i, value = fut.result()
+                    ready[i] = value
+            value = ready.pop(nxt)
+            if value is _END:
+                return
+            if isinstance(value, _Raised):
+                raise value.exc
+            pending.add(pool.submit(task))
+            yield value  # type: ignore[misc]
