@@ -22,6 +22,7 @@ from veotrace.analysis.entropy import (
     size_classes,
 )
 from veotrace.analysis.windows import WindowCounts
+from veotrace.errors import UsageError
 from veotrace.sources import iter_alloc_events
 from veotrace.synth.alloc import regimes_log
 
@@ -49,6 +50,19 @@ def test_size_classes_exact_at_powers_of_two():
     # the reference formula on the same sizes
     ref = np.clip(np.ceil(np.log2(sizes[:-1] / 1024)), 2, 12)
     assert size_classes(sizes[:-1]).tolist() == ref.astype(int).tolist()
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(2, 12), (0, 30), (-10, -3), (-5, 42), (40, 42)])
+def test_size_classes_exact_for_every_class_range(lo, hi):
+    """The bit-length rule, checked against Python's int.bit_length at every power of two +-1."""
+    sizes = sorted({v for k in range(63) for v in (2**k - 1, 2**k, 2**k + 1) if 0 <= v < 2**63} | {0, 2**63 - 1})
+    want = [min(max(((n - 1).bit_length() if n >= 1 else 0) - 10, lo), hi) for n in sizes]
+    assert size_classes(np.array(sizes, dtype=np.int64), lo, hi).tolist() == want
+
+
+def test_max_class_above_the_exact_limit_is_refused():
+    with pytest.raises(UsageError, match="--max-class 43"):
+        compute_entropy([], max_class=43)
 
 
 @settings(max_examples=60, deadline=None)

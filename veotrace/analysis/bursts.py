@@ -87,8 +87,8 @@ def alloc_runs(
             raise AnalysisError(
                 "events have no timestamps (e.g. a PyTorch snapshot recorded without time_us), so gaps between "
                 "them are unknown", hint="Bursts need times: record the snapshot with torch >= 2.2, or use a timed log")
-        acc.add(BurstRuns.from_events(np.asarray(ts.fill_null(0))[mask],
-                                      np.asarray(batch.column("size_bytes"))[mask], gap_ns=gap_ns))
+        acc.add(BurstRuns.from_events(np.compress(mask, ts.fill_null(0)),
+                                      np.compress(mask, batch.column("size_bytes")), gap_ns=gap_ns))
         if on_progress is not None:
             on_progress()
     return acc.result(), n_read
@@ -99,7 +99,7 @@ def kernel_runs(table: pa.Table, *, gap_ns: int) -> tuple[BurstRuns, int]:
     acc = RunsAccumulator(gap_ns, has_bytes=False)
     for batch in table.to_batches():
         mask = op_mask(batch.column("kind"), [KERNEL_KIND])
-        acc.add(BurstRuns.from_events(np.asarray(batch.column("start_ns").fill_null(0))[mask], gap_ns=gap_ns))
+        acc.add(BurstRuns.from_events(np.compress(mask, batch.column("start_ns").fill_null(0)), gap_ns=gap_ns))
     return acc.result(), table.num_rows
 
 

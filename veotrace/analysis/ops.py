@@ -15,7 +15,9 @@ def op_mask(ops_column: pa.Array, ops: Sequence[str]) -> np.ndarray:
         ops_column = ops_column.combine_chunks()
     if pa.types.is_dictionary(ops_column.type):
         hit = np.isin(np.asarray(ops_column.dictionary.to_pylist(), dtype=object), list(ops))
-        if ops_column.null_count == 0:
-            return hit[ops_column.indices.to_numpy()]
-        return hit[np.asarray(ops_column.indices.fill_null(0))] & np.asarray(ops_column.is_valid())
+        codes = np.asarray(ops_column.indices.fill_null(0) if ops_column.null_count else ops_column.indices)
+        hits = np.flatnonzero(hit)
+        # One op (the usual case): a comparison, several times faster than a table lookup per row.
+        mask = codes == hits[0] if hits.size == 1 else hit[codes]
+        return mask & np.asarray(ops_column.is_valid()) if ops_column.null_count else mask
     return np.asarray(pc.fill_null(pc.is_in(ops_column, pa.array(list(ops))), False))

@@ -16,18 +16,21 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Op codes: index into csvscan.OPS. */
-static const char *const OP_NAMES[] = {"alloc", "free", "defrag"};
-static const Py_ssize_t OP_LENS[] = {5, 4, 6};
-#define N_OPS 3
+/* Op codes 0, 1, 2: index into csvscan.OPS ("alloc", "free", "defrag"). */
 
 static inline int op_code(const char *p, const char *q)
 {
-    Py_ssize_t n = q - p;
-    for (int i = 0; i < N_OPS; i++)
-        if (n == OP_LENS[i] && memcmp(p, OP_NAMES[i], (size_t)n) == 0)
-            return i;
-    return -1;
+    /* memcmp of a constant length compiles to a couple of loads and compares. */
+    switch (q - p) {
+    case 5:
+        return memcmp(p, "alloc", 5) == 0 ? 0 : -1;
+    case 4:
+        return memcmp(p, "free", 4) == 0 ? 1 : -1;
+    case 6:
+        return memcmp(p, "defrag", 6) == 0 ? 2 : -1;
+    default:
+        return -1;
+    }
 }
 
 typedef struct {

@@ -12,6 +12,7 @@ from veotrace.errors import TraceFormatError
 from veotrace.schemas import ALLOC_EVENTS, schema_tag
 from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import ReadOptions, ReadReport
+from veotrace.sources.pipeline import read_ahead
 
 #: Rows per batch when streaming a Parquet file.
 BATCH_ROWS = 1 << 18
@@ -40,10 +41,13 @@ def iter_alloc_events(
     size = path.stat().st_size
     groups = max(pf.num_row_groups, 1)
     if schema_tag(schema) == schema_tag(ALLOC_EVENTS):
-        # Whole row groups, columns decoded in parallel (iter_batches decodes on one thread);
-        # memory stays bounded by the row-group size 'veotrace convert' writes.
-        for i in range(pf.num_row_groups):
-            table = pf.read_row_group(i, columns=wanted, use_threads=True)
+        # Whole row groups, decoded on worker threads while the caller analyses the previous one
+        # (iter_batches decodes on the caller's thread); memory stays bounded by the row-group
+        # size 'veotrace convert' writes.
+        def group(i: int) -> pa.Table:
+            return pf.read_row_group(i, columns=wanted, use_threads=False)
+
+        for i, table in enumerate(read_ahead(iter(range(pf.num_row_groups)), group, workers=2)):
             for batch in table.to_batches():
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
             if on_progress is not None:
