@@ -42,3 +42,20 @@ def test_matches_scipy(name, x, y):
 def test_kendall_undefined_when_one_series_is_constant():
     tau, p = rankstats.kendall_tau(np.arange(10.0), np.ones(10))
     assert np.isnan(tau) and np.isnan(p)
+
+
+@pytest.mark.parametrize("kind", ["untied", "y_ties", "x_ties", "nan_free_reversed"])
+def test_concordance_fast_walk_equals_all_pairs(kind):
+    """The sorted-list walk (x untied) and the all-pairs count give the same exact integer."""
+    rng = np.random.default_rng(7)
+    n = 700
+    x = rng.permutation(n).astype(float) if kind != "x_ties" else rng.integers(0, 90, n).astype(float)
+    y = rng.normal(size=n) if kind in ("untied", "x_ties") else rng.integers(0, 6, n).astype(float)
+    if kind == "nan_free_reversed":
+        x = -x
+    pairs = sum(int(np.sum((np.sign(x[j] - x[i]) * np.sign(y[j] - y[i]))[upper]))
+                for i, j, upper in rankstats._pairs(n))
+    assert rankstats._concordance(x, y) == pairs
+    ref = stats.kendalltau(x, y)
+    tau, p = rankstats.kendall_tau(x, y)
+    assert tau == pytest.approx(ref.statistic, abs=1e-12) and p == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-15)

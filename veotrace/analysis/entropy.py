@@ -147,10 +147,10 @@ def compute_entropy(
         windows_idx = ks
     else:
         windows_idx, start, end, counts = _event_windows(ev_ts, ev_cls, window_events, n_cls, has_null_ts)
-    table = _windows_table(windows_idx, start, end, counts, n_cls, has_times=not has_null_ts)
-    hours = np.asarray(table.column("hours").fill_null(np.nan), dtype=np.float64)
-    x = hours if not has_null_ts else windows_idx.astype(np.float64)
-    h = np.asarray(table.column("entropy_bits").fill_null(np.nan), dtype=np.float64)
+    h = entropy_bits(counts)
+    hours = (start - start[0]) / NS_PER_HOUR if start is not None and len(start) else None
+    table = _windows_table(windows_idx, start, end, hours, counts, h, n_cls)
+    x = hours if hours is not None else windows_idx.astype(np.float64)
     trend = fit_trend(x, h)
     trend["x"] = "hours" if not has_null_ts else "window"
     segs = segment_trends(x, h, segments) if segments else []
@@ -180,12 +180,8 @@ def _event_windows(ev_ts, ev_cls, n, n_cls, has_null_ts):
     return np.arange(n_win), ts[::n], ts[n - 1 :: n], counts
 
 
-def _windows_table(idx, start, end, counts, n_cls, *, has_times) -> pa.Table:
-    h = entropy_bits(counts)
+def _windows_table(idx, start, end, hours, counts, h, n_cls) -> pa.Table:
     n = counts.sum(axis=1)
-    hours = None
-    if start is not None and len(start):
-        hours = (start - start[0]) / NS_PER_HOUR
     nulls = pa.nulls(len(idx), pa.int64())
     return pa.Table.from_arrays(
         [

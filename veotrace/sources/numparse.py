@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 #: RE2 pattern (pyarrow.compute regexes) of a decimal number as tools print it: 12, -1.5, .5, 3e-06.
 DECIMAL_RE = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
@@ -26,6 +25,8 @@ def parse_uint64(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     Returns:
         (uint64 array with nulls for missing values, boolean mask of values that did not parse).
     """
+    import pyarrow.compute as pc  # 30 ms to import: loaded by the readers that have addresses only
+
     if pa.types.is_integer(arr.type):
         negative = pc.fill_null(pc.less(arr, 0), False)
         return pc.cast(pc.if_else(negative, None, arr), pa.uint64()), np.asarray(negative)
