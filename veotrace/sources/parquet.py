@@ -41,13 +41,13 @@ def iter_alloc_events(
     size = path.stat().st_size
     groups = max(pf.num_row_groups, 1)
     if schema_tag(schema) == schema_tag(ALLOC_EVENTS):
-        # Whole row groups, decoded on worker threads while the caller analyses the previous one
-        # (iter_batches decodes on the caller's thread); memory stays bounded by the row-group
-        # size 'veotrace convert' writes.
+        # Whole row groups, the next decoded (columns in parallel) while the caller analyses this
+        # one; memory stays bounded by the row-group size 'veotrace convert' writes. One worker:
+        # a ParquetFile must not be read from two threads at once (that corrupts the heap).
         def group(i: int) -> pa.Table:
-            return pf.read_row_group(i, columns=wanted, use_threads=False)
+            return pf.read_row_group(i, columns=wanted, use_threads=True)
 
-        for i, table in enumerate(read_ahead(iter(range(pf.num_row_groups)), group, workers=2)):
+        for i, table in enumerate(read_ahead(iter(range(pf.num_row_groups)), group, workers=1)):
             for batch in table.to_batches():
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
             if on_progress is not None:
