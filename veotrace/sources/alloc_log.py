@@ -1,9 +1,11 @@
 """Reader of canonical alloc/free logs (CSV or JSON Lines, plain, gzip or zstd) into ALLOC_EVENTS batches.
 
-Fast path: pyarrow's multithreaded streaming CSV/JSON readers with typed columns. When a block does
-not convert (a bad value), the rest of the file is re-read by the exact path (Python csv/json, one
-line at a time) that knows line numbers: it stops with the file, line and column, or, with
-``--skip-bad-rows``, skips and counts the bad rows. Rows already yielded are never re-yielded.
+Fast path: line-aligned CSV chunks read by the C scanner (``csvscan``, the plain shape of the
+timestamp/op/size columns) or else pyarrow's CSV reader, and pyarrow's streaming JSON reader, with
+typed columns. When a block does not convert (a bad value), the rest of the file is re-read by the
+exact path (Python csv/json, one line at a time) that knows line numbers: it stops with the file,
+line and column, or, with ``--skip-bad-rows``, skips and counts the bad rows. Rows already yielded
+are never re-yielded.
 """
 
 from __future__ import annotations

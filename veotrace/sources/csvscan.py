@@ -20,6 +20,8 @@ except ImportError:  # built without a C compiler
 OPS = ("alloc", "free", "defrag")
 #: Canonical log columns the scanner can read.
 SCANNED = ("timestamp", "op_type", "size_bytes")
+#: What the scanner writes for each scanned column (op_type: codes into OPS).
+_TYPES = (pa.int64(), pa.int32(), pa.int64())
 _OPS_ARRAY = pa.array(OPS, pa.string())
 
 
@@ -46,17 +48,15 @@ def scanner_for(header: Sequence[str], present: dict[str, str], read_cols: Seque
 
     def scan(chunk: pa.Buffer) -> pa.RecordBatch | None:
         cap = _csvscan.count_lines(chunk) + 1
-        bufs = [pa.allocate_buffer(cap * width) if col >= 0 else None
-                for col, width in zip(cols, (8, 4, 8), strict=True)]
+        bufs = [pa.allocate_buffer(cap * t.bit_width // 8) if col >= 0 else None
+                for col, t in zip(cols, _TYPES, strict=True)]
         rows = _csvscan.scan(chunk, ncols, *cols, *bufs)
         if rows < 0:
             return None
-        arrays = {
-            "timestamp": lambda: pa.Array.from_buffers(pa.int64(), rows, [None, bufs[0]]),
-            "op_type": lambda: pa.DictionaryArray.from_arrays(
-                pa.Array.from_buffers(pa.int32(), rows, [None, bufs[1]]), _OPS_ARRAY),
-            "size_bytes": lambda: pa.Array.from_buffers(pa.int64(), rows, [None, bufs[2]]),
-        }
-        return pa.RecordBatch.from_arrays([arrays[c]() for c in read_cols], names=list(read_cols))
+        arrays = {c: pa.Array.from_buffers(t, rows, [None, buf])
+                  for c, t, buf in zip(SCANNED, _TYPES, bufs, strict=True) if buf is not None}
+        if "op_type" in arrays:
+            arrays["op_type"] = pa.DictionaryArray.from_arrays(arrays["op_type"], _OPS_ARRAY)
+        return pa.RecordBatch.from_arrays([arrays[c] for c in read_cols], names=list(read_cols))
 
     return scan
