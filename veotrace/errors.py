@@ -71,3 +71,9 @@ class UsageError(VeotraceError):
 
 class MissingDependencyError(VeotraceError):
     """An optional extra is needed for this input (e.g. ``veotrace[ncu]``)."""
+
+
+#: Exit code of every command whose check found a problem (a gate regression, a coherence collapse,
+#: a simulated allocation that does not fit). Distinct from input errors (1) and usage errors (2), so
+#: a CI pipeline can tell "the check failed" from "the step is broken".
+EXIT_CHECK_FAILED = 3
