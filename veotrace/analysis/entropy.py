@@ -87,6 +87,35 @@ def _check(window_s, step_s, min_class, max_class, window_events, segments):
         raise UsageError("--segments must be increasing positive hours, e.g. 48,120")
 
 
+@dataclass
+class EntropyPartial:
+    """The mergeable partial of compute_entropy: what it keeps of the batches it has seen.
+
+    Built per batch stream (a file, a byte range of a file, a Parquet row group, on any process or
+    cluster worker) by :func:`entropy_partial`; partials of the same parameters merge exactly and
+    :func:`finish_entropy` turns the merged one into the result. With ``window_events`` the partial
+    keeps the counted (timestamp, class) pairs themselves, in read order.
+    """
+
+    counts: WindowCounts
+    params: dict
+    events_read: int = 0
+    events_counted: int = 0
+    has_null_ts: bool = False
+    events: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def merge(self, other: EntropyPartial) -> EntropyPartial:
+        """Add ``other`` (events read after this partial's) in place; returns self."""
+        if other.params != self.params:
+            raise ValueError("cannot merge entropy partials with different parameters")
+        self.counts.merge(other.counts)
+        self.events_read += other.events_read
+        self.events_counted += other.events_counted
+        self.has_null_ts |= other.has_null_ts
+        self.events.extend(other.events)
+        return self
+
+
 def compute_entropy(
     batches: Iterable[pa.RecordBatch],
     *,
@@ -111,22 +140,48 @@ def compute_entropy(
         UsageError: impossible parameters. AnalysisError: nothing to count, or no timestamps.
     """
     _check(window_s, step_s, min_class, max_class, window_events, segments)
+    part = entropy_partial(batches, window_s=window_s, step_s=step_s, ops=ops, min_class=min_class,
+                           max_class=max_class, window_events=window_events, on_progress=on_progress)
+    return finish_entropy(part, segments=segments)
+
+
+def entropy_partial(
+    batches: Iterable[pa.RecordBatch],
+    *,
+    window_s: float = DEFAULT_WINDOW_S,
+    step_s: float | None = None,
+    ops: Sequence[str] = DEFAULT_OPS,
+    min_class: int = DEFAULT_MIN_CLASS,
+    max_class: int = DEFAULT_MAX_CLASS,
+    window_events: int | None = None,
+    on_progress: Callable[[], None] | None = None,
+) -> EntropyPartial:
+    """The partial of compute_entropy over ``batches`` (a pure function of them and the parameters).
+
+    Raises:
+        UsageError: impossible parameters. AnalysisError: time windows over events without timestamps.
+    """
+    _check(window_s, step_s, min_class, max_class, window_events, ())
     n_cls = max_class - min_class + 1
     window_ns = round(window_s * 1e9)
     step_ns = round((step_s if step_s is not None else window_s) * 1e9)
-    acc = WindowCounts(window_ns, step_ns, n_cls)
-    ev_ts, ev_cls, n_read, n_counted, has_null_ts = [], [], 0, 0, False
+    params = {"window_s": window_s if window_events is None else None,
+              "step_s": (step_ns / 1e9) if window_events is None else None,
+              "window_events": window_events, "ops": list(ops), "min_class": min_class,
+              "max_class": max_class, "classes": n_cls}
+    part = EntropyPartial(WindowCounts(window_ns, step_ns, n_cls), params)
+    acc = part.counts
     for batch in batches:
-        n_read += batch.num_rows
+        part.events_read += batch.num_rows
         ts_arr = batch.column("ts_ns")
         if ts_arr.null_count:
-            has_null_ts = True
+            part.has_null_ts = True
         mask = op_mask(batch.column("op"), ops)
         # np.compress, not boolean indexing: several times faster on a mask that flips row to row.
         cls = size_classes(np.compress(mask, batch.column("size_bytes")), min_class, max_class) - min_class
-        n_counted += int(cls.size)
+        part.events_counted += int(cls.size)
         if window_events is None:
-            if has_null_ts:
+            if part.has_null_ts:
                 raise AnalysisError(
                     "events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
                     hint="Use --window-events N to count windows of N consecutive events")
@@ -134,11 +189,22 @@ def compute_entropy(
             acc.observe_span(ts)
             acc.add(np.compress(mask, ts), cls)
         else:
-            ev_ts.append(np.compress(mask, ts_arr.fill_null(0)))
-            ev_cls.append(cls)
+            part.events.append((np.compress(mask, ts_arr.fill_null(0)), cls))
         if on_progress is not None:
             on_progress()
-    if n_counted == 0 and window_events is not None:
+    return part
+
+
+def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> EntropyResult:
+    """The result from the merged partial of every batch.
+
+    Raises:
+        AnalysisError: nothing to count, or no timestamps.
+    """
+    acc, window_events, n_cls, has_null_ts = part.counts, part.params["window_events"], part.params["classes"], part.has_null_ts
+    ops = part.params["ops"]
+    window_ns, step_ns = acc.window_ns, acc.step_ns
+    if part.events_counted == 0 and window_events is not None:
         raise AnalysisError(f"no events with op {', '.join(ops)} were read", hint="Check --ops")
     if window_events is None:
         ks, counts = acc.finish()
@@ -146,6 +212,8 @@ def compute_entropy(
         end = start + window_ns
         windows_idx = ks
     else:
+        ev_ts = [t for t, _ in part.events]
+        ev_cls = [c for _, c in part.events]
         windows_idx, start, end, counts = _event_windows(ev_ts, ev_cls, window_events, n_cls, has_null_ts)
     h = entropy_bits(counts)
     hours = (start - start[0]) / NS_PER_HOUR if start is not None and len(start) else None
@@ -154,11 +222,8 @@ def compute_entropy(
     trend = fit_trend(x, h)
     trend["x"] = "hours" if not has_null_ts else "window"
     segs = segment_trends(x, h, segments) if segments else []
-    params = {"window_s": window_s if window_events is None else None,
-              "step_s": (step_ns / 1e9) if window_events is None else None,
-              "window_events": window_events, "ops": list(ops), "min_class": min_class,
-              "max_class": max_class, "classes": n_cls, "segments_hours": list(segments)}
-    summary = {"events_read": n_read, "events_counted": n_counted, "windows": table.num_rows,
+    params = {**part.params, "segments_hours": list(segments)}
+    summary = {"events_read": part.events_read, "events_counted": part.events_counted, "windows": table.num_rows,
                "empty_windows": int((counts.sum(axis=1) == 0).sum()),
                "first_ns": acc.first_ns, "last_ns": acc.last_ns,
                "mean_entropy_bits": float(np.nanmean(h)) if np.isfinite(h).any() else None}
