@@ -22,6 +22,12 @@ L2_THROUGHPUT_LOW_PCT = 65.0  # L2 throughput (% of peak) below this after a bre
 L2_BYTES_PER_REQUEST_FROM = 128.0  # bytes per L2 request before the break at least this ...
 L2_BYTES_PER_REQUEST_TO = 32.0  # ... and after it at most this
 L2_READ_SLOPE_RISE_PCT = 200.0  # read sectors per launch rising by at least this much (%)
+# Smallest jump reported as a breakpoint, next to the statistical penalty (a 13.08% -> 13.38% shift at
+# z = 3.3 is real but no engineer acts on it): 1 percentage point for metrics in %, else 5% of the level before.
+L2_MIN_JUMP_POINTS = 1.0
+L2_MIN_JUMP_RELATIVE_PCT = 5.0
+L2_METRIC_FALLBACKS = ("l2_miss_rate.pct", "lts__throughput.avg.pct_of_peak_sustained_elapsed")  # default metric, in order
+L2_CHANGEPOINT_LAUNCHES_HINT = 20  # the --launch-count suggested when a kernel has too few launches
 
 # coherence (collapse signs of a long video generation, per frame)
 COHERENCE_ID_MIN = 0.65  # id drift: tracker cross-frame ID match rate below this
@@ -44,3 +50,14 @@ CORRELATE_SEED = 0
 CORRELATE_BLOCK_LEN = 0  # 0 = automatic, about n ** (1/3)
 CORRELATE_MAX_LAG = 0
 CORRELATE_CONFIDENCE = 0.95
+
+# gate (veotrace gate: a run against a saved baseline; README "CI gate" justifies each value)
+GATE_MAX_INCREASE = "0.05"  # bits (or "N%" of the baseline mean): ~1.5% of log2(11), the max entropy
+GATE_MAX_SLOPE_INCREASE = 0.002  # bits/hour: 0.048 bits more per day of running than the baseline
+GATE_ALPHA = 0.05  # one-sided significance level of every check
+GATE_RESAMPLES = 2000  # moving-block bootstrap resamples (history: E-Divisive permutations, at most 999)
+GATE_SEED = 0
+GATE_BLOCK_LEN = 0  # 0 = Politis & White (2004) automatic block length
+GATE_LENGTH_TOLERANCE = 0.10  # window-by-window check only when the runs' lengths differ by at most 10%
+GATE_MIN_WINDOWS = 20  # fewest non-empty windows in the run and the baseline
+GATE_MIN_HISTORY = 3  # fewest baselines in a --history folder

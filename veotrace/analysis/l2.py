@@ -6,13 +6,18 @@ of the series and counted. The default metric is the L2 miss rate, ``100 - lts__
 (FORMATS.md B.3). Change points: ``changepoints.detect`` (seeded binary segmentation on the l2 cost,
 modified-BIC penalty on the noise estimated from the series), per kernel. ``launch_index`` is the 0-based position
 of the first launch of the new regime among the kernel's launches; ``id`` is that launch's ncu ID;
-``z_score`` (the confidence) is the jump over its standard error.
+``z_score`` (the confidence) is the jump over its standard error. A break whose jump is below
+``min_jump`` (the effect size an engineer would act on) is merged away, smallest first, like one the
+penalty rejects. Every kernel also gets its L2 picture (medians over its launches of the hit rate,
+throughput, bytes per request and sectors, with the rule presets' checks on those values), so files
+with one launch per kernel (``ncu --launch-count 1``) still get an answer; change points need
+``2 * min_size`` launches of a kernel, and the result says which kernels have fewer and how to record more.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -22,12 +27,22 @@ from veotrace.analysis import changepoints
 from veotrace.analysis.defaults import (
     CHANGEPOINT_MIN_SIZE,
     CHANGEPOINT_PENALTY_SCALE,
+    L2_CHANGEPOINT_LAUNCHES_HINT,
     L2_METRIC,
+    L2_METRIC_FALLBACKS,
+    L2_MIN_JUMP_POINTS,
+    L2_MIN_JUMP_RELATIVE_PCT,
     L2_RULES,
 )
 from veotrace.errors import AnalysisError, UsageError
 from veotrace.schemas.changepoints import L2_BREAKPOINTS
-from veotrace.schemas.ncu_names import L2_HIT_RATE, L2_MISS_RATE, resolve_metric
+from veotrace.schemas.ncu_names import (
+    L2_HIT_RATE,
+    L2_MISS_RATE,
+    L2_THROUGHPUT,
+    METRIC_TO_LABEL,
+    resolve_metric,
+)
 
 
 @dataclass
@@ -46,12 +61,14 @@ class L2Result:
     kernels: list[dict]
     rules: list[dict]
     params: dict
+    notes: list[str] = field(default_factory=list)  # what the user should know (metric fallback, short series)
 
     def to_dict(self) -> dict:
         rows = self.breakpoints.to_pylist()
         for r in rows:
             r["rules"] = r["rules"].split(";") if r["rules"] else []
-        return {"params": self.params, "kernels": self.kernels, "rules": self.rules, "breakpoints": rows}
+        return {"params": self.params, "notes": self.notes, "kernels": self.kernels, "rules": self.rules,
+                "breakpoints": rows}
 
 
 def metric_series(table: pa.Table, metric: str) -> dict[str, Series]:
@@ -77,27 +94,39 @@ def metric_series(table: pa.Table, metric: str) -> dict[str, Series]:
     return out
 
 
+#: Picture key -> metric (alternatives, the first present is used); bytes per request is derived.
+PICTURE = {"hit_rate_pct": (L2_HIT_RATE,), "l2_throughput_pct": (L2_THROUGHPUT,), "sectors": ("lts__t_sectors.sum",),
+           "requests": ("lts__t_requests.sum",),
+           "read_sectors": ("lts__t_sectors_op_read.sum", "lts__t_sectors_srcunit_tex_op_read.sum")}
+
+
 def find_breakpoints(
     table: pa.Table,
     *,
-    metric: str = L2_METRIC,
+    metric: str | None = None,
     kernel: str | None = None,
     min_size: int = CHANGEPOINT_MIN_SIZE,
     penalty_scale: float = CHANGEPOINT_PENALTY_SCALE,
+    min_jump: float | None = None,
+    min_jump_relative: bool = False,
     rules: tuple[str, ...] | list[str] = L2_RULES,
 ) -> L2Result:
-    """Change points of ``metric`` per kernel in an NCU_METRICS table, annotated by the rule presets.
+    """Per-kernel L2 picture and change points of ``metric`` in an NCU_METRICS table, annotated by the rule presets.
 
     Args:
-        metric: a metric name or display label (``l2_miss_rate.pct`` is derived from the hit rate).
+        metric: a metric name or display label (``l2_miss_rate.pct`` is derived from the hit rate);
+            None: the first of ``L2_METRIC_FALLBACKS`` the file has (the result's notes say which).
         kernel: a regular expression; only kernel names it matches (``re.search``) are analysed.
-        min_size: fewest launches in a regime; a kernel needs at least ``2 * min_size`` launches.
+        min_size: fewest launches in a regime; change points need ``2 * min_size`` launches of a kernel.
         penalty_scale: multiplier of the BIC penalty.
+        min_jump: smallest |jump| kept as a breakpoint, in the metric's unit (percentage points for a
+            metric in %), or with ``min_jump_relative`` in % of the level before the break. None: 1
+            point for metrics in %, else 5% relative.
         rules: rule presets to evaluate (see ``l2rules``).
 
     Raises:
-        AnalysisError: no launches, metric absent (close names listed), no kernel matches, or every
-            matching kernel has too few launches. UsageError: bad regex, min_size or penalty_scale.
+        AnalysisError: no launches, metric absent (close names listed), no kernel matches.
+        UsageError: bad regex, min_size, penalty_scale or min_jump.
     """
     from veotrace.analysis import l2rules
 
@@ -105,12 +134,18 @@ def find_breakpoints(
         raise UsageError(f"--min-size must be at least 1, got {min_size}", field="--min-size")
     if not (penalty_scale >= 0 and np.isfinite(penalty_scale)):
         raise UsageError(f"--penalty-scale must be a non-negative number, got {penalty_scale}")
+    if min_jump is not None and not (min_jump >= 0 and np.isfinite(min_jump)):
+        raise UsageError(f"--min-jump must be a non-negative number, got {min_jump:g}")
     presets = l2rules.select(rules)
     if table.num_rows == 0:
         raise AnalysisError("the input holds no ncu metric rows (no kernel launches)",
                             hint="Profile with 'ncu --csv' and at least one kernel launch")
     available = pc.unique(table.column("metric").cast(pa.string())).to_pylist()
-    chosen = resolve_metric(metric, available)
+    chosen, notes = choose_metric(metric, available)
+    unit = metric_unit(table, chosen)
+    if min_jump is None:
+        min_jump, min_jump_relative = ((L2_MIN_JUMP_POINTS, False) if unit == "%"
+                                       else (L2_MIN_JUMP_RELATIVE_PCT, True))
     series = metric_series(table, chosen)
     if kernel is not None:
         try:
@@ -124,46 +159,147 @@ def find_breakpoints(
                                 hint=f"Kernels with {chosen}: {names}")
     status = l2rules.status(presets, set(available))
     context = l2rules.RuleData({m: metric_series(table, m) for m in l2rules.needed(presets, set(available))})
+    pictured = {m: metric_series(table, m) for alts in PICTURE.values() for m in alts if m in available}
+    jump = (min_jump, min_jump_relative)
     rows, infos = [], []
     for s in series.values():
-        info, found = _one_kernel(s, chosen, min_size, penalty_scale, presets, context)
+        info, found = _one_kernel(s, chosen, min_size, penalty_scale, jump, presets, context)
+        info["l2"] = _picture(s, pictured)
+        info["rules_on_values"] = l2rules.on_values(presets, info["l2"])
         infos.append(info)
         rows.extend(found)
-    if not any(i["analysed"] for i in infos):
-        worst = max(infos, key=lambda i: i["values"])
-        raise AnalysisError(
-            f"kernel {worst['kernel']!r} has {worst['values']} launches with {chosen}; at least "
-            f"{2 * min_size} (2 x --min-size) are needed to find a change",
-            hint="Profile more launches, or lower --min-size")
+    notes += short_series_notes(infos, min_size)
     for st in status:
         st["fired"] = sum(st["name"] in r["rules"].split(";") for r in rows if r["rules"])
         st["breaks_not_evaluated"] = context.not_evaluated.get(st["name"], 0)
+        st["kernels_flagged"] = sum(bool(i["rules_on_values"].get(st["name"])) for i in infos)
     table_out = pa.Table.from_pylist(rows, schema=L2_BREAKPOINTS) if rows else L2_BREAKPOINTS.empty_table()
-    params = {"metric": chosen, "asked": metric, "kernel": kernel, "min_size": min_size,
-              "penalty_scale": penalty_scale, "method": "seeded binary segmentation + weakest-first merging, l2 cost, penalty "
-              "scale * 2 * sigma^2 * ln(n), sigma = 1.4826 * MAD(diff(x)) / sqrt(2)",
+    params = {"metric": chosen, "metric_label": METRIC_TO_LABEL.get(chosen), "metric_unit": unit,
+              "asked": metric, "kernel": kernel, "min_size": min_size, "penalty_scale": penalty_scale,
+              "min_jump": min_jump, "min_jump_unit": "% of the level before" if min_jump_relative
+              else ("percentage points" if unit == "%" else unit or "metric unit"),
+              "method": "seeded binary segmentation + weakest-first merging, l2 cost, penalty "
+              "scale * 2 * sigma^2 * ln(n), sigma = 1.4826 * MAD(diff(x)) / sqrt(2); breaks with |jump| < min_jump merged",
               "rules": [p.name for p in presets]}
-    return L2Result(table_out, infos, status, params)
+    return L2Result(table_out, infos, status, params, notes)
 
 
-def _one_kernel(s: Series, metric: str, min_size: int, penalty_scale: float, presets, context):
+def choose_metric(asked: str | None, available: list[str]) -> tuple[str, list[str]]:
+    """The metric to analyse and a note when the default had to fall back (2020-era pages have no hit rate).
+
+    Raises:
+        AnalysisError: the asked metric (or, when none is asked, every fallback) is absent.
+    """
+    if asked is not None:
+        return resolve_metric(asked, available), []
+    for cand in L2_METRIC_FALLBACKS:
+        try:
+            chosen = resolve_metric(cand, available)
+        except AnalysisError:
+            continue
+        if chosen == L2_METRIC:
+            return chosen, []
+        label = METRIC_TO_LABEL.get(chosen)
+        return chosen, [f"the default metric {L2_METRIC} (100 - L2 Hit Rate) needs {L2_HIT_RATE}, which the input "
+                        f"does not have; used {chosen}" + (f" ({label})" if label else "") + " instead (--metric to choose)"]
+    return resolve_metric(L2_METRIC, available), []  # raises, listing the L2 metrics present
+
+
+def metric_unit(table: pa.Table, metric: str) -> str | None:
+    """The unit of ``metric`` in the table ('%' for the derived miss rate), None when unknown."""
+    name = L2_HIT_RATE if metric == L2_MISS_RATE else metric
+    rows = table.filter(pc.equal(table.column("metric").cast(pa.string()), name)).column("unit")
+    units = [u for u in pc.unique(rows.cast(pa.string())).to_pylist() if u]
+    return units[0] if len(units) == 1 else None
+
+
+def _median(values: np.ndarray) -> float | None:
+    ok = values[~np.isnan(values)]
+    return float(np.median(ok)) if ok.size else None
+
+
+def _picture(s: Series, pictured: dict) -> dict:
+    """Medians over the kernel's launches of the L2 metrics present (None where absent)."""
+    from veotrace.analysis.l2rules import SECTOR_BYTES, align
+
+    out: dict = {}
+    aligned = {}
+    for key, alternatives in PICTURE.items():
+        metric = next((m for m in alternatives if m in pictured), None)
+        aligned[key] = align(s, pictured[metric].get(s.kernel)) if metric else np.full(s.keys.size, np.nan)
+        out[key] = _median(aligned[key])
+    sec, req = aligned["sectors"], aligned["requests"]
+    ok = ~(np.isnan(sec) | np.isnan(req)) & (req > 0)
+    out["bytes_per_request"] = float(np.median(SECTOR_BYTES * sec[ok] / req[ok])) if ok.any() else None
+    out["miss_rate_pct"] = None if out["hit_rate_pct"] is None else 100.0 - out["hit_rate_pct"]
+    return out
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n:,} " + (word if n == 1 else plural or word + "s")
+
+
+def function_name(kernel: str) -> str:
+    """The bare function name ncu's ``-k`` matches: no namespace, template arguments or parameters."""
+    name = re.sub(r"<unnamed>::|\(anonymous namespace\)::|^(?:void|int|float|auto)\s+", "", kernel.strip())
+    return re.split(r"[(<\s]", name, maxsplit=1)[0].split("::")[-1] or kernel
+
+
+def short_series_notes(infos: list[dict], min_size: int) -> list[str]:
+    """Which kernels have too few launches for change points, and the ncu options that record more."""
+    short = [i for i in infos if not i["analysed"]]
+    if not short:
+        return []
+    need = 2 * min_size
+    names = ", ".join(f"{i['kernel']} ({_plural(i['values'], 'launch', 'launches')})" for i in short[:5])
+    more = f" and {len(short) - 5} more" if len(short) > 5 else ""
+    base = function_name(short[0]["kernel"])
+    count = max(L2_CHANGEPOINT_LAUNCHES_HINT, need)
+    return [f"change points need at least {need} launches of a kernel (2 x --min-size); "
+            f"{_plural(len(short), 'kernel')} of {len(infos)} ha{'s' if len(short) == 1 else 've'} fewer: {names}{more}. "
+            f"Their L2 picture is shown. To record enough launches: ncu --set full -k regex:{base} "
+            f"--launch-skip 0 --launch-count {count} --csv ./app > {base}.csv (or -o {base} for a .ncu-rep)"]
+
+
+def _apply_min_jump(x: np.ndarray, bkps: list[int], sigma: float, jump: tuple[float, bool]):
+    """Merge away breaks whose jump is below the minimum, smallest first; (breaks, their stats, merged)."""
+    threshold, relative = jump
+    merged = 0
+    while True:
+        stats = changepoints.segment_stats(x, bkps, sigma)
+        if not bkps or threshold <= 0:
+            return bkps, stats, merged
+        size = [abs(st["jump"]) / abs(st["mean_before"]) * 100.0 if relative and st["mean_before"] != 0
+                else (np.inf if relative else abs(st["jump"])) for st in stats]
+        i = int(np.argmin(size))
+        if size[i] >= threshold:
+            return bkps, stats, merged
+        bkps = bkps[:i] + bkps[i + 1:]
+        merged += 1
+
+
+def _one_kernel(s: Series, metric: str, min_size: int, penalty_scale: float, jump, presets, context):
     from veotrace.analysis import l2rules
 
     valid = np.flatnonzero(~np.isnan(s.values))
     x = s.values[valid]
+    need = 2 * min_size
     info = {"kernel": s.kernel, "launches": int(s.ids.size), "values": int(x.size),
             "missing_values": int(s.ids.size - x.size), "first_id": int(s.ids[0]) if s.ids.size else None,
-            "last_id": int(s.ids[-1]) if s.ids.size else None, "analysed": x.size >= 2 * min_size,
+            "last_id": int(s.ids[-1]) if s.ids.size else None, "analysed": x.size >= need,
             "sigma": None, "penalty": None, "breakpoints": 0,
-            "mean": float(x.mean()) if x.size else None}
+            "mean": float(x.mean()) if x.size else None, "median": float(np.median(x)) if x.size else None}
     if not info["analysed"]:
-        info["note"] = f"too few launches ({x.size} < 2 x --min-size = {2 * min_size})"
+        info["changepoints"] = {"status": "needs more launches", "launches_needed": need, "values": int(x.size)}
+        info["note"] = f"change points need {need} launches, has {x.size}"
         return info, []
     sigma = changepoints.noise_sigma(x)
     penalty = changepoints.bic_penalty(x, sigma, scale=penalty_scale)
     bkps = changepoints.detect(x, min_size=min_size, penalty=penalty)
-    stats = changepoints.segment_stats(x, bkps, sigma)
+    bkps, stats, merged = _apply_min_jump(x, bkps, sigma, jump)
     info.update(sigma=sigma, penalty=penalty, breakpoints=len(bkps))
+    info["changepoints"] = {"status": "analysed", "launches_needed": need, "values": int(x.size),
+                            "breakpoints": len(bkps), "below_min_jump": merged}
     rows = []
     for t, st in zip(bkps, stats):
         before = valid[st["start_before"]:t]

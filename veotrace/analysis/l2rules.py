@@ -5,7 +5,8 @@ Each rule compares the launches of the regime before a break with those of the r
 over their launches, so a break found a launch or two off its true place gives the same verdict:
 
 - ``l2_throughput_low``: median L2 throughput (``lts__throughput.avg.pct_of_peak_sustained_elapsed``)
-  after the break is below 65% of peak.
+  crosses 65% of peak at the break: at least 65 before, below 65 after (a kernel below 65% on both
+  sides did not become throughput-bound at this break).
 - ``bytes_per_request_drop``: bytes per L2 request, ``32 * lts__t_sectors.sum /
   lts__t_requests.sum`` per launch (a sector is 32 B), is >= 128 B before and <= 32 B after.
 - ``read_sector_slope_rise``: the slope of the cumulative L2 read sectors over launches, i.e. the
@@ -14,6 +15,10 @@ over their launches, so a break found a launch or two off its true place gives t
 
 A rule whose metrics are absent from the input is reported as ``not evaluated: missing X`` and never
 fires; a break where the kernel has no values of a needed metric is counted as not evaluated.
+
+Each rule also has a check on a kernel's values themselves (medians over its launches), for files
+with too few launches for change points (``ncu --launch-count 1``): L2 throughput below 65% of
+peak; bytes per request at most 32 B. The read-sector rise compares two regimes and has none.
 """
 
 from __future__ import annotations
@@ -41,8 +46,10 @@ Values = dict[str, np.ndarray]
 
 
 def _throughput_low(v: Values, before: np.ndarray, after: np.ndarray) -> bool | None:
-    a = v[L2_THROUGHPUT][after]
-    return None if np.isnan(a).all() else bool(np.nanmedian(a) < L2_THROUGHPUT_LOW_PCT)
+    b, a = v[L2_THROUGHPUT][before], v[L2_THROUGHPUT][after]
+    if np.isnan(a).all() or np.isnan(b).all():
+        return None
+    return bool(np.nanmedian(b) >= L2_THROUGHPUT_LOW_PCT > np.nanmedian(a))
 
 
 def _bytes_per_request(v: Values, idx: np.ndarray) -> float | None:
@@ -75,13 +82,17 @@ class Rule:
     description: str
     needs: tuple[tuple[str, ...], ...]  # per needed metric, its alternatives (the first present is used)
     test: Callable[[Values, np.ndarray, np.ndarray], bool | None]
+    # The check on one kernel's values (a picture key and a test of its value); None: no such check.
+    on_values: tuple[str, Callable[[float], bool], str] | None = None
 
 
 RULES: dict[str, Rule] = {r.name: r for r in (
-    Rule("l2_throughput_low", f"L2 throughput below {L2_THROUGHPUT_LOW_PCT:g}% of peak after the break",
-         ((L2_THROUGHPUT,),), _throughput_low),
+    Rule("l2_throughput_low", f"L2 throughput from >= {L2_THROUGHPUT_LOW_PCT:g}% of peak before the break to below it after",
+         ((L2_THROUGHPUT,),), _throughput_low,
+         ("l2_throughput_pct", lambda v: v < L2_THROUGHPUT_LOW_PCT, f"L2 throughput < {L2_THROUGHPUT_LOW_PCT:g}% of peak")),
     Rule("bytes_per_request_drop", f"bytes per L2 request from >= {L2_BYTES_PER_REQUEST_FROM:g} B to "
-         f"<= {L2_BYTES_PER_REQUEST_TO:g} B (32 B sectors / requests)", ((SECTORS,), (REQUESTS,)), _bytes_drop),
+         f"<= {L2_BYTES_PER_REQUEST_TO:g} B (32 B sectors / requests)", ((SECTORS,), (REQUESTS,)), _bytes_drop,
+         ("bytes_per_request", lambda v: v <= L2_BYTES_PER_REQUEST_TO, f"<= {L2_BYTES_PER_REQUEST_TO:g} B per L2 request")),
     Rule("read_sector_slope_rise", f"L2 read sectors per launch rising by >= {L2_READ_SLOPE_RISE_PCT:g}%",
          (READ_SECTORS,), _read_slope_rise),
 )}
@@ -124,7 +135,8 @@ def status(presets: Sequence[Rule], available: set[str]) -> list[dict]:
         used, missing = _resolve(rule, available)
         out.append({"name": rule.name, "description": rule.description,
                     "status": "evaluated" if not missing else f"not evaluated: missing {', '.join(missing)}",
-                    "metrics": used, "fired": 0, "breaks_not_evaluated": 0})
+                    "metrics": used, "fired": 0, "breaks_not_evaluated": 0,
+                    "on_values": rule.on_values[2] if rule.on_values else None, "kernels_flagged": 0})
     return out
 
 
@@ -179,3 +191,13 @@ def evaluate(presets: Sequence[Rule], data: RuleData, s, before: np.ndarray, aft
         elif verdict:
             fired.append(rule.name)
     return fired
+
+
+def on_values(presets: Sequence[Rule], picture: dict) -> dict[str, bool | None]:
+    """Per preset, its check on one kernel's values (``picture``: medians over launches); None when the
+    value is absent or the rule compares regimes only."""
+    out: dict[str, bool | None] = {}
+    for rule in presets:
+        value = picture.get(rule.on_values[0]) if rule.on_values else None
+        out[rule.name] = None if value is None else bool(rule.on_values[1](value))
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -9,6 +10,8 @@ import typer
 from veotrace.analysis.defaults import CHANGEPOINT_MIN_SIZE as _MIN_SIZE
 from veotrace.analysis.defaults import CHANGEPOINT_PENALTY_SCALE as _PENALTY_SCALE
 from veotrace.analysis.defaults import L2_METRIC as _METRIC
+from veotrace.analysis.defaults import L2_MIN_JUMP_POINTS as _POINTS
+from veotrace.analysis.defaults import L2_MIN_JUMP_RELATIVE_PCT as _RELATIVE
 from veotrace.analysis.defaults import L2_RULES as _RULES
 from veotrace.cli.app import app
 from veotrace.cli.common import (
@@ -16,24 +19,40 @@ from veotrace.cli.common import (
     FormatOpt,
     OutputFormat,
     OutputOpt,
-    PathsArg,
     RowsOpt,
     SkipBadRowsOpt,
     TimeUnit,
     emit,
+    err,
     print_report,
     read_setup,
     user_errors,
 )
 
 
+def _min_jump(text: str | None) -> tuple[float | None, bool]:
+    """(value, relative) of a --min-jump value: '1.5' in the metric's unit, '10%' relative."""
+    from veotrace.errors import UsageError
+
+    if text is None:
+        return None, False
+    raw = text.strip()
+    relative = raw.endswith("%")
+    try:
+        value = float(raw.rstrip("%").strip())
+    except ValueError:
+        raise UsageError(f"--min-jump {text!r} is not a number", hint="e.g. --min-jump 2 (metric unit) or --min-jump 10%") from None
+    return value, relative
+
+
 @app.command("l2-breakpoints")
 def l2_command(
-    paths: PathsArg,
-    metric: Annotated[str, typer.Option("--metric", help="Metric name or ncu label, e.g. 'L2 Hit Rate', lts__throughput.avg.pct_of_peak_sustained_elapsed; l2_miss_rate.pct = 100 - L2 hit rate.")] = _METRIC,
+    paths: Annotated[list[Path], typer.Argument(help="Nsight Compute exports: 'ncu --csv' output (details or --page raw) or .ncu-rep reports; several files form one launch series per kernel, in the order given.")],
+    metric: Annotated[str | None, typer.Option("--metric", help=f"Metric name or ncu label, e.g. 'L2 Hit Rate', 'SOL L2', lts__throughput.avg.pct_of_peak_sustained_elapsed [default: {_METRIC} (100 - L2 hit rate), else L2 throughput when the file has no hit rate].")] = None,
     kernel: Annotated[str | None, typer.Option("--kernel", help="Only kernels whose name matches this regular expression.")] = None,
-    min_size: Annotated[int, typer.Option("--min-size", help="Fewest launches in a regime (a kernel needs twice this).")] = _MIN_SIZE,
+    min_size: Annotated[int, typer.Option("--min-size", help="Fewest launches in a regime (change points need twice this per kernel).")] = _MIN_SIZE,
     penalty_scale: Annotated[float, typer.Option("--penalty-scale", help="Multiplier of the BIC penalty 2*sigma^2*ln(n) (1 = BIC, 1.5 = modified BIC); higher = fewer, surer breaks.")] = _PENALTY_SCALE,
+    min_jump: Annotated[str | None, typer.Option("--min-jump", help=f"Smallest jump kept as a breakpoint: a number in the metric's unit (points for % metrics), or N% of the level before [default: {_POINTS:g} for % metrics, else {_RELATIVE:g}%; 0 = off].")] = None,
     rules: Annotated[str, typer.Option("--rules", help="Comma-separated rule presets to annotate breaks with, 'all' or 'none'.")] = ",".join(_RULES),
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
@@ -41,17 +60,24 @@ def l2_command(
     output: OutputOpt = None,
     rows: RowsOpt = 40,
 ) -> None:
-    """Change points of an L2 metric across each kernel's launches (ncu --csv details or raw page, .ncu-rep)."""
+    """Per-kernel L2 picture and the launches where an L2 metric changes regime (Nsight Compute CSV or .ncu-rep).
+
+    Every kernel gets its hit rate, throughput, bytes per request and sectors; change points need
+    2 x --min-size launches of a kernel (record them with ncu --launch-skip/--launch-count).
+    """
     with user_errors():
         from veotrace.analysis.l2 import find_breakpoints
         from veotrace.render.l2 import render_l2
         from veotrace.sources import read_table
 
+        jump, relative = _min_jump(min_jump)
         options, report = read_setup(TimeUnit.ns, skip_bad_rows, format_hint)
         table = read_table(paths, "ncu_metrics", options=options, report=report)
-        result = find_breakpoints(table, metric=metric, kernel=kernel, min_size=min_size,
-                                  penalty_scale=penalty_scale, rules=rules.split(","))
+        result = find_breakpoints(table, metric=metric, kernel=kernel, min_size=min_size, penalty_scale=penalty_scale,
+                                  min_jump=jump, min_jump_relative=relative, rules=rules.split(","))
         print_report(report)
+        for note in result.notes:
+            err(f"Note: {note}")
         result.params["read"] = report.to_dict()
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.breakpoints,
              render_terminal=lambda con: render_l2(con, result, max_rows=rows))

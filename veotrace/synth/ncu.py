@@ -161,7 +161,7 @@ def planted_l2(
 
 def _rules_at(thr, spr, rd, j: int) -> list[str]:
     fired = []
-    if thr[j] < 65:
+    if thr[j - 1] >= 65 > thr[j]:  # the rule needs the crossing at the break
         fired.append("l2_throughput_low")
     if spr[j - 1] * 32 >= 128 and spr[j] * 32 <= 32:
         fired.append("bytes_per_request_drop")
