@@ -1,4 +1,4 @@
-"""Build of the optional C line scanner (veotrace/sources/_csvscan.c); the rest is in pyproject.toml.
+"""Build of the optional C scanners (veotrace/sources/_csvscan.c, _picklescan.c); the rest is in pyproject.toml.
 
 ``optional=True``: where no C compiler is found the install still succeeds and the CSV reader uses
 pyarrow alone (slower, same results).
@@ -7,4 +7,7 @@ pyarrow alone (slower, same results).
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("veotrace.sources._csvscan", ["veotrace/sources/_csvscan.c"],
-                             extra_compile_args=["-O3"], optional=True)])
+                             extra_compile_args=["-O3"], optional=True),
+                   # The pickle nesting check (safe_pickle); without it a pure-Python walk does the same, slower.
+                   Extension("veotrace.sources._picklescan", ["veotrace/sources/_picklescan.c"],
+                             extra_compile_args=["-O2"], optional=True)])

@@ -80,15 +80,75 @@ def _validate(obj: object, path: Path) -> Snapshot:
     for i, seg in enumerate(segments):
         if not isinstance(seg, dict) or "address" not in seg or "total_size" not in seg:
             raise _shape_error(path, f"segment {i} has no 'address'/'total_size'")
+        _check_segment(seg, f"segments[{i}]", path)
     for d, trace in enumerate(traces):
         for i, entry in enumerate(trace):
             if not isinstance(entry, dict) or "action" not in entry:
                 raise _shape_error(path, f"device_traces[{d}][{i}] has no 'action'")
+            _check_entry(entry, f"device_traces[{d}][{i}]", path)
     layout, has_time = _layout(obj, segments, traces)
     settings = obj.get("allocator_settings") if isinstance(obj, dict) else None
     notes = obj.get("external_annotations") if isinstance(obj, dict) else None
     return Snapshot(segments, traces, layout, has_time, settings if isinstance(settings, dict) else None,
                     len(notes) if isinstance(notes, list) else 0)
+
+
+#: Largest value of each numeric field (exclusive): sizes and times are int64 in the tables (time_us
+#: becomes ns), addresses uint64.
+_INT64 = 1 << 63
+_TIME_US_MAX = _INT64 // 1000
+
+
+def _value(obj: dict, key: str, where: str, path: Path, *, upper: int = _INT64, required: bool = False) -> None:
+    """Refuse a present field that is not an integer in [0, upper): floats (4096.0), strings, bools,
+    negative or too large values are errors, not zeros."""
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise TraceFormatError(f"{where} has no {key!r}", path=path,
+                                   hint="A snapshot from torch.cuda.memory has it on every entry")
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceFormatError(f"{where}[{key!r}] must be an integer, got {_short(value)}", path=path, field=key)
+    if not 0 <= value < upper:
+        bound = "2**64" if upper == 1 << 64 else "2**63" if upper == _INT64 else f"{upper:,}"
+        raise TraceFormatError(f"{where}[{key!r}] = {_short(value)} is outside 0 .. {bound}-1", path=path, field=key)
+
+
+def _short(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4000'} digits"
+    text = repr(value) if isinstance(value, (int, float, str, bytes, bool)) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_segment(seg: dict, where: str, path: Path) -> None:
+    _value(seg, "address", where, path, upper=1 << 64, required=True)
+    _value(seg, "total_size", where, path, required=True)
+    for key in ("allocated_size", "active_size", "requested_size", "stream"):
+        _value(seg, key, where, path)
+    _value(seg, "device", where, path, upper=1 << 31)
+    blocks = seg.get("blocks", ())
+    if not isinstance(blocks, (list, tuple)):
+        raise TraceFormatError(f"{where}['blocks'] must be a list, got {_short(blocks)}", path=path, field="blocks")
+    for j, block in enumerate(blocks):
+        at = f"{where}['blocks'][{j}]"
+        if not isinstance(block, dict):
+            raise TraceFormatError(f"{at} must be a dict, got {_short(block)}", path=path)
+        _value(block, "size", at, path, required=True)
+        _value(block, "requested_size", at, path)
+        _value(block, "address", at, path, upper=1 << 64)
+
+
+def _check_entry(entry: dict, where: str, path: Path) -> None:
+    if not isinstance(entry["action"], str):
+        raise TraceFormatError(f"{where}['action'] must be a string, got {_short(entry['action'])}", path=path,
+                               field="action")
+    _value(entry, "size", where, path)
+    _value(entry, "time_us", where, path, upper=_TIME_US_MAX)
+    _value(entry, "stream", where, path)
+    if entry["action"] != "oom":  # 'oom' entries carry device_free in 'addr'-less form
+        _value(entry, "addr", where, path, upper=1 << 64)
 
 
 @lru_cache(maxsize=4)
@@ -124,7 +184,7 @@ def events_table(snap: Snapshot, source: str) -> pa.Table:
             t = _int_or_none(e.get("time_us"))
             ts.append(None if t is None else t * 1000)
             op.append(str(e["action"]))
-            size.append(_int_or_none(e.get("size")) or 0)
+            size.append(e.get("size") or 0)
             # 'oom' entries carry device_free (free bytes) instead of addr: no address.
             addr.append(_int_or_none(e.get("addr")) if e["action"] != "oom" else None)
             stream.append(_int_or_none(e.get("stream")))
@@ -171,6 +231,10 @@ def iter_alloc_events(
     yield from table.to_batches(max_chunksize=BATCH_ROWS)
 
 
+def _str_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def _pool(seg: dict) -> str | None:
     pool = seg.get("segment_pool_id")
     if isinstance(pool, (tuple, list)):
@@ -189,9 +253,9 @@ def read_segments(path: Path, *, options: ReadOptions = ReadOptions(), report: R
         "active_size_bytes": _int_or_none(s.get("active_size")),
         "requested_size_bytes": _int_or_none(s.get("requested_size")),
         "stream": _int_or_none(s.get("stream")),
-        "segment_type": s.get("segment_type"),
+        "segment_type": _str_or_none(s.get("segment_type")),
         "pool": _pool(s),
-        "is_expandable": s.get("is_expandable"),
+        "is_expandable": s.get("is_expandable") if isinstance(s.get("is_expandable"), bool) else None,
         "source_file": str(path),
     } for s in load_snapshot(path).segments]
     return _rows_table(rows, SEGMENTS)
@@ -215,6 +279,9 @@ def read_blocks(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
                 "source_file": str(path),
             })
             address = b.get("address", address) + b["size"]  # what the C++ does: address += size
+            if address >= 1 << 64:
+                raise TraceFormatError("block addresses run past 2**64 (segment address + block sizes)",
+                                       path=path, field="size")
     return _rows_table(rows, BLOCKS)
 
 

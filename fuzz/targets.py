@@ -1,0 +1,225 @@
+"""Fuzz targets: every reader behind one call ``run(target, path)``, and small valid seed files.
+
+Shared by the property tests (tests/test_hardening_fuzz.py) and the coverage-guided script
+(fuzz/fuzz_readers.py). A target either returns (a correct read) or raises ``VeotraceError``;
+anything else, a traceback or a signal, is a bug.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import pickle
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_traces"
+
+
+def _consume_alloc(path: Path) -> None:
+    from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
+
+    for skip in (False, True):
+        report = ReadReport()
+        for _batch in iter_alloc_events([path], options=ReadOptions(skip_bad_rows=skip), report=report):
+            pass
+
+
+def _table(kind: str) -> Callable[[Path], None]:
+    def run(path: Path) -> None:
+        from veotrace.sources import read_table
+
+        read_table([path], kind)
+
+    return run
+
+
+def _arrays(path: Path) -> None:
+    from veotrace.errors import VeotraceError
+    from veotrace.sources.arrays import read_array
+
+    try:
+        read_array(path)
+    except VeotraceError as exc:  # several arrays or columns: read the first by name
+        if "arrays:" not in str(exc) and "columns:" not in str(exc):
+            raise
+        name = str(exc).split(":")[-1].split(".")[0].split(",")[0].strip()
+        read_array(path, name=name)
+
+
+def _frames(path: Path) -> None:
+    from veotrace.sources.frames import read_frame_metrics
+
+    read_frame_metrics(path)
+
+
+def _info(path: Path) -> None:
+    from veotrace.sources.probe import probe
+
+    result = probe(path)
+    if result.error is not None:
+        return
+    for kind in result.kinds:
+        try:
+            loaded = result.load(kind)
+            if kind == "alloc_events":
+                for _b in loaded:
+                    pass
+        except Exception as exc:  # noqa: BLE001 - only VeotraceError may escape a reader
+            from veotrace.errors import VeotraceError
+
+            if not isinstance(exc, VeotraceError):
+                raise
+
+
+#: target name -> the reader call it exercises.
+TARGETS: dict[str, Callable[[Path], None]] = {
+    "alloc_events": _consume_alloc,
+    "gpu_activity": _table("gpu_activity"),
+    "segments": _table("segments"),
+    "blocks": _table("blocks"),
+    "ncu_metrics": _table("ncu_metrics"),
+    "arrays": _arrays,
+    "frames": _frames,
+    "info": _info,
+}
+
+
+def run(target: str, path: Path) -> None:
+    """Run ``target`` on ``path``; raises VeotraceError for a refused file, anything else is a bug."""
+    TARGETS[target](path)
+
+
+# ----------------------------------------------------------------------------- seeds
+def _snapshot_dict() -> bytes:
+    seg = {"device": 0, "address": 1 << 20, "total_size": 2 << 20, "allocated_size": 1 << 20,
+           "active_size": 1 << 20, "requested_size": 1000000, "stream": 0, "segment_type": "large",
+           "segment_pool_id": (0, 0), "is_expandable": False,
+           "blocks": [{"address": 1 << 20, "size": 1 << 20, "requested_size": 1000000, "state": "active_allocated"},
+                      {"address": 2 << 20, "size": 1 << 20, "state": "inactive"}]}
+    trace = [{"action": a, "addr": 1 << 20, "size": 1 << 20, "stream": 0, "time_us": 1000 + i,
+              "frames": [{"filename": "x.py", "line": 3, "name": "f"}]}
+             for i, a in enumerate(["segment_alloc", "alloc", "free_requested", "free_completed", "alloc"])]
+    return pickle.dumps({"segments": [seg], "device_traces": [trace]}, protocol=4)
+
+
+def _snapshot_list() -> bytes:
+    seg = {"device": 1, "address": 1 << 21, "total_size": 1 << 21, "allocated_size": 512, "active_size": 512,
+           "stream": 0, "segment_type": "small",
+           "blocks": [{"size": 512, "state": "active_allocated", "history": [{"addr": 1 << 21, "real_size": 500}]},
+                      {"size": (1 << 21) - 512, "state": "inactive"}]}
+    return pickle.dumps([seg, dict(seg, address=1 << 23)], protocol=4)
+
+
+def _npz() -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, addrs=np.arange(6, dtype=np.uint64) * 4096, epe=np.linspace(0, 1, 6))
+    return buf.getvalue()
+
+
+def _npy() -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(8, dtype=np.int64) * 512)
+    return buf.getvalue()
+
+
+def _parquet_events() -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from veotrace.schemas import ALLOC_EVENTS, conform
+
+    table = pa.table({"ts_ns": [1, 2, 3], "seq": [0, 1, 2], "op": ["alloc", "free", "alloc"],
+                      "size_bytes": [4096, 4096, 512], "address": pa.array([16, 16, 32], pa.uint64()),
+                      "stream": [0, 0, 0], "device": pa.array([0, 0, 0], pa.int32()),
+                      "source_file": ["x", "x", "x"]})
+    buf = io.BytesIO()
+    pq.write_table(conform(table, ALLOC_EVENTS), buf)
+    return buf.getvalue()
+
+
+def _parquet_frames() -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"frame": [0, 1, 2, 3], "coherence_score": [0.9, 0.8, 0.1, 0.01]}), buf)
+    return buf.getvalue()
+
+
+def _sqlite(tmp: Path) -> bytes:
+    """A tiny nsys-shaped export (kernels, strings, memory events)."""
+    path = tmp / "seed.sqlite"
+    path.unlink(missing_ok=True)
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO StringIds VALUES (1, 'sgemm'), (2, 'relu');
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,
+            correlationId INTEGER, shortName INTEGER, demangledName INTEGER, gridX INTEGER, blockX INTEGER);
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (100, 200, 0, 7, 1, 1, 1, 1, 1), (300, 450, 0, 7, 2, 2, 2, 1, 1);
+        CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER, globalPid INTEGER, deviceId INTEGER,
+            contextId INTEGER, address INTEGER, pc INTEGER, bytes INTEGER, memKind INTEGER,
+            memoryOperationType INTEGER, name INTEGER, correlationId INTEGER, streamId INTEGER);
+        INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (10, 1, 0, 1, 4096, 0, 1024, 1, 0, NULL, 1, 7),
+            (20, 1, 0, 1, 4096, 0, 1024, 1, 1, NULL, 2, 7);
+    """)
+    con.commit()
+    con.close()
+    data = path.read_bytes()
+    path.unlink()
+    return data
+
+
+ALLOC_CSV = (b"timestamp,op_type,size_bytes,address,stream,device\n"
+             b"1000,alloc,4096,0x1000,0,0\n2000,alloc,8192,0x2000,0,0\n3000,free,4096,0x1000,0,0\n"
+             b"4000,alloc,512,4096,1,0\n5000,defrag,0,,0,0\n")
+ALLOC_JSONL = (b'{"timestamp": 1000, "op_type": "alloc", "size_bytes": 4096, "address": "0x1000"}\n'
+               b'{"timestamp": 2000, "op_type": "free", "size_bytes": 4096, "address": 4096}\n'
+               b'{"timestamp": 3000, "op_type": "alloc", "size_bytes": 64}\n')
+FRAMES_CSV = b"frame,id_match_rate,flow_l2_px,clip_entropy_bits,coherence_score\n0,0.9,1.0,2.0,0.5\n1,0.8,1.5,2.1,0.4\n2,0.3,9.0,3.5,0.01\n"
+FRAMES_JSON = json.dumps({"frames": [{"frame": i, "coherence_score": 0.9 - i / 10} for i in range(4)]}).encode()
+FRAMES_JSONL = b'{"frame": 0, "id_match_rate": 0.9}\n{"frame": 1, "id_match_rate": 0.5}\n'
+
+
+def seeds(tmp: Path) -> dict[str, bytes]:
+    """Small valid files of every input kind, by a descriptive name (tmp: scratch folder for SQLite)."""
+    out = {
+        "alloc.csv": ALLOC_CSV,
+        "alloc.csv.gz": gzip.compress(ALLOC_CSV, mtime=0),
+        "alloc.jsonl": ALLOC_JSONL,
+        "snapshot.pickle": _snapshot_dict(),
+        "segments.pkl": _snapshot_list(),
+        "arrays.npz": _npz(),
+        "array.npy": _npy(),
+        "events.parquet": _parquet_events(),
+        "frames.parquet": _parquet_frames(),
+        "frames.csv": FRAMES_CSV,
+        "frames.json": FRAMES_JSON,
+        "frames.jsonl": FRAMES_JSONL,
+        "nsys.sqlite": _sqlite(tmp),
+    }
+    for name in ("nsys/cuda_gpu_trace.csv", "ncu/l2_details.csv"):
+        path = SAMPLES / name
+        if path.exists():
+            data = path.read_bytes()
+            out[path.name] = data[:6000] if len(data) > 6000 else data
+    return out
+
+
+#: Which targets each seed feeds (a mutated file is also run through ``info``).
+SEED_TARGETS = {
+    "alloc.csv": ("alloc_events",), "alloc.csv.gz": ("alloc_events",), "alloc.jsonl": ("alloc_events",),
+    "snapshot.pickle": ("alloc_events", "segments", "blocks"), "segments.pkl": ("segments", "blocks", "alloc_events"),
+    "arrays.npz": ("arrays",), "array.npy": ("arrays",), "events.parquet": ("alloc_events",),
+    "frames.parquet": ("frames",), "frames.csv": ("frames",), "frames.json": ("frames",), "frames.jsonl": ("frames",),
+    "nsys.sqlite": ("gpu_activity", "alloc_events"), "cuda_gpu_trace.csv": ("gpu_activity",),
+    "l2_details.csv": ("ncu_metrics",),
+}

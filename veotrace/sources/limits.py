@@ -1,0 +1,91 @@
+"""Reader bounds on hostile or broken input: line length, whole-file size, nesting, declared array size.
+
+Streaming readers (CSV/JSONL alloc logs, Parquet) hold a bounded number of blocks whatever the file
+length; a line longer than ``max_line_bytes()`` is refused instead of growing a buffer without end.
+Formats read whole (snapshot pickles, per-frame JSON, ncu and nsys stats CSV, .npz members) are
+refused above ``max_file_bytes()`` after decompression, checked while decompressing, so a 1 GB
+decompression bomb costs at most that much memory. Each limit can be raised for a trusted file with
+an environment variable (a byte count, or with a K/M/G/T suffix: ``VEOTRACE_MAX_FILE_BYTES=8G``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from veotrace.errors import TraceFormatError, UsageError
+
+#: Default largest decompressed size of a file read whole (pickle, JSON, ncu/nsys CSV, array).
+DEFAULT_MAX_FILE_BYTES = 1 << 30
+#: Default longest line in a CSV/JSONL log (real loggers write lines under 200 bytes).
+DEFAULT_MAX_LINE_BYTES = 1 << 20
+#: Deepest nesting of containers in a pickle or JSON document (real snapshots nest about 6 deep).
+MAX_NESTING = 100
+
+FILE_ENV = "VEOTRACE_MAX_FILE_BYTES"
+LINE_ENV = "VEOTRACE_MAX_LINE_BYTES"
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+_FACTOR = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _from_env(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return default
+    m = _SIZE.match(text)
+    if not m or int(m.group(1)) <= 0:
+        raise UsageError(f"{name}={text!r} is not a positive byte count", hint=f"e.g. {name}=2G")
+    return int(m.group(1)) * _FACTOR[m.group(2).upper()]
+
+
+def max_file_bytes() -> int:
+    """Largest decompressed size of a file read whole (``VEOTRACE_MAX_FILE_BYTES``, default 1 GiB)."""
+    return _from_env(FILE_ENV, DEFAULT_MAX_FILE_BYTES)
+
+
+def max_line_bytes() -> int:
+    """Longest line of a CSV/JSONL log (``VEOTRACE_MAX_LINE_BYTES``, default 1 MiB)."""
+    return _from_env(LINE_ENV, DEFAULT_MAX_LINE_BYTES)
+
+
+def human(n: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= factor:
+            return f"{n / factor:g} {unit}"
+    return f"{n} bytes"
+
+
+def too_big(path, what: str = "the file") -> TraceFormatError:
+    """The error for a whole-file read over ``max_file_bytes()``."""
+    limit = max_file_bytes()
+    return TraceFormatError(
+        f"{what} is larger than {human(limit)} once decompressed, the limit for files read whole",
+        path=path, hint=f"Raise it with {FILE_ENV}=... if the file is trusted",
+    )
+
+
+def too_long_line(path, line: int | None = None) -> TraceFormatError:
+    """The error for a line over ``max_line_bytes()``."""
+    return TraceFormatError(
+        f"a line is longer than {human(max_line_bytes())} (no line end found)",
+        path=path, line=line, hint=f"Is this a log? Raise the limit with {LINE_ENV}=... if the lines are real",
+    )
+
+
+def read_bounded(path, stream, what: str = "the file") -> bytes:
+    """All of ``stream`` (a decompressing stream of ``path``), refused past ``max_file_bytes()``.
+
+    Raises:
+        TraceFormatError: more than the limit, or a truncated/corrupt compressed stream.
+    """
+    limit = max_file_bytes()
+    try:
+        data = stream.read(limit + 1)
+    except (OSError, EOFError) as exc:
+        raise TraceFormatError(f"the compressed stream is truncated or corrupt ({exc})", path=path,
+                               hint="Re-copy the file, or decompress what remains and read that") from None
+    data = bytes(data)
+    if len(data) > limit:
+        raise too_big(path, what)
+    return data
