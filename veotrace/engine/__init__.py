@@ -1,0 +1,138 @@
+"""Engines: run the streaming analyses (entropy, bursts) and convert over pieces of the inputs in parallel.
+
+The inputs are cut into independent pieces (``sources.split``): one per file, one per line-aligned
+byte range of a large uncompressed CSV log, one per run of Parquet row groups. A task turns one
+piece into the same partial aggregate the single-process path builds (``EntropyPartial``, a
+``BurstRuns`` and a row count, or a written Parquet part), and partials merge in a tree
+(``tasks.merge_tree``) into one, which the analysis finishes as usual, so every engine gives the
+same windows and bursts as ``--jobs 1``. The local engine runs tasks on a pool of ``--jobs``
+processes; the Dask engine (``--engine dask``, extra ``veotrace[dask]``) runs them on a cluster
+given by ``--scheduler`` or on a local one of ``--workers`` processes, reading the paths on the
+workers and moving only partials. Tasks are pure functions of their piece and parameters, so Dask
+can re-run the tasks of a lost worker without changing the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from veotrace.engine.tasks import Job, Partial
+from veotrace.errors import UsageError
+from veotrace.sources.base import ReadOptions, ReadReport
+
+#: Target bytes per piece: large enough that per-task overhead (~1 ms on Dask) is noise, small
+#: enough that a 450 MB log makes several pieces for 2 workers.
+SPLIT_BYTES = 64 << 20
+ENGINES = ("local", "dask")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to run: ``kind`` "local" (``jobs`` processes) or "dask" (``scheduler`` or ``workers`` local ones)."""
+
+    kind: str = "local"
+    jobs: int = 1
+    scheduler: str | None = None
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {self.kind!r}")
+        if self.jobs < 1 or (self.workers is not None and self.workers < 1):
+            raise UsageError("--jobs and --workers must be at least 1")
+        if self.kind == "local" and (self.scheduler or self.workers is not None):
+            raise UsageError("--scheduler and --workers apply to --engine dask")
+        if self.kind == "dask" and self.jobs != 1:
+            raise UsageError("--jobs applies to --engine local; use --workers N with --engine dask")
+
+    @property
+    def parallel(self) -> bool:
+        """False for the default single-process path (the streaming readers, no pieces)."""
+        return self.kind == "dask" or self.jobs > 1
+
+
+def plan(paths: Sequence[Path], options: ReadOptions, columns: Sequence[str] | None,
+         split_bytes: int | None = SPLIT_BYTES) -> tuple[list, ReadReport]:
+    """The pieces of ``paths`` and the report of what planning skipped (files that are not traces)."""
+    from veotrace.sources.split import plan_pieces
+
+    report = ReadReport()
+    return plan_pieces(paths, options=options, report=report, split_bytes=split_bytes, columns=columns), report
+
+
+def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadReport,
+        on_progress: Callable[[int, int], None] | None = None, split_bytes: int | None = SPLIT_BYTES) -> Partial:
+    """The merged partial of ``job`` over ``paths``; what reading skipped is added to ``report``."""
+    paths = [Path(p) for p in paths]
+    if config.kind == "local":
+        from veotrace.engine.local import run_local
+
+        pieces, planned = plan(paths, job.options, job.columns, split_bytes)
+        part = run_local(pieces, job, jobs=config.jobs, on_progress=on_progress)
+    else:
+        from veotrace.engine.cluster import connect, plan_on_cluster, run_dask
+
+        with connect(config.scheduler, config.workers) as client:
+            pieces, planned = plan_on_cluster(client, plan, paths, job.options, job.columns, split_bytes)
+            part = run_dask(client, pieces, job, on_progress=on_progress)
+    report.merge(planned)
+    report.merge(part.report)
+    return part
+
+
+def run_entropy(paths: Sequence[Path], config: EngineConfig, *, options: ReadOptions, report: ReadReport,
+                segments: Sequence[float] = (), on_progress: Callable[[int, int], None] | None = None, **params):
+    """``compute_entropy`` over ``paths`` on the engine (``params``: entropy_partial's keywords)."""
+    from veotrace.analysis.entropy import COLUMNS, _check, finish_entropy
+
+    _check(params.get("window_s", 1.0), params.get("step_s"), params.get("min_class", 0),
+           params.get("max_class", 0), params.get("window_events"), segments)
+    part = run(paths, Job("entropy", params, options, COLUMNS), config, report=report, on_progress=on_progress)
+    return finish_entropy(part.value, segments=segments)
+
+
+def run_bursts(paths: Sequence[Path], config: EngineConfig, *, options: ReadOptions, report: ReadReport,
+               gap_ms: float, min_events: int, ops: Sequence[str],
+               on_progress: Callable[[int, int], None] | None = None):
+    """``compute_bursts`` over ``paths`` on the engine."""
+    from veotrace.analysis import bursts as analysis
+    from veotrace.errors import AnalysisError
+
+    gap_ns = analysis.check_params(gap_ms, min_events)
+    job = Job("bursts", {"gap_ns": gap_ns, "ops": list(ops)}, options, analysis.COLUMNS)
+    runs, n_read = run(paths, job, config, report=report, on_progress=on_progress).value
+    if runs.n_runs == 0:
+        raise AnalysisError(f"no events with op {', '.join(ops)} were read", hint="Check --ops")
+    return analysis.finish_bursts(runs, min_events=min_events, events_read=n_read,
+                                  params={"events": "alloc", "ops": list(ops)})
+
+
+def run_convert(paths: Sequence[Path], output: Path, config: EngineConfig, *, options: ReadOptions,
+                report: ReadReport, on_progress: Callable[[int, int], None] | None = None) -> int:
+    """Convert on the engine: each task writes its piece as a part file beside ``output`` (on the
+    shared file system the workers see), then the parts are joined into ``output`` in input order.
+    Returns the rows written."""
+    import shutil
+
+    from veotrace.sources.convert import write_parquet
+
+    parts_dir = output.with_name(output.name + ".parts")
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        # Whole files (split_bytes None): a byte range cannot know its rows' numbers (seq) in the file.
+        job = Job("convert", {"parts": str(parts_dir.resolve())}, options, None)
+        written = run(paths, job, config, report=report, on_progress=on_progress, split_bytes=None).value
+        return write_parquet(_part_batches([Path(p) for p, _ in written]), output)
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+
+
+def _part_batches(parts: list[Path]):
+    import pyarrow.parquet as pq
+
+    for part in parts:
+        pf = pq.ParquetFile(part)
+        for i in range(pf.num_row_groups):
+            yield from pf.read_row_group(i).to_batches()

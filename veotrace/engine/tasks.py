@@ -1,0 +1,96 @@
+"""Tasks of the engines: one piece of the inputs -> the partial aggregate of one analysis, and their merge.
+
+Every function here is pure (a piece, the job parameters -> a value; partials -> a partial), so a
+task lost with its worker can be run again anywhere with the same result.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from veotrace.sources.base import ReadOptions, ReadReport
+from veotrace.sources.split import Piece, read_piece
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every task of one run needs besides its piece.
+
+    Attributes:
+        analysis: "entropy", "bursts" or "convert".
+        params: keyword arguments of the analysis' partial function (e.g. ``entropy_partial``),
+            or for convert ``{"parts": folder}``.
+        options: how to read the inputs.
+        columns: the ALLOC_EVENTS columns to read (None: all).
+    """
+
+    analysis: str
+    params: dict
+    options: ReadOptions
+    columns: tuple[str, ...] | None
+
+
+@dataclass
+class Partial:
+    """A task's result: the analysis' partial, what reading skipped, and how many pieces it covers."""
+
+    value: Any
+    report: ReadReport = field(default_factory=ReadReport)
+    pieces: int = 1
+
+
+def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
+    """The partial of ``job``'s analysis over one piece (``index``: the piece's place, for convert's part names)."""
+    report = ReadReport()
+    batches = read_piece(piece, options=job.options, report=report, columns=job.columns)
+    if job.analysis == "entropy":
+        from veotrace.analysis.entropy import entropy_partial
+
+        value = entropy_partial(batches, **job.params)
+    elif job.analysis == "bursts":
+        from veotrace.analysis.bursts import alloc_runs
+
+        value = alloc_runs(batches, **job.params)
+    elif job.analysis == "convert":
+        from pathlib import Path
+
+        from veotrace.sources.convert import write_parquet
+
+        part = Path(job.params["parts"]) / f"part-{index:06d}.parquet"
+        value = [(str(part), write_parquet(batches, part))]
+    else:
+        raise ValueError(f"unknown analysis {job.analysis!r}")
+    return Partial(value, report)
+
+
+def merge_partials(parts: Sequence[Partial]) -> Partial:
+    """The partial of the pieces of ``parts`` together, in their order (order only matters for the
+    list of skipped rows, event windows read without timestamps, and convert's part order)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0].value
+    report = ReadReport()
+    for p in parts:
+        report.merge(p.report)
+    pieces = sum(p.pieces for p in parts)
+    if isinstance(first, tuple):  # bursts: (BurstRuns, events read)
+        from veotrace.analysis.runs import merge_all
+
+        value: Any = (merge_all([p.value[0] for p in parts]), sum(p.value[1] for p in parts))
+    elif isinstance(first, list):  # convert: the part files written
+        value = [item for p in parts for item in p.value]
+    else:  # EntropyPartial: merged into a copy, so an input stored on a worker never changes
+        value = copy.deepcopy(first)
+        for p in parts[1:]:
+            value = value.merge(p.value)
+    return Partial(value, report, pieces)
+
+
+def merge_tree(parts: list[Partial], fan_in: int = 8) -> Partial:
+    """Merge in groups of ``fan_in`` level by level (what the Dask engine does on the cluster)."""
+    while len(parts) > 1:
+        parts = [merge_partials(parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
+    return parts[0]
