@@ -18,6 +18,8 @@ from veotrace.cli.common import (
     OutputFormat,
     OutputOpt,
     PathsArg,
+    PlotOpt,
+    PlotSizeOpt,
     RowsOpt,
     SkipBadRowsOpt,
     TimeUnit,
@@ -28,6 +30,7 @@ from veotrace.cli.common import (
     progress,
     read_setup,
     user_errors,
+    write_plot,
 )
 
 
@@ -50,6 +53,8 @@ def bursts_command(
     output: OutputOpt = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
 ) -> None:
     """Burst windows: maximal runs of events closer than --gap; sizes, durations, gaps and rates."""
     with user_errors():
@@ -72,6 +77,7 @@ def bursts_command(
                 result = analysis.compute_bursts(batches, gap_ms=gap, min_events=min_events, ops=parse_ops(ops, _OPS))
         print_report(report)
         result.summary["read"] = report.to_dict()
+        write_plot(plot, "bursts", result, plot_size)
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.bursts,
              render_terminal=lambda con: render_bursts(con, result, max_rows=rows))
 

@@ -13,10 +13,13 @@ from veotrace.cli.common import (
     FormatOpt,
     OutputFormat,
     OutputOpt,
+    PlotOpt,
+    PlotSizeOpt,
     RowsOpt,
     emit,
     err,
     user_errors,
+    write_plot,
 )
 
 
@@ -43,6 +46,8 @@ def coherence_command(
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
 ) -> None:
     """Collapse onset of a generation: ID drift, flow jump, entropy jump and score collapse per frame."""
     with user_errors():
@@ -56,6 +61,7 @@ def coherence_command(
         thresholds = Thresholds(id_min, flow_max, entropy_max, score_min, score_drop)
         result = detect_collapse(table.frame, table.metrics, thresholds=thresholds, rule=rule, persist=persist,
                                  frame_source=table.frame_source)
+        write_plot(plot, "coherence", result, plot_size)
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.flags,
              render_terminal=lambda con: render_coherence(con, result, max_rows=rows))
     if fail_on_collapse and result.onset_frame is not None:

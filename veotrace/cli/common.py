@@ -63,6 +63,43 @@ FormatHintOpt = Annotated[
 NoProgressOpt = Annotated[
     bool, typer.Option("--no-progress", help="Do not show a progress bar on stderr.")
 ]
+def _plot_path(value: Path | None) -> Path | None:
+    """--plot: refuse an unknown suffix or an unwritable place before any work (one Error: line)."""
+    if value is not None:
+        with user_errors():
+            from veotrace.plot.base import check_target
+
+            check_target(value)
+    return value
+
+
+def _plot_size(value: str | None) -> str | None:
+    if value is not None:
+        with user_errors():
+            from veotrace.plot.base import parse_size
+
+            parse_size(value)
+    return value
+
+
+PlotOpt = Annotated[
+    Path | None,
+    typer.Option("--plot", help="Also draw the result into FILE.png or FILE.svg.", callback=_plot_path),
+]
+PlotSizeOpt = Annotated[
+    str | None,
+    typer.Option("--plot-size", help="Picture size WIDTHxHEIGHT in pixels [default: 1200x675].", callback=_plot_size),
+]
+
+
+def write_plot(path: Path | None, kind: str, result: Any, size: str | None = None, **data: Any) -> None:
+    """Draw ``result`` of analysis ``kind`` into ``path`` when --plot was given (matplotlib loads only then)."""
+    if path is not None:
+        from veotrace.plot.base import parse_size, write_figure
+
+        write_figure(path, kind, result, size=parse_size(size), **data)
+
+
 PathsArg = Annotated[
     list[Path],
     typer.Argument(help="Files or folders of rotated logs (read in name order), or a Parquet file from 'veotrace convert'."),

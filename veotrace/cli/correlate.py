@@ -13,10 +13,13 @@ from veotrace.cli.common import (
     FormatOpt,
     OutputFormat,
     OutputOpt,
+    PlotOpt,
+    PlotSizeOpt,
     RowsOpt,
     emit,
     err,
     user_errors,
+    write_plot,
 )
 
 
@@ -47,6 +50,8 @@ def correlate_command(
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
 ) -> None:
     """Correlate per-frame GPU address jumps with optical-flow end-point error."""
     with user_errors():
@@ -60,6 +65,7 @@ def correlate_command(
             err(f"Warning: dropped {pairs.dropped_nonfinite} pair(s) with NaN/inf (--drop-nonfinite)")
         result = correlate(pairs.jump_bytes, pairs.epe_px, resamples=resamples, seed=seed, block_len=block_len, max_lag=max_lag)
         comparison = compare_groups(pairs, _pairs(*baseline, (addrs_name, epe_name), **opts)) if baseline else None
+        write_plot(plot, "correlate", result, plot_size, pairs=pairs)
         if pairs_out is not None:
             export.write_table(pairs.to_table(), "csv", pairs_out)
         as_json = lambda: {**result.to_dict(), "dropped_nonfinite": pairs.dropped_nonfinite, "baseline": comparison}

@@ -18,6 +18,8 @@ from veotrace.cli.common import (
     OutputFormat,
     OutputOpt,
     PathsArg,
+    PlotOpt,
+    PlotSizeOpt,
     RowsOpt,
     SkipBadRowsOpt,
     TimeUnit,
@@ -28,6 +30,7 @@ from veotrace.cli.common import (
     progress,
     read_setup,
     user_errors,
+    write_plot,
 )
 
 
@@ -48,6 +51,8 @@ def entropy_command(
     output: OutputOpt = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
 ) -> None:
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments."""
     with user_errors():
@@ -63,6 +68,7 @@ def entropy_command(
                                      min_class=min_class, max_class=max_class, segments=_hours(segments))
         print_report(report)
         result.summary["read"] = report.to_dict()
+        write_plot(plot, "entropy", result, plot_size)
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.windows,
              render_terminal=lambda con: render_entropy(con, result, max_rows=rows))
 

@@ -19,6 +19,8 @@ from veotrace.cli.common import (
     FormatOpt,
     OutputFormat,
     OutputOpt,
+    PlotOpt,
+    PlotSizeOpt,
     RowsOpt,
     SkipBadRowsOpt,
     TimeUnit,
@@ -27,6 +29,7 @@ from veotrace.cli.common import (
     print_report,
     read_setup,
     user_errors,
+    write_plot,
 )
 
 
@@ -59,6 +62,8 @@ def l2_command(
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
 ) -> None:
     """Per-kernel L2 picture and the launches where an L2 metric changes regime (Nsight Compute CSV or .ncu-rep).
 
@@ -79,5 +84,6 @@ def l2_command(
         for note in result.notes:
             err(f"Note: {note}")
         result.params["read"] = report.to_dict()
+        write_plot(plot, "l2-breakpoints", result, plot_size, table=table)
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.breakpoints,
              render_terminal=lambda con: render_l2(con, result, max_rows=rows))

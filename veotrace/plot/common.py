@@ -1,0 +1,50 @@
+"""Plot layer: small helpers shared by the figure modules (Arrow columns to floats, number labels, empty panels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+NS_PER_S = 1e9
+#: (seconds per unit, name), largest first: the time axis uses the largest unit that gives >= 2 of them.
+TIME_UNITS = ((86400.0 * 2, "days"), (3600.0, "hours"), (60.0, "minutes"), (1.0, "seconds"), (1e-3, "ms"))
+
+
+def floats(table: Any, column: str) -> np.ndarray:
+    """An Arrow column as float64 with nulls as NaN."""
+    col = table.column(column)
+    return np.array([np.nan if v is None else float(v) for v in col.to_pylist()], dtype=np.float64) \
+        if col.null_count else np.asarray(col.to_numpy(), dtype=np.float64)
+
+
+def time_unit(span_s: float) -> tuple[float, str]:
+    """(seconds per unit, unit name) for a time axis spanning ``span_s`` seconds."""
+    for secs, name in TIME_UNITS:
+        if span_s >= 2 * secs:
+            return (86400.0 if name == "days" else secs), name
+    return 1e-3, "ms"
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number for a label: None as 'n/a', otherwise ``digits`` significant digits."""
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "n/a"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    return f"{value:.{digits}g}"
+
+
+def binary_bytes(max_value: float) -> tuple[float, str]:
+    """(divisor, unit) for showing byte values up to ``max_value`` (B, KiB, MiB, GiB, TiB)."""
+    for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if max_value >= 1024**power:
+            return float(1024**power), unit
+    return 1.0, "B"
+
+
+def empty(ax: Any, message: str) -> None:
+    """Write ``message`` in the middle of an empty panel."""
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#7f7f7f")
+    ax.set_xticks([])
+    ax.set_yticks([])
