@@ -126,6 +126,10 @@ def test_real_snapshots_of_other_layouts():
     assert muduard["details"]["blocks"]["states"] == {"active_allocated": 1938, "inactive": 202}
     yiyi = _one(real_trace("yiyi_oom_snapshot.pickle"))
     assert yiyi["version"]["layout"].startswith("legacy") and yiyi["details"]["alloc_events"]["ops"] == {"snapshot": 1}
+    # no alloc event in its trace: entropy and bursts (which count allocs) would find nothing to count
+    assert not any(c.startswith(("entropy", "bursts")) for c in yiyi["supports"] + muduard["supports"])
+    r = run_cli("entropy", real_trace("yiyi_oom_snapshot.pickle"), "--window-events", "10")
+    assert r.exit_code != 0
 
 
 def test_real_npy_files():
@@ -154,13 +158,23 @@ def test_real_ncu_csv():
     assert f["version"]["generation"].startswith("2020-era") and f["version"]["preamble_lines"] == 11
     assert f["tables"] == {"ncu_metrics": 2600} and f["details"]["ncu_metrics"]["launches"] == 100
     assert f["streams"] == [7] and f["devices"] == [] and f["supports"] == ["l2-breakpoints"]
+    assert f["details"]["ncu_metrics"]["kernels"] == [
+        {"name": "cuda_compute_flux(int,int*,float*,float*,float*)", "launches": 43},
+        {"name": "cuda_time_step(int,int,float*,float*,float*,float*)", "launches": 42},
+        {"name": "cuda_compute_step_factor(int,float*,float*,float*)", "launches": 15}]
+    assert f["details"]["ncu_metrics"]["has_l2_hit_rate"] is False  # 2020-era: SOL L2 (throughput) only
 
 
 def test_real_ncu_report():
     pytest.importorskip("ncu_report")
     f = _one(real_trace("tanvisharma_3136_64_64_rtx2080ti_sgemm.ncu-rep"))
-    assert f["tables"] == {"ncu_metrics": 698} and f["details"]["ncu_metrics"]["kernels"] == ["volta_sgemm_32x128_nn"]
+    assert f["tables"] == {"ncu_metrics": 698}
+    assert f["details"]["ncu_metrics"]["kernels"] == [{"name": "volta_sgemm_32x128_nn", "launches": 1}]
     assert f["details"]["ncu_metrics"]["has_l2_hit_rate"] is True
+    # one launch: l2-breakpoints runs (exit 0) but can only show the per-kernel picture
+    assert f["supports"] == ["l2-breakpoints (per-kernel picture only)"]
+    r = run_cli("info", real_trace("tanvisharma_3136_64_64_rtx2080ti_sgemm.ncu-rep"))
+    assert "volta_sgemm_32x128_nn (1 launch)" in r.stdout and "1 launches" not in r.stdout
 
 
 def test_real_nsys_sqlite_version_and_source_rows():
@@ -248,3 +262,33 @@ def test_bad_rows_are_a_problem_not_a_crash(tmp_path):
 def test_missing_path():
     r = run_cli("info", "/nonexistent/trace.csv")
     assert r.exit_code == 1 and "no such file or folder" in r.stderr
+
+
+def test_nsys_kernels_with_launch_counts(tmp_path):
+    f = _one(SAMPLES / "nsys" / "synthetic_memory.sqlite")
+    kernels = f["details"]["gpu_activity"]["kernels"]
+    assert sum(k["launches"] for k in kernels) == f["details"]["gpu_activity"]["kinds"]["kernel"] == 300
+    assert [k["launches"] for k in kernels] == sorted((k["launches"] for k in kernels), reverse=True)
+    assert f["details"]["gpu_activity"]["kernel_names"] == len(kernels)
+
+
+def test_frame_tables_are_recognised_for_coherence(tmp_path):
+    files = _info(SAMPLES / "frames" / "frames.csv", SAMPLES / "frames" / "generation.json")
+    assert [f["format"] for f in files] == ["frames", "frames"]
+    assert [f["supports"] for f in files] == [["coherence"], ["coherence"]]
+    csv = files[0]
+    assert csv["tables"] == {"frames": 48} and csv["version"]["container"] == "csv"
+    assert csv["details"]["frames"]["first_frame"] == 0 and csv["details"]["frames"]["last_frame"] == 47
+    assert set(csv["details"]["frames"]["metrics"]) == {"id_match_rate", "flow_l2_px", "clip_entropy_bits",
+                                                         "coherence_score"}
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "frames.csv").write_bytes((SAMPLES / "frames" / "frames.csv").read_bytes())
+    (folder / "notes.txt").write_text("nothing here\n")
+    r = run_cli("info", folder, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert [f["format"] for f in doc["files"]] == ["frames"] and doc["skipped_files"] == [str(folder / "notes.txt")]
+    r = run_cli("info", SAMPLES / "frames" / "frames.csv", "--format", "csv")
+    assert r.exit_code == 0
+    rows = list(pacsv.read_csv(pa.py_buffer(r.stdout.encode())).to_pylist())
+    assert rows[0]["frames"] == 48 and rows[0]["supports"] == "coherence"

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from veotrace.analysis.defaults import CHANGEPOINT_MIN_SIZE
 from veotrace.errors import VeotraceError
 
 NS_PER_S = 1e9
@@ -133,14 +134,27 @@ def alloc_summary(batches: Iterable[pa.RecordBatch]) -> dict:
             "size_bytes": {"min": sizes[0], "max": sizes[1]}}
 
 
+#: Kernels listed per file, most launched first (``kernel_names`` counts them all).
+MAX_KERNELS = 20
+
+
+def _kernel_launches(names: pa.Array | pa.ChunkedArray) -> list[dict]:
+    """[{name, launches}] most launched first (ties by name), at most MAX_KERNELS."""
+    counts = _counts(names)
+    counts.pop(None, None)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [{"name": k, "launches": int(v)} for k, v in ranked[:MAX_KERNELS]]
+
+
 def gpu_summary(table: pa.Table) -> dict:
-    """Rows, activity kinds, span, devices, streams and kernel names of a GPU_ACTIVITY table."""
+    """Rows, activity kinds, span, devices, streams and kernel names with launch counts of a GPU_ACTIVITY table."""
     kernels = table.filter(pc.equal(table.column("kind").cast(pa.string()), "kernel"))
     lo, _ = _minmax(table.column("start_ns"))
     _, hi = _minmax(table.column("end_ns"))
+    names = kernels.column("name").cast(pa.string())
     return {"rows": table.num_rows, "kinds": dict(_counts(table.column("kind")).most_common()), **_span(lo, hi),
             "devices": _values([table.column("device")]), "streams": _values([table.column("stream")]),
-            "kernel_names": len(_values([kernels.column("name").cast(pa.string())]))}
+            "kernel_names": len(_values([names])), "kernels": _kernel_launches(names)}
 
 
 def segments_summary(table: pa.Table) -> dict:
@@ -159,11 +173,17 @@ def blocks_summary(table: pa.Table) -> dict:
 
 
 def metrics_summary(table: pa.Table) -> dict:
-    """Rows, launches, kernels, metric names, devices and streams of an NCU_METRICS table."""
+    """Rows, launches, kernels with their launch counts, metric names, devices and streams of an NCU_METRICS table."""
+    from veotrace.schemas.ncu_names import L2_HIT_RATE, L2_THROUGHPUT
+
     metrics = _values([table.column("metric").cast(pa.string())])
+    launches = table.select(["launch_id", "kernel"]).cast(pa.schema([("launch_id", pa.int64()), ("kernel", pa.string())]))
+    launches = launches.group_by(["launch_id", "kernel"]).aggregate([])  # one row per launch
+    kernels = _kernel_launches(launches.column("kernel"))
     return {"rows": table.num_rows, "launches": len(_values([table.column("launch_id")])),
-            "kernels": _values([table.column("kernel").cast(pa.string())])[:20], "metrics": len(metrics),
-            "has_l2_hit_rate": "lts__t_sector_hit_rate.pct" in metrics,
+            "kernels": kernels, "kernel_names": len(_values([launches.column("kernel")])),
+            "max_launches_per_kernel": kernels[0]["launches"] if kernels else 0, "metrics": len(metrics),
+            "has_l2_hit_rate": L2_HIT_RATE in metrics, "has_l2_throughput": L2_THROUGHPUT in metrics,
             "devices": _values([table.column("device")]), "streams": _values([table.column("stream")])}
 
 
@@ -180,30 +200,63 @@ def arrays_summary(arrays: dict[str, np.ndarray]) -> dict:
     return {"rows": rows, "arrays": out}
 
 
+def frames_summary(frames: Any) -> dict:
+    """Rows, frame range, frame source and the metric columns of a per-frame metrics table (FrameMetrics)."""
+    n = int(frames.frame.size)
+    return {"rows": n, "first_frame": int(frames.frame[0]) if n else None,
+            "last_frame": int(frames.frame[-1]) if n else None, "frame_source": frames.frame_source,
+            "metrics": list(frames.metrics), "columns": list(frames.columns)}
+
+
+def describe_frames(path: str, frames: Any) -> FileInfo:
+    """Describe a per-frame metrics table (``sources.frames.FrameMetrics``), which only `coherence` reads."""
+    info = FileInfo(path, "frames", "per-frame metrics table (CSV, Parquet, JSON Lines or a service's JSON)",
+                    version={"container": frames.kind, "frame_source": frames.frame_source})
+    summary = frames_summary(frames)
+    info.tables["frames"] = summary.pop("rows")
+    info.details["frames"] = summary
+    info.span = _span(None, None)
+    info.supports = supported_commands(info)
+    return info
+
+
 SUMMARISERS = {"alloc_events": alloc_summary, "gpu_activity": gpu_summary, "segments": segments_summary,
                "blocks": blocks_summary, "ncu_metrics": metrics_summary, "arrays": arrays_summary}
 
 
 def supported_commands(info: FileInfo) -> list[str]:
-    """The veotrace commands this file can feed, given what was read from it."""
+    """The veotrace commands that will run on this file with their defaults, given what was read from it.
+
+    entropy and bursts count alloc events by default: a snapshot whose trace holds none (only a
+    ``snapshot`` entry, or segments without a trace) feeds neither. l2-breakpoints finds change points
+    from ``2 * CHANGEPOINT_MIN_SIZE`` launches of a kernel; with fewer it shows the per-kernel picture only.
+    """
     out = []
     alloc = info.details.get("alloc_events")
     if alloc is not None and info.tables.get("alloc_events"):
+        counted = bool(alloc["ops"].get("alloc"))
         timed = alloc["events_without_time"] < info.tables["alloc_events"]
-        out += ["entropy" if timed else "entropy --window-events N", "convert"]
-        if timed:
+        if counted:
+            out.append("entropy" if timed else "entropy --window-events N")
+        out.append("convert")
+        if counted and timed:
             out.append("bursts")
     gpu = info.details.get("gpu_activity")
     if gpu is not None and gpu["kinds"].get("kernel"):
         out.append("bursts --events kernels")
-    if info.tables.get("ncu_metrics"):
-        out.append("l2-breakpoints")
+    ncu = info.details.get("ncu_metrics")
+    if ncu is not None and info.tables.get("ncu_metrics"):
+        flag = "" if ncu["has_l2_hit_rate"] or ncu["has_l2_throughput"] else " --metric NAME"
+        enough = ncu["max_launches_per_kernel"] >= 2 * CHANGEPOINT_MIN_SIZE
+        out.append(f"l2-breakpoints{flag}" + ("" if enough else " (per-kernel picture only)"))
     if info.tables.get("arrays"):
         out.append("correlate")
+    if info.tables.get("frames"):
+        out.append("coherence")
     return out
 
 
-TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays")
+TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays", "frames")
 
 
 def span_of(info: FileInfo) -> dict:

@@ -8,7 +8,8 @@ from rich.markup import escape
 from veotrace.render.console import fmt_bytes, fmt_value, summary_table
 
 _KIND_TEXT = {"alloc_events": "alloc/free events", "segments": "segments", "blocks": "blocks",
-              "gpu_activity": "GPU activity rows", "ncu_metrics": "ncu metric rows", "arrays": "array elements"}
+              "gpu_activity": "GPU activity rows", "ncu_metrics": "ncu metric rows", "arrays": "array elements",
+              "frames": "frames"}
 #: Most ops/kinds listed per file in the terminal (JSON has them all).
 MAX_LISTED = 6
 
@@ -21,6 +22,18 @@ def _listed(counts: dict) -> str:
 
 def _ids(values: list) -> str:
     return ", ".join(map(str, values[:16])) + (" ..." if len(values) > 16 else "") if values else "-"
+
+
+def _short(name: str, width: int = 60) -> str:
+    """A kernel name cut to ``width`` characters (C++ template names run to thousands; JSON has them whole)."""
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def _kernels(kernels: list[dict], total: int) -> str:
+    items = [f"{_short(k['name'])} ({k['launches']:,} launch{'' if k['launches'] == 1 else 'es'})"
+             for k in kernels[:MAX_LISTED]]
+    more = total - len(items)
+    return ", ".join(items) + (f", ... ({more} more)" if more > 0 else "")
 
 
 def _version(version: dict) -> str:
@@ -63,6 +76,14 @@ def file_items(info) -> list[tuple[str, object]]:
     metrics = info.details.get("ncu_metrics")
     if metrics is not None:
         items.append(("launches / metrics", f"{metrics['launches']} / {metrics['metrics']}"))
+    for kind in ("gpu_activity", "ncu_metrics"):
+        d = info.details.get(kind)
+        if d is not None and d.get("kernels"):
+            items.append(("kernels", _kernels(d["kernels"], d["kernel_names"])))
+    frames = info.details.get("frames")
+    if frames is not None:
+        items.append(("frame numbers", f"{frames['first_frame']:,} .. {frames['last_frame']:,} ({frames['frame_source']})"))
+        items.append(("metrics", ", ".join(frames["metrics"])))
     for name, arr in info.details.get("arrays", {}).get("arrays", {}).items():
         values = f"{fmt_value(arr['min'])} .. {fmt_value(arr['max'])}"
         items.append((f"array {name}", f"{arr['dtype']} shape {tuple(arr['shape'])}, {values}"))

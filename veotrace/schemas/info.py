@@ -7,7 +7,7 @@ import pyarrow as pa
 from veotrace.schemas import tagged
 
 INFO_FILES = tagged(
-    "info_files/1",
+    "info_files/2",
     [
         pa.field("path", pa.string(), nullable=False),
         pa.field("format", pa.string(), nullable=True),  # null: none of the supported formats
@@ -18,6 +18,7 @@ INFO_FILES = tagged(
         pa.field("gpu_activity", pa.int64(), nullable=True),
         pa.field("ncu_metrics", pa.int64(), nullable=True),
         pa.field("arrays", pa.int64(), nullable=True),  # elements
+        pa.field("frames", pa.int64(), nullable=True),  # rows of a per-frame metrics table (added in /2)
         pa.field("first_ns", pa.int64(), nullable=True),
         pa.field("last_ns", pa.int64(), nullable=True),
         pa.field("devices", pa.string(), nullable=True),  # "0,1"
