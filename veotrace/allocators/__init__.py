@@ -1,0 +1,18 @@
+"""Allocator models for ``veotrace simulate``: replay a recorded alloc/free sequence through policies.
+
+This package owns the what-if side of memory analysis: parsing ``PYTORCH_CUDA_ALLOC_CONF`` strings and
+a snapshot's ``allocator_settings`` (:mod:`conf`), a model of PyTorch's CUDA caching allocator whose
+rules carry the names of ``c10/cuda/CUDACachingAllocator.cpp`` (:mod:`torch`), the reference policies
+(``ideal``, ``bestfit``/``firstfit`` over one arena, exact-size ``reuse``, lifetime-``tiered`` pools),
+the replay driver that turns any ``alloc_events/1`` source into alloc/free requests and feeds them to a
+policy (:mod:`replay`), and the check that the torch model reproduces the device allocations a real
+snapshot recorded (:mod:`validation`). Every policy reports what it did as an ``alloc_events/1`` stream
+with model-chosen addresses; fragmentation over windows is computed from that stream by
+:mod:`veotrace.fragmentation`, not here. Pure code: no printing, no file reading.
+"""
+
+from __future__ import annotations
+
+POLICIES = ("torch", "tiered", "tiered-oracle", "reuse", "bestfit", "firstfit", "ideal")
+
+__all__ = ["POLICIES"]

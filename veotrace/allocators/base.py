@@ -1,0 +1,87 @@
+"""What every policy shares: the event recorder, the per-policy counters and a virtual address space.
+
+A policy is an object with ``malloc(size, stream) -> handle`` and ``free(handle)``; it records what it
+did (alloc, free, segment_alloc/free/map/unmap, oom) through a :class:`Recorder` and keeps a
+:class:`Counters`. Addresses are the model's own, handed out by :class:`AddressSpace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Event op codes in the recorded stream, and their ``alloc_events/1`` op names.
+ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, OOM = range(7)
+OP_NAMES = ("alloc", "free", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
+#: Model addresses start here (a typical CUDA VA base), away from zero so they read as addresses.
+VA_BASE = 0x7F0000000000
+#: Device allocations are placed at this alignment (CUDA hands out 2 MiB-aligned memory).
+VA_ALIGN = 2 << 20
+
+
+class Recorder:
+    """Collects a policy's events as ``(request, op, address, size, stream)`` tuples.
+
+    ``req`` is set by the replay before each call, so every event names the request that caused it.
+    With ``enabled=False`` nothing is kept (the counters still are): for speed measurements.
+    """
+
+    __slots__ = ("events", "req", "enabled")
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.events: list[tuple[int, int, int, int, int]] = []
+        self.req = 0
+        self.enabled = enabled
+
+    def emit(self, op: int, addr: int, size: int, stream: int) -> None:
+        if self.enabled:
+            self.events.append((self.req, op, addr, size, stream))
+
+
+@dataclass
+class Counters:
+    """Per-policy totals: bytes reserved from / handed to the device, peaks, calls, flushes, OOMs."""
+
+    reserved: int = 0
+    allocated: int = 0
+    peak_reserved: int = 0
+    peak_allocated: int = 0
+    device_allocs: int = 0
+    device_frees: int = 0
+    flushes: int = 0
+    alloc_retries: int = 0
+    ooms: int = 0
+    #: The first request that did not fit --capacity: {"request": i, "size_bytes": n, "reserved_bytes": r}.
+    first_oom: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def merge(self, other: Counters) -> None:
+        """Sum of devices: peaks add up (per-device peaks may happen at different times: an upper bound)."""
+        for name in ("reserved", "allocated", "peak_reserved", "peak_allocated", "device_allocs",
+                     "device_frees", "flushes", "alloc_retries", "ooms"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        if other.first_oom and (self.first_oom is None or other.first_oom["request"] < self.first_oom["request"]):
+            self.first_oom = other.first_oom
+        self.notes.extend(n for n in other.notes if n not in self.notes)
+
+
+class AddressSpace:
+    """A bump allocator of virtual addresses: device allocations never overlap and never move."""
+
+    __slots__ = ("next",)
+
+    def __init__(self, start: int = VA_BASE) -> None:
+        self.next = -(-start // VA_ALIGN) * VA_ALIGN
+
+    def take(self, size: int) -> int:
+        addr = self.next
+        self.next = addr + -(-max(size, 1) // VA_ALIGN) * VA_ALIGN
+        return addr
+
+
+def oom(counters: Counters, rec: Recorder, size: int, stream: int) -> None:
+    """Count a request that does not fit the capacity, remembering the first one."""
+    counters.ooms += 1
+    rec.emit(OOM, 0, size, stream)
+    if counters.first_oom is None:
+        counters.first_oom = {"request": rec.req, "size_bytes": size, "reserved_bytes": counters.reserved,
+                              "allocated_bytes": counters.allocated}

@@ -1,0 +1,135 @@
+"""Seeding for traces that start part-way: the segments and live blocks that existed when recording began.
+
+A PyTorch trace is a ring buffer (or was cleared), so it can begin with frees of blocks it never saw
+allocated, inside segments reserved before it. Rebuilt from the final snapshot and the trace:
+- a segment existed at the start if its first segment event in the trace is not a ``segment_alloc``
+  (it is freed first, or never appears and is in the final snapshot);
+- a block was live at the start if the trace frees its address before allocating it, or the final
+  snapshot has it allocated and the trace never allocated that address.
+A block's size is exact when the final snapshot still holds it; otherwise it is ``round_size`` of the
+requested size, grown to the next boundary when PyTorch would not have split off the rest
+(``should_split``). Space between live blocks is one free block (free neighbours always merge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.torch import Block, TorchAllocator, kMinBlockSize, kSmallBuffer, kSmallSize, round_size
+
+
+@dataclass
+class Seed:
+    """live: (device, address, requested size, stream, block size or None); segments: (device, address,
+    size, stream, is_small)."""
+
+    live: list[tuple[int, int, int, int, int | None]] = field(default_factory=list)
+    segments: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
+    expandable: bool = False
+
+    @property
+    def used(self) -> bool:
+        return bool(self.live or self.segments)
+
+    def describe(self) -> str:
+        if not self.used:
+            return "not seeded: the trace covers the run from its first allocation"
+        return (f"seeded from the final snapshot and the trace: {len(self.segments)} segments "
+                f"({sum(s[2] for s in self.segments):,} bytes) reserved and {len(self.live)} blocks live "
+                "before recording began")
+
+
+def rebuild(events: pa.Table, segments: pa.Table, blocks: pa.Table) -> Seed:
+    """The state at the start of the trace (see the module docstring)."""
+    ops = events.column("op").to_pylist()
+    free_op = "free_completed" if "free_completed" in ops else "free_requested"
+    addrs, sizes = events.column("address").to_pylist(), events.column("size_bytes").to_pylist()
+    devs, streams = events.column("device").to_pylist(), events.column("stream").to_pylist()
+    seen_alloc: set[tuple[int, int]] = set()
+    first_seg: dict[tuple[int, int], tuple[str, int, int]] = {}
+    live_at_start: dict[tuple[int, int], tuple[int, int]] = {}
+    for op, a, s, d, st in zip(ops, addrs, sizes, devs, streams):
+        key = (d, a)
+        if op == "alloc":
+            seen_alloc.add(key)
+        elif op == free_op and key not in seen_alloc and key not in live_at_start:
+            live_at_start[key] = (s, st or 0)
+        elif op.startswith("segment_") and key not in first_seg:
+            first_seg[key] = (op, s, st or 0)
+    seed = Seed(expandable=any(bool(v) for v in segments.column("is_expandable").to_pylist()))
+    final_blocks = {}
+    for row in blocks.to_pylist():
+        final_blocks[(row["device"] or 0, row["address"])] = row
+    for row in blocks.to_pylist():
+        key = (row["device"] or 0, row["address"])
+        if row["state"] == "active_allocated" and key not in seen_alloc and key not in live_at_start:
+            live_at_start[key] = (row["requested_size_bytes"] or row["size_bytes"], None)
+    seg_rows = segments.to_pylist()
+    seg_stream = {}
+    for row in seg_rows:
+        key = (row["device"] or 0, row["address"])
+        seg_stream[key] = row["stream"] or 0
+        if key not in first_seg and not seed.expandable:
+            seed.segments.append((key[0], key[1], row["total_size_bytes"], row["stream"] or 0,
+                                  row["segment_type"] == "small"))
+    for key, (op, size, st) in first_seg.items():
+        if op in ("segment_free", "segment_unmap") and not seed.expandable:
+            seed.segments.append((key[0], key[1], size, st, size == kSmallBuffer))
+    for (d, a), (req, st) in live_at_start.items():
+        exact = final_blocks.get((d, a))
+        block_size = exact["size_bytes"] if exact is not None and exact["state"] == "active_allocated" \
+            and (d, a) not in seen_alloc else None
+        if st is None:
+            st = next((s[3] for s in seed.segments if s[0] == d and s[1] <= a < s[1] + s[2]), 0)
+        seed.live.append((d, a, req, st, block_size))
+    seed.live.sort()
+    seed.segments.sort()
+    return seed
+
+
+def seed_state(alloc: TorchAllocator, seed: Seed, device: int, conf: TorchConf) -> int:
+    """Build the seeded segments of ``device`` in a fresh allocator; returns the bytes reserved.
+
+    Live blocks become allocated Blocks found again by ``alloc.seeded(address)``; gaps become free blocks.
+    """
+    segs = [s for s in seed.segments if s[0] == device]
+    live = sorted((s for s in seed.live if s[0] == device), key=lambda s: s[1])
+    top = 0
+    for _, base, size, stream, is_small in segs:
+        pool = alloc.small_blocks if is_small else alloc.large_blocks
+        inside = [s for s in live if base <= s[1] < base + size]
+        chain, pos = [], base
+        for k, (_, addr, req, _, exact) in enumerate(inside):
+            if addr > pos:
+                chain.append(Block(addr - pos, pos, stream, pool))
+            bound = inside[k + 1][1] if k + 1 < len(inside) else base + size
+            rs = round_size(req, conf)
+            if exact is not None:
+                bsize = exact
+            else:
+                gap = bound - addr - rs
+                split = gap >= kMinBlockSize if is_small else (rs < conf.max_split_size and gap > kSmallSize)
+                bsize = rs if split and gap > 0 else bound - addr
+            b = Block(min(bsize, bound - addr), addr, stream, pool)
+            b.allocated, b.requested = True, req
+            chain.append(b)
+            alloc.seeded_blocks[addr] = b
+            alloc.c.allocated += b.size
+            pos = addr + b.size
+        if pos < base + size:
+            chain.append(Block(base + size - pos, pos, stream, pool))
+        for x, y in zip(chain, chain[1:]):
+            x.next, y.prev = y, x
+        for b in chain:
+            if not b.allocated:
+                pool.insert_into_blocks(b)
+        alloc.c.reserved += size
+        top = max(top, base + size)
+    c = alloc.c
+    c.peak_reserved, c.peak_allocated = max(c.peak_reserved, c.reserved), max(c.peak_allocated, c.allocated)
+    if top:
+        alloc.va.next = max(alloc.va.next, -(-top // kSmallBuffer) * kSmallBuffer)
+    return c.reserved

@@ -1,0 +1,342 @@
+"""Model of PyTorch's CUDA caching allocator (``DeviceCachingAllocator``), one instance per device.
+
+Read from ``c10/cuda/CUDACachingAllocator.cpp``; methods keep PyTorch's names so each rule can be checked
+against the source: ``round_size``, ``get_allocation_size``, ``get_free_block``, ``alloc_block``,
+``should_split``, ``alloc_found_block``, ``free_block``, ``try_merge_blocks``, ``release_block``,
+``release_available_cached_blocks``, ``release_cached_blocks``, ``garbage_collect_cached_blocks``.
+Expandable segments (``find_expandable_block``, ``map_block``, ``unmap_block``) live in
+:mod:`veotrace.allocators.expandable`. Not modelled: CUDA-graph private pools, cross-stream
+``record_stream`` events (a free is taken at ``free_completed``) and free-memory callbacks.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+from veotrace.allocators.base import (ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, AddressSpace, Counters,
+                                      Recorder, oom)
+from veotrace.allocators.conf import NO_LIMIT, TorchConf
+
+kMinBlockSize = 512  # all sizes are rounded to at least 512 bytes
+kSmallSize = 1 << 20  # largest "small" allocation is 1 MiB
+kSmallBuffer = 2 << 20  # "small" allocations are packed in 2 MiB blocks
+kLargeBuffer = 20 << 20  # "large" allocations may be packed in 20 MiB blocks
+kMinLargeAlloc = 10 << 20  # allocations between 1 and 10 MiB may use kLargeBuffer
+kRoundLarge = 2 << 20  # round up large allocations to 2 MiB
+
+
+class Block:
+    """A block of a segment: free (in its pool), allocated, or (expandable) an unmapped range."""
+
+    __slots__ = ("size", "addr", "stream", "pool", "prev", "next", "allocated", "seg", "mapped",
+                 "requested", "gc_base")
+
+    def __init__(self, size: int, addr: int, stream: int, pool: BlockPool, seg=None) -> None:
+        self.size, self.addr, self.stream, self.pool, self.seg = size, addr, stream, pool, seg
+        self.prev = self.next = None
+        self.allocated = False
+        self.mapped = True
+        self.requested = 0
+        self.gc_base = 0
+
+    def is_split(self) -> bool:
+        return self.prev is not None or self.next is not None
+
+
+class BlockPool:
+    """Free blocks ordered as ``BlockComparatorSize`` (stream, size, address); unmapped ones by address."""
+
+    __slots__ = ("is_small", "keys", "free", "unmapped_keys", "unmapped", "get_free_blocks_call_count")
+
+    def __init__(self, is_small: bool) -> None:
+        self.is_small = is_small
+        self.keys: dict[int, list[tuple[int, int]]] = {}
+        self.free: dict[int, Block] = {}
+        self.unmapped_keys: dict[int, list[int]] = {}
+        self.unmapped: dict[int, Block] = {}
+        self.get_free_blocks_call_count = 0
+
+    def insert_into_blocks(self, b: Block) -> None:
+        b.gc_base = self.get_free_blocks_call_count
+        insort(self.keys.setdefault(b.stream, []), (b.size, b.addr))
+        self.free[b.addr] = b
+
+    def erase(self, b: Block) -> None:
+        lst = self.keys[b.stream]
+        del lst[bisect_left(lst, (b.size, b.addr))]
+        del self.free[b.addr]
+
+    def insert_unmapped(self, b: Block) -> None:
+        insort(self.unmapped_keys.setdefault(b.stream, []), b.addr)
+        self.unmapped[b.addr] = b
+
+    def erase_unmapped(self, b: Block) -> None:
+        lst = self.unmapped_keys[b.stream]
+        del lst[bisect_left(lst, b.addr)]
+        del self.unmapped[b.addr]
+
+    def ordered(self) -> list[Block]:
+        """All free mapped blocks in set order (stream, size, address)."""
+        return [self.free[a] for s in sorted(self.keys) for _, a in self.keys[s]]
+
+
+def roundup_power2_next_division(size: int, divisions: int) -> int:
+    """Round ``size`` up to the next of ``divisions`` equal steps between two powers of two."""
+    if size & (size - 1) == 0:
+        return size
+    floor = 1 << (size.bit_length() - 1)
+    step = floor >> (divisions.bit_length() - 1)
+    if step == 0:
+        return floor << 1
+    rounded = size & ~(step - 1)
+    return size if rounded == size else rounded + step
+
+
+def round_size(size: int, conf: TorchConf) -> int:
+    """Block size for a request: at least kMinBlockSize, a multiple of it, or a power-of-2 division."""
+    if size < kMinBlockSize:
+        return kMinBlockSize
+    divisions = conf.divisions_for(size)
+    if divisions > 1 and size > kMinBlockSize * divisions:
+        return roundup_power2_next_division(size, divisions)
+    return kMinBlockSize * ((size + kMinBlockSize - 1) // kMinBlockSize)
+
+
+def get_allocation_size(size: int) -> int:
+    """Segment size cudaMalloc'd for a block of ``size``: 2 MiB, 20 MiB, or rounded up to 2 MiB."""
+    if size <= kSmallSize:
+        return kSmallBuffer
+    if size < kMinLargeAlloc:
+        return kLargeBuffer
+    return kRoundLarge * ((size + kRoundLarge - 1) // kRoundLarge)
+
+
+class TorchAllocator:
+    """``DeviceCachingAllocator`` for one device: ``malloc(size, stream) -> Block``, ``free(Block)``.
+
+    Args:
+        conf: the allocator settings.
+        capacity: bytes the device can reserve (``--capacity``); None = unlimited. It plays the part of
+            ``allowed_memory_maximum``, so garbage_collection_threshold is active only with it.
+        rec: where events go; counters: totals kept up to date.
+    """
+
+    def __init__(self, conf: TorchConf, *, capacity: int | None = None, rec: Recorder | None = None,
+                 va: AddressSpace | None = None) -> None:
+        from veotrace.allocators import expandable
+
+        self.conf, self.capacity = conf, capacity
+        self.rec = rec or Recorder()
+        self.c = Counters()
+        self.va = va or AddressSpace()
+        self.large_blocks, self.small_blocks = BlockPool(False), BlockPool(True)
+        self.mss = conf.max_split_size
+        self.gc_on = conf.garbage_collection_threshold > 0 and capacity is not None
+        self.es = expandable.Expandable(self) if conf.expandable_segments else None
+        self.armed = False
+        self.seeded_blocks: dict[int, Block] = {}
+
+    # -- allocation ------------------------------------------------------------------------------
+    def malloc(self, orig_size: int, stream: int) -> Block:
+        size = round_size(orig_size, self.conf)
+        pool = self.small_blocks if size <= kSmallSize else self.large_blocks
+        alloc_size = get_allocation_size(size)
+        block = self.get_free_block(pool, size, stream)
+        if block is None and self.armed:  # the trace recorded a release right before this malloc
+            self.release_cached_blocks()
+            self.c.alloc_retries += 1
+        self.armed = False
+        if block is None:
+            if self.gc_on:
+                self.garbage_collect_cached_blocks()
+            block = self.alloc_block(pool, size, alloc_size, stream)
+            if block is None and self.release_available_cached_blocks(pool, size, stream):
+                block = self.alloc_block(pool, size, alloc_size, stream)
+            if block is None:
+                self.release_cached_blocks()
+                self.c.alloc_retries += 1
+                block = self.alloc_block(pool, size, alloc_size, stream)
+            if block is None:  # a real run stops here with OutOfMemoryError; the replay goes on past it
+                oom(self.c, self.rec, orig_size, stream)
+                block = self.alloc_block(pool, size, alloc_size, stream, force=True)
+        return self.alloc_found_block(block, pool, size, orig_size, self.should_split(block, size))
+
+    def get_free_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
+        """Best fit: the first free block of the stream at least ``size`` in (size, address) order."""
+        if self.gc_on:
+            pool.get_free_blocks_call_count += 1
+        lst = pool.keys.get(stream)
+        if not lst:
+            return None
+        i = bisect_left(lst, (size, 0))
+        if i == len(lst):
+            return None
+        block = pool.free[lst[i][1]]
+        if block.seg is not None:
+            block = self.es.get_free_block_expandable(pool, lst, i)
+            if block is None:
+                return None
+        if size < self.mss <= block.size:  # do not return an oversized block for a small request
+            return None
+        if size >= self.mss and block.size >= size + self.conf.max_non_split_rounding_size:
+            return None
+        pool.erase(block)
+        return block
+
+    def alloc_block(self, pool: BlockPool, size: int, alloc_size: int, stream: int, *, force: bool = False):
+        """A new segment (cudaMalloc of ``alloc_size``), or expandable pages; None when over capacity."""
+        if not force and self.capacity is not None and self.c.reserved + alloc_size > self.capacity:
+            return None
+        if self.es is not None:
+            return self.es.try_allocate_expandable_block(pool, size, stream, force=force)
+        block = Block(alloc_size, self.va.take(alloc_size), stream, pool)
+        c = self.c
+        c.reserved += alloc_size
+        if c.reserved > c.peak_reserved:
+            c.peak_reserved = c.reserved
+        c.device_allocs += 1
+        self.rec.emit(SEGMENT_ALLOC, block.addr, alloc_size, stream)
+        return block
+
+    def should_split(self, block: Block, size: int) -> bool:
+        remaining = block.size - size
+        if block.pool.is_small or self.conf.expandable_segments:
+            return remaining >= kMinBlockSize
+        return size < self.mss and remaining > kSmallSize
+
+    def alloc_found_block(self, block: Block, pool: BlockPool, size: int, orig_size: int, split: bool) -> Block:
+        if split:
+            remaining = block
+            block = Block(size, remaining.addr, remaining.stream, pool, remaining.seg)
+            block.prev = remaining.prev
+            if block.prev is not None:
+                block.prev.next = block
+            block.next = remaining
+            remaining.prev = block
+            remaining.addr += size
+            remaining.size -= size
+            pool.insert_into_blocks(remaining)
+        block.allocated = True
+        block.requested = orig_size
+        c = self.c
+        c.allocated += block.size
+        if c.allocated > c.peak_allocated:
+            c.peak_allocated = c.allocated
+        self.rec.emit(ALLOC, block.addr, orig_size, block.stream)
+        return block
+
+    def arm_release(self) -> None:
+        """The trace shows a release inside the next malloc (an OOM retry): do it if no cached block fits."""
+        self.armed = True
+
+    def seeded(self, addr: int) -> Block | None:
+        """The block of a seeded live allocation at ``addr`` (see :func:`seed_state`), if any."""
+        return self.seeded_blocks.pop(addr, None)
+
+    # -- free --------------------------------------------------------------------------------------
+    def free(self, block: Block) -> None:
+        block.allocated = False
+        self.c.allocated -= block.size
+        self.rec.emit(FREE, block.addr, block.requested, block.stream)
+        self.free_block(block)
+
+    def free_block(self, block: Block) -> None:
+        pool = block.pool
+        for candidate in (block.prev, block.next):
+            self.try_merge_blocks(block, candidate, pool)
+        pool.insert_into_blocks(block)
+
+    @staticmethod
+    def try_merge_blocks(dst: Block, src: Block | None, pool: BlockPool) -> int:
+        """Absorb a free neighbour into ``dst``; returns the subsumed size (0 when not merged)."""
+        if src is None or src.allocated or dst.mapped != src.mapped:
+            return 0
+        if src.mapped:
+            pool.erase(src)
+        else:
+            pool.erase_unmapped(src)
+        if dst.prev is src:
+            dst.addr = src.addr
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+        else:
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+        return src.size
+
+    # -- returning memory to the device ---------------------------------------------------------------
+    def release_block(self, block: Block) -> None:
+        """cudaFree of a whole unsplit cached segment."""
+        c = self.c
+        c.device_frees += 1
+        c.reserved -= block.size
+        self.rec.emit(SEGMENT_FREE, block.addr, block.size, block.stream)
+        block.pool.erase(block)
+
+    def release_available_cached_blocks(self, pool: BlockPool, size: int, stream: int) -> bool:
+        """With max_split_size set: free one oversize cached block big enough, or several, largest first."""
+        if self.mss == NO_LIMIT:
+            return False
+        key = max(size, self.mss)
+        lst = pool.keys.get(stream) or []
+        i = bisect_left(lst, (key, 0))
+        if i < len(lst):
+            block = pool.free[lst[i][1]]
+            if block.is_split() or block.seg is not None:
+                return False
+            self.release_block(block)
+            return True
+        released = 0
+        for sz, addr in reversed(list(lst)):
+            if released >= key or sz < self.mss:
+                break
+            block = pool.free[addr]
+            if not block.is_split() and block.seg is None:
+                released += sz
+                self.release_block(block)
+        return released >= key
+
+    def release_cached_blocks(self) -> None:
+        """``emptyCache`` and the last retry of malloc: free every unsplit cached block of both pools."""
+        self.c.flushes += 1
+        for pool in (self.large_blocks, self.small_blocks):
+            self.release_blocks(pool)
+
+    def release_blocks(self, pool: BlockPool) -> None:
+        to_unmap = []
+        for block in pool.ordered():
+            if block.seg is not None:
+                to_unmap.append(block)
+            elif block.prev is None and block.next is None:
+                self.release_block(block)
+        for block in to_unmap:
+            self.es.unmap_block(block)
+            if block.prev is None and block.next is None and not block.mapped:
+                pool.erase_unmapped(block)  # release_expandable_segment
+
+    def garbage_collect_cached_blocks(self) -> None:
+        """Free unsplit large cached blocks older than average until reserved <= threshold * capacity."""
+        threshold = int(self.conf.garbage_collection_threshold * self.capacity)
+        if self.c.reserved <= threshold:
+            return
+        target, reclaimed = self.c.reserved - threshold, 0
+        pool = self.large_blocks
+        count = pool.get_free_blocks_call_count
+        freeable = [b for b in pool.ordered() if not b.is_split() and b.seg is None]
+        total_age = sum(count - b.gc_base for b in freeable)
+        freed = True
+        while reclaimed < target and freed and freeable:
+            age_threshold = total_age / len(freeable)
+            freed, keep = False, []
+            for b in freeable:
+                if count - b.gc_base >= age_threshold:
+                    freed = True
+                    reclaimed += b.size
+                    total_age -= count - b.gc_base
+                    self.release_block(b)
+                else:
+                    keep.append(b)
+            freeable = keep
