@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from veotrace.render.console import fmt_value, rows_table, summary_table
+from veotrace.render.sparkline import print_entropy_sparkline
 
 COLUMNS = [("window", "k"), ("start_ns", "start (ns)"), ("hours", "hours"), ("events", "events"),
            ("entropy_bits", "H (bits)"), ("normalized_entropy", "H / Hmax")]
@@ -21,6 +22,7 @@ def render_entropy(console: Console, result, *, max_rows: int) -> None:
              (f"Theil-Sen slope ({unit})", t["theil_sen"]["slope"]),
              ("Kendall tau", t["kendall"]["tau"]), ("Kendall p", t["kendall"]["p_value"])]
     console.print(summary_table("Size-class entropy", items))
+    print_entropy_sparkline(console, result)
     if result.segments:
         seg_rows = [dict(seg, span=f"{fmt_value(seg['start_hours'])}-{fmt_value(seg['end_hours'])} h")
                     for seg in result.segments]
