@@ -1,0 +1,147 @@
+"""Fragmentation: rebuild allocator state from an event stream and measure fragmentation over windows.
+
+This package owns the forward replay of alloc/free and segment events (``state``: live blocks,
+reserved segments and the free blocks between them; ``seed``: the state before a trace that starts
+part-way, rebuilt backwards from a snapshot's final segments and blocks), the named fragmentation
+definitions (``metrics``: TF BFC/XProf external fragmentation, GMLake's peak ratio, PyTorch
+``_memory_viz``'s internal/external split, free space between live blocks under ``max_gap``), the
+per-window series (``windows``) and the address layout (``layout``: hot zones, alignment, strides).
+Its one entry point, :func:`fragmentation_series`, is pure (Arrow in, Arrow and dicts out) and is
+shared by ``veotrace fragmentation`` and the allocator what-if replays (``veotrace simulate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from veotrace.fragmentation.layout import DEFAULT_ZONE_BYTES, Layout
+from veotrace.fragmentation.metrics import DEFAULT_BINS, DEFAULT_MAX_GAP, DEFAULT_THRESHOLD
+from veotrace.fragmentation.seed import TORCH_ROUND_BYTES, initial_from_tables, seed_from_final
+from veotrace.fragmentation.state import Counters, DeviceState
+
+#: Window length when neither window_s nor window_events is given and events have timestamps,
+#: and window size in events when they do not.
+DEFAULT_WINDOW_S = 300.0
+DEFAULT_WINDOW_EVENTS = 1000
+
+
+@dataclass
+class FragmentationResult:
+    """Per-window series, bins, zones, the state at the end (and at ``at``), and what the replay met.
+
+    Attributes:
+        windows: ``FRAGMENTATION_WINDOWS`` (one row per window and device).
+        bins: ``FRAGMENTATION_BINS`` (free blocks per size bin at each window's end).
+        zones: ``FRAGMENTATION_ZONES`` (address zones ranked by alloc/free events).
+        end: state at the end of the trace: ``{"total": {...}, "devices": {device: {...}}}`` (see
+            ``metrics.state_metrics`` for the keys).
+        at: the same for the moment asked for (None unless ``at_ns`` was given); ``at_state`` holds
+            its segments, blocks and free blocks (``FRAGMENTATION_STATE``).
+        counters: warnings counted during the replay (``state.Counters``), summed over devices.
+        layout: alignment shares and the stride summary.
+        final_states: the per-device ``DeviceState`` at the end (for callers that go on replaying).
+    """
+
+    windows: pa.Table
+    bins: pa.Table
+    zones: pa.Table
+    end: dict
+    counters: dict
+    layout: dict
+    params: dict
+    summary: dict = field(default_factory=dict)
+    at: dict | None = None
+    at_state: pa.Table | None = None
+    end_state: pa.Table | None = None
+    final_states: dict = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"params": self.params, "summary": self.summary, "counters": self.counters, "end": self.end,
+                "at": self.at, "layout": self.layout, "windows": self.windows.to_pylist(),
+                "bins": self.bins.to_pylist(), "zones": self.zones.to_pylist()}
+
+
+def fragmentation_series(
+    data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
+    *,
+    window_s: float | None = None,
+    window_events: int | None = None,
+    initial: dict[int, DeviceState] | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    max_gap: int = DEFAULT_MAX_GAP,
+    bins=DEFAULT_BINS,
+    round_bytes: int = 1,
+    zone_bytes: int = DEFAULT_ZONE_BYTES,
+    at_ns: int | None = None,
+    top_zones: int | None = 100,
+    on_progress: Callable[[], None] | None = None,
+) -> FragmentationResult:
+    """Replay an alloc/free event stream and measure fragmentation per window.
+
+    Args:
+        data: ``ALLOC_EVENTS`` rows (a table, a batch or an iterable of batches, e.g. straight from
+            ``veotrace.sources.iter_alloc_events``), in time order per device. Used columns:
+            ``ts_ns``, ``op``, ``size_bytes``, ``address``, ``device``, and optionally
+            ``block_bytes`` (the block size when it differs from the requested ``size_bytes``).
+            Ops: ``alloc``; ``free`` or ``free_completed`` (``free_requested`` marks the block
+            pending); ``segment_alloc``/``segment_free``; ``segment_map``/``segment_unmap``. Other
+            ops are counted as events and otherwise ignored.
+        window_s: time windows of this many seconds (aligned to multiples of W in the trace's time
+            base). window_events: windows of N events in read order instead. Neither: 300 s
+            windows, or 1000-event windows when the first batch has no timestamps.
+        initial: state before the first event, per device (``initial_from_tables`` or
+            ``seed_from_final``); empty when None.
+        threshold: a window is ``fragmented`` when its largest free block is under this share of
+            its free bytes. max_gap: for devices without segments, gaps between live blocks under
+            this many bytes are free space inside a range. bins: free-block size bins [(lo, hi)].
+        round_bytes: block size = requested size rounded up to this (when no ``block_bytes``).
+        zone_bytes: width of the address zones ranked by activity.
+        at_ns: also capture the full state after every event at or before this timestamp.
+
+    Returns:
+        FragmentationResult. Never raises on inconsistent traces: they are counted in ``counters``.
+
+    Raises:
+        UsageError: impossible parameters. AnalysisError: time windows asked for events without timestamps.
+    """
+    from veotrace.fragmentation.result import build_result, check_params
+    from veotrace.fragmentation.windows import Replay
+
+    check_params(window_s, window_events, threshold, max_gap, bins, round_bytes, zone_bytes)
+    batches = _batches(data)
+    first = next(batches, None)
+    if window_s is None and window_events is None:
+        no_time = first is not None and ("ts_ns" not in first.schema.names or first.column("ts_ns").null_count > 0)
+        if no_time:
+            window_events = DEFAULT_WINDOW_EVENTS
+        else:
+            window_s = DEFAULT_WINDOW_S
+    replay = Replay(window_ns=None if window_events is not None else round(window_s * 1e9),
+                    window_events=window_events, initial=initial, round_bytes=round_bytes, max_gap=max_gap,
+                    threshold=threshold, bins=tuple(bins), layout=Layout(zone_bytes=zone_bytes), at_ns=at_ns)
+    for batch in ([first] if first is not None else []):
+        replay.feed(batch)
+    for batch in batches:
+        replay.feed(batch)
+        if on_progress is not None:
+            on_progress()
+    replay.finish()
+    params = {"window_s": window_s if window_events is None else None, "window_events": window_events,
+              "threshold": threshold, "max_gap_bytes": max_gap, "round_bytes": round_bytes,
+              "zone_bytes": zone_bytes, "bins": [[lo, hi] for lo, hi in bins], "at_ns": at_ns}
+    return build_result(replay, params, top_zones=top_zones)
+
+
+def _batches(data) -> Iterable[pa.RecordBatch]:
+    if isinstance(data, pa.Table):
+        return iter(data.to_batches(max_chunksize=1 << 20))
+    if isinstance(data, pa.RecordBatch):
+        return iter([data])
+    return iter(data)
+
+
+__all__ = ["Counters", "DeviceState", "FragmentationResult", "TORCH_ROUND_BYTES", "fragmentation_series",
+           "initial_from_tables", "seed_from_final"]

@@ -1,0 +1,149 @@
+"""Where and how memory is laid out: hot address zones, address alignment and the stride between allocations.
+
+All three are mergeable partial aggregates fed batch by batch (``Layout.add``), so their memory is
+bounded by the zones touched and ``MAX_STRIDES`` distinct strides, not by the log length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_ZONE_BYTES = 2 << 20  # 2 MiB zones: the large-page / large-segment granularity
+#: Alignments whose share of allocation addresses is reported: 64 B (a cache-line sector pair),
+#: 512 B (the CUDA caching allocator's rounding), 2 MiB (large pages and large segments).
+ALIGNMENTS = (64, 512, 2 << 20)
+#: Distinct stride values counted exactly; strides first seen after that go to ``other``.
+MAX_STRIDES = 4096
+TOP_STRIDES = 10
+
+
+@dataclass
+class Zones:
+    """Per (device, zone) counts kept as sorted key arrays (key = device << 44 | zone index)."""
+
+    zone_bytes: int
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))  # allocs, frees, bytes
+
+    def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray) -> None:
+        if addr.size == 0:
+            return
+        key = (addr // np.uint64(self.zone_bytes)) | (np.uint64(device & 0xFFFFF) << np.uint64(44))
+        vals = np.stack([is_alloc.astype(np.int64), (~is_alloc).astype(np.int64), size], axis=1)
+        allk = np.concatenate([self.keys, key])
+        allv = np.concatenate([self.counts, vals])
+        uniq, inv = np.unique(allk, return_inverse=True)
+        out = np.zeros((uniq.size, 3), np.int64)
+        for c in range(3):
+            out[:, c] = np.bincount(inv, weights=allv[:, c], minlength=uniq.size).astype(np.int64)
+        self.keys, self.counts = uniq, out
+
+    def table_rows(self, top: int | None = None) -> list[dict]:
+        """Zones ranked by events (allocs + frees), with their share of all events and bytes."""
+        events = self.counts[:, 0] + self.counts[:, 1]
+        total_ev, total_b = int(events.sum()), int(self.counts[:, 2].sum())
+        order = np.lexsort((self.keys, -events))
+        if top:
+            order = order[:top]
+        rows = []
+        for rank, i in enumerate(order, 1):
+            key = int(self.keys[i])
+            rows.append({
+                "rank": rank, "device": key >> 44, "zone_start": (key & ((1 << 44) - 1)) * self.zone_bytes,
+                "zone_bytes": self.zone_bytes, "events": int(events[i]), "allocs": int(self.counts[i, 0]),
+                "frees": int(self.counts[i, 1]), "bytes": int(self.counts[i, 2]),
+                "event_share": int(events[i]) / total_ev if total_ev else 0.0,
+                "byte_share": int(self.counts[i, 2]) / total_b if total_b else None,
+            })
+        return rows
+
+
+@dataclass
+class Strides:
+    """Exact counts of the differences between consecutive addresses, up to MAX_STRIDES values."""
+
+    counts: dict = field(default_factory=dict)
+    other: int = 0
+    total: int = 0
+    last: dict = field(default_factory=dict)  # device -> last address seen
+
+    def add(self, device: int, addr: np.ndarray) -> None:
+        if addr.size == 0:
+            return
+        a = addr.astype(np.int64)
+        prev = self.last.get(device)
+        d = np.diff(a) if prev is None else np.diff(np.r_[np.int64(prev), a])
+        self.last[device] = int(a[-1])
+        self.add_strides(d)
+
+    def add_strides(self, d: np.ndarray) -> None:
+        if d.size == 0:
+            return
+        vals, cnt = np.unique(d, return_counts=True)
+        self.total += int(d.size)
+        for v, c in zip(vals.tolist(), cnt.tolist()):
+            if v in self.counts:
+                self.counts[v] += c
+            elif len(self.counts) < MAX_STRIDES:
+                self.counts[v] = c
+            else:
+                self.other += c
+
+    def summary(self) -> dict:
+        """Top strides with their shares; ``dominant_share`` is how regular the sequence is (1 = one stride)."""
+        top = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_STRIDES]
+        return {
+            "strides": self.total,
+            "distinct": len(self.counts) + (1 if self.other else 0),
+            "dominant_stride_bytes": top[0][0] if top else None,
+            "dominant_share": top[0][1] / self.total if top else None,
+            "top": [{"stride_bytes": v, "count": c, "share": c / self.total} for v, c in top],
+            "uncounted": self.other,
+            "histogram_log2": self._log2_histogram(),
+        }
+
+    def _log2_histogram(self) -> list[dict]:
+        """Counts by sign and power-of-two magnitude: stride s in (2**(b-1), 2**b] goes to bin b."""
+        hist: dict[tuple[int, int], int] = {}
+        for v, c in self.counts.items():
+            sign = (v > 0) - (v < 0)
+            b = 0 if v == 0 else int(abs(v) - 1).bit_length()
+            hist[(sign, b)] = hist.get((sign, b), 0) + c
+        return [{"sign": s, "log2_bytes": b, "count": c} for (s, b), c in sorted(hist.items())]
+
+
+def stride_summary(addresses: np.ndarray) -> dict:
+    """Stride histogram of one address sequence (a ``.npy`` of per-frame addresses)."""
+    st = Strides()
+    st.add_strides(np.diff(np.asarray(addresses).astype(np.int64)))
+    return st.summary()
+
+
+@dataclass
+class Layout:
+    """Zones, alignment and strides over the alloc/free rows of every batch."""
+
+    zone_bytes: int = DEFAULT_ZONE_BYTES
+    zones: Zones = None  # type: ignore[assignment]
+    strides: Strides = field(default_factory=Strides)
+    aligned: np.ndarray = field(default_factory=lambda: np.zeros(len(ALIGNMENTS), np.int64))
+    allocs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.zones is None:
+            self.zones = Zones(self.zone_bytes)
+
+    def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray) -> None:
+        """Alloc/free rows (time order) of one device with their addresses."""
+        self.zones.add(device, addr, is_alloc, size)
+        a = addr[is_alloc]
+        self.allocs += int(a.size)
+        for i, al in enumerate(ALIGNMENTS):
+            self.aligned[i] += int((a % np.uint64(al) == 0).sum())
+        self.strides.add(device, a)
+
+    def alignment(self) -> list[dict]:
+        return [{"alignment_bytes": al, "aligned": int(n), "share": int(n) / self.allocs if self.allocs else None}
+                for al, n in zip(ALIGNMENTS, self.aligned)]

@@ -1,0 +1,208 @@
+"""Allocator state of one device, rebuilt by replaying events forward: live blocks, segments, counts.
+
+Live blocks are kept as address-sorted numpy arrays, so a run of events is applied with a handful of
+vectorised operations: alloc/free pairs are matched by address (sort by address, then time), and the
+live set is updated by one delete and one sorted insert per run. Segments (cudaMalloc'd or mapped
+ranges) are few and kept as a sorted Python list. Nothing here is ever fatal: a free of an unknown
+block, a second alloc at a live address or a segment event that does not fit is counted in
+:class:`Counters` and the replay goes on.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+# Op codes of the replay (see OP_CODES).
+OTHER, ALLOC, FREE, FREE_REQ, SEG_ALLOC, SEG_FREE, SEG_MAP, SEG_UNMAP = range(8)
+#: ALLOC_EVENTS op name -> replay code. ``free`` (logs, nsys) and ``free_completed`` (torch) release
+#: a block; ``free_requested`` only marks it pending (it still holds memory until completed).
+OP_CODES = {"alloc": ALLOC, "free": FREE, "free_completed": FREE, "free_requested": FREE_REQ,
+            "segment_alloc": SEG_ALLOC, "segment_free": SEG_FREE,
+            "segment_map": SEG_MAP, "segment_unmap": SEG_UNMAP}
+
+
+@dataclass
+class Counters:
+    """What the replay met that a complete, consistent trace would not hold (all are warnings)."""
+
+    unknown_frees: int = 0  # free of an address with no live block (trace started part-way)
+    oversize_frees: int = 0  # free whose size is larger than the block it releases
+    double_allocs: int = 0  # alloc at an address that was still live (its old block is dropped)
+    unknown_segment_frees: int = 0  # segment_free / segment_unmap of a range that was not reserved
+    duplicate_segments: int = 0  # segment_alloc / segment_map over a range already reserved
+    events_without_address: int = 0  # alloc/free rows with a null address (not replayed)
+    out_of_order: int = 0  # events older than one already replayed (replayed at the later time)
+    pre_existing_blocks: int = 0  # blocks live before the first event (from the final snapshot)
+    pre_existing_segments: int = 0
+    blocks_mismatch_segments: int = 0  # snapshot segments whose blocks do not add up to their size
+    inconsistent_entries: int = 0  # trace entries the final snapshot contradicts (e.g. alloc of a dead block)
+
+    def merge(self, other: Counters) -> Counters:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class Segment:
+    start: int
+    end: int
+    expandable: bool = False
+
+
+@dataclass
+class DeviceState:
+    """State of one device. Addresses are uint64; sizes int64."""
+
+    addr: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    size: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    req: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pending: set = field(default_factory=set)  # addresses freed by free_requested, not yet completed
+    segments: list = field(default_factory=list)  # sorted list of Segment
+    live_bytes: int = 0
+    reserved_bytes: int = 0
+    counters: Counters = field(default_factory=Counters)
+
+    # -- blocks ---------------------------------------------------------------------------------
+    def apply_blocks(self, code: np.ndarray, addr: np.ndarray, block: np.ndarray, req: np.ndarray,
+                     size: np.ndarray) -> np.ndarray:
+        """Apply the alloc/free rows of a time-ordered run; returns live-bytes deltas per row."""
+        n = code.size
+        delta = np.zeros(n, np.int64)
+        idx = np.flatnonzero((code == ALLOC) | (code == FREE))
+        if idx.size == 0:
+            return delta
+        a = addr[idx]
+        order = np.argsort(a, kind="stable")
+        sa, pos = a[order], idx[order]
+        is_alloc = code[pos] == ALLOC
+        m = sa.size
+        first = np.ones(m, bool)
+        first[1:] = sa[1:] != sa[:-1]
+        last = np.ones(m, bool)
+        last[:-1] = first[1:]
+        prev_alloc = np.zeros(m, bool)
+        prev_alloc[1:] = is_alloc[:-1] & ~first[1:]
+        # Carried live blocks hit by the first event at their address.
+        L = self.addr.size
+        cpos = np.searchsorted(self.addr, sa[first]) if L else np.zeros(int(first.sum()), np.int64)
+        hit = np.zeros(m, bool)
+        hit_slot = np.full(m, -1, np.int64)
+        if L:
+            ok = cpos < L
+            ok[ok] = self.addr[cpos[ok]] == sa[first][ok]
+            fi = np.flatnonzero(first)
+            hit[fi[ok]] = True
+            hit_slot[fi[ok]] = cpos[ok]
+        bsz = block[pos]
+        # Size of the block live at this address just before each row (0 when none).
+        prev_size = np.zeros(m, np.int64)
+        prev_size[1:] = np.where(prev_alloc[1:], bsz[:-1], 0)
+        if L:
+            prev_size[hit] = self.size[hit_slot[hit]]
+        had_block = prev_alloc | hit
+        frees = ~is_alloc
+        self.counters.unknown_frees += int((frees & ~had_block).sum())
+        self.counters.double_allocs += int((is_alloc & had_block).sum())
+        freed = frees & had_block
+        self.counters.oversize_frees += int((freed & (size[pos] > prev_size)).sum())
+        delta[pos] = np.where(is_alloc, bsz, 0) - np.where(had_block, prev_size, 0)
+        # New live set: carried blocks not touched, plus groups ending in an alloc.
+        keep = np.ones(L, bool)
+        if L:
+            keep[hit_slot[hit]] = False
+        new = last & is_alloc
+        self._merge(keep, sa[new], bsz[new], req[pos][new])
+        self.live_bytes += int(delta.sum())
+        return delta
+
+    def _merge(self, keep: np.ndarray, a: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+        if not keep.all():
+            self.addr, self.size, self.req = self.addr[keep], self.size[keep], self.req[keep]
+        if a.size:
+            at = np.searchsorted(self.addr, a)
+            self.addr = np.insert(self.addr, at, a)
+            self.size = np.insert(self.size, at, s)
+            self.req = np.insert(self.req, at, r)
+
+    def update_pending(self, code: np.ndarray, addr: np.ndarray) -> None:
+        """free_requested marks a block pending (it still holds memory until free_completed).
+
+        Called after ``apply_blocks`` on the same run: an address is pending when its last
+        alloc/free/free_requested row in the run is a free_requested and the block is live.
+        """
+        rel = np.flatnonzero((code == ALLOC) | (code == FREE) | (code == FREE_REQ))
+        last: dict[int, int] = dict(zip(addr[rel].tolist(), code[rel].tolist()))
+        self.pending.difference_update(a for a, c in last.items() if c != FREE_REQ)
+        addresses = [a for a, c in last.items() if c == FREE_REQ]
+        if not addresses:
+            return
+        a = np.asarray(addresses, np.uint64)
+        at = np.searchsorted(self.addr, a)
+        ok = at < self.addr.size
+        ok[ok] = self.addr[at[ok]] == a[ok]
+        self.pending.update(a[ok].tolist())
+
+    def pending_bytes(self) -> int:
+        if not self.pending:
+            return 0
+        a = np.fromiter(self.pending, np.uint64, len(self.pending))
+        at = np.searchsorted(self.addr, a)
+        ok = at < self.addr.size
+        ok[ok] = self.addr[at[ok]] == a[ok]
+        return int(self.size[at[ok]].sum())
+
+    # -- segments -------------------------------------------------------------------------------
+    def apply_segment(self, code: int, address: int, size: int) -> int:
+        """Apply one segment event; returns the change in reserved bytes."""
+        starts = [s.start for s in self.segments]
+        if code in (SEG_ALLOC, SEG_MAP):
+            i = bisect.bisect_right(starts, address)
+            if (i and self.segments[i - 1].end > address) or (i < len(starts) and starts[i] < address + size):
+                self.counters.duplicate_segments += 1
+                return 0
+            self.segments.insert(i, Segment(address, address + size, code == SEG_MAP))
+            if code == SEG_MAP:
+                self._coalesce(i)
+            self.reserved_bytes += size
+            return size
+        i = bisect.bisect_right(starts, address) - 1
+        seg = self.segments[i] if i >= 0 else None
+        if code == SEG_FREE:
+            if seg is None or seg.start != address:
+                self.counters.unknown_segment_frees += 1
+                return 0
+            del self.segments[i]
+            self.reserved_bytes -= seg.end - seg.start
+            return -(seg.end - seg.start)
+        if seg is None or address + size > seg.end:  # unmap outside a mapped range
+            self.counters.unknown_segment_frees += 1
+            return 0
+        parts = [Segment(seg.start, address, True), Segment(address + size, seg.end, True)]
+        self.segments[i : i + 1] = [p for p in parts if p.end > p.start]
+        self.reserved_bytes -= size
+        return -size
+
+    def _coalesce(self, i: int) -> None:
+        """Mapped pages of one expandable segment next to each other form one range."""
+        segs = self.segments
+        if i + 1 < len(segs) and segs[i + 1].expandable and segs[i + 1].start == segs[i].end:
+            segs[i].end = segs.pop(i + 1).end
+        if i > 0 and segs[i - 1].expandable and segs[i - 1].end == segs[i].start:
+            segs[i - 1].end = segs.pop(i).end
+
+    def segment_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        starts = np.fromiter((s.start for s in self.segments), np.uint64, len(self.segments))
+        ends = np.fromiter((s.end for s in self.segments), np.uint64, len(self.segments))
+        return starts, ends
+
+    def copy(self) -> DeviceState:
+        return DeviceState(self.addr.copy(), self.size.copy(), self.req.copy(), set(self.pending),
+                           [Segment(s.start, s.end, s.expandable) for s in self.segments],
+                           self.live_bytes, self.reserved_bytes, Counters())

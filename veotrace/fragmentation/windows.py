@@ -1,0 +1,257 @@
+"""The forward replay over an event stream, cut into windows: one row per (window, device).
+
+Window k is [k*W, (k+1)*W) in the trace's time base (``window_s``), or events [k*N, (k+1)*N) in read
+order (``window_events``; for sources without timestamps). Within a batch, events are replayed in
+time order (stable, so equal times keep read order); an event older than one already replayed on
+its device is replayed at that later time and counted (``out_of_order``). Each window row carries
+the levels seen during the window (peak and mean live bytes, peak reserved, GMLake's ratio) and the
+state at its end (free blocks, largest free block, the external fragmentation). Windows with no
+events repeat the state they inherit. Memory is the live set plus the rows: batches are not kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from veotrace.fragmentation import metrics as M
+from veotrace.fragmentation.layout import Layout
+from veotrace.fragmentation.state import ALLOC, FREE, FREE_REQ, OP_CODES, OTHER, SEG_ALLOC, SEG_MAP, DeviceState
+
+#: Refuse to materialise more window rows than this (a unit mistake, e.g. a tiny --window).
+MAX_WINDOWS = 5_000_000
+
+
+@dataclass
+class _Win:
+    """Levels of the window open on one device."""
+
+    k: int
+    t_from: int | None  # where the time integral resumes (ns)
+    events: int = 0
+    allocs: int = 0
+    frees: int = 0
+    dev_allocs: int = 0
+    dev_frees: int = 0
+    peak_live: int = 0
+    peak_reserved: int = 0
+    integral: float = 0.0
+    t_start: int | None = None  # effective start of the window (first event of the trace, or k*W)
+
+
+def _codes(op: pa.Array) -> np.ndarray:
+    if isinstance(op, pa.ChunkedArray):
+        op = op.combine_chunks()
+    if not pa.types.is_dictionary(op.type):
+        op = op.dictionary_encode()
+    lut = np.array([OP_CODES.get(v, OTHER) for v in op.dictionary.to_pylist()] + [OTHER], np.int8)
+    idx = np.asarray(op.indices.fill_null(len(lut) - 1))
+    return lut[idx]
+
+
+def _col(batch, name: str, dtype, fill) -> np.ndarray | None:
+    if name not in batch.schema.names:
+        return None
+    arr = batch.column(name)
+    if arr.null_count:
+        arr = arr.fill_null(fill)
+    return np.asarray(arr).astype(dtype, copy=False)
+
+
+class Replay:
+    """Stateful replay: ``feed(batch)`` for every batch, then ``finish()``."""
+
+    def __init__(self, *, window_ns: int | None, window_events: int | None, initial, round_bytes: int,
+                 max_gap: int, threshold: float, bins, layout: Layout, at_ns: int | None) -> None:
+        self.window_ns, self.window_events = window_ns, window_events
+        self.states: dict[int, DeviceState] = {d: s.copy() for d, s in (initial or {}).items()}
+        for d, s in (initial or {}).items():
+            self.states[d].counters = s.counters
+        self.round_bytes, self.max_gap, self.threshold, self.bins = round_bytes, max_gap, threshold, bins
+        self.layout, self.at_ns = layout, at_ns
+        self.open: dict[int, _Win] = {}
+        self.last_ts: dict[int, int] = {}
+        self.first_ts: dict[int, int] = {}
+        self.rows: list[dict] = []
+        self.bin_rows: list[dict] = []
+        self.n_read = 0
+        self.has_time = True
+        self.at_states: dict[int, DeviceState] | None = None
+
+    # -- input ----------------------------------------------------------------------------------
+    def feed(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        code = _codes(batch.column("op"))
+        size = _col(batch, "size_bytes", np.int64, 0)
+        addr_arr = batch.column("address") if "address" in batch.schema.names else pa.nulls(n, pa.uint64())
+        no_addr = np.asarray(addr_arr.is_null()) if addr_arr.null_count else None
+        addr = np.asarray(addr_arr.fill_null(0) if addr_arr.null_count else addr_arr).astype(np.uint64, copy=False)
+        if no_addr is not None:
+            blocky = (code == ALLOC) | (code == FREE) | (code == FREE_REQ)
+            self._any_state().counters.events_without_address += int((no_addr & blocky).sum())
+            code = np.where(no_addr & (code != OTHER), OTHER, code).astype(np.int8)
+        block = _col(batch, "block_bytes", np.int64, -1)
+        rb = self.round_bytes
+        rounded = size if rb <= 1 else -(-size // rb) * rb
+        block = rounded if block is None else np.where(block >= 0, block, rounded)
+        dev = _col(batch, "device", np.int64, 0)
+        dev = np.zeros(n, np.int64) if dev is None else dev
+        ts_arr = batch.column("ts_ns") if "ts_ns" in batch.schema.names else pa.nulls(n, pa.int64())
+        if self.window_events is not None:
+            k = (self.n_read + np.arange(n, dtype=np.int64)) // self.window_events
+            ts = np.asarray(ts_arr.fill_null(0)) if ts_arr.null_count else np.asarray(ts_arr)
+            if ts_arr.null_count:
+                self.has_time = False
+        else:
+            if ts_arr.null_count:
+                from veotrace.errors import AnalysisError
+
+                raise AnalysisError("events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
+                                    hint="Use --window-events N for windows of N consecutive events")
+            ts = np.asarray(ts_arr).astype(np.int64, copy=False)
+            k = None
+        self.n_read += n
+        cols = (code, addr, size, block, ts, k)
+        devices = np.unique(dev) if dev.min() != dev.max() else dev[:1]
+        for d in devices.tolist():
+            sel = cols if devices.size == 1 else tuple(None if c is None else c[dev == d] for c in cols)
+            self._feed_device(int(d), *sel)
+
+    def _any_state(self) -> DeviceState:
+        return self.states.setdefault(min(self.states) if self.states else 0, DeviceState())
+
+    def _feed_device(self, d, code, addr, size, block, ts, k) -> None:
+        st = self.states.setdefault(d, DeviceState())
+        if self.window_events is None:
+            if ts.size > 1 and (np.diff(ts) < 0).any():
+                order = np.argsort(ts, kind="stable")
+                code, addr, size, block, ts = code[order], addr[order], size[order], block[order], ts[order]
+            last = self.last_ts.get(d)
+            if last is not None and ts[0] < last:
+                late = ts < last
+                st.counters.out_of_order += int(late.sum())
+                ts = np.maximum(ts, last)
+            k = ts // self.window_ns
+        self.first_ts.setdefault(d, int(ts[0]))
+        self.last_ts[d] = int(ts[-1])
+        cuts = np.flatnonzero(k[1:] != k[:-1]) + 1
+        if self.at_ns is not None and self.at_states is None and self.window_events is None:
+            cuts = np.union1d(cuts, np.flatnonzero((ts[:-1] <= self.at_ns) & (ts[1:] > self.at_ns)) + 1)
+        bounds = np.r_[0, cuts, code.size].astype(np.int64)
+        rel = (code == ALLOC) | (code == FREE)
+        self.layout.add(d, addr[rel], code[rel] == ALLOC, size[rel])
+        for i, j in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            self._run(d, st, int(k[i]), code[i:j], addr[i:j], size[i:j], block[i:j], ts[i:j])
+
+    def _run(self, d, st, k, code, addr, size, block, ts) -> None:
+        if self.at_ns is not None and self.at_states is None and self.window_events is None and ts[0] > self.at_ns:
+            self.capture_at()
+        win = self.open.get(d)
+        if win is None or win.k != k:
+            if win is not None:
+                self._close(d, st, win, end_ns=None, upto=k)
+            t0 = int(ts[0]) if self.window_events is None else None
+            start = None if t0 is None else max(k * self.window_ns, self.first_ts[d])
+            win = self.open[d] = _Win(k, start, t_start=start)
+        live0, res0 = st.live_bytes, st.reserved_bytes
+        delta = st.apply_blocks(code, addr, block, size, size)
+        if st.pending or (code == FREE_REQ).any():
+            st.update_pending(code, addr)
+        live = live0 + np.cumsum(delta)
+        seg = np.flatnonzero(code >= SEG_ALLOC)
+        peak_res = res0
+        if seg.size:
+            rdelta = np.zeros(code.size, np.int64)
+            for p in seg.tolist():
+                rdelta[p] = st.apply_segment(int(code[p]), int(addr[p]), int(size[p]))
+            reserved = res0 + np.cumsum(rdelta)
+            peak_res = int(reserved.max())
+            win.dev_allocs += int(((code == SEG_ALLOC) | (code == SEG_MAP)).sum())
+            win.dev_frees += int(seg.size) - int(((code == SEG_ALLOC) | (code == SEG_MAP)).sum())
+        win.events += int(code.size)
+        win.allocs += int((code == ALLOC).sum())
+        win.frees += int((code == FREE).sum())
+        win.peak_live = max(win.peak_live, live0, int(live.max()))
+        win.peak_reserved = max(win.peak_reserved, res0, peak_res)
+        if self.window_events is None:
+            t = ts.astype(np.float64)
+            win.integral += live0 * (t[0] - win.t_from) + float(np.dot(live[:-1], np.diff(t)))
+            win.t_from = int(ts[-1])
+        else:
+            win.integral += float(live.sum())
+
+    # -- output ---------------------------------------------------------------------------------
+    def _close(self, d: int, st: DeviceState, win: _Win, *, end_ns: int | None, upto: int | None) -> None:
+        """Finish the window ``win`` (its events are all applied), then the empty windows up to ``upto``."""
+        fb = M.free_blocks(st, max_gap=self.max_gap)
+        m = M.state_metrics(st, max_gap=self.max_gap, threshold=self.threshold, fb=fb)
+        counts, nbytes = M.bin_counts(fb.size, self.bins)
+        if self.window_events is None:
+            W = self.window_ns
+            w_end = (win.k + 1) * W if end_ns is None else end_ns
+            span = w_end - win.t_start
+            integral = win.integral + st.live_bytes * (w_end - win.t_from)
+            mean = integral / span if span > 0 else float(st.live_bytes)
+        else:
+            mean = win.integral / win.events if win.events else float(st.live_bytes)
+        self._row(d, win, m, mean, counts, nbytes)
+        if upto is not None and upto - win.k - 1 > 0:
+            if len(self.rows) + upto - win.k > MAX_WINDOWS:
+                from veotrace.errors import AnalysisError
+
+                raise AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows",
+                                    hint="Use a longer --window, or check --time-unit")
+            for kk in range(win.k + 1, upto):
+                empty = _Win(kk, None, peak_live=st.live_bytes, peak_reserved=st.reserved_bytes)
+                self._row(d, empty, m, float(st.live_bytes), counts, nbytes)
+
+    def _row(self, d, win: _Win, m: dict, mean: float, counts, nbytes) -> None:
+        W = self.window_ns
+        has_res = m["reserved_bytes"] is not None
+        gml = (1.0 - win.peak_live / win.peak_reserved) if has_res and win.peak_reserved > 0 else None
+        self.rows.append({
+            "window": win.k, "device": d,
+            "start_ns": win.k * W if W else None, "end_ns": (win.k + 1) * W if W else None,
+            "events": win.events, "allocs": win.allocs, "frees": win.frees,
+            "device_allocs": win.dev_allocs, "device_frees": win.dev_frees,
+            "live_bytes_mean": mean, "live_bytes_peak": max(win.peak_live, m["live_bytes"]),
+            "reserved_bytes_peak": max(win.peak_reserved, m["reserved_bytes"]) if has_res else None,
+            "gmlake_frag": gml, **{key: m[key] for key in _STATE_COLUMNS},
+        })
+        for i, (lo, hi) in enumerate(self.bins):
+            self.bin_rows.append({"window": win.k, "device": d, "bin": bin_label(lo, hi), "lo_bytes": lo,
+                                  "hi_bytes": hi, "free_blocks": int(counts[i]), "free_bytes": int(nbytes[i])})
+
+    def capture_at(self) -> None:
+        self.at_states = {d: s.copy() for d, s in self.states.items()}
+        for d, s in self.at_states.items():
+            s.pending = set(self.states[d].pending)
+
+    def finish(self) -> None:
+        for d, win in sorted(self.open.items()):
+            end = self.last_ts[d] if self.window_events is None else None
+            self._close(d, self.states[d], win, end_ns=end, upto=None)
+        if self.at_ns is not None and self.at_states is None:
+            self.capture_at()
+
+
+_STATE_COLUMNS = ("live_bytes", "live_blocks", "allocated_bytes", "requested_bytes", "internal_bytes",
+                  "reserved_bytes", "inactive_bytes", "free_bytes", "free_blocks", "largest_free_bytes",
+                  "external_frag", "fragmented", "overlaps")
+
+
+def short_bytes(n: int) -> str:
+    """Exact short byte text: 8192 -> '8KiB', 3 << 20 -> '3MiB', 1000 -> '1000B'."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return f"{n}B"
+
+
+def bin_label(lo: int, hi: int | None) -> str:
+    """'8KiB-32KiB' for [lo, hi], '>=256KiB' without an upper bound."""
+    return f">={short_bytes(lo)}" if hi is None else f"{short_bytes(lo)}-{short_bytes(hi)}"
