@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -334,3 +335,16 @@ def test_bad_options_are_usage_errors(series):
     assert "--resamples" in _error(a, e, "--resamples", "0", code=2)
     assert "--max-lag" in _error(a, e, "--max-lag", "58", code=2)
     assert "--block-len" in _error(a, e, "--block-len", "100", code=2)
+
+
+def test_an_input_error_does_not_import_scipy_stats(tmp_path):
+    """scipy.stats costs about a second on a cold start: an error in the inputs must print without it."""
+    import subprocess
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("not,numbers\nx,y\n")
+    code = ("import sys\nsys.argv = ['veotrace', 'correlate', sys.argv[1], sys.argv[1]]\nfrom veotrace.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    print('exit', exc.code, 'scipy.stats' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(bad)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "exit 1 False", (out.stdout, out.stderr)
+    assert out.stderr.count("Error:") == 1

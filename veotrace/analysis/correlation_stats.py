@@ -1,4 +1,8 @@
-"""Analysis layer: Pearson/Spearman with CIs, moving-block bootstrap, block permutation, lags, group difference."""
+"""Analysis layer: Pearson/Spearman with CIs, moving-block bootstrap, block permutation, lags, group difference.
+
+scipy's tested statistics are used, but ``scipy.stats`` is imported inside the functions that compute
+(about 1 s on a cold start), so an input error in `veotrace correlate` is reported without that cost.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from veotrace.analysis.defaults import (
     CORRELATE_BLOCK_LEN,
@@ -88,6 +91,8 @@ def _block_permutations(rng: np.random.Generator, n: int, block: int, resamples:
 
 
 def _coefficient(x, y, kind, boot_idx, perm_idx, confidence) -> Coefficient:
+    from scipy import stats
+
     n = x.size
     if kind == "pearson":
         res = stats.pearsonr(x, y)
@@ -156,6 +161,8 @@ def correlate(
         coeffs[kind] = _coefficient(jump, epe, kind, boot_idx, perm_idx, confidence)
         if on_progress is not None:
             on_progress(i + 1, 2)
+    from scipy import stats
+
     lags = []
     for lag in range(-max_lag, max_lag + 1) if max_lag else ():
         x, y = (jump[: n - lag], epe[lag:]) if lag >= 0 else (jump[-lag:], epe[: n + lag])
@@ -184,6 +191,8 @@ class GroupComparison:
 
 
 def _diff(a: np.ndarray, b: np.ndarray, confidence: float) -> dict:
+    from scipy import stats
+
     res = stats.ttest_ind(a, b, equal_var=False)
     ci = res.confidence_interval(confidence)
     return {"diff": float(a.mean() - b.mean()), "ci_low": float(ci.low), "ci_high": float(ci.high), "p": float(res.pvalue)}

@@ -56,8 +56,6 @@ def correlate_command(
     """Correlate per-frame GPU address jumps with optical-flow end-point error."""
     with user_errors():
         from veotrace.analysis.correlation import compare_groups, correlate
-        from veotrace.render import export
-        from veotrace.render.correlate import render_correlate
 
         opts = {"align": align, "reduce": reduce, "tensors": tensors, "drop_nonfinite": drop_nonfinite}
         pairs = _pairs(addrs, epe, (addrs_name, epe_name), **opts)
@@ -66,6 +64,9 @@ def correlate_command(
         result = correlate(pairs.jump_bytes, pairs.epe_px, resamples=resamples, seed=seed, block_len=block_len, max_lag=max_lag)
         comparison = compare_groups(pairs, _pairs(*baseline, (addrs_name, epe_name), **opts)) if baseline else None
         write_plot(plot, "correlate", result, plot_size, pairs=pairs)
+        from veotrace.render import export  # after the inputs are read: an input error prints fast
+        from veotrace.render.correlate import render_correlate
+
         if pairs_out is not None:
             export.write_table(pairs.to_table(), "csv", pairs_out)
         as_json = lambda: {**result.to_dict(), "dropped_nonfinite": pairs.dropped_nonfinite, "baseline": comparison}
