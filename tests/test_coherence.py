@@ -214,8 +214,10 @@ def test_table_output_names_onset():
 
 
 def test_fail_on_collapse_exit_code(tmp_path):
+    from veotrace.errors import EXIT_CHECK_FAILED
+
     r = run_cli("coherence", SAMPLES / "frames" / "frames.csv", "--fail-on-collapse", "-f", "json")
-    assert r.exit_code == 1
+    assert r.exit_code == EXIT_CHECK_FAILED == 3  # "the check found a problem", not an input (1) or usage (2) error
     assert json.loads(r.stdout)["onset_frame"] == 18  # the report is still written
     assert r.stderr.startswith("Collapse: onset at frame 18") and len(r.stderr.strip().splitlines()) == 1
     healthy = _write(frame_metrics(30, onset=None, seed=0), tmp_path / "ok.csv", "csv")

@@ -21,6 +21,7 @@ from veotrace.cli.common import (
     user_errors,
     write_plot,
 )
+from veotrace.errors import EXIT_CHECK_FAILED
 
 
 def _col(flag: str, metric: str):
@@ -42,7 +43,7 @@ def coherence_command(
     score_drop: Annotated[float, typer.Option("--score-drop", help="... or when it drops this many times between frames and stays down (0 = off).")] = d.COHERENCE_SCORE_DROP,
     rule: Annotated[str, typer.Option("--rule", help="any, all, or signs that must all fire: id_drift,flow_jump,entropy_jump,score_collapse.")] = d.COHERENCE_RULE,
     persist: Annotated[int, typer.Option("--persist", help="The rule must hold this many consecutive frames for an onset.")] = d.COHERENCE_PERSIST,
-    fail_on_collapse: Annotated[bool, typer.Option("--fail-on-collapse", help="Exit 1 when a collapse onset is found (for CI).")] = False,
+    fail_on_collapse: Annotated[bool, typer.Option("--fail-on-collapse", help="Exit 3 when a collapse onset is found (for CI; input errors exit 1, usage errors 2).")] = False,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
@@ -66,5 +67,5 @@ def coherence_command(
              render_terminal=lambda con: render_coherence(con, result, max_rows=rows))
     if fail_on_collapse and result.onset_frame is not None:
         err(f"Collapse: onset at frame {result.onset_frame} ({', '.join(result.onset_signs)}; rule {result.rule}, "
-            f"persist {result.persist}); failing because of --fail-on-collapse")
-        raise typer.Exit(1)
+            f"persist {result.persist}); exit {EXIT_CHECK_FAILED} because of --fail-on-collapse")
+        raise typer.Exit(EXIT_CHECK_FAILED)
