@@ -19,22 +19,24 @@ VA_ALIGN = 2 << 20
 
 
 class Recorder:
-    """Collects a policy's events as ``(request, op, address, size, stream)`` tuples.
+    """Collects a policy's events as ``(request, op, address, size, stream, block size)`` tuples.
 
-    ``req`` is set by the replay before each call, so every event names the request that caused it.
+    ``req`` is set by the replay before each call, so every event names the request that caused it
+    (``-1 - device`` for the state a seeded model starts from). ``size`` is the requested size of
+    allocs and frees and the bytes of segment events; ``block`` is the bytes the policy set aside.
     With ``enabled=False`` nothing is kept (the counters still are): for speed measurements.
     """
 
     __slots__ = ("events", "req", "enabled")
 
     def __init__(self, enabled: bool = True) -> None:
-        self.events: list[tuple[int, int, int, int, int]] = []
+        self.events: list[tuple[int, int, int, int, int, int]] = []
         self.req = 0
         self.enabled = enabled
 
-    def emit(self, op: int, addr: int, size: int, stream: int) -> None:
+    def emit(self, op: int, addr: int, size: int, stream: int, block: int) -> None:
         if self.enabled:
-            self.events.append((self.req, op, addr, size, stream))
+            self.events.append((self.req, op, addr, size, stream, block))
 
 
 @dataclass
@@ -81,7 +83,7 @@ class AddressSpace:
 def oom(counters: Counters, rec: Recorder, size: int, stream: int) -> None:
     """Count a request that does not fit the capacity, remembering the first one."""
     counters.ooms += 1
-    rec.emit(OOM, 0, size, stream)
+    rec.emit(OOM, 0, size, stream, 0)
     if counters.first_oom is None:
         counters.first_oom = {"request": rec.req, "size_bytes": size, "reserved_bytes": counters.reserved,
                               "allocated_bytes": counters.allocated}

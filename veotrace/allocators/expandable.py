@@ -107,7 +107,7 @@ class Expandable:
         if c.reserved > c.peak_reserved:
             c.peak_reserved = c.reserved
         c.device_allocs += 1
-        a.rec.emit(SEGMENT_MAP, ptr, mapped, to_map.stream)
+        a.rec.emit(SEGMENT_MAP, ptr, mapped, to_map.stream, mapped)
         return True
 
     def try_allocate_expandable_block(self, pool, size: int, stream: int, *, force: bool = False):
@@ -150,4 +150,4 @@ class Expandable:
         pool.insert_unmapped(block)
         a.c.reserved -= length
         a.c.device_frees += 1
-        a.rec.emit(SEGMENT_UNMAP, start, length, block.stream)
+        a.rec.emit(SEGMENT_UNMAP, start, length, block.stream, length)

@@ -188,11 +188,12 @@ def replay(policy_for_device, req: Requests, *, on_progress=None) -> dict:
             seeded = getattr(pol, "seeded", None)
             h = seeded(addr[i]) if seeded is not None else None
             handles[i] = h if h is not None else pol.malloc(size[i], stream[i])
-        elif k == RELEASE and hasattr(pol, "release_cached_blocks"):
-            if size[i] and hasattr(pol, "arm_release"):
-                pol.arm_release()  # free cached blocks only if the next malloc finds none that fits
-            else:
-                pol.release_cached_blocks()
+        elif k == RELEASE:
+            if size[i]:  # an OOM retry inside PyTorch's malloc: only the torch model follows it
+                if hasattr(pol, "arm_release"):
+                    pol.arm_release()  # free cached blocks only if the next malloc finds none that fits
+            elif hasattr(pol, "release_cached_blocks"):
+                pol.release_cached_blocks()  # empty_cache(): the program's own call, every policy follows it
         if on_progress is not None and i & 0xFFFF == 0:
             on_progress(i, len(kind))
     return policies

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from veotrace.allocators.base import ALLOC, SEGMENT_ALLOC
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.torch import Block, TorchAllocator, kMinBlockSize, kSmallBuffer, kSmallSize, round_size
 
@@ -94,7 +95,10 @@ def seed_state(alloc: TorchAllocator, seed: Seed, device: int, conf: TorchConf) 
     """Build the seeded segments of ``device`` in a fresh allocator; returns the bytes reserved.
 
     Live blocks become allocated Blocks found again by ``alloc.seeded(address)``; gaps become free blocks.
+    The starting state is also emitted (request ``-1 - device``) so the model's event stream is whole.
     """
+    rec, saved = alloc.rec, alloc.rec.req
+    rec.req = -1 - device
     segs = [s for s in seed.segments if s[0] == device]
     live = sorted((s for s in seed.live if s[0] == device), key=lambda s: s[1])
     top = 0
@@ -123,11 +127,16 @@ def seed_state(alloc: TorchAllocator, seed: Seed, device: int, conf: TorchConf) 
             chain.append(Block(base + size - pos, pos, stream, pool))
         for x, y in zip(chain, chain[1:]):
             x.next, y.prev = y, x
+        rec.emit(SEGMENT_ALLOC, base, size, stream, size)
+        for b in chain:
+            if b.allocated:
+                rec.emit(ALLOC, b.addr, b.requested, stream, b.size)
         for b in chain:
             if not b.allocated:
                 pool.insert_into_blocks(b)
         alloc.c.reserved += size
         top = max(top, base + size)
+    rec.req = saved
     c = alloc.c
     c.peak_reserved, c.peak_allocated = max(c.peak_reserved, c.reserved), max(c.peak_allocated, c.allocated)
     if top:

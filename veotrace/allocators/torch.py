@@ -195,7 +195,7 @@ class TorchAllocator:
         if c.reserved > c.peak_reserved:
             c.peak_reserved = c.reserved
         c.device_allocs += 1
-        self.rec.emit(SEGMENT_ALLOC, block.addr, alloc_size, stream)
+        self.rec.emit(SEGMENT_ALLOC, block.addr, alloc_size, stream, alloc_size)
         return block
 
     def should_split(self, block: Block, size: int) -> bool:
@@ -222,7 +222,7 @@ class TorchAllocator:
         c.allocated += block.size
         if c.allocated > c.peak_allocated:
             c.peak_allocated = c.allocated
-        self.rec.emit(ALLOC, block.addr, orig_size, block.stream)
+        self.rec.emit(ALLOC, block.addr, orig_size, block.stream, block.size)
         return block
 
     def arm_release(self) -> None:
@@ -237,7 +237,7 @@ class TorchAllocator:
     def free(self, block: Block) -> None:
         block.allocated = False
         self.c.allocated -= block.size
-        self.rec.emit(FREE, block.addr, block.requested, block.stream)
+        self.rec.emit(FREE, block.addr, block.requested, block.stream, block.size)
         self.free_block(block)
 
     def free_block(self, block: Block) -> None:
@@ -273,7 +273,7 @@ class TorchAllocator:
         c = self.c
         c.device_frees += 1
         c.reserved -= block.size
-        self.rec.emit(SEGMENT_FREE, block.addr, block.size, block.stream)
+        self.rec.emit(SEGMENT_FREE, block.addr, block.size, block.stream, block.size)
         block.pool.erase(block)
 
     def release_available_cached_blocks(self, pool: BlockPool, size: int, stream: int) -> bool:

@@ -58,13 +58,13 @@ def compare(req: rp.Requests, rec: Recorder) -> dict:
     """Match recorded device allocations with the model's by (device, request, size)."""
     recorded = Counter((d, r, s) for d, r, _, s in req.recorded)
     model = Counter((req.device[r] if r < len(req) else -1, r, s)
-                    for r, op, _, s, _ in rec.events if op in (SEGMENT_ALLOC, SEGMENT_MAP))
+                    for r, op, _, s, _, _ in rec.events if op in (SEGMENT_ALLOC, SEGMENT_MAP) and r >= 0)
     matched = recorded & model
     missing, extra = recorded - matched, model - matched
     n_rec, n_rep = sum(recorded.values()), sum(matched.values())
     by_req: dict[int, list[str]] = {}
-    for r, op, _, s, _ in rec.events:
-        if op >= SEGMENT_ALLOC:
+    for r, op, _, s, _, _ in rec.events:
+        if op >= SEGMENT_ALLOC and r >= 0:
             by_req.setdefault(r, []).append(f"{OP_NAMES[op]} {s:,}")
     rec_by_req: dict[int, list[str]] = {}
     for _, r, op, s in req.recorded:
@@ -97,7 +97,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
                 "nothing to validate against"}
-    _, rec = run_torch(with_rel, conf, seed, capacity)
+    _, rec = run_torch(with_rel, conf, seed, None)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
     no_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False)
     inferred = capacity is None
@@ -108,8 +108,38 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     alone["capacity"] = cap if not inferred else {str(d): v for d, v in cap.items()}
     alone["capacity_from"] = "--capacity" if not inferred else "the trace's peak reserved bytes per device"
     out["without_recorded_releases"] = alone
+    out["explanations"] = explain(table, seed, conf, with_rel, out, alone)
     out["recorded_releases"] = len(with_rel.released)
     out["seeded"] = seed.used
     out["seed"] = seed.describe()
     out["settings"] = conf.source
     return out
+
+
+def explain(table: pa.Table, seed: Seed, conf: TorchConf, req: rp.Requests, out: dict, alone: dict) -> list[str]:
+    """Why the model may not match this trace: the trace's features the model does not cover."""
+    why = []
+    if out["meets_targets"] and alone["meets_targets"]:
+        return why
+    ops = table.column("op").to_pylist()
+    if req.counts.get("unknown_frees"):
+        why.append(f"{req.counts['unknown_frees']} frees name blocks neither the trace nor the seeding knows; "
+                   "their memory stays allocated in the model")
+    if seed.expandable and not seed.used and req.counts.get("unknown_frees"):
+        why.append("the trace starts part-way in expandable segments, which are not seeded (their mapped pages "
+                   "before recording are unknown)")
+    if "defaults" in conf.source:
+        why.append("the snapshot has no allocator_settings, so PyTorch defaults were assumed; if the job set "
+                   "PYTORCH_CUDA_ALLOC_CONF, the recorded run used other rules")
+    late = sum(1 for a, b in zip(ops, ops[1:]) if a == "free_requested" and b != "free_completed")
+    if late:
+        why.append(f"{late} frees completed later than requested (record_stream on other streams); the model "
+                   "returns blocks at free_completed, but cannot know the events PyTorch polled in between")
+    if not out["meets_targets"] and seed.used:
+        why.append("the trace starts part-way: block sizes of blocks live before recording are estimated "
+                   "(round_size of the requested size, grown when PyTorch would not split), so later splits can differ")
+    if not alone["meets_targets"] and out["meets_targets"]:
+        why.append("without the recorded segment_free/segment_unmap the model releases cached memory only when "
+                   f"the capacity ({alone['capacity_from']}) is reached; empty_cache() calls and the device's "
+                   "other tenants are not visible in the allocations")
+    return why

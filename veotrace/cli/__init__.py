@@ -23,6 +23,9 @@ COMMAND_MODULES = (
     "veotrace.cli.bursts",
     "veotrace.cli.l2",
     "veotrace.cli.info",
+    "veotrace.cli.report",
+    "veotrace.cli.gate",
+    "veotrace.cli.simulate",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,198 @@
+"""Run several policies over one request sequence and compare them: the analysis behind ``veotrace simulate``.
+
+Each policy replays the same requests; its own event stream (model addresses, ``alloc_events/1`` plus
+``block_bytes``) goes through :func:`veotrace.fragmentation.fragmentation_series`, so reserved,
+allocated and fragmentation per window use the same definitions as ``veotrace fragmentation``.
+Windows are aligned across policies: time windows, or windows of N requests when the trace has no
+timestamps (the request index then stands in for the clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from veotrace.allocators import POLICIES
+from veotrace.allocators import replay as rp
+from veotrace.allocators.base import OP_NAMES, AddressSpace, Counters, Recorder
+from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.seed import Seed
+from veotrace.errors import UsageError
+from veotrace.schemas import ALLOC_EVENTS, repeated
+from veotrace.schemas.simulate import SIMULATE_WINDOWS, WINDOW_COLUMNS
+
+#: Windows per trace when no window is given.
+AUTO_WINDOWS = 50
+EVENTS_SCHEMA = ALLOC_EVENTS.append(pa.field("block_bytes", pa.int64(), nullable=True))
+
+
+@dataclass
+class SimulateResult:
+    policies: list[dict]
+    whatif: list[dict]
+    windows: pa.Table
+    params: dict
+    validation: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    streams: dict[str, pa.Table] = field(default_factory=dict, repr=False)
+
+    @property
+    def first_oom(self) -> dict | None:
+        hits = [dict(p["first_oom"], policy=p["policy"]) for p in self.policies if p.get("first_oom")]
+        return min(hits, key=lambda h: h["request"]) if hits else None
+
+    def to_dict(self) -> dict:
+        return {"params": self.params, "policies": self.policies, "whatif": self.whatif,
+                "validation": self.validation, "notes": self.notes, "windows": self.windows.to_pylist()}
+
+
+def check_policies(names: list[str]) -> list[str]:
+    bad = [n for n in names if n not in POLICIES]
+    if bad:
+        raise UsageError(f"unknown policy {bad[0]!r}", hint=f"Policies are {', '.join(POLICIES)}")
+    return list(dict.fromkeys(names)) or list(POLICIES)
+
+
+def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf: TorchConf, capacity,
+                seed: Seed | None, tiers):
+    from veotrace.allocators import arena, reuse, tiered, torch
+    from veotrace.allocators.seed import seed_state
+
+    va = AddressSpace()
+    if name == "torch":
+        model = torch.TorchAllocator(conf, capacity=capacity, rec=rec, va=va)
+        if seed is not None and seed.used:
+            seed_state(model, seed, device, conf)
+        return model
+    if name in ("tiered", "tiered-oracle"):
+        return tiered.TieredAllocator(req, oracle=name == "tiered-oracle", tiers=tiers, capacity=capacity, rec=rec, va=va)
+    if name == "reuse":
+        return reuse.ReuseAllocator(capacity=capacity, rec=rec, va=va)
+    if name in ("bestfit", "firstfit"):
+        return arena.ArenaAllocator(best=name == "bestfit", capacity=capacity, rec=rec, va=va)
+    return arena.IdealAllocator(capacity=capacity, rec=rec, va=va)
+
+
+def events_table(rec: Recorder, req: rp.Requests, name: str, clock: np.ndarray, has_time: bool) -> pa.Table:
+    """The policy's events as ``alloc_events/1`` (+ ``block_bytes``), timed by the request that caused them."""
+    ev = np.array(rec.events, dtype=np.int64).reshape(-1, 6)
+    r = ev[:, 0]
+    idx = np.clip(r, 0, max(len(req) - 1, 0))
+    devices = np.asarray(req.device, dtype=np.int32)
+    dev = np.where(r >= 0, devices[idx] if len(req) else 0, -1 - r).astype(np.int32)
+    ts = clock[idx] if len(req) else np.zeros(0, np.int64)
+    n = len(ev)
+    return pa.table({
+        "ts_ns": pa.array(ts, pa.int64()),
+        "seq": pa.array(np.arange(n), pa.int64()),
+        "op": pa.DictionaryArray.from_arrays(pa.array(ev[:, 1].astype(np.int32)), pa.array(OP_NAMES)),
+        "size_bytes": pa.array(ev[:, 3]),
+        "address": pa.array(ev[:, 2].astype(np.uint64)),
+        "stream": pa.array(ev[:, 4]),
+        "device": pa.array(dev),
+        "mem_kind": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),
+        "source_file": repeated(f"simulate:{name}", n),
+        "block_bytes": pa.array(ev[:, 5]),
+    }, schema=EVENTS_SCHEMA)
+
+
+def _clock(req: rp.Requests) -> tuple[np.ndarray, bool]:
+    ts = req.ts_ns
+    if ts and all(t is not None for t in ts):
+        return np.asarray(ts, dtype=np.int64), True
+    return np.arange(len(req), dtype=np.int64), False  # request index as the clock
+
+
+def _policy_row(name: str, counters: Counters, req: rp.Requests, frag, extra: dict) -> dict:
+    oom = counters.first_oom
+    if oom is not None and 0 <= oom["request"] < len(req):
+        i = oom["request"]
+        oom = dict(oom, device=req.device[i], source_row=req.seq[i], ts_ns=req.ts_ns[i])
+    w = frag.windows
+    ext = [v for v in w.column("external_frag").to_pylist() if v is not None] if w.num_rows else []
+    gml = [v for v in w.column("gmlake_frag").to_pylist() if v is not None] if w.num_rows else []
+    return {
+        "policy": name, "peak_reserved_bytes": counters.peak_reserved, "peak_allocated_bytes": counters.peak_allocated,
+        "final_reserved_bytes": counters.reserved, "device_allocs": counters.device_allocs,
+        "device_frees": counters.device_frees, "flushes": counters.flushes, "alloc_retries": counters.alloc_retries,
+        "ooms": counters.ooms, "first_oom": oom,
+        "fragmentation": {"windows": w.num_rows, "fragmented_windows": frag.summary.get("fragmented_windows"),
+                          "external_frag_max": max(ext) if ext else None,
+                          "gmlake_frag_max": max(gml) if gml else None},
+        **extra, "notes": counters.notes,
+    }
+
+
+def whatif_table(rows: list[dict]) -> list[dict]:
+    """Policies ranked by peak reserved bytes, each against ``ideal`` (when it ran)."""
+    ideal = next((r["peak_reserved_bytes"] for r in rows if r["policy"] == "ideal"), None)
+    out = []
+    for rank, r in enumerate(sorted(rows, key=lambda r: (r["peak_reserved_bytes"], r["policy"])), 1):
+        out.append({"rank": rank, "policy": r["policy"], "peak_reserved_bytes": r["peak_reserved_bytes"],
+                    "vs_ideal": r["peak_reserved_bytes"] / ideal if ideal else None,
+                    "over_ideal_bytes": r["peak_reserved_bytes"] - ideal if ideal is not None else None,
+                    "device_allocs": r["device_allocs"], "flushes": r["flushes"], "ooms": r["ooms"]})
+    return out
+
+
+def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity: int | None = None,
+             seed: Seed | None = None, tiers=None, window_s: float | None = None,
+             window_requests: int | None = None, on_progress=None) -> SimulateResult:
+    """Replay ``req`` through each policy (one instance per device) and measure each over windows.
+
+    Args:
+        policies: names from :data:`POLICIES`. conf: settings of the ``torch`` policy.
+        capacity: bytes per device (None: unlimited). seed: starting state for ``torch`` (part-way traces).
+        tiers: ``tiered`` bounds and granularities (default :data:`tiered.DEFAULT_TIERS`).
+        window_s / window_requests: window length; neither: the trace cut into ~50 windows.
+    """
+    from veotrace.allocators.tiered import DEFAULT_TIERS
+    from veotrace.fragmentation import fragmentation_series
+
+    tiers = tiers or DEFAULT_TIERS
+    clock, has_time = _clock(req)
+    if not has_time and window_s is not None:
+        raise UsageError("--window needs timestamps, and this trace has none", hint="Use --window-requests N")
+    span = int(clock[-1] - clock[0]) + 1 if len(clock) else 1
+    if has_time and window_requests is not None:
+        raise UsageError("--window-requests is for traces without timestamps", hint="Use --window DURATION")
+    if has_time:
+        window_ns = round(window_s * 1e9) if window_s else max(span // AUTO_WINDOWS, 1_000_000)
+    else:
+        window_ns = window_requests or max(-(-len(req) // AUTO_WINDOWS), 1)
+    rows, wins, streams, notes = [], [], {}, list(req.notes)
+    for name in policies:
+        if name.startswith("tiered") and not has_time:
+            notes.append(f"{name}: not run, lifetimes need timestamps and this trace has none")
+            continue
+        rec = Recorder()
+        models = rp.replay(lambda d: make_policy(name, d, req, rec, conf=conf, capacity=capacity, seed=seed,
+                                                 tiers=tiers), req)
+        total = Counters()
+        for m in models.values():
+            total.merge(m.c)
+        table = events_table(rec, req, name, clock, has_time)
+        streams[name] = table
+        frag = fragmentation_series(table, window_s=window_ns / 1e9)
+        extra = {}
+        if name.startswith("tiered"):
+            stats = [m.stats for m in models.values()]
+            extra["tiers"] = {k: (np.sum([s[k] for s in stats], axis=0).tolist()) for k in stats[0]}
+        rows.append(_policy_row(name, total, req, frag, extra))
+        w = frag.windows.select(WINDOW_COLUMNS)
+        if not has_time:  # the request index stood in for the clock
+            nulls = pa.nulls(w.num_rows, pa.int64())
+            w = w.set_column(2, "start_ns", nulls).set_column(3, "end_ns", nulls)
+        wins.append(w.append_column("policy", repeated(name, w.num_rows)))
+        if on_progress is not None:
+            on_progress(name)
+    windows = pa.concat_tables([w.cast(SIMULATE_WINDOWS) for w in wins]) if wins else SIMULATE_WINDOWS.empty_table()
+    params = {"policies": [r["policy"] for r in rows], "torch_conf": conf.to_dict(), "capacity_bytes": capacity,
+              "tiers": [{"max_lifetime_s": None if b == float("inf") else b, "granularity_bytes": g} for b, g in tiers],
+              "window_ns": window_ns if has_time else None, "window_requests": None if has_time else window_ns,
+              "requests": len(req), "counts": req.counts,
+              "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
+              "recorded_releases": sum(1 for k in req.kind if k == rp.RELEASE)}
+    return SimulateResult(rows, whatif_table(rows), windows, params, notes=notes, streams=streams)

@@ -1,0 +1,71 @@
+"""Terminal view of a simulate result: the what-if table, the validation against the trace, and notes."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from veotrace.render.console import fmt_bytes, rows_table, summary_table
+
+
+def _oom_text(oom: dict | None) -> str:
+    if not oom:
+        return "-"
+    return f"req {oom['request']:,} ({fmt_bytes(oom['size_bytes'])}, dev {oom.get('device', 0)})"
+
+
+def render_simulate(console: Console, result, *, max_rows: int) -> None:
+    """Draw ``result`` (a SimulateResult) on ``console``."""
+    p = result.params
+    items = [("requests", p["requests"]), ("seeding", p["seed"]), ("torch settings", p["torch_conf"]["source"]),
+             ("capacity", fmt_bytes(p["capacity_bytes"]) if p["capacity_bytes"] else "unlimited"),
+             ("recorded releases followed", p["recorded_releases"])]
+    console.print(summary_table("Simulate", items))
+    by_name = {r["policy"]: r for r in result.policies}
+    rows = []
+    for w in result.whatif:
+        r = by_name[w["policy"]]
+        rows.append({"rank": w["rank"], "policy": w["policy"], "peak_reserved": r["peak_reserved_bytes"],
+                     "vs_ideal": None if w["vs_ideal"] is None else f"{w['vs_ideal']:.2f}x",
+                     "peak_allocated": r["peak_allocated_bytes"], "device_allocs": r["device_allocs"],
+                     "device_frees": r["device_frees"], "flushes": r["flushes"],
+                     "frag_windows": f"{r['fragmentation']['fragmented_windows']}/{r['fragmentation']['windows']}",
+                     "first_oom": _oom_text(r["first_oom"])})
+    columns = [("rank", "#"), ("policy", "policy"), ("peak_reserved", "peak reserved"), ("vs_ideal", "vs ideal"),
+               ("peak_allocated", "peak alloc"), ("device_allocs", "dev allocs"), ("flushes", "flushes"),
+               ("frag_windows", "frag. windows"), ("first_oom", "first over capacity")]
+    table, footer = rows_table("What-if: policies ranked by peak reserved", rows, columns, max_rows=max_rows,
+                               formatters={"peak_reserved": fmt_bytes, "peak_allocated": fmt_bytes})
+    console.print(table)
+    if footer:
+        console.print(footer)
+    v = result.validation
+    if v:
+        _render_validation(console, v)
+    for note in result.notes:
+        console.print(f"[dim]note:[/] {note}")
+
+
+def _render_validation(console: Console, v: dict) -> None:
+    if not v.get("recorded_segment_allocs"):
+        console.print(f"[dim]validation:[/] {v.get('note', 'nothing to validate')}")
+        return
+    alone = v["without_recorded_releases"]
+    items = [("recorded device allocations", v["recorded_segment_allocs"]),
+             ("reproduced (share)", f"{v['reproduced']} ({v['share']:.1%})"),
+             ("extra (share of recorded)", f"{v['extra']} ({v['extra_share']:.1%})"),
+             ("targets (share >= 95%, extra <= 5%)", "met" if v["meets_targets"] else "NOT met"),
+             ("without recorded releases", f"{alone['share']:.1%} reproduced, {alone['extra']} extra "
+                                           f"(capacity: {alone['capacity_from']})"),
+             ("seeding", v["seed"]), ("settings", v["settings"])]
+    console.print(summary_table("Validation of the torch model against the trace", items))
+    for why in v.get("explanations", []):
+        console.print(f"[yellow]why:[/] {why}")
+    rows = [{"kind": m["kind"], "request": m["request"], "row": m["source_row"], "alloc": m["alloc_size_bytes"],
+             "device_alloc": m["device_alloc_bytes"], "recorded": ", ".join(m["recorded_here"]) or "-",
+             "model": ", ".join(m["model_here"]) or "-"} for m in v.get("first_mismatches", [])]
+    if rows:
+        table, _ = rows_table("First mismatches", rows,
+                              [("kind", "kind"), ("request", "request"), ("row", "trace row"), ("alloc", "alloc"),
+                               ("device_alloc", "device alloc"), ("recorded", "trace did"), ("model", "model did")],
+                              max_rows=0, formatters={"alloc": fmt_bytes, "device_alloc": fmt_bytes})
+        console.print(table)
