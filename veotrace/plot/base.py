@@ -142,16 +142,20 @@ def check_target(path: Path) -> str:
     Raises:
         UsageError: unknown suffix. VeotraceError: the folder is missing, not a folder, or not writable.
     """
+    fmt = plot_format(path)
+    check_writable(path, "figure", "a file name ending in " + " or ".join(SUFFIXES))
+    return fmt
+
+
+def check_writable(path: Path, what: str, example: str) -> None:
+    """Raise VeotraceError when ``path`` is a folder, or its folder is missing or not writable."""
     import os
 
-    fmt = plot_format(path)
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise VeotraceError("is a folder; give a file name ending in " + " or ".join(SUFFIXES), path=path)
+        raise VeotraceError(f"is a folder; give {example}", path=path)
     if not folder.is_dir():
-        raise VeotraceError(f"cannot write the figure: folder {folder} does not exist", path=path,
+        raise VeotraceError(f"cannot write the {what}: folder {folder} does not exist", path=path,
                             hint="Create the folder first")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise VeotraceError("cannot write the figure: permission denied", path=path,
-                            hint="Choose a writable place")
-    return fmt
+        raise VeotraceError(f"cannot write the {what}: permission denied", path=path, hint="Choose a writable place")

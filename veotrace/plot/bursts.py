@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from veotrace.plot.base import ALERT, DATA, MUTED, TREND, new_figure
-from veotrace.plot.common import NS_PER_S, empty, fmt, time_unit
+from veotrace.plot.common import NS_PER_S, empty, fmt, log_axis, time_unit
 from veotrace.plot.reduce import minmax_indices, pixel_columns
 
 
@@ -35,6 +35,7 @@ def plot_bursts(result: Any, *, size: tuple[int, int]):
     top.set_ylabel(f"{what} per burst")
     if count.max() >= 20 * max(count.min(), 1):
         top.set_yscale("log")
+        log_axis(top.yaxis)
         top.set_ylim(bottom=max(count.min(), 1) * 0.8)
     else:
         top.set_ylim(bottom=0)
@@ -44,13 +45,16 @@ def plot_bursts(result: Any, *, size: tuple[int, int]):
 
 def _sizes(ax, count: np.ndarray, dist: dict, what: str) -> None:
     lo, hi = count.min(), count.max()
-    if hi > lo:
-        bins = np.unique(np.round(np.geomspace(lo, hi + 1, 40)))
-        ax.hist(count, bins=bins, color=DATA, alpha=0.8)
+    if hi >= 20 * max(lo, 1):
+        ax.hist(count, bins=np.unique(np.round(np.geomspace(lo, hi + 1, 40))), color=DATA, alpha=0.8)
         ax.set_xscale("log")
+        log_axis(ax.xaxis)
     else:
-        ax.bar([lo], [count.size], width=0.8, color=DATA)
-    ax.set_yscale("log")
+        ax.hist(count, bins=np.arange(lo, hi + 2) - 0.5 if hi - lo < 60 else 40, color=DATA, alpha=0.8)
+    heights = np.histogram(count, bins=40)[0]
+    if heights.max() >= 50:
+        ax.set_yscale("log")
+        log_axis(ax.yaxis)
     ax.set_xlabel(f"{what} per burst")
     ax.set_ylabel("bursts")
     for key, colour in (("median", MUTED), ("p95", TREND), ("p99", ALERT)):

@@ -48,3 +48,11 @@ def empty(ax: Any, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#7f7f7f")
     ax.set_xticks([])
     ax.set_yticks([])
+
+
+def log_axis(axis: Any) -> None:
+    """Plain number labels on a log-scaled axis (matplotlib's 10^k labels go through mathtext: slow, heavy SVG)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())

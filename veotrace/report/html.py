@@ -1,0 +1,165 @@
+"""Report layer: the HTML page: no script, no outside resource, light and dark colour schemes, print styles."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import Any
+
+CSS = """
+:root { color-scheme: light dark; --fg: #1c2024; --bg: #ffffff; --muted: #5c6670; --line: #d8dde2;
+  --panel: #f5f7f9; --accent: #1f6feb; --bad: #b42318; }
+@media (prefers-color-scheme: dark) {
+  :root { --fg: #e4e7eb; --bg: #15181c; --muted: #9aa4ae; --line: #343b43; --panel: #1d2228;
+    --accent: #6ea8fe; --bad: #f97066; }
+  figure svg { filter: invert(0.88) hue-rotate(180deg); }
+}
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 1180px; padding: 24px; font: 15px/1.5 system-ui, -apple-system, "Segoe UI",
+  Roboto, "DejaVu Sans", sans-serif; color: var(--fg); background: var(--bg); }
+h1 { font-size: 1.6em; margin: 0 0 4px; } h2 { font-size: 1.25em; margin: 0 0 6px; }
+h3 { font-size: 1em; margin: 14px 0 4px; color: var(--muted); }
+a { color: var(--accent); }
+code { font: 0.9em ui-monospace, "DejaVu Sans Mono", monospace; background: var(--panel); padding: 1px 4px;
+  border-radius: 3px; overflow-wrap: anywhere; }
+.sub { color: var(--muted); margin: 0 0 18px; }
+section { border-top: 1px solid var(--line); padding: 18px 0 8px; }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 10px 0; padding: 0; list-style: none; }
+.cards li { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 6px 12px; }
+.cards b { display: block; font-size: 1.15em; }
+.cards span { color: var(--muted); font-size: 0.85em; }
+figure { margin: 10px 0; }
+figure svg { display: block; width: 100%; height: auto; background: #fff; border-radius: 4px; }
+table { border-collapse: collapse; margin: 6px 0 10px; font-size: 0.9em; }
+th, td { border-bottom: 1px solid var(--line); padding: 3px 10px 3px 0; text-align: left; vertical-align: top; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+.wide { overflow-x: auto; }
+.error { color: var(--bad); font-weight: 600; }
+.note { color: var(--muted); font-size: 0.85em; }
+nav ol { columns: 2; margin: 6px 0 0; }
+footer { border-top: 1px solid var(--line); margin-top: 18px; padding-top: 8px; color: var(--muted); font-size: 0.85em; }
+@media print {
+  :root { --fg: #000; --bg: #fff; --muted: #444; --line: #bbb; --panel: #fff; }
+  body { max-width: none; padding: 0; font-size: 10pt; }
+  figure svg { filter: none; }
+  nav { display: none; }
+  section { break-inside: avoid-page; }
+  figure, table { break-inside: avoid; }
+}
+"""
+
+
+def esc(value: Any) -> str:
+    """A value as escaped HTML text (numbers with 4 significant digits, thousands separators)."""
+    return html.escape(fmt(value), quote=True)
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "–"
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+            return f"{value:.4g}"
+        return f"{value:,.4g}" if abs(value) >= 1e4 else f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(fmt(v) for v in value)
+    return str(value)
+
+
+def inline_svg(svg: bytes, *, prefix: str) -> str:
+    """A matplotlib SVG ready to sit inside HTML: no XML prolog or metadata, ids made unique per figure,
+    sized by the page (the viewBox keeps the drawing's proportions)."""
+    text = svg.decode("utf-8")
+    text = text[text.index("<svg"):]
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, count=1, flags=re.S)
+    text = re.sub(r'(\bid="|href="#|url\(#)([A-Za-z_][\w.-]*)', lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
+    return re.sub(r'<svg([^>]*?) width="[\d.]+(?:px|pt)" height="[\d.]+(?:px|pt)"', r'<svg\1 role="img"', text, count=1)
+
+
+def _cards(items: list[tuple[str, Any]]) -> str:
+    return '<ul class="cards">' + "".join(f"<li><b>{esc(v)}</b><span>{esc(k)}</span></li>" for k, v in items) + "</ul>"
+
+
+def _table(columns: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f'<td{" class=n" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""}>'
+                                    f"{esc(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _inputs(report) -> str:
+    rows = []
+    for i in report.inputs:
+        tables = ", ".join(f"{k} {v:,}" for k, v in i.tables.items())
+        span = i.span.get("duration_s") if i.span else None
+        rows.append([i.path, i.format or "not a trace", tables or (i.error or "-"),
+                     None if span is None else _duration(span), ", ".join(i.supports) or "-"])
+    note = (f'<p class="note">{len(report.skipped)} file(s) in the folders are not traces and were left out.</p>'
+            if report.skipped else "")
+    return _table(["file", "format", "tables (rows)", "time span", "feeds"], rows) + note
+
+
+def _duration(seconds: float) -> str:
+    for unit, secs in (("h", 3600.0), ("min", 60.0), ("s", 1.0)):
+        if seconds >= 2 * secs or unit == "s":
+            return f"{seconds / secs:,.4g} {unit}"
+    return f"{seconds:g} s"
+
+
+def _section(s) -> str:
+    parts = [f'<section id="{s.id}"><h2>{esc(s.title)}</h2><p><code>{esc(s.command)}</code></p>']
+    if s.error:
+        parts.append(f'<p class="error">Not available: {esc(s.error)}</p></section>')
+        return "".join(parts)
+    parts.append(_cards(s.headline))
+    if s.figure_svg:
+        parts.append(f'<figure aria-label="{esc(s.title)}">{s.figure_svg}</figure>')
+    if s.columns:
+        parts.append(f"<h3>{esc(s.table_title)}</h3>" + _table(s.columns, s.rows))
+        if s.table_note:
+            parts.append(f'<p class="note">{esc(s.table_note)}</p>')
+    if s.params:
+        parts.append("<h3>Parameters</h3>" + _table(["parameter", "value"], [[k, v] for k, v in s.params.items()]))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _summary(report) -> list[tuple[str, Any]]:
+    rows: dict[str, int] = {}
+    for i in report.inputs:
+        for k, v in i.tables.items():
+            rows[k] = rows.get(k, 0) + v
+    spans = [i.span.get("duration_s") for i in report.inputs if i.span and i.span.get("duration_s") is not None]
+    done = [s for s in report.sections if not s.error]
+    items: list[tuple[str, Any]] = [("files", len(report.inputs)), ("analyses", f"{len(done)} of {len(report.sections)}")]
+    items += [(f"{k.replace('_', ' ')} rows", v) for k, v in rows.items()]
+    if spans:
+        items.append(("longest time span", _duration(max(spans))))
+    return items
+
+
+def render_html(report) -> str:
+    """The whole page as one string (UTF-8, every figure inline)."""
+    toc = "".join(f'<li><a href="#{s.id}">{esc(s.title)}</a>{" (not available)" if s.error else ""}</li>'
+                  for s in report.sections)
+    return "".join([
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<meta name="color-scheme" content="light dark">',
+        f"<title>veotrace report</title><style>{CSS}</style></head><body>",
+        f'<header><h1>veotrace report</h1><p class="sub">veotrace {esc(report.version)}; '
+        f"{len(report.inputs)} input file(s); every analysis with its defaults (commands shown to rerun them).</p>",
+        _cards(_summary(report)), "</header>",
+        f'<nav aria-label="Analyses"><h3>Analyses</h3><ol>{toc}</ol></nav>',
+        f'<section id="inputs"><h2>Inputs</h2>{_inputs(report)}</section>',
+        *(_section(s) for s in report.sections),
+        f"<footer>Made by veotrace {esc(report.version)}. This file needs no network and no script: "
+        "figures are inline SVG.</footer></body></html>\n",
+    ])

@@ -1,0 +1,130 @@
+"""Report layer: which analyses to run on which files, from what ``info`` says each file supports."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from veotrace.analysis.defaults import ENTROPY_WINDOW_S
+
+#: Fewest entropy windows worth a trend; shorter traces get a window that gives about TARGET_WINDOWS.
+MIN_WINDOWS, TARGET_WINDOWS = 30, 200
+#: Events per window for traces without timestamps: about TARGET_WINDOWS windows, at least this.
+MIN_WINDOW_EVENTS = 20
+_PAIR_KEY = re.compile(r"addr(?:esse)?s?|epe")
+
+
+@dataclass
+class Job:
+    """One analysis over the files read together (like one CLI run), with its parameters."""
+
+    command: str  # entropy, bursts, bursts --events kernels, l2-breakpoints, correlate, coherence
+    paths: list[Path]
+    params: dict = field(default_factory=dict)
+    note: str | None = None  # why the analysis cannot run (shown instead of a result)
+    shown: list[str] | None = None  # how the command line names the files (a folder for all of its files)
+
+    @property
+    def cli(self) -> str:
+        """The equivalent command line."""
+        opts = [f"--{k.replace('_', '-')} {v}" for k, v in self.params.items() if v is not None]
+        return " ".join(["veotrace", self.command, *(self.shown or [str(p) for p in self.paths]), *opts])
+
+
+def plan(infos: list, groups: list[list[int]]) -> list[Job]:
+    """The jobs for ``infos`` (analysis.info.FileInfo), files grouped by the PATH that named them.
+
+    Inside a group, files of one folder and one format are read together (rotated logs, several ncu
+    exports); coherence reads one file at a time; correlate pairs ADDRS with EPE arrays by name.
+    """
+    jobs: list[Job] = []
+    for group in groups:
+        sets: dict[tuple, list] = {}
+        for i in group:
+            info = infos[i]
+            if info.error:
+                continue
+            for cmd in info.supports:
+                base = _base(cmd)
+                if base in ("convert", None):
+                    continue
+                key = (base, str(Path(info.path).parent), info.format) if base != "coherence" else (base, info.path)
+                sets.setdefault(key, []).append(info)
+        arrays = []
+        for (base, *_), members in sets.items():
+            if base == "correlate":
+                arrays.extend(members)
+            else:
+                jobs.append(_job(base, members))
+        jobs.extend(_correlate_jobs(arrays))
+    in_folder = Counter(str(Path(i.path).parent) for i in infos)
+    for job in jobs:
+        folders = {str(p.parent) for p in job.paths}
+        if len(job.paths) > 1 and len(folders) == 1 and in_folder[next(iter(folders))] == len(job.paths):
+            job.shown = [str(job.paths[0].parent) + "/"]
+    return jobs
+
+
+def _base(cmd: str) -> str | None:
+    if cmd.startswith("bursts --events kernels"):
+        return "bursts --events kernels"
+    return cmd.split(" ", 1)[0] if cmd else None
+
+
+def _job(base: str, members: list) -> Job:
+    paths = [Path(m.path) for m in members]
+    if base != "entropy":
+        return Job(base, paths)
+    details = [m.details.get("alloc_events", {}) for m in members]
+    if any(d.get("events_without_time", 0) for d in details):
+        allocs = sum(d.get("ops", {}).get("alloc", 0) for d in details)
+        return Job(base, paths, {"window_events": max(MIN_WINDOW_EVENTS, allocs // TARGET_WINDOWS)})
+    firsts = [d["first_ns"] for d in details if d.get("first_ns") is not None]
+    lasts = [d["last_ns"] for d in details if d.get("last_ns") is not None]
+    span_s = (max(lasts) - min(firsts)) / 1e9 if firsts and lasts else 0.0
+    if span_s > 0 and span_s / ENTROPY_WINDOW_S < MIN_WINDOWS:
+        return Job(base, paths, {"window": nice_seconds(span_s / TARGET_WINDOWS)})
+    return Job(base, paths)
+
+
+def nice_seconds(seconds: float) -> float:
+    """The 1-2-5 value nearest below ``seconds`` (e.g. 0.0137 -> 0.01, 7 -> 5)."""
+    if seconds <= 0:
+        return 1e-6
+    mag = 10 ** math.floor(math.log10(seconds))
+    for m in (5, 2, 1):
+        if m * mag <= seconds:
+            return float(f"{m * mag:.12g}")
+    return float(f"{mag:.12g}")
+
+
+def _correlate_jobs(arrays: list) -> list[Job]:
+    """ADDRS/EPE pairs: inside one .npz (arrays named *addr* and *epe*), or two files of a folder named so."""
+    jobs, singles = [], {}
+    for info in arrays:
+        names = list((info.details.get("arrays") or {}).get("arrays", {}))
+        addr = next((n for n in names if "addr" in n.lower()), None)
+        epe = next((n for n in names if "epe" in n.lower()), None)
+        path = Path(info.path)
+        if len(names) > 1 and addr and epe:
+            jobs.append(Job("correlate", [path, path], {"addrs_name": addr, "epe_name": epe}))
+            continue
+        stem = path.name.split(".")[0].lower()
+        role = "addrs" if "addr" in stem else "epe" if "epe" in stem else None
+        if role is None:
+            jobs.append(Job("correlate", [path], note="holds arrays, but correlate needs an ADDRS and an EPE "
+                            "array: name them *addrs* and *epe* (in one .npz or two files of a folder) or run "
+                            "'veotrace correlate ADDRS EPE'"))
+            continue
+        singles.setdefault((str(path.parent), _PAIR_KEY.sub("", stem)), {})[role] = path
+    for found in singles.values():
+        if "addrs" in found and "epe" in found:
+            jobs.append(Job("correlate", [found["addrs"], found["epe"]]))
+        else:
+            lone = next(iter(found.values()))
+            jobs.append(Job("correlate", [lone], note="no matching " + ("EPE" if "addrs" in found else "ADDRS")
+                            + " file beside it; run 'veotrace correlate ADDRS EPE'"))
+    return jobs
