@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -49,6 +50,7 @@ def entropy_command(
     format_hint: FormatHintOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
+    save_baseline: Annotated[Path | None, typer.Option("--save-baseline", help="Also write the baseline that 'veotrace gate' compares runs with.", dir_okay=False)] = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
     plot: PlotOpt = None,
@@ -68,6 +70,10 @@ def entropy_command(
                                      min_class=min_class, max_class=max_class, segments=_hours(segments))
         print_report(report)
         result.summary["read"] = report.to_dict()
+        if save_baseline is not None:
+            from veotrace.gate.baseline import save_entropy_baseline
+
+            save_entropy_baseline(save_baseline, result, paths=paths, time_unit=time_unit.value)
         write_plot(plot, "entropy", result, plot_size)
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.windows,
              render_terminal=lambda con: render_entropy(con, result, max_rows=rows))
