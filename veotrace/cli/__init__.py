@@ -24,7 +24,6 @@ COMMAND_MODULES = (
     "veotrace.cli.l2",
     "veotrace.cli.info",
     "veotrace.cli.report",
-    "veotrace.cli.report",
     "veotrace.cli.gate",
     "veotrace.cli.simulate",
 )
