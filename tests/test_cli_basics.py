@@ -37,3 +37,27 @@ def test_entropy_run_imports_neither_pandas_nor_scipy_stats(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
     assert (tmp_path / "o.json").stat().st_size > 0
+
+
+def test_formats_lists_every_input_kind():
+    from veotrace.sources.detect import FORMATS
+
+    r = run_cli("formats")
+    assert r.exit_code == 0 and r.stderr == ""
+    names = [ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith("  ")]
+    assert names == [f.name for f in FORMATS] + ["frames", "arrays"]
+    frames = next(ln for ln in r.stdout.splitlines() if ln.startswith("  frames"))
+    assert "coherence" in frames and "JSON" in frames and "Parquet" in frames
+
+
+def test_help_texts_describe_each_commands_own_inputs():
+    wanted = {"l2-breakpoints": ("ncu --csv", ".ncu-rep", "--launch-count"),
+              "info": ("per-frame metric tables", "commands that will run"),
+              "correlate": ("ADDRS", "EPE", ".npy/.npz/CSV/Parquet"),
+              "coherence": ("id_match_rate", "exits 3", "Per-frame metrics table"),
+              "formats": ("every input kind",)}
+    for command, needles in wanted.items():
+        r = run_cli(command, "--help")
+        text = " ".join(r.stdout.split())  # rich wraps lines
+        for needle in needles:
+            assert needle in text, (command, needle)

@@ -258,10 +258,10 @@ def test_inf_refused_then_dropped_and_counted(tmp_path, series):
     e2[[3, 9]] = [np.inf, -np.inf]
     p = _save(tmp_path, "inf.npy", e2)
     msg = _error(a, p)
-    assert "2 transition(s) have NaN or inf (first: transition 3)" in msg and "--drop-nonfinite" in msg
+    assert "2 transitions have NaN or inf (first: transition 3)" in msg and "--drop-nonfinite" in msg
     r = run_cli("correlate", a, p, "--drop-nonfinite", "-f", "json", "--resamples", "50")
     assert r.exit_code == 0 and json.loads(r.stdout)["dropped_nonfinite"] == 2 and json.loads(r.stdout)["n"] == 57
-    assert "dropped 2 pair(s)" in r.stderr
+    assert "dropped 2 pairs" in r.stderr
 
 
 def test_nan_address_is_refused(tmp_path, series):
@@ -281,13 +281,13 @@ def test_constant_series_says_r_is_undefined(tmp_path, series):
 
 def test_fewer_than_three_pairs(tmp_path):
     msg = _error(_save(tmp_path, "a.npy", np.array([1, 5, 9], np.uint64)), _save(tmp_path, "e.npy", np.array([1.0, 2.0])))
-    assert "only 2 pair(s)" in msg and "at least 3" in msg
+    assert "only 2 pairs" in msg and "at least 3" in msg
 
 
 def test_fewer_than_three_pairs_after_dropping(tmp_path):
     a = _save(tmp_path, "a.npy", np.array([1, 5, 9, 20, 33], np.uint64))
     e = _save(tmp_path, "e.npy", np.array([1.0, np.nan, np.nan, 2.0]))
-    assert "only 2 pair(s)" in _error(a, e, "--drop-nonfinite")
+    assert "only 2 pairs" in _error(a, e, "--drop-nonfinite")
 
 
 def test_object_array_refused_without_unpickling_synthetic(tmp_path, series):

@@ -237,7 +237,7 @@ def test_folder_skips_files_that_are_not_traces(tmp_path):
     (tmp_path / "README.txt").write_text("notes\n")
     pacsv.write_csv(_planted(tmp_path)[0], tmp_path / "log.csv")
     r = run_cli("info", tmp_path, "--format", "json")
-    assert r.exit_code == 0 and "skipped 1 file(s) that are not traces" in r.stderr
+    assert r.exit_code == 0 and "skipped 1 file that is not a trace" in r.stderr
     out = json.loads(r.stdout)
     assert out["skipped_files"] == [str(tmp_path / "README.txt")] and len(out["files"]) == 1
 

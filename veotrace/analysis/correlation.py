@@ -107,13 +107,13 @@ def align_pairs(
     if dropped and not drop_nonfinite:
         first = int(transition[~finite][0])
         raise AnalysisError(
-            f"{dropped} transition(s) have NaN or inf (first: transition {first})",
+            f"{dropped} transition{'' if dropped == 1 else 's'} ha{'s' if dropped == 1 else 've'} NaN or inf (first: transition {first})",
             hint="Fix the inputs, or pass --drop-nonfinite to drop those pairs (they are counted)",
         )
     pairs = Pairs(transition[finite], jump[finite], epe[finite], dropped, notes)
     if pairs.transition.size < MIN_PAIRS:
         raise AnalysisError(
-            f"only {pairs.transition.size} pair(s) to correlate, at least {MIN_PAIRS} are needed",
+            f"only {pairs.transition.size} pair{'' if pairs.transition.size == 1 else 's'} to correlate, at least {MIN_PAIRS} are needed",
             hint="Record more frames",
         )
     return pairs

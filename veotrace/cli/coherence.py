@@ -30,7 +30,7 @@ def _col(flag: str, metric: str):
 
 @app.command("coherence")
 def coherence_command(
-    frames: Annotated[Path, typer.Argument(help="Per-frame metrics: CSV, Parquet, JSON Lines, or a service's JSON {\"frames\": [...]}.")],
+    frames: Annotated[Path, typer.Argument(help="Per-frame metrics table: CSV, Parquet, JSON Lines, or a generation service's JSON {\"frames\": [...]}.")],
     frame_col: Annotated[str | None, typer.Option("--frame-col", help="Column of frame numbers [default: 'frame' if present, else row order from 0].")] = None,
     id_col: Annotated[str | None, _col("--id-col", "id_match_rate")] = None,
     flow_col: Annotated[str | None, _col("--flow-col", "flow_l2_px")] = None,
@@ -50,7 +50,11 @@ def coherence_command(
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
 ) -> None:
-    """Collapse onset of a generation: ID drift, flow jump, entropy jump and score collapse per frame."""
+    """At which frame a long video generation lost coherence: ID drift, flow jump, entropy jump and score collapse per frame.
+
+    FRAMES is a per-frame metrics table with any of id_match_rate, flow_l2_px, clip_entropy_bits and
+    coherence_score. --fail-on-collapse exits 3 when an onset is found.
+    """
     with user_errors():
         from veotrace.analysis.coherence import Thresholds, detect_collapse
         from veotrace.render.coherence import render_coherence

@@ -34,7 +34,7 @@ def _pairs(addrs: Path, epe: Path, names: tuple[str | None, str | None], **opts)
 @app.command("correlate")
 def correlate_command(
     addrs: Annotated[Path, typer.Argument(help="GPU address of each frame's tensor(s): (n,) or (n, k); .npy/.npz/CSV/Parquet.")],
-    epe: Annotated[Path, typer.Argument(help="End-point error: (n-1,) per transition, (n,) per frame, or (m, H, W) maps.")],
+    epe: Annotated[Path, typer.Argument(help="End-point error (px): (n-1,) per transition, (n,) per frame, or (m, H, W) maps; .npy/.npz/CSV/Parquet.")],
     addrs_name: Annotated[str | None, typer.Option("--addrs-name", help="Array (.npz) or column(s) 'a,b' (CSV/Parquet) of ADDRS.")] = None,
     epe_name: Annotated[str | None, typer.Option("--epe-name", help="Array (.npz) or column (CSV/Parquet) of EPE.")] = None,
     align: Annotated[str, typer.Option("--align", help="Per-frame EPE: 'into' pairs EPE[i+1] with jump i -> i+1, 'from' pairs EPE[i].")] = d.CORRELATE_ALIGN,
@@ -53,14 +53,18 @@ def correlate_command(
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
 ) -> None:
-    """Correlate per-frame GPU address jumps with optical-flow end-point error."""
+    """Do a frame tensor's GPU address jumps go with optical-flow error? Pearson and Spearman with CIs, block bootstrap and permutation.
+
+    ADDRS holds one GPU address per frame (or k per frame); EPE the optical-flow end-point error.
+    Arrays are never unpickled.
+    """
     with user_errors():
         from veotrace.analysis.correlation import compare_groups, correlate
 
         opts = {"align": align, "reduce": reduce, "tensors": tensors, "drop_nonfinite": drop_nonfinite}
         pairs = _pairs(addrs, epe, (addrs_name, epe_name), **opts)
         if pairs.dropped_nonfinite:
-            err(f"Warning: dropped {pairs.dropped_nonfinite} pair(s) with NaN/inf (--drop-nonfinite)")
+            err(f"Warning: dropped {pairs.dropped_nonfinite} pair{'' if pairs.dropped_nonfinite == 1 else 's'} with NaN/inf (--drop-nonfinite)")
         result = correlate(pairs.jump_bytes, pairs.epe_px, resamples=resamples, seed=seed, block_len=block_len, max_lag=max_lag)
         comparison = compare_groups(pairs, _pairs(*baseline, (addrs_name, epe_name), **opts)) if baseline else None
         write_plot(plot, "correlate", result, plot_size, pairs=pairs)

@@ -73,7 +73,7 @@ def info_command(
             p.report.warnings.clear()  # reader notes (e.g. "no time_us") are part of the description
             print_report(p.report)
         if skipped:
-            err(f"Warning: skipped {len(skipped)} file(s) that are not traces: {', '.join(skipped[:5])}")
+            err(f"Warning: skipped {len(skipped)} file{'' if len(skipped) == 1 else 's'} that {'is' if len(skipped) == 1 else 'are'} not a trace: {', '.join(skipped[:5])}")
         emit(fmt, output, as_json=lambda: {"files": [i.to_dict() for i in infos], "skipped_files": skipped},
              as_table=lambda: analysis.info_table(infos), render_terminal=lambda con: render_info(con, infos))
         for bad in (i for i in infos if i.error):

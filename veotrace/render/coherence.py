@@ -43,7 +43,7 @@ def render_coherence(con: Console, result, *, max_rows: int = 40) -> None:
     rule = result.rule if result.rule in ("any", "all") else "all of " + result.rule
     con.print(summary_table("Coherence", [
         ("collapse onset", onset), ("rule", f"{rule} ({', '.join(result.rule_signs) or 'no sign available'})"),
-        ("persist", f"{result.persist} consecutive frame(s)"), ("frames", result.n_frames),
+        ("persist", f"{result.persist} consecutive frame{'' if result.persist == 1 else 's'}"), ("frames", result.n_frames),
         ("frame numbers", result.frame_source)]))
     rows = []
     for sign, s in result.signs.items():
