@@ -155,7 +155,7 @@ def check_writable(path: Path, what: str, example: str) -> None:
     if path.is_dir():
         raise VeotraceError(f"is a folder; give {example}", path=path)
     if not folder.is_dir():
-        raise VeotraceError(f"cannot write the {what}: folder {folder} does not exist", path=path,
-                            hint="Create the folder first")
+        why = "is not a folder" if folder.exists() else "does not exist"
+        raise VeotraceError(f"cannot write the {what}: {folder} {why}", path=path, hint="Give a path in an existing folder")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise VeotraceError(f"cannot write the {what}: permission denied", path=path, hint="Choose a writable place")

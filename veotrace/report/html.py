@@ -70,6 +70,8 @@ def fmt(value: Any) -> str:
         return f"{value:,.4g}" if abs(value) >= 1e4 else f"{value:.4g}"
     if isinstance(value, (list, tuple)):
         return ", ".join(fmt(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {fmt(v)}" for k, v in value.items())
     return str(value)
 
 

@@ -76,7 +76,8 @@ def bursts(job, section, options, size) -> None:
             rows.append([label, *(None if d[q] is None else d[q] / scale for q in ("min", "median", "p95", "p99", "max", "mean"))])
     _table(section, "Distributions", ["", "min", "median", "p95", "p99", "max", "mean"], rows)
     section.params = res.params
-    _figure(section, "bursts", res, size)
+    if res.bursts.num_rows:
+        _figure(section, "bursts", res, size)
 
 
 def l2(job, section, options, size) -> None:
