@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from veotrace.errors import TraceFormatError
-from veotrace.sources.base import ReadOptions, ReadReport, expand_paths
+from veotrace.sources.base import ReadOptions, ReadReport, call_guarded, expand_paths, guarded
 from veotrace.sources.detect import Format, detect, sniff, supported_formats_text
 
 if TYPE_CHECKING:
@@ -137,9 +137,9 @@ def iter_alloc_events(
             if on_progress is not None:
                 on_progress(_base + min(done, _size), total)
 
-        yield from _module(fmt, path).iter_alloc_events(
+        yield from guarded(path, _module(fmt, path).iter_alloc_events(
             path, options=options, report=report, columns=columns, on_progress=file_progress
-        )
+        ))
         offset += size
         file_progress(size, offset - size)
 
@@ -161,7 +161,8 @@ def read_table(
 
         return pa.Table.from_batches(batches, schema=ALLOC_EVENTS) if batches else ALLOC_EVENTS.empty_table()
     inputs = resolve_inputs(paths, kind, options=options, report=report)
-    tables = [getattr(_module(fmt, path), _READER[kind])(path, options=options, report=report) for path, fmt in inputs]
+    tables = [call_guarded(path, getattr(_module(fmt, path), _READER[kind]), path, options=options, report=report)
+              for path, fmt in inputs]
     return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
 
 

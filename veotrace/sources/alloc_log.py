@@ -11,7 +11,6 @@ are never re-yielded.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +29,7 @@ from veotrace.sources.base import (
     open_decompressed,
     read_head,
 )
+from veotrace.sources.limits import max_line_bytes, too_long_line
 from veotrace.sources.numparse import parse_uint64
 from veotrace.sources.pipeline import read_ahead
 
@@ -145,7 +145,7 @@ def _types(present: dict[str, str], read_cols: list[str], options: ReadOptions) 
 def _fast_batches(path, is_jsonl, present, read_cols, options, on_progress) -> Iterator[pa.RecordBatch]:
     stream, raw = open_decompressed(path)
     try:
-        yield from _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress)
+        yield from _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress, path)
     except pa.ArrowInvalid as exc:
         if "ompress" in str(exc) or "runcated" in str(exc):
             raise OSError(str(exc)) from None
@@ -154,7 +154,7 @@ def _fast_batches(path, is_jsonl, present, read_cols, options, on_progress) -> I
         stream.close()
 
 
-def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress) -> Iterator[pa.RecordBatch]:
+def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress, path) -> Iterator[pa.RecordBatch]:
     if is_jsonl:
         import pyarrow.json as pj
 
@@ -166,7 +166,7 @@ def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress) 
                               parse_options=pj.ParseOptions(explicit_schema=pa.schema(types),
                                                             unexpected_field_behavior="infer"))
     else:
-        yield from _csv_batches(stream, raw, present, read_cols, options, on_progress)
+        yield from _csv_batches(stream, raw, present, read_cols, options, on_progress, path)
         return
     keep = [present[c] for c in read_cols]
     for batch in reader:
@@ -178,7 +178,7 @@ def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress) 
         yield batch
 
 
-def _csv_batches(stream, raw, present, read_cols, options, on_progress) -> Iterator[pa.RecordBatch]:
+def _csv_batches(stream, raw, present, read_cols, options, on_progress, path) -> Iterator[pa.RecordBatch]:
     """CSV chunks cut at line ends, each read by the C scanner or else pyarrow's ``read_csv``.
 
     The scanner (``csvscan``) reads the plain shape of the timestamp, op and size columns, one
@@ -190,7 +190,7 @@ def _csv_batches(stream, raw, present, read_cols, options, on_progress) -> Itera
 
     from veotrace.sources.csvscan import scanner_for
 
-    header, chunks = _line_chunks(stream, raw, options.block_bytes)
+    header, chunks = _line_chunks(stream, raw, options.block_bytes, path)
     names = _split_header(header)
     scanner = scanner_for(names, present, read_cols, options.time_unit)
     read_options = pcsv.ReadOptions(column_names=names, use_threads=True,
@@ -231,7 +231,7 @@ def _split_header(line: bytes) -> list[str]:
     return [c.strip().strip('"') for c in next(csv.reader([text]))]
 
 
-def _line_chunks(stream, raw, size: int) -> tuple[bytes, Iterator[pa.Buffer]]:
+def _line_chunks(stream, raw, size: int, path: Path) -> tuple[bytes, Iterator[pa.Buffer]]:
     """The header line, and buffers of about ``size`` bytes holding whole lines only.
 
     A plain file is re-positioned at each cut (no copy); a decompressing stream carries the partial
@@ -249,10 +249,15 @@ def _line_chunks(stream, raw, size: int) -> tuple[bytes, Iterator[pa.Buffer]]:
     header = first[start:end]
     if seekable:
         stream.seek(end)
-    return header, _chunks(stream, size, seekable, carry=b"" if seekable else first[end:], offset=end)
+    if b"\n" not in first and b"\r" in first.strip():
+        raise TraceFormatError("the lines end in CR only (classic Mac line ends), which veotrace does not read",
+                               path=path, hint="Convert them first: tr '\\r' '\\n' < in.csv > out.csv")
+    if b"\n" not in first and len(first) >= size:
+        raise too_long_line(path, 1)
+    return header, _chunks(stream, size, seekable, carry=b"" if seekable else first[end:], offset=end, path=path)
 
 
-def _chunks(stream, size: int, seekable: bool, *, carry: bytes, offset: int) -> Iterator[pa.Buffer]:
+def _chunks(stream, size: int, seekable: bool, *, carry: bytes, offset: int, path: Path) -> Iterator[pa.Buffer]:
     """Buffers ending at a line end; ``carry`` is text read but not yet yielded, ``offset`` its position."""
     while True:
         data = stream.read_buffer(size)
@@ -263,7 +268,9 @@ def _chunks(stream, size: int, seekable: bool, *, carry: bytes, offset: int) -> 
         buf = carry + data.to_pybytes() if carry else data
         view = memoryview(buf)
         cut = bytes(view[-min(len(view), 1 << 16):]).rfind(b"\n")
-        if cut < 0:  # no line end in the last 64 KiB: keep accumulating
+        if cut < 0:  # no line end in the last 64 KiB: keep accumulating, up to the longest line allowed
+            if len(view) > max_line_bytes() and b"\n" not in view:
+                raise too_long_line(path)
             carry = bytes(view)
             continue
         cut += len(view) - min(len(view), 1 << 16) + 1
@@ -298,7 +305,7 @@ def _checked(batch: pa.RecordBatch) -> pa.RecordBatch | None:
     if "op_type" in names and len(batch):
         ops = batch.column("op_type")
         ops = ops.dictionary if pa.types.is_dictionary(ops.type) else ops
-        if pc.any(pc.equal(ops, "")).as_py():
+        if pc.any(pc.equal(ops, "")).as_py() or pc.any(pc.match_substring(ops, "\x00")).as_py():
             return None
     if "address" in names:
         parsed, bad = parse_uint64(batch.column("address"))
@@ -351,21 +358,68 @@ def _to_ns(arr: pa.Array, unit: str) -> pa.Array:
 
 
 # ----------------------------------------------------------------------------- exact path
-def _text_lines(path: Path) -> Iterator[str]:
+def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the line end) of every line, each at most ``max_line_bytes()``."""
+    limit = max_line_bytes()
     stream, _ = open_decompressed(path)
+    lineno = 0
+    carry = b""
     try:
-        yield from io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path,
-                               hint="Is this a binary file? Logs must be UTF-8 CSV or JSON Lines") from None
+        while True:
+            data = stream.read(1 << 20)
+            if not data:
+                break
+            parts = (carry + bytes(data)).split(b"\n")
+            carry = parts.pop()
+            for part in parts:
+                lineno += 1
+                yield lineno, part.removesuffix(b"\r")
+            if len(carry) > limit:
+                raise too_long_line(path, lineno + 1)
+        if carry:
+            yield lineno + 1, carry.removesuffix(b"\r")
     finally:
         stream.close()
 
 
+#: Exclusive bounds of the integer columns (ALLOC_EVENTS: int64 times and sizes, int32 devices).
+_BOUNDS = {"timestamp": (-(1 << 63), 1 << 63), "size_bytes": (0, 1 << 63), "stream": (-(1 << 63), 1 << 63),
+           "device": (-(1 << 31), 1 << 31)}
+
+
 def _parse_value(col: str, text, options: ReadOptions):
-    """Parse one field of the exact path; ValueError with what was expected on failure."""
+    """Parse one field of the exact path; ValueError with what was expected on failure.
+
+    A JSON number is held to what its CSV text would be: a float (12345.9, 4096.0) or a bool where
+    an integer belongs is refused, not truncated to 12345 or read as 1.
+    """
+    if isinstance(text, bool) or (isinstance(text, float) and not (col == "timestamp" and options.time_unit != "ns")):
+        raise ValueError(f"expected an integer, got {json.dumps(text)}")
+    if isinstance(text, (dict, list)):
+        raise ValueError(f"expected a number, got a JSON {'object' if isinstance(text, dict) else 'array'}")
     if isinstance(text, str):
         text = text.strip()
+        if col != "op_type" and not text.isascii():  # int() takes other scripts' digits: ١٢ -> 12
+            raise ValueError(f"expected a number in ASCII digits, got {_clip(text)}")
+    value = _parse_text(col, text, options)
+    if col in _BOUNDS and isinstance(value, int):
+        lo, hi = _BOUNDS[col]
+        if not lo <= value < hi:
+            raise ValueError(f"{_clip(text)} is outside the 64-bit range of this column" if col != "device"
+                             else f"device {_clip(text)} is outside the 32-bit range")
+    if col == "timestamp" and isinstance(value, float):
+        ns = value * TIME_UNIT_NS[options.time_unit]
+        if not abs(ns) < 2.0**63:  # also NaN/inf
+            raise ValueError(f"timestamp {_clip(text)} {options.time_unit} is not a finite time within the 64-bit ns range")
+    return value
+
+
+def _clip(text) -> str:
+    t = str(text)
+    return repr(t) if len(t) <= 40 else repr(t[:37] + "...")
+
+
+def _parse_text(col: str, text, options: ReadOptions):
     if col == "op_type":
         if text in (None, ""):
             raise ValueError("expected an op name (alloc, free, defrag, ...), got an empty value")
@@ -403,35 +457,35 @@ def _parse_value(col: str, text, options: ReadOptions):
 
 
 def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport, *, skip: int):
-    """Re-read ``path`` line by line after the first ``skip`` good rows, validating every field."""
-    lines = _text_lines(path)
+    """Re-read ``path`` line by line after the first ``skip`` good rows, validating every field.
+
+    Each physical line is one row (a log never has a field spanning lines), so a stray quote, a NUL
+    or an undecodable byte is that line's error, and ``--skip-bad-rows`` skips exactly that line:
+    rows read + rows skipped = non-blank lines after the header.
+    """
     rows: dict[str, list] = {c: [] for c in read_cols}
     seen = 0
-    if is_jsonl:
-        numbered = ((i, ln) for i, ln in enumerate(lines, start=1) if ln.strip())
-    else:
-        reader = csv.reader(lines)
-        header = next(reader)
-        index = {h.strip().strip('"').lower(): j for j, h in enumerate(header)}
-        numbered = ((reader.line_num, r) for r in reader if r)
-    for lineno, item in numbered:
+    index: dict[str, int] | None = None
+    for lineno, raw in _raw_lines(path):
+        if lineno == 1:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")
+        if not raw.strip():
+            continue
+        if not is_jsonl and index is None:
+            header = next(csv.reader([raw.decode("utf-8", errors="replace")]))
+            index = {h.strip().strip('"').lower(): j for j, h in enumerate(header)}
+            continue
         seen += 1
         if seen <= skip:
             continue
         try:
-            if is_jsonl:
-                try:
-                    obj = json.loads(item)
-                except json.JSONDecodeError as exc:
-                    raise _FieldError(None, f"not valid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise _FieldError(None, "expected a JSON object per line")
-                lower = {k.lower(): v for k, v in obj.items()}
-                get = lower.get
-            else:
-                if len(item) < len(index):
-                    raise _FieldError(None, f"expected {len(index)} fields, got {len(item)}")
-                get = lambda c, item=item: item[index[c]]
+            if b"\x00" in raw:
+                raise _FieldError(None, "the line holds a NUL byte (binary data or a corrupt copy?)")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _FieldError(None, f"not UTF-8 text (byte {exc.start} of the line)") from None
+            get = _json_getter(text) if is_jsonl else _csv_getter(text, index)
             parsed = {}
             for c in read_cols:
                 try:
@@ -451,6 +505,28 @@ def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport,
             rows = {c: [] for c in read_cols}
     if rows[read_cols[0]]:
         yield _rows_batch(rows, options)
+
+
+def _json_getter(text: str):
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _FieldError(None, f"not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise _FieldError(None, "JSON nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise _FieldError(None, "expected a JSON object per line")
+    return {str(k).lower(): v for k, v in obj.items()}.get
+
+
+def _csv_getter(text: str, index: dict[str, int]):
+    try:
+        fields = next(csv.reader([text], strict=True))
+    except csv.Error as exc:
+        raise _FieldError(None, f"malformed CSV, a stray quote? ({exc})") from None
+    if len(fields) != len(index):
+        raise _FieldError(None, f"expected {len(index)} fields, got {len(fields)}")
+    return lambda c: fields[index[c]]
 
 
 class _FieldError(Exception):

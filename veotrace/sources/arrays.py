@@ -68,6 +68,12 @@ def read_array(path: Path, *, name: str | None = None) -> np.ndarray:
     Raises:
         TraceFormatError: not an array file, an object or non-numeric array, an unknown name.
     """
+    from veotrace.sources.base import call_guarded
+
+    return call_guarded(path, _read_array, path, name)
+
+
+def _read_array(path: Path, name: str | None) -> np.ndarray:
     kind = array_kind(path)
     if kind == "npy":
         arr = _load_npy(path)
@@ -93,29 +99,72 @@ def _object_error(path: Path) -> TraceFormatError:
 
 
 def _load_npy(path: Path) -> np.ndarray:
+    with path.open("rb") as fh:
+        return _read_npy(fh, path.stat().st_size, path, "the .npy file")
+
+
+def _read_npy(fh, size: int, path: Path, what: str) -> np.ndarray:
+    """One array from an open .npy stream of ``size`` bytes, its header checked before any allocation.
+
+    The header's shape must fit in the bytes the file holds (a header declaring 10^12 elements is
+    refused, not allocated), and in ``limits.max_file_bytes()``.
+    """
+    from numpy.lib import format as npformat
+
+    from veotrace.sources.limits import max_file_bytes, too_big
+
     try:
         with warnings.catch_warnings():
             # Files written by Python 2 (shape "(2L,)") load fine but numpy warns; not the user's problem.
             warnings.simplefilter("ignore", UserWarning)
-            arr = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise _object_error(path) from None
-        raise TraceFormatError(f"not a readable .npy array ({exc})", path=path, hint="Re-save it with np.save") from None
+            version = npformat.read_magic(fh)
+            read_header = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+            shape, fortran, dtype = read_header(fh)
+    except Exception as exc:  # noqa: BLE001 - numpy parses the header with ast/tokenize: any error is a bad header
+        detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise TraceFormatError(f"{what} has an unreadable header ({detail})", path=path,
+                               hint="Re-save it with np.save") from None
+    if dtype.hasobject:
+        raise _object_error(path)
+    if any(dim < 0 for dim in shape):
+        raise TraceFormatError(f"{what} has a negative dimension in its shape {shape}", path=path,
+                               hint="Re-save it with np.save")
+    count = 1
+    for dim in shape:
+        count *= dim
+    nbytes = count * dtype.itemsize
+    available = size - fh.tell()
+    if nbytes > max_file_bytes():
+        raise too_big(path, f"{what} (header declares {count:,} elements)")
+    if nbytes > available:
+        raise TraceFormatError(
+            f"{what} is truncated: its header declares {count:,} elements ({nbytes:,} bytes) but "
+            f"{max(available, 0):,} bytes follow", path=path, hint="Re-save it with np.save")
+    try:
+        data = fh.read(nbytes)
     except (OSError, EOFError) as exc:
-        raise TraceFormatError(f"truncated or corrupt .npy file ({exc})", path=path, hint="Re-save it with np.save") from None
-    return arr
+        raise TraceFormatError(f"{what} cannot be read ({exc})", path=path) from None
+    if len(data) != nbytes:
+        raise TraceFormatError(f"{what} is truncated ({len(data):,} of {nbytes:,} data bytes)", path=path,
+                               hint="Re-save it with np.save")
+    arr = np.frombuffer(data, dtype=dtype, count=count) if count else np.empty(0, dtype=dtype)
+    return arr.reshape(shape, order="F" if fortran else "C")
 
 
 def _load_npz(path: Path, name: str | None) -> np.ndarray:
+    import zipfile
+    import zlib
+
     try:
-        npz = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         raise TraceFormatError(f"not a readable .npz archive ({exc})", path=path, hint="Re-save it with np.savez") from None
-    with npz:
-        names = list(npz.files)
+    with archive:
+        members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
+        names = list(members)
         if not names:
-            raise TraceFormatError("the .npz archive holds no arrays", path=path)
+            raise TraceFormatError("the .npz archive holds no arrays (no .npy members)", path=path,
+                                   hint="Save arrays with np.savez(path, name=array)")
         if name is None:
             if len(names) > 1:
                 raise TraceFormatError(
@@ -128,12 +177,13 @@ def _load_npz(path: Path, name: str | None) -> np.ndarray:
             raise TraceFormatError(
                 f"no array named {name!r}", path=path, hint=f"The archive holds: {', '.join(names)}"
             )
+        info = members[name]
         try:
-            return npz[name]
-        except ValueError as exc:
-            if "allow_pickle" in str(exc):
-                raise _object_error(path) from None
-            raise TraceFormatError(f"array {name!r} is not readable ({exc})", path=path) from None
+            with archive.open(info) as fh:
+                return _read_npy(fh, info.file_size, path, f"array {name!r}")
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, ValueError) as exc:
+            raise TraceFormatError(f"array {name!r} cannot be read from the archive ({exc})", path=path,
+                                   hint="Re-save it with np.savez") from None
 
 
 def _load_columns(path: Path, kind: str, name: str | None) -> np.ndarray:
@@ -171,6 +221,9 @@ def read_column_table(path: Path, kind: str):
     """A CSV or Parquet file as an Arrow table (shared with the per-frame metrics reader)."""
     import pyarrow as pa
 
+    from veotrace.sources.base import open_decompressed
+
+    what = "Parquet" if kind == "parquet" else "CSV"
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -178,10 +231,21 @@ def read_column_table(path: Path, kind: str):
             return pq.read_table(path)
         import pyarrow.csv as pacsv
 
-        return pacsv.read_csv(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        what = "Parquet" if kind == "parquet" else "CSV"
-        raise TraceFormatError(f"not a readable {what} table ({exc})", path=path) from None
+        stream, _raw = open_decompressed(path)  # gzip/zstd by content, not by the file name
+        with stream:
+            table = pacsv.read_csv(stream)
+        table.column_names  # noqa: B018 - header names are decoded here: non-UTF-8 fails now, not later
+        return table
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"not a readable {what} table (not UTF-8 text: {exc.reason})", path=path) from None
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceFormatError(f"not a readable {what} table ({_first_line(exc)})", path=path) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 160 else line[:157] + "..."
 
 
 def non_numeric_error(path: Path, column: str, col, *, header_rows: int) -> TraceFormatError:

@@ -157,6 +157,59 @@ def open_decompressed(path: Path) -> tuple[IO[bytes], object]:
     return pa.CompressedInputStream(raw, kind), raw
 
 
+def data_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that bad bytes raise inside third-party parsers (pyarrow, zlib, csv, codecs), which a
+    reader turns into one ``TraceFormatError`` naming the file (see :func:`guarded`)."""
+    import csv
+    import zipfile
+    import zlib
+
+    import pyarrow as pa
+
+    return (pa.ArrowException, UnicodeError, EOFError, zlib.error, csv.Error, zipfile.BadZipFile,
+            RecursionError, OverflowError, MemoryError, OSError)
+
+
+def as_format_error(path: Path, exc: BaseException) -> TraceFormatError:
+    """The one-line error for a data error raised while reading ``path``."""
+    if isinstance(exc, RecursionError):
+        return TraceFormatError("the data is nested too deeply to read", path=path)
+    if isinstance(exc, MemoryError):
+        return TraceFormatError("not enough memory to read the file", path=path,
+                                hint="Split it, or read it on a machine with more memory")
+    lines = str(exc).strip().splitlines()
+    detail = lines[0] if lines else type(exc).__name__
+    detail = detail if len(detail) <= 160 else detail[:157] + "..."
+    if "ompress" in detail or "runcated" in detail or isinstance(exc, (EOFError, __import__("zlib").error)):
+        return TraceFormatError(f"the file is truncated or corrupt ({detail})", path=path,
+                                hint="Re-copy the file, or decompress what remains and read that")
+    return TraceFormatError(f"cannot read the file ({detail})", path=path)
+
+
+def guarded(path: Path, batches):
+    """Yield from ``batches`` (a reader's generator for ``path``), turning data errors into one
+    ``TraceFormatError``. Missing files and permission errors pass through to the CLI boundary."""
+    errors = data_errors()
+    try:
+        yield from batches
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+        raise
+    except errors as exc:
+        raise as_format_error(path, exc) from None
+
+
+def call_guarded(path: Path, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` for a reader of ``path``, with the data errors of :func:`guarded` turned
+    into ``TraceFormatError``."""
+    errors = data_errors()
+    try:
+        return fn(*args, **kwargs)
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+        raise
+    except errors as exc:
+        raise as_format_error(path, exc) from None
+
+
 _NUM = re.compile(r"(\d+)")
 
 

@@ -59,6 +59,12 @@ def read_frame_metrics(
             all (the message lists the columns found), non-numeric values (row and column), missing,
             fractional, duplicate or decreasing frame numbers.
     """
+    from veotrace.sources.base import call_guarded
+
+    return call_guarded(path, _read_frame_metrics, path, frame_column, names)
+
+
+def _read_frame_metrics(path: Path, frame_column: str | None, names: dict[str, str] | None) -> FrameMetrics:
     names = dict(names or {})
     kind, rows_or_table = _load(path)
     columns = _column_names(kind, rows_or_table)
@@ -117,10 +123,35 @@ def _read_arrow(path: Path, kind: str):
     return read_column_table(path, kind)
 
 
-def _load_json(path: Path) -> tuple[str, list[dict]]:
-    text = path.read_text(encoding="utf-8-sig")
+def _read_text(path: Path) -> str:
+    """The whole file as text (gzip/zstd decompressed), bounded by ``limits.max_file_bytes()``."""
+    from veotrace.sources.base import open_decompressed
+    from veotrace.sources.limits import read_bounded
+
+    stream, _raw = open_decompressed(path)
     try:
-        doc = json.loads(text)
+        data = read_bounded(path, stream)
+    finally:
+        stream.close()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TraceFormatError(f"not UTF-8 text (byte {exc.start} cannot be decoded)", path=path, line=line,
+                               hint="Save the table as UTF-8") from None
+
+
+def _parse_json(text: str, path: Path, line: int | None = None):
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise TraceFormatError("JSON nested too deeply to be a table of frames", path=path, line=line) from None
+
+
+def _load_json(path: Path) -> tuple[str, list[dict]]:
+    text = _read_text(path)
+    try:
+        doc = _parse_json(text, path)
     except json.JSONDecodeError:
         doc = None
     if isinstance(doc, dict) and "frames" in doc:
@@ -136,7 +167,7 @@ def _load_json(path: Path) -> tuple[str, list[dict]]:
             rows.append(None)  # keeps row i at line i; dropped below
             continue
         try:
-            obj = json.loads(line)
+            obj = _parse_json(line, path, i)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(f"not JSON ({exc.msg})", path=path, line=i,
                                    hint='Expected JSON Lines (one object per frame) or {"frames": [...]}') from None
@@ -192,7 +223,7 @@ def _numeric(path: Path, kind: str, data, column: str, lines: list[int] | None) 
         value = row.get(column)
         if value is None:
             out[i] = math.nan
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**1023):
             out[i] = value
         else:
             where, suffix = _at(lines, i)
@@ -211,6 +242,12 @@ def _frames(path: Path, values: np.ndarray, column: str, lines: list[int] | None
         where, suffix = _at(lines, i)
         what = "missing frame number" if missing[i] else f"frame number must be a whole number, found {values[i]!r}"
         raise TraceFormatError(what + suffix, path=path, field=column, hint=hint, **where)
+    huge = np.abs(values) >= 2.0**63
+    if huge.any():
+        i = int(np.flatnonzero(huge)[0])
+        where, suffix = _at(lines, i)
+        raise TraceFormatError(f"frame number {values[i]:g}{suffix} is outside the 64-bit integer range",
+                               path=path, field=column, hint=hint, **where)
     frame = values.astype(np.int64)
     step = np.diff(frame)
     if (step <= 0).any():

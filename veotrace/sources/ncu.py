@@ -17,6 +17,7 @@ import pyarrow as pa
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.schemas.ncu_names import canonical_metric
+from veotrace.sources.limits import read_bounded
 from veotrace.sources.base import (
     TIME_SPELLING_NS,
     ReadOptions,
@@ -86,7 +87,7 @@ def read_metrics(path: Path, *, options: ReadOptions | None = None, report: Read
         return read_report(path, report=report)
     stream, raw = open_decompressed(path)
     try:
-        data = stream.read()
+        data = read_bounded(path, stream, "the ncu CSV file")
     finally:
         raw.close()
     data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
@@ -136,7 +137,12 @@ def _int_or_none(text: str | None) -> int | None:
     if text is None:
         return None
     t = text.strip().replace(",", "")
-    return int(t) if t.lstrip("-").isdigit() else None
+    if not (t.isascii() and t.lstrip("-").isdigit()):  # isdigit() alone accepts superscripts
+        return None
+    value = int(t)
+    if not -(1 << 63) <= value < 1 << 63:
+        raise OverflowError(f"the integer {t[:30]}{'...' if len(t) > 30 else ''} is past the 64-bit range")
+    return value
 
 
 def _settle_text(path, cols: dict[str, list], pending: list[tuple[int, int, str, str]], options, report) -> None:

@@ -81,7 +81,32 @@ def _query(path: Path, sql: str) -> pa.Table:
 def _select(path: Path, table: str, present: Sequence[str], wanted: dict[str, str]) -> pa.Table:
     """``SELECT`` the ``wanted`` source columns (alias -> column) that ``table`` has; the rest are absent."""
     cols = [f'"{src}" AS "{alias}"' for alias, src in wanted.items() if src in present]
-    return _query(path, f"SELECT {', '.join(cols)} FROM {table}")  # names from constants, never from the file
+    t = _query(path, f"SELECT {', '.join(cols)} FROM {table}")  # names from constants, never from the file
+    return _checked_ints(path, table, t, {alias: src for alias, src in wanted.items() if src in present})
+
+
+#: Aliases whose values are byte counts (never negative).
+_SIZES = ("size_bytes", "bytes")
+_INT32 = ("device", "stream", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
+def _checked_ints(path: Path, table: str, t: pa.Table, sources: dict[str, str]) -> pa.Table:
+    """Refuse text, blobs or REALs in integer columns (SQLite does not enforce column types), negative
+    sizes and ids past int32, the same way the CSV and snapshot readers do."""
+    for alias in t.column_names:
+        col = t.column(alias)
+        name = sources.get(alias, alias)
+        if pa.types.is_null(col.type) or not len(col):
+            continue
+        if not pa.types.is_integer(col.type):
+            raise TraceFormatError(f"{table}.{name} holds {col.type} values where integers belong", path=path,
+                                   field=name, hint="Re-export the report with nsys export --type sqlite")
+        lo, hi = pc.min_max(col).values()
+        if alias in _SIZES and lo.as_py() is not None and lo.as_py() < 0:
+            raise TraceFormatError(f"{table}.{name} holds a negative byte count ({lo.as_py()})", path=path, field=name)
+        if alias in _INT32 and lo.as_py() is not None and not (-(1 << 31) <= lo.as_py() and hi.as_py() < 1 << 31):
+            raise TraceFormatError(f"{table}.{name} holds ids past the 32-bit range", path=path, field=name)
+    return t
 
 
 def _decode(codes: pa.ChunkedArray | pa.Array, key: str, enums: dict, *, lower: bool = False) -> pa.Array:
@@ -121,6 +146,7 @@ def _kernels(path: Path, layout: ExportLayout) -> pa.Table:
         [f'"{src}" AS "{alias}"' for alias, src in wanted.items() if src in present]
         + [f'COALESCE({", ".join(name_cols)}) AS name_id' if len(name_cols) > 1 else f"{name_cols[0]} AS name_id"]
     ) + f" FROM {KERNEL}")
+    t = _checked_ints(path, KERNEL, t, {alias: src for alias, src in wanted.items() if src in present})
     names = _strings(path, t.column("name_id").combine_chunks())
     t = t.drop_columns(["name_id"]).append_column("name", names)
     return t.append_column("kind", repeated("kernel", t.num_rows))

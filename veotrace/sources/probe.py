@@ -14,6 +14,7 @@ from typing import Any
 
 from veotrace.errors import TraceFormatError, VeotraceError
 from veotrace.sources.base import (
+    call_guarded,
     ReadOptions,
     ReadReport,
     compression_of,
@@ -77,7 +78,7 @@ def probe(path: Path, options: ReadOptions | None = None) -> Probe:
     reader = _VERSION.get(fmt.name)
     if reader is not None:
         try:
-            result.version = reader(path)
+            result.version = call_guarded(path, reader, path)
         except VeotraceError as exc:
             result.version_error = exc
     return result
@@ -175,13 +176,16 @@ def _arrays(path: Path) -> dict[str, Any]:
             with zipfile.ZipFile(path) as zf:
                 out = {}
                 for name in zf.namelist():
+                    if not name.endswith(".npy"):
+                        continue  # not an array: np.savez writes only .npy members
                     with zf.open(name) as fh:
                         out[name.removesuffix(".npy")] = _npy_header(fh)
                 return {"container": "npz", "arrays": out}
         with path.open("rb") as fh:
             return {"container": "npy", **_npy_header(fh)}
-    except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile) as exc:
-        raise TraceFormatError(f"unreadable array header ({exc})", path=path) from None
+    except Exception as exc:  # noqa: BLE001 - numpy parses headers with ast/tokenize: any error is a bad header
+        detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise TraceFormatError(f"unreadable array header ({detail})", path=path) from None
 
 
 def _parquet(path: Path) -> dict[str, Any]:
