@@ -78,7 +78,7 @@ def test_json_output_shape_and_stdout_only_result():
 
 def test_json_has_null_for_empty_windows(tmp_path):
     path = _write(tmp_path, "gap.csv", HEADER + "0,alloc,4096,0x1\n3000000000000,alloc,4096,0x1\n")
-    r = run_cli("entropy", path, "-f", "json")
+    r = run_cli("entropy", path, "-f", "json", "--window", "300")
     assert "NaN" not in r.stdout
     assert json.loads(r.stdout)["windows"][1]["entropy_bits"] is None
 
@@ -105,7 +105,7 @@ def test_usage_errors_exit_2(tmp_path):
 
 def test_time_unit_seconds(tmp_path):
     path = _write(tmp_path, "s.csv", HEADER + "0.5,alloc,4096,0x1\n400.25,alloc,8192,0x1\n")
-    out = json.loads(run_cli("entropy", path, "--time-unit", "s", "-f", "json").stdout)
+    out = json.loads(run_cli("entropy", path, "--time-unit", "s", "-f", "json", "--window", "5m").stdout)
     assert [w["start_ns"] for w in out["windows"]] == [0, 300_000_000_000]
 
 

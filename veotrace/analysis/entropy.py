@@ -2,8 +2,8 @@
 
 Definition (fixed so results can be checked): counted events are ``op in ops`` (default alloc);
 class = ceil(log2(size_bytes / 1024)) clamped to [min_class, max_class] (4 KiB ... 4 MiB: 11 classes);
-window k covers [k*S, k*S + W); H = -sum p_i log2 p_i over classes present; empty windows have
-H = null and are left out of fits.
+window k covers [k*S, k*S + W) of the log's time base, numbered from 0 at the first window;
+H = -sum p_i log2 p_i over classes present; empty windows have H = null and are left out of fits.
 """
 
 from __future__ import annotations
@@ -14,21 +14,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from veotrace.analysis import timescale
 from veotrace.analysis.defaults import ENTROPY_MAX_CLASS as DEFAULT_MAX_CLASS
 from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as DEFAULT_MIN_CLASS
 from veotrace.analysis.defaults import ENTROPY_OPS as DEFAULT_OPS
 from veotrace.analysis.defaults import ENTROPY_WINDOW_S as DEFAULT_WINDOW_S
-from veotrace.analysis.ops import op_mask
+from veotrace.analysis.entropy_series import EntropyPartial
+from veotrace.analysis.groups import POOLED, check_by, device_rows
+from veotrace.analysis.groups import keys as group_keys
+from veotrace.analysis.groups import label as group_label
+from veotrace.analysis.ops import OpsSeen, op_mask
 from veotrace.analysis.trend import fit_trend, segment_trends
-from veotrace.analysis.windows import WindowCounts
 from veotrace.errors import AnalysisError, UsageError
-from veotrace.schemas.entropy import ENTROPY_WINDOWS
+from veotrace.schemas.entropy import ENTROPY_GROUP_WINDOWS, ENTROPY_WINDOWS
 
 NS_PER_HOUR = 3_600_000_000_000
 #: Highest --max-class (2**42 KiB = 4 PiB): size classes are exact up to it.
 MAX_CLASS_LIMIT = 42
-#: ALLOC_EVENTS columns the analysis reads (the reader skips the others).
-COLUMNS = ("ts_ns", "op", "size_bytes")
+#: ALLOC_EVENTS columns the analysis reads (the reader skips the others); source_file names an outlier row.
+COLUMNS = ("ts_ns", "op", "size_bytes", "source_file")
 
 
 def size_classes(size_bytes: np.ndarray, min_class: int = DEFAULT_MIN_CLASS, max_class: int = DEFAULT_MAX_CLASS) -> np.ndarray:
@@ -60,24 +64,49 @@ def entropy_bits(counts: np.ndarray) -> np.ndarray:
 
 @dataclass
 class EntropyResult:
-    """Windows (ENTROPY_WINDOWS), trend over hours, per-segment fits and counts of what was read."""
+    """Windows (ENTROPY_WINDOWS), trend over hours, per-segment fits and counts of what was read.
+
+    ``groups`` holds one entry per device/stream with ``--by`` (each with its own windows, trend and
+    summary); the pooled series stays in ``windows``/``trend``/``summary``.
+    """
 
     windows: pa.Table
     trend: dict
     segments: list[dict]
     params: dict
     summary: dict = field(default_factory=dict)
+    groups: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"params": self.params, "summary": self.summary, "trend": self.trend,
-                "segments": self.segments, "windows": self.windows.to_pylist()}
+        out = {"params": self.params, "summary": self.summary, "trend": self.trend,
+               "segments": self.segments, "windows": self.windows.to_pylist()}
+        if self.groups:
+            out["groups"] = [{**g, "windows": g["windows"].to_pylist()} for g in self.groups]
+        return out
+
+    def export_table(self) -> pa.Table:
+        """The windows for CSV/Parquet: ENTROPY_WINDOWS, or ENTROPY_GROUP_WINDOWS (pooled first) with --by."""
+        if not self.groups:
+            return self.windows
+        by = self.params["by"]
+        parts = [_with_group(self.windows, by, POOLED)] + [_with_group(g["windows"], by, g["group"]) for g in self.groups]
+        return pa.concat_tables(parts)
 
 
-def _check(window_s, step_s, min_class, max_class, window_events, segments):
+def _with_group(table: pa.Table, by: str, group: str) -> pa.Table:
+    n = table.num_rows
+    cols = [pa.array([by] * n, pa.string()), pa.array([group] * n, pa.string()), *table.columns]
+    return pa.Table.from_arrays(cols, schema=ENTROPY_GROUP_WINDOWS)
+
+
+def _check(window_s, step_s, min_class, max_class, window_events, segments, by=None):
+    check_by(by)
     if window_events is not None:
         if window_events < 1:
             raise UsageError("--window-events must be at least 1")
-    elif window_s <= 0 or (step_s is not None and step_s <= 0):
+        if window_s is not None or step_s is not None:
+            raise UsageError("--window-events counts events, not time: leave out --window and --step")
+    elif (window_s is not None and window_s <= 0) or (step_s is not None and step_s <= 0):
         raise UsageError("--window and --step must be positive")
     if max_class > MAX_CLASS_LIMIT:
         raise UsageError(f"--max-class {max_class} is above {MAX_CLASS_LIMIT} (2**{MAX_CLASS_LIMIT} KiB = 4 PiB)")
@@ -87,177 +116,251 @@ def _check(window_s, step_s, min_class, max_class, window_events, segments):
         raise UsageError("--segments must be increasing positive hours, e.g. 48,120")
 
 
-@dataclass
-class EntropyPartial:
-    """The mergeable partial of compute_entropy: what it keeps of the batches it has seen.
-
-    Built per batch stream (a file, a byte range of a file, a Parquet row group, on any process or
-    cluster worker) by :func:`entropy_partial`; partials of the same parameters merge exactly and
-    :func:`finish_entropy` turns the merged one into the result. With ``window_events`` the partial
-    keeps the counted (timestamp, class) pairs themselves, in read order.
-    """
-
-    counts: WindowCounts
-    params: dict
-    events_read: int = 0
-    events_counted: int = 0
-    has_null_ts: bool = False
-    events: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
-
-    def merge(self, other: EntropyPartial) -> EntropyPartial:
-        """Add ``other`` (events read after this partial's) in place; returns self."""
-        if other.params != self.params:
-            raise ValueError("cannot merge entropy partials with different parameters")
-        self.counts.merge(other.counts)
-        self.events_read += other.events_read
-        self.events_counted += other.events_counted
-        self.has_null_ts |= other.has_null_ts
-        self.events.extend(other.events)
-        return self
-
-
 def compute_entropy(
     batches: Iterable[pa.RecordBatch],
     *,
-    window_s: float = DEFAULT_WINDOW_S,
+    window_s: float | None = None,
     step_s: float | None = None,
     ops: Sequence[str] = DEFAULT_OPS,
     min_class: int = DEFAULT_MIN_CLASS,
     max_class: int = DEFAULT_MAX_CLASS,
     window_events: int | None = None,
     segments: Sequence[float] = (),
+    by: str | None = None,
+    device: int | None = None,
     on_progress: Callable[[], None] | None = None,
 ) -> EntropyResult:
     """Entropy of size classes per window over ALLOC_EVENTS batches (any order, any number of files).
 
     Args:
-        window_s, step_s: W and S in seconds of the log's time base (S defaults to W).
+        window_s, step_s: W and S in seconds of the log's time base (S defaults to W). Given, they are
+            used exactly. Left out (None, with no window_events), W is DEFAULT_WINDOW_S unless the run
+            spans fewer than ``timescale.MIN_WINDOWS`` such windows; then the longest round window
+            giving a usable series is chosen from the data (or, for events without timestamps or at
+            too few distinct times, windows of consecutive events), and ``params["window_choice"]``
+            and ``summary["notes"]`` say what was chosen and why.
         window_events: instead of time windows, windows of N consecutive counted events
-            (timestamp order when every event has one, else read order).
+            (timestamp order when every event has one, else read order); a trailing partial
+            window is left out and counted in ``summary["events_left_out"]``.
         segments: hours since the first window at which to split the per-segment fits.
+        by: "device" or "stream": also one series per group (batches need that column).
+        device: count only the rows of this device (batches need the ``device`` column).
 
     Raises:
-        UsageError: impossible parameters. AnalysisError: nothing to count, or no timestamps.
+        UsageError: impossible parameters. AnalysisError: an op of ``ops`` never occurs, nothing to
+        count, no timestamps (with an explicit time window), or an implausible span (an outlier row).
     """
-    _check(window_s, step_s, min_class, max_class, window_events, segments)
+    _check(window_s, step_s, min_class, max_class, window_events, segments, by)
     part = entropy_partial(batches, window_s=window_s, step_s=step_s, ops=ops, min_class=min_class,
-                           max_class=max_class, window_events=window_events, on_progress=on_progress)
+                           max_class=max_class, window_events=window_events, by=by, device=device,
+                           on_progress=on_progress)
     return finish_entropy(part, segments=segments)
 
 
 def entropy_partial(
     batches: Iterable[pa.RecordBatch],
     *,
-    window_s: float = DEFAULT_WINDOW_S,
+    window_s: float | None = None,
     step_s: float | None = None,
     ops: Sequence[str] = DEFAULT_OPS,
     min_class: int = DEFAULT_MIN_CLASS,
     max_class: int = DEFAULT_MAX_CLASS,
     window_events: int | None = None,
+    by: str | None = None,
+    device: int | None = None,
     on_progress: Callable[[], None] | None = None,
 ) -> EntropyPartial:
-    """The partial of compute_entropy over ``batches`` (a pure function of them and the parameters).
-
-    Raises:
-        UsageError: impossible parameters. AnalysisError: time windows over events without timestamps.
-    """
-    _check(window_s, step_s, min_class, max_class, window_events, ())
+    """The mergeable partial of ``compute_entropy`` over some batches (same keywords); see finish_entropy."""
+    _check(window_s, step_s, min_class, max_class, window_events, (), by)
+    auto = window_s is None and step_s is None and window_events is None
+    win_s = DEFAULT_WINDOW_S if window_s is None else window_s
     n_cls = max_class - min_class + 1
-    window_ns = round(window_s * 1e9)
-    step_ns = round((step_s if step_s is not None else window_s) * 1e9)
-    params = {"window_s": window_s if window_events is None else None,
-              "step_s": (step_ns / 1e9) if window_events is None else None,
-              "window_events": window_events, "ops": list(ops), "min_class": min_class,
-              "max_class": max_class, "classes": n_cls}
-    part = EntropyPartial(WindowCounts(window_ns, step_ns, n_cls), params)
-    acc = part.counts
+    window_ns = round(win_s * 1e9)
+    step_ns = round((step_s if step_s is not None else win_s) * 1e9)
+    if window_ns < 1 or step_ns < 1:
+        raise UsageError("--window and --step must be at least 1 ns", hint="Timestamps are integer nanoseconds")
+    part = EntropyPartial(window_ns, step_ns, n_cls, window_events, auto, grouped=by is not None,
+                          params={"ops": list(ops), "min_class": min_class, "max_class": max_class,
+                                  "by": by, "device": device})
     for batch in batches:
-        part.events_read += batch.num_rows
-        ts_arr = batch.column("ts_ns")
-        if ts_arr.null_count:
-            part.has_null_ts = True
+        part.n_read += batch.num_rows
+        if device is not None:
+            batch = batch.filter(pa.array(device_rows(batch.column("device"), device)))
+        part.n_selected += batch.num_rows
+        part.seen.add(batch.column("op"))
         mask = op_mask(batch.column("op"), ops)
         # np.compress, not boolean indexing: several times faster on a mask that flips row to row.
         cls = size_classes(np.compress(mask, batch.column("size_bytes")), min_class, max_class) - min_class
-        part.events_counted += int(cls.size)
-        if window_events is None:
-            if part.has_null_ts:
-                raise AnalysisError(
-                    "events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
-                    hint="Use --window-events N to count windows of N consecutive events")
-            ts = np.asarray(ts_arr)
-            acc.observe_span(ts)
-            acc.add(np.compress(mask, ts), cls)
-        else:
-            part.events.append((np.compress(mask, ts_arr.fill_null(0)), cls))
+        gkeys = group_keys(batch.column(by)) if by is not None else None
+        ts_arr = batch.column("ts_ns")
+        if not part.event_mode and not ts_arr.null_count and batch.num_rows:
+            _check_span(part, np.asarray(ts_arr), batch)
+        part.add(ts_arr, mask, cls, gkeys)
         if on_progress is not None:
             on_progress()
     return part
 
 
 def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> EntropyResult:
-    """The result from the merged partial of every batch.
+    """The EntropyResult of a (merged) partial: window choice, tables, trends, segments and notes.
 
     Raises:
-        AnalysisError: nothing to count, or no timestamps.
+        AnalysisError: an op never occurs in the input, or no event was counted.
     """
-    acc, window_events, n_cls, has_null_ts = part.counts, part.params["window_events"], part.params["classes"], part.has_null_ts
-    ops = part.params["ops"]
-    window_ns, step_ns = acc.window_ns, acc.step_ns
-    if part.events_counted == 0 and window_events is not None:
-        raise AnalysisError(f"no events with op {', '.join(ops)} were read", hint="Check --ops")
-    if window_events is None:
-        ks, counts = acc.finish()
-        start = ks * step_ns
-        end = start + window_ns
-        windows_idx = ks
-    else:
-        ev_ts = [t for t, _ in part.events]
-        ev_cls = [c for _, c in part.events]
-        windows_idx, start, end, counts = _event_windows(ev_ts, ev_cls, window_events, n_cls, has_null_ts)
-    h = entropy_bits(counts)
-    hours = (start - start[0]) / NS_PER_HOUR if start is not None and len(start) else None
-    table = _windows_table(windows_idx, start, end, hours, counts, h, n_cls)
-    x = hours if hours is not None else windows_idx.astype(np.float64)
-    trend = fit_trend(x, h)
-    trend["x"] = "hours" if not has_null_ts else "window"
+    p = part.params
+    ops, device, by, n_cls = p["ops"], p["device"], p["by"], part.n_classes
+    part.seen.check(ops)
+    if part.n_counted == 0:
+        where = f" on device {device}" if device is not None else ""
+        raise AnalysisError(f"no events with op {', '.join(ops)} were read{where}",
+                            hint="Check --ops" + (" and --device" if device is not None else ""))
+    part.choose(DEFAULT_WINDOW_S)
+    pooled, groups = part.finish()
+    first_ns, last_ns = part.pooled.first_ns, part.pooled.last_ns
+    x_unit = "window" if part.has_null_ts else "hours"
+    table, trend, h = _series(pooled, first_ns, n_cls, x_unit, last_ns)
+    x = _x(table)
     segs = segment_trends(x, h, segments) if segments else []
-    params = {**part.params, "segments_hours": list(segments)}
-    summary = {"events_read": part.events_read, "events_counted": part.events_counted, "windows": table.num_rows,
-               "empty_windows": int((counts.sum(axis=1) == 0).sum()),
-               "first_ns": acc.first_ns, "last_ns": acc.last_ns,
-               "mean_entropy_bits": float(np.nanmean(h)) if np.isfinite(h).any() else None}
-    return EntropyResult(table, trend, segs, params, summary)
+    notes = part.notes + _notes(part, pooled, segments, x, first_ns, last_ns)
+    params = {"window_s": (part.window_ns / 1e9) if not part.event_mode else None,
+              "step_s": (part.step_ns / 1e9) if not part.event_mode else None,
+              "window_events": part.window_events if part.event_mode else None,
+              "ops": list(ops), "min_class": p["min_class"], "max_class": p["max_class"], "classes": n_cls,
+              "segments_hours": list(segments), "by": by, "device": device,
+              "window_choice": {"auto": part.choice is not None, **(part.choice or {"mode": "given"})}}
+    summary = {"events_read": part.n_read, "events_counted": part.n_counted, **_series_summary(table, h),
+               "first_ns": first_ns, "last_ns": last_ns,
+               "span_s": (last_ns - first_ns) / 1e9 if first_ns is not None else None,
+               "events_left_out": pooled.left_out, "notes": notes}
+    if device is not None:
+        summary["events_on_device"] = part.n_selected
+    out_groups = []
+    for key, sc in groups.items():
+        gtable, gtrend, gh = _series(sc, first_ns, n_cls, x_unit, last_ns)
+        out_groups.append({"by": by, "group": group_label(key), "trend": gtrend, "windows": gtable,
+                           "summary": {"events_counted": part.group_counted.get(key, 0),
+                                       **_series_summary(gtable, gh), "events_left_out": sc.left_out}})
+    return EntropyResult(table, trend, segs, params, summary, out_groups)
 
 
-def _event_windows(ev_ts, ev_cls, n, n_cls, has_null_ts):
-    ts = np.concatenate(ev_ts) if ev_ts else np.zeros(0, np.int64)
-    cls = np.concatenate(ev_cls) if ev_cls else np.zeros(0, np.int64)
-    if not has_null_ts:
-        order = np.argsort(ts, kind="stable")
-        ts, cls = ts[order], cls[order]
-    n_win = ts.size // n  # only complete windows; the remainder is reported in events_counted
-    ts, cls = ts[: n_win * n], cls[: n_win * n]
-    w = np.repeat(np.arange(n_win), n)
-    counts = np.bincount(w * n_cls + cls, minlength=n_win * n_cls).reshape(n_win, n_cls)
-    if has_null_ts or n_win == 0:
-        return np.arange(n_win), None, None, counts
-    return np.arange(n_win), ts[::n], ts[n - 1 :: n], counts
+def _check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> None:
+    """Refuse (or warn about) a span implausible for the rows read, before windows are allocated for it."""
+    stream, n_read, rows_in_file, notes = part, part.n_read, part.rows_in_file, part.notes
+    p = stream.pooled
+    lo, hi = int(ts.min()), int(ts.max())
+    first = lo if p.first_ns is None else min(lo, p.first_ns)
+    last = hi if p.last_ns is None else max(hi, p.last_ns)
+    name = _source_name(batch)
+    base = rows_in_file.get(name, 0)
+    rows_in_file[name] = base + batch.num_rows
+    n_win = timescale.windows_spanned(first, last, stream.window_ns, stream.step_ns)
+    if not timescale.implausible_span(n_win, n_read):
+        return
+    i = timescale.find_outlier(ts, p.first_ns, p.last_ns)
+    span = timescale.fmt_duration((last - first) / 1e9)
+    if i is not None:
+        others = np.delete(ts, i)
+        rest = [int(v) for v in (others.min(), others.max())] if others.size else [p.first_ns, p.last_ns]
+        if p.first_ns is not None:
+            rest = [min(rest[0], p.first_ns), max(rest[1], p.last_ns)]
+        raise AnalysisError(
+            f"row {base + i + 1} has timestamp {int(ts[i]):,} ns, far outside the other rows "
+            f"({rest[0]:,} .. {rest[1]:,} ns); with it the run would span {span}, "
+            f"{timescale.plural(n_win, 'window')} for {timescale.plural(n_read, 'row')}",
+            path=name, hint="Fix or remove that row (a timestamp in another unit?), or check --time-unit")
+    if not any(n.startswith("Warning: the run spans") for n in notes):
+        notes.append(f"Warning: the run spans {span} ({timescale.plural(n_win, 'window')} for "
+                     f"{timescale.plural(n_read, 'row')} read); check --time-unit or use a longer --window")
 
 
-def _windows_table(idx, start, end, hours, counts, h, n_cls) -> pa.Table:
+def _source_name(batch: pa.RecordBatch) -> str | None:
+    if "source_file" not in batch.schema.names or batch.num_rows == 0:
+        return None
+    col = batch.column("source_file")
+    return col.dictionary[col.indices[0].as_py()].as_py() if pa.types.is_dictionary(col.type) else col[0].as_py()
+
+
+def _series(sc, first_ns, n_cls, x_unit, last_ns):
+    """Windows table, trend and entropies of one series."""
+    h = entropy_bits(sc.counts)
+    start = sc.start
+    hours = (start - start[0]) / NS_PER_HOUR if start is not None and len(start) else None
+    offset = (start - first_ns) / 1e9 if start is not None and first_ns is not None else None
+    table = _windows_table(sc.idx, start, sc.end, hours, sc.counts, h, n_cls, offset)
+    trend = fit_trend(_x(table), h)
+    trend["x"] = x_unit
+    span_s = (last_ns - first_ns) / 1e9 if first_ns is not None and x_unit == "hours" else None
+    trend.update(_display(trend, span_s))
+    return table, trend, h
+
+
+def _x(table: pa.Table) -> np.ndarray:
+    hours = table.column("hours")
+    if table.num_rows and hours.null_count == 0:
+        return hours.to_numpy()
+    return table.column("window").to_numpy().astype(np.float64)
+
+
+def _display(trend: dict, span_s: float | None) -> dict:
+    """The slope in bits per hour (fixed key) and in the unit that fits the run's span."""
+    per_hour = trend["slope"] if trend["x"] == "hours" else None
+    if span_s is None:
+        return {"slope_bits_per_hour": per_hour, "display": {"unit": "bits/window", "slope": trend["slope"],
+                                                             "theil_sen_slope": trend["theil_sen"]["slope"]}}
+    name, hours_per = timescale.slope_unit(span_s)
+
+    def scale(v):
+        return None if v is None else v * hours_per
+
+    ts = trend["theil_sen"]
+    return {"slope_bits_per_hour": per_hour,
+            "display": {"unit": f"bits/{name}", "slope": scale(trend["slope"]), "theil_sen_slope": scale(ts["slope"]),
+                        "theil_sen_low": scale(ts["low"]), "theil_sen_high": scale(ts["high"])}}
+
+
+def _series_summary(table: pa.Table, h: np.ndarray) -> dict:
+    events = table.column("events").to_numpy()
+    return {"windows": table.num_rows, "empty_windows": int((events == 0).sum()),
+            "mean_entropy_bits": float(np.nanmean(h)) if np.isfinite(h).any() else None}
+
+
+def _notes(stream, pooled, segments, x, first_ns, last_ns) -> list[str]:
+    """What was chosen and what was left out, for stderr and the JSON summary."""
+    notes = []
+    c = stream.choice
+    if c is not None:
+        what = (f"windows of {timescale.fmt_duration(c['window_s'])}" if c["mode"] == "time"
+                else f"windows of {timescale.plural(c['window_events'], 'event')}")
+        notes.append(f"Note: using {what} ({timescale.plural(pooled.idx.size, 'window')}): {c['reason']}; "
+                     "give --window or --window-events to choose")
+    if stream.event_mode and pooled.left_out:
+        notes.append(f"Note: the last {timescale.plural(pooled.left_out, 'counted event')} do not fill a window of "
+                     f"{timescale.plural(stream.window_events, 'event')} and are left out")
+    if segments and x.size:
+        end_h = float(np.nanmax(x)) if stream.has_null_ts or first_ns is None else (last_ns - first_ns) / NS_PER_HOUR
+        beyond = [b for b in segments if b >= end_h]
+        if beyond:
+            unit = "" if stream.has_null_ts else " h"
+            notes.append(f"Warning: --segments {', '.join(f'{b:g}' for b in beyond)} lie beyond the end of the run "
+                         f"({end_h:.4g}{unit}); their segments hold no windows")
+    return notes
+
+
+def _windows_table(idx, start, end, hours, counts, h, n_cls, offset=None) -> pa.Table:
     n = counts.sum(axis=1)
     nulls = pa.nulls(len(idx), pa.int64())
+    fnulls = pa.nulls(len(idx), pa.float64())
     return pa.Table.from_arrays(
         [
             pa.array(idx, pa.int64()),
             pa.array(start, pa.int64()) if start is not None else nulls,
             pa.array(end, pa.int64()) if end is not None else nulls,
-            pa.array(hours, pa.float64()) if hours is not None else pa.nulls(len(idx), pa.float64()),
+            pa.array(hours, pa.float64()) if hours is not None else fnulls,
             pa.array(n, pa.int64()),
             pa.array((counts > 0).sum(axis=1), pa.int32()),
             pa.array(h, pa.float64(), from_pandas=True),
             pa.array(h / np.log2(n_cls) if n_cls > 1 else np.where(n > 0, 0.0, np.nan), pa.float64(), from_pandas=True),
+            pa.array(offset, pa.float64()) if offset is not None else fnulls,
         ],
         schema=ENTROPY_WINDOWS,
     )

@@ -22,3 +22,48 @@ def op_mask(ops_column: pa.Array, ops: Sequence[str]) -> np.ndarray:
     import pyarrow.compute as pc  # 30 ms to import: only for plain string op columns
 
     return np.asarray(pc.fill_null(pc.is_in(ops_column, pa.array(list(ops))), False))
+
+
+class OpsSeen:
+    """The op names that occur in the rows read, so that an ``--ops`` naming none of them is an error.
+
+    On dictionary columns the rows are scanned once per new dictionary value, not once per batch:
+    a log's batches share their dictionary, so after the first batch this costs a set lookup.
+    """
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self._checked: set[str] = set()
+
+    def add(self, ops_column: pa.Array | pa.ChunkedArray) -> None:
+        if isinstance(ops_column, pa.ChunkedArray):
+            ops_column = ops_column.combine_chunks()
+        if pa.types.is_dictionary(ops_column.type):
+            values = ops_column.dictionary.to_pylist()
+            new = [i for i, v in enumerate(values) if v not in self._checked]
+            if not new:
+                return
+            idx = ops_column.indices.drop_null() if ops_column.null_count else ops_column.indices
+            used = np.bincount(np.asarray(idx), minlength=len(values)) > 0
+            for i in new:
+                if used[i]:
+                    self.seen.add(values[i])
+                    self._checked.add(values[i])
+            return
+        self.seen.update(v for v in ops_column.unique().to_pylist() if v is not None)
+
+    def merge(self, other: OpsSeen) -> OpsSeen:
+        """Combine with another partial (in place; returns self)."""
+        self.seen |= other.seen
+        self._checked |= other._checked
+        return self
+
+    def check(self, ops: Sequence[str], *, what: str = "op") -> None:
+        """Raises AnalysisError when one of ``ops`` never occurs, listing the ones that do."""
+        from veotrace.errors import AnalysisError
+
+        missing = [o for o in ops if o not in self.seen]
+        if missing:
+            present = ", ".join(sorted(self.seen)) or "none"
+            raise AnalysisError(f"--ops {','.join(missing)}: no such {what} in the input; the {what}s that occur are: "
+                                f"{present}")

@@ -1,0 +1,140 @@
+"""Time scales chosen from the data: round window lengths, display units, implausible spans, wording.
+
+A timed PyTorch snapshot spans seconds and a training log spans days; one fixed default window
+(300 s) cannot serve both. This module picks a round window from the data when the default would
+give too few windows, names durations and slope units that fit a span, and spots a timestamp that
+lies orders of magnitude away from the other rows (one epoch-ns row in a log of small numbers)
+before anything is allocated for the windows it would imply.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NS_PER_S = 1_000_000_000
+#: Fewer windows than this is not a usable series: the default window is replaced by one from the data.
+MIN_WINDOWS = 20
+#: An automatic choice aims at about one non-empty window per this many counted events ...
+AUTO_EVENTS_PER_WINDOW = 20
+#: ... and at this many non-empty windows at most (enough for a trend, few enough to read).
+AUTO_MAX_WINDOWS = 100
+#: Round window lengths (ns) an automatic choice picks from: 1-2-5 steps from 1 us to 5 s, then 10 s ... 5 min.
+ROUND_WINDOWS_NS = tuple(int(m * 10**e) for e in range(3, 10) for m in (1, 2, 5)) + (
+    10 * NS_PER_S, 15 * NS_PER_S, 30 * NS_PER_S, 60 * NS_PER_S, 120 * NS_PER_S, 300 * NS_PER_S)
+#: A span of more windows than this AND more than OUTLIER_WINDOWS_PER_ROW per row read is implausible.
+OUTLIER_MIN_WINDOWS = 100_000
+OUTLIER_WINDOWS_PER_ROW = 10
+#: One timestamp is an outlier when the gap between it and the rest is this share of the whole span.
+OUTLIER_GAP_SHARE = 0.99
+
+_UNITS = ((1e-9, "ns"), (1e-6, "us"), (1e-3, "ms"), (1.0, "s"), (60.0, "min"), (3600.0, "h"))
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``"1 window"``, ``"2 windows"``, ``"1,024 bursts"``."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def duration_unit(seconds: float) -> tuple[str, float]:
+    """The unit (name, seconds per unit) in which ``seconds`` reads as a number from 1 to < 1000-ish."""
+    name, scale = "ns", 1e-9
+    for s, n in _UNITS:
+        if abs(seconds) >= s:
+            name, scale = n, s
+    return name, scale
+
+
+def fmt_duration(seconds: float) -> str:
+    """A duration in the unit that fits it: ``"10 ms"``, ``"2.5 s"``, ``"5 min"``, ``"236.9 h"``."""
+    if seconds == 0:
+        return "0 s"
+    name, scale = duration_unit(seconds)
+    return f"{seconds / scale:.4g} {name}"
+
+
+def slope_unit(span_s: float) -> tuple[str, float]:
+    """Per-time unit for a slope over a run of ``span_s`` seconds: (name, hours per unit).
+
+    Seconds below 2 minutes, minutes below 2 hours, hours above, so that a 3-second snapshot
+    does not report "1,595 bits/hour".
+    """
+    if span_s < 120:
+        return "second", 1 / 3600
+    if span_s < 7200:
+        return "minute", 1 / 60
+    return "hour", 1.0
+
+
+def target_windows(n_events: int) -> int:
+    """How many non-empty windows an automatic choice aims at for ``n_events`` counted events."""
+    return int(min(AUTO_MAX_WINDOWS, max(MIN_WINDOWS, n_events // AUTO_EVENTS_PER_WINDOW)))
+
+
+def nonempty_windows(ts_sorted: np.ndarray, window_ns: int) -> int:
+    """Number of distinct windows [k*W, (k+1)*W) holding at least one of the sorted timestamps."""
+    if ts_sorted.size == 0:
+        return 0
+    k = ts_sorted // window_ns
+    return int(np.count_nonzero(k[1:] != k[:-1])) + 1
+
+
+def choose_window_ns(ts: np.ndarray, n_events: int) -> int | None:
+    """The longest round window giving at least ``target_windows(n_events)`` non-empty windows.
+
+    Args:
+        ts: timestamps (ns) of the counted events, any order.
+
+    Returns:
+        The window in ns, or None when even the shortest round window gives too few (events at a
+        handful of instants): the caller then falls back to windows of consecutive events.
+    """
+    want = target_windows(n_events)
+    ts = np.sort(ts)
+    # Non-empty windows shrink (near enough monotonically) as windows grow: bisect the ladder.
+    lo, hi = 0, len(ROUND_WINDOWS_NS)  # invariant: every ladder entry below lo fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if nonempty_windows(ts, ROUND_WINDOWS_NS[mid]) >= want:
+            lo = mid + 1
+        else:
+            hi = mid
+    return ROUND_WINDOWS_NS[lo - 1] if lo > 0 else None
+
+
+def auto_window_events(n_events: int) -> int:
+    """Events per window for an automatic event-count window (at least 1)."""
+    return max(1, n_events // target_windows(n_events))
+
+
+def windows_spanned(first_ns: int, last_ns: int, window_ns: int, step_ns: int) -> int:
+    """Number of windows k with k*S <= last and k*S + W > first (the windows a span produces)."""
+    return int(last_ns // step_ns - ((first_ns - window_ns) // step_ns + 1) + 1)
+
+
+def implausible_span(n_windows: int, rows_read: int) -> bool:
+    """True when ``n_windows`` is far more than the rows read could need (a unit mistake or an outlier row)."""
+    return n_windows > OUTLIER_MIN_WINDOWS and n_windows > OUTLIER_WINDOWS_PER_ROW * max(rows_read, 1)
+
+
+def find_outlier(ts: np.ndarray, first_ns: int | None = None, last_ns: int | None = None) -> int | None:
+    """Index in ``ts`` of a single timestamp far from all the others, or None.
+
+    ``first_ns``/``last_ns`` are the span of rows seen before ``ts`` (they take part in the
+    comparison but are never returned). A timestamp is an outlier when the gap between it and the
+    nearest other value is at least OUTLIER_GAP_SHARE of the whole span.
+    """
+    if ts.size == 0:
+        return None
+    prior = [v for v in (first_ns, last_ns) if v is not None]
+    allv = np.concatenate([ts.astype(np.int64), np.array(prior, np.int64)]) if prior else ts.astype(np.int64)
+    if allv.size < 3:
+        return None
+    order = np.argsort(allv, kind="stable")
+    s = allv[order].astype(np.float64)
+    span = s[-1] - s[0]
+    if span <= 0:
+        return None
+    for pos, gap in ((-1, s[-1] - s[-2]), (0, s[1] - s[0])):
+        if gap >= OUTLIER_GAP_SHARE * span and order[pos] < ts.size:
+            return int(order[pos])
+    return None
