@@ -83,13 +83,17 @@ class Strides:
             return
         vals, cnt = np.unique(d, return_counts=True)
         self.total += int(d.size)
-        for v, c in zip(vals.tolist(), cnt.tolist()):
-            if v in self.counts:
-                self.counts[v] += c
-            elif len(self.counts) < MAX_STRIDES:
-                self.counts[v] = c
-            else:
-                self.other += c
+        known = np.fromiter(self.counts, np.int64, len(self.counts))
+        hit = np.isin(vals, known)
+        for v, c in zip(vals[hit].tolist(), cnt[hit].tolist()):
+            self.counts[v] += c
+        room = MAX_STRIDES - len(self.counts)
+        new_v, new_c = vals[~hit], cnt[~hit]
+        if new_v.size > room:  # keep the most frequent new strides, count the rest as uncounted
+            top = np.argsort(-new_c, kind="stable")
+            self.other += int(new_c[top[room:]].sum())
+            new_v, new_c = new_v[top[:room]], new_c[top[:room]]
+        self.counts.update(zip(new_v.tolist(), new_c.tolist()))
 
     def summary(self) -> dict:
         """Top strides with their shares; ``dominant_share`` is how regular the sequence is (1 = one stride)."""

@@ -70,71 +70,58 @@ class DeviceState:
     counters: Counters = field(default_factory=Counters)
 
     # -- blocks ---------------------------------------------------------------------------------
-    def apply_blocks(self, code: np.ndarray, addr: np.ndarray, block: np.ndarray, req: np.ndarray,
-                     size: np.ndarray) -> np.ndarray:
-        """Apply the alloc/free rows of a time-ordered run; returns live-bytes deltas per row."""
-        n = code.size
-        delta = np.zeros(n, np.int64)
-        idx = np.flatnonzero((code == ALLOC) | (code == FREE))
-        if idx.size == 0:
-            return delta
-        a = addr[idx]
-        order = np.argsort(a, kind="stable")
-        sa, pos = a[order], idx[order]
-        is_alloc = code[pos] == ALLOC
-        m = sa.size
-        first = np.ones(m, bool)
-        first[1:] = sa[1:] != sa[:-1]
-        last = np.ones(m, bool)
-        last[:-1] = first[1:]
-        prev_alloc = np.zeros(m, bool)
-        prev_alloc[1:] = is_alloc[:-1] & ~first[1:]
-        # Carried live blocks hit by the first event at their address.
-        L = self.addr.size
-        cpos = np.searchsorted(self.addr, sa[first]) if L else np.zeros(int(first.sum()), np.int64)
-        hit = np.zeros(m, bool)
-        hit_slot = np.full(m, -1, np.int64)
-        if L:
-            ok = cpos < L
-            ok[ok] = self.addr[cpos[ok]] == sa[first][ok]
-            fi = np.flatnonzero(first)
-            hit[fi[ok]] = True
-            hit_slot[fi[ok]] = cpos[ok]
-        bsz = block[pos]
-        # Size of the block live at this address just before each row (0 when none).
-        prev_size = np.zeros(m, np.int64)
-        prev_size[1:] = np.where(prev_alloc[1:], bsz[:-1], 0)
-        if L:
-            prev_size[hit] = self.size[hit_slot[hit]]
-        had_block = prev_alloc | hit
-        frees = ~is_alloc
-        self.counters.unknown_frees += int((frees & ~had_block).sum())
-        self.counters.double_allocs += int((is_alloc & had_block).sum())
-        freed = frees & had_block
-        self.counters.oversize_frees += int((freed & (size[pos] > prev_size)).sum())
-        delta[pos] = np.where(is_alloc, bsz, 0) - np.where(had_block, prev_size, 0)
-        # New live set: carried blocks not touched, plus groups ending in an alloc.
-        keep = np.ones(L, bool)
-        if L:
-            keep[hit_slot[hit]] = False
-        new = last & is_alloc
-        self._merge(keep, sa[new], bsz[new], req[pos][new])
-        self.live_bytes += int(delta.sum())
-        return delta
+    def match_run(self, sa: np.ndarray, first: np.ndarray, last: np.ndarray, is_alloc: np.ndarray,
+                  bsz: np.ndarray, req: np.ndarray, fsize: np.ndarray, pos: np.ndarray, delta: np.ndarray) -> None:
+        """Apply one run of alloc/free rows sorted by (address, time) against the carried live set.
 
-    def _merge(self, keep: np.ndarray, a: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-        if not keep.all():
+        ``delta`` (live-bytes change per row of the batch, indexed by ``pos``) already holds what the
+        run does by itself (its allocs, and frees of blocks allocated earlier in the run, see
+        ``windows.match_batch``); this adds the release of carried blocks hit by the first row at
+        their address, and updates the live set: carried blocks hit leave it, and every address
+        whose last row is an alloc enters it.
+        """
+        L = self.addr.size
+        keep = None
+        if L and sa.size:
+            fi = np.flatnonzero(first)
+            fa = sa[fi]
+            cpos = np.searchsorted(self.addr, fa)
+            np.minimum(cpos, L - 1, out=cpos)
+            ok = self.addr[cpos] == fa
+            if ok.any():
+                hits, slots = fi[ok], cpos[ok]
+                hs = self.size[slots]
+                delta[pos[hits]] -= hs
+                ia = is_alloc[hits]
+                n_alloc = int(ia.sum())
+                self.counters.double_allocs += n_alloc
+                self.counters.unknown_frees -= hits.size - n_alloc  # counted unknown by match_batch
+                self.counters.oversize_frees += int(((fsize[hits] > hs) & ~ia).sum())
+                keep = np.ones(L, bool)
+                keep[slots] = False
+        new = last & is_alloc
+        self._merge(keep, sa[new], bsz[new], req[new])
+
+    def _merge(self, keep: np.ndarray | None, a: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+        if keep is not None:
             self.addr, self.size, self.req = self.addr[keep], self.size[keep], self.req[keep]
         if a.size:
             at = np.searchsorted(self.addr, a)
-            self.addr = np.insert(self.addr, at, a)
-            self.size = np.insert(self.size, at, s)
-            self.req = np.insert(self.req, at, r)
+            at += np.arange(a.size)  # where each new block lands in the merged arrays
+            n = self.addr.size + a.size
+            old = np.ones(n, bool)
+            old[at] = False
+            for name, new in (("addr", a), ("size", s), ("req", r)):
+                cur = getattr(self, name)
+                out = np.empty(n, cur.dtype)
+                out[old] = cur
+                out[at] = new
+                setattr(self, name, out)
 
     def update_pending(self, code: np.ndarray, addr: np.ndarray) -> None:
         """free_requested marks a block pending (it still holds memory until free_completed).
 
-        Called after ``apply_blocks`` on the same run: an address is pending when its last
+        Called after ``match_run`` on the same run: an address is pending when its last
         alloc/free/free_requested row in the run is a free_requested and the block is live.
         """
         rel = np.flatnonzero((code == ALLOC) | (code == FREE) | (code == FREE_REQ))

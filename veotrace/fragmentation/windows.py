@@ -39,6 +39,7 @@ class _Win:
     peak_reserved: int = 0
     integral: float = 0.0
     t_start: int | None = None  # effective start of the window (first event of the trace, or k*W)
+    level: int = 0  # live bytes after the window's last event so far
 
 
 def _codes(op: pa.Array) -> np.ndarray:
@@ -60,6 +61,58 @@ def _col(batch, name: str, dtype, fill) -> np.ndarray | None:
     return np.asarray(arr).astype(dtype, copy=False)
 
 
+@dataclass
+class Matched:
+    """Alloc/free rows of a batch sorted by (run, address, time), with what the rows do among themselves."""
+
+    pos: np.ndarray  # row index in the batch
+    pos_time: np.ndarray  # the same rows in time order
+    sa: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    is_alloc: np.ndarray
+    bsz: np.ndarray
+    req: np.ndarray
+    fsize: np.ndarray
+    delta: np.ndarray  # live-bytes change per batch row
+    run_bounds: list
+
+
+def match_batch(code, addr, size, block, run_id, st: DeviceState) -> Matched:
+    """Pair allocs and frees at the same address within each run with one sort for the whole batch.
+
+    A free releases the block of the alloc just before it at its address in the same run; frees
+    with no such alloc are counted unknown here and un-counted by ``DeviceState.match_run`` when
+    the carried live set holds their block.
+    """
+    pos_time = np.flatnonzero((code == ALLOC) | (code == FREE))
+    a, r = addr[pos_time], run_id[pos_time]
+    order = np.argsort(a, kind="stable")
+    if r.size and r[-1] > 0:  # then by run: a stable radix sort when run ids fit in 16 bits
+        rr = r[order]
+        order = order[np.argsort(rr.astype(np.int16) if rr[-1] < 32768 and r.max() < 32768 else rr, kind="stable")]
+    pos, sa, sr = pos_time[order], a[order], r[order]
+    is_alloc = code[pos] == ALLOC
+    bsz = block[pos]
+    m = sa.size
+    first = np.ones(m, bool)
+    first[1:] = (sa[1:] != sa[:-1]) | (sr[1:] != sr[:-1])
+    last = np.ones(m, bool)
+    last[:-1] = first[1:]
+    prev_alloc = np.zeros(m, bool)
+    prev_alloc[1:] = is_alloc[:-1] & ~first[1:]
+    prev_sz = np.zeros(m, np.int64)
+    prev_sz[1:] = np.where(prev_alloc[1:], bsz[:-1], 0)
+    fsize = size[pos]
+    delta = np.zeros(code.size, np.int64)
+    delta[pos] = np.where(is_alloc, bsz, 0) - prev_sz
+    st.counters.double_allocs += int((is_alloc & prev_alloc).sum())
+    st.counters.oversize_frees += int((~is_alloc & prev_alloc & (fsize > prev_sz)).sum())
+    st.counters.unknown_frees += int((~is_alloc & ~prev_alloc).sum())
+    run_bounds = np.searchsorted(sr, np.arange(int(run_id[-1]) + 2) if run_id.size else [0]).tolist()
+    return Matched(pos, pos_time, sa, first, last, is_alloc, bsz, fsize, fsize, delta, run_bounds)
+
+
 class Replay:
     """Stateful replay: ``feed(batch)`` for every batch, then ``finish()``."""
 
@@ -71,6 +124,7 @@ class Replay:
             self.states[d].counters = s.counters
         self.round_bytes, self.max_gap, self.threshold, self.bins = round_bytes, max_gap, threshold, bins
         self.layout, self.at_ns = layout, at_ns
+        self.labels = [bin_label(lo, hi) for lo, hi in bins]
         self.open: dict[int, _Win] = {}
         self.last_ts: dict[int, int] = {}
         self.first_ts: dict[int, int] = {}
@@ -132,72 +186,113 @@ class Replay:
                 code, addr, size, block, ts = code[order], addr[order], size[order], block[order], ts[order]
             last = self.last_ts.get(d)
             if last is not None and ts[0] < last:
-                late = ts < last
-                st.counters.out_of_order += int(late.sum())
+                st.counters.out_of_order += int((ts < last).sum())
                 ts = np.maximum(ts, last)
             k = ts // self.window_ns
+        win = self.open.get(d)
+        if win is not None and win.k != int(k[0]):  # the window left open by the last batch ends here
+            self._close(d, st, win, end_ns=None, upto=int(k[0]), snap=None)
+            del self.open[d]
         self.first_ts.setdefault(d, int(ts[0]))
         self.last_ts[d] = int(ts[-1])
+        n = code.size
         cuts = np.flatnonzero(k[1:] != k[:-1]) + 1
         if self.at_ns is not None and self.at_states is None and self.window_events is None:
             cuts = np.union1d(cuts, np.flatnonzero((ts[:-1] <= self.at_ns) & (ts[1:] > self.at_ns)) + 1)
-        bounds = np.r_[0, cuts, code.size].astype(np.int64)
-        rel = (code == ALLOC) | (code == FREE)
-        self.layout.add(d, addr[rel], code[rel] == ALLOC, size[rel])
-        for i, j in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            self._run(d, st, int(k[i]), code[i:j], addr[i:j], size[i:j], block[i:j], ts[i:j])
-
-    def _run(self, d, st, k, code, addr, size, block, ts) -> None:
-        if self.at_ns is not None and self.at_states is None and self.window_events is None and ts[0] > self.at_ns:
-            self.capture_at()
-        win = self.open.get(d)
-        if win is None or win.k != k:
-            if win is not None:
-                self._close(d, st, win, end_ns=None, upto=k)
-            t0 = int(ts[0]) if self.window_events is None else None
-            start = None if t0 is None else max(k * self.window_ns, self.first_ts[d])
-            win = self.open[d] = _Win(k, start, t_start=start)
+        bounds = np.r_[0, cuts, n].astype(np.int64)
+        nrun = bounds.size - 1
+        run_id = np.repeat(np.arange(nrun), np.diff(bounds))
+        m = match_batch(code, addr, size, block, run_id, st)
+        self.layout.add(d, addr[m.pos_time], code[m.pos_time] == ALLOC, size[m.pos_time])
         live0, res0 = st.live_bytes, st.reserved_bytes
-        delta = st.apply_blocks(code, addr, block, size, size)
-        if st.pending or (code == FREE_REQ).any():
-            st.update_pending(code, addr)
-        live = live0 + np.cumsum(delta)
-        seg = np.flatnonzero(code >= SEG_ALLOC)
-        peak_res = res0
-        if seg.size:
-            rdelta = np.zeros(code.size, np.int64)
-            for p in seg.tolist():
-                rdelta[p] = st.apply_segment(int(code[p]), int(addr[p]), int(size[p]))
-            reserved = res0 + np.cumsum(rdelta)
-            peak_res = int(reserved.max())
-            win.dev_allocs += int(((code == SEG_ALLOC) | (code == SEG_MAP)).sum())
-            win.dev_frees += int(seg.size) - int(((code == SEG_ALLOC) | (code == SEG_MAP)).sum())
-        win.events += int(code.size)
-        win.allocs += int((code == ALLOC).sum())
-        win.frees += int((code == FREE).sum())
-        win.peak_live = max(win.peak_live, live0, int(live.max()))
-        win.peak_reserved = max(win.peak_reserved, res0, peak_res)
+        rdelta = None
+        seg_pos = np.flatnonzero(code >= SEG_ALLOC)
+        has_req = bool((code == FREE_REQ).any())
+        snaps: list = [None] * nrun
+        bl = bounds.tolist()
+        ks = k[bounds[:-1]].tolist()
+        for j in range(nrun):
+            i0, i1 = bl[j], bl[j + 1]
+            if self.at_ns is not None and self.at_states is None and self.window_events is None and ts[i0] > self.at_ns:
+                self.capture_at()
+            s0, s1 = m.run_bounds[j], m.run_bounds[j + 1]
+            if s1 > s0 or st.addr.size:
+                st.match_run(m.sa[s0:s1], m.first[s0:s1], m.last[s0:s1], m.is_alloc[s0:s1], m.bsz[s0:s1],
+                             m.req[s0:s1], m.fsize[s0:s1], m.pos[s0:s1], m.delta)
+            if has_req or st.pending:
+                st.update_pending(code[i0:i1], addr[i0:i1])
+            if seg_pos.size:
+                a, b = np.searchsorted(seg_pos, [i0, i1])
+                if b > a:
+                    rdelta = np.zeros(n, np.int64) if rdelta is None else rdelta
+                    for p in seg_pos[a:b].tolist():
+                        rdelta[p] = st.apply_segment(int(code[p]), int(addr[p]), int(size[p]))
+            if j + 1 < nrun and ks[j + 1] != ks[j]:
+                snaps[j] = self._snapshot(st)
+        live = live0 + np.cumsum(m.delta)
+        st.live_bytes = int(live[-1])
+        reserved = res0 + np.cumsum(rdelta) if rdelta is not None else None
+        starts = bounds[:-1]
+        peak_live = np.maximum.reduceat(live, starts)
+        peak_res = np.maximum.reduceat(reserved, starts) if reserved is not None else None
+        count = lambda mask: np.bincount(run_id[mask], minlength=nrun)  # noqa: E731
+        n_alloc, n_free = count(code == ALLOC), count(code == FREE)
+        n_dalloc = count((code == SEG_ALLOC) | (code == SEG_MAP))
+        n_dfree = count((code >= SEG_ALLOC) & (code != SEG_ALLOC) & (code != SEG_MAP))
         if self.window_events is None:
             t = ts.astype(np.float64)
-            win.integral += live0 * (t[0] - win.t_from) + float(np.dot(live[:-1], np.diff(t)))
-            win.t_from = int(ts[-1])
+            piece = np.zeros(n)
+            piece[:-1] = live[:-1] * np.diff(t)
+            piece[bounds[1:] - 1] = 0.0  # a run's last level is integrated by the next run or the close
+            integ = np.add.reduceat(piece, starts)
         else:
-            win.integral += float(live.sum())
+            integ = np.add.reduceat(live.astype(np.float64), starts)
+        end_live = live[bounds[1:] - 1]
+        before = np.r_[live0, end_live[:-1]]
+        for j in range(nrun):
+            kj = ks[j]
+            win = self.open.get(d)
+            if win is None or win.k != kj:
+                if win is not None:
+                    self._close(d, st, win, end_ns=None, upto=kj, snap=None)
+                t0 = max(kj * self.window_ns, self.first_ts[d]) if self.window_events is None else None
+                win = self.open[d] = _Win(kj, t0, t_start=t0)
+            win.events += int(bounds[j + 1] - bounds[j])
+            win.allocs += int(n_alloc[j])
+            win.frees += int(n_free[j])
+            win.dev_allocs += int(n_dalloc[j])
+            win.dev_frees += int(n_dfree[j])
+            win.peak_live = max(win.peak_live, int(before[j]), int(peak_live[j]))
+            r_before = res0 if j == 0 or reserved is None else int(reserved[bounds[j] - 1])
+            win.peak_reserved = max(win.peak_reserved, r_before, int(peak_res[j]) if peak_res is not None else res0)
+            if self.window_events is None:
+                win.integral += int(before[j]) * (int(ts[bounds[j]]) - win.t_from) + float(integ[j])
+                win.t_from = int(ts[bounds[j + 1] - 1])
+            else:
+                win.integral += float(integ[j])
+            win.level = int(end_live[j])
+            if snaps[j] is not None:
+                self._close(d, st, win, end_ns=None, upto=ks[j + 1], snap=snaps[j])
+                del self.open[d]
 
-    # -- output ---------------------------------------------------------------------------------
-    def _close(self, d: int, st: DeviceState, win: _Win, *, end_ns: int | None, upto: int | None) -> None:
-        """Finish the window ``win`` (its events are all applied), then the empty windows up to ``upto``."""
+    def _snapshot(self, st: DeviceState):
         fb = M.free_blocks(st, max_gap=self.max_gap)
         m = M.state_metrics(st, max_gap=self.max_gap, threshold=self.threshold, fb=fb)
-        counts, nbytes = M.bin_counts(fb.size, self.bins)
+        return m, M.bin_counts(fb.size, self.bins)
+
+    # -- output ---------------------------------------------------------------------------------
+    def _close(self, d: int, st: DeviceState, win: _Win, *, end_ns: int | None, upto: int | None, snap) -> None:
+        """Finish the window ``win`` (its events are all applied), then the empty windows up to ``upto``."""
+        m, (counts, nbytes) = snap if snap is not None else self._snapshot(st)
+        level = win.level
         if self.window_events is None:
             W = self.window_ns
             w_end = (win.k + 1) * W if end_ns is None else end_ns
             span = w_end - win.t_start
-            integral = win.integral + st.live_bytes * (w_end - win.t_from)
-            mean = integral / span if span > 0 else float(st.live_bytes)
+            integral = win.integral + level * (w_end - win.t_from)
+            mean = integral / span if span > 0 else float(level)
         else:
-            mean = win.integral / win.events if win.events else float(st.live_bytes)
+            mean = win.integral / win.events if win.events else float(level)
         self._row(d, win, m, mean, counts, nbytes)
         if upto is not None and upto - win.k - 1 > 0:
             if len(self.rows) + upto - win.k > MAX_WINDOWS:
@@ -206,8 +301,8 @@ class Replay:
                 raise AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows",
                                     hint="Use a longer --window, or check --time-unit")
             for kk in range(win.k + 1, upto):
-                empty = _Win(kk, None, peak_live=st.live_bytes, peak_reserved=st.reserved_bytes)
-                self._row(d, empty, m, float(st.live_bytes), counts, nbytes)
+                empty = _Win(kk, None, peak_live=m["live_bytes"], peak_reserved=m["reserved_bytes"] or 0)
+                self._row(d, empty, m, float(m["live_bytes"]), counts, nbytes)
 
     def _row(self, d, win: _Win, m: dict, mean: float, counts, nbytes) -> None:
         W = self.window_ns
@@ -223,7 +318,7 @@ class Replay:
             "gmlake_frag": gml, **{key: m[key] for key in _STATE_COLUMNS},
         })
         for i, (lo, hi) in enumerate(self.bins):
-            self.bin_rows.append({"window": win.k, "device": d, "bin": bin_label(lo, hi), "lo_bytes": lo,
+            self.bin_rows.append({"window": win.k, "device": d, "bin": self.labels[i], "lo_bytes": lo,
                                   "hi_bytes": hi, "free_blocks": int(counts[i]), "free_bytes": int(nbytes[i])})
 
     def capture_at(self) -> None:
@@ -234,7 +329,7 @@ class Replay:
     def finish(self) -> None:
         for d, win in sorted(self.open.items()):
             end = self.last_ts[d] if self.window_events is None else None
-            self._close(d, self.states[d], win, end_ns=end, upto=None)
+            self._close(d, self.states[d], win, end_ns=end, upto=None, snap=None)
         if self.at_ns is not None and self.at_states is None:
             self.capture_at()
 
