@@ -11,6 +11,7 @@ from veotrace.analysis.defaults import BURSTS_GAP_MS as _GAP_MS
 from veotrace.analysis.defaults import BURSTS_MIN_EVENTS as _MIN_EVENTS
 from veotrace.analysis.defaults import BURSTS_OPS as _OPS
 from veotrace.cli.app import app
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt, engine_config
 from veotrace.cli.common import (
     FormatHintOpt,
     FormatOpt,
@@ -53,6 +54,10 @@ def bursts_command(
     output: OutputOpt = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
+    engine: EngineOpt = Engine.local,
+    jobs: JobsOpt = 1,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
 ) -> None:
@@ -71,10 +76,18 @@ def bursts_command(
             result = analysis.compute_kernel_bursts(read_table(paths, "gpu_activity", options=options, report=report),
                                                     gap_ms=gap, min_events=min_events)
         else:
+            config = engine_config(engine, jobs, scheduler, workers)
             with progress("reading", enabled=not no_progress) as bar:
-                batches = iter_alloc_events(paths, options=options, report=report, columns=analysis.COLUMNS,
-                                            on_progress=bar)
-                result = analysis.compute_bursts(batches, gap_ms=gap, min_events=min_events, ops=parse_ops(ops, _OPS))
+                if config.parallel:  # pieces of the inputs as tasks; the same runs, merged
+                    from veotrace.engine import run_bursts
+
+                    result = run_bursts(paths, config, options=options, report=report, gap_ms=gap,
+                                        min_events=min_events, ops=parse_ops(ops, _OPS), on_progress=bar)
+                else:
+                    batches = iter_alloc_events(paths, options=options, report=report, columns=analysis.COLUMNS,
+                                                on_progress=bar)
+                    result = analysis.compute_bursts(batches, gap_ms=gap, min_events=min_events,
+                                                     ops=parse_ops(ops, _OPS))
         print_report(report)
         result.summary["read"] = report.to_dict()
         write_plot(plot, "bursts", result, plot_size)

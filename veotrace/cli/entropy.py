@@ -12,6 +12,7 @@ from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
 from veotrace.analysis.defaults import ENTROPY_OPS as _OPS
 from veotrace.analysis.defaults import ENTROPY_WINDOW_S as _WINDOW_S
 from veotrace.cli.app import app
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt, engine_config
 from veotrace.cli.common import (
     FormatHintOpt,
     FormatOpt,
@@ -53,6 +54,10 @@ def entropy_command(
     save_baseline: Annotated[Path | None, typer.Option("--save-baseline", help="Also write the baseline that 'veotrace gate' compares runs with.", dir_okay=False)] = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
+    engine: EngineOpt = Engine.local,
+    jobs: JobsOpt = 1,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
 ) -> None:
@@ -63,11 +68,18 @@ def entropy_command(
         from veotrace.sources import iter_alloc_events
 
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
+        config = engine_config(engine, jobs, scheduler, workers)
+        params = dict(window_s=window, step_s=step, window_events=window_events, ops=parse_ops(ops, _OPS),
+                      min_class=min_class, max_class=max_class)
         with progress("reading", enabled=not no_progress) as bar:
-            batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=bar)
-            result = compute_entropy(batches, window_s=window, step_s=step, window_events=window_events,
-                                     ops=parse_ops(ops, _OPS),
-                                     min_class=min_class, max_class=max_class, segments=_hours(segments))
+            if config.parallel:  # pieces of the inputs as tasks; the same partials, merged
+                from veotrace.engine import run_entropy
+
+                result = run_entropy(paths, config, options=options, report=report, segments=_hours(segments),
+                                     on_progress=bar, **params)
+            else:
+                batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=bar)
+                result = compute_entropy(batches, **params, segments=_hours(segments))
         print_report(report)
         result.summary["read"] = report.to_dict()
         if save_baseline is not None:

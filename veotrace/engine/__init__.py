@@ -63,9 +63,14 @@ def plan(paths: Sequence[Path], options: ReadOptions, columns: Sequence[str] | N
 
 
 def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadReport,
-        on_progress: Callable[[int, int], None] | None = None, split_bytes: int | None = SPLIT_BYTES) -> Partial:
-    """The merged partial of ``job`` over ``paths``; what reading skipped is added to ``report``."""
+        on_progress: Callable[[int, int], None] | None = None, split: bool = True) -> Partial:
+    """The merged partial of ``job`` over ``paths``; what reading skipped is added to ``report``.
+
+    Args:
+        split: cut large files into pieces of about SPLIT_BYTES (else one piece per file).
+    """
     paths = [Path(p) for p in paths]
+    split_bytes = SPLIT_BYTES if split else None
     if config.kind == "local":
         from veotrace.engine.local import run_local
 
@@ -83,13 +88,19 @@ def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadRe
 
 
 def run_entropy(paths: Sequence[Path], config: EngineConfig, *, options: ReadOptions, report: ReadReport,
-                segments: Sequence[float] = (), on_progress: Callable[[int, int], None] | None = None, **params):
-    """``compute_entropy`` over ``paths`` on the engine (``params``: entropy_partial's keywords)."""
-    from veotrace.analysis.entropy import COLUMNS, _check, finish_entropy
+                segments: Sequence[float] = (), columns: Sequence[str] | None = None,
+                on_progress: Callable[[int, int], None] | None = None, **params):
+    """``compute_entropy`` over ``paths`` on the engine.
 
-    _check(params.get("window_s", 1.0), params.get("step_s"), params.get("min_class", 0),
-           params.get("max_class", 0), params.get("window_events"), segments)
-    part = run(paths, Job("entropy", params, options, COLUMNS), config, report=report, on_progress=on_progress)
+    Args:
+        columns: the ALLOC_EVENTS columns the analysis needs (default ``entropy.COLUMNS``).
+        params: ``entropy_partial``'s keywords (window_s, step_s, ops, ...).
+    """
+    from veotrace.analysis.entropy import COLUMNS, entropy_partial, finish_entropy
+
+    entropy_partial((), **params)  # refuses impossible parameters before any work
+    job = Job("entropy", params, options, tuple(columns or COLUMNS))
+    part = run(paths, job, config, report=report, on_progress=on_progress)
     return finish_entropy(part.value, segments=segments)
 
 
@@ -123,7 +134,10 @@ def run_convert(paths: Sequence[Path], output: Path, config: EngineConfig, *, op
     try:
         # Whole files (split_bytes None): a byte range cannot know its rows' numbers (seq) in the file.
         job = Job("convert", {"parts": str(parts_dir.resolve())}, options, None)
-        written = run(paths, job, config, report=report, on_progress=on_progress, split_bytes=None).value
+        written = run(paths, job, config, report=report, on_progress=on_progress, split=False).value
+        if len(written) == 1:
+            Path(written[0][0]).replace(output)
+            return written[0][1]
         return write_parquet(_part_batches([Path(p) for p, _ in written]), output)
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)

@@ -82,10 +82,10 @@ def merge_partials(parts: Sequence[Partial]) -> Partial:
         value: Any = (merge_all([p.value[0] for p in parts]), sum(p.value[1] for p in parts))
     elif isinstance(first, list):  # convert: the part files written
         value = [item for p in parts for item in p.value]
-    else:  # EntropyPartial: merged into a copy, so an input stored on a worker never changes
+    else:  # EntropyPartial: merged (in place) into copies, so an input stored on a worker never changes
         value = copy.deepcopy(first)
         for p in parts[1:]:
-            value = value.merge(p.value)
+            value = value.merge(copy.deepcopy(p.value))
     return Partial(value, report, pieces)
 
 

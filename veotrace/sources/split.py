@@ -27,10 +27,6 @@ from veotrace.errors import TraceFormatError
 from veotrace.sources.base import ReadOptions, ReadReport, compression_of
 from veotrace.sources.detect import BY_NAME
 
-#: Byte ranges are at least this long (smaller pieces cost more in per-task overhead than they gain).
-MIN_SPLIT_BYTES = 16 << 20
-
-
 @dataclass(frozen=True)
 class Piece:
     """One independent part of the inputs.
@@ -70,7 +66,7 @@ def plan_pieces(paths: Sequence[Path], *, options: ReadOptions, report: ReadRepo
         if split_bytes is None:
             pieces.append(whole)
         elif fmt.name == "alloc-csv" and (columns is not None and "seq" not in columns):
-            pieces.extend(_csv_ranges(path, fmt.name, size, max(split_bytes, MIN_SPLIT_BYTES)) or [whole])
+            pieces.extend(_csv_ranges(path, fmt.name, size, split_bytes) or [whole])
         elif fmt.name == "parquet":
             pieces.extend(_row_groups(path, size, split_bytes) or [whole])
         else:
