@@ -130,6 +130,10 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
     except BrokenPipeError:  # `veotrace ... | head`
         raise typer.Exit(0) from None
+    except OSError as exc:  # stdout on a full disk (`> /dev/full`), an I/O error reading a file
+        name = f"{exc.filename}: " if exc.filename is not None else ""
+        err(f"Error: {name}{exc.strerror or exc}")
+        raise typer.Exit(1) from None
 
 
 @contextlib.contextmanager
@@ -193,7 +197,7 @@ def emit(
         if output is None:
             render_terminal(stdout_console())
         else:
-            with output.open("w", encoding="utf-8") as fh:
+            with export.output_file(output) as fh:
                 render_terminal(stdout_console(fh))
 
 

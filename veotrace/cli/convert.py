@@ -1,4 +1,5 @@
-"""`veotrace convert`: write alloc/free events once as Parquet (alloc_events/1) for fast re-analysis."""
+"""`veotrace convert`: write alloc/free events once as Parquet (alloc_events/1) for fast re-analysis;
+snapshots also give their segments and blocks tables, written beside it."""
 
 from __future__ import annotations
 
@@ -24,10 +25,17 @@ from veotrace.cli.common import (
 )
 
 
+def table_path(output: Path, kind: str) -> Path:
+    """Where the ``kind`` table goes beside ``output``: out.parquet -> out.segments.parquet."""
+    stem = output.name[: -len(".parquet")] if output.name.endswith(".parquet") else output.name
+    return output.with_name(f"{stem}.{kind}.parquet")
+
+
 @app.command("convert")
 def convert_command(
     paths: PathsArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Parquet file to write.", dir_okay=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Parquet file to write (snapshots: also "
+                                         "OUT.segments.parquet and OUT.blocks.parquet).", dir_okay=False)],
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
@@ -39,17 +47,43 @@ def convert_command(
 ) -> None:
     """Convert logs, snapshots or exports to one Parquet table that every command accepts."""
     with user_errors():
-        from veotrace.sources import iter_alloc_events
+        from veotrace.render.export import output_file, write_table
+        from veotrace.sources import read_table, resolve_inputs
         from veotrace.sources.convert import write_parquet
 
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
         config = engine_config(engine, jobs, scheduler, workers)
-        with progress("converting", enabled=not no_progress) as bar:
-            if config.parallel:  # each file converted by a task into a part, the parts then joined in order
-                from veotrace.engine import run_convert
+        if config.parallel:  # each file converted by a task into a part, the parts then joined in order
+            from veotrace.engine import run_convert
 
+            with progress("converting", enabled=not no_progress) as bar:
                 rows = run_convert(paths, output, config, options=options, report=report, on_progress=bar)
-            else:
-                rows = write_parquet(iter_alloc_events(paths, options=options, report=report, on_progress=bar), output)
+            print_report(report)
+            err(f"wrote {rows:,} events to {output}")
+            return
+        inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+        notes: list[str] = []
+        with progress("converting", enabled=not no_progress) as bar, output_file(output, "wb") as sink:
+            rows = write_parquet(_events(inputs, options, report, notes, bar), sink)
         print_report(report)
-        err(f"wrote {rows:,} events to {output}")
+        written = [f"{rows:,} events to {output}"]
+        snapshots = [path for path, fmt in inputs if "segments" in fmt.provides]
+        for kind in ("segments", "blocks") if snapshots else ():
+            table = read_table(snapshots, kind, options=options, report=report)
+            write_table(table, "parquet", table_path(output, kind))
+            written.append(f"{table.num_rows:,} {kind} to {table_path(output, kind)}")
+        for note in notes:
+            err(f"Note: {note}")
+        err("wrote " + ", ".join(written))
+
+
+def _events(inputs, options, report, notes, bar):
+    """Events of every input in order; a snapshot without trace entries adds a note instead."""
+    from veotrace.sources import iter_alloc_events
+    from veotrace.sources.torch_snapshot import NoTraceEvents
+
+    for path, _fmt in inputs:
+        try:
+            yield from iter_alloc_events([path], options=options, report=report, on_progress=bar)
+        except NoTraceEvents as exc:
+            notes.append(f"{exc.path}: {exc.message}")

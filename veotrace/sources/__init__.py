@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from veotrace.errors import TraceFormatError
 from veotrace.sources.base import ReadOptions, ReadReport, call_guarded, expand_paths, guarded
-from veotrace.sources.detect import Format, detect, sniff, supported_formats_text
+from veotrace.sources.detect import Format, detect, sniff
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,6 +56,7 @@ def resolve_inputs(
     out: list[tuple[Path, Format]] = []
     for given in paths:
         if not given.is_dir():
+            expand_paths([given])  # a missing path, FIFO or device: one clear error before detection
             fmt = detect(given, options.format_hint)
             if kind not in fmt.provides:
                 raise TraceFormatError(
@@ -66,18 +67,23 @@ def resolve_inputs(
             out.append((given, fmt))
             continue
         found = 0
-        for path in expand_paths([given]):
+        odd: list[str] = []
+        for path in expand_paths([given], odd):
             fmt = detect(path, options.format_hint) if options.format_hint else _sniff_or_none(path)
             if fmt is None or kind not in fmt.provides:
                 report.skipped_files.append(str(path))
                 continue
             out.append((path, fmt))
             found += 1
+        if odd:
+            report.warnings.append(f"Warning: skipped {len(odd)} folder entr{'y' if len(odd) == 1 else 'ies'} "
+                                   f"that {'is' if len(odd) == 1 else 'are'} not a regular file: {', '.join(odd[:5])}"
+                                   + (", ..." if len(odd) > 5 else ""))
         if not found:
             raise TraceFormatError(
                 f"the folder holds no files with {KIND_TEXT[kind]}",
                 path=given,
-                hint=f"veotrace reads: {supported_formats_text()}",
+                hint="See 'veotrace formats' for what veotrace reads",
             )
     return out
 

@@ -102,8 +102,30 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
+#: (st_dev, st_ino) -> path of every file a reader opened in this process, so that an output is
+#: never written over an input (``render.export`` asks :func:`input_named`).
+_INPUTS: dict[tuple[int, int], str] = {}
+
+
+def note_input(path: Path) -> None:
+    """Remember ``path`` as an input of this run."""
+    import os
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    _INPUTS.setdefault((st.st_dev, st.st_ino), str(path))
+
+
+def input_named(st_dev: int, st_ino: int) -> str | None:
+    """The input path with this device and inode, if one was read in this run."""
+    return _INPUTS.get((st_dev, st_ino))
+
+
 def read_head(path: Path, n: int = 65536) -> bytes:
     """The first ``n`` bytes of ``path``, decompressed when it is gzip or zstd."""
+    note_input(path)
     with path.open("rb") as fh:
         raw = fh.read(n)
     kind = compression_of(raw)
@@ -149,6 +171,7 @@ def open_decompressed(path: Path) -> tuple[IO[bytes], object]:
     """
     import pyarrow as pa
 
+    note_input(path)
     raw = pa.OSFile(str(path), "rb")
     kind = compression_of(raw.read(4))
     raw.seek(0)
@@ -218,19 +241,60 @@ def natural_key(path: Path) -> list[object]:
     return [int(t) if t.isdigit() else t for t in _NUM.split(path.name)]
 
 
-def expand_paths(paths: list[Path]) -> list[Path]:
+def expand_paths(paths: list[Path], skipped: list[str] | None = None) -> list[Path]:
     """Files named directly, plus every regular file in named folders (name order, recursive, no dotfiles).
+
+    Args:
+        skipped: receives "path (why)" for each folder entry that is not a regular file (a FIFO, a
+            device, a broken symlink or a symlink loop), which is never opened: reading a FIFO blocks.
 
     Raises:
         FileNotFoundError: a path does not exist.
+        TraceFormatError: a path named directly is a FIFO, device or socket.
     """
+    import errno
+    import os
+
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            inner = [q for q in p.rglob("*") if q.is_file() and not any(part.startswith(".") for part in q.relative_to(p).parts)]
+            inner = []
+            for q in p.rglob("*"):
+                if any(part.startswith(".") for part in q.relative_to(p).parts):
+                    continue
+                if q.is_file():
+                    inner.append(q)
+                elif not q.is_dir() and skipped is not None:
+                    skipped.append(f"{q} ({_not_regular(q)})")
             files.extend(sorted(inner, key=lambda q: [natural_key(Path(part)) for part in q.relative_to(p).parts]))
         elif p.exists():
+            if not p.is_file():
+                raise TraceFormatError(f"not a regular file ({_not_regular(p)}); veotrace reads each input more "
+                                       "than once", path=p, hint="Save the stream to a file first")
+            note_input(p)
             files.append(p)
+        elif p.is_symlink():
+            raise TraceFormatError(_not_regular(p), path=p, hint="Check the link's target")
         else:
-            raise FileNotFoundError(2, "no such file or folder", str(p))
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(p))
     return files
+
+
+def _not_regular(path: Path) -> str:
+    """What a path that is neither a regular file nor a folder is, for messages."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if path.is_symlink():
+            return "a symlink loop" if getattr(exc, "errno", None) == 40 else "a broken symlink"
+        return exc.strerror or "unreadable"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"

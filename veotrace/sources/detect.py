@@ -139,6 +139,6 @@ def detect(path: Path, hint: str | None = None) -> Format:
         raise TraceFormatError(
             "not a format veotrace reads",
             path=path,
-            hint=f"Supported: {supported_formats_text()}. Use --format-hint to force one",
+            hint="See 'veotrace formats' for the list, or force one with --format-hint",
         )
     return fmt

@@ -95,7 +95,10 @@ def probe_paths(paths: list[Path], options: ReadOptions | None = None) -> tuple[
     """
     out, skipped = [], []
     for given in paths:
-        for path in expand_paths([given]):
+        odd: list[str] = []
+        found = expand_paths([given], odd)
+        skipped.extend(odd)
+        for path in found:
             result = probe(path, options)
             if result.error is not None and path != given:
                 skipped.append(str(path))

@@ -39,6 +39,10 @@ class Snapshot:
     annotations: int
 
 
+class NoTraceEvents(TraceFormatError):
+    """A snapshot without trace entries (a pickled ``memory_snapshot()`` list): segments and blocks only."""
+
+
 def _shape_error(path: Path, what: str) -> TraceFormatError:
     return TraceFormatError(
         f"a pickle, but not a PyTorch memory snapshot: {what}",
@@ -219,6 +223,13 @@ def iter_alloc_events(
     """Stream the snapshot's trace entries as ``ALLOC_EVENTS`` batches (``ts_ns`` null without time_us)."""
     del options
     snap = load_snapshot(path)
+    if not any(snap.device_traces):
+        blocks = sum(len(seg.get("blocks", ())) for seg in snap.segments)
+        raise NoTraceEvents(
+            f"the snapshot holds {_count(len(snap.segments), 'segment')} ({_count(blocks, 'block')}) and no trace "
+            "events", path=path,
+            hint="Record history with torch.cuda.memory._record_memory_history() and save with _dump_snapshot(); "
+                 "'veotrace convert' writes its segments and blocks tables")
     if report is not None and snap.device_traces and not snap.has_time and any(snap.device_traces):
         report.warnings.append(
             f"Warning: {path}: the snapshot has no time_us; events keep their order (seq) but have no timestamps"
@@ -233,6 +244,10 @@ def iter_alloc_events(
 
 def _str_or_none(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _pool(seg: dict) -> str | None:
