@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "veotrace.cli.bursts",
     "veotrace.cli.l2",
     "veotrace.cli.info",
+    "veotrace.cli.fragmentation",
     "veotrace.cli.report",
     "veotrace.cli.gate",
     "veotrace.cli.simulate",

@@ -76,6 +76,7 @@ def fragmentation_series(
     round_bytes: int = 1,
     zone_bytes: int = DEFAULT_ZONE_BYTES,
     at_ns: int | None = None,
+    at_offset_s: float | None = None,
     top_zones: int | None = 100,
     on_progress: Callable[[], None] | None = None,
 ) -> FragmentationResult:
@@ -99,14 +100,17 @@ def fragmentation_series(
             this many bytes are free space inside a range. bins: free-block size bins [(lo, hi)].
         round_bytes: block size = requested size rounded up to this (when no ``block_bytes``).
         zone_bytes: width of the address zones ranked by activity.
-        at_ns: also capture the full state after every event at or before this timestamp.
+        at_ns: also capture the full state after every event at or before this timestamp;
+            at_offset_s: the same, this many seconds after the first event.
 
     Returns:
         FragmentationResult. Never raises on inconsistent traces: they are counted in ``counters``.
 
     Raises:
-        UsageError: impossible parameters. AnalysisError: time windows asked for events without timestamps.
+        UsageError: impossible parameters. AnalysisError: time windows asked for events without
+        timestamps, or no alloc/free row has an address (nothing can be placed).
     """
+    from veotrace.errors import AnalysisError, UsageError
     from veotrace.fragmentation.result import build_result, check_params
     from veotrace.fragmentation.windows import Replay
 
@@ -122,6 +126,13 @@ def fragmentation_series(
     replay = Replay(window_ns=None if window_events is not None else round(window_s * 1e9),
                     window_events=window_events, initial=initial, round_bytes=round_bytes, max_gap=max_gap,
                     threshold=threshold, bins=tuple(bins), layout=Layout(zone_bytes=zone_bytes), at_ns=at_ns)
+    if first is not None and at_offset_s is not None:
+        if window_events is not None or first.column("ts_ns").null_count:
+            raise UsageError("--at TIME needs timestamps; use --at end")
+        import numpy as np
+
+        at_ns = int(np.asarray(first.column("ts_ns")).min()) + round(at_offset_s * 1e9)
+        replay.at_ns = at_ns
     for batch in ([first] if first is not None else []):
         replay.feed(batch)
     for batch in batches:
@@ -129,6 +140,10 @@ def fragmentation_series(
         if on_progress is not None:
             on_progress()
     replay.finish()
+    if replay.placed == 0 and any(st.counters.events_without_address for st in replay.states.values()):
+        raise AnalysisError("the events have no addresses, so blocks cannot be placed",
+                            hint="fragmentation needs an 'address' column (or a PyTorch snapshot / nsys memory "
+                                 "events); 'veotrace entropy' and 'veotrace bursts' work without addresses")
     params = {"window_s": window_s if window_events is None else None, "window_events": window_events,
               "threshold": threshold, "max_gap_bytes": max_gap, "round_bytes": round_bytes,
               "zone_bytes": zone_bytes, "bins": [[lo, hi] for lo, hi in bins], "at_ns": at_ns}

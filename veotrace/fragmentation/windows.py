@@ -131,6 +131,7 @@ class Replay:
         self.rows: list[dict] = []
         self.bin_rows: list[dict] = []
         self.n_read = 0
+        self.placed = 0  # alloc/free rows with an address
         self.has_time = True
         self.at_states: dict[int, DeviceState] | None = None
 
@@ -204,6 +205,7 @@ class Replay:
         run_id = np.repeat(np.arange(nrun), np.diff(bounds))
         m = match_batch(code, addr, size, block, run_id, st)
         self.layout.add(d, addr[m.pos_time], code[m.pos_time] == ALLOC, size[m.pos_time])
+        self.placed += int(m.pos.size)
         live0, res0 = st.live_bytes, st.reserved_bytes
         rdelta = None
         seg_pos = np.flatnonzero(code >= SEG_ALLOC)

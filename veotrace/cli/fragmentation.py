@@ -1,0 +1,175 @@
+"""`veotrace fragmentation`: rebuild allocator state from a trace and measure fragmentation per window."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from veotrace.cli.app import app
+from veotrace.cli.common import (
+    FormatHintOpt,
+    FormatOpt,
+    NoProgressOpt,
+    OutputFormat,
+    OutputOpt,
+    PathsArg,
+    RowsOpt,
+    SkipBadRowsOpt,
+    TimeUnit,
+    TimeUnitOpt,
+    emit,
+    err,
+    print_report,
+    progress,
+    read_setup,
+    user_errors,
+)
+
+#: Shown in --help without importing the analysis (the same values as veotrace.fragmentation.*).
+_DEFAULTS = {"threshold": 0.65, "max_gap": "2MiB", "zone_bytes": "2MiB", "bins": "8KiB-32KiB,64KiB-128KiB,256KiB-"}
+
+
+class Table(str, enum.Enum):
+    windows = "windows"
+    bins = "bins"
+    zones = "zones"
+    state = "state"
+
+
+@app.command("fragmentation")
+def fragmentation_command(
+    paths: PathsArg,
+    window: Annotated[str | None, typer.Option("--window", help="Window length (300s, 5m, 1h; bare number = seconds) [default: 300s, or 1000 events without timestamps].")] = None,
+    window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive events instead (for sources without timestamps).")] = None,
+    threshold: Annotated[float, typer.Option("--threshold", help="Flag a window as fragmented when its largest free block is under this share of free bytes (TF BFC / XProf).")] = _DEFAULTS["threshold"],
+    max_gap: Annotated[str, typer.Option("--max-gap", help="Without segments: gaps between live blocks under this size are free space in one range.")] = _DEFAULTS["max_gap"],
+    bins: Annotated[str, typer.Option("--bins", help="Free-block size bins LO-HI (inclusive; 'LO-' = no upper bound), comma-separated.")] = _DEFAULTS["bins"],
+    zone_bytes: Annotated[str, typer.Option("--zone-bytes", help="Width of the address zones ranked by alloc/free activity.")] = _DEFAULTS["zone_bytes"],
+    at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event (e.g. 90s, 2h).")] = None,
+    table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, bins, zones, or state (at --at, else at the end).")] = Table.windows,
+    time_unit: TimeUnitOpt = TimeUnit.ns,
+    skip_bad_rows: SkipBadRowsOpt = False,
+    format_hint: FormatHintOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+    rows: RowsOpt = 40,
+    no_progress: NoProgressOpt = False,
+) -> None:
+    """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and _memory_viz definitions."""
+    with user_errors():
+        from veotrace.cli.units import parse_bytes, parse_duration
+        from veotrace.render.fragmentation import render_fragmentation, render_strides, warning_lines
+
+        options, report = read_setup(time_unit, skip_bad_rows, format_hint)
+        kw = {"window_s": None if window is None else parse_duration(window, option="--window"),
+              "window_events": window_events, "threshold": threshold,
+              "max_gap": parse_bytes(max_gap, option="--max-gap"), "bins": parse_bins(bins),
+              "zone_bytes": parse_bytes(zone_bytes, option="--zone-bytes"),
+              "at_offset_s": None if at in (None, "end") else parse_duration(at, option="--at")}
+        strides = _array_strides(paths)
+        if strides is not None:
+            emit(fmt, output, as_json=lambda: {"strides": strides}, as_table=None,
+                 render_terminal=lambda con: render_strides(con, strides))
+            return
+        with progress("replaying", enabled=not no_progress) as bar:
+            result = run(paths, options=options, report=report, on_progress=bar, **kw)
+        print_report(report)
+        for line in warning_lines(result.counters, result.end["total"]):
+            err(line)
+        result.summary["read"] = report.to_dict()
+        emit(fmt, output, as_json=lambda: _json(result, at), as_table=lambda: _table(result, table),
+             render_terminal=lambda con: render_fragmentation(con, result, max_rows=rows))
+
+
+def parse_bins(text: str) -> list[tuple[int, int | None]]:
+    """'8KiB-32KiB,256KiB-' -> [(8192, 32768), (262144, None)].
+
+    Raises:
+        UsageError: a bin that is not LO-HI or LO-.
+    """
+    from veotrace.cli.units import parse_bytes
+    from veotrace.errors import UsageError
+
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, sep, hi = part.partition("-")
+        if not sep or not lo.strip():
+            raise UsageError(f"--bins expects LO-HI or LO- (e.g. 8KiB-32KiB,256KiB-), got {part!r}")
+        out.append((parse_bytes(lo, option="--bins"), parse_bytes(hi, option="--bins") if hi.strip() else None))
+    if not out:
+        raise UsageError("--bins needs at least one bin, e.g. 8KiB-32KiB")
+    return out
+
+
+def run(paths: list[Path], *, options, report, on_progress, **kw):
+    """Read ``paths`` and replay them: one snapshot (seeded from its final state), or alloc/free logs."""
+    from veotrace.errors import TraceFormatError, UsageError
+    from veotrace.fragmentation import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
+    from veotrace.schemas import ALLOC_EVENTS
+    from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
+
+    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot"]
+    if not snaps:
+        batches = iter_alloc_events(paths, options=options, report=report,
+                                    columns=("ts_ns", "op", "size_bytes", "address", "device"),
+                                    on_progress=on_progress)
+        return fragmentation_series(batches, **kw)
+    if len(inputs) > 1:
+        raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
+    path = snaps[0]
+    final = initial_from_tables(read_table([path], "segments", options=options, report=report),
+                                read_table([path], "blocks", options=options, report=report))
+    try:
+        events = read_table([path], "alloc_events", options=options, report=report)
+    except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
+        events = ALLOC_EVENTS.empty_table()
+        report.warnings.append(f"Warning: {path}: no trace entries; only the state at the snapshot is reported")
+    initial, events = seed_from_final(events, final) if events.num_rows else (final, events)
+    return fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **kw)
+
+
+def _array_strides(paths: list[Path]) -> dict | None:
+    """Stride summary when every input is an array file of addresses (a .npy as `correlate` reads)."""
+    from veotrace.sources.detect import detect
+
+    files = [p for p in paths if p.is_file()]
+    if not files or len(files) != len(paths):
+        return None
+    fmts = [detect(p) for p in files]
+    if not all("arrays" in f.provides for f in fmts):
+        return None
+    import numpy as np
+
+    from veotrace.fragmentation.layout import stride_summary
+    from veotrace.sources.arrays import read_array, to_addresses
+
+    seqs = []
+    for p in files:
+        addr, finite = to_addresses(read_array(p), path=p)
+        seqs.append(addr.reshape(addr.shape[0], -1)[:, 0][finite.reshape(finite.shape[0], -1)[:, 0]])
+    return stride_summary(np.concatenate(seqs))
+
+
+def _json(result, at: str | None) -> dict:
+    from veotrace.fragmentation.result import state_table
+
+    out = result.to_dict()
+    if at == "end":
+        out["at"] = dict(result.end, state=state_table(result.final_states, max_gap=result.params["max_gap_bytes"]).to_pylist())
+    elif result.at is not None:
+        out["at"] = dict(result.at, state=result.at_state.to_pylist())
+    return out
+
+
+def _table(result, table: Table):
+    from veotrace.fragmentation.result import state_table
+
+    if table is Table.state:
+        if result.at_state is not None:
+            return result.at_state
+        return state_table(result.final_states, max_gap=result.params["max_gap_bytes"])
+    return {"windows": result.windows, "bins": result.bins, "zones": result.zones}[table.value]

@@ -1,0 +1,75 @@
+"""Terminal view of a fragmentation result, its stride summary, and the warnings for counted problems."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from veotrace.render.console import fmt_bytes, fmt_value, rows_table, summary_table
+
+#: Counter -> what it means, for the stderr warnings (counts of 0 are not shown).
+WARNINGS = {
+    "unknown_frees": "free(s) of blocks never seen allocated (the trace starts part-way, or frees are logged at other addresses)",
+    "oversize_frees": "free(s) larger than the block they release",
+    "double_allocs": "alloc(s) at an address that was still live (the older block was dropped)",
+    "unknown_segment_frees": "segment free/unmap event(s) of ranges never reserved",
+    "duplicate_segments": "segment alloc/map event(s) over ranges already reserved",
+    "events_without_address": "alloc/free row(s) without an address (not placed)",
+    "out_of_order": "event(s) older than one already replayed on their device (replayed at the later time)",
+    "blocks_mismatch_segments": "snapshot segment(s) whose blocks do not add up to the segment size",
+    "inconsistent_entries": "trace entries the final snapshot contradicts",
+}
+
+_WINDOW_COLUMNS = [("window", "k"), ("device", "dev"), ("events", "events"), ("live_bytes_peak", "live peak"),
+                   ("reserved_bytes", "reserved"), ("free_bytes", "free"), ("largest_free_bytes", "largest free"),
+                   ("external_frag", "ext frag"), ("fragmented", "frag?"), ("gmlake_frag", "GMLake")]
+_BYTES = {"live_peak", "live_bytes_peak", "reserved_bytes", "free_bytes", "largest_free_bytes", "bytes"}
+
+
+def warning_lines(counters: dict, end: dict | None = None) -> list[str]:
+    """One ``Warning:`` line per non-zero problem counter, and for overlapping blocks at the end."""
+    out = [f"Warning: {counters[k]:,} {text}" for k, text in WARNINGS.items() if counters.get(k)]
+    if end and end.get("overlaps"):
+        out.append(f"Warning: {end['overlaps']:,} pair(s) of live blocks overlap at the end of the trace "
+                   "(two allocations at overlapping addresses)")
+    if end and end.get("blocks_outside_segments"):
+        out.append(f"Warning: {end['blocks_outside_segments']:,} live block(s) lie outside every known segment")
+    return out
+
+
+def render_fragmentation(console: Console, result, *, max_rows: int) -> None:
+    """Draw a FragmentationResult: the end state, the windows, hot zones, alignment and strides."""
+    e, c = result.end["total"], result.counters
+    items = [("events read", result.summary["events_read"]), ("windows", result.summary["windows"]),
+             ("fragmented windows", result.summary["fragmented_windows"]),
+             ("reserved", fmt_bytes(e.get("reserved_bytes"))), ("allocated", fmt_bytes(e.get("allocated_bytes"))),
+             ("internal (rounding)", fmt_bytes(e.get("internal_bytes"))),
+             ("inactive (reserved - allocated)", fmt_bytes(e.get("inactive_bytes"))),
+             ("free blocks", e.get("free_blocks")), ("free bytes", fmt_bytes(e.get("free_bytes"))),
+             ("largest free block", fmt_bytes(e.get("largest_free_bytes"))),
+             ("external frag (1 - largest/free)", e.get("external_frag")),
+             ("ranges from", e.get("range_method")),
+             ("blocks before the trace", c["pre_existing_blocks"]), ("unknown frees", c["unknown_frees"])]
+    console.print(summary_table("Fragmentation at the end of the trace", items))
+    fmts = {k: fmt_bytes for k in _BYTES}
+    table, footer = rows_table("Windows", result.windows.to_pylist(), _WINDOW_COLUMNS, max_rows=max_rows,
+                               formatters=fmts, how_to_get_all="use --rows 0, or --format csv")
+    console.print(table)
+    if footer:
+        console.print(footer)
+    zones, _ = rows_table("Hot zones", result.zones.to_pylist(),
+                          [("rank", "#"), ("device", "dev"), ("zone_start", "zone"), ("events", "events"),
+                           ("event_share", "share of events"), ("bytes", "bytes"), ("byte_share", "share of bytes")],
+                          max_rows=10, formatters={"zone_start": hex, "bytes": fmt_bytes})
+    console.print(zones)
+    al = ", ".join(f"{fmt_bytes(a['alignment_bytes'])}: {fmt_value(a['share'])}" for a in result.layout["alignment"])
+    console.print(f"aligned allocation addresses: {al}")
+    render_strides(console, result.layout["strides"])
+
+
+def render_strides(console: Console, s: dict) -> None:
+    """The dominant strides between consecutive addresses and how regular the sequence is."""
+    console.print(f"strides: {s['strides']:,}, distinct {s['distinct']:,}, dominant "
+                  f"{fmt_value(s['dominant_stride_bytes'])} B with share {fmt_value(s['dominant_share'])}")
+    table, _ = rows_table("Top strides", s["top"], [("stride_bytes", "stride (B)"), ("count", "count"), ("share", "share")],
+                          max_rows=10)
+    console.print(table)
