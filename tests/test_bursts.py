@@ -225,8 +225,9 @@ def log(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--gap", "0"], "--gap must be a positive number of milliseconds"),
-    (["--gap", "-3"], "--gap must be a positive number of milliseconds"),
+    (["--gap", "0"], "--gap must be a positive duration, got '0'"),
+    (["--gap", "-3"], "--gap expects a duration such as 300s, 5m, 1h or 5ms, got '-3'"),
+    (["--gap", "5 parsecs"], "--gap: unknown unit 'parsecs'"),
     (["--gap", "1e-9"], "is below 1 ns"),
     (["--min-events", "1"], "--min-events must be at least 2"),
     (["--events", "kernels", "--ops", "free"], "--ops applies to --events alloc only"),
@@ -240,7 +241,8 @@ def test_impossible_options_exit_2(log, args, message):
 
 def test_ops_that_match_nothing(log):
     r = run_cli("bursts", log, "--ops", "defrag")
-    assert r.exit_code == 1 and "no events with op defrag were read" in r.stderr and "Check --ops" in r.stderr
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr == "Error: --ops defrag: no such op in the input; the ops that occur are: alloc, free\n"
 
 
 def test_snapshot_without_time_us_says_bursts_need_times(tmp_path):

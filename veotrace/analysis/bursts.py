@@ -15,7 +15,7 @@ Order and exactness: the input may be unsorted within and across files. Each bat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -23,10 +23,14 @@ import pyarrow as pa
 from veotrace.analysis.defaults import BURSTS_GAP_MS as DEFAULT_GAP_MS
 from veotrace.analysis.defaults import BURSTS_MIN_EVENTS as DEFAULT_MIN_EVENTS
 from veotrace.analysis.defaults import BURSTS_OPS as DEFAULT_OPS
-from veotrace.analysis.ops import op_mask
+from veotrace.analysis.groups import POOLED, check_by, device_rows, split
+from veotrace.analysis.groups import keys as group_keys
+from veotrace.analysis.groups import label as group_label
+from veotrace.analysis.kernel_names import name_kernels as _name_kernels
+from veotrace.analysis.ops import OpsSeen, op_mask
 from veotrace.analysis.runs import BurstRuns, RunsAccumulator
 from veotrace.errors import AnalysisError, UsageError
-from veotrace.schemas.bursts import BURSTS
+from veotrace.schemas.bursts import BURSTS, BURSTS_BY_GROUP
 
 #: ALLOC_EVENTS columns the analysis reads (the reader skips the others).
 COLUMNS = ("ts_ns", "op", "size_bytes")
@@ -39,14 +43,37 @@ QUANTILES = (50, 95, 99)
 
 @dataclass
 class BurstResult:
-    """Bursts (BURSTS), a summary of their sizes, durations and gaps, and the parameters used."""
+    """Bursts (BURSTS), a summary of their sizes, durations and gaps, and the parameters used.
+
+    ``groups`` holds one entry per device/stream with ``--by`` (each with its own bursts and summary);
+    ``burst_kernels`` the top kernels of each burst (kernel bursts only), in burst order.
+    """
 
     bursts: pa.Table
     summary: dict
     params: dict
+    groups: list[dict] = field(default_factory=list)
+    burst_kernels: list[list[dict]] | None = None
 
     def to_dict(self) -> dict:
-        return {"params": self.params, "summary": self.summary, "bursts": self.bursts.to_pylist()}
+        rows = self.bursts.to_pylist()
+        if self.burst_kernels is not None:
+            for row, kernels in zip(rows, self.burst_kernels):
+                row["kernels"] = kernels
+        out = {"params": self.params, "summary": self.summary, "bursts": rows}
+        if self.groups:
+            out["groups"] = [{**g, "bursts": g["bursts"].to_pylist()} for g in self.groups]
+        return out
+
+    def export_table(self) -> pa.Table:
+        """The bursts for CSV/Parquet: BURSTS, or BURSTS_BY_GROUP (pooled first) with --by."""
+        if not self.groups:
+            return self.bursts
+        by = self.params["by"]
+        parts = [(POOLED, self.bursts)] + [(g["group"], g["bursts"]) for g in self.groups]
+        return pa.concat_tables(
+            pa.Table.from_arrays([pa.array([by] * t.num_rows, pa.string()), pa.array([name] * t.num_rows, pa.string()),
+                                  *t.columns], schema=BURSTS_BY_GROUP) for name, t in parts)
 
 
 def check_params(gap_ms: float, min_events: int) -> int:
@@ -65,6 +92,17 @@ def check_params(gap_ms: float, min_events: int) -> int:
     return gap_ns
 
 
+@dataclass
+class AllocPass:
+    """What one pass over alloc events gathers: pooled and per-group runs, rows read, ops seen."""
+
+    runs: BurstRuns
+    groups: dict[int, BurstRuns]
+    n_read: int
+    n_selected: int
+    seen: OpsSeen
+
+
 def alloc_runs(
     batches: Iterable[pa.RecordBatch],
     *,
@@ -77,21 +115,49 @@ def alloc_runs(
     Raises:
         AnalysisError: a counted event has no timestamp (a PyTorch snapshot without time_us).
     """
+    p = alloc_pass(batches, gap_ns=gap_ns, ops=ops, on_progress=on_progress)
+    return p.runs, p.n_read
+
+
+def alloc_pass(
+    batches: Iterable[pa.RecordBatch],
+    *,
+    gap_ns: int,
+    ops: Sequence[str] = DEFAULT_OPS,
+    by: str | None = None,
+    device: int | None = None,
+    on_progress: Callable[[], None] | None = None,
+) -> AllocPass:
+    """Runs of the counted alloc/free events, pooled and per ``by`` group, on ``device`` only if given.
+
+    Raises:
+        AnalysisError: a counted event has no timestamp (a PyTorch snapshot without time_us).
+    """
     acc = RunsAccumulator(gap_ns, has_bytes=True)
-    n_read = 0
+    group_acc: dict[int, RunsAccumulator] = {}
+    seen, n_read, n_selected = OpsSeen(), 0, 0
     for batch in batches:
         n_read += batch.num_rows
+        if device is not None:
+            batch = batch.filter(pa.array(device_rows(batch.column("device"), device)))
+        n_selected += batch.num_rows
+        seen.add(batch.column("op"))
         mask = op_mask(batch.column("op"), ops)
         ts = batch.column("ts_ns")
         if ts.null_count and not np.asarray(ts.is_valid())[mask].all():
             raise AnalysisError(
                 "events have no timestamps (e.g. a PyTorch snapshot recorded without time_us), so gaps between "
                 "them are unknown", hint="Bursts need times: record the snapshot with torch >= 2.2, or use a timed log")
-        acc.add(BurstRuns.from_events(np.compress(mask, ts.fill_null(0)),
-                                      np.compress(mask, batch.column("size_bytes")), gap_ns=gap_ns))
+        cts = np.compress(mask, ts.fill_null(0))
+        nbytes = np.compress(mask, batch.column("size_bytes"))
+        acc.add(BurstRuns.from_events(cts, nbytes, gap_ns=gap_ns))
+        if by is not None:
+            for key, sel in split(np.compress(mask, group_keys(batch.column(by)))):
+                g = group_acc.setdefault(key, RunsAccumulator(gap_ns, has_bytes=True))
+                g.add(BurstRuns.from_events(cts[sel], nbytes[sel], gap_ns=gap_ns))
         if on_progress is not None:
             on_progress()
-    return acc.result(), n_read
+    return AllocPass(acc.result(), {k: g.result() for k, g in sorted(group_acc.items())}, n_read, n_selected, seen)
 
 
 def kernel_runs(table: pa.Table, *, gap_ns: int) -> tuple[BurstRuns, int]:
@@ -109,6 +175,8 @@ def compute_bursts(
     gap_ms: float = DEFAULT_GAP_MS,
     ops: Sequence[str] = DEFAULT_OPS,
     min_events: int = DEFAULT_MIN_EVENTS,
+    by: str | None = None,
+    device: int | None = None,
     on_progress: Callable[[], None] | None = None,
 ) -> BurstResult:
     """Bursts of alloc/free events over ALLOC_EVENTS batches (any order, any number of files).
@@ -117,33 +185,70 @@ def compute_bursts(
         gap_ms: a burst continues while consecutive counted events are less than this apart.
         ops: the ops counted (default alloc).
         min_events: the fewest events a burst holds (>= 2).
+        by: "device" or "stream": also the bursts of each group (batches need that column).
+        device: count only the events of this device (batches need the ``device`` column).
 
     Raises:
-        UsageError: impossible parameters. AnalysisError: no counted events, or no timestamps.
+        UsageError: impossible parameters. AnalysisError: an op of ``ops`` never occurs, no counted
+        events, or no timestamps.
     """
     gap_ns = check_params(gap_ms, min_events)
-    runs, n_read = alloc_runs(batches, gap_ns=gap_ns, ops=ops, on_progress=on_progress)
-    if runs.n_runs == 0:
-        raise AnalysisError(f"no events with op {', '.join(ops)} were read", hint="Check --ops")
-    return finish_bursts(runs, min_events=min_events, events_read=n_read,
-                         params={"events": "alloc", "ops": list(ops)})
+    check_by(by)
+    p = alloc_pass(batches, gap_ns=gap_ns, ops=ops, by=by, device=device, on_progress=on_progress)
+    p.seen.check(ops)
+    if p.runs.n_runs == 0:
+        where = f" on device {device}" if device is not None else ""
+        raise AnalysisError(f"no events with op {', '.join(ops)} were read{where}",
+                            hint="Check --ops" + (" and --device" if device is not None else ""))
+    params = {"events": "alloc", "ops": list(ops), "by": by, "device": device}
+    result = finish_bursts(p.runs, min_events=min_events, events_read=p.n_read, params=params)
+    result.groups = [_group(by, key, runs, min_events) for key, runs in p.groups.items()]
+    if device is not None:
+        result.summary["events_on_device"] = p.n_selected
+    return result
 
 
 def compute_kernel_bursts(
-    table: pa.Table, *, gap_ms: float = DEFAULT_GAP_MS, min_events: int = DEFAULT_MIN_EVENTS
+    table: pa.Table, *, gap_ms: float = DEFAULT_GAP_MS, min_events: int = DEFAULT_MIN_EVENTS,
+    by: str | None = None, device: int | None = None,
 ) -> BurstResult:
-    """Bursts of kernel launches (GPU_ACTIVITY rows of kind 'kernel', by start time).
+    """Bursts of kernel launches (GPU_ACTIVITY rows of kind 'kernel', by start time), with their top kernels.
 
     Raises:
         UsageError: impossible parameters. AnalysisError: the table holds no kernel launches.
     """
     gap_ns = check_params(gap_ms, min_events)
-    runs, n_read = kernel_runs(table, gap_ns=gap_ns)
+    check_by(by)
+    n_read = table.num_rows
+    if device is not None:
+        table = table.filter(pa.array(device_rows(table.column("device"), device)))
+    runs, _ = kernel_runs(table, gap_ns=gap_ns)
     if runs.n_runs == 0:
-        raise AnalysisError("the input holds no kernel launches",
+        where = f" on device {device}" if device is not None else ""
+        raise AnalysisError(f"the input holds no kernel launches{where}",
                             hint="Profile with 'nsys profile --trace=cuda', or use --events alloc")
-    return finish_bursts(runs, min_events=min_events, events_read=n_read,
-                         params={"events": "kernels", "ops": None})
+    params = {"events": "kernels", "ops": None, "by": by, "device": device}
+    launches = table.filter(pa.array(op_mask(table.column("kind"), [KERNEL_KIND])))
+    result = finish_bursts(runs, min_events=min_events, events_read=n_read, params=params)
+    _name_kernels(result, launches)
+    if by is not None:
+        for key, sel in split(group_keys(launches.column(by))):
+            sub = launches.filter(pa.array(sel))
+            g = _group(by, key, kernel_runs(sub, gap_ns=gap_ns)[0], min_events)
+            named = BurstResult(g["bursts"], g["summary"], {})
+            _name_kernels(named, sub)
+            g["bursts"] = named.bursts
+            result.groups.append(g)
+    if device is not None:
+        result.summary["events_on_device"] = table.num_rows
+    return result
+
+
+def _group(by: str, key: int, runs: BurstRuns, min_events: int) -> dict:
+    """The bursts and summary of one device/stream group."""
+    res = finish_bursts(runs, min_events=min_events, events_read=int(runs.n_events), params={})
+    res.summary.pop("events_read")
+    return {"by": by, "group": group_label(key), "summary": res.summary, "bursts": res.bursts}
 
 
 def finish_bursts(runs: BurstRuns, *, min_events: int, events_read: int, params: dict) -> BurstResult:
@@ -197,6 +302,7 @@ def bursts_table(start: np.ndarray, end: np.ndarray, count: np.ndarray, nbytes: 
             pa.array(count / secs, pa.float64(), mask=zero),
             pa.array(nbytes / secs, pa.float64(), mask=zero) if nbytes is not None else pa.nulls(n, pa.float64()),
             pa.array(gap_before, pa.int64(), mask=np.arange(n) == 0),
+            pa.nulls(n, pa.string()),
         ],
         schema=BURSTS,
     )

@@ -12,6 +12,7 @@ from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
 from veotrace.analysis.defaults import ENTROPY_OPS as _OPS
 from veotrace.analysis.defaults import ENTROPY_WINDOW_S as _WINDOW_S
 from veotrace.cli.app import app
+from veotrace.cli.series_opts import ByOpt, DeviceOpt, grouping, print_notes
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt, engine_config
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -39,13 +40,15 @@ from veotrace.cli.common import (
 @app.command("entropy")
 def entropy_command(
     paths: PathsArg,
-    window: Annotated[float, typer.Option("--window", help="Window length W in seconds.")] = _WINDOW_S,
-    step: Annotated[float | None, typer.Option("--step", help="Step S in seconds (default: W).")] = None,
+    window: Annotated[str | None, typer.Option("--window", help=f"Window length W: 300s, 5m, 1h, 20ms (a bare number is seconds) [default: {_WINDOW_S:g}s, or one chosen from the data when that gives under 20 windows].", show_default=False)] = None,
+    step: Annotated[str | None, typer.Option("--step", help="Step S between window starts, same units (default: W).")] = None,
     window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive counted events instead of time windows.")] = None,
     ops: Annotated[str, typer.Option("--ops", help="Comma-separated ops to count.")] = ",".join(_OPS),
     min_class: Annotated[int, typer.Option("--min-class", help="Smallest class: 2 = 4 KiB (ceil(log2(size/1KiB))).")] = _MIN_CLASS,
     max_class: Annotated[int, typer.Option("--max-class", help="Largest class: 12 = 4 MiB.")] = _MAX_CLASS,
-    segments: Annotated[str, typer.Option("--segments", help="Split the trend at these hours, e.g. 48,120.")] = "",
+    segments: Annotated[str, typer.Option("--segments", help="Split the trend at these times since the first window: 48,120 (bare numbers are hours), or 1s,2s.")] = "",
+    by: ByOpt = None,
+    device: DeviceOpt = None,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
@@ -64,37 +67,46 @@ def entropy_command(
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments."""
     with user_errors():
         from veotrace.analysis.entropy import COLUMNS, compute_entropy
+        from veotrace.analysis.groups import columns_for
         from veotrace.render.entropy import render_entropy
         from veotrace.sources import iter_alloc_events
 
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
         config = engine_config(engine, jobs, scheduler, workers)
-        params = dict(window_s=window, step_s=step, window_events=window_events, ops=parse_ops(ops, _OPS),
-                      min_class=min_class, max_class=max_class)
+        params = dict(window_s=_duration(window, "--window"), step_s=_duration(step, "--step"),
+                      window_events=window_events, ops=parse_ops(ops, _OPS), min_class=min_class,
+                      max_class=max_class, **grouping(by, device))
         with progress("reading", enabled=not no_progress) as bar:
             if config.parallel:  # pieces of the inputs as tasks; the same partials, merged
                 from veotrace.engine import run_entropy
 
                 result = run_entropy(paths, config, options=options, report=report, segments=_hours(segments),
-                                     on_progress=bar, **params)
+                                     columns=COLUMNS + columns_for(params.get("by"), device), on_progress=bar, **params)
             else:
-                batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=bar)
+                batches = iter_alloc_events(paths, options=options, report=report, on_progress=bar,
+                                            columns=COLUMNS + columns_for(params.get("by"), device))
                 result = compute_entropy(batches, **params, segments=_hours(segments))
         print_report(report)
+        print_notes(result.summary["notes"])
         result.summary["read"] = report.to_dict()
         if save_baseline is not None:
             from veotrace.gate.baseline import save_entropy_baseline
 
             save_entropy_baseline(save_baseline, result, paths=paths, time_unit=time_unit.value)
         write_plot(plot, "entropy", result, plot_size)
-        emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.windows,
+        emit(fmt, output, as_json=result.to_dict, as_table=result.export_table,
              render_terminal=lambda con: render_entropy(con, result, max_rows=rows))
 
 
 def _hours(text: str) -> list[float]:
-    from veotrace.errors import UsageError
+    """--segments bounds in hours: ``48,120`` (bare numbers are hours), ``30m,2h`` or ``1s,2s``."""
+    from veotrace.cli.units import parse_duration
 
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"--segments expects hours like 48,120, got {text!r}") from None
+    return [parse_duration(x.strip(), option="--segments", bare_unit="h") / 3600 for x in text.split(",") if x.strip()]
+
+
+def _duration(text: str | None, option: str) -> float | None:
+    from veotrace.cli.units import parse_duration
+
+    return None if text is None else parse_duration(text, option=option, bare_unit="s")
+
