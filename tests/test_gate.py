@@ -56,7 +56,7 @@ def test_same_process_passes_and_says_why(pair):
     assert out["verdict"] == "pass" and [c["name"] for c in out["checks"]] == ["mean", "slope", "aligned"]
     for c in out["checks"]:
         assert set(c) >= {"value", "baseline", "change", "tolerance", "p_value", "verdict", "method"}
-    assert "moving-block bootstrap" in out["method"] and out["params"]["entropy"]["window_s"] == 3600.0
+    assert "circular block bootstrap" in out["method"] and out["params"]["entropy"]["window_s"] == 3600.0
     assert out["baseline"]["fingerprint"]["digest"]
     table = run_cli("gate", new, "--baseline", base)
     assert table.exit_code == 0 and "PASS" in table.stdout and "aligned" in table.stdout

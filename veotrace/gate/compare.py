@@ -30,7 +30,7 @@ from veotrace.errors import AnalysisError, UsageError
 from veotrace.gate import stats
 from veotrace.gate.baseline import Baseline, Series
 
-METHOD = ("moving-block bootstrap (block length: Politis & White 2004), one-sided, "
+METHOD = ("circular block bootstrap (block: twice Politis & White's length), one-sided, "
           "p = P(bootstrap increase - observed >= observed)")
 
 
@@ -241,4 +241,4 @@ def _aligned(run: Series, base: Series, opts: GateOptions, step_hours: float | N
     t = stats.paired_increase(d[ok], block=opts.block_len, resamples=opts.resamples, seed=opts.seed + 2)
     return decide(name, unit, float(run.h[ir][ok].mean()), float(base.h[ib][ok].mean()), t,
                   opts.max_increase.bits(float(base.h[ib][ok].mean())), opts, windows=int(ok.sum()),
-                  method=METHOD.replace("moving-block bootstrap", "moving-block bootstrap of paired differences"))
+                  method=METHOD.replace("block bootstrap", "block bootstrap of paired differences"))

@@ -1,14 +1,20 @@
 """Gate layer: one-sided tests that respect autocorrelation between consecutive windows.
 
 Entropy windows of one run are autocorrelated (the allocator's size mix drifts slowly), so an iid
-t-test would call noise significant. Every test here is a **moving-block bootstrap** (Kunsch 1989):
-a run is resampled as randomly placed overlapping blocks of ``b`` consecutive windows, which keeps
-the dependence inside each block. ``b`` is chosen per series by the rule of Politis & White (2004)
-with the correction of Patton, Politis & White (2009), unless given.
+test would call noise significant. Every test here is a **circular block bootstrap** (Politis &
+Romano 1992; the moving-block bootstrap of Kunsch 1989 with blocks that wrap around the end, so the
+resampled mean is centred on the sample mean): a run is resampled as randomly placed blocks of
+``b`` consecutive windows, which keeps the dependence inside each block.
+
+``b`` is **twice** the length given by the rule of Politis & White (2004, with the correction of
+Patton, Politis & White 2009). That rule minimises the error of the bootstrap variance, whose bias
+is downward and falls as 1/b; a test needs the variance not underestimated, and at a few hundred
+windows the plain rule gave 19% false significance at a nominal 5% on AR(1) pairs, twice the length
+7% (an iid z-test: 20%). ``block`` given explicitly is used as it is.
 
 Resampled means and least-squares slopes are computed from prefix sums of each block (x, y, x^2,
-xy), not from an (R, n) index matrix: the same moving-block bootstrap as ``correlate``'s, at a cost
-of R * n / b instead of R * n, and without importing scipy.stats (about a second per run).
+xy), not from an (R, n) index matrix as ``correlate`` does: the same resampling at a cost of
+R * n / b instead of R * n, and without importing scipy.stats (about a second per run).
 
 p-values are for H0: "no increase" against H1: "the run is higher", from the bootstrap distribution
 of the statistic shifted to zero: p = (1 + #{T* - T >= T}) / (1 + R).
@@ -56,7 +62,7 @@ def block_length(y: np.ndarray) -> int:
 
 
 class _Blocks:
-    """Moving-block resampling of columns that share one set of random block starts per resample."""
+    """Circular block resampling of columns that share one set of random block starts per resample."""
 
     def __init__(self, n: int, block: int) -> None:
         self.n, self.block = n, max(1, min(block, n))
@@ -64,25 +70,25 @@ class _Blocks:
         self.last = n - (self.nblocks - 1) * self.block  # the last block is cut to fill exactly n
 
     def sums(self, starts: np.ndarray, col: np.ndarray) -> np.ndarray:
-        """Sum of ``col`` over each resample of ``starts`` (R, nblocks)."""
-        cs = np.concatenate(([0.0], np.cumsum(col)))
+        """Sum of ``col`` over each resample of ``starts`` (R, nblocks); blocks wrap around the end."""
+        cs = np.concatenate(([0.0], np.cumsum(np.concatenate((col, col)))))
         full = cs[starts[:, :-1] + self.block] - cs[starts[:, :-1]]
         tail = cs[starts[:, -1] + self.last] - cs[starts[:, -1]]
         return full.sum(axis=1) + tail
 
     def starts(self, rng: np.random.Generator, r: int) -> np.ndarray:
-        return rng.integers(0, self.n - self.block + 1, size=(r, self.nblocks))
+        return rng.integers(0, self.n, size=(r, self.nblocks))
 
 
 def boot_means(y: np.ndarray, *, block: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Moving-block bootstrap replicates of the mean of ``y``."""
+    """Circular block bootstrap replicates of the mean of ``y``."""
     b = _Blocks(y.size, block)
     out = [b.sums(b.starts(rng, min(_CHUNK, resamples - i)), y) / y.size for i in range(0, resamples, _CHUNK)]
     return np.concatenate(out)
 
 
 def boot_slopes(x: np.ndarray, y: np.ndarray, *, block: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Moving-block bootstrap replicates of the least-squares slope of y on x (pairs resampled in blocks)."""
+    """Circular block bootstrap replicates of the least-squares slope of y on x (pairs resampled in blocks)."""
     b, n = _Blocks(y.size, block), y.size
     out = []
     for i in range(0, resamples, _CHUNK):
@@ -120,7 +126,10 @@ class Test:
 
 
 def _block(series: list[np.ndarray], block: int) -> int:
-    return block if block > 0 else max(block_length(s) for s in series)
+    """``block``, or twice the largest automatic length of the series (see the module docstring)."""
+    if block > 0:
+        return block
+    return max(min(2 * block_length(s), max(1, s.size // 3)) for s in series)
 
 
 def mean_increase(run: np.ndarray, base: np.ndarray, *, block: int, resamples: int, seed: int) -> Test:
