@@ -21,7 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from veotrace.errors import AnalysisError
+
 _EMPTY = np.zeros(0, np.int64)
+
+
+def _check_span(first: int, last: int) -> None:
+    """Refuse times more than 2**63 ns apart: their int64 differences (gaps, durations) would wrap."""
+    if last - first >= 1 << 63:
+        raise AnalysisError(f"timestamps span {first} .. {last} ns, more than 2**63 ns (292 years); "
+                            "gaps and durations would not fit in 64 bits",
+                            hint="Check --time-unit and the timestamp column for an outlier row")
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,7 @@ class BurstRuns:
             order = np.argsort(ts, kind="stable")
             ts = ts[order]
             nb = None if nb is None else nb[order]
+        _check_span(int(ts[0]), int(ts[-1]))
         breaks = np.flatnonzero(np.diff(ts) >= gap_ns) + 1
         first = np.concatenate(([0], breaks))
         last = np.concatenate((breaks - 1, [ts.size - 1]))
@@ -111,6 +122,7 @@ def merge_all(parts: Sequence[BurstRuns]) -> BurstRuns:
         start, end, count = start[order], end[order], count[order]
         nbytes = None if nbytes is None else nbytes[order]
     reach = np.maximum.accumulate(end)
+    _check_span(int(start[0]), int(reach[-1]))
     first = np.concatenate(([0], np.flatnonzero(start[1:] - reach[:-1] >= gap) + 1))
     return BurstRuns(gap, start[first], np.maximum.reduceat(end, first), np.add.reduceat(count, first),
                      None if nbytes is None else np.add.reduceat(nbytes, first))
