@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "veotrace.cli.l2",
     "veotrace.cli.info",
     "veotrace.cli.fragmentation",
+    "veotrace.cli.banks",
     "veotrace.cli.report",
     "veotrace.cli.gate",
     "veotrace.cli.simulate",
