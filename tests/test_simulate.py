@@ -42,14 +42,14 @@ def run(policy, req: rp.Requests):
 def test_pairs_by_address_and_counts_what_it_skips():
     req = rp.build_requests(events([(0, "alloc", 100, 1), (1, "alloc", 0, 2), (2, "free", 100, 1),
                                     (3, "defrag", 0, 0), (4, "alloc", 50, 1)]))
-    assert req.kind == [rp.MALLOC, rp.FREE, rp.MALLOC] and req.pair[1] == 0
+    assert list(req.kind) == [rp.MALLOC, rp.FREE, rp.MALLOC] and req.pair[1] == 0
     assert req.counts["zero_size_allocs"] == 1 and req.counts["ignored_ops"] == 1
 
 
 def test_torch_traces_free_at_free_completed():
     req = rp.build_requests(events([(0, "alloc", 100, 1), (1, "free_requested", 100, 1), (2, "alloc", 100, 2),
                                     (3, "free_completed", 100, 1)]))
-    assert req.kind == [rp.MALLOC, rp.MALLOC, rp.FREE]  # the block was reusable only after free_completed
+    assert list(req.kind) == [rp.MALLOC, rp.MALLOC, rp.FREE]  # the block was reusable only after free_completed
 
 
 def test_too_many_unknown_frees_is_an_error_and_a_few_are_counted():

@@ -10,6 +10,7 @@ the torch model can follow; recorded ``segment_alloc``/``segment_map`` are kept 
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,25 +26,32 @@ _DEVICE_OPS = ("segment_alloc", "segment_map")
 _RELEASE_OPS = ("segment_free", "segment_unmap")
 
 
+#: ``ts_ns`` of a request without a timestamp; ``addr`` of an event without an address.
+NO_TIME = -(1 << 63)
+NO_ADDR = (1 << 64) - 1
+#: Rows converted to Python values at a time while building requests (bounds temporary memory).
+CHUNK_ROWS = 1 << 18
+
+
 @dataclass
 class Requests:
-    """Parallel lists, one entry per request, in replay order.
+    """Parallel typed arrays (8 bytes per value), one entry per request, in replay order.
 
     ``size[i]`` of a RELEASE is 1 when a device allocation followed at once (an OOM retry inside malloc),
-    0 otherwise (``empty_cache``). ``pair[i]`` is, for a FREE, the index of the MALLOC/SEED it frees. ``seq`` is the source row
-    (-1 for seeded allocations). ``lifetime_ns[i]`` (MALLOC/SEED): time to its free, -1 if never freed,
-    None without timestamps. ``recorded``: (device, request index of the next MALLOC, op, size) of the
-    trace's own device allocations; ``released``: same for segment_free/segment_unmap.
+    0 otherwise (``empty_cache``). ``pair[i]`` is, for a FREE, the index of the MALLOC/SEED it frees.
+    ``seq`` is the source row (-1 for seeded allocations); ``ts_ns`` is NO_TIME without a timestamp.
+    ``recorded``: (device, request index of the next MALLOC, op, size) of the trace's own device
+    allocations; ``released``: the same for segment_free/segment_unmap.
     """
 
-    kind: list[int] = field(default_factory=list)
-    size: list[int] = field(default_factory=list)
-    stream: list[int] = field(default_factory=list)
-    device: list[int] = field(default_factory=list)
-    pair: list[int] = field(default_factory=list)
-    addr: list[int] = field(default_factory=list)
-    seq: list[int] = field(default_factory=list)
-    ts_ns: list[int | None] = field(default_factory=list)
+    kind: array = field(default_factory=lambda: array("q"))
+    size: array = field(default_factory=lambda: array("q"))
+    stream: array = field(default_factory=lambda: array("q"))
+    device: array = field(default_factory=lambda: array("q"))
+    pair: array = field(default_factory=lambda: array("q"))
+    addr: array = field(default_factory=lambda: array("Q"))
+    seq: array = field(default_factory=lambda: array("q"))
+    ts_ns: array = field(default_factory=lambda: array("q"))
     recorded: list[tuple[int, int, str, int]] = field(default_factory=list)
     released: list[tuple[int, int, str, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
@@ -52,7 +60,7 @@ class Requests:
     def __len__(self) -> int:
         return len(self.kind)
 
-    def add(self, kind: int, size: int, stream: int, device: int, pair: int, addr: int, seq: int, ts) -> int:
+    def add(self, kind: int, size: int, stream: int, device: int, pair: int, addr: int, seq: int, ts: int) -> int:
         self.kind.append(kind)
         self.size.append(size)
         self.stream.append(stream)
@@ -67,23 +75,28 @@ class Requests:
     def devices(self) -> list[int]:
         return sorted(set(self.device))
 
-    def lifetimes_ns(self) -> list[int | None]:
-        """Per request: for an allocation, ns until its free (-1 never freed); None without times."""
-        out: list[int | None] = [None] * len(self.kind)
-        for i, (k, j) in enumerate(zip(self.kind, self.pair)):
-            if k == FREE and j >= 0:
-                t0, t1 = self.ts_ns[j], self.ts_ns[i]
-                out[j] = None if t0 is None or t1 is None else max(t1 - t0, 0)
+    @property
+    def has_time(self) -> bool:
+        return len(self.ts_ns) > 0 and NO_TIME not in self.ts_ns
+
+    def lifetimes_ns(self) -> array:
+        """Per request: for an allocation, ns until its free (-1 never freed); NO_TIME without times."""
+        ts, out = self.ts_ns, array("q", [NO_TIME]) * len(self.kind)
         for i, k in enumerate(self.kind):
-            if k in (MALLOC, SEED) and out[i] is None and self.ts_ns[i] is not None:
-                out[i] = -1
+            if k == MALLOC or k == SEED:
+                if ts[i] != NO_TIME:
+                    out[i] = -1
+            elif k == FREE:
+                j = self.pair[i]
+                if ts[i] != NO_TIME and ts[j] != NO_TIME:
+                    out[j] = max(ts[i] - ts[j], 0)
         return out
 
 
-def _col(table: pa.Table, name: str, fill: int) -> list:
-    col = table.column(name)
+def _col(batch: pa.RecordBatch, name: str, fill: int) -> list:
+    col = batch.column(name)
     if col.null_count == 0:
-        return col.to_numpy().tolist()
+        return col.to_numpy(zero_copy_only=False).tolist()
     return [fill if v is None else v for v in col.to_pylist()]
 
 
@@ -100,52 +113,65 @@ def build_requests(table: pa.Table, *, seeds: list[tuple[int, int, int, int]] = 
     Raises:
         AnalysisError: no allocation with a size, or too many frees of unknown blocks.
     """
-    ops = table.column("op").to_pylist()
-    have_completed = "free_completed" in set(ops)
-    free_op = "free_completed" if have_completed else "free_requested"
-    size, addr = _col(table, "size_bytes", 0), _col(table, "address", -1)
-    stream, device = _col(table, "stream", 0), _col(table, "device", 0)
-    seq, ts = table.column("seq").to_pylist(), table.column("ts_ns").to_pylist()
+    names = set()
+    for chunk in table.column("op").chunks:
+        names.update(chunk.dictionary.to_pylist() if pa.types.is_dictionary(chunk.type) else chunk.unique().to_pylist())
+    free_op = "free_completed" if "free_completed" in names else "free_requested"
     req = Requests()
     live: dict[tuple[int, int], int] = {}
     counts = dict.fromkeys(("allocs", "frees", "unknown_frees", "zero_size_allocs", "realloc_at_live_address",
                             "ignored_ops", "seeded"), 0)
-    t0 = next((t for t in ts if t is not None), None)
+    ts_col = table.column("ts_ns")
+    t0 = ts_col.drop_null()[0].as_py() if len(ts_col) > ts_col.null_count else NO_TIME
     for d, a, s, st in seeds:
         live[(d, a)] = req.add(SEED, s, st, d, -1, a, -1, t0)
         counts["seeded"] += 1
     pending: dict[int, list[tuple[int, str, int]]] = {}  # device -> recorded events awaiting the next malloc
     last_release: dict[int, int] = {}
-    for i, op in enumerate(ops):
-        d = device[i]
-        if op == "alloc":
-            if size[i] <= 0:
-                counts["zero_size_allocs"] += 1
-                continue
-            key = (d, addr[i])
-            if key in live:
-                counts["realloc_at_live_address"] += 1
-            r = req.add(MALLOC, size[i], stream[i], d, -1, addr[i], seq[i], ts[i])
-            live[key] = r
-            counts["allocs"] += 1
-            for rec in pending.pop(d, ()):
-                (req.recorded if rec[1] in _DEVICE_OPS else req.released).append((d, r, rec[1], rec[2]))
-        elif op == "free" or op == free_op:
-            counts["frees"] += 1
-            j = live.pop((d, addr[i]), -1)
-            if j < 0:
-                counts["unknown_frees"] += 1
-                continue
-            req.add(FREE, 0, stream[i], d, j, addr[i], seq[i], ts[i])
-        elif op in _DEVICE_OPS or op in _RELEASE_OPS:
-            pending.setdefault(d, []).append((i, op, size[i]))
-            if op in _RELEASE_OPS and use_releases and last_release.get(d) != len(req) - 1:
-                last_release[d] = req.add(RELEASE, 0, stream[i], d, -1, addr[i], seq[i], ts[i])
-            elif op in _DEVICE_OPS and last_release.get(d) == len(req) - 1:
-                # released then allocated in one malloc: the retry after a failed device allocation
-                req.size[last_release[d]] = 1
-        elif op != "free_requested":
-            counts["ignored_ops"] += 1
+    kind_a, size_a, stream_a, device_a = req.kind.append, req.size.append, req.stream.append, req.device.append
+    pair_a, addr_a, seq_a, ts_a = req.pair.append, req.addr.append, req.seq.append, req.ts_ns.append
+    allocs = frees = unknown = zero = 0
+    for batch in table.to_batches(max_chunksize=CHUNK_ROWS):
+        ops = batch.column("op").to_pylist()
+        size, addr = _col(batch, "size_bytes", 0), _col(batch, "address", NO_ADDR)
+        stream, device = _col(batch, "stream", 0), _col(batch, "device", 0)
+        seq, ts = _col(batch, "seq", -1), _col(batch, "ts_ns", NO_TIME)
+        for i, op in enumerate(ops):
+            d = device[i]
+            if op == "alloc":
+                if size[i] <= 0:
+                    zero += 1
+                    continue
+                key = (d, addr[i])
+                if key in live:
+                    counts["realloc_at_live_address"] += 1
+                r = len(req.kind)
+                kind_a(MALLOC); size_a(size[i]); stream_a(stream[i]); device_a(d)
+                pair_a(-1); addr_a(addr[i]); seq_a(seq[i]); ts_a(ts[i])
+                if addr[i] != NO_ADDR:
+                    live[key] = r
+                allocs += 1
+                if pending:
+                    for rec in pending.pop(d, ()):
+                        (req.recorded if rec[1] in _DEVICE_OPS else req.released).append((d, r, rec[1], rec[2]))
+            elif op == "free" or op == free_op:
+                frees += 1
+                j = live.pop((d, addr[i]), -1)
+                if j < 0:
+                    unknown += 1
+                    continue
+                kind_a(FREE); size_a(0); stream_a(stream[i]); device_a(d)
+                pair_a(j); addr_a(addr[i]); seq_a(seq[i]); ts_a(ts[i])
+            elif op in _DEVICE_OPS or op in _RELEASE_OPS:
+                pending.setdefault(d, []).append((i, op, size[i]))
+                if op in _RELEASE_OPS and use_releases and last_release.get(d) != len(req) - 1:
+                    last_release[d] = req.add(RELEASE, 0, stream[i], d, -1, addr[i], seq[i], ts[i])
+                elif op in _DEVICE_OPS and last_release.get(d) == len(req) - 1:
+                    # released then allocated in one malloc: the retry after a failed device allocation
+                    req.size[last_release[d]] = 1
+            elif op != "free_requested":
+                counts["ignored_ops"] += 1
+    counts.update(allocs=allocs, frees=frees, unknown_frees=unknown, zero_size_allocs=zero)
     for d, recs in pending.items():  # device events after the last alloc (e.g. an empty_cache at the end)
         for rec in recs:
             (req.recorded if rec[1] in _DEVICE_OPS else req.released).append((d, len(req), rec[1], rec[2]))
@@ -167,35 +193,46 @@ def build_requests(table: pa.Table, *, seeds: list[tuple[int, int, int, int]] = 
     return req
 
 
-def replay(policy_for_device, req: Requests, *, on_progress=None) -> dict:
-    """Drive one policy per device over the requests; returns {device: policy}.
+def iter_replay(policy_for_device, req: Requests, policies: dict, *, chunk: int = 1 << 16):
+    """Drive one policy per device over the requests, yielding after every ``chunk`` requests.
 
-    ``policy_for_device(device)`` makes a fresh policy (with ``malloc``, ``free``, ``rec`` and
-    optionally ``release_cached_blocks`` and ``seeded(address)``).
+    ``policy_for_device(device)`` makes a fresh policy (with ``malloc``, ``free``, ``rec`` and optionally
+    ``release_cached_blocks``, ``arm_release`` and ``seeded(address)``); they are stored in ``policies``.
+    The pauses let a caller drain the recorder while the replay runs, so memory stays bounded by the
+    live set. Yields the number of requests done.
     """
-    policies = {d: policy_for_device(d) for d in req.devices}
+    for d in req.devices:
+        policies[d] = policy_for_device(d)
     handles: dict[int, object] = {}
     kind, size, stream, device, pair, addr = req.kind, req.size, req.stream, req.device, req.pair, req.addr
-    for i in range(len(kind)):
-        k = kind[i]
-        pol = policies[device[i]]
-        pol.rec.req = i
-        if k == MALLOC:
-            handles[i] = pol.malloc(size[i], stream[i])
-        elif k == FREE:
-            pol.free(handles.pop(pair[i]))
-        elif k == SEED:
-            seeded = getattr(pol, "seeded", None)
-            h = seeded(addr[i]) if seeded is not None else None
-            handles[i] = h if h is not None else pol.malloc(size[i], stream[i])
-        elif k == RELEASE:
-            if size[i]:  # an OOM retry inside PyTorch's malloc: only the torch model follows it
-                if hasattr(pol, "arm_release"):
-                    pol.arm_release()  # free cached blocks only if the next malloc finds none that fits
-            elif hasattr(pol, "release_cached_blocks"):
-                pol.release_cached_blocks()  # empty_cache(): the program's own call, every policy follows it
-        if on_progress is not None and i & 0xFFFF == 0:
-            on_progress(i, len(kind))
+    n = len(kind)
+    for start in range(0, n, chunk):
+        for i in range(start, min(start + chunk, n)):
+            k = kind[i]
+            pol = policies[device[i]]
+            pol.rec.req = i
+            if k == MALLOC:
+                handles[i] = pol.malloc(size[i], stream[i])
+            elif k == FREE:
+                pol.free(handles.pop(pair[i]))
+            elif k == SEED:
+                seeded = getattr(pol, "seeded", None)
+                h = seeded(addr[i]) if seeded is not None else None
+                handles[i] = h if h is not None else pol.malloc(size[i], stream[i])
+            elif k == RELEASE:
+                if size[i]:  # an OOM retry inside PyTorch's malloc: only the torch model follows it
+                    if hasattr(pol, "arm_release"):
+                        pol.arm_release()  # free cached blocks only if the next malloc finds none that fits
+                elif hasattr(pol, "release_cached_blocks"):
+                    pol.release_cached_blocks()  # empty_cache(): the program's own call, every policy follows it
+        yield min(start + chunk, n)
+
+
+def replay(policy_for_device, req: Requests) -> dict:
+    """Run :func:`iter_replay` to the end; returns {device: policy}."""
+    policies: dict = {}
+    for _ in iter_replay(policy_for_device, req, policies):
+        pass
     return policies
 
 

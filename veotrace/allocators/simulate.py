@@ -36,7 +36,6 @@ class SimulateResult:
     params: dict
     validation: dict | None = None
     notes: list[str] = field(default_factory=list)
-    streams: dict[str, pa.Table] = field(default_factory=dict, repr=False)
 
     @property
     def first_oom(self) -> dict | None:
@@ -75,18 +74,18 @@ def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf
     return arena.IdealAllocator(capacity=capacity, rec=rec, va=va)
 
 
-def events_table(rec: Recorder, req: rp.Requests, name: str, clock: np.ndarray, has_time: bool) -> pa.Table:
-    """The policy's events as ``alloc_events/1`` (+ ``block_bytes``), timed by the request that caused them."""
+def events_batch(rec: Recorder, req: rp.Requests, name: str, clock: np.ndarray, seq0: int = 0) -> pa.RecordBatch:
+    """The recorder's events as ``alloc_events/1`` (+ ``block_bytes``), timed by the request that caused them."""
     ev = np.array(rec.events, dtype=np.int64).reshape(-1, 6)
     r = ev[:, 0]
     idx = np.clip(r, 0, max(len(req) - 1, 0))
-    devices = np.asarray(req.device, dtype=np.int32)
+    devices = np.frombuffer(req.device, dtype=np.int64).astype(np.int32)
     dev = np.where(r >= 0, devices[idx] if len(req) else 0, -1 - r).astype(np.int32)
     ts = clock[idx] if len(req) else np.zeros(0, np.int64)
     n = len(ev)
-    return pa.table({
+    return pa.RecordBatch.from_pydict({
         "ts_ns": pa.array(ts, pa.int64()),
-        "seq": pa.array(np.arange(n), pa.int64()),
+        "seq": pa.array(np.arange(seq0, seq0 + n), pa.int64()),
         "op": pa.DictionaryArray.from_arrays(pa.array(ev[:, 1].astype(np.int32)), pa.array(OP_NAMES)),
         "size_bytes": pa.array(ev[:, 3]),
         "address": pa.array(ev[:, 2].astype(np.uint64)),
@@ -99,9 +98,8 @@ def events_table(rec: Recorder, req: rp.Requests, name: str, clock: np.ndarray, 
 
 
 def _clock(req: rp.Requests) -> tuple[np.ndarray, bool]:
-    ts = req.ts_ns
-    if ts and all(t is not None for t in ts):
-        return np.asarray(ts, dtype=np.int64), True
+    if req.has_time:
+        return np.frombuffer(req.ts_ns, dtype=np.int64), True
     return np.arange(len(req), dtype=np.int64), False  # request index as the clock
 
 
@@ -109,7 +107,8 @@ def _policy_row(name: str, counters: Counters, req: rp.Requests, frag, extra: di
     oom = counters.first_oom
     if oom is not None and 0 <= oom["request"] < len(req):
         i = oom["request"]
-        oom = dict(oom, device=req.device[i], source_row=req.seq[i], ts_ns=req.ts_ns[i])
+        oom = dict(oom, device=req.device[i], source_row=req.seq[i],
+                   ts_ns=None if req.ts_ns[i] == rp.NO_TIME else req.ts_ns[i])
     w = frag.windows
     ext = [v for v in w.column("external_frag").to_pylist() if v is not None] if w.num_rows else []
     gml = [v for v in w.column("gmlake_frag").to_pylist() if v is not None] if w.num_rows else []
@@ -162,20 +161,28 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
         window_ns = round(window_s * 1e9) if window_s else max(span // AUTO_WINDOWS, 1_000_000)
     else:
         window_ns = window_requests or max(-(-len(req) // AUTO_WINDOWS), 1)
-    rows, wins, streams, notes = [], [], {}, list(req.notes)
+    rows, wins, notes = [], [], list(req.notes)
     for name in policies:
         if name.startswith("tiered") and not has_time:
             notes.append(f"{name}: not run, lifetimes need timestamps and this trace has none")
             continue
-        rec = Recorder()
-        models = rp.replay(lambda d: make_policy(name, d, req, rec, conf=conf, capacity=capacity, seed=seed,
-                                                 tiers=tiers), req)
+        rec, models = Recorder(), {}
+        make = (lambda d, name=name, rec=rec: make_policy(name, d, req, rec, conf=conf, capacity=capacity,
+                                                          seed=seed, tiers=tiers))
+
+        def stream(name=name, rec=rec, models=models, make=make):
+            seq0 = 0
+            for _ in rp.iter_replay(make, req, models):
+                if rec.events:
+                    batch = events_batch(rec, req, name, clock, seq0)
+                    seq0 += batch.num_rows
+                    rec.events.clear()
+                    yield batch
+
+        frag = fragmentation_series(stream(), window_s=window_ns / 1e9)
         total = Counters()
         for m in models.values():
             total.merge(m.c)
-        table = events_table(rec, req, name, clock, has_time)
-        streams[name] = table
-        frag = fragmentation_series(table, window_s=window_ns / 1e9)
         extra = {}
         if name.startswith("tiered"):
             stats = [m.stats for m in models.values()]
@@ -195,4 +202,4 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
               "requests": len(req), "counts": req.counts,
               "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
               "recorded_releases": sum(1 for k in req.kind if k == rp.RELEASE)}
-    return SimulateResult(rows, whatif_table(rows), windows, params, notes=notes, streams=streams)
+    return SimulateResult(rows, whatif_table(rows), windows, params, notes=notes)

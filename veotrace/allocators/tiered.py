@@ -13,6 +13,7 @@ from __future__ import annotations
 from veotrace.allocators.base import (ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, VA_ALIGN, AddressSpace, Counters,
                                       Recorder, oom)
 from veotrace.allocators.holes import Holes
+from veotrace.allocators.replay import NO_TIME
 
 ALIGN = 512
 #: (largest lifetime in seconds, chunk granularity in bytes), shortest first; the last bound is infinite.
@@ -45,6 +46,7 @@ class TieredAllocator:
                       "predicted_with_truth": 0}
 
     def tier_of(self, lifetime_ns: int | None) -> int:
+        """The tier of a lifetime; unknown (None, NO_TIME) or never freed (-1): the longest."""
         if lifetime_ns is None or lifetime_ns < 0:
             return len(self.tiers) - 1
         s = lifetime_ns / 1e9
@@ -94,7 +96,7 @@ class TieredAllocator:
         self.rec.emit(FREE, start, size, stream, n)
         self.holes[t].put(start, n)
         ts = self.req.ts_ns
-        if ts[born] is not None and ts[self.rec.req] is not None:
+        if ts[born] != NO_TIME and ts[self.rec.req] != NO_TIME:
             lifetime = ts[self.rec.req] - ts[born]
             if not self.oracle:
                 true_tier = self.tier_of(lifetime)
