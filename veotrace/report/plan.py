@@ -14,6 +14,9 @@ from veotrace.analysis.defaults import ENTROPY_WINDOW_S
 MIN_WINDOWS, TARGET_WINDOWS = 30, 200
 #: Events per window for traces without timestamps: about TARGET_WINDOWS windows, at least this.
 MIN_WINDOW_EVENTS = 20
+#: Formats whose files in one folder are parts of one log (rotation) and are read together; other
+#: files (profiles, exports, frame tables) are each their own run.
+ROTATED = ("alloc-csv", "alloc-jsonl")
 _PAIR_KEY = re.compile(r"addr(?:esse)?s?|epe")
 
 
@@ -37,8 +40,8 @@ class Job:
 def plan(infos: list, groups: list[list[int]]) -> list[Job]:
     """The jobs for ``infos`` (analysis.info.FileInfo), files grouped by the PATH that named them.
 
-    Inside a group, files of one folder and one format are read together (rotated logs, several ncu
-    exports); coherence reads one file at a time; correlate pairs ADDRS with EPE arrays by name.
+    Inside a group, alloc logs of one folder and format are read together (rotated logs); every other
+    file is its own run; correlate pairs ADDRS with EPE arrays by name.
     """
     jobs: list[Job] = []
     for group in groups:
@@ -51,7 +54,8 @@ def plan(infos: list, groups: list[list[int]]) -> list[Job]:
                 base = _base(cmd)
                 if base in ("convert", None):
                     continue
-                key = (base, str(Path(info.path).parent), info.format) if base != "coherence" else (base, info.path)
+                together = info.format in ROTATED and base != "coherence"
+                key = (base, str(Path(info.path).parent), info.format) if together else (base, info.path)
                 sets.setdefault(key, []).append(info)
         arrays = []
         for (base, *_), members in sets.items():

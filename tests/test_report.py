@@ -1,0 +1,170 @@
+"""`veotrace report`: one self-contained HTML file with every analysis that applies, its numbers and figure."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pyarrow.csv as pacsv
+import pytest
+
+from tests.conftest import SAMPLES, run_cli
+from veotrace import __version__
+from veotrace.report.html import fmt
+
+
+class Refs(HTMLParser):
+    """Every resource reference of a page: src/href/xlink:href attributes, url(...) and @import in CSS."""
+
+    def __init__(self):
+        super().__init__()
+        self.refs: list[str] = []
+        self.tags: set[str] = set()
+        self.ids: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        for k, v in attrs:
+            if k in ("src", "href", "xlink:href", "srcset", "poster", "data", "action"):
+                self.refs.append(v or "")
+            if k == "id":
+                self.ids.append(v)
+
+    handle_startendtag = handle_starttag
+
+
+def outside_refs(html: str) -> list[str]:
+    """References that would make the browser fetch something: anything but data: URIs and #fragments."""
+    p = Refs()
+    p.feed(html)
+    refs = p.refs + re.findall(r"url\(\s*['\"]?([^'\")]*)", html) + re.findall(r"@import\s+['\"]?([^'\";]+)", html)
+    return [r for r in refs if not (r.startswith("#") or r.startswith("data:"))]
+
+
+@pytest.fixture(scope="module")
+def sample_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    res = run_cli("report", SAMPLES / "alloc_logs", SAMPLES / "ncu" / "l2_details.csv", SAMPLES / "frames" / "frames.csv",
+                  "-o", out)
+    return res, out
+
+
+def test_report_over_the_samples(sample_report):
+    res, out = sample_report
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout == ""
+    assert res.stderr.strip().splitlines()[-1].startswith(f"Wrote {out}")
+    html = out.read_text(encoding="utf-8")
+    p = Refs()
+    p.feed(html)
+    assert "script" not in p.tags and "iframe" not in p.tags and "link" not in p.tags  # readable with JavaScript off
+    assert outside_refs(html) == []
+    assert len(p.ids) == len(set(p.ids))  # figure ids made unique per figure
+    for title in ("Size-class entropy over time", "Allocation bursts", "L2 breakpoints per kernel", "Coherence collapse"):
+        assert f"<h2>{title}</h2>" in html
+    assert html.count("<figure") == 3  # entropy, l2, coherence; the sample log has no burst at 5 ms
+    assert f"veotrace {__version__}" in html
+    assert "prefers-color-scheme: dark" in html and "@media print" in html
+    assert "<code>veotrace entropy sample_traces/alloc_logs/</code>" in html.replace(str(SAMPLES.parent) + "/", "")
+
+
+def test_report_numbers_are_the_analyses_numbers(sample_report):
+    from veotrace.analysis.coherence import detect_collapse
+    from veotrace.analysis.entropy import COLUMNS, compute_entropy
+    from veotrace.analysis.l2 import find_breakpoints
+    from veotrace.sources import iter_alloc_events, read_table
+    from veotrace.sources.frames import read_frame_metrics
+
+    html = sample_report[1].read_text(encoding="utf-8")
+    ent = compute_entropy(iter_alloc_events([SAMPLES / "alloc_logs"], columns=COLUMNS))
+    assert f"<li><b>{fmt(ent.summary['mean_entropy_bits'])}</b><span>mean H (bits)</span></li>" in html
+    assert f"<li><b>{fmt(ent.trend['slope'])}</b><span>slope (bits/hour)</span></li>" in html
+    l2 = find_breakpoints(read_table([SAMPLES / "ncu" / "l2_details.csv"], "ncu_metrics"))
+    assert f"<li><b>{l2.breakpoints.num_rows}</b><span>breakpoints</span></li>" in html
+    frames = read_frame_metrics(SAMPLES / "frames" / "frames.csv")
+    onset = detect_collapse(frames.frame, frames.metrics).onset_frame
+    assert onset == 18 and f"<li><b>{onset}</b><span>onset frame</span></li>" in html
+
+
+def test_report_correlates_an_npz_with_addrs_and_epe(tmp_path):
+    from veotrace.analysis.correlation import align_pairs, correlate
+    from veotrace.synth.frames import address_epe_series
+
+    addrs, epe, _ = address_epe_series(60, rho=0.8, seed=3)
+    np.savez(tmp_path / "run.npz", addrs=addrs, epe=epe)
+    out = tmp_path / "r.html"
+    res = run_cli("report", tmp_path / "run.npz", "-o", out)
+    assert res.exit_code == 0, res.stderr
+    html = out.read_text(encoding="utf-8")
+    want = correlate(*(lambda p: (p.jump_bytes, p.epe_px))(align_pairs(addrs, np.ones(addrs.shape, bool), epe)),
+                     max_lag=3)
+    assert want.headline() in html
+    assert "--addrs-name addrs --epe-name epe" in html and "<figure" in html
+
+
+def test_a_refused_analysis_is_a_section_saying_why(tmp_path):
+    np.savez(tmp_path / "flat.npz", addrs=np.full(20, 4096, np.uint64), epe=np.linspace(1, 2, 19))
+    np.save(tmp_path / "lonely.npy", np.arange(10.0))
+    (tmp_path / "frames.csv").write_text((SAMPLES / "frames" / "frames.csv").read_text())
+    out = tmp_path / "r.html"
+    res = run_cli("report", tmp_path, "-o", out)
+    assert res.exit_code == 0, res.stderr
+    html = out.read_text(encoding="utf-8")
+    assert html.count('class="error">Not available:') == 2
+    assert "address jumps are constant" in html and "correlate needs an ADDRS and an EPE" in html
+    assert html.count("<figure") == 1  # coherence still drawn
+    assert res.stderr.count("Warning: Address jumps vs optical-flow error not available") == 2
+
+
+def test_report_over_inputs_no_analysis_accepts(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello\n")
+    res = run_cli("report", tmp_path / "notes.txt", "-o", tmp_path / "r.html")
+    assert res.exit_code == 1 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: none of the inputs feeds an analysis: ")
+    assert "notes.txt" in lines[0] and not (tmp_path / "r.html").exists()
+
+
+def test_report_to_an_unwritable_place(tmp_path):
+    res = run_cli("report", SAMPLES / "frames" / "frames.csv", "-o", tmp_path / "missing" / "r.html")
+    assert res.exit_code == 1 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "does not exist" in lines[0]
+
+
+def test_plan_groups_rotated_logs_and_pairs_arrays(tmp_path):
+    from veotrace.analysis.info import FileInfo
+    from veotrace.report.plan import nice_seconds, plan
+
+    logs = [FileInfo(f"d/log.{i}.csv", "alloc-csv", None, supports=["entropy", "convert", "bursts"],
+                     details={"alloc_events": {"first_ns": 0, "last_ns": 10**15 * i, "events_without_time": 0}})
+            for i in (1, 2)]
+    arrays = [FileInfo("a/x_addrs.npy", "npy", None, supports=["correlate"]),
+              FileInfo("a/x_epe.npy", "npy", None, supports=["correlate"]),
+              FileInfo("a/other.npy", "npy", None, supports=["correlate"])]
+    jobs = plan(logs + arrays, [[0, 1], [2, 3, 4]])
+    cmds = [(j.command, [str(p) for p in j.paths], j.note is None) for j in jobs]
+    assert ("entropy", ["d/log.1.csv", "d/log.2.csv"], True) in cmds
+    assert ("bursts", ["d/log.1.csv", "d/log.2.csv"], True) in cmds
+    assert ("correlate", ["a/x_addrs.npy", "a/x_epe.npy"], True) in cmds
+    assert ("correlate", ["a/other.npy"], False) in cmds
+    assert jobs[0].cli == "veotrace entropy d/"  # spans 2e6 s: the default window gives enough windows
+    short = plan([FileInfo("s.csv", "alloc-csv", None, supports=["entropy"], details={"alloc_events": {
+        "first_ns": 0, "last_ns": 3 * 10**9, "events_without_time": 0}})], [[0]])
+    assert short[0].params == {"window": 0.01}  # 3 s: about 200 windows of a round length
+    assert nice_seconds(0.0137) == 0.01 and nice_seconds(7) == 5 and nice_seconds(300) == 200
+
+
+@pytest.mark.slow
+def test_long_log_report_is_small(tmp_path):
+    """A bursty 237-hour log of 10M events (the benchmark's realistic log) gives a report under 5 MB."""
+    from veotrace.synth.alloc import write_realistic_log
+
+    log = tmp_path / "long.csv"
+    write_realistic_log(log, events=10_000_000, hours=237)
+    out = tmp_path / "r.html"
+    res = run_cli("report", log, "-o", out)
+    assert res.exit_code == 0, res.stderr
+    assert out.stat().st_size < 5_000_000
