@@ -23,6 +23,8 @@ kSmallBuffer = 2 << 20  # "small" allocations are packed in 2 MiB blocks
 kLargeBuffer = 20 << 20  # "large" allocations may be packed in 20 MiB blocks
 kMinLargeAlloc = 10 << 20  # allocations between 1 and 10 MiB may use kLargeBuffer
 kRoundLarge = 2 << 20  # round up large allocations to 2 MiB
+#: Distinct requested sizes whose rounding is remembered (the model's own speed-up, not PyTorch's).
+SIZE_CACHE = 1 << 16
 
 
 class Block:
@@ -135,12 +137,18 @@ class TorchAllocator:
         self.es = expandable.Expandable(self) if conf.expandable_segments else None
         self.armed = False
         self.seeded_blocks: dict[int, Block] = {}
+        self._sizes: dict[int, tuple[int, int]] = {}
 
     # -- allocation ------------------------------------------------------------------------------
     def malloc(self, orig_size: int, stream: int) -> Block:
-        size = round_size(orig_size, self.conf)
+        sizes = self._sizes.get(orig_size)
+        if sizes is None:  # round_size and get_allocation_size, remembered per requested size
+            if len(self._sizes) > SIZE_CACHE:
+                self._sizes.clear()
+            size = round_size(orig_size, self.conf)
+            sizes = self._sizes[orig_size] = (size, get_allocation_size(size))
+        size, alloc_size = sizes
         pool = self.small_blocks if size <= kSmallSize else self.large_blocks
-        alloc_size = get_allocation_size(size)
         block = self.get_free_block(pool, size, stream)
         if block is None and self.armed:  # the trace recorded a release right before this malloc
             self.release_cached_blocks()
@@ -243,7 +251,8 @@ class TorchAllocator:
     def free_block(self, block: Block) -> None:
         pool = block.pool
         for candidate in (block.prev, block.next):
-            self.try_merge_blocks(block, candidate, pool)
+            if candidate is not None and not candidate.allocated:  # try_merge_blocks' own first test, hoisted
+                self.try_merge_blocks(block, candidate, pool)
         pool.insert_into_blocks(block)
 
     @staticmethod
