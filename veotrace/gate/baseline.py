@@ -247,7 +247,7 @@ def _same(a: Any, b: Any) -> bool:
 def show_param(name: str, value: Any) -> str:
     """A parameter value as a user would type it (``--window 300s``, ``--ops alloc,free``)."""
     if value is None:
-        return "unset"
+        return "not set"
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value))
     if name in ("window_s", "step_s"):

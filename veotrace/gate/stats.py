@@ -8,9 +8,10 @@ resampled mean is centred on the sample mean): a run is resampled as randomly pl
 
 ``b`` is **twice** the length given by the rule of Politis & White (2004, with the correction of
 Patton, Politis & White 2009). That rule minimises the error of the bootstrap variance, whose bias
-is downward and falls as 1/b; a test needs the variance not underestimated, and at a few hundred
-windows the plain rule gave 19% false significance at a nominal 5% on AR(1) pairs, twice the length
-7% (an iid z-test: 20%). ``block`` given explicitly is used as it is.
+is downward and falls as 1/b; a test needs the variance not underestimated. On 200 same-process
+pairs of 240-window seeded logs (veotrace.synth.gate), the plain rule called 10% significant at a
+nominal 5%, twice the length 7% (6% on 200 other pairs); an iid z-test calls about 20%.
+``block`` given explicitly is used as it is.
 
 Resampled means and least-squares slopes are computed from prefix sums of each block (x, y, x^2,
 xy), not from an (R, n) index matrix as ``correlate`` does: the same resampling at a cost of
