@@ -25,6 +25,8 @@ PLOTTERS = {
     "l2-breakpoints": ("veotrace.plot.l2", "plot_l2"),
     "correlate": ("veotrace.plot.correlate", "plot_correlate"),
     "coherence": ("veotrace.plot.coherence", "plot_coherence"),
+    "fragmentation": ("veotrace.plot.fragmentation", "plot_fragmentation"),
+    "simulate": ("veotrace.plot.simulate", "plot_simulate"),
 }
 
 #: rcParams applied while drawing and saving. svg.hashsalt fixes the ids matplotlib writes into SVGs
