@@ -1,0 +1,237 @@
+"""Every `veotrace ...` line of the README's ```sh blocks runs as written on sample_traces/, and the samples are what
+sample_traces/regenerate.py writes.
+
+Each command line is one test, named by its README line (``README.md:142``). The lines run with
+``python3 -m veotrace`` in one scratch folder that links every top-level entry of the repository (so paths read as
+from the repository root, and ``-o`` outputs land in the scratch folder, where later lines can read them); the
+lines of one ```sh block run in order, two blocks at a time (blocks do not read each other's outputs). Expected exit
+code: 0, or the one a comment on the line documents (``# exit 3 ...``); a ``|| ...`` tail accepts 0 or 3.
+``| jq ...`` runs only when jq is installed. Skipped: lines with ``pip install``, ``pytest``, ``benchmarks/``,
+``nsys``/``ncu`` commands (tools absent here), lines that are not veotrace commands (shell around them), and the
+line after a ``# not run`` comment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SAMPLES
+
+README = REPO / "README.md"
+#: Fewest command lines the README must yield (it has about 30 runnable ones without other sections).
+MIN_COMMANDS = 25
+OPERATORS = {"&&", "||", "|", ";", ">"}
+SKIP_WORDS = ("pip install", "pytest", "benchmarks/")
+TIMEOUT_S = 180
+
+
+@dataclass
+class Example:
+    line: int  # 1-based line in README.md
+    text: str
+    block: int = 0  # which ```sh block of the README
+    commands: list[list[str]] = field(default_factory=list)  # veotrace argument lists, run in order (&&)
+    jq: list[str] | None = None  # the jq arguments of a `| jq ...` tail
+    stdout_to: str | None = None  # `> FILE`
+    expected: tuple[int, ...] = (0,)
+
+
+def _tokens(text: str) -> list[str]:
+    lex = shlex.shlex(text, posix=True, punctuation_chars=";&|>")
+    lex.whitespace_split = True
+    return list(lex)
+
+
+def _veotrace_args(tokens: list[str]) -> list[str] | None:
+    """The arguments after `veotrace` / `python3 -m veotrace`, or None when the segment is something else."""
+    if tokens[:1] == ["veotrace"]:
+        return tokens[1:]
+    if len(tokens) >= 3 and tokens[0].startswith("python") and tokens[1:3] == ["-m", "veotrace"]:
+        return tokens[3:]
+    return None
+
+
+def parse(line_no: int, raw: str) -> Example | str:
+    """An Example, or the reason the line is not run."""
+    text = raw.strip()
+    if any(w in text for w in SKIP_WORDS):
+        return "pip/pytest/benchmark line"
+    tokens = _tokens(text)
+    segments, ops, cur = [], [], []
+    for tok in tokens:
+        if tok in OPERATORS:
+            segments.append(cur)
+            ops.append(tok)
+            cur = []
+        else:
+            cur.append(tok)
+    segments.append(cur)
+    if any(seg[:1] in (["nsys"], ["ncu"]) for seg in segments):
+        return "needs nsys/ncu"
+    ex = Example(line_no, text)
+    comment = re.search(r"\s#\s*(.*)$", text)
+    code = re.search(r"\bexit (\d)\b", comment.group(1)) if comment else None
+    if code:
+        ex.expected = (int(code.group(1)),)
+    args = _veotrace_args(segments[0])
+    if args is None:
+        return "not a veotrace command"
+    ex.commands.append(args)
+    for op, seg in zip(ops, segments[1:]):
+        if op == "&&" and _veotrace_args(seg) is not None:
+            ex.commands.append(_veotrace_args(seg))
+        elif op == "|" and seg[:1] == ["jq"]:
+            ex.jq = seg[1:]
+        elif op == ">" and len(seg) == 1:
+            ex.stdout_to = seg[0]
+        elif op == "||":
+            ex.expected = (0, 3)
+            break
+        else:
+            return f"shell construct {op!r} {' '.join(seg[:1])}"
+    return ex
+
+
+def readme_examples() -> tuple[list[Example], list[tuple[int, str, str]]]:
+    """(examples to run, [(line, text, why skipped)]) from README.md's ```sh blocks."""
+    run, skipped = [], []
+    in_sh, not_run, block = False, False, 0
+    for n, raw in enumerate(README.read_text(encoding="utf-8").splitlines(), start=1):
+        stripped = raw.strip()
+        if stripped.startswith("```"):
+            in_sh = stripped == "```sh" and not in_sh
+            block += in_sh
+            not_run = False
+            continue
+        if not in_sh or not stripped:
+            continue
+        if stripped.startswith("#"):
+            not_run = not_run or bool(re.match(r"#\s*not run", stripped))
+            continue
+        if not_run:
+            skipped.append((n, stripped, "# not run"))
+            not_run = False
+            continue
+        ex = parse(n, raw)
+        if isinstance(ex, str):
+            skipped.append((n, stripped, ex))
+        else:
+            ex.block = block
+            run.append(ex)
+    return run, skipped
+
+
+EXAMPLES, SKIPPED = readme_examples()
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    """A folder that looks like the repository root (links to its entries) but takes the outputs."""
+    root = tmp_path_factory.mktemp("readme")
+    for entry in REPO.iterdir():
+        if not entry.name.startswith("."):
+            (root / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    return root
+
+
+def _run_block(examples: list[Example], cwd: Path) -> dict[int, list[subprocess.CompletedProcess]]:
+    out = {}
+    for ex in examples:
+        done = []
+        for args in ex.commands:
+            done.append(subprocess.run([sys.executable, "-m", "veotrace", *args], cwd=cwd, capture_output=True,
+                                       timeout=TIMEOUT_S, check=False))
+            if done[-1].returncode != 0:
+                break
+        if ex.stdout_to:
+            (cwd / ex.stdout_to).write_bytes(done[-1].stdout)
+        out[ex.line] = done
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(scratch) -> dict[int, list[subprocess.CompletedProcess]]:
+    """README line -> the processes its commands ran (stopping at the first that failed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    blocks: dict[int, list[Example]] = {}
+    for ex in EXAMPLES:
+        blocks.setdefault(ex.block, []).append(ex)
+    out: dict[int, list[subprocess.CompletedProcess]] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for done in pool.map(lambda b: _run_block(b, scratch), blocks.values()):
+            out.update(done)
+    return out
+
+
+def test_the_readme_yields_enough_commands():
+    assert len(EXAMPLES) >= MIN_COMMANDS, (len(EXAMPLES), SKIPPED)
+    assert all(ex.commands for ex in EXAMPLES)
+
+
+@pytest.mark.parametrize("ex", EXAMPLES, ids=[f"README.md:{ex.line}" for ex in EXAMPLES])
+def test_readme_example_runs(ex: Example, results):
+    done = results[ex.line]
+    where = f"README.md:{ex.line}: {ex.text}"
+    for i, proc in enumerate(done):
+        last = i == len(ex.commands) - 1
+        allowed = ex.expected if last else (0,)
+        assert proc.returncode in allowed, (f"{where}\n{' '.join(proc.args[3:])}: exit {proc.returncode}, expected "
+                                            f"{' or '.join(map(str, allowed))}\n{proc.stderr.decode(errors='replace')[-2000:]}")
+    if ex.jq is not None and shutil.which("jq"):
+        piped = subprocess.run(["jq", *ex.jq], input=done[-1].stdout, capture_output=True, timeout=60, check=False)
+        assert piped.returncode == 0, f"{where}: jq {' '.join(ex.jq)} on the output: {piped.stderr!r}"
+
+
+def test_parser_on_the_shapes_the_readme_uses():
+    ex = parse(1, "veotrace entropy logs/ --format json | jq '.files[] | {path}'   # a comment")
+    assert ex.commands == [["entropy", "logs/", "--format", "json"]] and ex.jq == [".files[] | {path}"]
+    assert parse(2, "veotrace coherence f.csv --fail-on-collapse   # exit 3: collapse found").expected == (3,)
+    assert parse(3, "python3 -m pip install -e . && veotrace entropy x") == "pip/pytest/benchmark line"
+    assert parse(4, "nsys stats x > t.csv && veotrace bursts t.csv") == "needs nsys/ncu"
+    assert parse(5, "veotrace gate x -b b.json || status=$?").expected == (0, 3)
+    assert parse(6, 'case "$status" in') == "not a veotrace command"
+    chain = parse(7, "python3 -m veotrace convert a -o t.parquet && veotrace entropy t.parquet")
+    assert chain.commands == [["convert", "a", "-o", "t.parquet"], ["entropy", "t.parquet"]]
+
+
+def _regenerate_module():
+    spec = importlib.util.spec_from_file_location("regenerate_samples", SAMPLES / "regenerate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_samples_are_what_the_seeded_generator_writes():
+    module = _regenerate_module()
+    for rel, make in module.SAMPLES.items():
+        data = make()
+        assert len(data) < 200_000, rel
+        assert (SAMPLES / rel).read_bytes() == data, f"sample_traces/{rel} differs: run python3 sample_traces/regenerate.py"
+
+
+def test_samples_show_what_the_readme_says(cli):
+    import json
+
+    from veotrace.synth.bursts import planted_bursts_log
+
+    doc = json.loads(cli("bursts", SAMPLES / "alloc_logs_bursty", "-f", "json").stdout)
+    truth = planted_bursts_log(seed=21, bursts=40, gap_ms=5.0, max_events=25, singletons=8, frees=300, shuffle=False)
+    assert doc["summary"]["bursts"] == truth.starts.size == 40
+    assert [b["events"] for b in doc["bursts"]] == truth.counts.tolist()
+    snap = json.loads(cli("bursts", SAMPLES / "snapshots" / "memory_snapshot.pickle", "-f", "json").stdout)
+    assert snap["summary"]["bursts"] > 0
+    l2 = cli("l2-breakpoints", SAMPLES / "ncu" / "launch_count_1.csv", "-f", "json")
+    assert l2.exit_code == 0 and "--launch-count 20" in l2.stderr
+    assert {k["changepoints"]["status"] for k in json.loads(l2.stdout)["kernels"]} == {"needs more launches"}
+    corr = json.loads(cli("correlate", SAMPLES / "arrays" / "addrs.npy", SAMPLES / "arrays" / "epe.npy", "-f", "json").stdout)
+    assert corr["n"] == 47 and corr["pearson"]["r"] == pytest.approx(0.65, abs=0.01)  # the README's comment
