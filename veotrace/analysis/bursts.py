@@ -28,7 +28,7 @@ from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
 from veotrace.analysis.kernel_names import name_kernels as _name_kernels
 from veotrace.analysis.ops import OpsSeen, op_mask
-from veotrace.analysis.runs import BurstRuns, RunsAccumulator
+from veotrace.analysis.runs import BurstRuns, RunsAccumulator, merge_all
 from veotrace.errors import AnalysisError, UsageError
 from veotrace.schemas.bursts import BURSTS, BURSTS_BY_GROUP
 
@@ -102,6 +102,17 @@ class AllocPass:
     n_selected: int
     seen: OpsSeen
 
+    def merge(self, other: AllocPass) -> AllocPass:
+        """Combine with the pass over other rows (in place; returns self): exact in any order (see runs.py)."""
+        self.runs = merge_all([self.runs, other.runs])
+        for key, runs in other.groups.items():
+            self.groups[key] = merge_all([self.groups[key], runs]) if key in self.groups else runs
+        self.groups = dict(sorted(self.groups.items()))
+        self.n_read += other.n_read
+        self.n_selected += other.n_selected
+        self.seen.merge(other.seen)
+        return self
+
 
 def alloc_runs(
     batches: Iterable[pa.RecordBatch],
@@ -138,10 +149,10 @@ def alloc_pass(
     seen, n_read, n_selected = OpsSeen(), 0, 0
     for batch in batches:
         n_read += batch.num_rows
+        seen.add(batch.column("op"))  # before --device: an op elsewhere in the input is not a typo
         if device is not None:
             batch = batch.filter(pa.array(device_rows(batch.column("device"), device)))
         n_selected += batch.num_rows
-        seen.add(batch.column("op"))
         mask = op_mask(batch.column("op"), ops)
         ts = batch.column("ts_ns")
         if ts.null_count and not np.asarray(ts.is_valid())[mask].all():
@@ -195,6 +206,16 @@ def compute_bursts(
     gap_ns = check_params(gap_ms, min_events)
     check_by(by)
     p = alloc_pass(batches, gap_ns=gap_ns, ops=ops, by=by, device=device, on_progress=on_progress)
+    return finish_alloc_bursts(p, ops=ops, min_events=min_events, by=by, device=device)
+
+
+def finish_alloc_bursts(p: AllocPass, *, ops: Sequence[str], min_events: int, by: str | None,
+                        device: int | None) -> BurstResult:
+    """The BurstResult of a (merged) pass over every batch.
+
+    Raises:
+        AnalysisError: an op of ``ops`` never occurs, or no counted events.
+    """
     p.seen.check(ops)
     if p.runs.n_runs == 0:
         where = f" on device {device}" if device is not None else ""

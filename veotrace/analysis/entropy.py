@@ -184,10 +184,10 @@ def entropy_partial(
                                   "by": by, "device": device})
     for batch in batches:
         part.n_read += batch.num_rows
+        part.seen.add(batch.column("op"))  # before --device: an op elsewhere in the input is not a typo
         if device is not None:
             batch = batch.filter(pa.array(device_rows(batch.column("device"), device)))
         part.n_selected += batch.num_rows
-        part.seen.add(batch.column("op"))
         mask = op_mask(batch.column("op"), ops)
         # np.compress, not boolean indexing: several times faster on a mask that flips row to row.
         cls = size_classes(np.compress(mask, batch.column("size_bytes")), min_class, max_class) - min_class
@@ -340,9 +340,13 @@ def _notes(stream, pooled, segments, x, first_ns, last_ns) -> list[str]:
         end_h = float(np.nanmax(x)) if stream.has_null_ts or first_ns is None else (last_ns - first_ns) / NS_PER_HOUR
         beyond = [b for b in segments if b >= end_h]
         if beyond:
-            unit = "" if stream.has_null_ts else " h"
-            notes.append(f"Warning: --segments {', '.join(f'{b:g}' for b in beyond)} lie beyond the end of the run "
-                         f"({end_h:.4g}{unit}); their segments hold no windows")
+            def when(h: float) -> str:
+                return f"window {h:g}" if stream.has_null_ts else timescale.fmt_duration(h * 3600)
+
+            one = len(beyond) == 1
+            notes.append(f"Warning: --segments {', '.join(when(b) for b in beyond)} {'lies' if one else 'lie'} beyond "
+                         f"the end of the run ({when(end_h)}); {'its segment holds' if one else 'their segments hold'} "
+                         "no windows")
     return notes
 
 

@@ -100,7 +100,8 @@ class EntropyPartial:
         if self.buffering:
             self.events.append((cts, cls, gk))
             p = self.pooled
-            if timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns) >= timescale.MIN_WINDOWS:
+            if p.first_ns is not None and timescale.windows_spanned(
+                    p.first_ns, p.last_ns, self.window_ns, self.step_ns) >= timescale.MIN_WINDOWS:
                 self.buffering, self.events = False, []  # the default window gives a usable series
 
     def merge(self, other: EntropyPartial) -> EntropyPartial:
@@ -128,7 +129,7 @@ class EntropyPartial:
             else:
                 self.groups[key] = acc
         keep = self.buffering and other.buffering
-        if keep and not self.event_mode:
+        if keep and not self.event_mode and self.pooled.first_ns is not None:
             p = self.pooled
             keep = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns) < timescale.MIN_WINDOWS
         self.events = self.events + other.events if keep or self.event_mode else []

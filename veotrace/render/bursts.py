@@ -115,7 +115,8 @@ def _headline(result) -> str:
     what = "kernel launch" if p["events"] == "kernels" else "event"
     many = "kernel launches" if p["events"] == "kernels" else "events"
     share = s["share_in_bursts"]
-    text = (f"{plural(s['bursts'], 'burst')} hold {s['events_in_bursts']:,} of "
+    verb = "holds" if s["bursts"] == 1 else "hold"
+    text = (f"{plural(s['bursts'], 'burst')} {verb} {s['events_in_bursts']:,} of "
             f"{plural(s['events_counted'], what, many)}")
     return text + (f" ({share:.1%})" if share is not None else "")
 

@@ -1,0 +1,288 @@
+"""Issue 12 (part A): time scales from the data, units on durations, outlier rows, --by/--device, kernel
+names in bursts, --ops that never occur, event windows' left-out events, Kendall on rounded entropies,
+segment labels and plurals. On the real snapshots where they concern them (skipped when absent)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pytest
+from scipy import stats
+
+from tests.conftest import real_trace, run_cli
+from veotrace.analysis.bursts import compute_kernel_bursts
+from veotrace.analysis.entropy import COLUMNS, compute_entropy, entropy_bits, size_classes
+from veotrace.analysis.timescale import plural
+from veotrace.analysis.trend import fit_trend
+from veotrace.sources import iter_alloc_events, read_table
+
+SNAP = "constructorsun_memory_snapshot.pickle"  # epoch time_us, 2.735 s, devices 0, 1, 2
+MAGMA = "magma27_memory_snapshot.pickle"  # 248 ms, one device
+
+
+def _json(*args) -> tuple[dict, str]:
+    r = run_cli(*args, "--format", "json", "--no-progress")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+def _csv(path: Path, ts, sizes, extra: dict | None = None) -> Path:
+    cols = {"timestamp": pa.array(ts, pa.int64()), "op_type": ["alloc"] * len(ts), "size_bytes": sizes}
+    pacsv.write_csv(pa.table({**cols, **(extra or {})}), path)
+    return path
+
+
+# --- 1. time scales -------------------------------------------------------------------------------
+
+def test_short_snapshot_gets_a_window_from_the_data_and_says_so():
+    out, err = _json("entropy", real_trace(SNAP))
+    p, s, t = out["params"], out["summary"], out["trend"]
+    assert p["window_choice"]["auto"] and p["window_choice"]["mode"] == "time"
+    assert p["window_s"] == 0.01 and s["windows"] == 275 and s["windows"] >= 20
+    assert "the default 5 min window gives 1 window over the 2.735 s span" in p["window_choice"]["reason"]
+    assert err.count("Note: using windows of 10 ms (275 windows)") == 1 and "Error" not in err
+    assert s["notes"] == [err.strip()]
+    w = out["windows"]
+    assert [x["window"] for x in w[:3]] == [0, 1, 2]  # from the first window, not from 1970
+    assert w[0]["start_ns"] == 1_757_253_255_210_000_000  # absolute time kept in JSON
+    assert -0.01 < w[0]["start_s"] <= 0 and w[1]["start_s"] == pytest.approx(w[0]["start_s"] + 0.01)
+    assert t["display"]["unit"] == "bits/second" and t["slope_bits_per_hour"] == t["slope"]
+    assert t["display"]["slope"] == pytest.approx(t["slope"] / 3600)
+
+
+def test_explicit_window_stays_exact():
+    out, err = _json("entropy", real_trace(SNAP), "--window", "300")
+    assert out["summary"]["windows"] == 1 and out["params"]["window_s"] == 300.0
+    assert out["params"]["window_choice"] == {"auto": False, "mode": "given"} and err == ""
+
+
+def test_magma_snapshot_gets_a_usable_series():
+    out, _ = _json("entropy", real_trace(MAGMA))
+    assert out["params"]["window_choice"]["auto"] and out["trend"]["n"] >= 20  # non-empty windows in the fit
+
+
+def test_auto_window_ground_truth(tmp_path):
+    # 2,000 allocs evenly over 10 s of epoch time: 100 non-empty windows wanted -> 100 ms (200 ms gives 50)
+    ts = 1_700_000_000_000_000_000 + np.arange(2000) * 5_000_000
+    path = _csv(tmp_path / "a.csv", ts, [4096] * 2000)
+    res = compute_entropy(iter_alloc_events([path], columns=COLUMNS))
+    assert res.params["window_s"] == 0.1 and res.summary["windows"] == 100
+    assert res.windows.column("events").to_pylist() == [20] * 100
+    assert res.windows.column("window").to_pylist() == list(range(100))
+
+
+def test_untimed_snapshot_gets_event_windows():
+    out, err = _json("entropy", real_trace("cranberrii_memory_snapshot.pickle"))
+    c = out["params"]["window_choice"]
+    assert c["mode"] == "events" and c["reason"] == "the events have no timestamps"
+    assert out["params"]["window_events"] == 3505 // 100 and out["summary"]["windows"] == 100
+    assert out["trend"]["display"]["unit"] == "bits/window"
+
+
+# --- 2. units on durations ------------------------------------------------------------------------
+
+def test_window_and_step_units_equal_bare_seconds():
+    a, _ = _json("entropy", real_trace(SNAP), "--window", "20ms", "--step", "10ms")
+    b, _ = _json("entropy", real_trace(SNAP), "--window", "0.02", "--step", "0.01")
+    assert a["windows"] == b["windows"] and a["params"]["window_s"] == 0.02 and a["params"]["step_s"] == 0.01
+    c, _ = _json("entropy", real_trace(SNAP), "--window", "5m")
+    assert c["params"]["window_s"] == 300.0
+
+
+def test_gap_units_equal_bare_milliseconds():
+    a, _ = _json("bursts", real_trace(SNAP), "--gap", "5")
+    b, _ = _json("bursts", real_trace(SNAP), "--gap", "5000us")
+    assert a["bursts"] == b["bursts"] and a["params"]["gap_ms"] == b["params"]["gap_ms"] == 5.0
+
+
+@pytest.mark.parametrize("cmd, args, message", [
+    ("entropy", ["--window", "5 fortnights"], "Error: --window: unknown unit 'fortnights'"),
+    ("entropy", ["--step", "-1"], "Error: --step expects a duration"),
+    ("entropy", ["--window-events", "10", "--window", "1s"], "Error: --window-events counts events, not time"),
+    ("bursts", ["--gap", "0ms"], "Error: --gap must be a positive duration"),
+])
+def test_bad_durations_exit_2(cmd, args, message):
+    r = run_cli(cmd, real_trace(SNAP), *args)
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith(message) and r.stderr.count("\n") == 1
+
+
+# --- 3. outlier timestamps ------------------------------------------------------------------------
+
+def test_one_epoch_row_in_a_log_of_small_numbers_is_named(tmp_path):
+    ts = list(range(0, 1000 * 1_000_000, 1_000_000))  # 1,000 rows over 1 s
+    ts[600] = 1_757_253_255_215_904_000  # one epoch-ns row
+    path = _csv(tmp_path / "log.csv", ts, [4096] * 1000)
+    r = run_cli("entropy", path, "--window", "1ms")
+    assert r.exit_code == 1 and r.stdout == "" and r.stderr.count("\n") == 1
+    assert r.stderr.startswith(f"Error: {path}: row 601 has timestamp 1,757,253,255,215,904,000 ns, far outside")
+    assert "(0 .. 999,000,000 ns)" in r.stderr and "--time-unit" in r.stderr
+
+
+def test_implausible_span_without_one_outlier_warns_and_shows_the_span(tmp_path):
+    ts = np.arange(100) * 2_000_000_000  # 100 rows 2 s apart: 198 s in 1 ms windows = 198,001 windows
+    path = _csv(tmp_path / "log.csv", ts, [4096] * 100)
+    r = run_cli("entropy", path, "--window", "1ms", "--format", "json")
+    assert r.exit_code == 0
+    assert r.stderr == "Warning: the run spans 3.3 min (198,001 windows for 100 rows read); check --time-unit or " \
+                       "use a longer --window\n"
+
+
+# --- 4. --by device|stream and --device ----------------------------------------------------------
+
+def test_by_stream_ground_truth(tmp_path):
+    # stream 0: always 4 KiB (H = 0); stream 1: 4 KiB and 8 KiB alternating (H = 1); pooled: 3/4, 1/4
+    n = 400
+    ts = np.arange(n) * 1_000_000_000
+    stream = np.arange(n) % 2
+    sizes = np.where(stream == 0, 4096, np.where((np.arange(n) // 2) % 2 == 0, 4096, 8192))
+    path = _csv(tmp_path / "log.csv", ts, sizes, {"stream": stream})
+    out, _ = _json("entropy", path, "--by", "stream", "--window", "40s")
+    groups = {g["group"]: g for g in out["groups"]}
+    assert set(groups) == {"0", "1"}
+    assert {w["entropy_bits"] for w in groups["0"]["windows"]} == {0.0}
+    assert {w["entropy_bits"] for w in groups["1"]["windows"]} == {1.0}
+    pooled = -(0.75 * np.log2(0.75) + 0.25 * np.log2(0.25))
+    assert all(abs(w["entropy_bits"] - pooled) < 1e-12 for w in out["windows"])
+    assert groups["0"]["summary"]["events_counted"] == groups["1"]["summary"]["events_counted"] == 200
+
+
+def test_by_device_on_the_real_snapshot_matches_device_filters():
+    out, _ = _json("entropy", real_trace(SNAP), "--by", "device", "--window", "50ms")
+    table = pa.Table.from_batches(list(iter_alloc_events([real_trace(SNAP)])))
+    allocs = table.filter(pa.compute.equal(table.column("op"), "alloc"))
+    counts = dict(zip(*np.unique(allocs.column("device").to_numpy(), return_counts=True)))
+    assert {g["group"]: g["summary"]["events_counted"] for g in out["groups"]} == {str(k): int(v) for k, v in counts.items()}
+    for g in out["groups"]:
+        one, _ = _json("entropy", real_trace(SNAP), "--device", g["group"], "--window", "50ms")
+        assert one["summary"]["events_counted"] == g["summary"]["events_counted"]
+        # same windows (the group keeps the pooled span), same entropies where the device has events
+        mine = {w["start_ns"]: w["entropy_bits"] for w in g["windows"] if w["events"]}
+        theirs = {w["start_ns"]: w["entropy_bits"] for w in one["windows"] if w["events"]}
+        assert mine == theirs
+
+
+def test_by_device_csv_has_a_group_column(tmp_path):
+    out = tmp_path / "w.csv"
+    r = run_cli("entropy", real_trace(SNAP), "--by", "device", "--window", "100ms", "-f", "csv", "-o", out)
+    assert r.exit_code == 0
+    t = pacsv.read_csv(out)
+    assert t.column_names[:2] == ["by", "group"]
+    assert sorted(set(t.column("group").cast(pa.string()).to_pylist())) == ["0", "1", "2", "all"]
+    assert t.num_rows == 4 * 28  # 2.735 s in 100 ms windows, per series
+
+
+def test_bursts_by_device_sum_to_the_device_runs():
+    out, _ = _json("bursts", real_trace(SNAP), "--by", "device")
+    for g in out["groups"]:
+        one, _ = _json("bursts", real_trace(SNAP), "--device", g["group"])
+        assert one["bursts"] == [dict(b) for b in g["bursts"]]
+        assert one["summary"]["events_counted"] == g["summary"]["events_counted"]
+    assert sum(g["summary"]["events_counted"] for g in out["groups"]) == out["summary"]["events_counted"]
+
+
+def test_device_that_is_not_there():
+    r = run_cli("entropy", real_trace(SNAP), "--device", "7")
+    assert r.exit_code == 1 and r.stderr == "Error: no events with op alloc were read on device 7. Check --ops and --device\n"
+
+
+# --- 5. kernel bursts name their kernels ----------------------------------------------------------
+
+def test_kernel_bursts_name_their_kernels():
+    names = ["gemm", "gemm", "relu", "gemm", "copy", "relu", "relu", "relu", "solo"]
+    start = [0, 10, 20, 30, 10_000_000, 10_000_010, 10_000_020, 10_000_030, 50_000_000]
+    n = len(names)
+    table = pa.table({"kind": pa.array(["kernel"] * n).dictionary_encode(),
+                      "name": pa.array(names).dictionary_encode(), "start_ns": pa.array(start, pa.int64()),
+                      "end_ns": pa.array(start, pa.int64()), "device": pa.array([0] * n, pa.int32())})
+    res = compute_kernel_bursts(table, gap_ms=1)
+    assert res.bursts.column("top_kernels").to_pylist() == ["gemm (3), relu (1)", "relu (3), copy (1)"]
+    assert res.burst_kernels[1] == [{"name": "relu", "launches": 3}, {"name": "copy", "launches": 1}]
+    top = {k["name"]: k for k in res.summary["top_kernels"]}
+    assert top["relu"] == {"name": "relu", "launches": 4, "launches_in_bursts": 4, "bursts": 2}
+    assert top["solo"]["launches_in_bursts"] == 0 and res.summary["kernels"] == 4
+    assert res.to_dict()["bursts"][0]["kernels"][0] == {"name": "gemm", "launches": 3}
+
+
+def test_kernel_bursts_on_a_real_nsys_export():
+    path = real_trace("casio_output-file.sqlite")
+    out, _ = _json("bursts", path, "--events", "kernels")
+    launches = read_table([path], "gpu_activity")
+    kernels = launches.filter(pa.compute.equal(launches.column("kind").cast(pa.string()), "kernel"))
+    names, counts = np.unique(np.asarray(kernels.column("name").cast(pa.string()).to_pylist(), dtype=object),
+                              return_counts=True)
+    truth = dict(zip(names.tolist(), counts.tolist()))
+    for k in out["summary"]["top_kernels"]:
+        assert k["launches"] == truth[k["name"]] and k["launches_in_bursts"] <= k["launches"]
+    assert out["summary"]["kernels"] == len(truth)
+    for b in out["bursts"]:
+        assert 1 <= len(b["kernels"]) <= 3 and sum(k["launches"] for k in b["kernels"]) <= b["events"]
+    table = run_cli("bursts", path, "--events", "kernels")
+    assert table.exit_code == 0 and "Top kernels (116 kernels launched)" in table.stdout
+
+
+# --- 6. --ops that never occur --------------------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", ["entropy", "bursts"])
+def test_ops_that_never_occur_list_those_that_do(cmd):
+    r = run_cli(cmd, real_trace(MAGMA), "--ops", "alloc,bogus")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr == ("Error: --ops bogus: no such op in the input; the ops that occur are: alloc, "
+                        "free_completed, free_requested\n")
+
+
+# --- 7. the trailing partial event window ---------------------------------------------------------
+
+def test_window_events_reports_the_events_left_out():
+    out, err = _json("entropy", real_trace("cranberrii_memory_snapshot.pickle"), "--window-events", "1000")
+    assert out["summary"]["windows"] == 3 and out["summary"]["events_left_out"] == 505  # 3,505 allocs
+    assert "Note: the last 505 counted events do not fill a window of 1,000 events and are left out" in err
+
+
+# --- 8. Kendall's tau on rounded entropies --------------------------------------------------------
+
+def test_kendall_equals_scipy_on_windows_with_ties():
+    rng = np.random.default_rng(0)
+    low, high = np.array([3, 7, 1, 0, 5, 2, 9, 4, 6, 8, 11]), np.array([9, 9, 8, 7, 9, 8, 9, 9, 8, 7, 9])
+    rows = [rng.permutation(high if i > 25 and rng.random() < 0.7 else low) for i in range(60)]
+    h = entropy_bits(np.array(rows))
+    x = np.arange(60, dtype=np.float64)
+    assert len(set(h.tolist())) > len(set(np.round(h, 12).tolist())) == 2  # last-bit noise hides the ties
+    fit = fit_trend(x, h)
+    ref = stats.kendalltau(x, np.round(h, 12))
+    assert fit["kendall"]["tau"] == pytest.approx(ref.statistic, abs=1e-15)
+    assert fit["kendall"]["p_value"] == pytest.approx(ref.pvalue, rel=1e-12)
+
+
+# --- 9. segments ----------------------------------------------------------------------------------
+
+def test_segment_labels_from_the_requested_bounds_and_beyond_the_end_warns():
+    out, err = _json("entropy", real_trace(SNAP), "--segments", "1s,2s,5s")
+    assert [s["label"] for s in out["segments"]] == ["0-1 s", "1-2 s", "2-5 s", "5 s-end"]
+    assert [s["windows"] for s in out["segments"]][-1] == 0
+    assert "Warning: --segments 5 s lies beyond the end of the run (2.735 s); its segment holds no windows" in err
+
+
+def test_hour_segments_keep_their_labels():
+    from veotrace.analysis.trend import segment_labels
+
+    assert segment_labels([48, 120]) == ["0-48 h", "48-120 h", "120 h-end"]
+
+
+# --- 10. wording --------------------------------------------------------------------------------
+
+def test_plurals_and_one_bytes_style():
+    assert plural(1, "window") == "1 window" and plural(2, "burst") == "2 bursts"
+    assert plural(1, "kernel launch", "kernel launches") == "1 kernel launch"
+    r = run_cli("entropy", real_trace(SNAP), "--window", "300")
+    assert "1 window of 5 min" in r.stdout and "1 windows" not in r.stdout
+    b = run_cli("bursts", real_trace(SNAP))
+    assert "45 bursts hold 3,013 of 3,025 events (99.6%)" in b.stdout
+    assert "179.0 GiB" in b.stdout and "855.3 MiB" in b.stdout  # summary and distribution in one style
+
+
+def test_size_classes_unchanged():  # the definition the windows above rely on
+    assert size_classes(np.array([4096, 8192])).tolist() == [2, 3]
