@@ -30,15 +30,36 @@ class Zones:
     def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray) -> None:
         if addr.size == 0:
             return
-        key = (addr // np.uint64(self.zone_bytes)) | (np.uint64(device & 0xFFFFF) << np.uint64(44))
-        vals = np.stack([is_alloc.astype(np.int64), (~is_alloc).astype(np.int64), size], axis=1)
-        allk = np.concatenate([self.keys, key])
-        allv = np.concatenate([self.counts, vals])
-        uniq, inv = np.unique(allk, return_inverse=True)
-        out = np.zeros((uniq.size, 3), np.int64)
-        for c in range(3):
-            out[:, c] = np.bincount(inv, weights=allv[:, c], minlength=uniq.size).astype(np.int64)
-        self.keys, self.counts = uniq, out
+        zone = addr // np.uint64(self.zone_bytes)
+        lo, hi = int(zone.min()), int(zone.max())
+        if hi - lo < (1 << 22):  # a dense count: no sort (the usual case, one heap region per batch)
+            rel = (zone - np.uint64(lo)).astype(np.int64)
+            n_alloc = np.bincount(rel, weights=is_alloc, minlength=hi - lo + 1)
+            n_all = np.bincount(rel, minlength=hi - lo + 1)
+            nbytes = np.bincount(rel, weights=size, minlength=hi - lo + 1)
+            nz = np.flatnonzero(n_all)
+            key = nz.astype(np.uint64) + np.uint64(lo)
+            vals = np.stack([n_alloc[nz], n_all[nz] - n_alloc[nz], nbytes[nz]], axis=1).astype(np.int64)
+        else:
+            key, inv = np.unique(zone, return_inverse=True)
+            vals = np.stack([np.bincount(inv, weights=is_alloc), np.bincount(inv, weights=~is_alloc),
+                             np.bincount(inv, weights=size)], axis=1).astype(np.int64)
+        key = key | (np.uint64(device & 0xFFFFF) << np.uint64(44))
+        self._merge(key, vals)
+
+    def _merge(self, key: np.ndarray, vals: np.ndarray) -> None:
+        if self.keys.size == 0:
+            self.keys, self.counts = key, vals
+            return
+        at = np.searchsorted(self.keys, key)
+        hit = at < self.keys.size
+        hit[hit] = self.keys[at[hit]] == key[hit]
+        np.add.at(self.counts, at[hit], vals[hit])
+        if (~hit).any():
+            keys = np.concatenate([self.keys, key[~hit]])
+            counts = np.concatenate([self.counts, vals[~hit]])
+            order = np.argsort(keys, kind="stable")
+            self.keys, self.counts = keys[order], counts[order]
 
     def table_rows(self, top: int | None = None) -> list[dict]:
         """Zones ranked by events (allocs + frees), with their share of all events and bytes."""

@@ -47,11 +47,13 @@ def free_blocks(state: DeviceState, *, max_gap: int = DEFAULT_MAX_GAP) -> FreeBl
     """The free blocks of ``state``: gaps inside segments, or gaps under ``max_gap`` without segments."""
     addr = state.addr.astype(np.int64)
     end = addr + state.size
-    if not state.segments:
+    if not state.segmented:
         gap = addr[1:] - end[:-1]
         overlaps = int((gap < 0).sum())
         keep = (gap > 0) & (gap < max_gap)
         return FreeBlocks(end[:-1][keep], gap[keep], overlaps, 0, "max_gap")
+    if not state.segments:  # every segment was released: live blocks left are outside them
+        return FreeBlocks(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, int(addr.size), "segments")
     s_start, s_end = (x.astype(np.int64) for x in state.segment_arrays())
     seg = np.searchsorted(s_start, addr, side="right") - 1
     inside = (seg >= 0) & (end <= s_end[np.maximum(seg, 0)])
@@ -108,7 +110,7 @@ def state_metrics(state: DeviceState, *, max_gap: int = DEFAULT_MAX_GAP,
     free_total = int(fb.size.sum())
     largest = int(fb.size.max()) if fb.size.size else 0
     frag = external_frag(largest, free_total)
-    has_segments = bool(state.segments)
+    has_segments = state.segmented
     reserved = int(state.reserved_bytes) if has_segments else None
     return {
         "live_bytes": live,

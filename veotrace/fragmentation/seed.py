@@ -47,6 +47,7 @@ def initial_from_tables(segments: pa.Table, blocks: pa.Table | None = None) -> d
         st = states.setdefault(r["device"] or 0, DeviceState())
         st.segments.append(Segment(r["address"], r["address"] + r["total_size_bytes"], bool(r["is_expandable"])))
         st.reserved_bytes += r["total_size_bytes"]
+        st.segmented = True
     if blocks is None or blocks.num_rows == 0:
         return states
     rows = blocks.select(["device", "segment_address", "address", "size_bytes", "requested_size_bytes", "state"]).to_pylist()
@@ -97,7 +98,8 @@ def seed_from_final(events: pa.Table, final: dict[int, DeviceState], *,
             for d, st in final.items()}
     pending = {d: set(st.pending) for d, st in final.items()}
     segs = {d: DeviceState(segments=[Segment(s.start, s.end, s.expandable) for s in st.segments],
-                           reserved_bytes=st.reserved_bytes, counters=Counters()) for d, st in final.items()}
+                           reserved_bytes=st.reserved_bytes, counters=Counters(), segmented=st.segmented)
+            for d, st in final.items()}
     block = [None] * len(ops)
     for i in range(len(ops) - 1, -1, -1):
         code, a, d = OP_CODES.get(ops[i]), addr[i], dev[i]

@@ -68,6 +68,7 @@ class DeviceState:
     live_bytes: int = 0
     reserved_bytes: int = 0
     counters: Counters = field(default_factory=Counters)
+    segmented: bool = False  # segments were known at some point: free space is found inside them
 
     # -- blocks ---------------------------------------------------------------------------------
     def match_run(self, sa: np.ndarray, first: np.ndarray, last: np.ndarray, is_alloc: np.ndarray,
@@ -155,6 +156,7 @@ class DeviceState:
                 self.counters.duplicate_segments += 1
                 return 0
             self.segments.insert(i, Segment(address, address + size, code == SEG_MAP))
+            self.segmented = True
             if code == SEG_MAP:
                 self._coalesce(i)
             self.reserved_bytes += size
@@ -192,4 +194,4 @@ class DeviceState:
     def copy(self) -> DeviceState:
         return DeviceState(self.addr.copy(), self.size.copy(), self.req.copy(), set(self.pending),
                            [Segment(s.start, s.end, s.expandable) for s in self.segments],
-                           self.live_bytes, self.reserved_bytes, Counters())
+                           self.live_bytes, self.reserved_bytes, Counters(), self.segmented)

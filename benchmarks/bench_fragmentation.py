@@ -1,0 +1,76 @@
+"""Benchmark for `veotrace fragmentation` (issue 15): events/s, its ratio to `entropy` on the same file,
+and peak RSS on a log 10x longer (memory follows the live set and the windows, not the log length).
+
+The log is ``veotrace.synth.heap.slot_log``: 4096 address slots whose allocs and frees pair up, so
+the live set stays about 2,000 blocks however long the log is. (The entropy benchmark's log has
+addresses too, but its frees are at random addresses: nothing is ever freed, and a replay of it
+measures a live set growing to 5 million blocks, not a real trace.) Each command is a whole
+process, median of --runs; entropy and fragmentation alternate so that machine load hits both.
+
+    python benchmarks/bench_fragmentation.py --events 10000000 --runs 3
+    python benchmarks/bench_fragmentation.py --events 1000000 --growth 10    # 1M vs 10M peak RSS
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_entropy import DATA, run  # noqa: E402
+
+
+def slot_log_files(events: int) -> tuple[Path, Path]:
+    """The slot log of ``events`` events under benchmarks/data (CSV) and its Parquet, made once."""
+    DATA.mkdir(exist_ok=True)
+    csv = DATA / f"alloc_addr_{events}.csv"
+    if not csv.exists():
+        from veotrace.synth.heap import write_slot_log
+
+        write_slot_log(csv, events=events)
+    pq = csv.with_suffix(".parquet")
+    if not pq.exists():
+        run([sys.executable, "-m", "veotrace", "convert", str(csv), "-o", str(pq)])
+    return csv, pq
+
+
+def timed(path: Path, runs: int) -> dict:
+    """Median wall time and max peak RSS of fragmentation and entropy on ``path``, runs interleaved."""
+    frag = [sys.executable, "-m", "veotrace", "fragmentation", str(path), "-f", "json"]
+    ent = [sys.executable, "-m", "veotrace", "entropy", str(path), "-f", "json"]
+    f_runs, e_runs = [], []
+    for _ in range(runs):
+        f_runs.append(run(frag))
+        e_runs.append(run(ent))
+    return {"frag_s": statistics.median(r[0] for r in f_runs), "frag_rss": max(r[1] for r in f_runs),
+            "entropy_s": statistics.median(r[0] for r in e_runs), "entropy_rss": max(r[1] for r in e_runs)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=10_000_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--growth", type=int, default=0, help="also run on a log this many times longer (peak RSS)")
+    ap.add_argument("--csv", action="store_true", help="also time the CSV (its hex address column is parsed per row)")
+    args = ap.parse_args()
+    csv, pq = slot_log_files(args.events)
+    inputs = [("parquet", pq)] + ([("csv", csv)] if args.csv else [])
+    for kind, path in inputs:
+        r = timed(path, args.runs)
+        print(f"{kind} {args.events:,} events: fragmentation {r['frag_s']:.2f} s = "
+              f"{args.events / r['frag_s'] / 1e6:.2f} M events/s, peak RSS {r['frag_rss']:.0f} MiB; "
+              f"entropy {r['entropy_s']:.2f} s = {args.events / r['entropy_s'] / 1e6:.2f} M events/s; "
+              f"fragmentation / entropy time = {r['frag_s'] / r['entropy_s']:.2f}")
+    if args.growth:
+        big = args.events * args.growth
+        _, pq_big = slot_log_files(big)
+        small = run([sys.executable, "-m", "veotrace", "fragmentation", str(pq), "-f", "json"])
+        large = run([sys.executable, "-m", "veotrace", "fragmentation", str(pq_big), "-f", "json"])
+        print(f"peak RSS: {args.events:,} events {small[1]:.0f} MiB, {big:,} events {large[1]:.0f} MiB "
+              f"(x{large[1] / small[1]:.2f} for a {args.growth}x longer log)")
+
+
+if __name__ == "__main__":
+    main()
