@@ -208,6 +208,10 @@ def _csv_batches(stream, raw, present, read_cols, options, on_progress, path) ->
             if batch is not None:
                 return batch if batch.num_rows else None
         table = pcsv.read_csv(pa.BufferReader(chunk), read_options=read_options, convert_options=convert_options)
+        if table.num_rows != _line_count(chunk):
+            # A stray quote makes pyarrow join lines up to the next quote (rows lost without an error),
+            # blank lines are skipped: the exact path reads such a chunk line by line and names the line.
+            return _BAD
         if table.num_rows == 0:
             return None
         return _checked(_rename(table.unify_dictionaries().combine_chunks().to_batches()[0], present)) or _BAD
@@ -224,6 +228,13 @@ def _csv_batches(stream, raw, present, read_cols, options, on_progress, path) ->
 
 
 _BAD = object()  # a chunk with a value the exact path must report
+
+
+def _line_count(chunk: pa.Buffer) -> int:
+    from veotrace.sources.csvscan import count_lines
+
+    n = count_lines(chunk)
+    return n + 1 if chunk.size and chunk[chunk.size - 1] != 10 else n
 
 
 def _split_header(line: bytes) -> list[str]:
@@ -433,27 +444,27 @@ def _parse_text(col: str, text, options: ReadOptions):
             return int(text) if options.time_unit == "ns" else float(text)
         except (TypeError, ValueError):
             unit = "integer nanoseconds" if options.time_unit == "ns" else f"a number in {options.time_unit}"
-            raise ValueError(f"expected {unit} (see --time-unit), got {text!r}") from None
+            raise ValueError(f"expected {unit} (see --time-unit), got {_clip(text)}") from None
     if col == "size_bytes":
         try:
             value = int(text)
         except (TypeError, ValueError):
-            raise ValueError(f"expected a non-negative integer byte count, got {text!r}") from None
+            raise ValueError(f"expected a non-negative integer byte count, got {_clip(text)}") from None
         if value < 0:
-            raise ValueError(f"expected a non-negative integer byte count, got {text!r}")
+            raise ValueError(f"expected a non-negative integer byte count, got {_clip(text)}")
         return value
     if col == "address":
         try:
             value = int(text, 16) if isinstance(text, str) and text[:2].lower() == "0x" else int(text)
         except (TypeError, ValueError):
-            raise ValueError(f"expected a decimal or 0x-hex address, got {text!r}") from None
+            raise ValueError(f"expected a decimal or 0x-hex address, got {_clip(text)}") from None
         if not 0 <= value < 2**64:
-            raise ValueError(f"expected an address in 0..2**64-1, got {text!r}")
+            raise ValueError(f"expected an address in 0..2**64-1, got {_clip(text)}")
         return str(value)
     try:
         return int(text)
     except (TypeError, ValueError):
-        raise ValueError(f"expected an integer, got {text!r}") from None
+        raise ValueError(f"expected an integer, got {_clip(text)}") from None
 
 
 def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport, *, skip: int):
@@ -466,6 +477,7 @@ def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport,
     rows: dict[str, list] = {c: [] for c in read_cols}
     seen = 0
     index: dict[str, int] | None = None
+    csv.field_size_limit(max(csv.field_size_limit(), max_line_bytes()))  # a line is bounded already
     for lineno, raw in _raw_lines(path):
         if lineno == 1:
             raw = raw.removeprefix(b"\xef\xbb\xbf")

@@ -29,6 +29,13 @@ def available() -> bool:
     return _csvscan is not None
 
 
+def count_lines(chunk: pa.Buffer) -> int:
+    """Line feeds in ``chunk`` (the C scanner's memchr count, or bytes.count without it)."""
+    if _csvscan is not None:
+        return _csvscan.count_lines(chunk)
+    return chunk.to_pybytes().count(b"\n")
+
+
 def scanner_for(header: Sequence[str], present: dict[str, str], read_cols: Sequence[str],
                 time_unit: str) -> Callable[[pa.Buffer], pa.RecordBatch | None] | None:
     """A function buffer -> batch of ``read_cols`` (None when it declines), or None when not applicable.

@@ -1,0 +1,237 @@
+"""Hostile and broken inputs (issue 14): the corpus in tests/bad_inputs with the exact message each
+gives, exact --skip-bad-rows counts, bounded memory on decompression bombs, and safe outputs."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import real_trace, run_cli
+from veotrace.errors import VeotraceError
+from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
+
+BAD = Path(__file__).parent / "bad_inputs"
+CASES = [line.split("\t") for line in (BAD / "EXPECTED.tsv").read_text().splitlines()
+         if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("name, command, code, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_its_one_error_line(name, command, code, message):
+    path = BAD / name
+    args = [command, path, path] if command == "correlate" else [command, path]
+    if command == "entropy":
+        args += ["--window-events", "10"]
+    r = run_cli(*args)
+    assert r.exit_code == int(code)
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {path}"), r.stderr
+    assert message in lines[0]
+    assert len(lines[0]) < 400
+
+
+def test_deep_tuple_pickle_does_not_kill_the_process():
+    """Unpickled by CPython's C unpickler this file dies with SIGSEGV; veotrace refuses it first."""
+    code = "from veotrace.sources.safe_pickle import load_plain; from pathlib import Path; import sys\n" \
+           "try: load_plain(Path(sys.argv[1]))\nexcept Exception as e: print(type(e).__name__)"
+    out = subprocess.run([sys.executable, "-c", code, str(BAD / "deep_tuple_key.pickle")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "TraceFormatError"
+
+
+def test_pure_python_nesting_walk_agrees_with_the_c_one():
+    from veotrace.sources import safe_pickle
+
+    for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle"):
+        data = (BAD / name).read_bytes()
+        assert safe_pickle._nesting_py(data, 100)[0] == safe_pickle.nesting(data)[0]
+    for name in ("cranberrii_memory_snapshot.pickle", "muduard_memory_snapshot.pkl"):
+        try:
+            data = real_trace(name).read_bytes()
+        except Exception:  # noqa: BLE001 - skipped below when the real traces are absent
+            continue
+        assert safe_pickle.nesting(data) == (safe_pickle._nesting_py(data, 100)[0], -1)
+
+
+def _log(tmp_path, bad_lines: dict[int, str], n: int = 1001) -> Path:
+    lines = ["timestamp,op_type,size_bytes"] + [f"{i * 1000},alloc,4096" for i in range(n)]
+    for lineno, text in bad_lines.items():
+        lines[lineno - 1] = text
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("bad", ['101000,"alloc,4096', "101000,al\0loc,4096", "101000,alloc", "101000,alloc,4096,7",
+                                 "101000,alloc,12.5", "101000,alloc,-1"])
+def test_skip_bad_rows_is_exact_and_errors_name_the_line(tmp_path, bad):
+    path = _log(tmp_path, {102: bad, 500: bad})
+    with pytest.raises(VeotraceError) as exc:
+        list(iter_alloc_events([path]))
+    assert exc.value.line == 102
+    report = ReadReport()
+    rows = sum(b.num_rows for b in iter_alloc_events([path], options=ReadOptions(skip_bad_rows=True), report=report))
+    assert (rows, report.skipped_rows) == (999, 2)
+    assert [ln for _, ln, _ in report.first_skipped] == [102, 500]
+
+
+def test_jsonl_refuses_floats_bools_and_huge_values_like_csv(tmp_path):
+    for value, shown in (("12345.9", "12345.9"), ("true", "true"), ("18446744073709551616", "outside the 64-bit")):
+        path = tmp_path / "log.jsonl"
+        path.write_text('{"timestamp": 1, "op_type": "alloc", "size_bytes": 1}\n'
+                        f'{{"timestamp": 2, "op_type": "alloc", "size_bytes": {value}}}\n')
+        with pytest.raises(VeotraceError, match=shown) as exc:
+            list(iter_alloc_events([path]))
+        assert exc.value.line == 2
+
+
+def _rss_run(code: str, *args: str) -> tuple[str, int]:
+    """Run ``code`` in a fresh interpreter; its stdout and peak RSS in MiB."""
+    wrapped = code + "\nimport resource; print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
+    out = subprocess.run([sys.executable, "-c", wrapped, *args], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).parents[1])
+    rss = int(out.stdout.split("RSS")[-1])
+    return out.stdout + out.stderr, rss
+
+
+def _bomb(path: Path, head: bytes, fill: bytes, total: int) -> Path:
+    """``head`` then ``fill`` repeated to ``total`` bytes, gzip'd as repeated members (a ~1 MB bomb)."""
+    block = gzip.compress(fill * ((16 << 20) // len(fill)), compresslevel=9, mtime=0)
+    with path.open("wb") as fh:
+        fh.write(gzip.compress(head, mtime=0))
+        for _ in range(total // (16 << 20)):
+            fh.write(block)
+    return path
+
+
+READ = ("import sys; from pathlib import Path; from veotrace.errors import VeotraceError\n"
+        "from fuzz.targets import run\n"
+        "try: run(sys.argv[1], Path(sys.argv[2])); print('READ')\n"
+        "except VeotraceError as e: print('ERROR', e)")
+
+
+@pytest.mark.parametrize("target, head, fill, expect", [
+    ("alloc_events", b"timestamp,op_type,size_bytes\n1,alloc,", b"1", "a line is longer than"),
+    ("segments", b"\x80\x04\x95", b"\x00", "larger than"),
+    ("ncu_metrics", b'"ID","Process ID","Process Name"\n', b"x", "larger than"),
+    ("gpu_activity", b"Start (ns),Duration (ns),CorrId,Name\n", b"x", "larger than"),
+])
+def test_decompression_bombs_stay_bounded(tmp_path, target, head, fill, expect):
+    """1 GiB after decompression, ~1 MB on disk: refused with memory well under the bomb's size."""
+    path = _bomb(tmp_path / "bomb.gz", head, fill, 1 << 30)
+    assert path.stat().st_size < 4 << 20
+    env_code = f"import os; os.environ['VEOTRACE_MAX_FILE_BYTES'] = '256M'\n{READ}"
+    out, rss = _rss_run(env_code, target, str(path))
+    assert "ERROR" in out and expect in out, out
+    assert rss < 700, f"peak RSS {rss} MiB"
+
+
+def test_declared_array_size_is_not_allocated():
+    out, rss = _rss_run(READ, "arrays", str(BAD / "huge_shape.npy"))
+    assert "header declares 1,000,000,000,000 elements" in out and rss < 400
+
+
+def test_limits_are_configurable(tmp_path, monkeypatch):
+    path = tmp_path / "log.csv"
+    path.write_text("timestamp,op_type,size_bytes\n" + "1,alloc," + "1" * 5000 + "\n")
+    monkeypatch.setenv("VEOTRACE_MAX_LINE_BYTES", "1K")
+    with pytest.raises(VeotraceError, match="longer than 1 KiB"):
+        list(iter_alloc_events([path], options=ReadOptions(block_bytes=1024)))
+    monkeypatch.setenv("VEOTRACE_MAX_LINE_BYTES", "lots")
+    r = run_cli("entropy", BAD / "long_field.csv")
+    assert r.exit_code == 2 and "VEOTRACE_MAX_LINE_BYTES='lots' is not a positive byte count" in r.stderr
+
+
+# ----------------------------------------------------------------------------- outputs
+SAMPLE = Path(__file__).parents[1] / "sample_traces" / "alloc_logs" / "alloc.log.1.csv"
+
+
+def test_output_never_overwrites_an_input(tmp_path):
+    log = tmp_path / "in.csv"
+    log.write_bytes(SAMPLE.read_bytes())
+    for args in (("entropy", log, "-f", "csv", "-o", log), ("convert", log, "-o", log)):
+        r = run_cli(*args)
+        assert r.exit_code == 2 and "refusing to write the output over an input of this command" in r.stderr
+        assert log.read_bytes() == SAMPLE.read_bytes()
+    link = tmp_path / "link.csv"
+    link.symlink_to(log)
+    r = run_cli("entropy", log, "-f", "json", "-o", link)
+    assert r.exit_code == 2 and log.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_output_to_a_full_disk_is_one_error_line_and_no_file(tmp_path):
+    r = run_cli("entropy", SAMPLE, "-f", "csv", "-o", "/dev/full")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: /dev/full: cannot write the output: No space left on device")
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_output_in_an_unwritable_place(tmp_path):
+    for target in (tmp_path / "missing" / "out.csv", Path("/proc/out.csv")):
+        r = run_cli("entropy", SAMPLE, "-f", "csv", "-o", target)
+        assert r.exit_code == 1 and r.stderr.startswith(f"Error: {target}: cannot write the output"), r.stderr
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    r = run_cli("entropy", SAMPLE, "-f", "csv", "-o", loop)
+    assert r.exit_code == 1 and "Too many levels of symbolic links" in r.stderr
+
+
+def test_symlink_output_is_written_through_and_no_partial_is_left(tmp_path):
+    real = tmp_path / "real.csv"
+    real.write_text("old")
+    link = tmp_path / "out.csv"
+    link.symlink_to(real)
+    r = run_cli("entropy", SAMPLE, "-f", "csv", "-o", link)
+    assert r.exit_code == 0 and link.is_symlink() and real.read_text().startswith('"window"')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "real.csv"]
+
+
+def test_failed_convert_leaves_no_output(tmp_path):
+    out = tmp_path / "out.parquet"
+    r = run_cli("convert", BAD / "stray_quote.csv", "-o", out)
+    assert r.exit_code == 1 and ":102:" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_convert_segment_only_snapshot_writes_segments_and_blocks(tmp_path):
+    path = real_trace("muduard_memory_snapshot.pkl")
+    out = tmp_path / "out.parquet"
+    r = run_cli("convert", path, "-o", out)
+    assert r.exit_code == 0, r.stderr
+    assert "holds 255 segments (2,140 blocks) and no trace events" in r.stderr
+    assert "255 segments to" in r.stderr and "2,140 blocks to" in r.stderr
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "out.segments.parquet").num_rows == 255
+    assert pq.read_table(tmp_path / "out.blocks.parquet").num_rows == 2140
+    r = run_cli("entropy", path)
+    assert r.exit_code == 1 and "holds 255 segments (2,140 blocks) and no trace events" in r.stderr
+
+
+def test_folder_lists_fifos_and_symlink_loops(tmp_path):
+    (tmp_path / "a.csv").write_bytes(SAMPLE.read_bytes())
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    r = run_cli("entropy", tmp_path, "--window", "3600")
+    assert r.exit_code == 0
+    assert "skipped 2 folder entries that are not a regular file" in r.stderr
+    assert "pipe (a FIFO)" in r.stderr and "loop (a symlink loop)" in r.stderr
+    r = run_cli("entropy", tmp_path / "pipe")
+    assert r.exit_code == 1 and "not a regular file (a FIFO)" in r.stderr
+
+
+def test_missing_path_wording():
+    r = run_cli("entropy", "/nonexistent/log.csv")
+    assert r.exit_code == 1 and r.stderr == "Error: /nonexistent/log.csv: No such file or directory. Check the path and permissions.\n"
+
+
+def test_bursts_refuse_timestamps_that_would_wrap(tmp_path):
+    path = tmp_path / "wrap.csv"
+    path.write_text("timestamp,op_type,size_bytes\n-9000000000000000000,alloc,1\n-8999999999999999999,alloc,1\n"
+                    "9000000000000000000,alloc,1\n9000000000000000001,alloc,1\n")
+    r = run_cli("bursts", path)
+    assert r.exit_code == 1 and "more than 2**63 ns" in r.stderr
