@@ -43,7 +43,7 @@ def test_baseline_file_holds_windows_params_and_fingerprint(pair):
     assert doc["schema"] == "veotrace-baseline/1" and doc["veotrace_version"]
     m = doc["metrics"]["entropy"]
     assert m["params"] == {"window_s": 3600.0, "step_s": 3600.0, "window_events": None, "ops": ["alloc"],
-                           "min_class": 2, "max_class": 12, "classes": 11, "time_unit": "ns"}
+                           "min_class": 2, "max_class": 12, "classes": 11, "time_unit": "ns", "segments_hours": []}
     assert len(m["windows"]["entropy_bits"]) == 120 and m["windows"]["hours"][:3] == [0.0, 1.0, 2.0]
     assert set(m["windows"]) >= {"start_ns", "hours", "events", "entropy_bits"} and m["trend"]["slope"] is not None
     assert doc["fingerprint"]["files"] == [{"name": "a.csv", "size_bytes": (tmp / "a.csv").stat().st_size}]
@@ -90,10 +90,13 @@ def test_strict_drops_significance(pair):
         assert (c["verdict"] == "fail") == (c["change"] > 0)
 
 
-def test_segments_add_one_mean_check_per_period(pair):
+def test_segments_add_one_mean_check_per_period(pair, tmp_path):
     _, base, new = pair
     _, out = gate_json(new, "--baseline", base, "--segments", "48")
     assert [c["name"] for c in out["checks"]][3:] == ["mean 0-48 h", "mean 48 h-end"]
+    seg_base = baseline(tmp_path, new, "seg.json", "--segments", "24,96")  # the baseline's periods by default
+    _, out = gate_json(new, "--baseline", seg_base)
+    assert [c["name"] for c in out["checks"]][3:] == ["mean 0-24 h", "mean 24-96 h", "mean 96 h-end"]
 
 
 def test_other_parameters_are_refused_naming_both_values(pair):

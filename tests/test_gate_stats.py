@@ -151,3 +151,21 @@ def test_a_differing_parameter_is_named_with_both_values():
         check_params({"window_s": 60.0}, b)
     with pytest.raises(UsageError, match=r"--ops alloc,free differs from the baseline's alloc"):
         check_params({"ops": ["alloc", "free"]}, b)
+
+
+def test_ci_outputs_for_borderline_and_skipped_checks():
+    from veotrace.gate.ci import github_commands, junit_xml
+    from veotrace.gate.compare import GateResult, decide, skipped
+
+    opts = GateOptions()
+    border = decide("mean", "bits", 2.1, 2.0, stats.Test(0.1, 0.3, -0.05, 0.25, 4), 0.05, opts, windows=50)
+    assert border.verdict == "pass" and "not significant (p = 0.3" in border.message
+    strict = decide("mean", "bits", 2.1, 2.0, stats.Test(0.1, 0.3, -0.05, 0.25, 4), 0.05,
+                    GateOptions(strict=True), windows=50)
+    assert strict.verdict == "fail" and "--strict" in strict.message
+    result = GateResult([border, skipped("aligned", "bits", "runs differ in length")], {}, {"path": "b.json"}, {})
+    lines = github_commands(result)
+    assert lines[0].startswith("::warning title=veotrace gate%3A mean::mean rose by +0.1 bits")
+    assert lines[-1] == "::notice title=veotrace gate::PASS: no significant entropy increase above tolerance (2 checks)"
+    xml = junit_xml(result)
+    assert 'tests="2" failures="0"' in xml and '<skipped message="runs differ in length"' in xml

@@ -101,6 +101,10 @@ def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, for
         bl.same_params(base, hist[-1])
     bl.check_params(requested, base)
     p = base.params
+    if not opts.segments and p.get("segments_hours"):  # the baseline's --segments, unless given here
+        import dataclasses
+
+        opts = dataclasses.replace(opts, segments=tuple(p["segments_hours"]))
     options, report = read_setup(TimeUnit(p["time_unit"]), skip_bad_rows, format_hint)
     with progress("reading", enabled=not no_progress) as bar:
         batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=bar)
@@ -118,6 +122,8 @@ def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, for
     used = " ".join(f"--{k.removesuffix('_s').replace('_', '-')} {bl.show_param(k, p[k])}"
                     for k in bl.ENTROPY_PARAMS if p.get(k) is not None)
     notes = [f"run recomputed with the baseline's parameters: {used}"]
+    if opts.segments:
+        notes.append(f"mean per period split at hours {','.join(f'{h:g}' for h in opts.segments)}")
     if fp["digest"] == base.fingerprint.get("digest"):
         notes.append("the run's inputs are the baseline's own (same files, sizes and time span)")
     result = GateResult(checks, {"entropy": {k: p.get(k) for k in bl.ENTROPY_PARAMS}, **opts.__dict__,

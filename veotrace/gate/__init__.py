@@ -7,6 +7,5 @@ one-sided, autocorrelation-aware tests of a run against one baseline (circular b
 automatic block length; ``stats.py``, ``compare.py``), the change-point test of a run against a
 history of baselines (E-Divisive on per-run means; ``history.py``) and the CI-native outputs that are
 not terminal views (JUnit XML, GitHub Actions workflow commands; ``ci.py``). It reads no trace itself:
-the CLI runs the analysis with the baseline's parameters and hands the result over. Modules import
-numpy lazily where they are on the path of ``veotrace --help``.
+the CLI runs the analysis with the baseline's parameters and hands the result over.
 """

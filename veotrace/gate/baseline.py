@@ -135,7 +135,8 @@ def entropy_baseline(result: Any, *, fingerprint: dict, time_unit: str, recorded
     series = series_from_result(result)
     metric = {
         "params": {**{k: result.params.get(k) for k in ENTROPY_PARAMS if k != "time_unit"},
-                   "classes": result.params.get("classes"), "time_unit": time_unit},
+                   "classes": result.params.get("classes"), "time_unit": time_unit,
+                   "segments_hours": list(result.params.get("segments_hours") or [])},
         "windows": {"window": w.column("window").to_pylist(), "start_ns": w.column("start_ns").to_pylist(),
                     "hours": series.x.tolist() if series.x_unit == "hours" else [None] * w.num_rows,
                     "events": w.column("events").to_pylist(), "entropy_bits": series.h.tolist()},
