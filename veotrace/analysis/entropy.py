@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from veotrace.analysis import timescale
 from veotrace.analysis.defaults import ENTROPY_MAX_CLASS as DEFAULT_MAX_CLASS
 from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as DEFAULT_MIN_CLASS
 from veotrace.analysis.defaults import ENTROPY_OPS as DEFAULT_OPS
 from veotrace.analysis.defaults import ENTROPY_WINDOW_S as DEFAULT_WINDOW_S
-from veotrace.analysis.entropy_series import EntropyPartial
+from veotrace.analysis.entropy_notes import display, series_summary
+from veotrace.analysis.entropy_notes import notes as notes_of
+from veotrace.analysis.entropy_series import EntropyPartial, check_span
 from veotrace.analysis.groups import POOLED, check_by, device_rows
 from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
-from veotrace.analysis.ops import OpsSeen, op_mask
+from veotrace.analysis.ops import op_mask
 from veotrace.analysis.trend import fit_trend, segment_trends
 from veotrace.errors import AnalysisError, UsageError
 from veotrace.schemas.entropy import ENTROPY_GROUP_WINDOWS, ENTROPY_WINDOWS
@@ -135,7 +136,7 @@ def compute_entropy(
     Args:
         window_s, step_s: W and S in seconds of the log's time base (S defaults to W). Given, they are
             used exactly. Left out (None, with no window_events), W is DEFAULT_WINDOW_S unless the run
-            spans fewer than ``timescale.MIN_WINDOWS`` such windows; then the longest round window
+            spans fewer than ``timescale.MIN_WINDOWS`` (20) such windows; then the longest round window
             giving a usable series is chosen from the data (or, for events without timestamps or at
             too few distinct times, windows of consecutive events), and ``params["window_choice"]``
             and ``summary["notes"]`` say what was chosen and why.
@@ -194,7 +195,7 @@ def entropy_partial(
         gkeys = group_keys(batch.column(by)) if by is not None else None
         ts_arr = batch.column("ts_ns")
         if not part.event_mode and not ts_arr.null_count and batch.num_rows:
-            _check_span(part, np.asarray(ts_arr), batch)
+            check_span(part, np.asarray(ts_arr), batch)
         part.add(ts_arr, mask, cls, gkeys)
         if on_progress is not None:
             on_progress()
@@ -221,14 +222,14 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
     table, trend, h = _series(pooled, first_ns, n_cls, x_unit, last_ns)
     x = _x(table)
     segs = segment_trends(x, h, segments) if segments else []
-    notes = part.notes + _notes(part, pooled, segments, x, first_ns, last_ns)
+    notes = part.notes + notes_of(part, pooled, segments, x, first_ns, last_ns)
     params = {"window_s": (part.window_ns / 1e9) if not part.event_mode else None,
               "step_s": (part.step_ns / 1e9) if not part.event_mode else None,
               "window_events": part.window_events if part.event_mode else None,
               "ops": list(ops), "min_class": p["min_class"], "max_class": p["max_class"], "classes": n_cls,
               "segments_hours": list(segments), "by": by, "device": device,
               "window_choice": {"auto": part.choice is not None, **(part.choice or {"mode": "given"})}}
-    summary = {"events_read": part.n_read, "events_counted": part.n_counted, **_series_summary(table, h),
+    summary = {"events_read": part.n_read, "events_counted": part.n_counted, **series_summary(table, h),
                "first_ns": first_ns, "last_ns": last_ns,
                "span_s": (last_ns - first_ns) / 1e9 if first_ns is not None else None,
                "events_left_out": pooled.left_out, "notes": notes}
@@ -239,45 +240,8 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
         gtable, gtrend, gh = _series(sc, first_ns, n_cls, x_unit, last_ns)
         out_groups.append({"by": by, "group": group_label(key), "trend": gtrend, "windows": gtable,
                            "summary": {"events_counted": part.group_counted.get(key, 0),
-                                       **_series_summary(gtable, gh), "events_left_out": sc.left_out}})
+                                       **series_summary(gtable, gh), "events_left_out": sc.left_out}})
     return EntropyResult(table, trend, segs, params, summary, out_groups)
-
-
-def _check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> None:
-    """Refuse (or warn about) a span implausible for the rows read, before windows are allocated for it."""
-    stream, n_read, rows_in_file, notes = part, part.n_read, part.rows_in_file, part.notes
-    p = stream.pooled
-    lo, hi = int(ts.min()), int(ts.max())
-    first = lo if p.first_ns is None else min(lo, p.first_ns)
-    last = hi if p.last_ns is None else max(hi, p.last_ns)
-    name = _source_name(batch)
-    base = rows_in_file.get(name, 0)
-    rows_in_file[name] = base + batch.num_rows
-    n_win = timescale.windows_spanned(first, last, stream.window_ns, stream.step_ns)
-    if not timescale.implausible_span(n_win, n_read):
-        return
-    i = timescale.find_outlier(ts, p.first_ns, p.last_ns)
-    span = timescale.fmt_duration((last - first) / 1e9)
-    if i is not None:
-        others = np.delete(ts, i)
-        rest = [int(v) for v in (others.min(), others.max())] if others.size else [p.first_ns, p.last_ns]
-        if p.first_ns is not None:
-            rest = [min(rest[0], p.first_ns), max(rest[1], p.last_ns)]
-        raise AnalysisError(
-            f"row {base + i + 1} has timestamp {int(ts[i]):,} ns, far outside the other rows "
-            f"({rest[0]:,} .. {rest[1]:,} ns); with it the run would span {span}, "
-            f"{timescale.plural(n_win, 'window')} for {timescale.plural(n_read, 'row')}",
-            path=name, hint="Fix or remove that row (a timestamp in another unit?), or check --time-unit")
-    if not any(n.startswith("Warning: the run spans") for n in notes):
-        notes.append(f"Warning: the run spans {span} ({timescale.plural(n_win, 'window')} for "
-                     f"{timescale.plural(n_read, 'row')} read); check --time-unit or use a longer --window")
-
-
-def _source_name(batch: pa.RecordBatch) -> str | None:
-    if "source_file" not in batch.schema.names or batch.num_rows == 0:
-        return None
-    col = batch.column("source_file")
-    return col.dictionary[col.indices[0].as_py()].as_py() if pa.types.is_dictionary(col.type) else col[0].as_py()
 
 
 def _series(sc, first_ns, n_cls, x_unit, last_ns):
@@ -290,7 +254,7 @@ def _series(sc, first_ns, n_cls, x_unit, last_ns):
     trend = fit_trend(_x(table), h)
     trend["x"] = x_unit
     span_s = (last_ns - first_ns) / 1e9 if first_ns is not None and x_unit == "hours" else None
-    trend.update(_display(trend, span_s))
+    trend.update(display(trend, span_s))
     return table, trend, h
 
 
@@ -299,55 +263,6 @@ def _x(table: pa.Table) -> np.ndarray:
     if table.num_rows and hours.null_count == 0:
         return hours.to_numpy()
     return table.column("window").to_numpy().astype(np.float64)
-
-
-def _display(trend: dict, span_s: float | None) -> dict:
-    """The slope in bits per hour (fixed key) and in the unit that fits the run's span."""
-    per_hour = trend["slope"] if trend["x"] == "hours" else None
-    if span_s is None:
-        return {"slope_bits_per_hour": per_hour, "display": {"unit": "bits/window", "slope": trend["slope"],
-                                                             "theil_sen_slope": trend["theil_sen"]["slope"]}}
-    name, hours_per = timescale.slope_unit(span_s)
-
-    def scale(v):
-        return None if v is None else v * hours_per
-
-    ts = trend["theil_sen"]
-    return {"slope_bits_per_hour": per_hour,
-            "display": {"unit": f"bits/{name}", "slope": scale(trend["slope"]), "theil_sen_slope": scale(ts["slope"]),
-                        "theil_sen_low": scale(ts["low"]), "theil_sen_high": scale(ts["high"])}}
-
-
-def _series_summary(table: pa.Table, h: np.ndarray) -> dict:
-    events = table.column("events").to_numpy()
-    return {"windows": table.num_rows, "empty_windows": int((events == 0).sum()),
-            "mean_entropy_bits": float(np.nanmean(h)) if np.isfinite(h).any() else None}
-
-
-def _notes(stream, pooled, segments, x, first_ns, last_ns) -> list[str]:
-    """What was chosen and what was left out, for stderr and the JSON summary."""
-    notes = []
-    c = stream.choice
-    if c is not None:
-        what = (f"windows of {timescale.fmt_duration(c['window_s'])}" if c["mode"] == "time"
-                else f"windows of {timescale.plural(c['window_events'], 'event')}")
-        notes.append(f"Note: using {what} ({timescale.plural(pooled.idx.size, 'window')}): {c['reason']}; "
-                     "give --window or --window-events to choose")
-    if stream.event_mode and pooled.left_out:
-        notes.append(f"Note: the last {timescale.plural(pooled.left_out, 'counted event')} do not fill a window of "
-                     f"{timescale.plural(stream.window_events, 'event')} and are left out")
-    if segments and x.size:
-        end_h = float(np.nanmax(x)) if stream.has_null_ts or first_ns is None else (last_ns - first_ns) / NS_PER_HOUR
-        beyond = [b for b in segments if b >= end_h]
-        if beyond:
-            def when(h: float) -> str:
-                return f"window {h:g}" if stream.has_null_ts else timescale.fmt_duration(h * 3600)
-
-            one = len(beyond) == 1
-            notes.append(f"Warning: --segments {', '.join(when(b) for b in beyond)} {'lies' if one else 'lie'} beyond "
-                         f"the end of the run ({when(end_h)}); {'its segment holds' if one else 'their segments hold'} "
-                         "no windows")
-    return notes
 
 
 def _windows_table(idx, start, end, hours, counts, h, n_cls, offset=None) -> pa.Table:

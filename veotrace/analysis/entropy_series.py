@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from veotrace.analysis import timescale
 from veotrace.analysis.groups import split
@@ -223,3 +224,40 @@ def _event_windows(ev_ts, ev_cls, n, n_cls, has_null_ts) -> SeriesCounts:
     if has_null_ts or n_win == 0:
         return SeriesCounts(np.arange(n_win), None, None, counts, left_out)
     return SeriesCounts(np.arange(n_win), ts[::n], ts[n - 1 :: n], counts, left_out)
+
+
+def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> None:
+    """Refuse (or warn about) a span implausible for the rows read, before windows are allocated for it."""
+    stream, n_read, rows_in_file, notes = part, part.n_read, part.rows_in_file, part.notes
+    p = stream.pooled
+    lo, hi = int(ts.min()), int(ts.max())
+    first = lo if p.first_ns is None else min(lo, p.first_ns)
+    last = hi if p.last_ns is None else max(hi, p.last_ns)
+    name = _source_name(batch)
+    base = rows_in_file.get(name, 0)
+    rows_in_file[name] = base + batch.num_rows
+    n_win = timescale.windows_spanned(first, last, stream.window_ns, stream.step_ns)
+    if not timescale.implausible_span(n_win, n_read):
+        return
+    i = timescale.find_outlier(ts, p.first_ns, p.last_ns)
+    span = timescale.fmt_duration((last - first) / 1e9)
+    if i is not None:
+        others = np.delete(ts, i)
+        rest = [int(v) for v in (others.min(), others.max())] if others.size else [p.first_ns, p.last_ns]
+        if p.first_ns is not None:
+            rest = [min(rest[0], p.first_ns), max(rest[1], p.last_ns)]
+        raise AnalysisError(
+            f"row {base + i + 1} has timestamp {int(ts[i]):,} ns, far outside the other rows "
+            f"({rest[0]:,} .. {rest[1]:,} ns); with it the run would span {span}, "
+            f"{timescale.plural(n_win, 'window')} for {timescale.plural(n_read, 'row')}",
+            path=name, hint="Fix or remove that row (a timestamp in another unit?), or check --time-unit")
+    if not any(n.startswith("Warning: the run spans") for n in notes):
+        notes.append(f"Warning: the run spans {span} ({timescale.plural(n_win, 'window')} for "
+                     f"{timescale.plural(n_read, 'row')} read); check --time-unit or use a longer --window")
+
+
+def _source_name(batch: pa.RecordBatch) -> str | None:
+    if "source_file" not in batch.schema.names or batch.num_rows == 0:
+        return None
+    col = batch.column("source_file")
+    return col.dictionary[col.indices[0].as_py()].as_py() if pa.types.is_dictionary(col.type) else col[0].as_py()
