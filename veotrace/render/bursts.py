@@ -66,7 +66,7 @@ def render_bursts(console: Console, result, *, max_rows: int) -> None:
     if not has_bytes:
         columns.remove(("bytes", "bytes"))
     if p["events"] == "kernels":
-        columns.append(("top", "top kernels"))
+        columns.append(("top", "top kernel"))
     table, footer = rows_table("Bursts (start: seconds after the first event)", rows, columns, max_rows=max_rows,
                                formatters={"bytes": fmt_bytes, "start_s": fmt_value})
     console.print(table)
@@ -102,11 +102,11 @@ def _middle(text: str, width: int) -> str:
 
 
 def _top(result, burst: int) -> str | None:
-    """The top kernels of one burst, short names: "gemm (12), relu (4)"."""
+    """The most launched kernel of one burst, short: "gemm<…> (12)" (the JSON has the top 3, full names)."""
     kernels = (result.burst_kernels or [])[burst] if result.burst_kernels is not None else None
     if not kernels:
         return None
-    return ", ".join(f"{short_kernel_name(k['name'], 32)} ({k['launches']:,})" for k in kernels[:2])
+    return ", ".join(f"{short_kernel_name(k['name'], 32)} ({k['launches']:,})" for k in kernels[:1])
 
 
 def _headline(result) -> str:

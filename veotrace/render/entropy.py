@@ -10,7 +10,8 @@ from veotrace.render.sparkline import print_entropy_sparkline
 
 COLUMNS = [("window", "k"), ("start", "start"), ("events", "events"),
            ("entropy_bits", "H (bits)"), ("normalized_entropy", "H / Hmax")]
-_GROUP_COLUMNS = [("group", ""), ("events", "events"), ("windows", "windows"), ("empty", "empty"),
+# "windows" is the same for every group of a time-window run (they share the pooled span): not repeated
+_GROUP_COLUMNS = [("group", ""), ("events", "events"), ("empty", "empty windows"),
                   ("mean", "mean H"), ("slope", "slope"), ("ts", "Theil-Sen"), ("tau", "tau"), ("p", "p")]
 
 
