@@ -286,3 +286,46 @@ def test_plurals_and_one_bytes_style():
 
 def test_size_classes_unchanged():  # the definition the windows above rely on
     assert size_classes(np.array([4096, 8192])).tolist() == [2, 3]
+
+
+# --- partial -> merge -> finish, and the hard cap ---------------------------------------------------
+
+def _batches(ts, sizes, device, chunk):
+    table = pa.table({"ts_ns": pa.array(ts, pa.int64()), "op": pa.array(["alloc"] * len(ts)).dictionary_encode(),
+                      "size_bytes": pa.array(sizes, pa.int64()), "device": pa.array(device, pa.int32())})
+    return table.to_batches(max_chunksize=chunk)
+
+
+@pytest.mark.parametrize("seed, span_ns, window_events", [
+    (1, 3_000_000_000, None),  # 3 s: the window is chosen from the data after the merge
+    (2, 40 * 3600 * 10**9, None),  # 40 h: the default window holds, the buffers are dropped
+    (3, 3_000_000_000, 25),
+])
+def test_partials_merged_in_any_split_equal_one_pass(seed, span_ns, window_events):
+    from veotrace.analysis.entropy import entropy_partial, finish_entropy
+
+    rng = np.random.default_rng(seed)
+    n = 3000
+    ts = 1_700_000_000_000_000_000 + rng.integers(0, span_ns, n)
+    sizes = 2 ** rng.integers(10, 24, n)
+    device = rng.integers(0, 3, n)
+    kw = {"by": "device", "window_events": window_events}
+    one = finish_entropy(entropy_partial(_batches(ts, sizes, device, 512), **kw))
+    order = rng.permutation(n)
+    parts = [entropy_partial(_batches(ts[idx], sizes[idx], device[idx], 256), **kw)
+             for idx in np.array_split(order, [700, 2100])]
+    merged = parts[2].merge(parts[0]).merge(parts[1])
+    many = finish_entropy(merged)
+    assert many.params == one.params
+    if window_events is None:  # event windows follow timestamp order; equal timestamps may swap
+        assert many.windows.equals(one.windows)
+        for a, b in zip(many.groups, one.groups):
+            assert a["group"] == b["group"] and a["windows"].equals(b["windows"])
+    assert many.summary["events_counted"] == one.summary["events_counted"] == n
+
+
+def test_hard_cap_stays(tmp_path):
+    # 30 rows spread evenly over 10 days in 1 us windows: no single outlier, 8.6e11 windows
+    path = _csv(tmp_path / "log.csv", np.linspace(0, 10 * 86400 * 10**9, 30).astype(np.int64), [4096] * 30)
+    r = run_cli("entropy", path, "--window", "1us")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: the log spans 864,000,000,001 windows")
