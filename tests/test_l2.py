@@ -372,3 +372,19 @@ def test_recording_hint_names_the_function_ncu_k_matches():
     assert function_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, T2, T3)") \
         == "vectorized_elementwise_kernel"
     assert function_name("volta_sgemm_32x128_nn") == "volta_sgemm_32x128_nn"
+
+
+def test_percent_metrics_without_a_unit_column_still_get_the_points_default():
+    # Tables built by hand (no unit) must not fall to the 5%-relative default, which would merge 2-point breaks.
+    import pyarrow as pa
+
+    from veotrace.schemas import NCU_METRICS, conform
+
+    truth = planted_l2(seed=2, kernels=1, launches=300, breaks=4, sigma=0.5, jump_sigmas=4, min_gap=30)
+    k = truth.kernels[0]
+    v = truth.series[k][HIT]
+    table = conform(pa.table({"launch_id": truth.ids[k], "kernel": [k] * v.size, "metric": [HIT] * v.size,
+                              "value": v, "source_file": ["t"] * v.size}), NCU_METRICS)
+    res = find_breakpoints(table)
+    assert res.params["metric_unit"] == "%" and res.params["min_jump"] == 1.0
+    assert match_f1(_found(res).get(k, []), truth.breaks[k], TOLERANCE)[2] == 1.0

@@ -146,7 +146,16 @@ def find_breakpoints(
     if min_jump is None:
         min_jump, min_jump_relative = ((L2_MIN_JUMP_POINTS, False) if unit == "%"
                                        else (L2_MIN_JUMP_RELATIVE_PCT, True))
-    series = metric_series(table, chosen)
+    cache: dict[str, dict[str, Series]] = {chosen: metric_series(table, chosen)}
+    if chosen == L2_MISS_RATE:  # the hit rate is 100 - the miss rate: no second pass over the table
+        cache[L2_HIT_RATE] = {k: Series(k, v.keys, v.ids, 100.0 - v.values) for k, v in cache[chosen].items()}
+
+    def series_of(m: str) -> dict[str, Series]:
+        if m not in cache:
+            cache[m] = metric_series(table, m)
+        return cache[m]
+
+    series = cache[chosen]
     if kernel is not None:
         try:
             pattern = re.compile(kernel)
@@ -154,12 +163,12 @@ def find_breakpoints(
             raise UsageError(f"--kernel {kernel!r} is not a regular expression ({exc})", field="--kernel") from None
         series = {k: s for k, s in series.items() if pattern.search(k)}
         if not series:
-            names = ", ".join(list(metric_series(table, chosen))[:8])
+            names = ", ".join(list(cache[chosen])[:8])
             raise AnalysisError(f"no kernel name matches --kernel {kernel!r}", field="--kernel",
                                 hint=f"Kernels with {chosen}: {names}")
     status = l2rules.status(presets, set(available))
-    context = l2rules.RuleData({m: metric_series(table, m) for m in l2rules.needed(presets, set(available))})
-    pictured = {m: metric_series(table, m) for alts in PICTURE.values() for m in alts if m in available}
+    context = l2rules.RuleData({m: series_of(m) for m in l2rules.needed(presets, set(available))})
+    pictured = {m: series_of(m) for alts in PICTURE.values() for m in alts if m in available}
     jump = (min_jump, min_jump_relative)
     rows, infos = [], []
     for s in series.values():
@@ -206,11 +215,13 @@ def choose_metric(asked: str | None, available: list[str]) -> tuple[str, list[st
 
 
 def metric_unit(table: pa.Table, metric: str) -> str | None:
-    """The unit of ``metric`` in the table ('%' for the derived miss rate), None when unknown."""
+    """The unit of ``metric`` in the table, else '%' for ncu's ``.pct`` / ``pct_of_peak`` names, else None."""
     name = L2_HIT_RATE if metric == L2_MISS_RATE else metric
     rows = table.filter(pc.equal(table.column("metric").cast(pa.string()), name)).column("unit")
     units = [u for u in pc.unique(rows.cast(pa.string())).to_pylist() if u]
-    return units[0] if len(units) == 1 else None
+    if len(units) == 1:
+        return units[0]
+    return "%" if name.endswith(".pct") or ".pct_of_peak" in name else None
 
 
 def _median(values: np.ndarray) -> float | None:
