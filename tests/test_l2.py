@@ -365,7 +365,7 @@ def test_files_are_one_series_in_file_order_even_when_ids_restart(tmp_path):
 
 
 def test_recording_hint_names_the_function_ncu_k_matches():
-    from veotrace.analysis.l2 import function_name
+    from veotrace.analysis.l2picture import function_name
 
     assert function_name("<unnamed>::saxpy_kernel(float, const float *, float *, int)") == "saxpy_kernel"
     assert function_name("reduce_sum<256>(float*, int)") == "reduce_sum"

@@ -27,7 +27,6 @@ from veotrace.analysis import changepoints
 from veotrace.analysis.defaults import (
     CHANGEPOINT_MIN_SIZE,
     CHANGEPOINT_PENALTY_SCALE,
-    L2_CHANGEPOINT_LAUNCHES_HINT,
     L2_METRIC,
     L2_METRIC_FALLBACKS,
     L2_MIN_JUMP_POINTS,
@@ -39,7 +38,6 @@ from veotrace.schemas.changepoints import L2_BREAKPOINTS
 from veotrace.schemas.ncu_names import (
     L2_HIT_RATE,
     L2_MISS_RATE,
-    L2_THROUGHPUT,
     METRIC_TO_LABEL,
     resolve_metric,
 )
@@ -94,12 +92,6 @@ def metric_series(table: pa.Table, metric: str) -> dict[str, Series]:
     return out
 
 
-#: Picture key -> metric (alternatives, the first present is used); bytes per request is derived.
-PICTURE = {"hit_rate_pct": (L2_HIT_RATE,), "l2_throughput_pct": (L2_THROUGHPUT,), "sectors": ("lts__t_sectors.sum",),
-           "requests": ("lts__t_requests.sum",),
-           "read_sectors": ("lts__t_sectors_op_read.sum", "lts__t_sectors_srcunit_tex_op_read.sum")}
-
-
 def find_breakpoints(
     table: pa.Table,
     *,
@@ -128,7 +120,7 @@ def find_breakpoints(
         AnalysisError: no launches, metric absent (close names listed), no kernel matches.
         UsageError: bad regex, min_size, penalty_scale or min_jump.
     """
-    from veotrace.analysis import l2rules
+    from veotrace.analysis import l2picture, l2rules
 
     if min_size < 1:
         raise UsageError(f"--min-size must be at least 1, got {min_size}", field="--min-size")
@@ -168,16 +160,16 @@ def find_breakpoints(
                                 hint=f"Kernels with {chosen}: {names}")
     status = l2rules.status(presets, set(available))
     context = l2rules.RuleData({m: series_of(m) for m in l2rules.needed(presets, set(available))})
-    pictured = {m: series_of(m) for alts in PICTURE.values() for m in alts if m in available}
+    pictured = {m: series_of(m) for alts in l2picture.PICTURE.values() for m in alts if m in available}
     jump = (min_jump, min_jump_relative)
     rows, infos = [], []
     for s in series.values():
         info, found = _one_kernel(s, chosen, min_size, penalty_scale, jump, presets, context)
-        info["l2"] = _picture(s, pictured)
+        info["l2"] = l2picture.picture(s, pictured)
         info["rules_on_values"] = l2rules.on_values(presets, info["l2"])
         infos.append(info)
         rows.extend(found)
-    notes += short_series_notes(infos, min_size)
+    notes += l2picture.short_series_notes(infos, min_size)
     for st in status:
         st["fired"] = sum(st["name"] in r["rules"].split(";") for r in rows if r["rules"])
         st["breaks_not_evaluated"] = context.not_evaluated.get(st["name"], 0)
@@ -222,54 +214,6 @@ def metric_unit(table: pa.Table, metric: str) -> str | None:
     if len(units) == 1:
         return units[0]
     return "%" if name.endswith(".pct") or ".pct_of_peak" in name else None
-
-
-def _median(values: np.ndarray) -> float | None:
-    ok = values[~np.isnan(values)]
-    return float(np.median(ok)) if ok.size else None
-
-
-def _picture(s: Series, pictured: dict) -> dict:
-    """Medians over the kernel's launches of the L2 metrics present (None where absent)."""
-    from veotrace.analysis.l2rules import SECTOR_BYTES, align
-
-    out: dict = {}
-    aligned = {}
-    for key, alternatives in PICTURE.items():
-        metric = next((m for m in alternatives if m in pictured), None)
-        aligned[key] = align(s, pictured[metric].get(s.kernel)) if metric else np.full(s.keys.size, np.nan)
-        out[key] = _median(aligned[key])
-    sec, req = aligned["sectors"], aligned["requests"]
-    ok = ~(np.isnan(sec) | np.isnan(req)) & (req > 0)
-    out["bytes_per_request"] = float(np.median(SECTOR_BYTES * sec[ok] / req[ok])) if ok.any() else None
-    out["miss_rate_pct"] = None if out["hit_rate_pct"] is None else 100.0 - out["hit_rate_pct"]
-    return out
-
-
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n:,} " + (word if n == 1 else plural or word + "s")
-
-
-def function_name(kernel: str) -> str:
-    """The bare function name ncu's ``-k`` matches: no namespace, template arguments or parameters."""
-    name = re.sub(r"<unnamed>::|\(anonymous namespace\)::|^(?:void|int|float|auto)\s+", "", kernel.strip())
-    return re.split(r"[(<\s]", name, maxsplit=1)[0].split("::")[-1] or kernel
-
-
-def short_series_notes(infos: list[dict], min_size: int) -> list[str]:
-    """Which kernels have too few launches for change points, and the ncu options that record more."""
-    short = [i for i in infos if not i["analysed"]]
-    if not short:
-        return []
-    need = 2 * min_size
-    names = ", ".join(f"{i['kernel']} ({_plural(i['values'], 'launch', 'launches')})" for i in short[:5])
-    more = f" and {len(short) - 5} more" if len(short) > 5 else ""
-    base = function_name(short[0]["kernel"])
-    count = max(L2_CHANGEPOINT_LAUNCHES_HINT, need)
-    return [f"change points need at least {need} launches of a kernel (2 x --min-size); "
-            f"{_plural(len(short), 'kernel')} of {len(infos)} ha{'s' if len(short) == 1 else 've'} fewer: {names}{more}. "
-            f"Their L2 picture is shown. To record enough launches: ncu --set full -k regex:{base} "
-            f"--launch-skip 0 --launch-count {count} --csv ./app > {base}.csv (or -o {base} for a .ncu-rep)"]
 
 
 def _apply_min_jump(x: np.ndarray, bkps: list[int], sigma: float, jump: tuple[float, bool]):
