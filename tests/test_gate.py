@@ -208,4 +208,9 @@ def test_too_short_runs_and_empty_history_each_give_one_error_line(pair, tmp_pat
     assert "12 non-empty windows" in line and not (tmp_path / "s.json").exists()
     (tmp_path / "empty").mkdir()
     assert "holds no baselines" in _error(run_cli("gate", short, "--history", tmp_path / "empty"))
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "b.json").write_text(base.read_text())
+    assert "holds 1 baseline; a change-point test needs at least 3" in _error(
+        run_cli("gate", short, "--history", tmp_path / "one"))
+    assert "is a folder, not a baseline file" in _error(run_cli("gate", short, "--baseline", tmp_path / "one"))
     assert "--baseline FILE or --history FOLDER" in _error(run_cli("gate", short), code=2)
