@@ -21,6 +21,13 @@ def _changepoints(k: dict) -> str:
     return f"need {cp.get('launches_needed')} launches"
 
 
+def _jump(params: dict) -> str:
+    unit = params["min_jump_unit"]
+    if params["min_jump"] == 1 and unit == "percentage points":
+        unit = "percentage point"
+    return f"{fmt_value(params['min_jump'])}{'' if unit.startswith('%') else ' '}{unit}"
+
+
 def render_l2(console: Console, result, *, max_rows: int) -> None:
     """Draw ``result`` (an L2Result) on ``console``."""
     p = result.params
@@ -30,7 +37,7 @@ def render_l2(console: Console, result, *, max_rows: int) -> None:
         ("metric", metric), ("kernels", len(result.kernels)),
         ("with change points", f"{sum(k['analysed'] for k in result.kernels)} (need {2 * p['min_size']} launches each)"),
         ("min size", p["min_size"]), ("penalty scale", p["penalty_scale"]),
-        ("min jump", f"{fmt_value(p['min_jump'])} {p['min_jump_unit']}"), ("breakpoints", len(bps))]))
+        ("min jump", _jump(p)), ("breakpoints", len(bps))]))
     number = {k["kernel"]: i for i, k in enumerate(result.kernels)}
     kernels = [{**k, **k["l2"], "k": i, "cp": _changepoints(k),
                 "flags": " ".join(SHORT.get(n, n) for n, v in k["rules_on_values"].items() if v)}
