@@ -34,7 +34,6 @@ def test_entropy_plot_svg_of_the_requested_size_beside_the_json(tmp_path):
 
 @pytest.mark.parametrize(("args", "name"), [
     (["l2-breakpoints", SAMPLES / "ncu" / "l2_details.csv"], "l2.png"),
-    (["coherence", SAMPLES / "frames" / "frames.csv"], "coherence.png"),
     (["bursts", "--events", "kernels", SAMPLES / "nsys" / "cuda_gpu_trace.csv"], "bursts.png"),
 ])
 def test_plot_png_on_each_command(tmp_path, args, name):

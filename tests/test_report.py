@@ -144,8 +144,10 @@ def test_plan_groups_rotated_logs_and_pairs_arrays(tmp_path):
     arrays = [FileInfo("a/x_addrs.npy", "npy", None, supports=["correlate"]),
               FileInfo("a/x_epe.npy", "npy", None, supports=["correlate"]),
               FileInfo("a/other.npy", "npy", None, supports=["correlate"])]
-    jobs = plan(logs + arrays, [[0, 1], [2, 3, 4]])
+    other = [FileInfo("x.log", "alloc-csv", None, supports=["convert", "gate", "fragmentation --soon"])]
+    jobs = plan(logs + arrays + other, [[0, 1], [2, 3, 4], [5]])
     cmds = [(j.command, [str(p) for p in j.paths], j.note is None) for j in jobs]
+    assert "x.log" not in str(cmds)  # commands the report has no runner for are left out
     assert ("entropy", ["d/log.1.csv", "d/log.2.csv"], True) in cmds
     assert ("bursts", ["d/log.1.csv", "d/log.2.csv"], True) in cmds
     assert ("correlate", ["a/x_addrs.npy", "a/x_epe.npy"], True) in cmds
@@ -168,3 +170,10 @@ def test_long_log_report_is_small(tmp_path):
     res = run_cli("report", log, "-o", out)
     assert res.exit_code == 0, res.stderr
     assert out.stat().st_size < 5_000_000
+
+
+def test_every_planned_analysis_has_a_runner_and_a_title():
+    from veotrace.report.plan import ANALYSES
+    from veotrace.report.sections import RUNNERS, TITLES
+
+    assert set(RUNNERS) == set(ANALYSES) == set(TITLES)

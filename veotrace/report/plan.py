@@ -14,6 +14,8 @@ from veotrace.analysis.defaults import ENTROPY_WINDOW_S
 MIN_WINDOWS, TARGET_WINDOWS = 30, 200
 #: Events per window for traces without timestamps: about TARGET_WINDOWS windows, at least this.
 MIN_WINDOW_EVENTS = 20
+#: The commands of `info`'s "supports" that the report runs (report.sections has a runner for each).
+ANALYSES = ("entropy", "bursts", "bursts --events kernels", "l2-breakpoints", "correlate", "coherence")
 #: Formats whose files in one folder are parts of one log (rotation) and are read together; other
 #: files (profiles, exports, frame tables) are each their own run.
 ROTATED = ("alloc-csv", "alloc-jsonl")
@@ -52,7 +54,7 @@ def plan(infos: list, groups: list[list[int]]) -> list[Job]:
                 continue
             for cmd in info.supports:
                 base = _base(cmd)
-                if base in ("convert", None):
+                if base not in ANALYSES:  # convert, and commands the report does not run
                     continue
                 together = info.format in ROTATED and base != "coherence"
                 key = (base, str(Path(info.path).parent), info.format) if together else (base, info.path)
