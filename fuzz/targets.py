@@ -160,6 +160,8 @@ def _sqlite(tmp: Path) -> bytes:
     path.unlink(missing_ok=True)
     con = sqlite3.connect(path)
     con.executescript("""
+        CREATE TABLE EXPORT_META_DATA (name TEXT, value TEXT);
+        INSERT INTO EXPORT_META_DATA VALUES ('EXPORT_SCHEMA_VERSION_MAJOR', '3'), ('EXPORT_SCHEMA_VERSION_MINOR', '0');
         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
         INSERT INTO StringIds VALUES (1, 'sgemm'), (2, 'relu');
         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,
@@ -210,14 +212,14 @@ def seeds(tmp: Path) -> dict[str, bytes]:
         path = SAMPLES / name
         if path.exists():
             data = path.read_bytes()
-            out[path.name] = data[:6000] if len(data) > 6000 else data
+            out[path.name] = data[: data.rfind(b"\n", 0, 6000) + 1] if len(data) > 6000 else data
     return out
 
 
 #: Which targets each seed feeds (a mutated file is also run through ``info``).
 SEED_TARGETS = {
     "alloc.csv": ("alloc_events",), "alloc.csv.gz": ("alloc_events",), "alloc.jsonl": ("alloc_events",),
-    "snapshot.pickle": ("alloc_events", "segments", "blocks"), "segments.pkl": ("segments", "blocks", "alloc_events"),
+    "snapshot.pickle": ("alloc_events", "segments", "blocks"), "segments.pkl": ("segments", "blocks"),
     "arrays.npz": ("arrays",), "array.npy": ("arrays",), "events.parquet": ("alloc_events",),
     "frames.parquet": ("frames",), "frames.csv": ("frames",), "frames.json": ("frames",), "frames.jsonl": ("frames",),
     "nsys.sqlite": ("gpu_activity", "alloc_events"), "cuda_gpu_trace.csv": ("gpu_activity",),

@@ -50,7 +50,7 @@ def test_pure_python_nesting_walk_agrees_with_the_c_one():
     for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle"):
         data = (BAD / name).read_bytes()
         assert safe_pickle._nesting_py(data, 100)[0] == safe_pickle.nesting(data)[0]
-    for name in ("cranberrii_memory_snapshot.pickle", "muduard_memory_snapshot.pkl"):
+    for name in ("muduard_memory_snapshot.pkl",):
         try:
             data = real_trace(name).read_bytes()
         except Exception:  # noqa: BLE001 - skipped below when the real traces are absent
@@ -101,10 +101,11 @@ def _rss_run(code: str, *args: str) -> tuple[str, int]:
 
 def _bomb(path: Path, head: bytes, fill: bytes, total: int) -> Path:
     """``head`` then ``fill`` repeated to ``total`` bytes, gzip'd as repeated members (a ~1 MB bomb)."""
-    block = gzip.compress(fill * ((16 << 20) // len(fill)), compresslevel=9, mtime=0)
+    member = min(16 << 20, total)
+    block = gzip.compress(fill * (member // len(fill)), compresslevel=9, mtime=0)
     with path.open("wb") as fh:
         fh.write(gzip.compress(head, mtime=0))
-        for _ in range(total // (16 << 20)):
+        for _ in range(total // member):
             fh.write(block)
     return path
 
@@ -115,12 +116,29 @@ READ = ("import sys; from pathlib import Path; from veotrace.errors import Veotr
         "except VeotraceError as e: print('ERROR', e)")
 
 
-@pytest.mark.parametrize("target, head, fill, expect", [
+BOMBS = [
     ("alloc_events", b"timestamp,op_type,size_bytes\n1,alloc,", b"1", "a line is longer than"),
     ("segments", b"\x80\x04\x95", b"\x00", "larger than"),
     ("ncu_metrics", b'"ID","Process ID","Process Name"\n', b"x", "larger than"),
     ("gpu_activity", b"Start (ns),Duration (ns),CorrId,Name\n", b"x", "larger than"),
-])
+    ("frames", b'{"frames": [', b" ", "larger than"),
+]
+
+
+@pytest.mark.parametrize("target, head, fill, expect", BOMBS, ids=[b[0] for b in BOMBS])
+def test_small_bombs_are_refused_at_the_limit(tmp_path, monkeypatch, target, head, fill, expect):
+    """The same bombs at 8 MiB with 1 MiB / 64 KiB limits (fast); the 1 GiB ones with RSS are marked slow."""
+    from fuzz.targets import run
+
+    monkeypatch.setenv("VEOTRACE_MAX_FILE_BYTES", "1M")
+    monkeypatch.setenv("VEOTRACE_MAX_LINE_BYTES", "64K")
+    path = _bomb(tmp_path / "bomb.gz", head, fill, 8 << 20)
+    with pytest.raises(VeotraceError, match=expect):
+        run(target, path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, head, fill, expect", BOMBS, ids=[b[0] for b in BOMBS])
 def test_decompression_bombs_stay_bounded(tmp_path, target, head, fill, expect):
     """1 GiB after decompression, ~1 MB on disk: refused with memory well under the bomb's size."""
     path = _bomb(tmp_path / "bomb.gz", head, fill, 1 << 30)

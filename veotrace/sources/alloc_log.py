@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.errors import TraceFormatError
+from veotrace.sources.base import detail as _detail
 from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import (
@@ -123,7 +124,7 @@ def _read(path, is_jsonl, present, read_cols, options, report, on_progress, out_
 
 
 def _corrupt(path: Path, exc: BaseException) -> TraceFormatError:
-    return TraceFormatError(f"the compressed stream is truncated or corrupt ({exc})", path=path,
+    return TraceFormatError(f"the compressed stream is truncated or corrupt ({_detail(exc)})", path=path,
                             hint="Re-copy the file, or decompress what remains and read that")
 
 
@@ -535,7 +536,7 @@ def _csv_getter(text: str, index: dict[str, int]):
     try:
         fields = next(csv.reader([text], strict=True))
     except csv.Error as exc:
-        raise _FieldError(None, f"malformed CSV, a stray quote? ({exc})") from None
+        raise _FieldError(None, f"malformed CSV, a stray quote? ({_detail(exc)})") from None
     if len(fields) != len(index):
         raise _FieldError(None, f"expected {len(index)} fields, got {len(fields)}")
     return lambda c: fields[index[c]]

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from veotrace.errors import TraceFormatError
+from veotrace.sources.base import detail as _detail
 from veotrace.sources.base import read_head
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -143,7 +144,7 @@ def _read_npy(fh, size: int, path: Path, what: str) -> np.ndarray:
     try:
         data = fh.read(nbytes)
     except (OSError, EOFError) as exc:
-        raise TraceFormatError(f"{what} cannot be read ({exc})", path=path) from None
+        raise TraceFormatError(f"{what} cannot be read ({_detail(exc)})", path=path) from None
     if len(data) != nbytes:
         raise TraceFormatError(f"{what} is truncated ({len(data):,} of {nbytes:,} data bytes)", path=path,
                                hint="Re-save it with np.save")
@@ -158,7 +159,7 @@ def _load_npz(path: Path, name: str | None) -> np.ndarray:
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise TraceFormatError(f"not a readable .npz archive ({exc})", path=path, hint="Re-save it with np.savez") from None
+        raise TraceFormatError(f"not a readable .npz archive ({_detail(exc)})", path=path, hint="Re-save it with np.savez") from None
     with archive:
         members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
         names = list(members)
@@ -182,7 +183,7 @@ def _load_npz(path: Path, name: str | None) -> np.ndarray:
             with archive.open(info) as fh:
                 return _read_npy(fh, info.file_size, path, f"array {name!r}")
         except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, ValueError) as exc:
-            raise TraceFormatError(f"array {name!r} cannot be read from the archive ({exc})", path=path,
+            raise TraceFormatError(f"array {name!r} cannot be read from the archive ({_detail(exc)})", path=path,
                                    hint="Re-save it with np.savez") from None
 
 
@@ -239,13 +240,7 @@ def read_column_table(path: Path, kind: str):
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"not a readable {what} table (not UTF-8 text: {exc.reason})", path=path) from None
     except (pa.ArrowException, OSError) as exc:
-        raise TraceFormatError(f"not a readable {what} table ({_first_line(exc)})", path=path) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line if len(line) <= 160 else line[:157] + "..."
+        raise TraceFormatError(f"not a readable {what} table ({_detail(exc)})", path=path) from None
 
 
 def non_numeric_error(path: Path, column: str, col, *, header_rows: int) -> TraceFormatError:

@@ -157,7 +157,7 @@ def _partial_gzip_head(raw: bytes) -> bytes:
 
 def _raise_corrupt(path: Path, kind: str, exc: Exception) -> bytes:
     raise TraceFormatError(
-        f"the {kind} stream is truncated or corrupt ({exc})",
+        f"the {kind} stream is truncated or corrupt ({detail(exc)})",
         path=path,
         hint="Re-copy or re-compress the file",
     )
@@ -180,6 +180,13 @@ def open_decompressed(path: Path) -> tuple[IO[bytes], object]:
     return pa.CompressedInputStream(raw, kind), raw
 
 
+def detail(exc: BaseException) -> str:
+    """An exception's text for a one-line message: its first line, at most 160 characters."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0].strip() if lines else type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
 def data_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that bad bytes raise inside third-party parsers (pyarrow, zlib, csv, codecs), which a
     reader turns into one ``TraceFormatError`` naming the file (see :func:`guarded`)."""
@@ -200,13 +207,11 @@ def as_format_error(path: Path, exc: BaseException) -> TraceFormatError:
     if isinstance(exc, MemoryError):
         return TraceFormatError("not enough memory to read the file", path=path,
                                 hint="Split it, or read it on a machine with more memory")
-    lines = str(exc).strip().splitlines()
-    detail = lines[0] if lines else type(exc).__name__
-    detail = detail if len(detail) <= 160 else detail[:157] + "..."
-    if "ompress" in detail or "runcated" in detail or isinstance(exc, (EOFError, __import__("zlib").error)):
-        return TraceFormatError(f"the file is truncated or corrupt ({detail})", path=path,
+    text = detail(exc)
+    if "ompress" in text or "runcated" in text or isinstance(exc, (EOFError, __import__("zlib").error)):
+        return TraceFormatError(f"the file is truncated or corrupt ({text})", path=path,
                                 hint="Re-copy the file, or decompress what remains and read that")
-    return TraceFormatError(f"cannot read the file ({detail})", path=path)
+    return TraceFormatError(f"cannot read the file ({text})", path=path)
 
 
 def guarded(path: Path, batches):

@@ -14,6 +14,7 @@ import os
 import re
 
 from veotrace.errors import TraceFormatError, UsageError
+from veotrace.sources.base import detail as _detail
 
 #: Default largest decompressed size of a file read whole (pickle, JSON, ncu/nsys CSV, array).
 DEFAULT_MAX_FILE_BYTES = 1 << 30
@@ -83,7 +84,7 @@ def read_bounded(path, stream, what: str = "the file") -> bytes:
     try:
         data = stream.read(limit + 1)
     except (OSError, EOFError) as exc:
-        raise TraceFormatError(f"the compressed stream is truncated or corrupt ({exc})", path=path,
+        raise TraceFormatError(f"the compressed stream is truncated or corrupt ({_detail(exc)})", path=path,
                                hint="Re-copy the file, or decompress what remains and read that") from None
     data = bytes(data)
     if len(data) > limit:

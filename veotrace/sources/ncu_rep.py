@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from veotrace.errors import MissingDependencyError, TraceFormatError
+from veotrace.sources.base import detail as _detail
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.sources.base import ReadReport
 
@@ -30,7 +31,7 @@ def read_report(path: Path, *, report: ReadReport) -> pa.Table:
     try:
         ctx = ncu_report.load_report(str(path))
     except Exception as exc:  # noqa: BLE001 - the module's error types are undocumented
-        raise TraceFormatError(f"ncu_report could not load the report ({exc})", path=path) from None
+        raise TraceFormatError(f"ncu_report could not load the report ({_detail(exc)})", path=path) from None
     cols: dict[str, list] = {k: [] for k in ("launch_id", "kernel", "metric", "unit", "value", "device",
                                              "block_size", "grid_size")}
     launch = 0

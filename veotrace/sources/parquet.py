@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from veotrace.errors import TraceFormatError
+from veotrace.sources.base import detail as _detail
 from veotrace.schemas import ALLOC_EVENTS, schema_tag
 from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import ReadOptions, ReadReport
@@ -34,7 +35,7 @@ def iter_alloc_events(
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"not a readable Parquet file ({exc})", path=path) from None
+        raise TraceFormatError(f"not a readable Parquet file ({_detail(exc)})", path=path) from None
     schema = pf.schema_arrow
     out_schema = alloc_events_schema(columns)
     wanted = out_schema.names

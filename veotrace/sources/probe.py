@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from veotrace.errors import TraceFormatError, VeotraceError
+from veotrace.sources.base import detail as _detail
 from veotrace.sources.base import (
     call_guarded,
     ReadOptions,
@@ -200,7 +201,7 @@ def _parquet(path: Path) -> dict[str, Any]:
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"not a readable Parquet file ({exc})", path=path) from None
+        raise TraceFormatError(f"not a readable Parquet file ({_detail(exc)})", path=path) from None
     return {"schema": schema_tag(pf.schema_arrow), "rows": pf.metadata.num_rows, "row_groups": pf.num_row_groups,
             "columns": pf.schema_arrow.names}
 

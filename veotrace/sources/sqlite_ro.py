@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from veotrace.errors import TraceFormatError
+from veotrace.sources.base import detail as _detail
 
 #: Metadata tables of nsys exports: schema <= 3.0, newer (FORMATS.md A.5).
 NSYS_META = ("EXPORT_META_DATA", "META_DATA_EXPORT")
@@ -26,7 +27,7 @@ def ro_uri(path: Path) -> str:
 
 def sqlite_error(path: Path, exc: Exception, doing: str = "read") -> TraceFormatError:
     """The one error shown for a SQLite failure (corrupt, truncated, not a database)."""
-    return TraceFormatError(f"SQLite cannot {doing} the file ({exc})", path=path, hint=CORRUPT_HINT)
+    return TraceFormatError(f"SQLite cannot {doing} the file ({_detail(exc)})", path=path, hint=CORRUPT_HINT)
 
 
 @contextmanager
