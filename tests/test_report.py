@@ -63,7 +63,7 @@ def test_report_over_the_samples(sample_report):
     assert outside_refs(html) == []
     assert len(p.ids) == len(set(p.ids))  # figure ids made unique per figure
     for title in ("Size-class entropy over time", "Allocation bursts", "L2 breakpoints per kernel", "Coherence collapse"):
-        assert f"<h2>{title}</h2>" in html
+        assert f"<h2>{title} <small>" in html
     assert html.count("<figure") == 3  # entropy, l2, coherence; the sample log has no burst at 5 ms
     assert f"veotrace {__version__}" in html
     assert "prefers-color-scheme: dark" in html and "@media print" in html

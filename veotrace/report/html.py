@@ -19,6 +19,7 @@ CSS = """
 body { margin: 0 auto; max-width: 1180px; padding: 24px; font: 15px/1.5 system-ui, -apple-system, "Segoe UI",
   Roboto, "DejaVu Sans", sans-serif; color: var(--fg); background: var(--bg); }
 h1 { font-size: 1.6em; margin: 0 0 4px; } h2 { font-size: 1.25em; margin: 0 0 6px; }
+h2 small, nav small { font-weight: normal; color: var(--muted); font-size: 0.8em; }
 h3 { font-size: 1em; margin: 14px 0 4px; color: var(--muted); }
 a { color: var(--accent); }
 code { font: 0.9em ui-monospace, "DejaVu Sans Mono", monospace; background: var(--panel); padding: 1px 4px;
@@ -116,7 +117,8 @@ def _duration(seconds: float) -> str:
 
 
 def _section(s) -> str:
-    parts = [f'<section id="{s.id}"><h2>{esc(s.title)}</h2><p><code>{esc(s.command)}</code></p>']
+    parts = [f'<section id="{s.id}"><h2>{esc(s.title)} <small>{esc(s.inputs)}</small></h2>'
+             f"<p><code>{esc(s.command)}</code></p>"]
     if s.error:
         parts.append(f'<p class="error">Not available: {esc(s.error)}</p></section>')
         return "".join(parts)
@@ -149,8 +151,8 @@ def _summary(report) -> list[tuple[str, Any]]:
 
 def render_html(report) -> str:
     """The whole page as one string (UTF-8, every figure inline)."""
-    toc = "".join(f'<li><a href="#{s.id}">{esc(s.title)}</a>{" (not available)" if s.error else ""}</li>'
-                  for s in report.sections)
+    toc = "".join(f'<li><a href="#{s.id}">{esc(s.title)}</a> <small>{esc(s.inputs)}</small>'
+                  f'{" (not available)" if s.error else ""}</li>' for s in report.sections)
     return "".join([
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',

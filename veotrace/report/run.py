@@ -27,6 +27,7 @@ class Section:
     id: str
     title: str
     command: str  # the equivalent veotrace command line
+    inputs: str = ""  # what the section read, short (folder/ or file names)
     headline: list[tuple[str, Any]] = field(default_factory=list)
     table_title: str = ""
     columns: list[str] = field(default_factory=list)
@@ -118,7 +119,8 @@ def run_job(job: Job, index: int, options: Any = None) -> Section:
     """The section of one job; an input the analysis refuses gives a section holding the reason."""
     runner = sections.RUNNERS[job.command]
     section = Section(id=f"s{index}-" + re.sub(r"[^a-z0-9]+", "-", job.command), title=sections.TITLES[job.command],
-                      command=job.cli, params=dict(job.params))
+                      command=job.cli, params=dict(job.params),
+                      inputs=", ".join(job.shown or dict.fromkeys(p.name for p in job.paths)))
     if job.note is not None:
         section.error = f"{job.paths[0]}: {job.note}"
         return section
