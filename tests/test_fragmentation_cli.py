@@ -149,3 +149,11 @@ def test_bad_options_exit_2(args, message):
     r = run_cli("fragmentation", LOG, *args)
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr.startswith("Error: ") and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sample_log_is_what_its_generator_writes(tmp_path):
+    from veotrace.synth.heap import write_slot_log
+
+    out = tmp_path / "alloc_addr.csv"
+    write_slot_log(out, events=3000, seed=7, slots=64, slot_bytes=512 << 10, hours=3.0)
+    assert out.read_bytes() == LOG.read_bytes(), "run python3 sample_traces/alloc_addr/make.py"

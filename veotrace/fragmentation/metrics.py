@@ -134,8 +134,9 @@ def state_metrics(state: DeviceState, *, max_gap: int = DEFAULT_MAX_GAP,
     }
 
 
-def combine(per_device: dict[int, dict]) -> dict:
-    """Whole-trace figures from per-device ones: bytes add up; the largest free block is the max."""
+def combine(per_device: dict[int, dict], *, threshold: float = DEFAULT_THRESHOLD) -> dict:
+    """Whole-trace figures from per-device ones: bytes add up; the largest free block is the max, and
+    the external fragmentation and its flag are those of all devices' free blocks taken together."""
     if not per_device:
         return {}
     rows = list(per_device.values())
@@ -150,6 +151,6 @@ def combine(per_device: dict[int, dict]) -> dict:
     out["external_frag"] = external_frag(out["largest_free_bytes"], out["free_bytes"])
     methods = sorted({r["range_method"] for r in rows})
     out["range_method"] = ",".join(methods)
-    frs = [r["fragmented"] for r in rows if r["fragmented"] is not None]
-    out["fragmented"] = any(frs) if frs else None
+    frag = out["external_frag"]
+    out["fragmented"] = None if frag is None else bool(out["largest_free_bytes"] < threshold * out["free_bytes"])
     return out

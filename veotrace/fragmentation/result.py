@@ -73,7 +73,7 @@ def free_histogram(states: dict[int, DeviceState], *, max_gap: int) -> list[dict
 
 def describe(states: dict[int, DeviceState], *, max_gap: int, threshold: float) -> dict:
     per = {d: M.state_metrics(st, max_gap=max_gap, threshold=threshold) for d, st in sorted(states.items())}
-    return {"total": M.combine(per), "devices": {str(d): m for d, m in per.items()}}
+    return {"total": M.combine(per, threshold=threshold), "devices": {str(d): m for d, m in per.items()}}
 
 
 def build_result(replay, params: dict, *, top_zones: int | None):
