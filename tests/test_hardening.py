@@ -23,7 +23,8 @@ CASES = [line.split("\t") for line in (BAD / "EXPECTED.tsv").read_text().splitli
 @pytest.mark.parametrize("name, command, code, message", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gives_its_one_error_line(name, command, code, message):
     path = BAD / name
-    args = [command, path, path] if command == "correlate" else [command, path]
+    command, *extra = command.split()
+    args = [command, path, path] if command == "correlate" else [command, *extra, path]
     if command == "entropy":
         args += ["--window-events", "10"]
     r = run_cli(*args)

@@ -208,7 +208,7 @@ def as_format_error(path: Path, exc: BaseException) -> TraceFormatError:
         return TraceFormatError("not enough memory to read the file", path=path,
                                 hint="Split it, or read it on a machine with more memory")
     text = detail(exc)
-    if "ompress" in text or "runcated" in text or isinstance(exc, (EOFError, __import__("zlib").error)):
+    if "ompress" in text or isinstance(exc, (EOFError, __import__("zlib").error)):
         return TraceFormatError(f"the file is truncated or corrupt ({text})", path=path,
                                 hint="Re-copy the file, or decompress what remains and read that")
     return TraceFormatError(f"cannot read the file ({text})", path=path)

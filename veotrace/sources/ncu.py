@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from pathlib import Path
 
@@ -67,7 +68,10 @@ def parse_value(text: str) -> float | None:
     t = text.strip()
     if t in MISSING:
         return None
-    return float(t.replace(",", ""))
+    value = float(t.replace(",", ""))
+    if math.isinf(value) and "inf" not in t.lower():  # 1e400 overflows to inf: not what the file says
+        raise ValueError(f"{t} is outside the range of a double")
+    return value
 
 
 def read_metrics(path: Path, *, options: ReadOptions | None = None, report: ReadReport | None = None) -> pa.Table:
@@ -197,7 +201,8 @@ def _read_details(path, header, rows, start, options, report) -> dict[str, list]
                 continue
             if _skip_or_raise(path, lineno, f"{len(row)} fields, the header has {len(header)}", options, report):
                 continue
-        if not row[idx["ID"]].replace(",", "").strip().isdigit() and _skip_or_raise(
+        launch = row[idx["ID"]].replace(",", "").strip()
+        if not (launch.isascii() and launch.isdigit() and len(launch) < 19) and _skip_or_raise(
                 path, lineno, f"launch ID {row[idx['ID']]!r} is not an integer", options, report):
             continue
         name = row[n]
@@ -248,7 +253,8 @@ def _read_raw(path, header, rows, start, options, report) -> dict[str, list]:
         if row[0].strip() == "":  # the units row under the header
             units = row + [""] * (len(header) - len(row))
             continue
-        if (len(row) < len(header) or not row[0].replace(",", "").strip().isdigit()) and _skip_or_raise(
+        launch = row[0].replace(",", "").strip() if row else ""
+        if (len(row) < len(header) or not (launch.isascii() and launch.isdigit() and len(launch) < 19)) and _skip_or_raise(
                 path, lineno, f"not a launch row ({len(row)} fields, ID {row[0]!r})", options, report):
             continue
         for i, name, metric in metric_cols:

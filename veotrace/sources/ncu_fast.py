@@ -61,7 +61,12 @@ def _values(col: pa.Array) -> tuple[pa.Array, pa.Array]:
     numeric = pc.match_substring_regex(stripped, DECIMAL_RE)
     absent = pc.is_in(v, value_set=_MISSING)
     bad = pc.and_(pc.invert(numeric), pc.invert(absent))
-    return pc.cast(pc.if_else(numeric, stripped, pa.scalar(None, pa.string())), pa.float64()), bad
+    values = pc.cast(pc.if_else(numeric, stripped, pa.scalar(None, pa.string())), pa.float64())
+    overflow = pc.fill_null(pc.is_inf(values), False)  # 1e400: a number no double holds
+    if pc.any(overflow).as_py():
+        bad = pc.or_(bad, overflow)
+        values = pc.if_else(overflow, pa.scalar(None, pa.float64()), values)
+    return values, bad
 
 
 def _ints(col: pa.ChunkedArray | None, n: int, typ) -> pa.Array:

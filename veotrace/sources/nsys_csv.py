@@ -111,10 +111,13 @@ def _trace_table(path: Path, rep: Report, options: ReadOptions, report: ReadRepo
         i, unit = index[name]
         factor = _factor(path, rep, columns[i], unit, units)
         values, bad_here = parse_scaled(strings[i], factor, required=required)
+        if target in ("duration", "bytes"):  # negative durations and sizes are refused as in every reader
+            bad_here = bad_here | pc.fill_null(pc.less(values, 0), False).to_numpy(zero_copy_only=False)
         if bad_here.any() and not options.skip_bad_rows:
             k = int(np.flatnonzero(bad_here)[0])
             text = strings[i][k].as_py()
-            what = "is empty" if not text.strip() else f"{text!r} is not a number"
+            what = "is empty" if not text.strip() else (
+                f"{text!r} is negative" if text.strip().startswith("-") else f"{text!r} is not a number")
             raise TraceFormatError(f"value {what}", path=path, line=linenos[k], field=columns[i],
                                    hint="Fix the file, or pass --skip-bad-rows to skip such rows (they are counted)")
         for k in np.flatnonzero(bad_here & ~bad):
@@ -124,7 +127,7 @@ def _trace_table(path: Path, rep: Report, options: ReadOptions, report: ReadRepo
     if "Name" not in index:
         raise TraceFormatError("the trace header has no Name column", path=path, line=rep.header_line)
     names = strings[index["Name"][0]]
-    out["end_ns"] = pc.add(out["start_ns"], out.pop("duration"))
+    out["end_ns"] = pc.add_checked(out["start_ns"], out.pop("duration"))  # overflow: an error, not a wrap
     out["kind"], out["copy_kind"] = _kinds(names)
     out["name"] = names
     out["device"] = _devices(strings[index["Device"][0]]) if "Device" in index else pa.nulls(n, pa.int32())
@@ -229,5 +232,5 @@ def _devices(text: pa.Array) -> pa.Array:
     ids = []
     for label in enc.dictionary.to_pylist():
         m = _DEVICE_ID.search(label)
-        ids.append(int(m.group(1)) if m else int(label) if label.strip().isdigit() else None)
+        ids.append(int(m.group(1)) if m else int(label) if label.strip().isascii() and label.strip().isdigit() and len(label.strip()) < 10 else None)
     return pa.array(ids, pa.int32()).take(enc.indices)
