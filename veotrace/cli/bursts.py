@@ -86,13 +86,12 @@ def bursts_command(
         else:
             config = engine_config(engine, jobs, scheduler, workers)
             with progress("reading", enabled=not no_progress) as bar:
-                if config.parallel and grouped:
-                    raise UsageError("--by and --device run with --engine local only")
                 if config.parallel:  # pieces of the inputs as tasks; the same runs, merged
                     from veotrace.engine import run_bursts
 
                     result = run_bursts(paths, config, options=options, report=report, gap_ms=gap,
-                                        min_events=min_events, ops=parse_ops(ops, _OPS), on_progress=bar)
+                                        min_events=min_events, ops=parse_ops(ops, _OPS), on_progress=bar,
+                                        columns=analysis.COLUMNS + columns_for(by and by.value, device), **grouped)
                 else:
                     batches = iter_alloc_events(paths, options=options, report=report, on_progress=bar,
                                                 columns=analysis.COLUMNS + columns_for(by and by.value, device))

@@ -2,8 +2,8 @@
 
 The inputs are cut into independent pieces (``sources.split``): one per file, one per line-aligned
 byte range of a large uncompressed CSV log, one per run of Parquet row groups. A task turns one
-piece into the same partial aggregate the single-process path builds (``EntropyPartial``, a
-``BurstRuns`` and a row count, or a written Parquet part), and partials merge in a tree
+piece into the same partial aggregate the single-process path builds (an ``EntropyPartial``, the
+runs of ``bursts.alloc_pass``, or a written Parquet part), and partials merge in a tree
 (``tasks.merge_tree``) into one, which the analysis finishes as usual, so every engine gives the
 same windows and bursts as ``--jobs 1``. The local engine runs tasks on a pool of ``--jobs``
 processes; the Dask engine (``--engine dask``, extra ``veotrace[dask]``) runs them on a cluster
@@ -105,19 +105,18 @@ def run_entropy(paths: Sequence[Path], config: EngineConfig, *, options: ReadOpt
 
 
 def run_bursts(paths: Sequence[Path], config: EngineConfig, *, options: ReadOptions, report: ReadReport,
-               gap_ms: float, min_events: int, ops: Sequence[str],
-               on_progress: Callable[[int, int], None] | None = None):
-    """``compute_bursts`` over ``paths`` on the engine."""
+               gap_ms: float, min_events: int, ops: Sequence[str], by: str | None = None, device: int | None = None,
+               columns: Sequence[str] | None = None, on_progress: Callable[[int, int], None] | None = None):
+    """``compute_bursts`` over ``paths`` on the engine (``columns``: default ``bursts.COLUMNS``)."""
     from veotrace.analysis import bursts as analysis
-    from veotrace.errors import AnalysisError
+    from veotrace.analysis.groups import check_by
 
     gap_ns = analysis.check_params(gap_ms, min_events)
-    job = Job("bursts", {"gap_ns": gap_ns, "ops": list(ops)}, options, analysis.COLUMNS)
-    runs, n_read = run(paths, job, config, report=report, on_progress=on_progress).value
-    if runs.n_runs == 0:
-        raise AnalysisError(f"no events with op {', '.join(ops)} were read", hint="Check --ops")
-    return analysis.finish_bursts(runs, min_events=min_events, events_read=n_read,
-                                  params={"events": "alloc", "ops": list(ops)})
+    check_by(by)
+    job = Job("bursts", {"gap_ns": gap_ns, "ops": list(ops), "by": by, "device": device}, options,
+              tuple(columns or analysis.COLUMNS))
+    merged = run(paths, job, config, report=report, on_progress=on_progress).value
+    return analysis.finish_alloc_bursts(merged, ops=ops, min_events=min_events, by=by, device=device)
 
 
 def run_convert(paths: Sequence[Path], output: Path, config: EngineConfig, *, options: ReadOptions,
@@ -138,7 +137,10 @@ def run_convert(paths: Sequence[Path], output: Path, config: EngineConfig, *, op
         if len(written) == 1:
             Path(written[0][0]).replace(output)
             return written[0][1]
-        return write_parquet(_part_batches([Path(p) for p, _ in written]), output)
+        joined = parts_dir / "joined.parquet"  # replaces the output only once complete
+        rows = write_parquet(_part_batches([Path(p) for p, _ in written]), joined)
+        joined.replace(output)
+        return rows
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)
 

@@ -48,7 +48,8 @@ def connect(scheduler: str | None, workers: int | None) -> Iterator[object]:
             yield client
         return
     cluster = distributed.LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
-                                       processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+                                       processes=True, dashboard_address=None, silence_logs=logging.ERROR,
+                                       scheduler_kwargs={"dashboard": False})
     with cluster, distributed.Client(cluster, set_as_default=False) as client:
         yield client
 
@@ -84,5 +85,11 @@ def run_dask(client, pieces: Sequence[Piece], job: Job, *,
             if on_progress is not None:
                 on_progress(done_bytes, total)
         return level[0].result()
-    finally:
-        client.cancel(leaves + level)
+    except distributed.KilledWorker as exc:
+        key = exc.args[0] if exc.args else None
+        where = {f.key: p.path for f, p in zip(leaves, pieces, strict=True)}.get(key)
+        raise VeotraceError("the task kept killing the workers that ran it", path=where,
+                            hint="See the workers' logs (out of memory?)") from None
+    except BaseException:
+        client.cancel(leaves + level)  # stop the rest of the run on the cluster
+        raise

@@ -51,9 +51,9 @@ def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
 
         value = entropy_partial(batches, **job.params)
     elif job.analysis == "bursts":
-        from veotrace.analysis.bursts import alloc_runs
+        from veotrace.analysis.bursts import alloc_pass
 
-        value = alloc_runs(batches, **job.params)
+        value = alloc_pass(batches, **job.params)
     elif job.analysis == "convert":
         from pathlib import Path
 
@@ -68,7 +68,7 @@ def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
 
 def merge_partials(parts: Sequence[Partial]) -> Partial:
     """The partial of the pieces of ``parts`` together, in their order (order only matters for the
-    list of skipped rows, event windows read without timestamps, and convert's part order)."""
+    list of skipped rows, event windows over events without timestamps, and convert's part order)."""
     if len(parts) == 1:
         return parts[0]
     first = parts[0].value
@@ -76,13 +76,10 @@ def merge_partials(parts: Sequence[Partial]) -> Partial:
     for p in parts:
         report.merge(p.report)
     pieces = sum(p.pieces for p in parts)
-    if isinstance(first, tuple):  # bursts: (BurstRuns, events read)
-        from veotrace.analysis.runs import merge_all
-
-        value: Any = (merge_all([p.value[0] for p in parts]), sum(p.value[1] for p in parts))
-    elif isinstance(first, list):  # convert: the part files written
-        value = [item for p in parts for item in p.value]
-    else:  # EntropyPartial: merged (in place) into copies, so an input stored on a worker never changes
+    if isinstance(first, list):  # convert: the part files written
+        value: Any = [item for p in parts for item in p.value]
+    else:  # EntropyPartial or bursts' AllocPass: merged (in place) into copies, so that an input
+        # stored on a worker never changes and a re-run merge task gives the same result
         value = copy.deepcopy(first)
         for p in parts[1:]:
             value = value.merge(copy.deepcopy(p.value))
