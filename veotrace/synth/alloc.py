@@ -64,17 +64,23 @@ def regimes_log(
 
 def write_realistic_log(
     path: Path, *, events: int = 10_000_000, hours: float = 237.0, seed: int = 0, chunk: int = 1_000_000,
+    first_event: int = 0, run_events: int | None = None,
 ) -> None:
     """Write a realistic CSV log: bursty allocation (training steps), a size mix that widens over the run,
-    frees trailing allocs, hex addresses, 4 streams. About 45 bytes per row."""
+    frees trailing allocs, hex addresses, 4 streams. About 45 bytes per row.
+
+    ``first_event`` and ``run_events`` write one rotated file of a longer run: events
+    [first_event, first_event + events) of a run of ``run_events`` events over ``hours``.
+    """
     rng = np.random.default_rng(seed)
     span = int(hours * 3600 * NS)
+    total = events if run_events is None else run_events
     with pacsv.CSVWriter(str(path), pa.schema([("timestamp", pa.int64()), ("op_type", pa.string()),
                                               ("size_bytes", pa.int64()), ("address", pa.string()),
                                               ("stream", pa.int64()), ("device", pa.int64())])) as out:
         for start in range(0, events, chunk):
             n = min(chunk, events - start)
-            frac = (start + np.arange(n)) / events  # progress through the run
+            frac = (first_event + start + np.arange(n)) / total  # progress through the run
             # bursts: events cluster at step boundaries every ~2 s with ms-scale jitter
             step = (frac * span // (2 * NS)).astype(np.int64)
             ts = step * 2 * NS + rng.exponential(3e6, n).astype(np.int64)
