@@ -78,6 +78,20 @@ class Matched:
     run_bounds: list
 
 
+def _order_by_address(a: np.ndarray) -> np.ndarray:
+    """A stable argsort of addresses: one sort of (address - min) << k | position when that fits 63 bits
+    (a heap spans far less than 2**40 bytes), which sorts values with numpy's fastest sort, else a stable argsort."""
+    if a.size == 0:
+        return np.zeros(0, np.int64)
+    lo = a.min()
+    bits_pos = int(a.size).bit_length()
+    if (int(a.max()) - int(lo)).bit_length() + bits_pos > 63:
+        return np.argsort(a, kind="stable")
+    key = ((a - lo).astype(np.int64) << bits_pos) | np.arange(a.size, dtype=np.int64)
+    key.sort()
+    return key & ((1 << bits_pos) - 1)
+
+
 def match_batch(code, addr, size, block, run_id, st: DeviceState) -> Matched:
     """Pair allocs and frees at the same address within each run with one sort for the whole batch.
 
@@ -87,7 +101,7 @@ def match_batch(code, addr, size, block, run_id, st: DeviceState) -> Matched:
     """
     pos_time = np.flatnonzero((code == ALLOC) | (code == FREE))
     a, r = addr[pos_time], run_id[pos_time]
-    order = np.argsort(a, kind="stable")
+    order = _order_by_address(a)
     if r.size and r[-1] > 0:  # then by run: a stable radix sort when run ids fit in 16 bits
         rr = r[order]
         order = order[np.argsort(rr.astype(np.int16) if rr[-1] < 32768 and r.max() < 32768 else rr, kind="stable")]
