@@ -254,3 +254,34 @@ def test_bursts_refuse_timestamps_that_would_wrap(tmp_path):
                     "9000000000000000000,alloc,1\n9000000000000000001,alloc,1\n")
     r = run_cli("bursts", path)
     assert r.exit_code == 1 and "more than 2**63 ns" in r.stderr
+
+
+@pytest.mark.parametrize("sql, kind, message", [
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'abc' WHERE start = 300", "gpu_activity",
+     "CUPTI_ACTIVITY_KIND_KERNEL.start holds string values where integers belong"),
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 300.5 WHERE start = 300", "gpu_activity",
+     "CUPTI_ACTIVITY_KIND_KERNEL.start holds double values where integers belong"),
+    ("UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET bytes = -1024", "alloc_events",
+     "CUDA_GPU_MEMORY_USAGE_EVENTS.bytes holds a negative byte count (-1024)"),
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 5000000000", "gpu_activity",
+     "CUPTI_ACTIVITY_KIND_KERNEL.deviceId holds ids past the 32-bit range"),
+    ("UPDATE EXPORT_META_DATA SET value = CAST(X'FFFE41' AS TEXT)", "gpu_activity", "Could not decode to UTF-8"),
+])
+def test_nsys_sqlite_types_are_checked(tmp_path, sql, kind, message):
+    import sqlite3
+
+    from fuzz.targets import _sqlite
+
+    path = tmp_path / "export.sqlite"
+    path.write_bytes(_sqlite(tmp_path))
+    con = sqlite3.connect(path)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    from veotrace.sources import read_table
+
+    with pytest.raises(VeotraceError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        if kind == "alloc_events":
+            list(iter_alloc_events([path]))
+        else:
+            read_table([path], kind)
