@@ -194,9 +194,10 @@ def entropy_partial(
         cls = size_classes(np.compress(mask, batch.column("size_bytes")), min_class, max_class) - min_class
         gkeys = group_keys(batch.column(by)) if by is not None else None
         ts_arr = batch.column("ts_ns")
+        span = None
         if not part.event_mode and not ts_arr.null_count and batch.num_rows:
-            check_span(part, np.asarray(ts_arr), batch)
-        part.add(ts_arr, mask, cls, gkeys)
+            span = check_span(part, np.asarray(ts_arr), batch)
+        part.add(ts_arr, mask, cls, gkeys, span=span)
         if on_progress is not None:
             on_progress()
     return part

@@ -74,8 +74,12 @@ class EntropyPartial:
     def event_mode(self) -> bool:
         return self.window_events is not None
 
-    def add(self, ts_arr, mask: np.ndarray, cls: np.ndarray, gkeys: np.ndarray | None) -> None:
-        """Count one batch: its ts column (Arrow), the counted-row mask, their classes and group keys."""
+    def add(self, ts_arr, mask: np.ndarray, cls: np.ndarray, gkeys: np.ndarray | None,
+            span: tuple[int, int] | None = None) -> None:
+        """Count one batch: its ts column (Arrow), the counted-row mask, their classes and group keys.
+
+        ``span``: the batch's (min, max) timestamp when already known (check_span), to skip a pass.
+        """
         self.n_counted += int(cls.size)
         gk = None if gkeys is None else np.compress(mask, gkeys)
         if gk is not None:
@@ -95,7 +99,7 @@ class EntropyPartial:
             self.events.append((np.compress(mask, ts_arr.fill_null(0)), cls, gk))
             return
         ts = np.asarray(ts_arr)
-        self.pooled.observe_span(ts)
+        self.pooled.observe_span(ts if span is None else np.array(span, np.int64))
         cts = np.compress(mask, ts)
         self._count(cts, cls, gk)
         if self.buffering:
@@ -226,8 +230,12 @@ def _event_windows(ev_ts, ev_cls, n, n_cls, has_null_ts) -> SeriesCounts:
     return SeriesCounts(np.arange(n_win), ts[::n], ts[n - 1 :: n], counts, left_out)
 
 
-def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> None:
-    """Refuse (or warn about) a span implausible for the rows read, before windows are allocated for it."""
+def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> tuple[int, int]:
+    """Refuse (or warn about) a span implausible for the rows read, before windows are allocated for it.
+
+    Returns:
+        The batch's (min, max) timestamp.
+    """
     stream, n_read, rows_in_file, notes = part, part.n_read, part.rows_in_file, part.notes
     p = stream.pooled
     lo, hi = int(ts.min()), int(ts.max())
@@ -238,7 +246,7 @@ def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> N
     rows_in_file[name] = base + batch.num_rows
     n_win = timescale.windows_spanned(first, last, stream.window_ns, stream.step_ns)
     if not timescale.implausible_span(n_win, n_read):
-        return
+        return lo, hi
     i = timescale.find_outlier(ts, p.first_ns, p.last_ns)
     span = timescale.fmt_duration((last - first) / 1e9)
     if i is not None:
@@ -254,6 +262,7 @@ def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> N
     if not any(n.startswith("Warning: the run spans") for n in notes):
         notes.append(f"Warning: the run spans {span} ({timescale.plural(n_win, 'window')} for "
                      f"{timescale.plural(n_read, 'row')} read); check --time-unit or use a longer --window")
+    return lo, hi
 
 
 def _source_name(batch: pa.RecordBatch) -> str | None:
