@@ -89,7 +89,7 @@ def _validate(obj: object, path: Path) -> Snapshot:
         for i, entry in enumerate(trace):
             if not isinstance(entry, dict) or "action" not in entry:
                 raise _shape_error(path, f"device_traces[{d}][{i}] has no 'action'")
-            _check_entry(entry, f"device_traces[{d}][{i}]", path)
+            _check_entry(entry, lambda d=d, i=i: f"device_traces[{d}][{i}]", path)
     layout, has_time = _layout(obj, segments, traces)
     settings = obj.get("allocator_settings") if isinstance(obj, dict) else None
     notes = obj.get("external_annotations") if isinstance(obj, dict) else None
@@ -103,10 +103,14 @@ _INT64 = 1 << 63
 _TIME_US_MAX = _INT64 // 1000
 
 
-def _value(obj: dict, key: str, where: str, path: Path, *, upper: int = _INT64, required: bool = False) -> None:
+def _value(obj: dict, key: str, where, path: Path, *, upper: int = _INT64, required: bool = False) -> None:
     """Refuse a present field that is not an integer in [0, upper): floats (4096.0), strings, bools,
     negative or too large values are errors, not zeros."""
     value = obj.get(key)
+    if type(value) is int and 0 <= value < upper:  # the common case, first and cheap
+        return
+    if callable(where):
+        where = where()
     if value is None:
         if required:
             raise TraceFormatError(f"{where} has no {key!r}", path=path,
@@ -144,9 +148,10 @@ def _check_segment(seg: dict, where: str, path: Path) -> None:
         _value(block, "address", at, path, upper=1 << 64)
 
 
-def _check_entry(entry: dict, where: str, path: Path) -> None:
+def _check_entry(entry: dict, where, path: Path) -> None:
+    """Check one trace entry; ``where`` is a callable giving its place, formatted only for an error."""
     if not isinstance(entry["action"], str):
-        raise TraceFormatError(f"{where}['action'] must be a string, got {_short(entry['action'])}", path=path,
+        raise TraceFormatError(f"{where()}['action'] must be a string, got {_short(entry['action'])}", path=path,
                                field="action")
     _value(entry, "size", where, path)
     _value(entry, "time_us", where, path, upper=_TIME_US_MAX)
