@@ -329,3 +329,32 @@ def test_hard_cap_stays(tmp_path):
     path = _csv(tmp_path / "log.csv", np.linspace(0, 10 * 86400 * 10**9, 30).astype(np.int64), [4096] * 30)
     r = run_cli("entropy", path, "--window", "1us")
     assert r.exit_code == 1 and r.stderr.startswith("Error: the log spans 864,000,000,001 windows")
+
+
+def test_by_stream_on_an_untimed_snapshot_names_stream_handles_in_hex():
+    out, err = _json("entropy", real_trace("maphsge4_snapshot.pickle"), "--by", "stream", "--window-events", "30")
+    table = pa.Table.from_batches(list(iter_alloc_events([real_trace("maphsge4_snapshot.pickle")])))
+    allocs = table.filter(pa.compute.equal(table.column("op"), "alloc"))
+    keys, counts = np.unique(allocs.column("stream").to_numpy(), return_counts=True)
+    want = {(hex(int(k)) if k >= 1 << 20 else str(int(k))): int(c) for k, c in zip(keys, counts)}
+    got = {g["group"]: g["summary"]["events_counted"] for g in out["groups"]}
+    assert got == want and got["0x759c4b0"] == 2625
+    for g in out["groups"]:  # each group's own windows of 30 consecutive events, the rest left out
+        assert g["summary"]["windows"] == want[g["group"]] // 30
+        assert g["summary"]["events_left_out"] == want[g["group"]] % 30
+
+
+def test_kernel_bursts_by_stream_and_device_filter():
+    path = Path(__file__).resolve().parents[1] / "sample_traces" / "nsys" / "synthetic_memory.sqlite"
+    if not path.exists():
+        pytest.skip("sample nsys export not bundled")
+    out, _ = _json("bursts", path, "--events", "kernels", "--by", "stream", "--gap", "2ms")
+    launches = read_table([path], "gpu_activity")
+    for g in out["groups"]:
+        sub = launches.filter(pa.compute.equal(launches.column("stream"), int(g["group"])))
+        alone = compute_kernel_bursts(sub, gap_ms=2)
+        assert [b["events"] for b in g["bursts"]] == alone.bursts.column("events").to_pylist()
+        assert [b["top_kernels"] for b in g["bursts"]] == alone.bursts.column("top_kernels").to_pylist()
+    assert sum(g["summary"]["events_counted"] for g in out["groups"]) == out["summary"]["events_counted"]
+    r = run_cli("bursts", path, "--events", "kernels", "--device", "5")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: the input holds no kernel launches on device 5")

@@ -44,9 +44,15 @@ def device_rows(column: pa.Array | pa.ChunkedArray, device: int) -> np.ndarray:
     return keys(column) == device
 
 
+#: Keys at or above this are handles (PyTorch snapshots record cudaStream_t pointers): shown in hex.
+HEX_FROM = 1 << 20
+
+
 def label(key: int) -> str:
-    """Text of a group key: its number, or "none" for rows without one."""
-    return "none" if key == NULL_KEY else str(int(key))
+    """Text of a group key: its number (hex for pointer-like stream handles), or "none" when null."""
+    if key == NULL_KEY:
+        return "none"
+    return hex(int(key)) if int(key) >= HEX_FROM else str(int(key))
 
 
 def split(group_keys: np.ndarray) -> list[tuple[int, np.ndarray]]:

@@ -10,9 +10,10 @@ from veotrace.render.sparkline import print_entropy_sparkline
 
 COLUMNS = [("window", "k"), ("start", "start"), ("events", "events"),
            ("entropy_bits", "H (bits)"), ("normalized_entropy", "H / Hmax")]
-# "windows" is the same for every group of a time-window run (they share the pooled span): not repeated
+# Time windows are the same for every group (they share the pooled span), so the count of empty ones is
+# shown; event windows differ per group, so their count is. Theil-Sen per group stays in the JSON.
 _GROUP_COLUMNS = [("group", ""), ("events", "events"), ("empty", "empty windows"),
-                  ("mean", "mean H"), ("slope", "slope"), ("ts", "Theil-Sen"), ("tau", "tau"), ("p", "p")]
+                  ("mean", "mean H"), ("slope", "slope"), ("tau", "Kendall tau"), ("p", "p")]
 
 
 def render_entropy(console: Console, result, *, max_rows: int) -> None:
@@ -83,5 +84,8 @@ def _groups_table(result, unit: str):
                      "empty": s["empty_windows"], "mean": s["mean_entropy_bits"], "slope": d.get("slope"),
                      "ts": d.get("theil_sen_slope"), "tau": t["kendall"]["tau"], "p": t["kendall"]["p_value"]})
     by = result.params.get("by") or "group"
-    table, _ = rows_table(f"Per {by} (slopes in {unit})", rows, _GROUP_COLUMNS, max_rows=0)
+    columns = list(_GROUP_COLUMNS)
+    if result.params.get("window_events"):
+        columns[2] = ("windows", "windows")
+    table, _ = rows_table(f"Per {by} (slopes in {unit})", rows, columns, max_rows=0)
     return table
