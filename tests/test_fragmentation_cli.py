@@ -157,3 +157,12 @@ def test_sample_log_is_what_its_generator_writes(tmp_path):
     out = tmp_path / "alloc_addr.csv"
     write_slot_log(out, events=3000, seed=7, slots=64, slot_bytes=512 << 10, hours=3.0)
     assert out.read_bytes() == LOG.read_bytes(), "run python3 sample_traces/alloc_addr/make.py"
+
+
+def test_nsys_memory_usage_events():
+    r = run_cli("fragmentation", SAMPLES / "nsys" / "synthetic_memory.sqlite", "--window", "1s", "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["summary"]["events_read"] == 4000 and not any(out["counters"].values())
+    assert max(w["live_bytes_peak"] for w in out["windows"]) > 0
+    assert sum(w["allocs"] for w in out["windows"]) == sum(w["frees"] for w in out["windows"])
