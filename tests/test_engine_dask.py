@@ -105,6 +105,15 @@ def test_progress_follows_the_tasks_up_to_the_total(data, cluster):
 
 @pytest.mark.usefixtures("small_pieces")
 def test_local_cluster_of_several_workers_gives_the_local_windows(data):
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None) as lc:
+        on = ["--engine", "dask", "--scheduler", lc.scheduler_address]
+        for cmd in (["entropy", data["folder"], "--window", "60"], ["bursts", data["folder"], "--gap", "1"]):
+            assert _json(*cmd, *on) == _json(*cmd)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("small_pieces")
+def test_cli_starts_a_local_cluster_of_worker_processes(data):
     assert _json("entropy", data["folder"], "--window", "60", "--engine", "dask", "--workers", "2") == \
         _json("entropy", data["folder"], "--window", "60")
 
