@@ -13,7 +13,8 @@
  * ends the walk with the depth so far, and the real unpickler then fails at that same point
  * before it builds anything past it.  Opcodes that name a class or a callable end the walk with
  * -2 (the caller refuses the file without unpickling it); the protocol 5 buffer opcodes (bytearrays,
- * out-of-band buffers), which no snapshot holds, with -5.
+ * out-of-band buffers), which no snapshot holds, with -5; a memo index far past the entries so far
+ * (which would make the unpickler allocate a table that large) with -6.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,6 +51,7 @@ static uint64_t le(const unsigned char *p, int n)
 
 /* Largest memo index accepted: valid pickles number memo entries from 0 in order. */
 #define MEMO_MAX (1 << 26)
+#define MEMO_SLACK 4096
 
 /* Returns the deepest nesting seen (>= 0), -1 when it passes `limit` (*where = offset), -2 when an
  * opcode names a class or callable (*where = offset), -3 on out of memory. */
@@ -142,7 +144,10 @@ static long long scan(const unsigned char *d, Py_ssize_t len, int limit, Py_ssiz
                 if (!nl) goto done;
                 n = strtoull((const char *)p, NULL, 10); p = nl + 1;
             }
-            if (!st.n || n > MEMO_MAX) goto done;
+            if (!st.n) goto done;
+            /* The pickler numbers memo entries in order; a far index makes the C unpickler size its
+             * memo table to it (gigabytes for an index near 2**32): refused. */
+            if (n > (uint64_t)memo.n + MEMO_SLACK || n > MEMO_MAX) { *where = op_at; result = -6; goto out; }
             while ((uint64_t)memo.n <= n) if (vec_push(&memo, -1) < 0) { result = -3; goto out; }
             memo.v[n] = TOP; break;
         case 'h': case 'j': case 'g':                         /* BINGET LONG_BINGET GET */
@@ -197,7 +202,7 @@ static PyMethodDef methods[] = {
     {"depth", py_depth, METH_VARARGS,
      "depth(data, limit) -> (depth, offset): the deepest container nesting (>= 0); -1 when it passes "
      "limit, -2 when an opcode names a class or callable, -5 at a bytearray or out-of-band buffer opcode, "
-     "with the opcode's offset."},
+     "-6 at a memo index far past the entries so far, with the opcode's offset."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -57,6 +57,9 @@ def loads_plain(data: bytes, *, path: str | Path | None = None) -> object:
     depth, offset = nesting(data)
     if depth == -2:
         raise _refused(_named_at(data, offset), path) from None
+    if depth == -6:
+        raise TraceFormatError(f"the pickle is corrupt (a memo index far out of sequence at byte {offset})",
+                               path=path, hint="Re-copy the file, or dump the snapshot again")
     if depth == -5:
         raise TraceFormatError(
             f"the pickle holds a bytearray or an out-of-band buffer (at byte {offset}), which a memory "
@@ -160,7 +163,10 @@ def _nesting_py(data: bytes, limit: int) -> tuple[int, int]:
                 del stack[-k:]
                 stack.append(max(items) + 1)
             elif name in ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
-                memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
+                index = len(memo) if name == "MEMOIZE" else int(arg)
+                if index > len(memo) + 4096 or index > 1 << 26:  # see MEMO_SLACK in _picklescan.c
+                    return -6, pos
+                memo[index] = stack[-1]
             elif name in ("GET", "BINGET", "LONG_BINGET"):
                 stack.append(memo[int(arg)])
             elif name == "STOP":
