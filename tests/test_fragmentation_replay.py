@@ -140,3 +140,15 @@ def test_forward_replay_of_a_part_way_trace_counts_blocks_outside_segments():
     r = fragmentation_series(read_table(p, "alloc_events"), round_bytes=TORCH_ROUND_BYTES)
     assert r.end["total"]["blocks_outside_segments"] == 9  # allocated into segments reserved before recording
     assert r.windows.num_rows == 11  # no time_us: 1000-event windows
+
+
+def test_at_captures_each_device_at_that_time():
+    ev = events([(0, "alloc", 100, 0), (1, "alloc", 10, 5000), (5, "alloc", 200, 1000), (6, "alloc", 20, 6000),
+                 (7, "free", 100, 0)], devices=[0, 1, 0, 1, 0])
+    r = fragmentation_series(ev, window_s=1.0, at_ns=5)
+    assert r.at["devices"]["0"]["live_bytes"] == 300 and r.at["devices"]["1"]["live_bytes"] == 10
+    assert r.end["devices"]["0"]["live_bytes"] == 200 and r.end["devices"]["1"]["live_bytes"] == 30
+    kinds = r.at_state.column("kind").to_pylist()
+    assert kinds.count("block") == 3
+    late = fragmentation_series(ev, window_s=1.0, at_offset_s=100.0)
+    assert late.at["total"] == late.end["total"]

@@ -132,7 +132,7 @@ def fragmentation_series(
         import numpy as np
 
         at_ns = int(np.asarray(first.column("ts_ns")).min()) + round(at_offset_s * 1e9)
-        replay.at_ns = at_ns
+        replay.at_ns, replay.at_states = at_ns, {}
     for batch in ([first] if first is not None else []):
         replay.feed(batch)
     for batch in batches:

@@ -82,7 +82,7 @@ class Replay:
         self.n_read = 0
         self.placed = 0  # alloc/free rows with an address
         self.has_time = True
-        self.at_states: dict[int, DeviceState] | None = None
+        self.at_states: dict[int, DeviceState] | None = None if at_ns is None else {}
 
     # -- input ----------------------------------------------------------------------------------
     def feed(self, batch: pa.RecordBatch) -> None:
@@ -147,7 +147,8 @@ class Replay:
         self.last_ts[d] = int(ts[-1])
         n = code.size
         cuts = np.flatnonzero(k[1:] != k[:-1]) + 1
-        if self.at_ns is not None and self.at_states is None and self.window_events is None:
+        want_at = self.at_ns is not None and d not in self.at_states and self.window_events is None
+        if want_at:
             cuts = np.union1d(cuts, np.flatnonzero((ts[:-1] <= self.at_ns) & (ts[1:] > self.at_ns)) + 1)
         bounds = np.r_[0, cuts, n].astype(np.int64)
         nrun = bounds.size - 1
@@ -164,8 +165,8 @@ class Replay:
         ks = k[bounds[:-1]].tolist()
         for j in range(nrun):
             i0, i1 = bl[j], bl[j + 1]
-            if self.at_ns is not None and self.at_states is None and self.window_events is None and ts[i0] > self.at_ns:
-                self.capture_at()
+            if want_at and ts[i0] > self.at_ns and d not in self.at_states:
+                self.capture_at(d)
             s0, s1 = m.run_bounds[j], m.run_bounds[j + 1]
             if s1 > s0 or st.addr.size:
                 st.match_run(m.sa[s0:s1], m.first[s0:s1], m.last[s0:s1], m.is_alloc[s0:s1], m.bsz[s0:s1],
@@ -272,17 +273,18 @@ class Replay:
             self.bin_rows.append({"window": win.k, "device": d, "bin": self.labels[i], "lo_bytes": lo,
                                   "hi_bytes": hi, "free_blocks": int(counts[i]), "free_bytes": int(nbytes[i])})
 
-    def capture_at(self) -> None:
-        self.at_states = {d: s.copy() for d, s in self.states.items()}
-        for d, s in self.at_states.items():
-            s.pending = set(self.states[d].pending)
+    def capture_at(self, d: int) -> None:
+        """Keep device ``d``'s state as it is after its last event at or before ``at_ns``."""
+        self.at_states[d] = self.states[d].copy()
 
     def finish(self) -> None:
         for d, win in sorted(self.open.items()):
             end = self.last_ts[d] if self.window_events is None else None
             self._close(d, self.states[d], win, end_ns=end, upto=None, snap=None)
-        if self.at_ns is not None and self.at_states is None:
-            self.capture_at()
+        if self.at_ns is not None:
+            for d in self.states:
+                if d not in self.at_states:
+                    self.capture_at(d)
 
 
 _STATE_COLUMNS = ("live_bytes", "live_blocks", "allocated_bytes", "requested_bytes", "internal_bytes",
