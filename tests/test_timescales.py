@@ -123,11 +123,11 @@ def test_one_epoch_row_in_a_log_of_small_numbers_is_named(tmp_path):
 
 
 def test_implausible_span_without_one_outlier_warns_and_shows_the_span(tmp_path):
-    ts = np.arange(100) * 2_000_000_000  # 100 rows 2 s apart: 198 s in 1 ms windows = 198,001 windows
-    path = _csv(tmp_path / "log.csv", ts, [4096] * 100)
-    r = run_cli("entropy", path, "--window", "1ms", "--format", "json")
-    assert r.exit_code == 0
-    assert r.stderr == "Warning: the run spans 3.3 min (198,001 windows for 100 rows read); check --time-unit or " \
+    ts = np.arange(11) * 10_100_000_000  # 11 rows 10.1 s apart: 101 s in 1 ms windows = 101,001 windows
+    path = _csv(tmp_path / "log.csv", ts, [4096] * 11)
+    r = run_cli("entropy", path, "--window", "1ms", "--format", "csv", "-o", tmp_path / "w.csv")
+    assert r.exit_code == 0 and pacsv.read_csv(tmp_path / "w.csv").num_rows == 101_001
+    assert r.stderr == "Warning: the run spans 1.683 min (101,001 windows for 11 rows read); check --time-unit or " \
                        "use a longer --window\n"
 
 
