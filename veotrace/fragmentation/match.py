@@ -47,8 +47,12 @@ def match_batch(code, addr, size, block, run_id, st: DeviceState) -> Matched:
     with no such alloc are counted unknown here and un-counted by ``DeviceState.match_run`` when
     the carried live set holds their block.
     """
-    pos_time = np.flatnonzero((code == ALLOC) | (code == FREE))
-    a, r = addr[pos_time], run_id[pos_time]
+    blocky = (code == ALLOC) | (code == FREE)
+    if blocky.all():  # a plain alloc/free log: no gathers
+        pos_time, a, r = np.arange(code.size), addr, run_id
+    else:
+        pos_time = np.flatnonzero(blocky)
+        a, r = addr[pos_time], run_id[pos_time]
     order = _order_by_address(a)
     if r.size and r[-1] > 0:  # then by run: a stable radix sort when run ids fit in 16 bits
         rr = r[order]

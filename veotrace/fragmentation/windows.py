@@ -154,7 +154,10 @@ class Replay:
         nrun = bounds.size - 1
         run_id = np.repeat(np.arange(nrun), np.diff(bounds))
         m = match_batch(code, addr, size, block, run_id, st)
-        self.layout.add(d, addr[m.pos_time], code[m.pos_time] == ALLOC, size[m.pos_time])
+        if m.pos_time.size == n:
+            self.layout.add(d, addr, code == ALLOC, size)
+        else:
+            self.layout.add(d, addr[m.pos_time], code[m.pos_time] == ALLOC, size[m.pos_time])
         self.placed += int(m.pos.size)
         live0, res0 = st.live_bytes, st.reserved_bytes
         rdelta = None
