@@ -7,8 +7,10 @@ from typing import Any
 import numpy as np
 
 NS_PER_S = 1e9
-#: (seconds per unit, name), largest first: the time axis uses the largest unit that gives >= 2 of them.
-TIME_UNITS = ((86400.0 * 2, "days"), (3600.0, "hours"), (60.0, "minutes"), (1.0, "seconds"), (1e-3, "ms"))
+#: (span from which the unit is used, seconds per unit, name), largest first: hours up to a month (jobs are
+#: read in hours), then the largest unit that gives at least 2 of them.
+TIME_UNITS = ((86400.0 * 30, 86400.0, "days"), (7200.0, 3600.0, "hours"), (120.0, 60.0, "minutes"),
+              (2.0, 1.0, "seconds"))
 
 
 def floats(table: Any, column: str) -> np.ndarray:
@@ -20,9 +22,9 @@ def floats(table: Any, column: str) -> np.ndarray:
 
 def time_unit(span_s: float) -> tuple[float, str]:
     """(seconds per unit, unit name) for a time axis spanning ``span_s`` seconds."""
-    for secs, name in TIME_UNITS:
-        if span_s >= 2 * secs:
-            return (86400.0 if name == "days" else secs), name
+    for start, secs, name in TIME_UNITS:
+        if span_s >= start:
+            return secs, name
     return 1e-3, "ms"
 
 

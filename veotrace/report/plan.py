@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from veotrace.analysis.defaults import ENTROPY_WINDOW_S
-
-#: Fewest entropy windows worth a trend; shorter traces get a window that gives about TARGET_WINDOWS.
-MIN_WINDOWS, TARGET_WINDOWS = 30, 200
-#: Events per window for traces without timestamps: about TARGET_WINDOWS windows, at least this.
-MIN_WINDOW_EVENTS = 20
 #: The commands of `info`'s "supports" that the report runs (report.sections has a runner for each).
 ANALYSES = ("entropy", "bursts", "bursts --events kernels", "l2-breakpoints", "correlate", "coherence")
 #: Formats whose files in one folder are parts of one log (rotation) and are read together; other
@@ -81,30 +74,9 @@ def _base(cmd: str) -> str | None:
 
 
 def _job(base: str, members: list) -> Job:
-    paths = [Path(m.path) for m in members]
-    if base != "entropy":
-        return Job(base, paths)
-    details = [m.details.get("alloc_events", {}) for m in members]
-    if any(d.get("events_without_time", 0) for d in details):
-        allocs = sum(d.get("ops", {}).get("alloc", 0) for d in details)
-        return Job(base, paths, {"window_events": max(MIN_WINDOW_EVENTS, allocs // TARGET_WINDOWS)})
-    firsts = [d["first_ns"] for d in details if d.get("first_ns") is not None]
-    lasts = [d["last_ns"] for d in details if d.get("last_ns") is not None]
-    span_s = (max(lasts) - min(firsts)) / 1e9 if firsts and lasts else 0.0
-    if span_s > 0 and span_s / ENTROPY_WINDOW_S < MIN_WINDOWS:
-        return Job(base, paths, {"window": nice_seconds(span_s / TARGET_WINDOWS)})
-    return Job(base, paths)
-
-
-def nice_seconds(seconds: float) -> float:
-    """The 1-2-5 value nearest below ``seconds`` (e.g. 0.0137 -> 0.01, 7 -> 5)."""
-    if seconds <= 0:
-        return 1e-6
-    mag = 10 ** math.floor(math.log10(seconds))
-    for m in (5, 2, 1):
-        if m * mag <= seconds:
-            return float(f"{m * mag:.12g}")
-    return float(f"{mag:.12g}")
+    """The job over ``members``; entropy's window is left to the analysis, which picks one that gives a
+    usable series when the default does not (and says why), as ``veotrace entropy PATH`` does."""
+    return Job(base, [Path(m.path) for m in members])
 
 
 def _correlate_jobs(arrays: list) -> list[Job]:

@@ -37,13 +37,13 @@ def entropy(job, section, options, size) -> None:
     from veotrace.analysis.entropy import COLUMNS, compute_entropy
     from veotrace.sources import iter_alloc_events
 
-    batches = iter_alloc_events(job.paths, options=options, columns=COLUMNS)
-    chosen = {k: job.params[p] for k, p in (("window_s", "window"), ("window_events", "window_events")) if p in job.params}
-    res = compute_entropy(batches, **chosen)
+    res = compute_entropy(iter_alloc_events(job.paths, options=options, columns=COLUMNS))
     t, s = res.trend, res.summary
     per = "hour" if t.get("x") == "hours" else "window"
+    shown = t.get("display") or {}  # the slope in a unit that fits the span, where the analysis gives one
     section.headline = [("events counted", s["events_counted"]), ("windows", s["windows"]),
-                        ("mean H (bits)", s["mean_entropy_bits"]), (f"slope (bits/{per})", t["slope"]),
+                        ("mean H (bits)", s["mean_entropy_bits"]),
+                        (f"slope ({shown.get('unit', 'bits/' + per)})", shown.get("slope", t["slope"])),
                         ("Kendall tau", t["kendall"]["tau"]), ("Kendall p", t["kendall"]["p_value"])]
     ts = t["theil_sen"]
     _table(section, "Trend of H", ["statistic", "value"], [
