@@ -68,7 +68,6 @@ def entropy_command(
     with user_errors():
         from veotrace.analysis.entropy import COLUMNS, compute_entropy
         from veotrace.analysis.groups import columns_for
-        from veotrace.render.entropy import render_entropy
         from veotrace.sources import iter_alloc_events
 
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
@@ -95,7 +94,13 @@ def entropy_command(
             save_entropy_baseline(save_baseline, result, paths=paths, time_unit=time_unit.value)
         write_plot(plot, "entropy", result, plot_size)
         emit(fmt, output, as_json=result.to_dict, as_table=result.export_table,
-             render_terminal=lambda con: render_entropy(con, result, max_rows=rows))
+             render_terminal=lambda con: _render(con, result, rows))
+
+
+def _render(con, result, rows: int) -> None:
+    from veotrace.render.entropy import render_entropy  # rich: imported only for the terminal view
+
+    render_entropy(con, result, max_rows=rows)
 
 
 def _hours(text: str) -> list[float]:

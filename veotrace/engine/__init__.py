@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from veotrace.engine.tasks import Job, Partial
 from veotrace.errors import UsageError
-from veotrace.sources.base import ReadOptions, ReadReport
+
+if TYPE_CHECKING:  # the CLI builds an EngineConfig on every run: the rest is imported on use only
+    from veotrace.engine.tasks import Job, Partial
+    from veotrace.sources.base import ReadOptions, ReadReport
 
 #: Target bytes per piece: large enough that per-task overhead (~1 ms on Dask) is noise, small
 #: enough that a 450 MB log makes several pieces for 2 workers.
@@ -56,6 +59,7 @@ class EngineConfig:
 def plan(paths: Sequence[Path], options: ReadOptions, columns: Sequence[str] | None,
          split_bytes: int | None = SPLIT_BYTES) -> tuple[list, ReadReport]:
     """The pieces of ``paths`` and the report of what planning skipped (files that are not traces)."""
+    from veotrace.sources.base import ReadReport
     from veotrace.sources.split import plan_pieces
 
     report = ReadReport()
@@ -97,6 +101,7 @@ def run_entropy(paths: Sequence[Path], config: EngineConfig, *, options: ReadOpt
         params: ``entropy_partial``'s keywords (window_s, step_s, ops, ...).
     """
     from veotrace.analysis.entropy import COLUMNS, entropy_partial, finish_entropy
+    from veotrace.engine.tasks import Job
 
     entropy_partial((), **params)  # refuses impossible parameters before any work
     job = Job("entropy", params, options, tuple(columns or COLUMNS))
@@ -110,6 +115,7 @@ def run_bursts(paths: Sequence[Path], config: EngineConfig, *, options: ReadOpti
     """``compute_bursts`` over ``paths`` on the engine (``columns``: default ``bursts.COLUMNS``)."""
     from veotrace.analysis import bursts as analysis
     from veotrace.analysis.groups import check_by
+    from veotrace.engine.tasks import Job
 
     gap_ns = analysis.check_params(gap_ms, min_events)
     check_by(by)
@@ -126,6 +132,7 @@ def run_convert(paths: Sequence[Path], output: Path, config: EngineConfig, *, op
     Returns the rows written."""
     import shutil
 
+    from veotrace.engine.tasks import Job
     from veotrace.sources.convert import write_parquet
 
     parts_dir = output.with_name(output.name + ".parts")
