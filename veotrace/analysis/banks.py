@@ -19,9 +19,9 @@ import numpy as np
 
 from veotrace.errors import UsageError
 
-DEFAULT_BANKS = 32
-DEFAULT_BANK_BYTES = 4
-DEFAULT_WARP = 32
+from veotrace.analysis.defaults import BANKS_BANK_BYTES as DEFAULT_BANK_BYTES
+from veotrace.analysis.defaults import BANKS_COUNT as DEFAULT_BANKS
+from veotrace.analysis.defaults import BANKS_WARP as DEFAULT_WARP
 SECTOR_BYTES = 32
 LINE_BYTES = 128
 

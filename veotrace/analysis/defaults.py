@@ -61,3 +61,14 @@ GATE_BLOCK_LEN = 0  # 0 = Politis & White (2004) automatic block length
 GATE_LENGTH_TOLERANCE = 0.10  # window-by-window check only when the runs' lengths differ by at most 10%
 GATE_MIN_WINDOWS = 20  # fewest non-empty windows in the run and the baseline
 GATE_MIN_HISTORY = 3  # fewest baselines in a --history folder
+
+# fragmentation (veotrace/fragmentation) and banks
+FRAGMENTATION_WINDOW_S = 300.0  # time windows; without timestamps, windows of FRAGMENTATION_WINDOW_EVENTS events
+FRAGMENTATION_WINDOW_EVENTS = 1000
+FRAGMENTATION_THRESHOLD = 0.65  # TF BFC / XProf: fragmented when the largest free block is under 65% of free bytes
+FRAGMENTATION_MAX_GAP_BYTES = 2 << 20  # without segments, gaps under 2 MiB are free space inside one range
+FRAGMENTATION_ZONE_BYTES = 2 << 20  # hot zones: 2 MiB, the large-page / large-segment granularity
+FRAGMENTATION_BINS = ((8 << 10, 32 << 10), (64 << 10, 128 << 10), (256 << 10, None))  # [lo, hi] bytes; None = open
+BANKS_COUNT = 32
+BANKS_BANK_BYTES = 4
+BANKS_WARP = 32

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from veotrace.analysis.defaults import BANKS_BANK_BYTES, BANKS_COUNT, BANKS_WARP
 from veotrace.cli.app import app
 from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, emit, user_errors
 
@@ -16,9 +17,9 @@ def banks_command(
     elem_bytes: Annotated[int, typer.Option("--elem-bytes", help="Bytes each thread reads (4 = float).")] = 4,
     stride: Annotated[int, typer.Option("--stride", help="Thread t reads element offset + t * stride.")] = 1,
     offset: Annotated[int, typer.Option("--offset", help="Element index read by thread 0.")] = 0,
-    warp: Annotated[int, typer.Option("--warp", help="Threads per warp request.")] = 32,
-    banks: Annotated[int, typer.Option("--banks", help="Shared-memory banks.")] = 32,
-    bank_bytes: Annotated[int, typer.Option("--bank-bytes", help="Bytes per bank word (32 gives (addr >> 5) & 31).")] = 4,
+    warp: Annotated[int, typer.Option("--warp", help="Threads per warp request.")] = BANKS_WARP,
+    banks: Annotated[int, typer.Option("--banks", help="Shared-memory banks.")] = BANKS_COUNT,
+    bank_bytes: Annotated[int, typer.Option("--bank-bytes", help="Bytes per bank word (32 gives (addr >> 5) & 31).")] = BANKS_BANK_BYTES,
     base: Annotated[str, typer.Option("--base", help="Byte address of element 0 (decimal or 0x-hex).")] = "0",
     addresses: Annotated[Path | None, typer.Option("--addresses", help="File of per-thread byte addresses (.npy, .npz, CSV, Parquet); every --warp of them is one request.", dir_okay=False)] = None,
     fmt: FormatOpt = OutputFormat.table,

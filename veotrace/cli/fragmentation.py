@@ -28,8 +28,22 @@ from veotrace.cli.common import (
     user_errors,
 )
 
-#: Shown in --help without importing the analysis (the same values as veotrace.fragmentation.*).
-_DEFAULTS = {"threshold": 0.65, "max_gap": "2MiB", "zone_bytes": "2MiB", "bins": "8KiB-32KiB,64KiB-128KiB,256KiB-"}
+from veotrace.analysis import defaults as _D
+
+
+def _size_text(n: int | None) -> str:
+    """Exact option text of a default size: 2097152 -> '2MiB' (None -> '')."""
+    if n is None:
+        return ""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+_DEFAULTS = {"threshold": _D.FRAGMENTATION_THRESHOLD, "max_gap": _size_text(_D.FRAGMENTATION_MAX_GAP_BYTES),
+             "zone_bytes": _size_text(_D.FRAGMENTATION_ZONE_BYTES),
+             "bins": ",".join(f"{_size_text(lo)}-{_size_text(hi)}" for lo, hi in _D.FRAGMENTATION_BINS)}
 
 
 class Table(str, enum.Enum):

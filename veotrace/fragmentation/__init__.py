@@ -22,10 +22,8 @@ from veotrace.fragmentation.metrics import DEFAULT_BINS, DEFAULT_MAX_GAP, DEFAUL
 from veotrace.fragmentation.seed import TORCH_ROUND_BYTES, initial_from_tables, seed_from_final
 from veotrace.fragmentation.state import Counters, DeviceState
 
-#: Window length when neither window_s nor window_events is given and events have timestamps,
-#: and window size in events when they do not.
-DEFAULT_WINDOW_S = 300.0
-DEFAULT_WINDOW_EVENTS = 1000
+from veotrace.analysis.defaults import FRAGMENTATION_WINDOW_EVENTS as DEFAULT_WINDOW_EVENTS
+from veotrace.analysis.defaults import FRAGMENTATION_WINDOW_S as DEFAULT_WINDOW_S
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-DEFAULT_ZONE_BYTES = 2 << 20  # 2 MiB zones: the large-page / large-segment granularity
+from veotrace.analysis.defaults import FRAGMENTATION_ZONE_BYTES as DEFAULT_ZONE_BYTES
 #: Alignments whose share of allocation addresses is reported: 64 B (a cache-line sector pair),
 #: 512 B (the CUDA caching allocator's rounding), 2 MiB (large pages and large segments).
 ALIGNMENTS = (64, 512, 2 << 20)

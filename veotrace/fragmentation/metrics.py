@@ -26,10 +26,9 @@ import numpy as np
 
 from veotrace.fragmentation.state import DeviceState
 
-DEFAULT_THRESHOLD = 0.65  # TF BFC / XProf: fragmented when largest free < 65% of free memory
-DEFAULT_MAX_GAP = 2 << 20  # 2 MiB: the granularity of large cudaMalloc'd segments
-#: Free-fragment size bins [lo, hi] in bytes (hi None = no upper bound): 8-32 KiB, 64-128 KiB, >= 256 KiB.
-DEFAULT_BINS = ((8 << 10, 32 << 10), (64 << 10, 128 << 10), (256 << 10, None))
+from veotrace.analysis.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
+from veotrace.analysis.defaults import FRAGMENTATION_MAX_GAP_BYTES as DEFAULT_MAX_GAP
+from veotrace.analysis.defaults import FRAGMENTATION_THRESHOLD as DEFAULT_THRESHOLD
 
 
 @dataclass
