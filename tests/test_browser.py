@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import SAMPLES, run_cli
-from tests.test_report import outside_refs
+from tests.test_report import outside_refs, sample_report  # noqa: F401 (the shared report fixture)
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -62,9 +61,8 @@ def not_blank(shot: Path) -> tuple[float, float]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("browser") / "report.html"
-    res = run_cli("report", SAMPLES / "ncu" / "l2_details.csv", SAMPLES / "frames" / "frames.csv", "-o", out)
+def report(sample_report) -> Path:
+    res, out = sample_report
     assert res.exit_code == 0, res.stderr
     assert outside_refs(out.read_text(encoding="utf-8")) == []
     return out

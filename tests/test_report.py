@@ -43,8 +43,9 @@ def outside_refs(html: str) -> list[str]:
     return [r for r in refs if not (r.startswith("#") or r.startswith("data:"))]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sample_report(tmp_path_factory):
+    """The report over the sample log folder, an ncu export and a frames table (shared with test_browser)."""
     out = tmp_path_factory.mktemp("report") / "report.html"
     res = run_cli("report", SAMPLES / "alloc_logs", SAMPLES / "ncu" / "l2_details.csv", SAMPLES / "frames" / "frames.csv",
                   "-o", out)
