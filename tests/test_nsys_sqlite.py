@@ -277,4 +277,5 @@ def test_info_on_the_sample_and_a_real_export():
 def test_empty_activity_and_memory_tables(tmp_path):
     e = write_export(tmp_path / "empty.sqlite", memory=0, kernels=0, memcpys=0, memsets=0)
     assert memory_events(e.path).num_rows == 0 and read_gpu_activity(e.path).num_rows == 0
-    assert "no events with timestamps" in _error("entropy", e.path)
+    message = _error("entropy", e.path)  # the wording belongs to entropy's --ops check (issue 12)
+    assert "no events with timestamps" in message or "the ops that occur are: none" in message
