@@ -158,7 +158,7 @@ def _load_npz(path: Path, name: str | None) -> np.ndarray:
 
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
         raise TraceFormatError(f"not a readable .npz archive ({_detail(exc)})", path=path, hint="Re-save it with np.savez") from None
     with archive:
         members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
