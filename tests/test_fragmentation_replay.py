@@ -152,3 +152,63 @@ def test_at_captures_each_device_at_that_time():
     assert kinds.count("block") == 3
     late = fragmentation_series(ev, window_s=1.0, at_offset_s=100.0)
     assert late.at["total"] == late.end["total"]
+
+
+def first_fit_trace(seed: int, n: int = 600):
+    """Events of a small first-fit allocator over segments it reserves and releases (a known-consistent trace)."""
+    rng = np.random.default_rng(seed)
+    segs: dict[int, int] = {}  # start -> size
+    live: dict[int, int] = {}
+    rows, t, next_seg = [], 0, 1 << 20
+    for _ in range(n):
+        t += int(rng.integers(1, 50))
+        if live and rng.random() < 0.45:
+            a = int(rng.choice(list(live)))
+            rows.append((t, "free", live.pop(a), a))
+            continue
+        size = int(rng.integers(1, 64)) * 512
+        placed = None
+        for s0, ssz in sorted(segs.items()):
+            cur = s0
+            for a, sz in sorted((a, sz) for a, sz in live.items() if s0 <= a < s0 + ssz):
+                if a - cur >= size:
+                    break
+                cur = a + sz
+            if s0 + ssz - cur >= size:
+                placed = cur
+                break
+        if placed is None:
+            ssz = max(size, 64 << 10)
+            segs[next_seg] = ssz
+            rows.append((t, "segment_alloc", ssz, next_seg))
+            placed, next_seg = next_seg, next_seg + ssz + 4096
+        live[placed] = size
+        rows.append((t, "alloc", size, placed))
+        empty = [s0 for s0, ssz in segs.items() if not any(s0 <= a < s0 + ssz for a in live)]
+        if empty and rng.random() < 0.2:
+            rows.append((t, "segment_free", segs.pop(empty[0]), empty[0]))
+    return rows, segs, live
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_invariants_on_a_first_fit_allocator(seed):
+    rows, segs, live = first_fit_trace(seed)
+    r = fragmentation_series(events(rows), window_s=2e-6)
+    for w in r.windows.to_pylist():
+        assert w["reserved_bytes"] == w["live_bytes"] + w["free_bytes"]
+        assert w["overlaps"] == 0 and w["largest_free_bytes"] <= w["free_bytes"]
+        assert w["live_bytes_peak"] >= w["live_bytes"] and w["reserved_bytes_peak"] >= w["reserved_bytes"]
+        assert w["external_frag"] is None or 0 <= w["external_frag"] <= 1
+        assert w["gmlake_frag"] is None or 0 <= w["gmlake_frag"] <= 1
+    e = r.end["total"]
+    assert e["reserved_bytes"] == sum(segs.values()) and e["live_bytes"] == sum(live.values())
+    gaps = []
+    for s0, ssz in segs.items():
+        cur = s0
+        for a, sz in sorted((a, sz) for a, sz in live.items() if s0 <= a < s0 + ssz):
+            gaps.append(a - cur)
+            cur = a + sz
+        gaps.append(s0 + ssz - cur)
+    gaps = [g for g in gaps if g > 0]
+    assert (e["free_blocks"], e["largest_free_bytes"]) == (len(gaps), max(gaps, default=0))
+    assert not any(r.counters.values())
