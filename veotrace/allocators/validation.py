@@ -18,7 +18,7 @@ from veotrace.allocators import replay as rp
 from veotrace.allocators.base import OP_NAMES, SEGMENT_ALLOC, SEGMENT_MAP, AddressSpace, Recorder
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.seed import Seed, seed_state
-from veotrace.allocators.torch import TorchAllocator
+from veotrace.allocators.torch import TorchAllocator, get_allocation_size, round_size
 
 #: Mismatches listed per kind in the output.
 MAX_MISMATCHES = 5
@@ -122,6 +122,16 @@ def explain(table: pa.Table, seed: Seed, conf: TorchConf, req: rp.Requests, out:
     if out["meets_targets"] and alone["meets_targets"]:
         return why
     ops = table.column("op").to_pylist()
+    if not conf.expandable_segments:
+        odd = [(r, size) for _, r, op, size in req.recorded
+               if op == "segment_alloc" and r < len(req) and size != get_allocation_size(round_size(req.size[r], conf))
+               and req.size[r] <= size]
+        if len(odd) > TARGET_EXTRA * len(req.recorded):
+            r, size = odd[0]
+            why.append(f"{len(odd)} of {len(req.recorded)} recorded segment sizes are not what get_allocation_size "
+                       f"gives for the allocation they precede (e.g. {size:,} bytes before a {req.size[r]:,}-byte "
+                       "request): the trace was not written by this caching allocator's rules (another version, "
+                       "a custom allocator, or synthetic data)")
     if req.counts.get("unknown_frees"):
         why.append(f"{req.counts['unknown_frees']} frees name blocks neither the trace nor the seeding knows; "
                    "their memory stays allocated in the model")
