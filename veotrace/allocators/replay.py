@@ -13,7 +13,6 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 
 from veotrace.errors import AnalysisError
@@ -234,7 +233,3 @@ def replay(policy_for_device, req: Requests) -> dict:
     for _ in iter_replay(policy_for_device, req, policies):
         pass
     return policies
-
-
-def to_numpy(values: list) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)

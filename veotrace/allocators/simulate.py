@@ -187,6 +187,11 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
         if name.startswith("tiered"):
             stats = [m.stats for m in models.values()]
             extra["tiers"] = {k: (np.sum([s[k] for s in stats], axis=0).tolist()) for k in stats[0]}
+        if len(models) > 1:  # the totals add per-device peaks, which may fall at different moments
+            extra["per_device"] = {str(d): {"peak_reserved_bytes": m.c.peak_reserved,
+                                            "peak_allocated_bytes": m.c.peak_allocated,
+                                            "device_allocs": m.c.device_allocs, "ooms": m.c.ooms}
+                                   for d, m in sorted(models.items())}
         rows.append(_policy_row(name, total, req, frag, extra))
         w = frag.windows.select(WINDOW_COLUMNS)
         if not has_time:  # the request index stood in for the clock
