@@ -68,6 +68,11 @@ def _header(path: Path, is_jsonl: bool) -> list[str]:
 def _check_columns(path: Path, names: list[str]) -> dict[str, str]:
     """Map lower-cased canonical names to the file's spelling; refuse a missing required column."""
     found = {n.lower(): n for n in names}
+    lowered = [n.lower() for n in names]
+    for col in LOG_COLUMNS:
+        if lowered.count(col) > 1:
+            raise TraceFormatError(f"column '{col}' appears {lowered.count(col)} times in the header", path=path,
+                                   line=1, hint="Name each column once")
     for req in REQUIRED:
         if req not in found:
             raise TraceFormatError(
@@ -478,6 +483,7 @@ def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport,
     rows: dict[str, list] = {c: [] for c in read_cols}
     seen = 0
     index: dict[str, int] | None = None
+    width = 0
     csv.field_size_limit(max(csv.field_size_limit(), max_line_bytes()))  # a line is bounded already
     for lineno, raw in _raw_lines(path):
         if lineno == 1:
@@ -487,6 +493,7 @@ def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport,
         if not is_jsonl and index is None:
             header = next(csv.reader([raw.decode("utf-8", errors="replace")]))
             index = {h.strip().strip('"').lower(): j for j, h in enumerate(header)}
+            width = len(header)
             continue
         seen += 1
         if seen <= skip:
@@ -498,7 +505,7 @@ def _exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport,
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise _FieldError(None, f"not UTF-8 text (byte {exc.start} of the line)") from None
-            get = _json_getter(text) if is_jsonl else _csv_getter(text, index)
+            get = _json_getter(text) if is_jsonl else _csv_getter(text, index, width)
             parsed = {}
             for c in read_cols:
                 try:
@@ -532,13 +539,13 @@ def _json_getter(text: str):
     return {str(k).lower(): v for k, v in obj.items()}.get
 
 
-def _csv_getter(text: str, index: dict[str, int]):
+def _csv_getter(text: str, index: dict[str, int], width: int):
     try:
         fields = next(csv.reader([text], strict=True))
     except csv.Error as exc:
         raise _FieldError(None, f"malformed CSV, a stray quote? ({_detail(exc)})") from None
-    if len(fields) != len(index):
-        raise _FieldError(None, f"expected {len(index)} fields, got {len(fields)}")
+    if len(fields) != width:
+        raise _FieldError(None, f"expected {width} fields, got {len(fields)}")
     return lambda c: fields[index[c]]
 
 
