@@ -214,3 +214,15 @@ def test_too_short_runs_and_empty_history_each_give_one_error_line(pair, tmp_pat
         run_cli("gate", short, "--history", tmp_path / "one"))
     assert "is a folder, not a baseline file" in _error(run_cli("gate", short, "--baseline", tmp_path / "one"))
     assert "--baseline FILE or --history FOLDER" in _error(run_cli("gate", short), code=2)
+
+
+def test_a_window_entropy_chose_itself_is_pinned_by_the_gate(tmp_path):
+    # One hour of events: too short for 300 s windows, so entropy picks a window; the gate must reuse it.
+    path = gate_log(windows=60, window_s=60.0, events_per_window=60, seed=11).write_csv(tmp_path / "short.csv")
+    base = tmp_path / "nested" / "b.json"  # the folder is created
+    assert run_cli("entropy", path, "--save-baseline", base, "-f", "json", "-o", tmp_path / "e.json").exit_code == 0
+    chosen = json.loads(base.read_text())["metrics"]["entropy"]["params"]["window_s"]
+    assert chosen != 300.0
+    r, out = gate_json(path, "--baseline", base)
+    assert r.exit_code == 0, r.stderr
+    assert out["params"]["entropy"]["window_s"] == chosen and out["run"]["nonempty_windows"] >= 20
