@@ -204,3 +204,14 @@ def test_part_way_trace_says_it_was_seeded():
     d = json.loads(run_cli("simulate", path, "-p", "torch", "-f", "json").stdout)
     assert d["validation"]["seeded"] and "seeded from the final snapshot" in d["params"]["seed"]
     assert d["validation"]["recorded_releases"] > 0
+
+
+def test_cli_csv_writes_the_per_policy_windows_and_window_options_are_checked():
+    r = run_cli("simulate", SAMPLE, "-p", "torch", "-p", "ideal", "--window", "500ms", "--format", "csv")
+    assert r.exit_code == 0, r.stderr
+    header, *lines = r.stdout.strip().splitlines()
+    assert header.startswith('"window","device","start_ns"') and header.endswith('"policy"')
+    assert {ln.rsplit(",", 1)[1].strip('"') for ln in lines} == {"torch", "ideal"}
+    assert len(lines) == 2 * 5  # 2.1 s of trace in 500 ms windows, per policy
+    r = run_cli("simulate", SAMPLE, "--window-requests", "10")
+    assert r.exit_code == 2 and "--window-requests is for traces without timestamps" in r.stderr
