@@ -205,8 +205,20 @@ def iter_replay(policy_for_device, req: Requests, policies: dict, *, chunk: int 
     handles: dict[int, object] = {}
     kind, size, stream, device, pair, addr = req.kind, req.size, req.stream, req.device, req.pair, req.addr
     n = len(kind)
+    only = next(iter(policies.values())) if len(policies) == 1 else None
     for start in range(0, n, chunk):
-        for i in range(start, min(start + chunk, n)):
+        end = min(start + chunk, n)
+        if only is not None:  # one device: the common case, with the lookups hoisted out of the loop
+            rec, malloc, free, i = only.rec, only.malloc, only.free, start
+            while i < end and kind[i] <= FREE:
+                rec.req = i
+                if kind[i] == MALLOC:
+                    handles[i] = malloc(size[i], stream[i])
+                else:
+                    free(handles.pop(pair[i]))
+                i += 1
+            start = i
+        for i in range(start, end):
             k = kind[i]
             pol = policies[device[i]]
             pol.rec.req = i
@@ -224,7 +236,7 @@ def iter_replay(policy_for_device, req: Requests, policies: dict, *, chunk: int 
                         pol.arm_release()  # free cached blocks only if the next malloc finds none that fits
                 elif hasattr(pol, "release_cached_blocks"):
                     pol.release_cached_blocks()  # empty_cache(): the program's own call, every policy follows it
-        yield min(start + chunk, n)
+        yield end
 
 
 def replay(policy_for_device, req: Requests) -> dict:
