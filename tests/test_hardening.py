@@ -285,3 +285,20 @@ def test_nsys_sqlite_types_are_checked(tmp_path, sql, kind, message):
             list(iter_alloc_events([path]))
         else:
             read_table([path], kind)
+
+
+@pytest.mark.parametrize("name, target, message", [
+    ("fuzz_tagged_parquet_missing_column.parquet", "alloc_events", "tagged alloc_events/1 but column 'stream' is missing"),
+    ("fuzz_duplicate_column.csv", "info", None),
+    ("fuzz_zip_version.npz", "arrays", "zip file version 25.5"),
+    ("fuzz_memo_index_far.pickle", "segments", "a memo index far out of sequence"),
+])
+def test_fuzz_findings_stay_fixed(name, target, message):
+    """Inputs fuzz/fuzz_readers.py found crashing a reader (a traceback or 18 s of page faults)."""
+    from fuzz.targets import run
+
+    if message is None:
+        run(target, BAD / name)  # info reports the refusal as a problem line, no exception
+        return
+    with pytest.raises(VeotraceError, match=message):
+        run(target, BAD / name)

@@ -42,6 +42,7 @@ def iter_alloc_events(
     size = path.stat().st_size
     groups = max(pf.num_row_groups, 1)
     if schema_tag(schema) == schema_tag(ALLOC_EVENTS):
+        _check_tagged(schema, out_schema, path)
         # Whole row groups, the next decoded (columns in parallel) while the caller analyses this
         # one; memory stays bounded by the row-group size 'veotrace convert' writes. One worker:
         # a ParquetFile must not be read from two threads at once (that corrupts the heap).
@@ -73,6 +74,17 @@ def iter_alloc_events(
         seq += batch.num_rows
         if on_progress is not None:
             on_progress(size * (i + 1) // groups)
+
+
+def _check_tagged(schema: pa.Schema, wanted: pa.Schema, path: Path) -> None:
+    """A file tagged alloc_events/1 must have its columns with their types (a damaged or hand-made
+    file may carry the tag without them)."""
+    for field in wanted:
+        i = schema.get_field_index(field.name)
+        if i < 0 or schema.field(i).type != field.type:
+            found = "missing" if i < 0 else f"of type {schema.field(i).type}"
+            raise TraceFormatError(f"tagged alloc_events/1 but column '{field.name}' is {found}", path=path,
+                                   field=field.name, hint="Write it again with 'veotrace convert'")
 
 
 def _check_sizes(table: pa.Table, path: Path) -> None:
