@@ -15,6 +15,8 @@ from veotrace.cli.common import (
     OutputFormat,
     OutputOpt,
     PathsArg,
+    PlotOpt,
+    PlotSizeOpt,
     RowsOpt,
     SkipBadRowsOpt,
     TimeUnit,
@@ -24,6 +26,7 @@ from veotrace.cli.common import (
     print_report,
     read_setup,
     user_errors,
+    write_plot,
 )
 from veotrace.errors import EXIT_CHECK_FAILED
 
@@ -89,6 +92,8 @@ def simulate_command(
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
     no_progress: NoProgressOpt = False,
 ) -> None:
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them."""
@@ -114,6 +119,7 @@ def simulate_command(
             result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees)
         print_report(report)
         result.params["read"] = report.to_dict()
+        write_plot(plot, "simulate", result, plot_size)
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.windows,
              render_terminal=lambda con: render_simulate(con, result, max_rows=rows))
     oom = result.first_oom
