@@ -7,8 +7,8 @@ from the repository root, and ``-o`` outputs land in the scratch folder, where l
 lines of one ```sh block run in order, two blocks at a time (blocks do not read each other's outputs). Expected exit
 code: 0, or the one a comment on the line documents (``# exit 3 ...``); a ``|| ...`` tail accepts 0 or 3.
 ``| jq ...`` runs only when jq is installed. Skipped: lines with ``pip install``, ``pytest``, ``benchmarks/``,
-``nsys``/``ncu`` commands (tools absent here), lines that are not veotrace commands (shell around them), and the
-line after a ``# not run`` comment.
+``nsys``/``ncu`` commands (tools absent here), lines that are not veotrace commands (shell around them), the
+line after a ``# not run`` comment line, and a ``# not run: veotrace ...`` line itself.
 """
 
 from __future__ import annotations
@@ -115,7 +115,11 @@ def readme_examples() -> tuple[list[Example], list[tuple[int, str, str]]]:
         if not in_sh or not stripped:
             continue
         if stripped.startswith("#"):
-            not_run = not_run or bool(re.match(r"#\s*not run", stripped))
+            marker = re.match(r"#\s*not run\b(.*)$", stripped)
+            if marker and re.search(r"\bveotrace\b", marker.group(1)):
+                skipped.append((n, stripped, "# not run"))  # the marker holds the command itself
+            elif marker:
+                not_run = True  # the marker stands on its own line: the next command is not run
             continue
         if not_run:
             skipped.append((n, stripped, "# not run"))
@@ -235,3 +239,13 @@ def test_samples_show_what_the_readme_says(cli):
     assert {k["changepoints"]["status"] for k in json.loads(l2.stdout)["kernels"]} == {"needs more launches"}
     corr = json.loads(cli("correlate", SAMPLES / "arrays" / "addrs.npy", SAMPLES / "arrays" / "epe.npy", "-f", "json").stdout)
     assert corr["n"] == 47 and corr["pearson"]["r"] == pytest.approx(0.65, abs=0.01)  # the README's comment
+
+
+def test_not_run_markers(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    readme.write_text("```sh\n# not run (needs a GPU):\nveotrace a x\nveotrace b x\n"
+                      "# not run: veotrace c x\nveotrace d x   # exit 3 when found\n```\n```\nveotrace e x\n```\n")
+    monkeypatch.setattr(sys.modules[__name__], "README", readme)
+    run, skipped = readme_examples()
+    assert [ex.commands[0][0] for ex in run] == ["b", "d"] and run[1].expected == (3,)
+    assert [line for line, _, why in skipped if why == "# not run"] == [3, 5]
