@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from veotrace.analysis.defaults import SIMULATE_MAX_UNKNOWN_FREES
 from veotrace.errors import AnalysisError
 
 #: Request kinds.
 MALLOC, FREE, RELEASE, SEED = 0, 1, 2, 3
 #: Largest share of frees naming no live allocation before the replay refuses the input.
-MAX_UNKNOWN_FREES = 0.05
+MAX_UNKNOWN_FREES = SIMULATE_MAX_UNKNOWN_FREES
 _DEVICE_OPS = ("segment_alloc", "segment_map")
 _RELEASE_OPS = ("segment_free", "segment_unmap")
 

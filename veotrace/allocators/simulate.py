@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.allocators import POLICIES
+from veotrace.analysis.defaults import SIMULATE_AUTO_WINDOWS
 from veotrace.allocators import replay as rp
 from veotrace.allocators.base import OP_NAMES, AddressSpace, Counters, Recorder
 from veotrace.allocators.conf import TorchConf
@@ -24,7 +25,7 @@ from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.simulate import SIMULATE_WINDOWS, WINDOW_COLUMNS
 
 #: Windows per trace when no window is given.
-AUTO_WINDOWS = 50
+AUTO_WINDOWS = SIMULATE_AUTO_WINDOWS
 EVENTS_SCHEMA = ALLOC_EVENTS.append(pa.field("block_bytes", pa.int64(), nullable=True))
 
 

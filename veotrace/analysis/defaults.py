@@ -72,3 +72,7 @@ FRAGMENTATION_BINS = ((8 << 10, 32 << 10), (64 << 10, 128 << 10), (256 << 10, No
 BANKS_COUNT = 32
 BANKS_BANK_BYTES = 4
 BANKS_WARP = 32
+
+# simulate (veotrace/allocators)
+SIMULATE_MAX_UNKNOWN_FREES = 0.05  # share of frees naming no live allocation (ignored, counted) before refusing
+SIMULATE_AUTO_WINDOWS = 50  # without --window / --window-requests, the trace is cut into about this many windows

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from veotrace.analysis.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -83,7 +84,7 @@ def simulate_command(
     tiers: Annotated[str | None, typer.Option("--tiers", help="tiered pools as LIFETIME:GRANULARITY [default: 10ms:4MiB,100ms:64MiB,inf:512MiB].")] = None,
     window: Annotated[str | None, typer.Option("--window", help="Window length, e.g. 1s [default: the trace in ~50 windows].")] = None,
     window_requests: Annotated[int | None, typer.Option("--window-requests", min=1, help="Windows of N requests (traces without timestamps).")] = None,
-    max_unknown_frees: Annotated[float, typer.Option("--max-unknown-frees", min=0.0, max=1.0, help="Largest share of frees naming no live allocation (ignored, counted) before refusing the input.")] = 0.05,
+    max_unknown_frees: Annotated[float, typer.Option("--max-unknown-frees", min=0.0, max=1.0, help="Largest share of frees naming no live allocation (ignored, counted) before refusing the input.")] = _MAX_UNKNOWN_FREES,
     no_recorded_releases: Annotated[bool, typer.Option("--no-recorded-releases", help="Do not follow the trace's segment_free/segment_unmap (empty_cache, OOM retries); rely on --capacity.")] = False,
     fail_on_oom: Annotated[bool, typer.Option("--fail-on-oom", help=f"Exit {EXIT_CHECK_FAILED} when a policy's allocation does not fit --capacity.")] = False,
     time_unit: TimeUnitOpt = TimeUnit.ns,
