@@ -212,3 +212,23 @@ def test_invariants_on_a_first_fit_allocator(seed):
     gaps = [g for g in gaps if g > 0]
     assert (e["free_blocks"], e["largest_free_bytes"]) == (len(gaps), max(gaps, default=0))
     assert not any(r.counters.values())
+
+
+def test_latency_column_gives_percentiles_per_zone_and_size_bin():
+    n = 200
+    addr = np.where(np.arange(n) < 100, 0, 8 << 20)  # two zones, 100 events each
+    rows = []
+    for i in range(0, n, 2):  # alloc/free pairs at one address per zone
+        a = int(addr[i])
+        rows += [(i, "alloc", 16 << 10, a), (i + 1, "free", 16 << 10, a)]
+    ev = events(rows)
+    lat = np.where(np.arange(n) < 100, 10.0, 1000.0)  # quiet low zone, slow high zone
+    lat[151] = np.nan  # a free without latency: not counted
+    ev = ev.append_column("latency_us", pa.array(lat))
+    r = fragmentation_series(ev, window_s=1.0, latency_col="latency_us")
+    z = {row["zone_start"]: row for row in r.zones.to_pylist()}
+    assert z[0]["latency_events"] == 100 and z[8 << 20]["latency_events"] == 99
+    assert 10.0 <= z[0]["latency_p50_us"] <= 10.0 * 1.037 and 1000.0 <= z[8 << 20]["latency_p99_us"] <= 1037.0
+    by_bin = r.layout["latency_by_size_bin"]
+    assert by_bin[0]["n"] == 100 and by_bin[1]["n"] == 0 and by_bin[1]["p50_us"] is None  # 16 KiB allocs: 8-32 KiB
+    assert fragmentation_series(events(rows), window_s=1.0).zones.column("latency_p50_us").null_count == 2

@@ -76,6 +76,7 @@ def fragmentation_series(
     at_ns: int | None = None,
     at_offset_s: float | None = None,
     top_zones: int | None = 100,
+    latency_col: str | None = None,
     on_progress: Callable[[], None] | None = None,
 ) -> FragmentationResult:
     """Replay an alloc/free event stream and measure fragmentation per window.
@@ -98,6 +99,8 @@ def fragmentation_series(
             this many bytes are free space inside a range. bins: free-block size bins [(lo, hi)].
         round_bytes: block size = requested size rounded up to this (when no ``block_bytes``).
         zone_bytes: width of the address zones ranked by activity.
+        latency_col: a numeric column of the batches holding each event's latency in microseconds
+            (e.g. ``latency_us``): P50/P99 per zone and per request-size bin (``layout``).
         at_ns: also capture the full state after every event at or before this timestamp;
             at_offset_s: the same, this many seconds after the first event.
 
@@ -123,7 +126,8 @@ def fragmentation_series(
             window_s = DEFAULT_WINDOW_S
     replay = Replay(window_ns=None if window_events is not None else round(window_s * 1e9),
                     window_events=window_events, initial=initial, round_bytes=round_bytes, max_gap=max_gap,
-                    threshold=threshold, bins=tuple(bins), layout=Layout(zone_bytes=zone_bytes), at_ns=at_ns)
+                    threshold=threshold, bins=tuple(bins), layout=Layout(zone_bytes=zone_bytes, bins=tuple(bins)),
+                    at_ns=at_ns, latency_col=latency_col)
     if first is not None and at_offset_s is not None:
         if window_events is not None or first.column("ts_ns").null_count:
             raise UsageError("--at TIME needs timestamps; use --at end")
@@ -144,7 +148,8 @@ def fragmentation_series(
                                  "events); 'veotrace entropy' and 'veotrace bursts' work without addresses")
     params = {"window_s": window_s if window_events is None else None, "window_events": window_events,
               "threshold": threshold, "max_gap_bytes": max_gap, "round_bytes": round_bytes,
-              "zone_bytes": zone_bytes, "bins": [[lo, hi] for lo, hi in bins], "at_ns": at_ns}
+              "zone_bytes": zone_bytes, "bins": [[lo, hi] for lo, hi in bins], "at_ns": at_ns,
+              "latency_col": latency_col}
     return build_result(replay, params, top_zones=top_zones)
 
 

@@ -61,7 +61,7 @@ class Zones:
             order = np.argsort(keys, kind="stable")
             self.keys, self.counts = keys[order], counts[order]
 
-    def table_rows(self, top: int | None = None) -> list[dict]:
+    def table_rows(self, top: int | None = None, latency=None) -> list[dict]:
         """Zones ranked by events (allocs + frees), with their share of all events and bytes."""
         events = self.counts[:, 0] + self.counts[:, 1]
         total_ev, total_b = int(events.sum()), int(self.counts[:, 2].sum())
@@ -77,8 +77,16 @@ class Zones:
                 "frees": int(self.counts[i, 1]), "bytes": int(self.counts[i, 2]),
                 "event_share": int(events[i]) / total_ev if total_ev else 0.0,
                 "byte_share": int(self.counts[i, 2]) / total_b if total_b else None,
+                **_zone_latency(latency, key),
             })
         return rows
+
+
+def _zone_latency(latency, key: int) -> dict:
+    if latency is None:
+        return {"latency_events": None, "latency_p50_us": None, "latency_p99_us": None}
+    st = latency.stats(key)
+    return {"latency_events": st["n"], "latency_p50_us": st["p50_us"], "latency_p99_us": st["p99_us"]}
 
 
 @dataclass
@@ -155,19 +163,43 @@ class Layout:
     strides: Strides = field(default_factory=Strides)
     aligned: np.ndarray = field(default_factory=lambda: np.zeros(len(ALIGNMENTS), np.int64))
     allocs: int = 0
+    bins: tuple = ()
+    zone_latency: object = None  # LatencyHist of alloc/free latency per zone, when a latency column is read
+    bin_latency: object = None  # LatencyHist of alloc latency per request-size bin
 
     def __post_init__(self) -> None:
         if self.zones is None:
             self.zones = Zones(self.zone_bytes)
 
-    def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray) -> None:
-        """Alloc/free rows (time order) of one device with their addresses."""
+    def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray,
+            lat_us: np.ndarray | None = None) -> None:
+        """Alloc/free rows (time order) of one device with their addresses (and latencies, when known)."""
         self.zones.add(device, addr, is_alloc, size)
+        if lat_us is not None:
+            self._add_latency(device, addr, is_alloc, size, lat_us)
         a = addr[is_alloc]
         self.allocs += int(a.size)
         for i, al in enumerate(ALIGNMENTS):
             self.aligned[i] += int((a % np.uint64(al) == 0).sum())
         self.strides.add(device, a)
+
+    def _add_latency(self, device, addr, is_alloc, size, lat_us) -> None:
+        from veotrace.fragmentation.latency import LatencyHist
+
+        if self.zone_latency is None:
+            self.zone_latency, self.bin_latency = LatencyHist(), LatencyHist()
+        key = (addr // np.uint64(self.zone_bytes)) | (np.uint64(device & 0xFFFFF) << np.uint64(44))
+        self.zone_latency.add(key, lat_us)
+        s, lat = size[is_alloc], lat_us[is_alloc]
+        for i, (lo, hi) in enumerate(self.bins):
+            m = (s >= lo) if hi is None else (s >= lo) & (s <= hi)
+            self.bin_latency.add(np.full(int(m.sum()), i, np.int64), lat[m])
+
+    def latency_by_bin(self) -> list[dict] | None:
+        """Alloc latency by the size bin of the request (the bins of the free-block counts)."""
+        if self.bin_latency is None:
+            return None
+        return [{"lo_bytes": lo, "hi_bytes": hi, **self.bin_latency.stats(i)} for i, (lo, hi) in enumerate(self.bins)]
 
     def alignment(self) -> list[dict]:
         return [{"alignment_bytes": al, "aligned": int(n), "share": int(n) / self.allocs if self.allocs else None}

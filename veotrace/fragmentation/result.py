@@ -83,7 +83,7 @@ def build_result(replay, params: dict, *, top_zones: int | None):
     windows = pa.Table.from_pylist(rows, schema=FRAGMENTATION_WINDOWS) if rows else FRAGMENTATION_WINDOWS.empty_table()
     bins = (pa.Table.from_pylist(sorted(replay.bin_rows, key=lambda r: (r["window"], r["device"])), schema=FRAGMENTATION_BINS)
             if replay.bin_rows else FRAGMENTATION_BINS.empty_table())
-    zone_rows = replay.layout.zones.table_rows(top_zones)
+    zone_rows = replay.layout.zones.table_rows(top_zones, latency=replay.layout.zone_latency)
     zones = pa.Table.from_pylist(zone_rows, schema=FRAGMENTATION_ZONES) if zone_rows else FRAGMENTATION_ZONES.empty_table()
     counters = Counters()
     for st in replay.states.values():
@@ -100,6 +100,7 @@ def build_result(replay, params: dict, *, top_zones: int | None):
     summary = {"events_read": replay.n_read, "windows": windows.num_rows, "fragmented_windows": flagged,
                "devices": sorted(replay.states), "has_time": replay.has_time and replay.window_events is None}
     layout = {"alignment": replay.layout.alignment(), "strides": replay.layout.strides.summary(),
+              "latency_by_size_bin": replay.layout.latency_by_bin(),
               "zones_touched": int(replay.layout.zones.keys.size)}
     return FragmentationResult(windows, bins, zones, end, counters.to_dict(), layout, params, summary,
                                at=at, at_state=at_state, end_state=None, final_states=replay.states)

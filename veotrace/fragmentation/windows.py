@@ -66,13 +66,14 @@ class Replay:
     """Stateful replay: ``feed(batch)`` for every batch, then ``finish()``."""
 
     def __init__(self, *, window_ns: int | None, window_events: int | None, initial, round_bytes: int,
-                 max_gap: int, threshold: float, bins, layout: Layout, at_ns: int | None) -> None:
+                 max_gap: int, threshold: float, bins, layout: Layout, at_ns: int | None,
+                 latency_col: str | None = None) -> None:
         self.window_ns, self.window_events = window_ns, window_events
         self.states: dict[int, DeviceState] = {d: s.copy() for d, s in (initial or {}).items()}
         for d, s in (initial or {}).items():
             self.states[d].counters = s.counters
         self.round_bytes, self.max_gap, self.threshold, self.bins = round_bytes, max_gap, threshold, bins
-        self.layout, self.at_ns = layout, at_ns
+        self.layout, self.at_ns, self.latency_col = layout, at_ns, latency_col
         self.labels = [bin_label(lo, hi) for lo, hi in bins]
         self.open: dict[int, _Win] = {}
         self.last_ts: dict[int, int] = {}
@@ -119,7 +120,10 @@ class Replay:
             ts = np.asarray(ts_arr).astype(np.int64, copy=False)
             k = None
         self.n_read += n
-        cols = (code, addr, size, block, ts, k)
+        lat = None
+        if self.latency_col is not None and self.latency_col in batch.schema.names:
+            lat = np.asarray(batch.column(self.latency_col).cast(pa.float64()).fill_null(float("nan")))
+        cols = (code, addr, size, block, ts, k, lat)
         devices = np.unique(dev) if dev.min() != dev.max() else dev[:1]
         for d in devices.tolist():
             sel = cols if devices.size == 1 else tuple(None if c is None else c[dev == d] for c in cols)
@@ -128,12 +132,13 @@ class Replay:
     def _any_state(self) -> DeviceState:
         return self.states.setdefault(min(self.states) if self.states else 0, DeviceState())
 
-    def _feed_device(self, d, code, addr, size, block, ts, k) -> None:
+    def _feed_device(self, d, code, addr, size, block, ts, k, lat=None) -> None:
         st = self.states.setdefault(d, DeviceState())
         if self.window_events is None:
             if ts.size > 1 and (np.diff(ts) < 0).any():
                 order = np.argsort(ts, kind="stable")
                 code, addr, size, block, ts = code[order], addr[order], size[order], block[order], ts[order]
+                lat = None if lat is None else lat[order]
             last = self.last_ts.get(d)
             if last is not None and ts[0] < last:
                 st.counters.out_of_order += int((ts < last).sum())
@@ -155,9 +160,10 @@ class Replay:
         run_id = np.repeat(np.arange(nrun), np.diff(bounds))
         m = match_batch(code, addr, size, block, run_id, st)
         if m.pos_time.size == n:
-            self.layout.add(d, addr, code == ALLOC, size)
+            self.layout.add(d, addr, code == ALLOC, size, lat)
         else:
-            self.layout.add(d, addr[m.pos_time], code[m.pos_time] == ALLOC, size[m.pos_time])
+            p = m.pos_time
+            self.layout.add(d, addr[p], code[p] == ALLOC, size[p], None if lat is None else lat[p])
         self.placed += int(m.pos.size)
         live0, res0 = st.live_bytes, st.reserved_bytes
         rdelta = None

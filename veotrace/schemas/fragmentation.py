@@ -71,6 +71,10 @@ FRAGMENTATION_ZONES = tagged(
         pa.field("bytes", pa.int64(), nullable=False),  # bytes allocated + freed in the zone
         pa.field("event_share", pa.float64(), nullable=False),
         pa.field("byte_share", pa.float64(), nullable=True),
+        # with a latency column (``latency_col``): events with a latency, and P50/P99 (log-histogram bin edges)
+        pa.field("latency_events", pa.int64(), nullable=True),
+        pa.field("latency_p50_us", pa.float64(), nullable=True),
+        pa.field("latency_p99_us", pa.float64(), nullable=True),
     ],
 )
 
