@@ -13,7 +13,9 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from veotrace.analysis.defaults import SIMULATE_MAX_UNKNOWN_FREES
 from veotrace.errors import AnalysisError
@@ -29,8 +31,6 @@ _RELEASE_OPS = ("segment_free", "segment_unmap")
 #: ``ts_ns`` of a request without a timestamp; ``addr`` of an event without an address.
 NO_TIME = -(1 << 63)
 NO_ADDR = (1 << 64) - 1
-#: Rows converted to Python values at a time while building requests (bounds temporary memory).
-CHUNK_ROWS = 1 << 18
 
 
 @dataclass
@@ -93,16 +93,48 @@ class Requests:
         return out
 
 
-def _col(batch: pa.RecordBatch, name: str, fill: int) -> list:
-    col = batch.column(name)
-    if col.null_count == 0:
-        return col.to_numpy(zero_copy_only=False).tolist()
-    return [fill if v is None else v for v in col.to_pylist()]
+def _column(table: pa.Table, name: str, fill: int, dtype) -> np.ndarray:
+    col = table.column(name)
+    if col.null_count:
+        col = pc.fill_null(col, pa.scalar(fill, col.type))
+    return col.to_numpy().astype(dtype, copy=False)
+
+
+def _ops(table: pa.Table) -> tuple[np.ndarray, list[str]]:
+    """Op of every row as an index into the returned names."""
+    col = table.column("op").combine_chunks() if table.num_rows else pa.array([], pa.string())
+    if not pa.types.is_dictionary(col.type):
+        col = col.dictionary_encode()
+    return col.indices.to_numpy(zero_copy_only=False).astype(np.int64), col.dictionary.to_pylist()
+
+
+def _is(op: np.ndarray, names: list[str], wanted) -> np.ndarray:
+    codes = [i for i, n in enumerate(names) if n in wanted]
+    return np.isin(op, codes) if codes else np.zeros(op.shape, bool)
+
+
+def _pair(device, addr, pos, is_free) -> tuple[np.ndarray, np.ndarray]:
+    """For rows sorted by (device, address, position): each free's alloc (-1: unknown), and allocs made
+    while the address was live. A free pairs with the row just before it at its address if that is an alloc."""
+    order = np.lexsort((pos, addr, device))
+    d, a, f = device[order], addr[order], is_free[order]
+    same = np.zeros(len(order), bool)
+    same[1:] = (d[1:] == d[:-1]) & (a[1:] == a[:-1])
+    prev_alloc = np.zeros(len(order), bool)
+    prev_alloc[1:] = ~f[:-1]
+    partner = np.full(len(order), -1, np.int64)
+    hit = same & f & prev_alloc
+    partner[np.flatnonzero(hit)] = order[np.flatnonzero(hit) - 1]
+    out = np.full(len(order), -1, np.int64)
+    out[order] = partner
+    realloc = np.zeros(len(order), bool)
+    realloc[order] = same & ~f & prev_alloc
+    return out, realloc
 
 
 def build_requests(table: pa.Table, *, seeds: list[tuple[int, int, int, int]] = (),
                    max_unknown_frees: float = MAX_UNKNOWN_FREES, use_releases: bool = True) -> Requests:
-    """Requests from an ``alloc_events/1`` table.
+    """Requests from an ``alloc_events/1`` table (pairing vectorised; the few device events walked in Python).
 
     Args:
         seeds: (device, address, requested size, stream) of blocks live when recording began (from
@@ -113,69 +145,96 @@ def build_requests(table: pa.Table, *, seeds: list[tuple[int, int, int, int]] = 
     Raises:
         AnalysisError: no allocation with a size, or too many frees of unknown blocks.
     """
-    names = set()
-    for chunk in table.column("op").chunks:
-        names.update(chunk.dictionary.to_pylist() if pa.types.is_dictionary(chunk.type) else chunk.unique().to_pylist())
+    op, names = _ops(table)
     free_op = "free_completed" if "free_completed" in names else "free_requested"
+    size = _column(table, "size_bytes", 0, np.int64)
+    addr = _column(table, "address", NO_ADDR, np.uint64)
+    stream, device = _column(table, "stream", 0, np.int64), _column(table, "device", 0, np.int64)
+    seq, ts = _column(table, "seq", -1, np.int64), _column(table, "ts_ns", NO_TIME, np.int64)
+    alloc_any = _is(op, names, ("alloc",))
+    is_alloc = alloc_any & (size > 0)
+    is_free = _is(op, names, ("free", free_op))
+    is_dev, is_rel = _is(op, names, _DEVICE_OPS), _is(op, names, _RELEASE_OPS)
+    ignored = ~(alloc_any | is_free | is_dev | is_rel | _is(op, names, ("free_requested",)))
+    # pair frees with allocs (and seeds, placed at positions -k..-1) by (device, address)
+    n_seed = len(seeds)
+    rows = np.flatnonzero((is_alloc | is_free) & (addr != NO_ADDR))
+    pos = np.concatenate([np.arange(-n_seed, 0, dtype=np.int64), rows])
+    partner, realloc = _pair(np.concatenate([np.array([x[0] for x in seeds], np.int64), device[rows]]),
+                             np.concatenate([np.array([x[1] for x in seeds], np.uint64), addr[rows]]),
+                             pos, np.concatenate([np.zeros(n_seed, bool), is_free[rows]]))
+    got = partner[n_seed:] >= 0
+    paired = np.zeros(len(op), bool)
+    paired[rows[got]] = True
+    partner_row = np.zeros(len(op), np.int64)  # the alloc row (or negative seed position) of each paired free
+    partner_row[rows[got]] = pos[partner[n_seed:][got]]
+    # requests in row order: allocs, paired frees and release points
+    req_rows = np.flatnonzero(is_alloc | paired)
+    releases, recorded, released = _device_events(op, names, is_dev | is_rel, req_rows, device, size, use_releases)
+    rel_rows = np.array(sorted(releases), np.int64)
+    rows_all = np.sort(np.concatenate([req_rows, rel_rows]))
+    kinds = np.where(is_alloc[rows_all], MALLOC, FREE)
+    kinds[np.isin(rows_all, rel_rows)] = RELEASE
+    alloc_at = np.flatnonzero(kinds == MALLOC)  # request positions (before the seeds) of the allocs
+    alloc_rows = rows_all[alloc_at]
+    pair = np.full(len(rows_all), -1, np.int64)
+    frees = np.flatnonzero(kinds == FREE)
+    if len(frees):
+        pr = partner_row[rows_all[frees]]
+        to_alloc = alloc_at[np.clip(np.searchsorted(alloc_rows, pr), 0, max(len(alloc_at) - 1, 0))] if len(alloc_at) else pr
+        pair[frees] = np.where(pr < 0, pr + n_seed, to_alloc + n_seed)
+    rsize = np.where(kinds == MALLOC, size[rows_all], 0)
+    rel_at = np.flatnonzero(kinds == RELEASE)
+    rsize[rel_at] = [releases[r] for r in rows_all[rel_at].tolist()]
     req = Requests()
-    live: dict[tuple[int, int], int] = {}
-    counts = dict.fromkeys(("allocs", "frees", "unknown_frees", "zero_size_allocs", "realloc_at_live_address",
-                            "ignored_ops", "seeded"), 0)
-    ts_col = table.column("ts_ns")
-    t0 = ts_col.drop_null()[0].as_py() if len(ts_col) > ts_col.null_count else NO_TIME
-    for d, a, s, st in seeds:
-        live[(d, a)] = req.add(SEED, s, st, d, -1, a, -1, t0)
-        counts["seeded"] += 1
-    pending: dict[int, list[tuple[int, str, int]]] = {}  # device -> recorded events awaiting the next malloc
-    last_release: dict[int, int] = {}
-    kind_a, size_a, stream_a, device_a = req.kind.append, req.size.append, req.stream.append, req.device.append
-    pair_a, addr_a, seq_a, ts_a = req.pair.append, req.addr.append, req.seq.append, req.ts_ns.append
-    allocs = frees = unknown = zero = 0
-    for batch in table.to_batches(max_chunksize=CHUNK_ROWS):
-        ops = batch.column("op").to_pylist()
-        size, addr = _col(batch, "size_bytes", 0), _col(batch, "address", NO_ADDR)
-        stream, device = _col(batch, "stream", 0), _col(batch, "device", 0)
-        seq, ts = _col(batch, "seq", -1), _col(batch, "ts_ns", NO_TIME)
-        for i, op in enumerate(ops):
-            d = device[i]
-            if op == "alloc":
-                if size[i] <= 0:
-                    zero += 1
-                    continue
-                key = (d, addr[i])
-                if key in live:
-                    counts["realloc_at_live_address"] += 1
-                r = len(req.kind)
-                kind_a(MALLOC); size_a(size[i]); stream_a(stream[i]); device_a(d)
-                pair_a(-1); addr_a(addr[i]); seq_a(seq[i]); ts_a(ts[i])
-                if addr[i] != NO_ADDR:
-                    live[key] = r
-                allocs += 1
-                if pending:
-                    for rec in pending.pop(d, ()):
-                        (req.recorded if rec[1] in _DEVICE_OPS else req.released).append((d, r, rec[1], rec[2]))
-            elif op == "free" or op == free_op:
-                frees += 1
-                j = live.pop((d, addr[i]), -1)
-                if j < 0:
-                    unknown += 1
-                    continue
-                kind_a(FREE); size_a(0); stream_a(stream[i]); device_a(d)
-                pair_a(j); addr_a(addr[i]); seq_a(seq[i]); ts_a(ts[i])
-            elif op in _DEVICE_OPS or op in _RELEASE_OPS:
-                pending.setdefault(d, []).append((i, op, size[i]))
-                if op in _RELEASE_OPS and use_releases and last_release.get(d) != len(req) - 1:
-                    last_release[d] = req.add(RELEASE, 0, stream[i], d, -1, addr[i], seq[i], ts[i])
-                elif op in _DEVICE_OPS and last_release.get(d) == len(req) - 1:
-                    # released then allocated in one malloc: the retry after a failed device allocation
-                    req.size[last_release[d]] = 1
-            elif op != "free_requested":
-                counts["ignored_ops"] += 1
-    counts.update(allocs=allocs, frees=frees, unknown_frees=unknown, zero_size_allocs=zero)
-    for d, recs in pending.items():  # device events after the last alloc (e.g. an empty_cache at the end)
-        for rec in recs:
-            (req.recorded if rec[1] in _DEVICE_OPS else req.released).append((d, len(req), rec[1], rec[2]))
-    req.counts = counts
+    t0 = int(ts[ts != NO_TIME][0]) if (ts != NO_TIME).any() else NO_TIME
+    for d, a, sz, st in seeds:
+        req.add(SEED, sz, st, d, -1, a, -1, t0)
+    for name, values in (("kind", kinds), ("size", rsize), ("stream", stream[rows_all]),
+                         ("device", device[rows_all]), ("pair", pair), ("seq", seq[rows_all]), ("ts_ns", ts[rows_all])):
+        getattr(req, name).frombytes(np.ascontiguousarray(values, np.int64).tobytes())
+    req.addr.frombytes(np.ascontiguousarray(addr[rows_all], np.uint64).tobytes())
+    # a recorded device event names the request of the next alloc on its device
+    per_device = {d: alloc_rows[device[alloc_rows] == d] for d in {r[1] for r in recorded + released}}
+    for target, found in ((req.recorded, recorded), (req.released, released)):
+        for row, d, name, sz in found:
+            later = per_device[d]
+            i = int(np.searchsorted(later, row))
+            nxt = len(req) if i == len(later) else int(np.searchsorted(rows_all, later[i])) + n_seed
+            target.append((d, nxt, name, sz))
+    req.counts = {"allocs": int(is_alloc.sum()), "frees": int(is_free.sum()),
+                  "unknown_frees": int(is_free.sum() - paired.sum()),
+                  "zero_size_allocs": int((alloc_any & ~is_alloc).sum()),
+                  "realloc_at_live_address": int(realloc[n_seed:].sum()), "ignored_ops": int(ignored.sum()),
+                  "seeded": n_seed}
+    return _check(req, max_unknown_frees)
+
+
+def _device_events(op, names, mask, req_rows, device, size, use_releases):
+    """Walk the (few) segment rows. Returns {release row: 1 if an OOM retry else 0}, and the recorded
+    device allocations and releases as (row, device, op, size)."""
+    releases: dict[int, int] = {}
+    recorded, released = [], []
+    last = None  # (device, alloc/free requests before it) of the last release point added
+    last_row = None
+    for row in np.flatnonzero(mask).tolist():
+        name, d = names[op[row]], int(device[row])
+        before = int(np.searchsorted(req_rows, row))
+        if name in _RELEASE_OPS:
+            released.append((row, d, name, int(size[row])))
+            if use_releases and last != (d, before):
+                releases[row] = 0
+                last, last_row = (d, before), row
+        else:
+            recorded.append((row, d, name, int(size[row])))
+            if last == (d, before):
+                releases[last_row] = 1  # released then allocated in one malloc: the retry after a failed device allocation
+    return releases, recorded, released
+
+
+def _check(req: Requests, max_unknown_frees: float) -> Requests:
+    """Refuse traces with nothing to replay or too many frees of unknown blocks; note the unknown ones."""
+    counts = req.counts
     if counts["allocs"] + counts["seeded"] == 0:
         raise AnalysisError("the trace has no allocation with a size (no 'alloc' rows with size_bytes > 0)",
                             hint="simulate needs alloc/free events with sizes: an alloc log, a PyTorch snapshot "
