@@ -358,3 +358,13 @@ def test_kernel_bursts_by_stream_and_device_filter():
     assert sum(g["summary"]["events_counted"] for g in out["groups"]) == out["summary"]["events_counted"]
     r = run_cli("bursts", path, "--events", "kernels", "--device", "5")
     assert r.exit_code == 1 and r.stderr.startswith("Error: the input holds no kernel launches on device 5")
+
+
+def test_window_events_wins_over_a_pinned_window_in_the_library():
+    # the gate pins every baseline parameter, window_s included, also for event-window baselines
+    t = pa.table({"ts_ns": pa.array([None] * 10, pa.int64()), "op": pa.array(["alloc"] * 10).dictionary_encode(),
+                  "size_bytes": [4096, 8192] * 5})
+    res = compute_entropy(t.to_batches(), window_s=300, window_events=4)
+    assert res.params["window_events"] == 4 and res.params["window_s"] is None
+    assert res.summary["windows"] == 2 and res.summary["events_left_out"] == 2
+    assert res.windows.column("entropy_bits").to_pylist() == [1.0, 1.0]

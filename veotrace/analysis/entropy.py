@@ -105,8 +105,6 @@ def _check(window_s, step_s, min_class, max_class, window_events, segments, by=N
     if window_events is not None:
         if window_events < 1:
             raise UsageError("--window-events must be at least 1")
-        if window_s is not None or step_s is not None:
-            raise UsageError("--window-events counts events, not time: leave out --window and --step")
     elif (window_s is not None and window_s <= 0) or (step_s is not None and step_s <= 0):
         raise UsageError("--window and --step must be positive")
     if max_class > MAX_CLASS_LIMIT:
@@ -140,8 +138,8 @@ def compute_entropy(
             giving a usable series is chosen from the data (or, for events without timestamps or at
             too few distinct times, windows of consecutive events), and ``params["window_choice"]``
             and ``summary["notes"]`` say what was chosen and why.
-        window_events: instead of time windows, windows of N consecutive counted events
-            (timestamp order when every event has one, else read order); a trailing partial
+        window_events: instead of time windows (window_s and step_s are then ignored), windows of N
+            consecutive counted events (timestamp order when every event has one, else read order); a trailing partial
             window is left out and counted in ``summary["events_left_out"]``.
         segments: hours since the first window at which to split the per-segment fits.
         by: "device" or "stream": also one series per group (batches need that column).

@@ -72,6 +72,10 @@ def entropy_command(
 
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
         config = engine_config(engine, jobs, scheduler, workers)
+        if window_events is not None and (window is not None or step is not None):
+            from veotrace.errors import UsageError
+
+            raise UsageError("--window-events counts events, not time: leave out --window and --step")
         params = dict(window_s=_duration(window, "--window"), step_s=_duration(step, "--step"),
                       window_events=window_events, ops=parse_ops(ops, _OPS), min_class=min_class,
                       max_class=max_class, **grouping(by, device))
