@@ -232,3 +232,13 @@ def test_latency_column_gives_percentiles_per_zone_and_size_bin():
     by_bin = r.layout["latency_by_size_bin"]
     assert by_bin[0]["n"] == 100 and by_bin[1]["n"] == 0 and by_bin[1]["p50_us"] is None  # 16 KiB allocs: 8-32 KiB
     assert fragmentation_series(events(rows), window_s=1.0).zones.column("latency_p50_us").null_count == 2
+
+
+def test_addresses_spanning_2_60_take_the_general_sort():
+    ev = log_events(slot_log(events=3000, slots=30, slot_bytes=256 << 10, seed=5, hours=1))
+    a = ev["address"].to_numpy()
+    far = (a + np.where((a >> np.uint64(18)) % np.uint64(2) == 1, np.uint64(1 << 60), np.uint64(0))).astype(np.uint64)
+    ev = ev.set_column(ev.schema.get_field_index("address"), "address", pa.array(far, pa.uint64()))
+    want = reference(ev, 500, 1 << 20)
+    got = fragmentation_series(ev, window_events=500, max_gap=1 << 20).windows.select(list(want[0])).to_pylist()
+    assert got == want

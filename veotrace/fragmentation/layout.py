@@ -19,6 +19,13 @@ MAX_STRIDES = 4096
 TOP_STRIDES = 10
 
 
+def _zone_of(addr: np.ndarray, zone_bytes: int) -> np.ndarray:
+    """addr // zone_bytes (a shift when zone_bytes is a power of two: uint64 division is slow)."""
+    if zone_bytes & (zone_bytes - 1) == 0:
+        return addr >> np.uint64(zone_bytes.bit_length() - 1)
+    return addr // np.uint64(zone_bytes)
+
+
 @dataclass
 class Zones:
     """Per (device, zone) counts kept as sorted key arrays (key = device << 44 | zone index)."""
@@ -30,7 +37,7 @@ class Zones:
     def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray) -> None:
         if addr.size == 0:
             return
-        zone = addr // np.uint64(self.zone_bytes)
+        zone = _zone_of(addr, self.zone_bytes)
         lo, hi = int(zone.min()), int(zone.max())
         if hi - lo < (1 << 22):  # a dense count: no sort (the usual case, one heap region per batch)
             rel = (zone - np.uint64(lo)).astype(np.int64)
@@ -179,8 +186,8 @@ class Layout:
             self._add_latency(device, addr, is_alloc, size, lat_us)
         a = addr[is_alloc]
         self.allocs += int(a.size)
-        for i, al in enumerate(ALIGNMENTS):
-            self.aligned[i] += int((a % np.uint64(al) == 0).sum())
+        for i, al in enumerate(ALIGNMENTS):  # powers of two: a mask, not a division
+            self.aligned[i] += int(((a & np.uint64(al - 1)) == 0).sum())
         self.strides.add(device, a)
 
     def _add_latency(self, device, addr, is_alloc, size, lat_us) -> None:
@@ -188,7 +195,7 @@ class Layout:
 
         if self.zone_latency is None:
             self.zone_latency, self.bin_latency = LatencyHist(), LatencyHist()
-        key = (addr // np.uint64(self.zone_bytes)) | (np.uint64(device & 0xFFFFF) << np.uint64(44))
+        key = _zone_of(addr, self.zone_bytes) | (np.uint64(device & 0xFFFFF) << np.uint64(44))
         self.zone_latency.add(key, lat_us)
         s, lat = size[is_alloc], lat_us[is_alloc]
         for i, (lo, hi) in enumerate(self.bins):

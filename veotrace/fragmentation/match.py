@@ -26,18 +26,31 @@ class Matched:
     run_bounds: list
 
 
-def _order_by_address(a: np.ndarray) -> np.ndarray:
-    """A stable argsort of addresses: one sort of (address - min) << k | position when that fits 63 bits
-    (a heap spans far less than 2**40 bytes), which sorts values with numpy's fastest sort, else a stable argsort."""
+def _sort_rows(a: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ordered by (run, address, position): the order, and the addresses and runs in that order.
+
+    When run, address - min and position fit 63 bits together (a heap spans far less than 2**40
+    bytes), one sort of the packed values gives all three with no gather (numpy's fastest sort);
+    otherwise a stable argsort by address, then a stable sort by run.
+    """
     if a.size == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), a, r
     lo = a.min()
-    bits_pos = int(a.size).bit_length()
-    if (int(a.max()) - int(lo)).bit_length() + bits_pos > 63:
-        return np.argsort(a, kind="stable")
-    key = ((a - lo).astype(np.int64) << bits_pos) | np.arange(a.size, dtype=np.int64)
-    key.sort()
-    return key & ((1 << bits_pos) - 1)
+    b_pos = int(a.size).bit_length()
+    b_addr = (int(a.max()) - int(lo)).bit_length()
+    b_run = int(r[-1]).bit_length()
+    if b_run + b_addr + b_pos <= 63:
+        key = ((a - lo).astype(np.int64) << b_pos) | np.arange(a.size, dtype=np.int64)
+        if b_run:
+            key |= r.astype(np.int64) << (b_addr + b_pos)
+        key.sort()
+        order = key & ((1 << b_pos) - 1)
+        sa = ((key >> b_pos) & ((1 << b_addr) - 1)).astype(np.uint64) + lo
+        return order, sa, key >> (b_addr + b_pos)
+    order = np.argsort(a, kind="stable")
+    if r[-1] > 0:
+        order = order[np.argsort(r[order], kind="stable")]
+    return order, a[order], r[order]
 
 
 def match_batch(code, addr, size, block, run_id, st: DeviceState) -> Matched:
@@ -53,11 +66,8 @@ def match_batch(code, addr, size, block, run_id, st: DeviceState) -> Matched:
     else:
         pos_time = np.flatnonzero(blocky)
         a, r = addr[pos_time], run_id[pos_time]
-    order = _order_by_address(a)
-    if r.size and r[-1] > 0:  # then by run: a stable radix sort when run ids fit in 16 bits
-        rr = r[order]
-        order = order[np.argsort(rr.astype(np.int16) if rr[-1] < 32768 and r.max() < 32768 else rr, kind="stable")]
-    pos, sa, sr = pos_time[order], a[order], r[order]
+    order, sa, sr = _sort_rows(a, r)
+    pos = order if pos_time.size == code.size else pos_time[order]
     is_alloc = code[pos] == ALLOC
     bsz = block[pos]
     m = sa.size
