@@ -368,3 +368,11 @@ def test_window_events_wins_over_a_pinned_window_in_the_library():
     assert res.params["window_events"] == 4 and res.params["window_s"] is None
     assert res.summary["windows"] == 2 and res.summary["events_left_out"] == 2
     assert res.windows.column("entropy_bits").to_pylist() == [1.0, 1.0]
+
+
+def test_segments_of_untimed_event_windows_are_labelled_in_windows():
+    out, err = _json("entropy", real_trace("cranberrii_memory_snapshot.pickle"), "--window-events", "30",
+                     "--segments", "40,80,200")
+    assert [(s["label"], s["windows"]) for s in out["segments"]] == [
+        ("0-40 windows", 40), ("40-80 windows", 40), ("80-200 windows", 36), ("200 windows-end", 0)]
+    assert "Warning: --segments window 200 lies beyond the end of the run (window 115)" in err

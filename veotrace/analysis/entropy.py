@@ -220,7 +220,7 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
     x_unit = "window" if part.has_null_ts else "hours"
     table, trend, h = _series(pooled, first_ns, n_cls, x_unit, last_ns)
     x = _x(table)
-    segs = segment_trends(x, h, segments) if segments else []
+    segs = segment_trends(x, h, segments, x_unit="hours" if x_unit == "hours" else "window") if segments else []
     notes = part.notes + notes_of(part, pooled, segments, x, first_ns, last_ns)
     params = {"window_s": (part.window_ns / 1e9) if not part.event_mode else None,
               "step_s": (part.step_ns / 1e9) if not part.event_mode else None,

@@ -66,7 +66,7 @@ def _theil_sen(x: np.ndarray, y: np.ndarray) -> dict:
     return {"slope": float(med), "low": float(lo), "high": float(hi), "approximate": True}
 
 
-def segment_trends(x: np.ndarray, y: np.ndarray, boundaries: Sequence[float]) -> list[dict]:
+def segment_trends(x: np.ndarray, y: np.ndarray, boundaries: Sequence[float], *, x_unit: str = "hours") -> list[dict]:
     """Per-segment mean, slope and R^2 of ``y`` split at ``boundaries`` of ``x`` (e.g. hours 48, 120).
 
     Segment i covers [b_i, b_{i+1}) with b_0 = min(x) and the last one closed at max(x). Its
@@ -78,7 +78,7 @@ def segment_trends(x: np.ndarray, y: np.ndarray, boundaries: Sequence[float]) ->
     bounds = [float(b) for b in boundaries]
     xmin, xmax = float(np.nanmin(x)), float(np.nanmax(x))
     edges = [xmin] + bounds + [max(xmax, bounds[-1]) if bounds else xmax]
-    labels = segment_labels(bounds)
+    labels = segment_labels(bounds) if x_unit == "hours" else segment_labels(bounds, unit=x_unit)
     out = []
     for i in range(len(edges) - 1):
         lo, hi = edges[i], edges[i + 1]
@@ -92,10 +92,17 @@ def segment_trends(x: np.ndarray, y: np.ndarray, boundaries: Sequence[float]) ->
     return out
 
 
-def segment_labels(bounds_hours: Sequence[float]) -> list[str]:
-    """Labels of the segments split at ``bounds_hours``, in one unit that fits the largest bound."""
+def segment_labels(bounds_hours: Sequence[float], *, unit: str | None = None) -> list[str]:
+    """Labels of the segments split at ``bounds_hours``, in one unit that fits the largest bound.
+
+    ``unit`` other than None labels plain x values in that unit instead (``"window"``: window numbers).
+    """
     if not bounds_hours:
         return ["all"]
+    if unit is not None:
+        edges = [0.0, *bounds_hours]
+        name = f" {unit}s"
+        return [f"{edges[i]:g}-{edges[i + 1]:g}{name}" for i in range(len(edges) - 1)] + [f"{edges[-1]:g}{name}-end"]
     unit, scale = duration_unit(max(bounds_hours) * 3600)
 
     def num(h: float) -> str:
