@@ -185,3 +185,16 @@ def test_engine_config_checks():
         EngineConfig(jobs=0)
     assert not EngineConfig().parallel and EngineConfig(jobs=2).parallel and EngineConfig("dask").parallel
     assert isinstance(merge_tree([Partial(1)]), Partial)
+
+
+def test_cli_jobs_corrupt_file_is_the_local_error_line(logs, tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.csv").write_bytes(logs["plain"].read_bytes())
+    data = logs["gz"].read_bytes()
+    (folder / "b.csv.gz").write_bytes(data[: len(data) // 2])  # a truncated gzip stream
+    local = run_cli("entropy", folder, "--no-progress")
+    par = run_cli("entropy", folder, "--no-progress", "--jobs", "2")
+    assert par.exit_code == local.exit_code == 1 and par.stdout == ""
+    assert par.stderr == local.stderr and par.stderr.count("\n") == 1
+    assert par.stderr.startswith(f"Error: {folder / 'b.csv.gz'}: ")

@@ -128,14 +128,17 @@ def read_piece(piece: Piece, *, options: ReadOptions, report: ReadReport,
     Raises:
         TraceFormatError: as the whole-file reader, with line numbers counted over the whole file.
     """
+    from veotrace.sources.base import guarded  # data errors -> one TraceFormatError naming the file
+
     path = Path(piece.path)
     if piece.kind == "range":
-        yield from _read_range(path, piece.start, piece.stop, options, report, columns)
+        batches = _read_range(path, piece.start, piece.stop, options, report, columns)
     elif piece.kind == "row_groups":
-        yield from _read_row_groups(path, piece.start, piece.stop, columns)
+        batches = _read_row_groups(path, piece.start, piece.stop, columns)
     else:
         module = importlib.import_module(f"veotrace.sources.{BY_NAME[piece.fmt].module}")
-        yield from module.iter_alloc_events(path, options=options, report=report, columns=columns)
+        batches = module.iter_alloc_events(path, options=options, report=report, columns=columns)
+    yield from guarded(path, batches)
 
 
 def _read_row_groups(path: Path, start: int, stop: int, columns) -> Iterator[pa.RecordBatch]:
