@@ -99,3 +99,12 @@ def test_matplotlib_is_imported_only_for_a_picture(tmp_path, plot, loaded):
         args += ["--plot", str(tmp_path / "e.png")]
     out = subprocess.run([sys.executable, "-c", _PROBE, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert f"MPL {loaded}" in out.stderr, out.stderr[-2000:]
+
+
+def test_simulate_plot(tmp_path):
+    fig = tmp_path / "sim.svg"
+    res = run_cli("simulate", SAMPLES / "simulate" / "training_log.csv", "-p", "torch", "-p", "ideal",
+                  "--plot", fig, "--plot-size", "700x400", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    assert svg_size(fig.read_bytes()) == (700, 400)
+    assert b"torch (x" in fig.read_bytes() and b"ideal (x1.00 of ideal)" in fig.read_bytes()
