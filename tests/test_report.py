@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 import numpy as np
-import pyarrow.csv as pacsv
 import pytest
 
 from tests.conftest import SAMPLES, run_cli
