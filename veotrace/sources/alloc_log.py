@@ -404,12 +404,20 @@ _BOUNDS = {"timestamp": (-(1 << 63), 1 << 63), "size_bytes": (0, 1 << 63), "stre
            "device": (-(1 << 31), 1 << 31)}
 
 
+#: Columns whose plain digits of fewer than N characters are in range without further checks.
+_PLAIN_DIGITS = {"timestamp": 19, "size_bytes": 19, "stream": 19, "device": 10}
+
+
 def _parse_value(col: str, text, options: ReadOptions):
     """Parse one field of the exact path; ValueError with what was expected on failure.
 
     A JSON number is held to what its CSV text would be: a float (12345.9, 4096.0) or a bool where
     an integer belongs is refused, not truncated to 12345 or read as 1.
     """
+    if type(text) is str and col in _PLAIN_DIGITS:  # the common case: a short run of ASCII digits
+        t = text.strip()
+        if t.isascii() and t.isdigit() and len(t) < _PLAIN_DIGITS[col] and (col != "timestamp" or options.time_unit == "ns"):
+            return int(t)
     if isinstance(text, bool) or (isinstance(text, float) and not (col == "timestamp" and options.time_unit != "ns")):
         raise ValueError(f"expected an integer, got {json.dumps(text)}")
     if isinstance(text, (dict, list)):
