@@ -88,6 +88,16 @@ def test_cluster_gives_the_local_windows_and_bursts(data, cluster):
         assert _json(*cmd, *on) == _json(*cmd)
 
 
+def test_convert_on_the_cluster_writes_the_local_parquet(data, cluster, tmp_path):
+    import pyarrow.parquet as pq
+
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert run_cli("convert", data["folder"], "-o", a, "--no-progress").exit_code == 0
+    res = run_cli("convert", data["folder"], "-o", b, "--no-progress", "--engine", "dask", "--scheduler", cluster["address"])
+    assert res.exit_code == 0, res.stderr
+    assert pq.read_table(b).equals(pq.read_table(a))
+
+
 @pytest.mark.usefixtures("small_pieces")
 def test_scheduler_address_from_the_environment(data, cluster, monkeypatch):
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", cluster["address"])
