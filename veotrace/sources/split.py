@@ -14,9 +14,7 @@ the middle) and not when the ``seq`` column (the row number in the file) is want
 
 from __future__ import annotations
 
-import csv
 import importlib
-import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,39 +239,47 @@ def _chunk_parser(path, names, present, read_cols, options, scanner):
             return _BAD
         if table.num_rows == 0:
             return None
-        return al._checked(al._rename(table.unify_dictionaries().combine_chunks().to_batches()[0], present)) or _BAD
+        return al._checked(al._rename(table.unify_dictionaries().combine_chunks().to_batches()[0], present),
+                          options) or _BAD
 
     return parse
 
 
 def _exact_range(path, a, b, present, read_cols, options, report, schema, *, skip: int) -> Iterator[pa.RecordBatch]:
-    """The rows of [a, b) after the first ``skip`` (already yielded), parsed one at a time as the
-    whole-file exact path does; line numbers count over the whole file."""
+    """The rows of [a, b) after the first ``skip`` (already yielded), parsed one physical line at a
+    time by the exact path's own field rules (``alloc_exact``); line numbers count over the whole file."""
+    from veotrace.sources import alloc_exact as ex
     from veotrace.sources import alloc_log as al
 
-    index = {h.lower(): j for j, h in enumerate(al._split_header(_head_line(path)))}
+    header = al._split_header(_head_line(path))
+    index, width = {h.lower(): j for j, h in enumerate(header)}, len(header)
     rows: dict[str, list] = {c: [] for c in read_cols}
     seen = 0
     with path.open("rb") as fh:
-        lines_before = _count_lines(fh, a)
-        reader = csv.reader(_lines(fh, a, b))
-        for record in reader:
-            if not record:
+        lineno = _count_lines(fh, a)
+        for raw in _lines(fh, a, b):
+            lineno += 1
+            raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+            if not raw.strip():
                 continue
             seen += 1
             if seen <= skip:
                 continue
-            lineno = lines_before + reader.line_num
             try:
-                if len(record) < len(index):
-                    raise al._FieldError(None, f"expected {len(index)} fields, got {len(record)}")
+                if b"\x00" in raw:
+                    raise ex._FieldError(None, "the line holds a NUL byte (binary data or a corrupt copy?)")
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ex._FieldError(None, f"not UTF-8 text (byte {exc.start} of the line)") from None
+                get = ex._csv_getter(text, index, width)
                 parsed = {}
                 for c in read_cols:
                     try:
-                        parsed[c] = al._parse_value(c, record[index[c]], options)
+                        parsed[c] = ex._parse_value(c, get(c), options)
                     except ValueError as exc:
-                        raise al._FieldError(c, str(exc)) from None
-            except al._FieldError as bad:
+                        raise ex._FieldError(c, str(exc)) from None
+            except ex._FieldError as bad:
                 if not options.skip_bad_rows:
                     raise TraceFormatError(bad.message, path=path, line=lineno, field=bad.field,
                                            hint="Fix the row, or pass --skip-bad-rows to skip and count bad rows") from None
@@ -282,11 +288,11 @@ def _exact_range(path, a, b, present, read_cols, options, report, schema, *, ski
             for c in read_cols:
                 rows[c].append(parsed[c])
             if len(rows[read_cols[0]]) >= al.SLOW_BATCH_ROWS:
-                yield al.conform_log_batch(al._rows_batch(rows, options), path=path, options=options,
+                yield al.conform_log_batch(ex._rows_batch(rows, options), path=path, options=options,
                                            seq_start=0, schema=schema)
                 rows = {c: [] for c in read_cols}
     if rows[read_cols[0]]:
-        yield al.conform_log_batch(al._rows_batch(rows, options), path=path, options=options, seq_start=0,
+        yield al.conform_log_batch(ex._rows_batch(rows, options), path=path, options=options, seq_start=0,
                                    schema=schema)
 
 
@@ -302,7 +308,8 @@ def _count_lines(fh, end: int) -> int:
     return n
 
 
-def _lines(fh, a: int, b: int) -> Iterator[str]:
+def _lines(fh, a: int, b: int) -> Iterator[bytes]:
+    """The physical lines (with their line ends) starting in [a, b)."""
     fh.seek(a)
     pos = a
     while pos < b:
@@ -310,7 +317,7 @@ def _lines(fh, a: int, b: int) -> Iterator[str]:
         if not line:
             return
         pos += len(line)
-        yield line.decode("utf-8", errors="replace")
+        yield line
 
 
 def _head_line(path: Path) -> bytes:
