@@ -108,6 +108,9 @@ def read_metrics(path: Path, *, options: ReadOptions | None = None, report: Read
     body = ["" if _NCU_MESSAGE.match(ln) else ln for ln in lines[start:]]
     rows = csv.reader(io.StringIO("\n".join(body)))
     header = next(rows)
+    if "Kernel Name" not in header:
+        raise TraceFormatError("ncu CSV header has no 'Kernel Name' column", path=path, line=start + 1,
+                               hint="veotrace reads the details and raw pages of 'ncu --csv'")
     if all(col in header for col in DETAILS):
         cols = _read_details(path, header, rows, start, options, report)
     else:

@@ -31,8 +31,8 @@ _MISSING = pa.array(sorted(MISSING), pa.string())
 
 def read_fast(path, body: bytes, header: list[str], *, report) -> pa.Table | None:
     """The NCU_METRICS table of a details or raw page given its bytes from the header on, or None."""
-    if len(set(header)) != len(header):
-        return None
+    if len(set(header)) != len(header) or "ID" not in header or "Kernel Name" not in header:
+        return None  # the row reader names what is missing
     try:
         t = pacsv.read_csv(pa.py_buffer(body), convert_options=pacsv.ConvertOptions(
             column_types=dict.fromkeys(header, pa.string()), strings_can_be_null=False, quoted_strings_can_be_null=False))
