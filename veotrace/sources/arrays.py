@@ -229,18 +229,28 @@ def read_column_table(path: Path, kind: str):
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            return pq.read_table(path)
+            return _unique_columns(pq.read_table(path), path)
         import pyarrow.csv as pacsv
 
         stream, _raw = open_decompressed(path)  # gzip/zstd by content, not by the file name
         with stream:
             table = pacsv.read_csv(stream)
         table.column_names  # noqa: B018 - header names are decoded here: non-UTF-8 fails now, not later
-        return table
+        return _unique_columns(table, path)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"not a readable {what} table (not UTF-8 text: {exc.reason})", path=path) from None
     except (pa.ArrowException, OSError) as exc:
         raise TraceFormatError(f"not a readable {what} table ({_detail(exc)})", path=path) from None
+
+
+def _unique_columns(table, path: Path):
+    """The table, refused when a column name appears twice (which of the two would be read?)."""
+    names = table.column_names
+    for name in names:
+        if names.count(name) > 1:
+            raise TraceFormatError(f"column {name!r} appears {names.count(name)} times in the header", path=path,
+                                   hint="Name each column once")
+    return table
 
 
 def non_numeric_error(path: Path, column: str, col, *, header_rows: int) -> TraceFormatError:
