@@ -108,3 +108,11 @@ def test_simulate_plot(tmp_path):
     assert res.exit_code == 0, res.stderr
     assert svg_size(fig.read_bytes()) == (700, 400)
     assert b"torch (x" in fig.read_bytes() and b"ideal (x1.00 of ideal)" in fig.read_bytes()
+
+
+def test_fragmentation_plot(tmp_path):
+    fig = tmp_path / "frag.png"
+    res = run_cli("fragmentation", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--plot", fig, "--plot-size", "800x500",
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    assert png_size(fig.read_bytes()) == (800, 500)

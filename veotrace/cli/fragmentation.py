@@ -16,6 +16,8 @@ from veotrace.cli.common import (
     OutputFormat,
     OutputOpt,
     PathsArg,
+    PlotOpt,
+    PlotSizeOpt,
     RowsOpt,
     SkipBadRowsOpt,
     TimeUnit,
@@ -26,6 +28,7 @@ from veotrace.cli.common import (
     progress,
     read_setup,
     user_errors,
+    write_plot,
 )
 
 from veotrace.analysis import defaults as _D
@@ -71,6 +74,8 @@ def fragmentation_command(
     output: OutputOpt = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
 ) -> None:
     """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and _memory_viz definitions."""
     with user_errors():
@@ -94,6 +99,7 @@ def fragmentation_command(
         for line in warning_lines(result.counters, result.end["total"]):
             err(line)
         result.summary["read"] = report.to_dict()
+        write_plot(plot, "fragmentation", result, plot_size)
         emit(fmt, output, as_json=lambda: _json(result, at), as_table=lambda: _table(result, table),
              render_terminal=lambda con: render_fragmentation(con, result, max_rows=rows))
 
