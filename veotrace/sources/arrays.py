@@ -149,7 +149,11 @@ def _read_npy(fh, size: int, path: Path, what: str) -> np.ndarray:
         raise TraceFormatError(f"{what} is truncated ({len(data):,} of {nbytes:,} data bytes)", path=path,
                                hint="Re-save it with np.save")
     arr = np.frombuffer(data, dtype=dtype, count=count) if count else np.empty(0, dtype=dtype)
-    return arr.reshape(shape, order="F" if fortran else "C")
+    try:
+        return arr.reshape(shape, order="F" if fortran else "C")
+    except ValueError as exc:  # a dimension numpy cannot hold, e.g. (10**30, 0)
+        raise TraceFormatError(f"{what} has a shape numpy cannot hold ({_detail(exc)})", path=path,
+                               hint="Re-save it with np.save") from None
 
 
 def _load_npz(path: Path, name: str | None) -> np.ndarray:
