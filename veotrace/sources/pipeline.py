@@ -46,7 +46,9 @@ def read_ahead(items: Iterator[X], work: Callable[[X], Y], workers: int = 1) -> 
         except BaseException as exc:  # noqa: BLE001
             return i, _Raised(exc)
 
-    with ThreadPoolExecutor(workers) as pool:
+    pool = ThreadPoolExecutor(workers)
+    wait_for_workers = True
+    try:
         pending: set[Future] = {pool.submit(task) for _ in range(workers + 1)}
         ready: dict[int, object] = {}
         for nxt in itertools.count():
@@ -62,3 +64,11 @@ def read_ahead(items: Iterator[X], work: Callable[[X], Y], workers: int = 1) -> 
                 raise value.exc
             pending.add(pool.submit(task))
             yield value  # type: ignore[misc]
+    except GeneratorExit:
+        # An abandoned generator is closed by the garbage collector, which may run inside
+        # threading's own bookkeeping (Thread.start -> _maintain_shutdown_locks): joining the workers
+        # there deadlocks on threading's shutdown lock (seen in the fuzz tests). Let them finish alone.
+        wait_for_workers = False
+        raise
+    finally:
+        pool.shutdown(wait=wait_for_workers, cancel_futures=True)
