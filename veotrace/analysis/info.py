@@ -294,3 +294,28 @@ def info_table(infos: list[FileInfo]) -> pa.Table:
                      "supports": "; ".join(i.supports) or None, "problems": "; ".join(i.problems) or None,
                      "error": i.error})
     return pa.Table.from_pylist(rows, schema=INFO_FILES)
+
+
+def describe_all(probes: list, skipped: list[str], read_frames: Any) -> tuple[list[FileInfo], list[str]]:
+    """FileInfos of probed files, as ``veotrace info`` and the report show them.
+
+    Files no reader detects (and folder files that were skipped) are tried as per-frame metric tables
+    with ``read_frames(path) -> frames or None`` (the reader is passed in: analyses read no files).
+
+    Returns:
+        The FileInfos, and the skipped names that are not frame tables either.
+    """
+    from pathlib import Path
+
+    infos = []
+    for p in probes:
+        frames = read_frames(p.path) if p.fmt is None and p.error is not None else None
+        infos.append(describe_frames(str(p.path), frames) if frames else describe(p))
+    kept = []
+    for name in skipped:
+        frames = read_frames(Path(name))
+        if frames:
+            infos.append(describe_frames(name, frames))
+        else:
+            kept.append(name)
+    return infos, kept

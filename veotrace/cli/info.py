@@ -24,33 +24,6 @@ from veotrace.cli.common import (
 )
 
 
-def _frames_or_none(path):
-    """The file read as a per-frame metrics table (what `coherence` reads), or None when it is not one."""
-    from veotrace.errors import VeotraceError
-    from veotrace.sources.frames import read_frame_metrics
-
-    try:
-        return read_frame_metrics(path)
-    except (VeotraceError, OSError, UnicodeDecodeError, ValueError):
-        return None
-
-
-def _describe(probes, skipped, analysis):
-    """FileInfos of the probed files; files no reader detects are tried as per-frame metric tables."""
-    infos = []
-    for p in probes:
-        frames = _frames_or_none(p.path) if p.fmt is None and p.error is not None else None
-        infos.append(analysis.describe_frames(str(p.path), frames) if frames else analysis.describe(p))
-    kept = []
-    for name in skipped:
-        frames = _frames_or_none(Path(name))
-        if frames:
-            infos.append(analysis.describe_frames(name, frames))
-        else:
-            kept.append(name)
-    return infos, kept
-
-
 @app.command("info")
 def info_command(
     paths: Annotated[list[Path], typer.Argument(help="Any files veotrace reads (alloc logs, snapshots, nsys/ncu exports, arrays, per-frame metric tables, Parquet) or folders of them.")],
@@ -64,11 +37,12 @@ def info_command(
     with user_errors():
         from veotrace.analysis import info as analysis
         from veotrace.render.info import render_info
+        from veotrace.sources.frames import frames_or_none
         from veotrace.sources.probe import probe_paths
 
         options, _ = read_setup(time_unit, skip_bad_rows, format_hint)
         probes, skipped = probe_paths(paths, options)
-        infos, skipped = _describe(probes, skipped, analysis)
+        infos, skipped = analysis.describe_all(probes, skipped, frames_or_none)
         for p in probes:
             p.report.warnings.clear()  # reader notes (e.g. "no time_us") are part of the description
             print_report(p.report)

@@ -58,13 +58,15 @@ def build_report(paths: list[Path], *, options: Any = None,
     """
     from veotrace import __version__
     from veotrace.sources import ReadOptions
+    from veotrace.analysis.info import describe_all
+    from veotrace.sources.frames import frames_or_none
     from veotrace.sources.probe import probe_paths
 
     options = options if options is not None else ReadOptions()
     infos, groups, skipped = [], [], []
     for given in paths:
         probes, skip = probe_paths([Path(given)], options)
-        described, skip = describe_all(probes, skip)
+        described, skip = describe_all(probes, skip, frames_or_none)
         groups.append(list(range(len(infos), len(infos) + len(described))))
         infos.extend(described)
         skipped.extend(skip)
@@ -78,33 +80,6 @@ def build_report(paths: list[Path], *, options: Any = None,
             on_section(job.cli)
         out.append(run_job(job, n, options))
     return Report(infos, skipped, out, __version__)
-
-
-def describe_all(probes: list, skipped: list[str]) -> tuple[list, list[str]]:
-    """FileInfos as ``veotrace info`` makes them: files no reader detects are tried as per-frame metric
-    tables (for coherence); the folder files that are neither stay skipped."""
-    from veotrace.analysis import info as analysis
-
-    infos, kept = [], []
-    for p in probes:
-        frames = _frames_or_none(p.path) if p.fmt is None and p.error is not None else None
-        infos.append(analysis.describe_frames(str(p.path), frames) if frames else analysis.describe(p))
-    for name in skipped:
-        frames = _frames_or_none(Path(name))
-        if frames:
-            infos.append(analysis.describe_frames(name, frames))
-        else:
-            kept.append(name)
-    return infos, kept
-
-
-def _frames_or_none(path: Path):
-    from veotrace.sources.frames import read_frame_metrics
-
-    try:
-        return read_frame_metrics(path)
-    except (VeotraceError, OSError, UnicodeDecodeError, ValueError):
-        return None
 
 
 def _why_not(infos: list, skipped: list[str], jobs: list[Job]) -> str:

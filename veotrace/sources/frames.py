@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from veotrace.errors import TraceFormatError
+from veotrace.errors import TraceFormatError, VeotraceError
 from veotrace.sources.arrays import PARQUET_MAGIC
 from veotrace.sources.base import read_head
 
@@ -62,6 +62,17 @@ def read_frame_metrics(
     from veotrace.sources.base import call_guarded
 
     return call_guarded(path, _read_frame_metrics, path, frame_column, names)
+
+
+def frames_or_none(path: Path) -> FrameMetrics | None:
+    """The file read as a per-frame metrics table (what ``coherence`` reads), or None when it is not one.
+
+    ``info`` and the report try files no other reader detects this way.
+    """
+    try:
+        return read_frame_metrics(path)
+    except (VeotraceError, OSError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def _read_frame_metrics(path: Path, frame_column: str | None, names: dict[str, str] | None) -> FrameMetrics:
