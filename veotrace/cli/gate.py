@@ -164,10 +164,10 @@ def _emit(result, fmt: GateFormat, output: Path | None, junit: Path | None) -> N
         if output is None:
             render_gate(stdout_console(), result)
         else:
-            with output.open("w", encoding="utf-8") as fh:
+            with export.output_file(output) as fh:
                 render_gate(stdout_console(fh), result)
     if junit is not None:
-        junit.write_text(junit_xml(result), encoding="utf-8")
+        export.write_text(junit_xml(result), junit)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_commands(result):
             err(line)

@@ -162,7 +162,9 @@ def save_entropy_baseline(path: Path, result: Any, *, paths: list[Path], time_un
     commit = os.environ.get("GITHUB_SHA") or os.environ.get("CI_COMMIT_SHA")
     doc = entropy_baseline(result, fingerprint=fp, time_unit=time_unit, source={"commit": commit} if commit else {})
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # e.g. baselines/$CI_COMMIT_SHA.json in a fresh job
-    Path(path).write_text(json.dumps(doc, allow_nan=False) + "\n", encoding="utf-8")
+    from veotrace.render.export import write_text
+
+    write_text(json.dumps(doc, allow_nan=False) + "\n", Path(path))
     return Path(path)
 
 

@@ -128,11 +128,9 @@ def write_figure(path: Path, kind: str, result: Any, *, size: tuple[int, int] = 
     """
     fmt = plot_format(path)
     payload = figure_bytes(kind, result, fmt, size=size, **data)
-    try:
-        path.write_bytes(payload)
-    except OSError as exc:
-        raise VeotraceError(f"cannot write the figure: {exc.strerror or exc}", path=path,
-                            hint="Check that the folder exists and is writable") from None
+    from veotrace.render.export import write_bytes
+
+    write_bytes(payload, path)
     return len(payload)
 
 

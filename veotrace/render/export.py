@@ -68,6 +68,12 @@ def write_text(text: str, output: Path | None) -> None:
             fh.write(text)
 
 
+def write_bytes(data: bytes, output: Path) -> None:
+    """Write ``data`` to ``output`` through :func:`output_file` (figures, the HTML report)."""
+    with output_file(output, "wb") as fh:
+        fh.write(data)
+
+
 def _write_error(output: Path, exc: OSError) -> VeotraceError:
     return VeotraceError(f"cannot write the output: {exc.strerror or exc}", path=output,
                          hint="Nothing was written there; check the path, its permissions and free space")

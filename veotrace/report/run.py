@@ -112,14 +112,11 @@ def write_report(report: Report, output: Path) -> int:
     Raises:
         VeotraceError: the file cannot be written.
     """
+    from veotrace.render.export import write_bytes
     from veotrace.report.html import render_html
 
     data = render_html(report).encode("utf-8")
-    try:
-        output.write_bytes(data)
-    except OSError as exc:
-        raise VeotraceError(f"cannot write the report: {exc.strerror or exc}", path=output,
-                            hint="Check that the folder exists and is writable") from None
+    write_bytes(data, output)
     return len(data)
 
 

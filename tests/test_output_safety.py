@@ -1,0 +1,55 @@
+"""Every writer (tables, baselines, JUnit, figures, the report) goes through one safe output path."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from veotrace.cli import app
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+runner = CliRunner()
+
+
+def _log(tmp_path: Path) -> Path:
+    src = SAMPLES / "alloc_logs" / "alloc.log.1.csv"
+    dst = tmp_path / "in.csv"
+    shutil.copy(src, dst)
+    return dst
+
+
+def test_save_baseline_over_the_input_is_refused_and_the_input_kept(tmp_path):
+    log = _log(tmp_path)
+    before = log.read_bytes()
+    res = runner.invoke(app, ["entropy", str(log), "--window", "1h", "-f", "json", "--save-baseline", str(log)])
+    assert res.exit_code == 2
+    assert "refusing to write the output over an input" in res.stderr
+    assert log.read_bytes() == before
+
+
+def test_junit_over_the_input_is_refused(tmp_path):
+    log = _log(tmp_path)
+    base = tmp_path / "base.json"
+    res = runner.invoke(app, ["entropy", str(log), "--window", "10m", "-f", "json", "--save-baseline", str(base)])
+    assert res.exit_code == 0, res.stderr
+    before = log.read_bytes()
+    res = runner.invoke(app, ["gate", str(log), "--baseline", str(base), "--junit", str(log)])
+    assert res.exit_code == 2, res.stderr
+    assert "refusing to write the output over an input" in res.stderr
+    assert log.read_bytes() == before
+
+
+def test_figure_on_a_full_disk_is_one_error_line_and_no_partial_file(tmp_path):
+    log = _log(tmp_path)
+    res = runner.invoke(app, ["entropy", str(log), "-f", "json", "--plot", str(tmp_path / "x.svg")])
+    assert res.exit_code == 0, res.stderr
+    assert (tmp_path / "x.svg").read_bytes().startswith(b"<?xml")
+    link = tmp_path / "full.svg"
+    link.symlink_to("/dev/full")
+    res = runner.invoke(app, ["entropy", str(log), "-f", "json", "--plot", str(link)])
+    assert res.exit_code == 1
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "cannot write" in errors[0], res.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
