@@ -211,7 +211,39 @@ def as_format_error(path: Path, exc: BaseException) -> TraceFormatError:
     if "ompress" in text or isinstance(exc, (EOFError, __import__("zlib").error)):
         return TraceFormatError(f"the file is truncated or corrupt ({text})", path=path,
                                 hint="Re-copy the file, or decompress what remains and read that")
+    m = _PARSE_FAILED.search(text)
+    if m is not None:
+        line = _line_holding(path, m.group(1))
+        if line is not None:
+            what = "an integer past the 64-bit range" if m.group(1).strip("+-").isdigit() else "not a valid number"
+            return TraceFormatError(f"{m.group(1)!r} is {what} ({m.group(2)} expected)", path=path, line=line,
+                                    hint="Fix or remove that row")
     return TraceFormatError(f"cannot read the file ({text})", path=path)
+
+
+#: pyarrow's message for a value its CSV reader could not convert (it names no line).
+_PARSE_FAILED = re.compile(r"Failed to parse string: '([^']{1,200})' as a scalar of type (\w+)")
+
+
+def _line_holding(path: Path, value: str) -> int | None:
+    """1-based number of the first line of ``path`` (decompressed) holding ``value`` as a field."""
+    needle = value.encode("utf-8", "replace")
+    try:
+        fh, _ = open_decompressed(path)
+        with fh:
+            n, tail = 0, b""
+            while chunk := fh.read(1 << 20):
+                lines = (tail + chunk).split(b"\n")
+                tail = lines.pop()
+                for raw in lines:
+                    n += 1
+                    if needle in raw and needle in [f.strip().strip(b'"') for f in raw.split(b",")]:
+                        return n
+            if needle in tail:
+                return n + 1
+    except Exception:  # noqa: BLE001 - only a better message is at stake; the caller has one already
+        return None
+    return None
 
 
 def guarded(path: Path, batches):
