@@ -112,7 +112,8 @@ def test_real_snapshot_without_time_us():
     assert d["ops"] == {"alloc": 3505, "free_requested": 3325, "free_completed": 3325, "segment_alloc": 152}
     assert d["events_without_time"] == 10_307 and d["first_ns"] is None
     assert f["details"]["blocks"]["states"] == {"active_allocated": 802, "inactive": 277}
-    assert f["supports"] == ["entropy --window-events N", "convert"]
+    # untimed, but its frees pair with its allocs: fragmentation and simulate window by events
+    assert f["supports"] == ["entropy --window-events N", "convert", "fragmentation", "simulate"]
 
 
 def test_real_snapshots_of_other_layouts():
@@ -129,6 +130,8 @@ def test_real_snapshots_of_other_layouts():
     assert yiyi["version"]["layout"].startswith("legacy") and yiyi["details"]["alloc_events"]["ops"] == {"snapshot": 1}
     # no alloc event in its trace: entropy and bursts (which count allocs) would find nothing to count
     assert not any(c.startswith(("entropy", "bursts")) for c in yiyi["supports"] + muduard["supports"])
+    # segments and blocks alone feed fragmentation (the state at the snapshot); no alloc to simulate
+    assert muduard["supports"] == ["fragmentation"] and "simulate" not in yiyi["supports"]
     r = run_cli("entropy", real_trace("yiyi_oom_snapshot.pickle"), "--window-events", "10")
     assert r.exit_code != 0
 
@@ -293,3 +296,45 @@ def test_frame_tables_are_recognised_for_coherence(tmp_path):
     assert r.exit_code == 0
     rows = list(pacsv.read_csv(pa.py_buffer(r.stdout.encode())).to_pylist())
     assert rows[0]["frames"] == 48 and rows[0]["supports"] == "coherence"
+
+
+@pytest.mark.parametrize("path, addressed, checked, paired, listed", [
+    ("alloc_addr/alloc_addr.csv", 1514, 1486, 1486, ["fragmentation", "simulate"]),
+    ("simulate/training_log.csv", 756, 720, 720, ["fragmentation", "simulate"]),
+    # the snapshot pairs free_completed (314), not free_requested (370), with its 600 allocs
+    ("snapshots/memory_snapshot.pickle", 600, 314, 314, ["fragmentation", "simulate"]),
+    ("nsys/synthetic_memory.sqlite", 2000, 2000, 2000, ["fragmentation", "simulate"]),
+    # addresses that no free names again (per-tensor views): every free unknown, so neither runs usefully
+    ("alloc_logs/alloc.log.1.csv", 5213, 4786, 0, []),
+])
+def test_fragmentation_and_simulate_follow_free_pairing(path, addressed, checked, paired, listed):
+    f = _one(SAMPLES / path)
+    assert f["details"]["alloc_events"]["addresses"] == {"addressed_allocs": addressed, "frees_checked": checked,
+                                                         "frees_paired": paired}
+    assert [c for c in f["supports"] if c.startswith(("fragmentation", "simulate"))] == listed
+    for cmd in listed:  # what info lists runs
+        r = run_cli(cmd, SAMPLES / path, "--format", "json")
+        assert r.exit_code == 0, r.stderr
+    if not listed:
+        r = run_cli("simulate", SAMPLES / path)
+        assert r.exit_code != 0 and "name no live allocation" in r.stderr
+
+
+def test_unknown_frees_above_the_simulate_limit(tmp_path):
+    # 100 allocs; of 100 frees, 94 pair (6% unknown > 5%): fragmentation yes, simulate no
+    lines = ["timestamp,op_type,size_bytes,address,stream,device"]
+    lines += [f"{i},alloc,512,{4096 * (i + 1)},0,0" for i in range(100)]
+    lines += [f"{100 + i},free,512,{4096 * (i + 1) if i < 94 else 7},0,0" for i in range(100)]
+    (tmp_path / "a.csv").write_text("\n".join(lines) + "\n")
+    f = _one(tmp_path / "a.csv")
+    assert f["details"]["alloc_events"]["addresses"]["frees_paired"] == 94
+    assert "fragmentation" in f["supports"] and "simulate" not in f["supports"]
+    assert run_cli("simulate", tmp_path / "a.csv").exit_code != 0
+
+
+def test_address_arrays_feed_fragmentation_strides():
+    addrs, epe = _one(SAMPLES / "arrays" / "addrs.npy"), _one(SAMPLES / "arrays" / "epe.npy")
+    assert addrs["supports"] == ["fragmentation (address strides)", "correlate"]
+    assert epe["supports"] == ["correlate"]  # float error values: fragmentation refuses them
+    assert run_cli("fragmentation", SAMPLES / "arrays" / "addrs.npy").exit_code == 0
+    assert run_cli("fragmentation", SAMPLES / "arrays" / "epe.npy").exit_code != 0

@@ -109,11 +109,55 @@ def _widen(cur: tuple, new: tuple) -> tuple:
     return lo, hi
 
 
+#: Frees checked against earlier alloc addresses for ``frees_paired`` (a cheap sample: the first ones).
+PAIRING_SAMPLE = 100_000
+_FREE_OPS = ("free", "free_requested", "free_completed")
+
+
+class _Pairing:
+    """Counts, over the first PAIRING_SAMPLE frees, those naming an address allocated before on their device."""
+
+    def __init__(self) -> None:
+        self.live: set = set()
+        self.checked: Counter = Counter()  # free op -> frees checked
+        self.paired: Counter = Counter()
+        self.addressed_allocs = 0
+
+    def add(self, b: pa.RecordBatch, ops: pa.Array) -> None:
+        if "address" not in b.schema.names:
+            return
+        addr = b.column("address")
+        has = pc.is_valid(addr)
+        self.addressed_allocs += pc.sum(pc.and_(has, pc.equal(ops, "alloc"))).as_py() or 0
+        if sum(self.checked.values()) >= PAIRING_SAMPLE:
+            return
+        keep = pc.and_(has, pc.is_in(ops, pa.array(("alloc",) + _FREE_OPS)))
+        dev = b.column("device") if "device" in b.schema.names else pa.nulls(b.num_rows, pa.int64())
+        for op, a, d in zip(ops.filter(keep).to_pylist(), addr.filter(keep).to_pylist(), dev.filter(keep).to_pylist()):
+            if op == "alloc":
+                self.live.add((d, a))
+            else:
+                self.checked[op] += 1
+                self.paired[op] += (d, a) in self.live
+
+    def summary(self) -> dict:
+        """{addressed_allocs, frees_checked, frees_paired} (frees: free_completed when logged, as simulate pairs)."""
+        op = "free_completed" if self.checked.get("free_completed") else "free_requested"
+        checked = self.checked["free"] + self.checked[op]
+        return {"addressed_allocs": self.addressed_allocs, "frees_checked": checked,
+                "frees_paired": self.paired["free"] + self.paired[op]}
+
+
 def alloc_summary(batches: Iterable[pa.RecordBatch]) -> dict:
-    """Rows, time span, devices, streams, op counts and size ranges of ALLOC_EVENTS batches (streamed)."""
+    """Rows, time span, devices, streams, op counts and size ranges of ALLOC_EVENTS batches (streamed).
+
+    ``addresses`` says how many allocs carry an address and, of the first PAIRING_SAMPLE frees, how many
+    free an address allocated earlier on their device (what fragmentation and simulate pair by).
+    """
     rows, untimed, ops, kinds = 0, 0, Counter(), Counter()
     span, sizes, alloc_sizes = (None, None), (None, None), (None, None)
     devices, streams = set(), set()
+    pairing = _Pairing()
     for b in batches:
         rows += b.num_rows
         ts = b.column("ts_ns")
@@ -125,13 +169,15 @@ def alloc_summary(batches: Iterable[pa.RecordBatch]) -> dict:
         streams.update(_values([b.column("stream")]))
         size = b.column("size_bytes")
         sizes = _widen(sizes, _minmax(size))
-        is_alloc = pc.equal(b.column("op").cast(pa.string()), "alloc")
+        op_text = b.column("op").cast(pa.string())
+        is_alloc = pc.equal(op_text, "alloc")
         alloc_sizes = _widen(alloc_sizes, _minmax(size.filter(is_alloc)))
+        pairing.add(b, op_text)
     kinds.pop(None, None)
     return {"rows": rows, **_span(*span), "events_without_time": untimed, "devices": sorted(devices),
             "streams": sorted(streams), "ops": dict(ops.most_common()), "mem_kinds": dict(kinds.most_common()),
             "alloc_size_bytes": {"min": alloc_sizes[0], "max": alloc_sizes[1]},
-            "size_bytes": {"min": sizes[0], "max": sizes[1]}}
+            "size_bytes": {"min": sizes[0], "max": sizes[1]}, "addresses": pairing.summary()}
 
 
 #: Kernels listed per file, most launched first (``kernel_names`` counts them all).
@@ -241,6 +287,7 @@ def supported_commands(info: FileInfo) -> list[str]:
         out.append("convert")
         if counted and timed:
             out.append("bursts")
+    out.extend(_replay_commands(info))
     gpu = info.details.get("gpu_activity")
     if gpu is not None and gpu["kinds"].get("kernel"):
         out.append("bursts --events kernels")
@@ -253,6 +300,39 @@ def supported_commands(info: FileInfo) -> list[str]:
         out.append("correlate")
     if info.tables.get("frames"):
         out.append("coherence")
+    return out
+
+
+#: Share of checked frees that must pair with an earlier alloc for ``fragmentation`` to be listed (below it
+#: the addresses are not the allocator's, e.g. logged per tensor view, and every free would be "unknown").
+FRAGMENTATION_MIN_PAIRED = 0.5
+
+
+def _replay_commands(info: FileInfo) -> list[str]:
+    """fragmentation and simulate, when the file feeds them (both pair frees with allocs by address).
+
+    fragmentation: allocs with addresses whose frees mostly pair (or no frees), a PyTorch snapshot's
+    segments and blocks (its state alone, without a trace), or one array of non-negative integer addresses
+    (a stride summary). simulate: allocs with a size and frees of which at most
+    SIMULATE_MAX_UNKNOWN_FREES name no earlier alloc (checked on the first PAIRING_SAMPLE frees; a
+    snapshot's frees of blocks live before its trace count as unknown here, so this errs on refusing).
+    """
+    from veotrace.analysis.defaults import SIMULATE_MAX_UNKNOWN_FREES
+
+    out = []
+    alloc = info.details.get("alloc_events") if info.tables.get("alloc_events") else None
+    addr = (alloc or {}).get("addresses") or {}
+    checked, paired = addr.get("frees_checked", 0), addr.get("frees_paired", 0)
+    placed = addr.get("addressed_allocs", 0) > 0 and (checked == 0 or paired >= FRAGMENTATION_MIN_PAIRED * checked)
+    snapshot = bool(info.tables.get("segments")) and "blocks" in info.tables
+    arrays = (info.details.get("arrays") or {}).get("arrays", {})
+    strides = len(arrays) == 1 and all(a["dtype"][1] == "u" or (a["dtype"][1] == "i" and (a["min"] is None or a["min"] >= 0))
+                                       for a in arrays.values())
+    if placed or snapshot or strides:
+        out.append("fragmentation (address strides)" if strides and not (placed or snapshot) else "fragmentation")
+    sized = alloc is not None and (alloc["alloc_size_bytes"]["max"] or 0) > 0
+    if sized and checked and checked - paired <= SIMULATE_MAX_UNKNOWN_FREES * checked:
+        out.append("simulate")
     return out
 
 
