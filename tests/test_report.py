@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,10 +145,10 @@ def test_plan_groups_rotated_logs_and_pairs_arrays(tmp_path):
     arrays = [FileInfo("a/x_addrs.npy", "npy", None, supports=["correlate"]),
               FileInfo("a/x_epe.npy", "npy", None, supports=["correlate"]),
               FileInfo("a/other.npy", "npy", None, supports=["correlate"])]
-    other = [FileInfo("x.log", "alloc-csv", None, supports=["convert", "gate", "fragmentation --soon"])]
+    other = [FileInfo("x.log", "alloc-csv", None, supports=["convert", "gate", "fragmentation (address strides)"])]
     jobs = plan(logs + arrays + other, [[0, 1], [2, 3, 4], [5]])
     cmds = [(j.command, [str(p) for p in j.paths], j.note is None) for j in jobs]
-    assert "x.log" not in str(cmds)  # commands the report has no runner for are left out
+    assert "x.log" not in str(cmds)  # commands the report has no runner for (and array strides) are left out
     assert ("entropy", ["d/log.1.csv", "d/log.2.csv"], True) in cmds
     assert ("bursts", ["d/log.1.csv", "d/log.2.csv"], True) in cmds
     assert ("correlate", ["a/x_addrs.npy", "a/x_epe.npy"], True) in cmds
@@ -156,6 +157,59 @@ def test_plan_groups_rotated_logs_and_pairs_arrays(tmp_path):
     short = plan([FileInfo("s.csv", "alloc-csv", None, supports=["entropy"], details={"alloc_events": {
         "first_ns": 0, "last_ns": 3 * 10**9, "events_without_time": 0}})], [[0]])
     assert short[0].params == {}  # the window is the analysis' own choice, as for `veotrace entropy s.csv`
+
+
+def _li(value, label: str) -> str:
+    return f"<li><b>{fmt(value)}</b><span>{label}</span></li>"
+
+
+@pytest.fixture(scope="module")
+def replay_report(tmp_path_factory):
+    """The report over an alloc log with addresses and a PyTorch snapshot (both feed fragmentation and simulate)."""
+    out = tmp_path_factory.mktemp("replay") / "report.html"
+    res = run_cli("report", SAMPLES / "alloc_addr" / "alloc_addr.csv", SAMPLES / "snapshots" / "memory_snapshot.pickle",
+                  "-o", out)
+    assert res.exit_code == 0, res.stderr
+    return re.split(r"<h2>", out.read_text(encoding="utf-8"))
+
+
+def _section(parts: list[str], title: str, name: str) -> str:
+    (found,) = [p for p in parts if p.startswith(f"{title} <small>{name}</small>")]
+    return found
+
+
+@pytest.mark.parametrize("path", ["alloc_addr/alloc_addr.csv", "snapshots/memory_snapshot.pickle"])
+def test_report_fragmentation_and_simulate_numbers(replay_report, path):
+    import json
+
+    frag = json.loads(run_cli("fragmentation", SAMPLES / path, "--format", "json").stdout)
+    sec = _section(replay_report, "Fragmentation over time", Path(path).name)
+    end = frag["end"]["total"]
+    for key, label in (("reserved_bytes", "reserved at end"), ("allocated_bytes", "allocated at end"),
+                       ("largest_free_bytes", "largest free block"), ("external_frag", "external fragmentation")):
+        assert _li(end[key], label) in sec
+    s = frag["summary"]
+    assert _li(f"{s['fragmented_windows']} of {s['windows']}", "fragmented windows") in sec
+    assert "<figure" in sec and "threshold" in sec
+
+    sim = json.loads(run_cli("simulate", SAMPLES / path, "--policy", "torch", "--policy", "bestfit", "--policy",
+                             "ideal", "--format", "json").stdout)
+    sec = _section(replay_report, "Allocator what-if", Path(path).name)
+    peaks = {p["policy"]: p["peak_reserved_bytes"] for p in sim["policies"]}
+    assert _li(sim["whatif"][0]["policy"], "best policy") in sec
+    assert _li(peaks["torch"], "torch peak reserved") in sec and _li(peaks["ideal"], "ideal peak reserved") in sec
+    assert [w["policy"] for w in sim["whatif"]] == re.findall(r"<tr><td class=n>\d+</td><td>(\w+)</td>", sec)
+    assert "torch, bestfit, ideal (the report&#x27;s subset" in sec or "torch, bestfit, ideal (the report's subset" in sec
+    v = sim["validation"]
+    if path.endswith(".pickle"):  # the snapshot's recorded segment allocs check the torch model
+        assert _li(f"{100 * v['share']:.1f}%", "segment allocs reproduced") in sec
+    else:
+        assert v is None and "segment allocs reproduced" not in sec
+
+
+def test_report_leaves_out_replays_of_logs_whose_frees_do_not_pair(sample_report):
+    html = sample_report[1].read_text(encoding="utf-8")  # sample_traces/alloc_logs: every free unknown
+    assert "Fragmentation over time" not in html and "Allocator what-if" not in html
 
 
 @pytest.mark.slow

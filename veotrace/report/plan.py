@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 #: The commands of `info`'s "supports" that the report runs (report.sections has a runner for each).
-ANALYSES = ("entropy", "bursts", "bursts --events kernels", "l2-breakpoints", "correlate", "coherence")
+ANALYSES = ("entropy", "bursts", "bursts --events kernels", "l2-breakpoints", "correlate", "coherence",
+            "fragmentation", "simulate")
 #: Formats whose files in one folder are parts of one log (rotation) and are read together; other
 #: files (profiles, exports, frame tables) are each their own run.
 ROTATED = ("alloc-csv", "alloc-jsonl")
@@ -47,7 +48,7 @@ def plan(infos: list, groups: list[list[int]]) -> list[Job]:
                 continue
             for cmd in info.supports:
                 base = _base(cmd)
-                if base not in ANALYSES:  # convert, and commands the report does not run
+                if base not in ANALYSES or cmd.endswith("(address strides)"):  # convert, strides of an array
                     continue
                 together = info.format in ROTATED and base != "coherence"
                 key = (base, str(Path(info.path).parent), info.format) if together else (base, info.path)

@@ -13,11 +13,15 @@ TITLES = {
     "l2-breakpoints": "L2 breakpoints per kernel",
     "correlate": "Address jumps vs optical-flow error",
     "coherence": "Coherence collapse",
+    "fragmentation": "Fragmentation over time",
+    "simulate": "Allocator what-if",
 }
 #: Rows of a key table shown before "N more rows".
 MAX_ROWS = 30
 #: Lags drawn by the report's correlate section (when the series is long enough).
 REPORT_MAX_LAG = 3
+#: Policies the report's simulate section replays (all seven take several times longer; the command runs them all).
+REPORT_POLICIES = ("torch", "bestfit", "ideal")
 
 
 def _figure(section, kind: str, result: Any, size, **data) -> None:
@@ -134,6 +138,68 @@ def coherence(job, section, options, size) -> None:
     _figure(section, "coherence", res, size)
 
 
+def fragmentation(job, section, options, size) -> None:
+    from veotrace.analysis.defaults import FRAGMENTATION_MAX_GAP_BYTES, FRAGMENTATION_THRESHOLD, FRAGMENTATION_ZONE_BYTES
+    from veotrace.analysis.defaults import FRAGMENTATION_BINS
+    from veotrace.cli.fragmentation import run  # the reader of logs and snapshots the command uses
+    from veotrace.sources import ReadReport
+
+    res = run(job.paths, options=options, report=ReadReport(), on_progress=None, window_s=None, window_events=None,
+              threshold=FRAGMENTATION_THRESHOLD, max_gap=FRAGMENTATION_MAX_GAP_BYTES, bins=list(FRAGMENTATION_BINS),
+              zone_bytes=FRAGMENTATION_ZONE_BYTES, at_offset_s=None)
+    e, s = res.end["total"], res.summary
+    section.headline = [("reserved at end", e.get("reserved_bytes")), ("allocated at end", e.get("allocated_bytes")),
+                        ("largest free block", e.get("largest_free_bytes")),
+                        ("external fragmentation", e.get("external_frag")),
+                        ("fragmented windows", f"{s['fragmented_windows']} of {s['windows']}")]
+    rows = res.windows.to_pylist()
+    flagged = [r for r in rows if r["fragmented"]]
+    shown = flagged if 0 < len(flagged) < len(rows) else rows
+    _table(section, "Fragmented windows" if shown is flagged else "Windows",
+           ["window", "device", "events", "live peak", "reserved", "free", "largest free", "ext frag", "GMLake"],
+           [[r["window"], r["device"], r["events"], r["live_bytes_peak"], r["reserved_bytes"], r["free_bytes"],
+             r["largest_free_bytes"], r["external_frag"], r["gmlake_frag"]] for r in shown])
+    section.params = {k: v for k, v in res.params.items() if v is not None}
+    if res.windows.num_rows:
+        _figure(section, "fragmentation", res, size)
+
+
+def simulate(job, section, options, size) -> None:
+    from veotrace.allocators import replay as rp
+    from veotrace.allocators import simulate as sim
+    from veotrace.allocators.validation import validate
+    from veotrace.cli.simulate import load  # events, and a snapshot's settings and seed, as the command reads them
+    from veotrace.sources import ReadReport
+
+    table, conf, snap_conf, seed = load(job.paths, options, ReadReport(), None)
+    seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
+    res = sim.simulate(rp.build_requests(table, seeds=seeds), policies=list(REPORT_POLICIES), conf=conf, seed=seed)
+    if seed is not None:
+        res.validation = validate(table, seed, snap_conf)
+    by_name = {r["policy"]: r for r in res.policies}
+    best = res.whatif[0]
+    section.headline = [("best policy", best["policy"]), ("torch peak reserved", by_name["torch"]["peak_reserved_bytes"]),
+                        ("ideal peak reserved", by_name["ideal"]["peak_reserved_bytes"]),
+                        ("torch vs ideal", next(w["vs_ideal"] for w in res.whatif if w["policy"] == "torch"))]
+    v = res.validation
+    if v is not None:
+        section.headline += [("segment allocs reproduced", f"{100 * v['share']:.1f}%"),
+                             ("extra segment allocs", f"{v['extra']} ({100 * v['extra_share']:.1f}%)")]
+    _table(section, "What-if: policies ranked by peak reserved",
+           ["rank", "policy", "peak reserved", "vs ideal", "peak allocated", "device allocs", "flushes", "fragmented windows"],
+           [[w["rank"], w["policy"], by_name[w["policy"]]["peak_reserved_bytes"], w["vs_ideal"],
+             by_name[w["policy"]]["peak_allocated_bytes"], by_name[w["policy"]]["device_allocs"],
+             by_name[w["policy"]]["flushes"],
+             f"{by_name[w['policy']]['fragmentation']['fragmented_windows']}/{by_name[w['policy']]['fragmentation']['windows']}"]
+            for w in res.whatif])
+    p = res.params
+    section.params = {"policies": ", ".join(REPORT_POLICIES) + " (the report's subset; the command runs all seven)",
+                      "torch settings": p["torch_conf"]["source"], "requests": p["requests"], "seeding": p["seed"],
+                      "recorded releases followed": p["recorded_releases"], "unknown frees": p["counts"]["unknown_frees"]}
+    section.command = job.cli + "".join(f" --policy {n}" for n in REPORT_POLICIES)
+    _figure(section, "simulate", res, size)
+
+
 def _interval(lo, hi) -> str:
     from veotrace.plot.common import fmt
 
@@ -141,4 +207,4 @@ def _interval(lo, hi) -> str:
 
 
 RUNNERS = {"entropy": entropy, "bursts": bursts, "bursts --events kernels": bursts, "l2-breakpoints": l2,
-           "correlate": correlate, "coherence": coherence}
+           "correlate": correlate, "coherence": coherence, "fragmentation": fragmentation, "simulate": simulate}
