@@ -51,7 +51,10 @@ class BlockPool:
 
     def insert_into_blocks(self, b: Block) -> None:
         b.gc_base = self.get_free_blocks_call_count
-        insort(self.keys.setdefault(b.stream, []), (b.size, b.addr))
+        lst = self.keys.get(b.stream)
+        if lst is None:
+            lst = self.keys[b.stream] = []
+        insort(lst, (b.size, b.addr))
         self.free[b.addr] = b
 
     def erase(self, b: Block) -> None:

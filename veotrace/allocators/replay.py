@@ -270,12 +270,16 @@ def iter_replay(policy_for_device, req: Requests, policies: dict, *, chunk: int 
         end = min(start + chunk, n)
         if only is not None:  # one device: the common case, with the lookups hoisted out of the loop
             rec, malloc, free, i = only.rec, only.malloc, only.free, start
-            while i < end and kind[i] <= FREE:
-                rec.req = i
-                if kind[i] == MALLOC:
+            while i < end:
+                k = kind[i]
+                if k == MALLOC:
+                    rec.req = i
                     handles[i] = malloc(size[i], stream[i])
-                else:
+                elif k == FREE:
+                    rec.req = i
                     free(handles.pop(pair[i]))
+                else:
+                    break
                 i += 1
             start = i
         for i in range(start, end):

@@ -44,6 +44,8 @@ class TorchAllocator:
         self.va = va or AddressSpace()
         self.large_blocks, self.small_blocks = BlockPool(False), BlockPool(True)
         self.mss = conf.max_split_size
+        self.max_non_split_rounding_size = conf.max_non_split_rounding_size
+        self.emit = self.rec.emit
         self.gc_on = conf.garbage_collection_threshold > 0 and capacity is not None
         self.es = expandable.Expandable(self) if conf.expandable_segments else None
         self.armed = False
@@ -61,24 +63,32 @@ class TorchAllocator:
         size, alloc_size = sizes
         pool = self.small_blocks if size <= kSmallSize else self.large_blocks
         block = self.get_free_block(pool, size, stream)
-        if block is None and self.armed:  # the trace recorded a release right before this malloc
+        if block is None:
+            block = self.malloc_new_block(pool, orig_size, size, alloc_size, stream)
+        else:
+            self.armed = False
+        return self.alloc_found_block(block, pool, size, orig_size, self.should_split(block, size))
+
+    def malloc_new_block(self, pool: BlockPool, orig_size: int, size: int, alloc_size: int, stream: int) -> Block:
+        """malloc after no cached block fits: the recorded release, garbage collection, a new segment and
+        the retries (release_available_cached_blocks, then release_cached_blocks)."""
+        if self.armed:  # the trace recorded a release right before this malloc
             self.release_cached_blocks()
             self.c.alloc_retries += 1
         self.armed = False
-        if block is None:
-            if self.gc_on:
-                self.garbage_collect_cached_blocks()
+        if self.gc_on:
+            self.garbage_collect_cached_blocks()
+        block = self.alloc_block(pool, size, alloc_size, stream)
+        if block is None and self.release_available_cached_blocks(pool, size, stream):
             block = self.alloc_block(pool, size, alloc_size, stream)
-            if block is None and self.release_available_cached_blocks(pool, size, stream):
-                block = self.alloc_block(pool, size, alloc_size, stream)
-            if block is None:
-                self.release_cached_blocks()
-                self.c.alloc_retries += 1
-                block = self.alloc_block(pool, size, alloc_size, stream)
-            if block is None:  # a real run stops here with OutOfMemoryError; the replay goes on past it
-                oom(self.c, self.rec, orig_size, stream)
-                block = self.alloc_block(pool, size, alloc_size, stream, force=True)
-        return self.alloc_found_block(block, pool, size, orig_size, self.should_split(block, size))
+        if block is None:
+            self.release_cached_blocks()
+            self.c.alloc_retries += 1
+            block = self.alloc_block(pool, size, alloc_size, stream)
+        if block is None:  # a real run stops here with OutOfMemoryError; the replay goes on past it
+            oom(self.c, self.rec, orig_size, stream)
+            block = self.alloc_block(pool, size, alloc_size, stream, force=True)
+        return block
 
     def get_free_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
         """Best fit: the first free block of the stream at least ``size`` in (size, address) order."""
@@ -87,7 +97,7 @@ class TorchAllocator:
         lst = pool.keys.get(stream)
         if not lst:
             return None
-        i = bisect_left(lst, (size, 0))
+        i = bisect_left(lst, (size,))  # (size,) sorts before every (size, address)
         if i == len(lst):
             return None
         block = pool.free[lst[i][1]]
@@ -95,11 +105,17 @@ class TorchAllocator:
             block = self.es.get_free_block_expandable(pool, lst, i)
             if block is None:
                 return None
-        if size < self.mss <= block.size:  # do not return an oversized block for a small request
+        mss = self.mss
+        if size < mss:
+            if mss <= block.size:  # do not return an oversized block for a small request
+                return None
+        elif block.size >= size + self.max_non_split_rounding_size:
             return None
-        if size >= self.mss and block.size >= size + self.conf.max_non_split_rounding_size:
-            return None
-        pool.erase(block)
+        if block.seg is None:  # pool.erase, with the position already known
+            del lst[i]
+            del pool.free[block.addr]
+        else:
+            pool.erase(block)
         return block
 
     def alloc_block(self, pool: BlockPool, size: int, alloc_size: int, stream: int, *, force: bool = False):
@@ -119,7 +135,7 @@ class TorchAllocator:
 
     def should_split(self, block: Block, size: int) -> bool:
         remaining = block.size - size
-        if block.pool.is_small or self.conf.expandable_segments:
+        if block.pool.is_small or self.es is not None:
             return remaining >= kMinBlockSize
         return size < self.mss and remaining > kSmallSize
 
@@ -127,9 +143,9 @@ class TorchAllocator:
         if split:
             remaining = block
             block = Block(size, remaining.addr, remaining.stream, pool, remaining.seg)
-            block.prev = remaining.prev
-            if block.prev is not None:
-                block.prev.next = block
+            prev = block.prev = remaining.prev
+            if prev is not None:
+                prev.next = block
             block.next = remaining
             remaining.prev = block
             remaining.addr += size
@@ -138,10 +154,10 @@ class TorchAllocator:
         block.allocated = True
         block.requested = orig_size
         c = self.c
-        c.allocated += block.size
-        if c.allocated > c.peak_allocated:
-            c.peak_allocated = c.allocated
-        self.rec.emit(ALLOC, block.addr, orig_size, block.stream, block.size)
+        allocated = c.allocated = c.allocated + block.size
+        if allocated > c.peak_allocated:
+            c.peak_allocated = allocated
+        self.emit(ALLOC, block.addr, orig_size, block.stream, block.size)
         return block
 
     def arm_release(self) -> None:
@@ -156,14 +172,16 @@ class TorchAllocator:
     def free(self, block: Block) -> None:
         block.allocated = False
         self.c.allocated -= block.size
-        self.rec.emit(FREE, block.addr, block.requested, block.stream, block.size)
+        self.emit(FREE, block.addr, block.requested, block.stream, block.size)
         self.free_block(block)
 
     def free_block(self, block: Block) -> None:
         pool = block.pool
-        for candidate in (block.prev, block.next):
-            if candidate is not None and not candidate.allocated:  # try_merge_blocks' own first test, hoisted
-                self.try_merge_blocks(block, candidate, pool)
+        prev, nxt = block.prev, block.next
+        if prev is not None and not prev.allocated:  # try_merge_blocks' own first test, hoisted
+            self.try_merge_blocks(block, prev, pool)
+        if nxt is not None and not nxt.allocated:
+            self.try_merge_blocks(block, nxt, pool)
         pool.insert_into_blocks(block)
 
     @staticmethod
