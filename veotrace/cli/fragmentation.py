@@ -79,6 +79,7 @@ def fragmentation_command(
 ) -> None:
     """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and _memory_viz definitions."""
     with user_errors():
+        from veotrace.fragmentation.load import read_and_replay
         from veotrace.cli.units import parse_bytes, parse_duration
         from veotrace.render.fragmentation import render_fragmentation, render_strides, warning_lines
 
@@ -94,7 +95,7 @@ def fragmentation_command(
                  render_terminal=lambda con: render_strides(con, strides))
             return
         with progress("replaying", enabled=not no_progress) as bar:
-            result = run(paths, options=options, report=report, on_progress=bar, **kw)
+            result = read_and_replay(paths, options=options, report=report, on_progress=bar, **kw)
         print_report(report)
         for line in warning_lines(result.counters, result.end["total"]):
             err(line)
@@ -122,34 +123,6 @@ def parse_bins(text: str) -> list[tuple[int, int | None]]:
     if not out:
         raise UsageError("--bins needs at least one bin, e.g. 8KiB-32KiB")
     return out
-
-
-def run(paths: list[Path], *, options, report, on_progress, **kw):
-    """Read ``paths`` and replay them: one snapshot (seeded from its final state), or alloc/free logs."""
-    from veotrace.errors import TraceFormatError, UsageError
-    from veotrace.fragmentation import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
-    from veotrace.schemas import ALLOC_EVENTS
-    from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
-
-    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
-    snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot"]
-    if not snaps:
-        batches = iter_alloc_events(paths, options=options, report=report,
-                                    columns=("ts_ns", "op", "size_bytes", "address", "device"),
-                                    on_progress=on_progress)
-        return fragmentation_series(batches, **kw)
-    if len(inputs) > 1:
-        raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
-    path = snaps[0]
-    final = initial_from_tables(read_table([path], "segments", options=options, report=report),
-                                read_table([path], "blocks", options=options, report=report))
-    try:
-        events = read_table([path], "alloc_events", options=options, report=report)
-    except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
-        events = ALLOC_EVENTS.empty_table()
-        report.warnings.append(f"Warning: {path}: no trace entries; only the state at the snapshot is reported")
-    initial, events = seed_from_final(events, final) if events.num_rows else (final, events)
-    return fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **kw)
 
 
 def _array_strides(paths: list[Path]) -> dict | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -53,28 +52,6 @@ def parse_tiers(text: str | None):
     return tuple(tiers)
 
 
-def load(paths: list[Path], options, report, conf_text: str | None):
-    """The events table, and for one PyTorch snapshot its settings-derived conf and seed (else None)."""
-    import pyarrow as pa
-
-    from veotrace.allocators import conf as cf
-    from veotrace.allocators.seed import rebuild
-    from veotrace.sources import iter_alloc_events, resolve_inputs
-    from veotrace.sources import torch_snapshot as ts
-
-    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
-    table = pa.Table.from_batches(list(iter_alloc_events(paths, options=options, report=report)))
-    snap_conf = seed = None
-    if len(inputs) == 1 and inputs[0][1].name == "torch-snapshot":
-        path = inputs[0][0]
-        snap = ts.load_snapshot(path)
-        snap_conf = cf.from_settings(snap.allocator_settings) if snap.allocator_settings else cf.TorchConf(
-            source="PyTorch defaults (the snapshot has no allocator_settings)")
-        seed = rebuild(table, ts.read_segments(path), ts.read_blocks(path))
-    conf = cf.parse_conf(conf_text) if conf_text is not None else (snap_conf or cf.TorchConf())
-    return table, conf, snap_conf, seed
-
-
 @app.command("simulate")
 def simulate_command(
     paths: PathsArg,
@@ -100,6 +77,7 @@ def simulate_command(
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them."""
     with user_errors():
         from veotrace.allocators import replay as rp
+        from veotrace.allocators.load import load_trace
         from veotrace.allocators import simulate as sim
         from veotrace.allocators.validation import validate
         from veotrace.cli.units import parse_bytes, parse_duration
@@ -110,7 +88,7 @@ def simulate_command(
         window_s = parse_duration(window, option="--window") if window is not None else None
         tier_spec = parse_tiers(tiers)
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
-        table, torch_conf, snap_conf, seed = load(paths, options, report, conf)
+        table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf)
         seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
         req = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees,
                                 use_releases=not no_recorded_releases)

@@ -7,7 +7,8 @@ definitions (``metrics``: TF BFC/XProf external fragmentation, GMLake's peak rat
 ``_memory_viz``'s internal/external split, free space between live blocks under ``max_gap``), the
 per-window series (``windows``) and the address layout (``layout``: hot zones, alignment, strides).
 Its one entry point, :func:`fragmentation_series`, is pure (Arrow in, Arrow and dicts out) and is
-shared by ``veotrace fragmentation`` and the allocator what-if replays (``veotrace simulate``).
+shared by ``veotrace fragmentation`` and the allocator what-if replays (``veotrace simulate``);
+``load.read_and_replay`` is the one path from files to it for the command and the report.
 """
 
 from __future__ import annotations

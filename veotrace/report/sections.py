@@ -141,10 +141,10 @@ def coherence(job, section, options, size) -> None:
 def fragmentation(job, section, options, size) -> None:
     from veotrace.analysis.defaults import FRAGMENTATION_MAX_GAP_BYTES, FRAGMENTATION_THRESHOLD, FRAGMENTATION_ZONE_BYTES
     from veotrace.analysis.defaults import FRAGMENTATION_BINS
-    from veotrace.cli.fragmentation import run  # the reader of logs and snapshots the command uses
+    from veotrace.fragmentation.load import read_and_replay  # the reader of logs and snapshots the command uses
     from veotrace.sources import ReadReport
 
-    res = run(job.paths, options=options, report=ReadReport(), on_progress=None, window_s=None, window_events=None,
+    res = read_and_replay(job.paths, options=options, report=ReadReport(), on_progress=None, window_s=None, window_events=None,
               threshold=FRAGMENTATION_THRESHOLD, max_gap=FRAGMENTATION_MAX_GAP_BYTES, bins=list(FRAGMENTATION_BINS),
               zone_bytes=FRAGMENTATION_ZONE_BYTES, at_offset_s=None)
     e, s = res.end["total"], res.summary
@@ -168,10 +168,10 @@ def simulate(job, section, options, size) -> None:
     from veotrace.allocators import replay as rp
     from veotrace.allocators import simulate as sim
     from veotrace.allocators.validation import validate
-    from veotrace.cli.simulate import load  # events, and a snapshot's settings and seed, as the command reads them
+    from veotrace.allocators.load import load_trace  # events, and a snapshot's settings and seed, as the command reads them
     from veotrace.sources import ReadReport
 
-    table, conf, snap_conf, seed = load(job.paths, options, ReadReport(), None)
+    table, conf, snap_conf, seed = load_trace(job.paths, options, ReadReport(), None)
     seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
     res = sim.simulate(rp.build_requests(table, seeds=seeds), policies=list(REPORT_POLICIES), conf=conf, seed=seed)
     if seed is not None:

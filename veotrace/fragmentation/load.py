@@ -1,0 +1,36 @@
+"""Read a trace (alloc/free logs, or one PyTorch snapshot seeded from its final state) and replay it.
+
+The one reading path behind ``veotrace fragmentation`` and the report's fragmentation section.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def read_and_replay(paths: list[Path], *, options, report, on_progress=None, **kw):
+    """Read ``paths`` and replay them: one snapshot (seeded from its final state), or alloc/free logs."""
+    from veotrace.errors import TraceFormatError, UsageError
+    from veotrace.fragmentation import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
+    from veotrace.schemas import ALLOC_EVENTS
+    from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
+
+    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot"]
+    if not snaps:
+        batches = iter_alloc_events(paths, options=options, report=report,
+                                    columns=("ts_ns", "op", "size_bytes", "address", "device"),
+                                    on_progress=on_progress)
+        return fragmentation_series(batches, **kw)
+    if len(inputs) > 1:
+        raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
+    path = snaps[0]
+    final = initial_from_tables(read_table([path], "segments", options=options, report=report),
+                                read_table([path], "blocks", options=options, report=report))
+    try:
+        events = read_table([path], "alloc_events", options=options, report=report)
+    except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
+        events = ALLOC_EVENTS.empty_table()
+        report.warnings.append(f"Warning: {path}: no trace entries; only the state at the snapshot is reported")
+    initial, events = seed_from_final(events, final) if events.num_rows else (final, events)
+    return fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **kw)
