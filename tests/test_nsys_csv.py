@@ -177,7 +177,7 @@ def test_skip_bad_rows_counts_them(tmp_path, truth):
     keep[[3, 7]] = False
     assert _without(t, "name", "source_file").to_pylist() == _without(truth.table.filter(keep), "name", "source_file").to_pylist()
     r = run_cli("bursts", "--events", "kernels", path, "--skip-bad-rows")
-    assert r.exit_code == 0 and "skipped 2 bad row(s)" in r.stderr
+    assert r.exit_code == 0 and "skipped 2 bad rows" in r.stderr
 
 
 def test_unknown_unit(tmp_path, truth):

@@ -104,8 +104,10 @@ def _inputs(report) -> str:
         span = i.span.get("duration_s") if i.span else None
         rows.append([i.path, i.format or "not a trace", tables or (i.error or "-"),
                      None if span is None else _duration(span), ", ".join(i.supports) or "-"])
-    note = (f'<p class="note">{len(report.skipped)} file(s) in the folders are not traces and were left out.</p>'
-            if report.skipped else "")
+    n = len(report.skipped)
+    what = "1 file in the folders is not a trace and was left out" if n == 1 else \
+        f"{n} files in the folders are not traces and were left out"
+    note = f'<p class="note">{what}.</p>' if n else ""
     return _table(["file", "format", "tables (rows)", "time span", "feeds"], rows) + note
 
 
@@ -159,7 +161,7 @@ def render_html(report) -> str:
         '<meta name="color-scheme" content="light dark">',
         f"<title>veotrace report</title><style>{CSS}</style></head><body>",
         f'<header><h1>veotrace report</h1><p class="sub">veotrace {esc(report.version)}; '
-        f"{len(report.inputs)} input file(s); every analysis with its defaults (commands shown to rerun them).</p>",
+        f"{len(report.inputs)} input file{'' if len(report.inputs) == 1 else 's'}; every analysis with its defaults (commands shown to rerun them).</p>",
         _cards(_summary(report)), "</header>",
         f'<nav aria-label="Analyses"><h3>Analyses</h3><ol>{toc}</ol></nav>',
         f'<section id="inputs"><h2>Inputs</h2>{_inputs(report)}</section>',

@@ -86,7 +86,7 @@ def _why_not(infos: list, skipped: list[str], jobs: list[Job]) -> str:
     parts = [f"{i.path} ({i.error.split('. ')[0] if i.error else 'feeds no analysis'})" for i in infos]
     parts += [f"{j.paths[0]} ({j.note})" for j in jobs if j.note]
     if skipped:
-        parts.append(f"{len(skipped)} file(s) that are not traces")
+        parts.append(f"{len(skipped)} file{'' if len(skipped) == 1 else 's'} that are not traces")
     return "; ".join(parts[:6]) + ("; ..." if len(parts) > 6 else "") if parts else "no files"
 
 

@@ -71,7 +71,8 @@ def resolve_inputs(
         for path in expand_paths([given], odd):
             fmt = detect(path, options.format_hint) if options.format_hint else _sniff_or_none(path)
             if fmt is None or kind not in fmt.provides:
-                report.skipped_files.append(str(path))
+                if str(path) not in report.skipped_files:  # inputs may be resolved twice (plan, then read)
+                    report.skipped_files.append(str(path))
                 continue
             out.append((path, fmt))
             found += 1

@@ -79,10 +79,13 @@ class ReadReport:
         if self.skipped_files:
             shown = ", ".join(self.skipped_files[:MAX_LISTED_SKIPS])
             more = "" if len(self.skipped_files) <= MAX_LISTED_SKIPS else ", ..."
-            out.append(f"Warning: skipped {len(self.skipped_files)} file(s) that are not traces: {shown}{more}")
+            n = len(self.skipped_files)
+            out.append(f"Warning: skipped {n} file{'' if n == 1 else 's'} that {'is' if n == 1 else 'are'} not "
+                       f"{'a trace' if n == 1 else 'traces'}: {shown}{more}")
         if self.skipped_rows:
             where = "; ".join(f"{p}:{ln} ({why})" for p, ln, why in self.first_skipped)
-            out.append(f"Warning: skipped {self.skipped_rows} bad row(s) (--skip-bad-rows); first: {where}")
+            n = self.skipped_rows
+            out.append(f"Warning: skipped {n:,} bad row{'' if n == 1 else 's'} (--skip-bad-rows); first: {where}")
         return out
 
     def to_dict(self) -> dict:
