@@ -215,3 +215,27 @@ def test_cli_csv_writes_the_per_policy_windows_and_window_options_are_checked():
     assert len(lines) == 2 * 5  # 2.1 s of trace in 500 ms windows, per policy
     r = run_cli("simulate", SAMPLE, "--window-requests", "10")
     assert r.exit_code == 2 and "--window-requests is for traces without timestamps" in r.stderr
+
+
+def test_expandable_request_larger_than_the_capacity_is_an_oom_not_a_crash(tmp_path):
+    """A request past the whole reserved range (capacity x 1.125) gets its own range on the forced OOM path."""
+    from typer.testing import CliRunner
+
+    from veotrace.cli import app
+
+    log = tmp_path / "big.csv"
+    log.write_text("timestamp,op_type,size_bytes,address\n"
+                   "0,alloc,1048576,4096\n"
+                   f"1000,alloc,{2 << 30},8192\n"
+                   f"2000,free,{2 << 30},8192\n"
+                   "3000,free,1048576,4096\n")
+    res = CliRunner().invoke(app, ["simulate", str(log), "-p", "torch", "--conf", "expandable_segments:True",
+                                   "--capacity", "1GiB", "-f", "json"])
+    assert res.exit_code == 0, res.stderr
+    import json
+
+    torch = next(p for p in json.loads(res.stdout)["policies"] if p["policy"] == "torch") \
+        if isinstance(json.loads(res.stdout)["policies"], list) else json.loads(res.stdout)["policies"]["torch"]
+    assert torch["ooms"] == 1
+    assert torch["peak_reserved_bytes"] >= 2 << 30
+    assert "did not fit --capacity 1GiB" in res.stderr

@@ -72,7 +72,9 @@ class Expandable:
 
         page = kSmallBuffer if pool.is_small else kLargeBuffer
         memory = self.a.capacity or DEFAULT_DEVICE_MEMORY
-        span = -(-(memory + memory // 8) // page) * page
+        # A request larger than that range (possible only past --capacity, on the replay's forced OOM
+        # path) gets a range of its own size, so the replay can go on past the OOM it reports.
+        span = -(-max(memory + memory // 8, size) // page) * page
         seg = ExpandableSegment(self.a.va.take(span), page)
         candidate = Block(span, seg.base, stream, pool, seg)
         candidate.mapped = False
@@ -116,6 +118,11 @@ class Expandable:
             return None
         while candidate.size < size:
             nxt = candidate.next
+            # PyTorch's find_expandable_block only returns a block with enough unmapped space after it;
+            # when the capacity check made the model pick one without, the segment cannot grow: fail
+            # this attempt (the caller frees cached blocks, retries, then reports the OOM).
+            if nxt is None:
+                return None
             if not self.map_block(nxt, min(size - candidate.size, nxt.size), force=force):
                 return None
             candidate = nxt
