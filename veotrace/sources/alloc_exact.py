@@ -152,25 +152,9 @@ def exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport, 
         seen += 1
         if seen <= skip:
             continue
-        try:
-            if b"\x00" in raw:
-                raise _FieldError(None, "the line holds a NUL byte (binary data or a corrupt copy?)")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise _FieldError(None, f"not UTF-8 text (byte {exc.start} of the line)") from None
-            get = _json_getter(text) if is_jsonl else _csv_getter(text, index, width)
-            parsed = {}
-            for c in read_cols:
-                try:
-                    parsed[c] = _parse_value(c, get(c), options)
-                except ValueError as exc:
-                    raise _FieldError(c, str(exc)) from None
-        except _FieldError as bad:
-            if not options.skip_bad_rows:
-                raise TraceFormatError(bad.message, path=path, line=lineno, field=bad.field,
-                                       hint="Fix the row, or pass --skip-bad-rows to skip and count bad rows") from None
-            report.skip_row(path, lineno, f"{bad.field + ': ' if bad.field else ''}{bad.message}")
+        getter = _json_getter if is_jsonl else (lambda text: _csv_getter(text, index, width))
+        parsed = parse_row(raw, lineno, path, read_cols, options, report, getter)
+        if parsed is None:
             continue
         for c in read_cols:
             rows[c].append(parsed[c])
@@ -179,6 +163,39 @@ def exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport, 
             rows = {c: [] for c in read_cols}
     if rows[read_cols[0]]:
         yield _rows_batch(rows, options)
+
+
+def parse_row(raw: bytes, lineno: int, path, read_cols, options: ReadOptions, report: ReadReport,
+              getter) -> dict | None:
+    """The values of one physical line by the exact field rules, or None when --skip-bad-rows skipped it.
+
+    Args:
+        getter: ``getter(text)`` returns a ``get(column)`` for the line (CSV fields or a JSON object).
+
+    Raises:
+        TraceFormatError: a bad line (without --skip-bad-rows), naming the line and field.
+    """
+    try:
+        if b"\x00" in raw:
+            raise _FieldError(None, "the line holds a NUL byte (binary data or a corrupt copy?)")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _FieldError(None, f"not UTF-8 text (byte {exc.start} of the line)") from None
+        get = getter(text)
+        parsed = {}
+        for c in read_cols:
+            try:
+                parsed[c] = _parse_value(c, get(c), options)
+            except ValueError as exc:
+                raise _FieldError(c, str(exc)) from None
+        return parsed
+    except _FieldError as bad:
+        if not options.skip_bad_rows:
+            raise TraceFormatError(bad.message, path=path, line=lineno, field=bad.field,
+                                   hint="Fix the row, or pass --skip-bad-rows to skip and count bad rows") from None
+        report.skip_row(path, lineno, f"{bad.field + ': ' if bad.field else ''}{bad.message}")
+        return None
 
 
 def _json_getter(text: str):

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from veotrace.errors import TraceFormatError
 from veotrace.sources.base import ReadOptions, ReadReport, compression_of
 from veotrace.sources.detect import BY_NAME
 
@@ -265,25 +264,9 @@ def _exact_range(path, a, b, present, read_cols, options, report, schema, *, ski
             seen += 1
             if seen <= skip:
                 continue
-            try:
-                if b"\x00" in raw:
-                    raise ex._FieldError(None, "the line holds a NUL byte (binary data or a corrupt copy?)")
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise ex._FieldError(None, f"not UTF-8 text (byte {exc.start} of the line)") from None
-                get = ex._csv_getter(text, index, width)
-                parsed = {}
-                for c in read_cols:
-                    try:
-                        parsed[c] = ex._parse_value(c, get(c), options)
-                    except ValueError as exc:
-                        raise ex._FieldError(c, str(exc)) from None
-            except ex._FieldError as bad:
-                if not options.skip_bad_rows:
-                    raise TraceFormatError(bad.message, path=path, line=lineno, field=bad.field,
-                                           hint="Fix the row, or pass --skip-bad-rows to skip and count bad rows") from None
-                report.skip_row(path, lineno, f"{bad.field + ': ' if bad.field else ''}{bad.message}")
+            parsed = ex.parse_row(raw, lineno, path, read_cols, options, report,
+                                  lambda text: ex._csv_getter(text, index, width))
+            if parsed is None:
                 continue
             for c in read_cols:
                 rows[c].append(parsed[c])
