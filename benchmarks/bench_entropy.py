@@ -62,12 +62,17 @@ def median_run(cmd: list[str], runs: int) -> tuple[float, float]:
 
 def realistic_log(events: int) -> tuple[Path, Path]:
     """The realistic log of ``events`` events under benchmarks/data and its Parquet, made once and reused."""
-    DATA.mkdir(exist_ok=True)
-    csv = DATA / f"alloc_{events}.csv"
-    if not csv.exists():
-        from veotrace.synth.alloc import write_realistic_log
+    from veotrace.synth.alloc import write_realistic_log
 
-        write_realistic_log(csv, events=events)
+    return cached_log(f"alloc_{events}", write_realistic_log, events)
+
+
+def cached_log(stem: str, write, events: int) -> tuple[Path, Path]:
+    """benchmarks/data/``stem``.csv written by ``write(csv, events=events)`` and its Parquet, each made once."""
+    DATA.mkdir(exist_ok=True)
+    csv = DATA / f"{stem}.csv"
+    if not csv.exists():
+        write(csv, events=events)
     pq = csv.with_suffix(".parquet")
     if not pq.exists():
         run([sys.executable, "-m", "veotrace", "convert", str(csv), "-o", str(pq)])

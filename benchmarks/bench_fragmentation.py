@@ -19,21 +19,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_entropy import DATA, run  # noqa: E402
+from bench_entropy import cached_log, run  # noqa: E402
 
 
 def slot_log_files(events: int) -> tuple[Path, Path]:
     """The slot log of ``events`` events under benchmarks/data (CSV) and its Parquet, made once."""
-    DATA.mkdir(exist_ok=True)
-    csv = DATA / f"alloc_addr_{events}.csv"
-    if not csv.exists():
-        from veotrace.synth.heap import write_slot_log
+    from veotrace.synth.heap import write_slot_log
 
-        write_slot_log(csv, events=events)
-    pq = csv.with_suffix(".parquet")
-    if not pq.exists():
-        run([sys.executable, "-m", "veotrace", "convert", str(csv), "-o", str(pq)])
-    return csv, pq
+    return cached_log(f"alloc_addr_{events}", write_slot_log, events)
 
 
 def timed(path: Path, runs: int) -> dict:
