@@ -24,7 +24,7 @@ from veotrace.analysis.defaults import BURSTS_GAP_MS as DEFAULT_GAP_MS
 from veotrace.analysis.defaults import BURSTS_MIN_EVENTS as DEFAULT_MIN_EVENTS
 from veotrace.analysis.defaults import BURSTS_OPS as DEFAULT_OPS
 from veotrace.analysis.burst_pass import KERNEL_KIND, AllocPass, alloc_pass, alloc_runs, kernel_runs  # noqa: F401
-from veotrace.analysis.groups import POOLED, check_by, device_rows, split
+from veotrace.analysis.groups import check_by, device_rows, split, stack_groups
 from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
 from veotrace.analysis.kernel_names import name_kernels as _name_kernels
@@ -68,11 +68,7 @@ class BurstResult:
         """The bursts for CSV/Parquet: BURSTS, or BURSTS_BY_GROUP (pooled first) with --by."""
         if not self.groups:
             return self.bursts
-        by = self.params["by"]
-        parts = [(POOLED, self.bursts)] + [(g["group"], g["bursts"]) for g in self.groups]
-        return pa.concat_tables(
-            pa.Table.from_arrays([pa.array([by] * t.num_rows, pa.string()), pa.array([name] * t.num_rows, pa.string()),
-                                  *t.columns], schema=BURSTS_BY_GROUP) for name, t in parts)
+        return stack_groups(self.bursts, self.groups, "bursts", self.params["by"], BURSTS_BY_GROUP)
 
 
 def check_params(gap_ms: float, min_events: int) -> int:

@@ -21,7 +21,7 @@ from veotrace.analysis.defaults import ENTROPY_WINDOW_S as DEFAULT_WINDOW_S
 from veotrace.analysis.entropy_notes import display, series_summary
 from veotrace.analysis.entropy_notes import notes as notes_of
 from veotrace.analysis.entropy_series import EntropyPartial, check_span
-from veotrace.analysis.groups import POOLED, check_by, device_rows
+from veotrace.analysis.groups import check_by, device_rows, stack_groups
 from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
 from veotrace.analysis.ops import op_mask
@@ -89,15 +89,7 @@ class EntropyResult:
         """The windows for CSV/Parquet: ENTROPY_WINDOWS, or ENTROPY_GROUP_WINDOWS (pooled first) with --by."""
         if not self.groups:
             return self.windows
-        by = self.params["by"]
-        parts = [_with_group(self.windows, by, POOLED)] + [_with_group(g["windows"], by, g["group"]) for g in self.groups]
-        return pa.concat_tables(parts)
-
-
-def _with_group(table: pa.Table, by: str, group: str) -> pa.Table:
-    n = table.num_rows
-    cols = [pa.array([by] * n, pa.string()), pa.array([group] * n, pa.string()), *table.columns]
-    return pa.Table.from_arrays(cols, schema=ENTROPY_GROUP_WINDOWS)
+        return stack_groups(self.windows, self.groups, "windows", self.params["by"], ENTROPY_GROUP_WINDOWS)
 
 
 def _check(window_s, step_s, min_class, max_class, window_events, segments, by=None):

@@ -59,3 +59,11 @@ def split(group_keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """(key, row mask) for each distinct key, in key order (one sort-free pass per distinct key)."""
     uniq = np.unique(group_keys)
     return [(int(k), group_keys == k) for k in uniq]
+
+
+def stack_groups(pooled: pa.Table, groups: list[dict], key: str, by: str, schema: pa.Schema) -> pa.Table:
+    """The pooled table then each group's ``group[key]``, led by a ``by`` and a group-label column."""
+    parts = [(POOLED, pooled)] + [(g["group"], g[key]) for g in groups]
+    return pa.concat_tables(
+        pa.Table.from_arrays([pa.array([by] * t.num_rows, pa.string()), pa.array([name] * t.num_rows, pa.string()),
+                              *t.columns], schema=schema) for name, t in parts)
