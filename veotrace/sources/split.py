@@ -187,7 +187,7 @@ def _read_range(path: Path, start: int, stop: int, options: ReadOptions, report:
     done = 0
     for raw in read_ahead(_range_chunks(path, a, b, options.block_bytes), parse, workers=1):
         if raw is _BAD:
-            yield from _exact_range(path, a, b, present, read_cols, options, report, schema, skip=done)
+            yield from _exact_range(path, a, b, names, read_cols, options, report, schema, skip=done)
             return
         if raw is not None:
             done += raw.num_rows
@@ -244,13 +244,13 @@ def _chunk_parser(path, names, present, read_cols, options, scanner):
     return parse
 
 
-def _exact_range(path, a, b, present, read_cols, options, report, schema, *, skip: int) -> Iterator[pa.RecordBatch]:
+def _exact_range(path, a, b, header, read_cols, options, report, schema, *, skip: int) -> Iterator[pa.RecordBatch]:
     """The rows of [a, b) after the first ``skip`` (already yielded), parsed one physical line at a
-    time by the exact path's own field rules (``alloc_exact``); line numbers count over the whole file."""
+    time by the exact path's own field rules (``alloc_exact``); line numbers count over the whole file.
+    ``header``: the file's column names (as ``_read_range`` split them)."""
     from veotrace.sources import alloc_exact as ex
     from veotrace.sources import alloc_log as al
 
-    header = al._split_header(_head_line(path))
     index, width = {h.lower(): j for j, h in enumerate(header)}, len(header)
     rows: dict[str, list] = {c: [] for c in read_cols}
     seen = 0
@@ -301,9 +301,3 @@ def _lines(fh, a: int, b: int) -> Iterator[bytes]:
             return
         pos += len(line)
         yield line
-
-
-def _head_line(path: Path) -> bytes:
-    with path.open("rb") as fh:
-        head = fh.read(1 << 16)
-    return head[: _header_end(head)]
