@@ -85,16 +85,17 @@ def bursts_command(
                                                     gap_ms=gap, min_events=min_events, **grouped)
         else:
             config = engine_config(engine, jobs, scheduler, workers)
+            columns = analysis.COLUMNS + columns_for(grouped.get("by"), device)
             with progress("reading", enabled=not no_progress) as bar:
                 if config.parallel:  # pieces of the inputs as tasks; the same runs, merged
                     from veotrace.engine import run_bursts
 
                     result = run_bursts(paths, config, options=options, report=report, gap_ms=gap,
                                         min_events=min_events, ops=parse_ops(ops, _OPS), on_progress=bar,
-                                        columns=analysis.COLUMNS + columns_for(by and by.value, device), **grouped)
+                                        columns=columns, **grouped)
                 else:
                     batches = iter_alloc_events(paths, options=options, report=report, on_progress=bar,
-                                                columns=analysis.COLUMNS + columns_for(by and by.value, device))
+                                                columns=columns)
                     result = analysis.compute_bursts(batches, gap_ms=gap, min_events=min_events,
                                                      ops=parse_ops(ops, _OPS), **grouped)
         print_report(report)

@@ -79,15 +79,15 @@ def entropy_command(
         params = dict(window_s=_duration(window, "--window"), step_s=_duration(step, "--step"),
                       window_events=window_events, ops=parse_ops(ops, _OPS), min_class=min_class,
                       max_class=max_class, **grouping(by, device))
+        columns = COLUMNS + columns_for(params.get("by"), device)
         with progress("reading", enabled=not no_progress) as bar:
             if config.parallel:  # pieces of the inputs as tasks; the same partials, merged
                 from veotrace.engine import run_entropy
 
                 result = run_entropy(paths, config, options=options, report=report, segments=_hours(segments),
-                                     columns=COLUMNS + columns_for(params.get("by"), device), on_progress=bar, **params)
+                                     columns=columns, on_progress=bar, **params)
             else:
-                batches = iter_alloc_events(paths, options=options, report=report, on_progress=bar,
-                                            columns=COLUMNS + columns_for(params.get("by"), device))
+                batches = iter_alloc_events(paths, options=options, report=report, on_progress=bar, columns=columns)
                 result = compute_entropy(batches, **params, segments=_hours(segments))
         print_report(report)
         print_notes(result.summary["notes"])
