@@ -34,29 +34,32 @@ def plot_fragmentation(result: Any, *, size: tuple[int, int]):
     else:
         x_all = floats(w, "window")
         bottom.set_xlabel("window")
-    peak = max(float(np.nanmax(floats(w, c))) for c in ("live_bytes_peak", "reserved_bytes_peak")
+    series = {c: floats(w, c) for c in ("live_bytes_peak", "reserved_bytes_peak", "internal_bytes", *DEFINITIONS)}
+    peak = max(float(np.nanmax(series[c])) for c in ("live_bytes_peak", "reserved_bytes_peak")
                if w.column(c).null_count < w.num_rows)
     div, bunit = binary_bytes(peak)
     cols = pixel_columns(size)
-    for dev in np.unique(devices):
+    fragmented = np.array([bool(v) for v in w.column("fragmented").to_pylist()])
+    unique = np.unique(devices)
+    for dev in unique:
         sel = devices == dev
         x = x_all[sel]
-        tag = f" (device {dev})" if np.unique(devices).size > 1 else ""
+        tag = f" (device {dev})" if unique.size > 1 else ""
         for col, label, style in (("live_bytes_peak", "live peak", "-"), ("reserved_bytes_peak", "reserved peak", "-"),
                                   ("internal_bytes", "internal (rounding)", ":")):
-            y = floats(w, col)[sel] / div
+            y = series[col][sel] / div
             if np.isfinite(y).any():
                 idx = minmax_indices(x, y, cols)
                 top.plot(x[idx], y[idx], ls=style, lw=1.0, label=label + tag)
         for col, label in DEFINITIONS.items():
-            y = floats(w, col)[sel]
+            y = series[col][sel]
             if np.isfinite(y).any():
                 idx = minmax_indices(x, y, cols)
                 bottom.plot(x[idx], y[idx], lw=1.0, label=label + tag)
-        flagged = np.array([bool(v) for v in w.column("fragmented").to_pylist()])[sel]
+        flagged = fragmented[sel]
         if flagged.any():
             bottom.scatter(x[flagged], np.ones(flagged.sum()) * 1.02, marker="|", color=ALERT, s=30,
-                           label="past --threshold" if dev == np.unique(devices)[0] else None)
+                           label="past --threshold" if dev == unique[0] else None)
     top.set_ylabel(f"bytes ({bunit})")
     top.legend(loc="upper left", ncols=2)
     bottom.set_ylabel("fragmentation")
