@@ -235,7 +235,7 @@ def iter_alloc_events(
             "events", path=path,
             hint="Record history with torch.cuda.memory._record_memory_history() and save with _dump_snapshot(); "
                  "'veotrace convert' writes its segments and blocks tables")
-    if report is not None and snap.device_traces and not snap.has_time and any(snap.device_traces):
+    if report is not None and not snap.has_time:  # there are trace events: refused above otherwise
         report.warnings.append(
             f"Warning: {path}: the snapshot has no time_us; events keep their order (seq) but have no timestamps"
         )
