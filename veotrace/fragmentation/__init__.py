@@ -136,8 +136,8 @@ def fragmentation_series(
 
         at_ns = int(np.asarray(first.column("ts_ns")).min()) + round(at_offset_s * 1e9)
         replay.at_ns, replay.at_states = at_ns, {}
-    for batch in ([first] if first is not None else []):
-        replay.feed(batch)
+    if first is not None:
+        replay.feed(first)
     for batch in batches:
         replay.feed(batch)
         if on_progress is not None:
