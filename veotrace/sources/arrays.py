@@ -6,6 +6,7 @@ saying how to save it as numbers instead. Formats are told apart by content, not
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
@@ -130,9 +131,7 @@ def _read_npy(fh, size: int, path: Path, what: str) -> np.ndarray:
     if any(dim < 0 for dim in shape):
         raise TraceFormatError(f"{what} has a negative dimension in its shape {shape}", path=path,
                                hint="Re-save it with np.save")
-    count = 1
-    for dim in shape:
-        count *= dim
+    count = math.prod(shape)
     nbytes = count * dtype.itemsize
     available = size - fh.tell()
     if nbytes > max_file_bytes():
