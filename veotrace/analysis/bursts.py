@@ -24,7 +24,7 @@ from veotrace.analysis.defaults import BURSTS_GAP_MS as DEFAULT_GAP_MS
 from veotrace.analysis.defaults import BURSTS_MIN_EVENTS as DEFAULT_MIN_EVENTS
 from veotrace.analysis.defaults import BURSTS_OPS as DEFAULT_OPS
 from veotrace.analysis.burst_pass import KERNEL_KIND, AllocPass, alloc_pass, alloc_runs, kernel_runs  # noqa: F401
-from veotrace.analysis.groups import check_by, device_rows, split, stack_groups
+from veotrace.analysis.groups import check_by, device_rows, require_counted, split, stack_groups
 from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
 from veotrace.analysis.kernel_names import name_kernels as _name_kernels
@@ -124,10 +124,7 @@ def finish_alloc_bursts(p: AllocPass, *, ops: Sequence[str], min_events: int, by
         AnalysisError: an op of ``ops`` never occurs, or no counted events.
     """
     p.seen.check(ops)
-    if p.runs.n_runs == 0:
-        where = f" on device {device}" if device is not None else ""
-        raise AnalysisError(f"no events with op {', '.join(ops)} were read{where}",
-                            hint="Check --ops" + (" and --device" if device is not None else ""))
+    require_counted(p.runs.n_runs, ops, device)
     params = {"events": "alloc", "ops": list(ops), "by": by, "device": device}
     result = finish_bursts(p.runs, min_events=min_events, events_read=p.n_read, params=params)
     result.groups = [_group(by, key, runs, min_events) for key, runs in p.groups.items()]

@@ -21,12 +21,12 @@ from veotrace.analysis.defaults import ENTROPY_WINDOW_S as DEFAULT_WINDOW_S
 from veotrace.analysis.entropy_notes import display, series_summary
 from veotrace.analysis.entropy_notes import notes as notes_of
 from veotrace.analysis.entropy_series import EntropyPartial, check_span
-from veotrace.analysis.groups import check_by, device_rows, stack_groups
+from veotrace.analysis.groups import check_by, device_rows, require_counted, stack_groups
 from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
 from veotrace.analysis.ops import op_mask
 from veotrace.analysis.trend import fit_trend, segment_trends
-from veotrace.errors import AnalysisError, UsageError
+from veotrace.errors import UsageError
 from veotrace.schemas.entropy import ENTROPY_GROUP_WINDOWS, ENTROPY_WINDOWS
 
 NS_PER_HOUR = 3_600_000_000_000
@@ -202,10 +202,7 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
     p = part.params
     ops, device, by, n_cls = p["ops"], p["device"], p["by"], part.n_classes
     part.seen.check(ops)
-    if part.n_counted == 0:
-        where = f" on device {device}" if device is not None else ""
-        raise AnalysisError(f"no events with op {', '.join(ops)} were read{where}",
-                            hint="Check --ops" + (" and --device" if device is not None else ""))
+    require_counted(part.n_counted, ops, device)
     part.choose(DEFAULT_WINDOW_S)
     pooled, groups = part.finish()
     first_ns, last_ns = part.pooled.first_ns, part.pooled.last_ns

@@ -7,10 +7,12 @@ the source does not say); every analysis keeps the pooled series and adds one pe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
-from veotrace.errors import UsageError
+from veotrace.errors import AnalysisError, UsageError
 
 #: Values of --by.
 BY_CHOICES = ("device", "stream")
@@ -24,6 +26,14 @@ def check_by(by: str | None) -> None:
     """Raises UsageError unless ``by`` is None, "device" or "stream"."""
     if by is not None and by not in BY_CHOICES:
         raise UsageError(f"--by must be one of {', '.join(BY_CHOICES)}, got {by!r}")
+
+
+def require_counted(n_counted: int, ops: Sequence[str], device: int | None) -> None:
+    """Raises AnalysisError when no event of ``ops`` was counted (on ``device``, when given)."""
+    if n_counted == 0:
+        where = f" on device {device}" if device is not None else ""
+        raise AnalysisError(f"no events with op {', '.join(ops)} were read{where}",
+                            hint="Check --ops" + (" and --device" if device is not None else ""))
 
 
 def columns_for(by: str | None, device: int | None) -> tuple[str, ...]:
