@@ -103,10 +103,11 @@ def _middle(text: str, width: int) -> str:
 
 def _top(result, burst: int) -> str | None:
     """The most launched kernel of one burst, short: "gemm<…> (12)" (the JSON has the top 3, full names)."""
-    kernels = (result.burst_kernels or [])[burst] if result.burst_kernels is not None else None
+    kernels = result.burst_kernels[burst] if result.burst_kernels is not None else None
     if not kernels:
         return None
-    return ", ".join(f"{short_kernel_name(k['name'], 32)} ({k['launches']:,})" for k in kernels[:1])
+    top = kernels[0]
+    return f"{short_kernel_name(top['name'], 32)} ({top['launches']:,})"
 
 
 def _headline(result) -> str:
