@@ -22,6 +22,11 @@ def _p(c) -> str:
     return "-" if c.p_value is None else (f"{c.p_value:.3g}" if c.p_value >= 0.001 else "<0.001")
 
 
+def _explained(result) -> list:
+    """The checks whose message is shown: every one not passed, and passes above tolerance but not significant."""
+    return [c for c in result.checks if c.verdict != "pass" or "not significant" in c.message]
+
+
 def render_gate(console: Console, result) -> None:
     """Draw a GateResult: one row per check, notes, the method and the verdict line."""
     table = Table(title="Entropy gate", title_justify="left")
@@ -32,9 +37,8 @@ def render_gate(console: Console, result) -> None:
         table.add_row(c.name, c.unit.replace("/hour", "/h"), _n(c.value), _n(c.baseline), _change(c), _n(c.tolerance), _p(c),
                       f"[{_STYLE[c.verdict]}]{c.verdict}[/]")
     console.print(table)
-    for c in result.checks:
-        if c.verdict != "pass" or "not significant" in c.message:
-            console.print(f"  {c.name}: {c.message}", highlight=False)
+    for c in _explained(result):
+        console.print(f"  {c.name}: {c.message}", highlight=False)
     for note in result.notes:
         console.print(f"  note: {note}", highlight=False)
     b = result.baseline
@@ -54,9 +58,7 @@ def gate_markdown(result) -> str:
         lines.append(f"| {c.name} | {c.unit} | {_n(c.value)} | {_n(c.baseline)} | {_change(c)} | {_n(c.tolerance)} "
                      f"| {_p(c)} | {icon[c.verdict]} |")
     lines.append("")
-    for c in result.checks:
-        if c.verdict != "pass" or "not significant" in c.message:
-            lines.append(f"- **{c.name}**: {c.message}")
+    lines += [f"- **{c.name}**: {c.message}" for c in _explained(result)]
     for note in result.notes:
         lines.append(f"- {note}")
     b = result.baseline
