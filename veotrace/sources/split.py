@@ -182,8 +182,8 @@ def _read_range(path: Path, start: int, stop: int, options: ReadOptions, report:
         names = al._split_header(head[:data_start])
         a = _first_line_start(fh, start, data_start)
         b = _first_line_start(fh, stop, data_start)
-    parse = _chunk_parser(path, names, present, read_cols, options, scanner_for(names, present, read_cols,
-                                                                                   options.time_unit))
+    parse = _chunk_parser(names, present, read_cols, options,
+                          scanner_for(names, present, read_cols, options.time_unit))
     done = 0
     for raw in read_ahead(_range_chunks(path, a, b, options.block_bytes), parse, workers=1):
         if raw is _BAD:
@@ -215,7 +215,7 @@ def _range_chunks(path: Path, a: int, b: int, size: int) -> Iterator[pa.Buffer]:
 _BAD = object()  # a chunk with a value the exact path must report
 
 
-def _chunk_parser(path, names, present, read_cols, options, scanner):
+def _chunk_parser(names, present, read_cols, options, scanner):
     import pyarrow.csv as pcsv
 
     from veotrace.sources import alloc_log as al
