@@ -114,7 +114,7 @@ def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, for
                               max_class=p["max_class"])
     print_report(report)
     series = bl.series_from_result(run)
-    window_text = f"{p['window_s']:g} s" if p["window_events"] is None else f"{p['window_events']} events"
+    window_text = bl.window_text(p)
     require_windows(series, "the run", window_text)
     require_windows(base.series, f"the baseline {base.path}", window_text)
     checks = compare(series, base, opts, step_hours=(p["step_s"] or 0) / 3600 or None)

@@ -151,13 +151,18 @@ def entropy_baseline(result: Any, *, fingerprint: dict, time_unit: str, recorded
                    "source": source or {}, "fingerprint": fingerprint, "metrics": {ENTROPY: metric}})
 
 
+def window_text(params: dict) -> str:
+    """The window of entropy parameters for messages: "300 s" or "35 events"."""
+    if params.get("window_events") is None:
+        return f"{params['window_s']:g} s"
+    return f"{params['window_events']} events"
+
+
 def save_entropy_baseline(path: Path, result: Any, *, paths: list[Path], time_unit: str) -> Path:
     """Write the baseline of ``result`` (read from ``paths``) to ``path``; the CI commit is recorded if known."""
     from veotrace.gate.compare import require_windows
 
-    p = result.params
-    window_text = f"{p['window_s']:g} s" if p.get("window_events") is None else f"{p['window_events']} events"
-    require_windows(series_from_result(result), "the run (for --save-baseline)", window_text)
+    require_windows(series_from_result(result), "the run (for --save-baseline)", window_text(result.params))
     fp = input_fingerprint(list(paths), result.summary.get("first_ns"), result.summary.get("last_ns"))
     commit = os.environ.get("GITHUB_SHA") or os.environ.get("CI_COMMIT_SHA")
     doc = entropy_baseline(result, fingerprint=fp, time_unit=time_unit, source={"commit": commit} if commit else {})
