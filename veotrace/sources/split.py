@@ -236,6 +236,10 @@ def _chunk_parser(names, present, read_cols, options, scanner):
                                   convert_options=convert_options)
         except pa.ArrowInvalid:
             return _BAD
+        if table.num_rows != al._line_count(chunk):
+            # As in alloc_log: a stray quote makes pyarrow join lines without an error; the exact path
+            # reads such a range line by line and names the line.
+            return _BAD
         if table.num_rows == 0:
             return None
         return al._checked(al._rename(table.unify_dictionaries().combine_chunks().to_batches()[0], present),
