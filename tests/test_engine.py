@@ -198,3 +198,31 @@ def test_cli_jobs_corrupt_file_is_the_local_error_line(logs, tmp_path):
     assert par.exit_code == local.exit_code == 1 and par.stdout == ""
     assert par.stderr == local.stderr and par.stderr.count("\n") == 1
     assert par.stderr.startswith(f"Error: {folder / 'b.csv.gz'}: ")
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_stray_quotes_inside_a_range_are_the_same_error_as_locally(tmp_path, monkeypatch):
+    """pyarrow joins the lines between two stray quotes without an error: a range must not lose them."""
+    monkeypatch.setattr(engine, "SPLIT_BYTES", 8000)
+    lines = ["timestamp,op_type,size_bytes"] + [f"{i * 1000},alloc,4096" for i in range(4000)]
+    lines[3002] = lines[3002].replace("alloc", '"alloc')
+    lines[3006] = lines[3006].replace("alloc", 'alloc"')
+    log = tmp_path / "quotes.csv"
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as local_err:
+        compute_entropy(iter_alloc_events([log], columns=COLUMNS))
+    with pytest.raises(TraceFormatError) as par_err:
+        run_entropy([log], EngineConfig(jobs=1), options=ReadOptions(), report=ReadReport())
+    assert str(par_err.value) == str(local_err.value)
+    assert f"{log}:3003:" in str(par_err.value)
+
+
+def test_convert_on_jobs_refuses_to_write_over_an_input(tmp_path):
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    for path in (a, b):
+        path.write_text("timestamp,op_type,size_bytes\n" + "".join(f"{i},alloc,4096\n" for i in range(100)))
+    before = a.read_bytes()
+    res = run_cli("convert", a, b, "-o", a, "--jobs", "2")
+    assert res.exit_code == 2
+    assert "refusing to write the output over an input of this command" in res.stderr
+    assert a.read_bytes() == before

@@ -135,6 +135,7 @@ def run_convert(paths: Sequence[Path], output: Path, config: EngineConfig, *, op
     from veotrace.engine.tasks import Job
     from veotrace.sources.convert import write_parquet
 
+    _refuse_input_as_output(paths, output)
     parts_dir = output.with_name(output.name + ".parts")
     parts_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -159,3 +160,19 @@ def _part_batches(parts: list[Path]):
         pf = pq.ParquetFile(part)
         for i in range(pf.num_row_groups):
             yield from pf.read_row_group(i).to_batches()
+
+
+def _refuse_input_as_output(paths: Sequence[Path], output: Path) -> None:
+    """The local convert's rule (render.export.output_file): never write over an input. The engine's
+    workers read the inputs in other processes, so the client checks the named files itself."""
+    import os
+
+    from veotrace.errors import UsageError
+    from veotrace.sources.base import expand_paths
+
+    if not output.exists():
+        return
+    for path in expand_paths(list(paths)):
+        if os.path.samefile(path, output):
+            raise UsageError(f"refusing to write the output over an input of this command ({path})", path=output,
+                             hint="Choose another -o path")
