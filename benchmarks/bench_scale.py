@@ -1,9 +1,11 @@
 """Production-shape benchmark (issue 18): a 237-hour log at 200 allocs/s as rotated gzip CSV files.
 
-Generates the run with the benchmark generator (``synth.alloc.write_realistic_log``, one rotated
-file at a time, each compressed with ``gzip -1``), then times whole ``veotrace`` processes on it:
+Generates the run with the production-shape generator (``synth.production``: bursty training steps,
+a widening size mix, 4 streams, hex addresses, frees that pair with their allocations across file
+boundaries; one rotated file at a time, each compressed with ``gzip -1``), then times whole
+``veotrace`` processes on it:
 
-- entropy and bursts on the first 10M events (the bench_entropy size) and on the whole run:
+- entropy, bursts and fragmentation on the first 10M events (the bench_entropy size) and on the whole run:
   events/s and peak RSS of the process tree (sampled), so "no loss of throughput at 34x the size"
   and "memory does not grow with the log" are measured within one run of this script;
 - the speed-up from 1 to 2 workers on the whole run (--jobs 2, and --engine dask --workers 1 vs 2);
@@ -37,26 +39,15 @@ BASE_EVENTS = 10_000_000
 
 def generate(folder: Path, events: int, per_file: int = FILE_EVENTS) -> list[Path]:
     """The rotated gzip files of a run of ``events`` events over HOURS, written once and reused."""
-    from veotrace.synth.alloc import write_realistic_log
+    from veotrace.synth.production import RotatedRun, write_rotated
 
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
+    done = folder / "COMPLETE"
+    if done.exists():
+        return sorted(folder.glob("alloc.log.*.csv.gz"))
     n_files = -(-events // per_file)
-    for i in range(n_files):
-        gz = folder / f"alloc.log.{i + 1:04d}.csv.gz"
-        files.append(gz)
-        if gz.exists():
-            continue
-        plain = folder / f".alloc.log.{i + 1:04d}.csv"
-        first = i * per_file
-        write_realistic_log(plain, events=min(per_file, events - first), hours=HOURS, seed=i,
-                            chunk=500_000, first_event=first, run_events=events)
-        tmp = gz.with_name(gz.name + ".tmp")
-        with tmp.open("wb") as out:
-            subprocess.run(["gzip", "-1", "-c", str(plain)], stdout=out, check=True)
-        tmp.replace(gz)
-        plain.unlink()
-        print(f"  wrote {gz.name} ({i + 1}/{n_files})", file=sys.stderr, flush=True)
+    files = write_rotated(folder, RotatedRun(events=events, hours=HOURS), per_file,
+                          on_file=lambda p: print(f"  wrote {p.name} (of {n_files})", file=sys.stderr, flush=True))
+    done.write_text(f"{events} events in {len(files)} files\n")
     return files
 
 
@@ -129,7 +120,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="run only the cases whose name contains this (e.g. bursts)")
     args = ap.parse_args()
     events = int(FULL_EVENTS * args.scale)
-    folder = DATA / f"production_{events}"
+    folder = DATA / f"run_{events}"  # (production_* folders were written by the old, unpaired generator)
     t0 = time.perf_counter()
     files = generate(folder, events)
     gen_s = time.perf_counter() - t0
@@ -147,6 +138,8 @@ def main() -> None:
         ("entropy, whole run", events, vt + ["entropy", str(folder), *quiet]),
         ("bursts, 10M events", BASE_EVENTS, vt + ["bursts", str(base_dir), *quiet]),
         ("bursts, whole run", events, vt + ["bursts", str(folder), *quiet]),
+        ("fragmentation, 10M events", BASE_EVENTS, vt + ["fragmentation", str(base_dir), *quiet]),
+        ("fragmentation, whole run", events, vt + ["fragmentation", str(folder), *quiet]),
         ("entropy, whole run, --jobs 2", events, vt + ["entropy", str(folder), *quiet, "--jobs", "2"]),
     ]
     if not args.no_dask:
@@ -161,7 +154,7 @@ def main() -> None:
         res[name] = (wall, rss, n / wall)
         print(f"  {name:<40} {wall:8.1f} s  {n / wall / 1e6:6.2f} M events/s  peak RSS (tree) {rss:7.0f} MiB",
               flush=True)
-    for what in ("entropy", "bursts"):
+    for what in ("entropy", "bursts", "fragmentation"):
         if f"{what}, whole run" not in res or f"{what}, 10M events" not in res:
             continue
         small, big = res[f"{what}, 10M events"], res[f"{what}, whole run"]
