@@ -99,6 +99,16 @@ def test_segments_add_one_mean_check_per_period(pair, tmp_path):
     assert [c["name"] for c in out["checks"]][3:] == ["mean 0-24 h", "mean 24-96 h", "mean 96 h-end"]
 
 
+def test_segments_take_units_as_entropy_does(pair):
+    _, base, new = pair
+    _, hours = gate_json(new, "--baseline", base, "--segments", "48")
+    _, units = gate_json(new, "--baseline", base, "--segments", "2d")
+    assert units["checks"] == hours["checks"]
+    for bad, message in (("48,24", "Error: --segments must be increasing"), ("5 parsecs", "Error: --segments: unknown unit")):
+        r = run_cli("gate", new, "--baseline", base, "--segments", bad)
+        assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith(message), r.stderr
+
+
 def test_other_parameters_are_refused_naming_both_values(pair):
     _, base, new = pair
     r = run_cli("gate", new, "--baseline", base, "--window", "5m")

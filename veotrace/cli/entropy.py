@@ -108,10 +108,9 @@ def _render(con, result, rows: int) -> None:
 
 
 def _hours(text: str) -> list[float]:
-    """--segments bounds in hours: ``48,120`` (bare numbers are hours), ``30m,2h`` or ``1s,2s``."""
-    from veotrace.cli.units import parse_duration
+    from veotrace.cli.units import parse_hours_list
 
-    return [parse_duration(x.strip(), option="--segments", bare_unit="h") / 3600 for x in text.split(",") if x.strip()]
+    return parse_hours_list(text)
 
 
 def _duration(text: str | None, option: str) -> float | None:

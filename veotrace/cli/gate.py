@@ -43,7 +43,7 @@ def gate_command(
     max_slope_increase: Annotated[float, _opt("Largest accepted rise of the trend slope, bits/hour.", "--max-slope-increase")] = GATE_MAX_SLOPE_INCREASE,
     alpha: Annotated[float, _opt("One-sided significance level of each check.", "--alpha")] = GATE_ALPHA,
     strict: Annotated[bool, _opt("Fail on any rise above tolerance, significant or not.", "--strict")] = False,
-    segments: Annotated[str, _opt("Also compare the mean per period split at these hours, e.g. 48,120 (default: the baseline's).", "--segments")] = "",
+    segments: Annotated[str, _opt("Also compare the mean per period split at these times: 48,120 (bare numbers are hours), or 30m,2h (default: the baseline's).", "--segments")] = "",
     length_tolerance: Annotated[float, _opt("Window-by-window check when run lengths differ by at most this fraction.", "--length-tolerance")] = GATE_LENGTH_TOLERANCE,
     resamples: Annotated[int, _opt("Bootstrap resamples (and permutations, at most 999, for --history).", "--resamples")] = GATE_RESAMPLES,
     seed: Annotated[int, _opt("Seed of the resampling (the verdict is reproducible).", "--seed")] = GATE_SEED,
@@ -190,12 +190,11 @@ def _ops(text: str | None) -> list[str] | None:
 
 
 def _hours(text: str) -> list[float]:
+    """--segments as entropy takes them (bare numbers are hours, or 30m,2h), increasing."""
+    from veotrace.cli.units import parse_hours_list
     from veotrace.errors import UsageError
 
-    try:
-        hours = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"--segments expects hours like 48,120, got {text!r}") from None
-    if hours != sorted(hours) or any(h <= 0 for h in hours):
+    hours = parse_hours_list(text)
+    if hours != sorted(hours):
         raise UsageError("--segments must be increasing positive hours, e.g. 48,120")
     return hours

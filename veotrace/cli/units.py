@@ -54,6 +54,15 @@ def parse_duration(text: str | float, *, option: str, bare_unit: str = "s") -> f
     return seconds
 
 
+def parse_hours_list(text: str, *, option: str = "--segments") -> list[float]:
+    """Hours in a list of time bounds: ``48,120`` (bare numbers are hours), ``30m,2h`` or ``1s,2s``.
+
+    Raises:
+        UsageError: an entry that is not a positive duration (naming ``option``).
+    """
+    return [parse_duration(x.strip(), option=option, bare_unit="h") / 3600 for x in text.split(",") if x.strip()]
+
+
 def parse_bytes(text: str | int, *, option: str) -> int:
     """Bytes in a size option value: ``"80GiB"``, ``"2MiB"``, ``"512"``, ``"1.5GB"``.
 
