@@ -1,7 +1,8 @@
-"""Build of the optional C scanners (veotrace/sources/_csvscan.c, _picklescan.c); the rest is in pyproject.toml.
+"""Build of the optional C parts (veotrace/sources/_csvscan.c, _picklescan.c, veotrace/allocators/_torchcore.c);
+the rest is in pyproject.toml.
 
 ``optional=True``: where no C compiler is found the install still succeeds and the CSV reader uses
-pyarrow alone (slower, same results).
+pyarrow alone and simulate's torch policy the Python model (slower, same results).
 """
 
 from setuptools import Extension, setup
@@ -10,4 +11,7 @@ setup(ext_modules=[Extension("veotrace.sources._csvscan", ["veotrace/sources/_cs
                              extra_compile_args=["-O3"], optional=True),
                    # The pickle nesting check (safe_pickle); without it a pure-Python walk does the same, slower.
                    Extension("veotrace.sources._picklescan", ["veotrace/sources/_picklescan.c"],
-                             extra_compile_args=["-O2"], optional=True)])
+                             extra_compile_args=["-O2"], optional=True),
+                   # The torch policy's request loop (veotrace.allocators.torchcore); without it the Python model runs.
+                   Extension("veotrace.allocators._torchcore", ["veotrace/allocators/_torchcore.c"],
+                             extra_compile_args=["-O3"], optional=True)])

@@ -38,6 +38,14 @@ class Recorder:
         if self.enabled:
             self.events.append((self.req, op, addr, size, stream, block))
 
+    def drain(self):
+        """The events since the last drain as an (n, 6) int64 numpy array; the list is emptied."""
+        import numpy as np
+
+        ev = np.array(self.events, dtype=np.int64).reshape(-1, 6)
+        self.events.clear()
+        return ev
+
 
 @dataclass
 class Counters:

@@ -56,11 +56,16 @@ def check_policies(names: list[str]) -> list[str]:
 
 
 def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf: TorchConf, capacity,
-                seed: Seed | None, tiers):
+                seed: Seed | None, tiers, core: str = "python"):
+    """One device's policy. ``core="c"``: the compiled torch core (``rec`` is then a CoreRecorder)."""
     from veotrace.allocators import arena, reuse, tiered, torch
     from veotrace.allocators.seed import seed_state
 
     va = AddressSpace()
+    if name == "torch" and core == "c":
+        from veotrace.allocators.torchcore import CTorchAllocator
+
+        return CTorchAllocator(conf, capacity=capacity, rec=rec, va=va)
     if name == "torch":
         model = torch.TorchAllocator(conf, capacity=capacity, rec=rec, va=va)
         if seed is not None and seed.used:
@@ -75,12 +80,12 @@ def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf
     return arena.IdealAllocator(capacity=capacity, rec=rec, va=va)
 
 
-def events_batch(rec: Recorder, req: rp.Requests, name: str, clock: np.ndarray, seq0: int = 0) -> pa.RecordBatch:
-    """The recorder's events as ``alloc_events/1`` (+ ``block_bytes``), timed by the request that caused them."""
-    ev = np.array(rec.events, dtype=np.int64).reshape(-1, 6)
+def events_batch(ev: np.ndarray, req: rp.Requests, name: str, clock: np.ndarray, seq0: int = 0) -> pa.RecordBatch:
+    """Drained events (an (n, 6) array, see Recorder) as ``alloc_events/1`` (+ ``block_bytes``), timed by
+    the request that caused them."""
     r = ev[:, 0]
     idx = np.clip(r, 0, max(len(req) - 1, 0))
-    devices = np.frombuffer(req.device, dtype=np.int64).astype(np.int32)
+    devices = np.frombuffer(req.device, dtype=np.int64)
     dev = np.where(r >= 0, devices[idx] if len(req) else 0, -1 - r).astype(np.int32)
     ts = clock[idx] if len(req) else np.zeros(0, np.int64)
     n = len(ev)
@@ -139,7 +144,7 @@ def whatif_table(rows: list[dict]) -> list[dict]:
 
 def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity: int | None = None,
              seed: Seed | None = None, tiers=None, window_s: float | None = None,
-             window_requests: int | None = None, on_progress=None) -> SimulateResult:
+             window_requests: int | None = None, on_progress=None, torch_core: str = "auto") -> SimulateResult:
     """Replay ``req`` through each policy (one instance per device) and measure each over windows.
 
     Args:
@@ -147,8 +152,10 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
         capacity: bytes per device (None: unlimited). seed: starting state for ``torch`` (part-way traces).
         tiers: ``tiered`` bounds and granularities (default :data:`tiered.DEFAULT_TIERS`).
         window_s / window_requests: window length; neither: the trace cut into ~50 windows.
+        torch_core: "auto" (the compiled core where it covers the run), "c" or "python" (see torchcore.choose_core).
     """
     from veotrace.allocators.tiered import DEFAULT_TIERS
+    from veotrace.allocators.torchcore import CoreRecorder, choose_core
     from veotrace.fragmentation import fragmentation_series
 
     tiers = tiers or DEFAULT_TIERS
@@ -163,21 +170,22 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
     else:
         window_ns = window_requests or max(-(-len(req) // AUTO_WINDOWS), 1)
     rows, wins, notes = [], [], list(req.notes)
+    core, core_why = choose_core(conf, capacity, seed, torch_core)
     for name in policies:
         if name.startswith("tiered") and not has_time:
             notes.append(f"{name}: not run, lifetimes need timestamps and this trace has none")
             continue
-        rec, models = Recorder(), {}
+        rec, models = CoreRecorder() if name == "torch" and core == "c" else Recorder(), {}
         make = (lambda d, name=name, rec=rec: make_policy(name, d, req, rec, conf=conf, capacity=capacity,
-                                                          seed=seed, tiers=tiers))
+                                                          seed=seed, tiers=tiers, core=core))
 
         def stream(name=name, rec=rec, models=models, make=make):
             seq0 = 0
             for _ in rp.iter_replay(make, req, models):
-                if rec.events:
-                    batch = events_batch(rec, req, name, clock, seq0)
+                ev = rec.drain()
+                if len(ev):
+                    batch = events_batch(ev, req, name, clock, seq0)
                     seq0 += batch.num_rows
-                    rec.events.clear()
                     yield batch
 
         frag = fragmentation_series(stream(), window_s=window_ns / 1e9)
@@ -207,5 +215,7 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
               "window_ns": window_ns if has_time else None, "window_requests": None if has_time else window_ns,
               "requests": len(req), "counts": req.counts,
               "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
-              "recorded_releases": sum(1 for k in req.kind if k == rp.RELEASE)}
+              "recorded_releases": int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == rp.RELEASE))}
+    if "torch" in params["policies"]:
+        params["torch_core"], params["torch_core_why"] = core, core_why
     return SimulateResult(rows, whatif_table(rows), windows, params, notes=notes)

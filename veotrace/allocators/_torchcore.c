@@ -1,0 +1,706 @@
+/* Compiled core of the `torch` policy: PyTorch's CUDA caching allocator (DeviceCachingAllocator in
+ * c10/cuda/CUDACachingAllocator.cpp) for one device, driven over a range of replay requests.
+ *
+ * veotrace.allocators.torch is the readable reference and this file follows it rule by rule, with
+ * PyTorch's function names: round_size (with roundup_power2_next_division), get_allocation_size,
+ * get_free_block, alloc_block, should_split, alloc_found_block, free_block, try_merge_blocks,
+ * release_block, release_available_cached_blocks, release_cached_blocks.  Not ported (the Python model
+ * runs instead; veotrace.allocators.torchcore.choose_core decides): expandable segments,
+ * garbage_collection_threshold and seeding from a snapshot.
+ *
+ * It emits the same events as the Python Recorder, (request, op, address, size, stream, block bytes)
+ * as int64, drained by take_events(), so fragmentation windows and validation see the same stream.
+ * Free blocks of a pool are kept in a treap ordered as BlockComparatorSize (stream, size, address):
+ * best fit, insert and erase are O(log n) for any free-list length.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Constants of CUDACachingAllocator.cpp */
+#define kMinBlockSize 512LL             /* all sizes are rounded to at least 512 bytes */
+#define kSmallSize (1LL << 20)          /* largest "small" allocation is 1 MiB */
+#define kSmallBuffer (2LL << 20)        /* "small" allocations are packed in 2 MiB blocks */
+#define kLargeBuffer (20LL << 20)       /* "large" allocations may be packed in 20 MiB blocks */
+#define kMinLargeAlloc (10LL << 20)     /* allocations between 1 and 10 MiB may use kLargeBuffer */
+#define kRoundLarge (2LL << 20)         /* round up large allocations to 2 MiB */
+#define VA_ALIGN (2LL << 20)            /* base.VA_ALIGN: device allocations are 2 MiB aligned */
+#define ROUNDUP_INTERVALS 16
+#define NO_LIMIT UINT64_MAX             /* max_split_size default (SIZE_MAX) */
+
+/* Request kinds (replay.py) and event op codes (base.py). */
+enum { R_MALLOC = 0, R_FREE = 1, R_RELEASE = 2, R_SEED = 3 };
+enum { E_ALLOC = 0, E_FREE = 1, E_SEGMENT_ALLOC = 2, E_SEGMENT_FREE = 3, E_OOM = 6 };
+
+typedef struct Block {
+    int64_t size, addr, stream, requested;
+    struct Block *prev, *next;   /* neighbours inside the segment */
+    struct Block *left, *right;  /* treap children while the block is free and cached */
+    uint32_t prio;
+    unsigned char is_small, allocated;
+} Block;
+
+/* ---- treap of free blocks ordered by (stream, size, address): BlockComparatorSize ---------------- */
+
+static inline int key_cmp(const Block *b, int64_t stream, int64_t size, int64_t addr)
+{
+    if (b->stream != stream) return b->stream < stream ? -1 : 1;
+    if (b->size != size) return b->size < size ? -1 : 1;
+    if (b->addr != addr) return b->addr < addr ? -1 : 1;
+    return 0;
+}
+
+static Block *treap_merge(Block *a, Block *b) /* every key of a < every key of b */
+{
+    if (!a) return b;
+    if (!b) return a;
+    if (a->prio > b->prio) {
+        a->right = treap_merge(a->right, b);
+        return a;
+    }
+    b->left = treap_merge(a, b->left);
+    return b;
+}
+
+static void treap_split(Block *t, const Block *k, Block **l, Block **r) /* l < k <= r */
+{
+    if (!t) {
+        *l = *r = NULL;
+        return;
+    }
+    if (key_cmp(t, k->stream, k->size, k->addr) < 0) {
+        treap_split(t->right, k, &t->right, r);
+        *l = t;
+    } else {
+        treap_split(t->left, k, l, &t->left);
+        *r = t;
+    }
+}
+
+/* The first block >= (stream, size, addr), or NULL. */
+static Block *lower_bound(Block *t, int64_t stream, int64_t size, int64_t addr)
+{
+    Block *best = NULL;
+    while (t) {
+        if (key_cmp(t, stream, size, addr) >= 0) {
+            best = t;
+            t = t->left;
+        } else {
+            t = t->right;
+        }
+    }
+    return best;
+}
+
+/* The last block < (stream, size, addr), or NULL. */
+static Block *last_below(Block *t, int64_t stream, int64_t size, int64_t addr)
+{
+    Block *best = NULL;
+    while (t) {
+        if (key_cmp(t, stream, size, addr) < 0) {
+            best = t;
+            t = t->right;
+        } else {
+            t = t->left;
+        }
+    }
+    return best;
+}
+
+/* ---- request index -> allocated block (the replay's handles), linear probing ----------------------- */
+
+typedef struct {
+    int64_t *keys;  /* -1: empty */
+    Block **vals;
+    size_t cap, n;
+} HandleMap;
+
+static inline size_t slot_of(int64_t key, size_t cap)
+{
+    return (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ULL) >> 17) & (cap - 1);
+}
+
+static int map_grow(HandleMap *m)
+{
+    size_t cap = m->cap ? m->cap * 2 : 1024;
+    int64_t *keys = PyMem_Malloc(cap * sizeof(int64_t));
+    Block **vals = PyMem_Malloc(cap * sizeof(Block *));
+    if (!keys || !vals) {
+        PyMem_Free(keys);
+        PyMem_Free(vals);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(keys, 0xff, cap * sizeof(int64_t));
+    for (size_t i = 0; i < m->cap; i++) {
+        if (m->keys[i] < 0) continue;
+        size_t s = slot_of(m->keys[i], cap);
+        while (keys[s] >= 0) s = (s + 1) & (cap - 1);
+        keys[s] = m->keys[i];
+        vals[s] = m->vals[i];
+    }
+    PyMem_Free(m->keys);
+    PyMem_Free(m->vals);
+    m->keys = keys, m->vals = vals, m->cap = cap;
+    return 0;
+}
+
+static int map_put(HandleMap *m, int64_t key, Block *b)
+{
+    if ((m->n + 1) * 2 > m->cap && map_grow(m) < 0) return -1;
+    size_t s = slot_of(key, m->cap);
+    while (m->keys[s] >= 0 && m->keys[s] != key) s = (s + 1) & (m->cap - 1);
+    if (m->keys[s] < 0) m->n++;
+    m->keys[s] = key;
+    m->vals[s] = b;
+    return 0;
+}
+
+static Block *map_pop(HandleMap *m, int64_t key)
+{
+    if (!m->cap || key < 0) return NULL;
+    size_t mask = m->cap - 1, s = slot_of(key, m->cap);
+    while (m->keys[s] != key) {
+        if (m->keys[s] < 0) return NULL;
+        s = (s + 1) & mask;
+    }
+    Block *b = m->vals[s];
+    m->n--;
+    /* backward-shift deletion keeps every probe chain unbroken */
+    size_t hole = s, j = s;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (m->keys[j] < 0) break;
+        size_t home = slot_of(m->keys[j], m->cap);
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            m->keys[hole] = m->keys[j];
+            m->vals[hole] = m->vals[j];
+            hole = j;
+        }
+    }
+    m->keys[hole] = -1;
+    return b;
+}
+
+/* ---- the allocator of one device ---------------------------------------------------------------- */
+
+#define SLAB 4096
+
+typedef struct {
+    PyObject_HEAD
+    Block *pools[2];          /* free-block treaps: [0] large_blocks, [1] small_blocks */
+    uint64_t max_split_size;  /* NO_LIMIT when unset */
+    int64_t max_non_split_rounding_size;
+    int divisions[ROUNDUP_INTERVALS];
+    int has_capacity;
+    int64_t capacity, va_next;
+    /* Counters */
+    int64_t reserved, allocated, peak_reserved, peak_allocated, device_allocs, device_frees, flushes,
+        alloc_retries, ooms;
+    int has_oom;
+    int64_t oom_request, oom_size, oom_reserved, oom_allocated;
+    int armed;   /* the trace recorded a release inside the next malloc (arm_release) */
+    int64_t req; /* the request being served: every event names it */
+    uint32_t rng;
+    HandleMap handles;
+    int64_t *ev;
+    size_t n_ev, cap_ev;
+    Block **slabs;
+    size_t n_slabs;
+    Block *spare; /* recycled blocks, chained through next */
+} Core;
+
+static Block *new_block(Core *c, int64_t size, int64_t addr, int64_t stream, int is_small)
+{
+    if (!c->spare) {
+        Block *slab = PyMem_Malloc(SLAB * sizeof(Block));
+        Block **slabs = PyMem_Realloc(c->slabs, (c->n_slabs + 1) * sizeof(Block *));
+        if (!slab || !slabs) {
+            PyMem_Free(slab);
+            if (slabs) c->slabs = slabs;
+            PyErr_NoMemory();
+            return NULL;
+        }
+        c->slabs = slabs;
+        c->slabs[c->n_slabs++] = slab;
+        for (int i = 0; i < SLAB; i++) {
+            slab[i].next = c->spare;
+            c->spare = &slab[i];
+        }
+    }
+    Block *b = c->spare;
+    c->spare = b->next;
+    memset(b, 0, sizeof(Block));
+    b->size = size, b->addr = addr, b->stream = stream, b->is_small = (unsigned char)is_small;
+    c->rng ^= c->rng << 13, c->rng ^= c->rng >> 17, c->rng ^= c->rng << 5; /* xorshift32 */
+    b->prio = c->rng;
+    return b;
+}
+
+static inline void drop_block(Core *c, Block *b)
+{
+    b->next = c->spare;
+    c->spare = b;
+}
+
+static int emit(Core *c, int op, int64_t addr, int64_t size, int64_t stream, int64_t block)
+{
+    if (c->n_ev + 6 > c->cap_ev) {
+        size_t cap = c->cap_ev ? c->cap_ev * 2 : 6 * 4096;
+        int64_t *ev = PyMem_Realloc(c->ev, cap * sizeof(int64_t));
+        if (!ev) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->ev = ev, c->cap_ev = cap;
+    }
+    int64_t *e = c->ev + c->n_ev;
+    e[0] = c->req, e[1] = op, e[2] = addr, e[3] = size, e[4] = stream, e[5] = block;
+    c->n_ev += 6;
+    return 0;
+}
+
+static inline Block **pool_of(Core *c, int is_small) { return &c->pools[is_small ? 1 : 0]; }
+
+/* BlockPool.insert_into_blocks */
+static void insert_into_blocks(Core *c, Block *b)
+{
+    Block **root = pool_of(c, b->is_small), *l, *r;
+    b->left = b->right = NULL;
+    treap_split(*root, b, &l, &r);
+    *root = treap_merge(treap_merge(l, b), r);
+}
+
+/* BlockPool.erase */
+static void pool_erase(Core *c, Block *b)
+{
+    Block **link = pool_of(c, b->is_small);
+    while (*link != b) {
+        int d = key_cmp(*link, b->stream, b->size, b->addr);
+        link = d < 0 ? &(*link)->right : &(*link)->left;
+    }
+    *link = treap_merge(b->left, b->right);
+    b->left = b->right = NULL;
+}
+
+static inline int bit_length(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
+
+/* Round size up to the next of `divisions` equal steps between two powers of two. */
+static int64_t roundup_power2_next_division(int64_t size, int divisions)
+{
+    if ((size & (size - 1)) == 0) return size;
+    int64_t floor = 1LL << (bit_length((uint64_t)size) - 1);
+    int64_t step = floor >> (bit_length((uint64_t)divisions) - 1);
+    if (step == 0) return floor << 1;
+    int64_t rounded = size & ~(step - 1);
+    return rounded == size ? size : rounded + step;
+}
+
+/* AllocatorConfig::roundup_power2_divisions(size): the entry of size's power-of-two interval (MiB). */
+static int divisions_for(const Core *c, int64_t size)
+{
+    int index = bit_length((uint64_t)size) - 1 - 20;
+    if (index < 0) index = 0;
+    if (index > ROUNDUP_INTERVALS - 1) index = ROUNDUP_INTERVALS - 1;
+    return c->divisions[index];
+}
+
+static int64_t round_size(const Core *c, int64_t size)
+{
+    if (size < kMinBlockSize) return kMinBlockSize;
+    int divisions = divisions_for(c, size);
+    if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+    return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+static int64_t get_allocation_size(int64_t size)
+{
+    if (size <= kSmallSize) return kSmallBuffer;
+    if (size < kMinLargeAlloc) return kLargeBuffer;
+    return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+/* Best fit: the first free block of the stream at least `size`, in (size, address) order; an
+ * oversize block (>= max_split_size) only for a request that is itself oversize, and then not one
+ * max_non_split_rounding_size or more too large. */
+static Block *get_free_block(Core *c, int is_small, int64_t size, int64_t stream)
+{
+    Block *block = lower_bound(*pool_of(c, is_small), stream, size, INT64_MIN);
+    if (!block || block->stream != stream) return NULL;
+    if ((uint64_t)size < c->max_split_size) {
+        if (c->max_split_size <= (uint64_t)block->size) return NULL; /* do not return an oversized block for a small request */
+    } else if (block->size >= size + c->max_non_split_rounding_size) {
+        return NULL; /* allow oversized blocks only up to max_non_split_rounding_size above the request */
+    }
+    pool_erase(c, block);
+    return block;
+}
+
+/* A new segment (cudaMalloc of alloc_size); NULL with no error set when it does not fit the capacity. */
+static Block *alloc_block(Core *c, int is_small, int64_t alloc_size, int64_t stream, int force)
+{
+    if (!force && c->has_capacity && c->reserved + alloc_size > c->capacity) return NULL;
+    int64_t addr = c->va_next, span = alloc_size > 1 ? alloc_size : 1;
+    c->va_next = addr + (span + VA_ALIGN - 1) / VA_ALIGN * VA_ALIGN; /* AddressSpace.take */
+    Block *block = new_block(c, alloc_size, addr, stream, is_small);
+    if (!block) return NULL;
+    c->reserved += alloc_size;
+    if (c->reserved > c->peak_reserved) c->peak_reserved = c->reserved;
+    c->device_allocs++;
+    if (emit(c, E_SEGMENT_ALLOC, addr, alloc_size, stream, alloc_size) < 0) return NULL;
+    return block;
+}
+
+static inline int is_split(const Block *b) { return b->prev != NULL || b->next != NULL; }
+
+/* cudaFree of a whole unsplit cached segment. */
+static int release_block(Core *c, Block *block)
+{
+    c->device_frees++;
+    c->reserved -= block->size;
+    if (emit(c, E_SEGMENT_FREE, block->addr, block->size, block->stream, block->size) < 0) return -1;
+    pool_erase(c, block);
+    drop_block(c, block);
+    return 0;
+}
+
+/* With max_split_size set: free one oversize cached block big enough, or several, largest first.
+ * Returns 1 when enough was freed, 0 when not, -1 on error. */
+static int release_available_cached_blocks(Core *c, int is_small, int64_t size, int64_t stream)
+{
+    if (c->max_split_size == NO_LIMIT) return 0;
+    int64_t mss = (int64_t)c->max_split_size;
+    int64_t key = size > mss ? size : mss;
+    Block *block = lower_bound(*pool_of(c, is_small), stream, key, INT64_MIN);
+    if (block && block->stream == stream) {
+        if (is_split(block)) return 0;
+        return release_block(c, block) < 0 ? -1 : 1;
+    }
+    /* no single block is big enough: free the largest unsplit oversize ones until key bytes are freed */
+    int64_t released = 0;
+    Block *cur = last_below(*pool_of(c, is_small), stream, INT64_MAX, INT64_MAX); /* the stream's largest */
+    while (cur && cur->stream == stream) {
+        if (released >= key || cur->size < mss) break;
+        Block *below = last_below(*pool_of(c, is_small), cur->stream, cur->size, cur->addr);
+        if (!is_split(cur)) {
+            released += cur->size;
+            if (release_block(c, cur) < 0) return -1;
+        }
+        cur = below;
+    }
+    return released >= key;
+}
+
+/* emptyCache and the last retry of malloc: free every unsplit cached block of both pools, in set order. */
+static int release_cached_blocks(Core *c)
+{
+    c->flushes++;
+    for (int small = 0; small < 2; small++) {
+        Block *cur = lower_bound(*pool_of(c, small), INT64_MIN, INT64_MIN, INT64_MIN);
+        while (cur) {
+            Block *after = NULL;
+            /* the next block in set order: the first key above cur's */
+            Block *t = *pool_of(c, small);
+            while (t) {
+                if (key_cmp(t, cur->stream, cur->size, cur->addr) > 0) {
+                    after = t;
+                    t = t->left;
+                } else {
+                    t = t->right;
+                }
+            }
+            if (cur->prev == NULL && cur->next == NULL && release_block(c, cur) < 0) return -1;
+            cur = after;
+        }
+    }
+    return 0;
+}
+
+static int oom(Core *c, int64_t size, int64_t stream)
+{
+    c->ooms++;
+    if (!c->has_oom) {
+        c->has_oom = 1;
+        c->oom_request = c->req, c->oom_size = size, c->oom_reserved = c->reserved, c->oom_allocated = c->allocated;
+    }
+    return emit(c, E_OOM, 0, size, stream, 0);
+}
+
+/* malloc after no cached block fits: the recorded release, a new segment and the retries
+ * (release_available_cached_blocks, then release_cached_blocks); past them an OOM, counted, and the
+ * replay goes on with the segment forced. */
+static Block *malloc_new_block(Core *c, int is_small, int64_t orig_size, int64_t size, int64_t alloc_size,
+                               int64_t stream)
+{
+    if (c->armed) {
+        if (release_cached_blocks(c) < 0) return NULL;
+        c->alloc_retries++;
+    }
+    c->armed = 0;
+    Block *block = alloc_block(c, is_small, alloc_size, stream, 0);
+    if (!block && PyErr_Occurred()) return NULL;
+    if (!block) {
+        int freed = release_available_cached_blocks(c, is_small, size, stream);
+        if (freed < 0) return NULL;
+        if (freed) {
+            block = alloc_block(c, is_small, alloc_size, stream, 0);
+            if (!block && PyErr_Occurred()) return NULL;
+        }
+    }
+    if (!block) {
+        if (release_cached_blocks(c) < 0) return NULL;
+        c->alloc_retries++;
+        block = alloc_block(c, is_small, alloc_size, stream, 0);
+        if (!block && PyErr_Occurred()) return NULL;
+    }
+    if (!block) {
+        if (oom(c, orig_size, stream) < 0) return NULL;
+        block = alloc_block(c, is_small, alloc_size, stream, 1);
+    }
+    return block;
+}
+
+static inline int should_split(const Core *c, const Block *block, int64_t size)
+{
+    int64_t remaining = block->size - size;
+    if (block->is_small) return remaining >= kMinBlockSize;
+    return (uint64_t)size < c->max_split_size && remaining > kSmallSize;
+}
+
+static Block *alloc_found_block(Core *c, Block *block, int64_t size, int64_t orig_size, int split)
+{
+    if (split) { /* the front becomes the allocation, the rest stays cached */
+        Block *remaining = block;
+        block = new_block(c, size, remaining->addr, remaining->stream, remaining->is_small);
+        if (!block) return NULL;
+        block->prev = remaining->prev;
+        if (block->prev) block->prev->next = block;
+        block->next = remaining;
+        remaining->prev = block;
+        remaining->addr += size;
+        remaining->size -= size;
+        insert_into_blocks(c, remaining);
+    }
+    block->allocated = 1;
+    block->requested = orig_size;
+    c->allocated += block->size;
+    if (c->allocated > c->peak_allocated) c->peak_allocated = c->allocated;
+    if (emit(c, E_ALLOC, block->addr, orig_size, block->stream, block->size) < 0) return NULL;
+    return block;
+}
+
+static Block *core_malloc(Core *c, int64_t orig_size, int64_t stream)
+{
+    int64_t size = round_size(c, orig_size);
+    int64_t alloc_size = get_allocation_size(size);
+    int is_small = size <= kSmallSize;
+    Block *block = get_free_block(c, is_small, size, stream);
+    if (!block) {
+        block = malloc_new_block(c, is_small, orig_size, size, alloc_size, stream);
+        if (!block) return NULL;
+    } else {
+        c->armed = 0;
+    }
+    return alloc_found_block(c, block, size, orig_size, should_split(c, block, size));
+}
+
+/* Absorb a free neighbour into dst. */
+static void try_merge_blocks(Core *c, Block *dst, Block *src)
+{
+    pool_erase(c, src);
+    if (dst->prev == src) {
+        dst->addr = src->addr;
+        dst->prev = src->prev;
+        if (dst->prev) dst->prev->next = dst;
+    } else {
+        dst->next = src->next;
+        if (dst->next) dst->next->prev = dst;
+    }
+    dst->size += src->size;
+    drop_block(c, src);
+}
+
+static void free_block(Core *c, Block *block)
+{
+    Block *prev = block->prev, *next = block->next;
+    if (prev && !prev->allocated) try_merge_blocks(c, block, prev);
+    if (next && !next->allocated) try_merge_blocks(c, block, next);
+    insert_into_blocks(c, block);
+}
+
+static int core_free(Core *c, Block *block)
+{
+    block->allocated = 0;
+    c->allocated -= block->size;
+    if (emit(c, E_FREE, block->addr, block->requested, block->stream, block->size) < 0) return -1;
+    free_block(c, block);
+    return 0;
+}
+
+/* ---- Python type --------------------------------------------------------------------------------- */
+
+static int Core_init(Core *c, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"max_split_size", "max_non_split_rounding_size", "divisions", "capacity", "va_start",
+                            NULL};
+    unsigned long long mss;
+    long long mnsrs, va;
+    PyObject *divisions, *capacity;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLOOL", names, &mss, &mnsrs, &divisions, &capacity, &va))
+        return -1;
+    PyObject *seq = PySequence_Fast(divisions, "divisions must be a sequence");
+    if (!seq) return -1;
+    if (PySequence_Fast_GET_SIZE(seq) != ROUNDUP_INTERVALS) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "divisions needs 16 entries");
+        return -1;
+    }
+    for (int i = 0; i < ROUNDUP_INTERVALS; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        c->divisions[i] = (int)v;
+    }
+    Py_DECREF(seq);
+    c->has_capacity = capacity != Py_None;
+    if (c->has_capacity) {
+        c->capacity = PyLong_AsLongLong(capacity);
+        if (c->capacity == -1 && PyErr_Occurred()) return -1;
+    }
+    c->max_split_size = mss, c->max_non_split_rounding_size = mnsrs, c->va_next = va;
+    c->rng = 2463534242u;
+    return 0;
+}
+
+static void Core_dealloc(Core *c)
+{
+    for (size_t i = 0; i < c->n_slabs; i++) PyMem_Free(c->slabs[i]);
+    PyMem_Free(c->slabs);
+    PyMem_Free(c->handles.keys);
+    PyMem_Free(c->handles.vals);
+    PyMem_Free(c->ev);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static int get_q(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (view->itemsize != 8 || view->len / 8 < n) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: expected at least %zd 8-byte integers", name, n);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Core_run(Core *c, PyObject *args)
+{
+    PyObject *o[5];
+    long long dev;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "OOOOOLnn", &o[0], &o[1], &o[2], &o[3], &o[4], &dev, &start, &end)) return NULL;
+    static const char *names[] = {"kind", "size", "stream", "pair", "device"};
+    Py_buffer v[5];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < 5; got++) {
+        if (got == 4 && o[4] == Py_None) break;
+        if (get_q(o[got], &v[got], end, names[got]) < 0) goto done;
+    }
+    {
+        const int64_t *kind = v[0].buf, *size = v[1].buf, *stream = v[2].buf, *pair = v[3].buf;
+        const int64_t *device = got == 5 ? v[4].buf : NULL;
+        for (Py_ssize_t i = start; i < end; i++) {
+            if (device && device[i] != dev) continue;
+            c->req = i;
+            int64_t k = kind[i];
+            if (k == R_MALLOC || k == R_SEED) {
+                Block *b = core_malloc(c, size[i], stream[i]);
+                if (!b || map_put(&c->handles, i, b) < 0) goto done;
+            } else if (k == R_FREE) {
+                Block *b = map_pop(&c->handles, pair[i]);
+                if (!b) {
+                    PyErr_Format(PyExc_KeyError, "request %zd frees request %lld, which holds no block", i,
+                                 (long long)pair[i]);
+                    goto done;
+                }
+                if (core_free(c, b) < 0) goto done;
+            } else if (k == R_RELEASE) {
+                if (size[i]) {
+                    c->armed = 1; /* an OOM retry inside PyTorch's malloc: release if no cached block fits */
+                } else if (release_cached_blocks(c) < 0) { /* empty_cache() */
+                    goto done;
+                }
+            }
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
+static PyObject *Core_take_events(Core *c, PyObject *noargs)
+{
+    PyObject *out = PyBytes_FromStringAndSize((const char *)c->ev, (Py_ssize_t)(c->n_ev * sizeof(int64_t)));
+    if (out) c->n_ev = 0;
+    return out;
+}
+
+static PyObject *Core_counters(Core *c, PyObject *noargs)
+{
+    PyObject *first = c->has_oom ? Py_BuildValue("{s:L,s:L,s:L,s:L}", "request", (long long)c->oom_request,
+                                                 "size_bytes", (long long)c->oom_size, "reserved_bytes",
+                                                 (long long)c->oom_reserved, "allocated_bytes",
+                                                 (long long)c->oom_allocated)
+                                 : Py_NewRef(Py_None);
+    if (!first) return NULL;
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N}", "reserved", (long long)c->reserved,
+                         "allocated", (long long)c->allocated, "peak_reserved", (long long)c->peak_reserved,
+                         "peak_allocated", (long long)c->peak_allocated, "device_allocs",
+                         (long long)c->device_allocs, "device_frees", (long long)c->device_frees, "flushes",
+                         (long long)c->flushes, "alloc_retries", (long long)c->alloc_retries, "ooms",
+                         (long long)c->ooms, "first_oom", first);
+}
+
+static PyObject *Core_live(Core *c, PyObject *noargs) { return PyLong_FromSize_t(c->handles.n); }
+
+static PyMethodDef Core_methods[] = {
+    {"run", (PyCFunction)Core_run, METH_VARARGS,
+     "run(kind, size, stream, pair, device, dev, start, end): serve requests start..end-1 (those of device "
+     "dev when device is not None); arrays of 8-byte integers as in replay.Requests."},
+    {"take_events", (PyCFunction)Core_take_events, METH_NOARGS,
+     "take_events() -> bytes of int64 (request, op, address, size, stream, block) rows; clears them."},
+    {"counters", (PyCFunction)Core_counters, METH_NOARGS, "counters() -> dict of the Counters fields."},
+    {"live", (PyCFunction)Core_live, METH_NOARGS, "live() -> number of allocated blocks held."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "veotrace.allocators._torchcore.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Core(max_split_size, max_non_split_rounding_size, divisions, capacity, va_start): "
+              "DeviceCachingAllocator of one device.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_methods = Core_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_torchcore", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__torchcore(void)
+{
+    if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,78 @@
+"""The compiled core of the ``torch`` policy (``_torchcore.c``) and the one place that decides which core runs.
+
+``_torchcore.c`` ports :class:`veotrace.allocators.torch.TorchAllocator` rule by rule (same PyTorch names)
+for the common case, and serves a whole range of replay requests per call, so the per-request cost is
+C's. The Python model stays the reference and runs whenever the C core does not cover the run:
+expandable segments, ``garbage_collection_threshold`` with a capacity, a model seeded from a snapshot,
+or an install built without a C compiler. :func:`choose_core` says which core ran and why (``params``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from veotrace.allocators.base import AddressSpace, Counters
+from veotrace.allocators.conf import TorchConf
+
+try:
+    from veotrace.allocators import _torchcore
+except ImportError:  # built without a C compiler (setup.py marks the extension optional)
+    _torchcore = None
+
+CORES = ("auto", "c", "python")
+
+
+def choose_core(conf: TorchConf, capacity: int | None, seed, wanted: str = "auto") -> tuple[str, str]:
+    """("c" | "python", why) for one torch run. ``wanted="python"`` forces the reference model;
+    ``"c"`` asks for the compiled core and still gets Python, with the reason, where it cannot run."""
+    if wanted == "python":
+        return "python", "asked for (--torch-core python)"
+    if conf.expandable_segments:
+        return "python", "expandable_segments is modelled by the Python core only"
+    if conf.garbage_collection_threshold > 0 and capacity is not None:
+        return "python", "garbage_collection_threshold is modelled by the Python core only"
+    if seed is not None and seed.used:
+        return "python", "a model seeded from the snapshot runs in the Python core only"
+    if _torchcore is None:
+        return "python", "the compiled core is not built (installed without a C compiler)"
+    return "c", "compiled core (veotrace/allocators/_torchcore.c)"
+
+
+class CoreRecorder:
+    """The Recorder of compiled-core runs: its events are kept inside each device's core until drained."""
+
+    __slots__ = ("cores", "req")
+
+    def __init__(self) -> None:
+        self.cores: list = []
+        self.req = 0
+
+    def drain(self) -> np.ndarray:
+        """Events since the last drain as an (n, 6) int64 array, in request order across devices."""
+        parts = [np.frombuffer(core.take_events(), dtype=np.int64).reshape(-1, 6) for core in self.cores]
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return np.zeros((0, 6), np.int64)
+        if len(parts) == 1:
+            return parts[0]
+        ev = np.concatenate(parts)
+        return ev[np.argsort(ev[:, 0], kind="stable")]  # a request's events all come from one device
+
+
+class CTorchAllocator:
+    """One device's ``DeviceCachingAllocator`` in C; the replay calls :meth:`run_chunk` instead of malloc/free."""
+
+    def __init__(self, conf: TorchConf, *, capacity: int | None, rec: CoreRecorder, va: AddressSpace | None = None) -> None:
+        self.core = _torchcore.Core(conf.max_split_size, conf.max_non_split_rounding_size,
+                                    list(conf.roundup_power2_divisions), capacity, (va or AddressSpace()).next)
+        self.rec = rec
+        rec.cores.append(self.core)
+
+    def run_chunk(self, req, device: int | None, start: int, end: int) -> None:
+        """Serve requests ``start..end-1`` (only those of ``device`` unless it is None)."""
+        self.core.run(req.kind, req.size, req.stream, req.pair, None if device is None else req.device,
+                      -1 if device is None else device, start, end)
+
+    @property
+    def c(self) -> Counters:
+        return Counters(**self.core.counters())
