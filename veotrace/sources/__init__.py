@@ -134,8 +134,12 @@ def iter_alloc_events(
     Raises:
         TraceFormatError: unreadable or unsupported input (see ``resolve_inputs``).
     """
+    from veotrace.sources.extra import check_source
+
     report = report if report is not None else ReadReport()
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    for path, fmt in inputs:  # before reading anything
+        check_source(path, fmt.name, options.extra_columns)
     sizes = [p.stat().st_size for p, _ in inputs]
     total = sum(sizes)
     offset = 0

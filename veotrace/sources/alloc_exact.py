@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from veotrace.errors import TraceFormatError
+from veotrace.sources.alloc_log import LOG_COLUMNS as _LOG_COLUMNS
 from veotrace.sources.alloc_log import REQUIRED, SLOW_BATCH_ROWS, _log_types
 from veotrace.sources.base import TIME_UNIT_NS, ReadOptions, ReadReport, open_decompressed
 from veotrace.sources.base import detail as _detail
@@ -186,7 +187,7 @@ def parse_row(raw: bytes, lineno: int, path, read_cols, options: ReadOptions, re
         parsed = {}
         for c in read_cols:
             try:
-                parsed[c] = _parse_value(c, get(c), options)
+                parsed[c] = _parse_value(c, get(c), options) if c in _LOG_COLUMNS else _extra_text(get(c))
             except ValueError as exc:
                 raise _FieldError(c, str(exc)) from None
         return parsed
@@ -196,6 +197,13 @@ def parse_row(raw: bytes, lineno: int, path, read_cols, options: ReadOptions, re
                                    hint="Fix the row, or pass --skip-bad-rows to skip and count bad rows") from None
         report.skip_row(path, lineno, f"{bad.field + ': ' if bad.field else ''}{bad.message}")
         return None
+
+
+def _extra_text(value) -> str | None:
+    """An extra column's value as text (typed later, see ``veotrace.sources.extra``); JSON values as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)
 
 
 def _json_getter(text: str):
@@ -229,4 +237,4 @@ class _FieldError(Exception):
 
 def _rows_batch(rows: dict[str, list], options: ReadOptions) -> pa.RecordBatch:
     types = _log_types(options, op_type=pa.string())
-    return pa.RecordBatch.from_pydict({c: pa.array(v, type=types[c]) for c, v in rows.items()})
+    return pa.RecordBatch.from_pydict({c: pa.array(v, type=types.get(c, pa.string())) for c, v in rows.items()})

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.errors import TraceFormatError
+from veotrace.sources import extra
 from veotrace.sources.base import detail as _detail
 from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.events import alloc_events_schema
@@ -104,8 +105,13 @@ def iter_alloc_events(
     """
     head = read_head(path, 4096).lstrip(b"\xef\xbb\xbf").lstrip()
     is_jsonl = head.startswith(b"{")
-    present = _check_columns(path, _header(path, is_jsonl))
+    names = _header(path, is_jsonl)
+    present = _check_columns(path, names)
     read_cols = _wanted(columns, present)
+    if options.extra_columns:  # read as text under their lower-cased names, typed in conform_log_batch
+        extras = extra.match(path, options.extra_columns, names)
+        present = {**present, **extras}
+        read_cols = read_cols + list(extras)
     out_schema = alloc_events_schema(columns)
     state = {"rows": 0}
     try:
@@ -120,13 +126,15 @@ def iter_alloc_events(
 def _read(path, is_jsonl, present, read_cols, options, report, on_progress, out_schema, state):
     try:
         for raw in _fast_batches(path, is_jsonl, present, read_cols, options, on_progress):
-            yield conform_log_batch(raw, path=path, options=options, seq_start=state["rows"], schema=out_schema)
+            yield conform_log_batch(raw, path=path, options=options, seq_start=state["rows"], schema=out_schema,
+                                    report=report)
             state["rows"] += raw.num_rows
     except _BadBlock:
         from veotrace.sources.alloc_exact import exact_rows
 
         for raw in exact_rows(path, is_jsonl, present, read_cols, options, report, skip=state["rows"]):
-            yield conform_log_batch(raw, path=path, options=options, seq_start=state["rows"], schema=out_schema)
+            yield conform_log_batch(raw, path=path, options=options, seq_start=state["rows"], schema=out_schema,
+                                    report=report)
             state["rows"] += raw.num_rows
 
 
@@ -147,7 +155,7 @@ def _log_types(options: ReadOptions, op_type: pa.DataType = _DICT) -> dict[str, 
 
 def _types(present: dict[str, str], read_cols: list[str], options: ReadOptions) -> dict[str, pa.DataType]:
     types = _log_types(options)
-    return {present[c]: types[c] for c in read_cols}
+    return {present[c]: types.get(c, pa.string()) for c in read_cols}  # extra columns: text
 
 
 def _fast_batches(path, is_jsonl, present, read_cols, options, on_progress) -> Iterator[pa.RecordBatch]:
@@ -170,6 +178,9 @@ def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress, 
         types = {k: (pa.string() if v == _DICT else v) for k, v in types.items()}
         if "address" in read_cols:
             types.pop(present["address"])  # may be int or "0x.." string: inferred, parsed later
+        for c in read_cols:
+            if c not in LOG_COLUMNS:
+                types.pop(present[c])  # extra columns: numbers or text, inferred, typed in conform
         reader = pj.open_json(stream, read_options=pj.ReadOptions(block_size=options.block_bytes),
                               parse_options=pj.ParseOptions(explicit_schema=pa.schema(types),
                                                             unexpected_field_behavior="infer"))
@@ -339,8 +350,10 @@ def _checked(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordBatch | No
 
 
 def conform_log_batch(raw: pa.RecordBatch | pa.Table, *, path: Path, options: ReadOptions,
-                      seq_start: int, schema: pa.Schema) -> pa.RecordBatch:
-    """Canonical log columns (timestamp, op_type, ...) -> an ALLOC_EVENTS batch with ``schema``'s columns."""
+                      seq_start: int, schema: pa.Schema, report: ReadReport | None = None) -> pa.RecordBatch:
+    """Canonical log columns (timestamp, op_type, ...) -> an ALLOC_EVENTS batch with ``schema``'s columns,
+    then the extra columns of ``options`` (under their lower-cased names in ``raw``; their types are
+    kept in ``report``, which must be given when there are extra columns)."""
     n = raw.num_rows
     names = raw.schema.names
     out: dict[str, pa.Array] = {}
@@ -364,7 +377,10 @@ def conform_log_batch(raw: pa.RecordBatch | pa.Table, *, path: Path, options: Re
         if arr.type != field.type:
             arr = arr.cast(field.type)
         out[name] = arr
-    return pa.RecordBatch.from_arrays(list(out.values()), schema=schema)
+    batch = pa.RecordBatch.from_arrays(list(out.values()), schema=schema)
+    if options.extra_columns:
+        batch = extra.append(batch, raw, options.extra_columns, report.column_types, path)
+    return batch
 
 
 def _col(raw, name: str) -> pa.Array:

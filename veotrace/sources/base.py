@@ -40,16 +40,33 @@ class ReadOptions:
         skip_bad_rows: skip unparseable rows (counted in the ReadReport) instead of stopping.
         format_hint: a format name from ``veotrace.sources.detect.FORMATS`` to skip detection.
         block_bytes: read block size for streaming readers.
+        extra_columns: source columns of alloc logs to append, under these names, after the
+            ALLOC_EVENTS columns of every batch (types and rules: ``veotrace.sources.extra``).
     """
 
     time_unit: str = "ns"
     skip_bad_rows: bool = False
     format_hint: str | None = None
     block_bytes: int = DEFAULT_BLOCK_BYTES
+    extra_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.time_unit not in TIME_UNIT_NS:
             raise ValueError(f"time_unit must be one of {sorted(TIME_UNIT_NS)}")
+        if not self.extra_columns:
+            return
+        from veotrace.schemas import ALLOC_EVENTS
+
+        taken = {n.lower() for n in ALLOC_EVENTS.names} | {"timestamp", "op_type"}
+        seen: set[str] = set()
+        for name in self.extra_columns:
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"extra column names must be non-empty strings, got {name!r}")
+            if name.lower() in taken:
+                raise ValueError(f"extra column '{name}' is a column veotrace reads already; ask for another")
+            if name.lower() in seen:
+                raise ValueError(f"extra column '{name}' is named twice")
+            seen.add(name.lower())
 
 
 @dataclass
@@ -60,6 +77,8 @@ class ReadReport:
     first_skipped: list[tuple[str, int, str]] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Type of each extra column, fixed by its first values in this read (``veotrace.sources.extra``).
+    column_types: dict = field(default_factory=dict)
 
     def skip_row(self, path: str | Path, line: int, reason: str) -> None:
         self.skipped_rows += 1
@@ -72,6 +91,8 @@ class ReadReport:
         self.first_skipped.extend(other.first_skipped[: max(room, 0)])
         self.skipped_files.extend(other.skipped_files)
         self.warnings.extend(other.warnings)
+        for name, t in other.column_types.items():
+            self.column_types.setdefault(name, t)
 
     def messages(self) -> list[str]:
         """Lines for stderr describing what was skipped (empty when nothing was)."""

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from veotrace.errors import TraceFormatError
+from veotrace.sources import extra
 from veotrace.sources.base import detail as _detail
 from veotrace.schemas import ALLOC_EVENTS, schema_tag
 from veotrace.schemas.events import alloc_events_schema
@@ -41,19 +42,22 @@ def iter_alloc_events(
     wanted = out_schema.names
     size = path.stat().st_size
     groups = max(pf.num_row_groups, 1)
+    extras = extra.match(path, options.extra_columns, schema.names)
     if schema_tag(schema) == schema_tag(ALLOC_EVENTS):
         _check_tagged(schema, out_schema, path)
         # Whole row groups, the next decoded (columns in parallel) while the caller analyses this
         # one; memory stays bounded by the row-group size 'veotrace convert' writes. One worker:
         # a ParquetFile must not be read from two threads at once (that corrupts the heap).
         def group(i: int) -> pa.Table:
-            return pf.read_row_group(i, columns=wanted, use_threads=True)
+            table = pf.read_row_group(i, columns=wanted + list(extras.values()), use_threads=True)
+            return table.rename_columns(wanted + list(extras))
 
         for i, table in enumerate(read_ahead(iter(range(pf.num_row_groups)), group, workers=1)):
             if "size_bytes" in wanted:
                 _check_sizes(table, path)
             for batch in table.to_batches():
-                yield pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
+                out = pa.RecordBatch.from_arrays(batch.columns[:len(wanted)], schema=out_schema)
+                yield extra.append(out, batch, options.extra_columns, report.column_types, path)
             if on_progress is not None:
                 on_progress(size * (i + 1) // groups)
         return
@@ -65,12 +69,12 @@ def iter_alloc_events(
         raise TraceFormatError(
             f"Parquet file has neither the veotrace alloc_events schema nor the log column(s) {', '.join(missing)}",
             path=path, hint="Write it with 'veotrace convert', or name columns timestamp, op_type, size_bytes")
-    read = [names[c] for c in LOG_COLUMNS if c in names]
+    read = [names[c] for c in LOG_COLUMNS if c in names] + list(extras.values())
     seq = 0
     for i, batch in enumerate(pf.iter_batches(batch_size=BATCH_ROWS, columns=read)):
         batch = batch.rename_columns([n.lower() for n in batch.schema.names])
         _check_foreign(batch, path, seq)
-        yield conform_log_batch(batch, path=path, options=options, seq_start=seq, schema=out_schema)
+        yield conform_log_batch(batch, path=path, options=options, seq_start=seq, schema=out_schema, report=report)
         seq += batch.num_rows
         if on_progress is not None:
             on_progress(size * (i + 1) // groups)

@@ -127,27 +127,35 @@ def read_piece(piece: Piece, *, options: ReadOptions, report: ReadReport,
     """
     from veotrace.sources.base import guarded  # data errors -> one TraceFormatError naming the file
 
+    from veotrace.sources.extra import check_source
+
     path = Path(piece.path)
+    check_source(path, piece.fmt, options.extra_columns)
     if piece.kind == "range":
         batches = _read_range(path, piece.start, piece.stop, options, report, columns)
     elif piece.kind == "row_groups":
-        batches = _read_row_groups(path, piece.start, piece.stop, columns)
+        batches = _read_row_groups(path, piece.start, piece.stop, columns, options, report)
     else:
         module = importlib.import_module(f"veotrace.sources.{BY_NAME[piece.fmt].module}")
         batches = module.iter_alloc_events(path, options=options, report=report, columns=columns)
     yield from guarded(path, batches)
 
 
-def _read_row_groups(path: Path, start: int, stop: int, columns) -> Iterator[pa.RecordBatch]:
+def _read_row_groups(path: Path, start: int, stop: int, columns, options: ReadOptions,
+                     report: ReadReport) -> Iterator[pa.RecordBatch]:
     import pyarrow.parquet as pq
 
     from veotrace.schemas.events import alloc_events_schema
+    from veotrace.sources import extra
 
     schema = alloc_events_schema(columns)
     pf = pq.ParquetFile(path)
+    extras = extra.match(path, options.extra_columns, pf.schema_arrow.names)
     for i in range(start, stop):
-        for batch in pf.read_row_group(i, columns=schema.names, use_threads=True).to_batches():
-            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+        table = pf.read_row_group(i, columns=schema.names + list(extras.values()), use_threads=True)
+        for batch in table.rename_columns(schema.names + list(extras)).to_batches():
+            out = pa.RecordBatch.from_arrays(batch.columns[:len(schema)], schema=schema)
+            yield extra.append(out, batch, options.extra_columns, report.column_types, path)
 
 
 def _first_line_start(fh, offset: int, data_start: int) -> int:
@@ -173,8 +181,15 @@ def _read_range(path: Path, start: int, stop: int, options: ReadOptions, report:
     from veotrace.sources.pipeline import read_ahead
     from veotrace.schemas.events import alloc_events_schema
 
-    present = al._check_columns(path, al._header(path, False))
+    from veotrace.sources import extra
+
+    header = al._header(path, False)
+    present = al._check_columns(path, header)
     read_cols = al._wanted(columns, present)
+    if options.extra_columns:  # as in alloc_log.iter_alloc_events
+        extras = extra.match(path, options.extra_columns, header)
+        present = {**present, **extras}
+        read_cols = read_cols + list(extras)
     schema = alloc_events_schema(columns)
     with path.open("rb") as fh:
         head = fh.read(1 << 16)
@@ -191,7 +206,7 @@ def _read_range(path: Path, start: int, stop: int, options: ReadOptions, report:
             return
         if raw is not None:
             done += raw.num_rows
-            yield al.conform_log_batch(raw, path=path, options=options, seq_start=0, schema=schema)
+            yield al.conform_log_batch(raw, path=path, options=options, seq_start=0, schema=schema, report=report)
 
 
 def _range_chunks(path: Path, a: int, b: int, size: int) -> Iterator[pa.Buffer]:
@@ -276,11 +291,11 @@ def _exact_range(path, a, b, header, read_cols, options, report, schema, *, skip
                 rows[c].append(parsed[c])
             if len(rows[read_cols[0]]) >= al.SLOW_BATCH_ROWS:
                 yield al.conform_log_batch(ex._rows_batch(rows, options), path=path, options=options,
-                                           seq_start=0, schema=schema)
+                                           seq_start=0, schema=schema, report=report)
                 rows = {c: [] for c in read_cols}
     if rows[read_cols[0]]:
         yield al.conform_log_batch(ex._rows_batch(rows, options), path=path, options=options, seq_start=0,
-                                   schema=schema)
+                                   schema=schema, report=report)
 
 
 def _count_lines(fh, end: int) -> int:
