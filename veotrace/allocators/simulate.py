@@ -55,6 +55,14 @@ def check_policies(names: list[str]) -> list[str]:
     return list(dict.fromkeys(names)) or list(POLICIES)
 
 
+def check_core(name: str) -> str:
+    from veotrace.allocators.torchcore import CORES
+
+    if name not in CORES:
+        raise UsageError(f"unknown --torch-core {name!r}", hint=f"Cores are {', '.join(CORES)}")
+    return name
+
+
 def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf: TorchConf, capacity,
                 seed: Seed | None, tiers, core: str = "python"):
     """One device's policy. ``core="c"``: the compiled torch core (``rec`` is then a CoreRecorder)."""

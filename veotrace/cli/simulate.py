@@ -63,6 +63,7 @@ def simulate_command(
     window_requests: Annotated[int | None, typer.Option("--window-requests", min=1, help="Windows of N requests (traces without timestamps).")] = None,
     max_unknown_frees: Annotated[float, typer.Option("--max-unknown-frees", min=0.0, max=1.0, help="Largest share of frees naming no live allocation (ignored, counted) before refusing the input.")] = _MAX_UNKNOWN_FREES,
     no_recorded_releases: Annotated[bool, typer.Option("--no-recorded-releases", help="Do not follow the trace's segment_free/segment_unmap (empty_cache, OOM retries); rely on --capacity.")] = False,
+    torch_core: Annotated[str, typer.Option("--torch-core", help="Core of the torch policy: auto (compiled where it covers the run), c, or python (the reference model); params.torch_core says which ran.")] = "auto",
     fail_on_oom: Annotated[bool, typer.Option("--fail-on-oom", help=f"Exit {EXIT_CHECK_FAILED} when a policy's allocation does not fit --capacity.")] = False,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
@@ -84,6 +85,7 @@ def simulate_command(
         from veotrace.render.simulate import render_simulate
 
         names = sim.check_policies(policy or [])
+        sim.check_core(torch_core)
         cap = parse_bytes(capacity, option="--capacity") if capacity is not None else None
         window_s = parse_duration(window, option="--window") if window is not None else None
         tier_spec = parse_tiers(tiers)
@@ -93,7 +95,7 @@ def simulate_command(
         req = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees,
                                 use_releases=not no_recorded_releases)
         result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
-                              window_s=window_s, window_requests=window_requests)
+                              window_s=window_s, window_requests=window_requests, torch_core=torch_core)
         if seed is not None and "torch" in names:
             result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees)
         print_report(report)

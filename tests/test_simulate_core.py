@@ -1,0 +1,156 @@
+"""The compiled torch core (_torchcore.c) against the Python reference model: same events, same counters.
+
+Both cores replay the same requests; every event (request, op, model address, size, stream, block bytes)
+and every counter must be equal, on the real traces and on seeded random traces with frees, several
+streams and devices, recorded releases, a capacity (retries, flushes, OOMs), max_split_size,
+max_non_split_rounding_size and roundup_power2_divisions.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import SAMPLES, real_trace, run_cli
+from veotrace.allocators import replay as rp
+from veotrace.allocators.base import Recorder
+from veotrace.allocators.conf import TorchConf, parse_conf
+from veotrace.allocators.seed import Seed
+from veotrace.allocators.simulate import make_policy
+from veotrace.allocators.torchcore import CoreRecorder, _torchcore, choose_core
+
+MiB = 1 << 20
+SAMPLE = SAMPLES / "simulate" / "training_log.csv"
+needs_c = pytest.mark.skipif(_torchcore is None, reason="the compiled core is not built (no C compiler at install)")
+
+CONFS = ["", "max_split_size_mb:20", "max_split_size_mb:64,max_non_split_rounding_mb:100",
+         "roundup_power2_divisions:4", "roundup_power2_divisions:[1:1,64:8,256:4,>:2]",
+         "max_split_size_mb:40,roundup_power2_divisions:[2:16,>:1],max_non_split_rounding_mb:20"]
+
+
+def replay_core(req: rp.Requests, conf: TorchConf, capacity, core: str):
+    """(events as an (n, 6) array, {device: Counters}) of the torch policy on one core."""
+    rec = CoreRecorder() if core == "c" else Recorder()
+    models, parts = {}, []
+    for _ in rp.iter_replay(lambda d: make_policy("torch", d, req, rec, conf=conf, capacity=capacity, seed=None,
+                                                  tiers=None, core=core), req, models):
+        parts.append(rec.drain())
+    return np.concatenate(parts), {d: m.c for d, m in models.items()}
+
+
+def assert_same(req: rp.Requests, conf: TorchConf, capacity=None) -> dict:
+    ev_c, counters_c = replay_core(req, conf, capacity, "c")
+    ev_py, counters_py = replay_core(req, conf, capacity, "python")
+    assert ev_c.shape == ev_py.shape
+    diff = np.flatnonzero((ev_c != ev_py).any(axis=1))
+    assert not len(diff), f"first differing event {diff[0]}: c {ev_c[diff[0]].tolist()} python {ev_py[diff[0]].tolist()}"
+    assert counters_c == counters_py
+    return counters_c
+
+
+def random_requests(seed: int, n: int, streams: int, devices: int, releases: bool) -> rp.Requests:
+    """A seeded alloc/free sequence: sizes from 1 B to 300 MiB (some repeated exactly), frees of random live
+    blocks, and optionally recorded releases (empty_cache and OOM retries)."""
+    rng = random.Random(seed)
+    req = rp.Requests()
+    live: dict[int, list[int]] = {d: [] for d in range(devices)}
+    seen: list[int] = []
+    for i in range(n):
+        d = rng.randrange(devices)
+        r = rng.random()
+        if live[d] and r < 0.45:
+            j = live[d].pop(rng.randrange(len(live[d])))
+            req.add(rp.FREE, 0, req.stream[j], d, j, 0, i, i)
+        elif releases and r < 0.48:
+            req.add(rp.RELEASE, int(rng.random() < 0.5), 0, d, -1, 0, i, i)
+        else:
+            band = rng.random()
+            if seen and band < 0.25:
+                size = rng.choice(seen)
+            elif band < 0.5:
+                size = rng.randint(1, MiB)
+            elif band < 0.75:
+                size = rng.randint(MiB + 1, 10 * MiB)
+            elif band < 0.95:
+                size = rng.randint(10 * MiB, 120 * MiB)
+            else:
+                size = rng.randint(120 * MiB, 300 * MiB)
+            seen.append(size)
+            live[d].append(req.add(rp.MALLOC, size, rng.randrange(streams), d, -1, 0, i, i))
+    return req
+
+
+@needs_c
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 1500), streams=st.integers(1, 3), devices=st.integers(1, 2),
+       releases=st.booleans(), conf=st.sampled_from(CONFS),
+       capacity=st.sampled_from([None, 64 * MiB, 300 * MiB, 1 << 30]))
+def test_random_traces_give_the_same_events_on_both_cores(seed, n, streams, devices, releases, conf, capacity):
+    assert_same(random_requests(seed, n, streams, devices, releases), parse_conf(conf) if conf else TorchConf(),
+                capacity)
+
+
+@needs_c
+@pytest.mark.parametrize("conf", ["", "max_split_size_mb:20"])
+def test_capacity_paths_are_exercised_and_equal(conf):
+    """The fixed cases that must reach every capacity path: retries, flushes, released segments and OOMs."""
+    totals = {"alloc_retries": 0, "flushes": 0, "device_frees": 0, "ooms": 0}
+    for seed in range(6):
+        counters = assert_same(random_requests(seed, 3000, 2, 1, True), parse_conf(conf) if conf else TorchConf(),
+                               256 * MiB)
+        for k in totals:
+            totals[k] += getattr(counters[0], k)
+    assert all(v > 0 for v in totals.values()), totals
+
+
+@needs_c
+@pytest.mark.parametrize("name", ["cranberrii_memory_snapshot.pickle", "maphsge4_snapshot.pickle",
+                                  "constructorsun_memory_snapshot.pickle", "magma27_memory_snapshot.pickle"])
+def test_real_traces_give_the_same_events_on_both_cores(name):
+    """Unseeded replays of the real traces (seeding runs the Python core), with and without recorded releases,
+    under the defaults and under options and a capacity that make the model split, round and release."""
+    from veotrace.allocators.load import load_trace
+    from veotrace.sources import ReadOptions, ReadReport
+
+    table = load_trace([real_trace(name)], ReadOptions(), ReadReport(), None)[0]
+    for use_releases in (True, False):
+        req = rp.build_requests(table, max_unknown_frees=1.0, use_releases=use_releases)
+        assert_same(req, TorchConf())
+        peak = assert_same(req, parse_conf("max_split_size_mb:20,roundup_power2_divisions:4"))[0].peak_reserved
+        assert_same(req, parse_conf("max_split_size_mb:20,roundup_power2_divisions:4"), peak // 2)
+
+
+def test_choose_core_is_the_one_decision():
+    assert choose_core(TorchConf(), None, None, "python") == ("python", "asked for (--torch-core python)")
+    assert "expandable" in choose_core(parse_conf("expandable_segments:True"), None, None)[1]
+    gc = parse_conf("garbage_collection_threshold:0.5")
+    assert "garbage_collection" in choose_core(gc, 1 << 30, None)[1]
+    assert "seeded" in choose_core(TorchConf(), None, Seed(segments=[(0, 0, 2 * MiB, 0, True)]))[1]
+    expected = "c" if _torchcore is not None else "python"
+    assert choose_core(gc, None, Seed())[0] == choose_core(TorchConf(), None, None, "c")[0] == expected
+
+
+def test_cli_says_which_core_ran_and_both_give_the_same_result():
+    runs = {}
+    for core in ("auto", "python"):
+        r = run_cli("simulate", SAMPLE, "-p", "torch", "--capacity", "200MiB", "-f", "json", "--torch-core", core)
+        assert r.exit_code == 0, r.stderr
+        runs[core] = json.loads(r.stdout)
+    assert runs["python"]["params"]["torch_core"] == "python"
+    assert runs["auto"]["params"]["torch_core"] == ("c" if _torchcore is not None else "python")
+    assert runs["auto"]["policies"] == runs["python"]["policies"]
+    assert runs["auto"]["windows"] == runs["python"]["windows"]
+    r = run_cli("simulate", SAMPLE, "-p", "torch", "-f", "json", "--conf", "expandable_segments:True")
+    params = json.loads(r.stdout)["params"]
+    assert params["torch_core"] == "python" and "expandable_segments" in params["torch_core_why"]
+
+
+def test_cli_unknown_core_is_one_error_line():
+    r = run_cli("simulate", SAMPLE, "--torch-core", "gpu")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines()[0] == "Error: unknown --torch-core 'gpu'. Cores are auto, c, python"
