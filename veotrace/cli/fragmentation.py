@@ -64,7 +64,7 @@ def fragmentation_command(
     threshold: Annotated[float, typer.Option("--threshold", help="Flag a window as fragmented when its largest free block is under this share of free bytes (TF BFC / XProf).")] = _DEFAULTS["threshold"],
     max_gap: Annotated[str, typer.Option("--max-gap", help="Without segments: gaps between live blocks under this size are free space in one range.")] = _DEFAULTS["max_gap"],
     bins: Annotated[str, typer.Option("--bins", help="Free-block size bins LO-HI (inclusive; 'LO-' = no upper bound), comma-separated.")] = _DEFAULTS["bins"],
-    zone_bytes: Annotated[str, typer.Option("--zone-bytes", help="Width of the address zones ranked by alloc/free activity.")] = _DEFAULTS["zone_bytes"],
+    zone_bytes: Annotated[str, typer.Option("--zone-bytes", help="Width of the address zones ranked by alloc/free activity, or 'segment': one zone per segment (else per address range joined under --max-gap).")] = _DEFAULTS["zone_bytes"],
     at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event (e.g. 90s, 2h).")] = None,
     table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, bins, zones, or state (at --at, else at the end).")] = Table.windows,
     time_unit: TimeUnitOpt = TimeUnit.ns,
@@ -87,7 +87,7 @@ def fragmentation_command(
         kw = {"window_s": None if window is None else parse_duration(window, option="--window"),
               "window_events": window_events, "threshold": threshold,
               "max_gap": parse_bytes(max_gap, option="--max-gap"), "bins": parse_bins(bins),
-              "zone_bytes": parse_bytes(zone_bytes, option="--zone-bytes"),
+              "zone_bytes": "segment" if zone_bytes.strip().lower() == "segment" else parse_bytes(zone_bytes, option="--zone-bytes"),
               "at_offset_s": None if at in (None, "end") else parse_duration(at, option="--at")}
         strides = _array_strides(paths)
         if strides is not None:

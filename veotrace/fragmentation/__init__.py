@@ -73,7 +73,7 @@ def fragmentation_series(
     max_gap: int = DEFAULT_MAX_GAP,
     bins=DEFAULT_BINS,
     round_bytes: int = 1,
-    zone_bytes: int = DEFAULT_ZONE_BYTES,
+    zone_bytes: int | str = DEFAULT_ZONE_BYTES,
     at_ns: int | None = None,
     at_offset_s: float | None = None,
     top_zones: int | None = 100,
@@ -99,7 +99,9 @@ def fragmentation_series(
             its free bytes. max_gap: for devices without segments, gaps between live blocks under
             this many bytes are free space inside a range. bins: free-block size bins [(lo, hi)].
         round_bytes: block size = requested size rounded up to this (when no ``block_bytes``).
-        zone_bytes: width of the address zones ranked by activity.
+        zone_bytes: width of the address zones ranked by activity, or ``"segment"``: one zone per
+            segment holding the event's address at its time, else per range of touched address
+            space joined under ``max_gap`` (``zones``; each zone row names its ``zone_kind``).
         latency_col: a numeric column of the batches holding each event's latency in microseconds
             (e.g. ``latency_us``): P50/P99 per zone and per request-size bin (``layout``).
         at_ns: also capture the full state after every event at or before this timestamp;
@@ -127,7 +129,7 @@ def fragmentation_series(
             window_s = DEFAULT_WINDOW_S
     replay = Replay(window_ns=None if window_events is not None else round(window_s * 1e9),
                     window_events=window_events, initial=initial, round_bytes=round_bytes, max_gap=max_gap,
-                    threshold=threshold, bins=tuple(bins), layout=Layout(zone_bytes=zone_bytes, bins=tuple(bins)),
+                    threshold=threshold, bins=tuple(bins), layout=Layout(zone_bytes=zone_bytes, bins=tuple(bins), max_gap=max_gap),
                     at_ns=at_ns, latency_col=latency_col)
     if first is not None and at_offset_s is not None:
         if window_events is not None or first.column("ts_ns").null_count:

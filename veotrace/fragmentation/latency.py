@@ -46,10 +46,20 @@ class LatencyHist:
 
     def stats(self, key: int) -> dict:
         """n, p50_us and p99_us (bin upper edges) of one key; None percentiles when it has no values."""
-        row = self.counts.get(key)
-        n = 0 if row is None else int(row.sum())
-        if not n:
-            return {"n": 0, "p50_us": None, "p99_us": None}
-        cum = np.cumsum(row)
-        pick = lambda q: upper_edge(int(np.searchsorted(cum, q * n)))  # noqa: E731
-        return {"n": n, "p50_us": pick(0.5), "p99_us": pick(0.99)}
+        return stats_of_row(self.counts.get(key))
+
+    def merge(self, other: LatencyHist) -> LatencyHist:
+        for key, row in other.counts.items():
+            cur = self.counts.get(key)
+            self.counts[key] = row.copy() if cur is None else cur + row
+        return self
+
+
+def stats_of_row(row: np.ndarray | None) -> dict:
+    """n, p50_us and p99_us (bin upper edges) of one histogram row; None percentiles when it is empty."""
+    n = 0 if row is None else int(row.sum())
+    if not n:
+        return {"n": 0, "p50_us": None, "p99_us": None}
+    cum = np.cumsum(row)
+    pick = lambda q: upper_edge(int(np.searchsorted(cum, q * n)))  # noqa: E731
+    return {"n": n, "p50_us": pick(0.5), "p99_us": pick(0.99)}

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from veotrace.analysis.defaults import FRAGMENTATION_MAX_GAP_BYTES as DEFAULT_MAX_GAP
 from veotrace.analysis.defaults import FRAGMENTATION_ZONE_BYTES as DEFAULT_ZONE_BYTES
 #: Alignments whose share of allocation addresses is reported: 64 B (a cache-line sector pair),
 #: 512 B (the CUDA caching allocator's rounding), 2 MiB (large pages and large segments).
@@ -68,6 +69,9 @@ class Zones:
             order = np.argsort(keys, kind="stable")
             self.keys, self.counts = keys[order], counts[order]
 
+    def touched(self) -> int:
+        return int(self.keys.size)
+
     def table_rows(self, top: int | None = None, latency=None) -> list[dict]:
         """Zones ranked by events (allocs + frees), with their share of all events and bytes."""
         events = self.counts[:, 0] + self.counts[:, 1]
@@ -80,7 +84,7 @@ class Zones:
             key = int(self.keys[i])
             rows.append({
                 "rank": rank, "device": key >> 44, "zone_start": (key & ((1 << 44) - 1)) * self.zone_bytes,
-                "zone_bytes": self.zone_bytes, "events": int(events[i]), "allocs": int(self.counts[i, 0]),
+                "zone_bytes": self.zone_bytes, "zone_kind": "fixed", "events": int(events[i]), "allocs": int(self.counts[i, 0]),
                 "frees": int(self.counts[i, 1]), "bytes": int(self.counts[i, 2]),
                 "event_share": int(events[i]) / total_ev if total_ev else 0.0,
                 "byte_share": int(self.counts[i, 2]) / total_b if total_b else None,
@@ -163,9 +167,13 @@ def stride_summary(addresses: np.ndarray) -> dict:
 
 @dataclass
 class Layout:
-    """Zones, alignment and strides over the alloc/free rows of every batch."""
+    """Zones, alignment and strides over the alloc/free rows of every batch.
 
-    zone_bytes: int = DEFAULT_ZONE_BYTES
+    ``zone_bytes="segment"``: zones per segment or touched range (``zones.SegmentZones``), fed by the
+    replay through ``zones.add`` with the segments of the moment; else fixed-width zones fed here.
+    """
+
+    zone_bytes: int | str = DEFAULT_ZONE_BYTES
     zones: Zones = None  # type: ignore[assignment]
     strides: Strides = field(default_factory=Strides)
     aligned: np.ndarray = field(default_factory=lambda: np.zeros(len(ALIGNMENTS), np.int64))
@@ -174,14 +182,23 @@ class Layout:
     zone_latency: object = None  # LatencyHist of alloc/free latency per zone, when a latency column is read
     bin_latency: object = None  # LatencyHist of alloc latency per request-size bin
 
+    max_gap: int = DEFAULT_MAX_GAP
+
+    @property
+    def by_segment(self) -> bool:
+        return self.zone_bytes == "segment"
+
     def __post_init__(self) -> None:
         if self.zones is None:
-            self.zones = Zones(self.zone_bytes)
+            from veotrace.fragmentation.zones import SegmentZones
+
+            self.zones = SegmentZones(self.max_gap) if self.by_segment else Zones(self.zone_bytes)
 
     def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray,
             lat_us: np.ndarray | None = None) -> None:
         """Alloc/free rows (time order) of one device with their addresses (and latencies, when known)."""
-        self.zones.add(device, addr, is_alloc, size)
+        if not self.by_segment:
+            self.zones.add(device, addr, is_alloc, size)
         if lat_us is not None:
             self._add_latency(device, addr, is_alloc, size, lat_us)
         a = addr[is_alloc]
@@ -195,8 +212,9 @@ class Layout:
 
         if self.zone_latency is None:
             self.zone_latency, self.bin_latency = LatencyHist(), LatencyHist()
-        key = _zone_of(addr, self.zone_bytes) | (np.uint64(device & 0xFFFFF) << np.uint64(44))
-        self.zone_latency.add(key, lat_us)
+        if not self.by_segment:
+            key = _zone_of(addr, self.zone_bytes) | (np.uint64(device & 0xFFFFF) << np.uint64(44))
+            self.zone_latency.add(key, lat_us)
         s, lat = size[is_alloc], lat_us[is_alloc]
         for i, (lo, hi) in enumerate(self.bins):
             m = (s >= lo) if hi is None else (s >= lo) & (s <= hi)

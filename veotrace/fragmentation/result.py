@@ -30,7 +30,7 @@ def check_params(window_s, window_events, threshold, max_gap, bins, round_bytes,
         raise UsageError("--window-events must be at least 1")
     if not 0 < threshold <= 1:
         raise UsageError(f"--threshold must be in (0, 1], got {threshold}")
-    if max_gap < 1 or round_bytes < 1 or zone_bytes < 1:
+    if max_gap < 1 or round_bytes < 1 or (zone_bytes != "segment" and zone_bytes < 1):
         raise UsageError("--max-gap, the rounding and --zone-bytes must be positive sizes")
     for lo, hi in bins:
         if lo < 0 or (hi is not None and hi < lo):
@@ -83,7 +83,9 @@ def build_result(replay, params: dict, *, top_zones: int | None):
     windows = pa.Table.from_pylist(rows, schema=FRAGMENTATION_WINDOWS) if rows else FRAGMENTATION_WINDOWS.empty_table()
     bins = (pa.Table.from_pylist(sorted(replay.bin_rows, key=lambda r: (r["window"], r["device"])), schema=FRAGMENTATION_BINS)
             if replay.bin_rows else FRAGMENTATION_BINS.empty_table())
-    zone_rows = replay.layout.zones.table_rows(top_zones, latency=replay.layout.zone_latency)
+    zz = replay.layout.zones
+    zone_rows = (zz.table_rows(top_zones) if replay.layout.by_segment
+                 else zz.table_rows(top_zones, latency=replay.layout.zone_latency))
     zones = pa.Table.from_pylist(zone_rows, schema=FRAGMENTATION_ZONES) if zone_rows else FRAGMENTATION_ZONES.empty_table()
     counters = Counters()
     for st in replay.states.values():
@@ -101,6 +103,6 @@ def build_result(replay, params: dict, *, top_zones: int | None):
                "devices": sorted(replay.states), "has_time": replay.has_time and replay.window_events is None}
     layout = {"alignment": replay.layout.alignment(), "strides": replay.layout.strides.summary(),
               "latency_by_size_bin": replay.layout.latency_by_bin(),
-              "zones_touched": int(replay.layout.zones.keys.size)}
+              "zones_touched": zz.touched(), "zone_kinds": sorted({r["zone_kind"] for r in zone_rows})}
     return FragmentationResult(windows, bins, zones, end, counters.to_dict(), layout, params, summary,
                                at=at, at_state=at_state, end_state=None, final_states=replay.states)

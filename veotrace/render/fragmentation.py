@@ -57,9 +57,10 @@ def render_fragmentation(console: Console, result, *, max_rows: int) -> None:
     if footer:
         console.print(footer)
     zones, _ = rows_table("Hot zones", result.zones.to_pylist(),
-                          [("rank", "#"), ("device", "dev"), ("zone_start", "zone"), ("events", "events"),
+                          [("rank", "#"), ("device", "dev"), ("zone_start", "zone"), ("zone_kind", "kind"),
+                           ("zone_bytes", "size"), ("events", "events"),
                            ("event_share", "share of events"), ("bytes", "bytes"), ("byte_share", "share of bytes")],
-                          max_rows=10, formatters={"zone_start": hex, "bytes": fmt_bytes})
+                          max_rows=10, formatters={"zone_start": hex, "zone_bytes": fmt_bytes, "bytes": fmt_bytes})
     console.print(zones)
     al = ", ".join(f"{fmt_bytes(a['alignment_bytes'])}: {fmt_value(a['share'])}" for a in result.layout["alignment"])
     console.print(f"aligned allocation addresses: {al}")

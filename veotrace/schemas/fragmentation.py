@@ -57,14 +57,17 @@ FRAGMENTATION_BINS = tagged(
     ],
 )
 
-#: Address zones (``zone_bytes`` wide) ranked by alloc+free events.
+#: Address zones ranked by alloc+free events: ``zone_bytes`` wide ("fixed", ``--zone-bytes SIZE``), or
+#: with ``--zone-bytes segment`` one per segment holding the address at the event's time ("segment"),
+#: else one per range of touched address space whose gaps are under ``--max-gap`` ("range").
 FRAGMENTATION_ZONES = tagged(
-    "fragmentation_zones/1",
+    "fragmentation_zones/2",
     [
         pa.field("rank", pa.int64(), nullable=False),
         pa.field("device", pa.int32(), nullable=False),
         pa.field("zone_start", pa.uint64(), nullable=False),
-        pa.field("zone_bytes", pa.int64(), nullable=False),
+        pa.field("zone_bytes", pa.int64(), nullable=False),  # segment: its size when last touched
+        pa.field("zone_kind", pa.string(), nullable=False),  # "fixed" | "segment" | "range"
         pa.field("events", pa.int64(), nullable=False),
         pa.field("allocs", pa.int64(), nullable=False),
         pa.field("frees", pa.int64(), nullable=False),
