@@ -180,3 +180,86 @@ def test_a_declined_chunk_is_read_by_pyarrow_and_a_bad_one_still_named(tmp_path)
     with pytest.raises(TraceFormatError) as err:
         _read(log, block_bytes=1 << 16)
     assert err.value.line == 5002 and err.value.field == "size_bytes"
+
+
+ALL = HEADER
+
+
+def _addresses_by_pyarrow(text: bytes):
+    from veotrace.sources.numparse import parse_uint64
+
+    table = pcsv.read_csv(pa.BufferReader(text), read_options=pcsv.ReadOptions(column_names=HEADER),
+                          convert_options=pcsv.ConvertOptions(column_types={"address": pa.string()},
+                                                              include_columns=["address"],
+                                                              strings_can_be_null=True,
+                                                              quoted_strings_can_be_null=True))
+    parsed, bad = parse_uint64(table.column("address").combine_chunks())
+    return parsed.to_pylist(), bad
+
+
+def test_addresses_hex_either_case_decimal_past_2_63_and_empty():
+    text = (b'1,alloc,8,0x7f43a2000000,0,0\n2,alloc,8,0X7F43A2000000,1,\n3,alloc,8,"0xFFFFFFFFFFFFFFFF",,3\n'
+            b"4,alloc,8,139927954128896,2,1\n5,free,8,,0,0\n6,free,8,\"\",0,0\n7,alloc,8,0x8000000000000000,0,0\n")
+    batch = scan(text, read=ALL)
+    want = [0x7F43A2000000, 0x7F43A2000000, (1 << 64) - 1, 139927954128896, None, None, 1 << 63]
+    assert batch.column("address").type == pa.uint64()
+    assert batch.column("address").to_pylist() == want == _addresses_by_pyarrow(text)[0]
+    assert batch.column("stream").to_pylist() == [0, 1, None, 2, 0, 0, 0]
+    assert batch.column("device").to_pylist() == [0, None, 3, 1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("address", [
+    b"7f43a2000000",          # hex without 0x: not a decimal number either
+    b"0x",                     # no digits
+    b"0x1ffffffffffffffff",    # 17 hex digits, past 64 bits
+    b"0x00000000000000001",   # 17 digits with leading zeros: the exact path reads it
+    b"0xg1",                   # not a hex digit
+    b" 0x1",                   # a blank
+    b"-1",                     # a sign
+    b"18446744073709551616",   # 20 decimal digits: left to the exact path
+])
+def test_declines_addresses_it_does_not_read_exactly(address):
+    assert scan(b"1,alloc,8," + address + b",0,0\n", read=ALL) is None
+
+
+@pytest.mark.parametrize("address, value", [(b"0x00000000000000001", 1), (b"18446744073709551615", (1 << 64) - 1)])
+def test_reader_reads_the_declined_addresses_that_are_valid(tmp_path, address, value):
+    log = tmp_path / "log.csv"
+    log.write_bytes(b"timestamp,op_type,size_bytes,address,stream,device\n1,alloc,8,0x10,0,0\n2,free,8,"
+                    + address + b",0,0\n")
+    batches = list(alloc_log.iter_alloc_events(log, options=ReadOptions(), report=ReadReport(),
+                                               columns=("ts_ns", "address")))
+    assert pa.Table.from_batches(batches).column("address").to_pylist() == [16, value]
+
+
+@pytest.mark.parametrize("address", ["7f43a2000000", "0x1ffffffffffffffff", "0xg1", "0x", "-4096",
+                                     "18446744073709551616"])
+def test_a_bad_address_is_one_error_naming_its_line(tmp_path, address):
+    from veotrace.errors import TraceFormatError
+
+    good = "".join(f"{i},alloc,8,0x{i * 4096:x},0,0\n" for i in range(3000))
+    log = tmp_path / "log.csv"
+    log.write_text("timestamp,op_type,size_bytes,address,stream,device\n" + good + f"3000,free,8,{address},0,0\n")
+    with pytest.raises(TraceFormatError) as err:
+        list(alloc_log.iter_alloc_events(log, options=ReadOptions(block_bytes=1 << 14), report=ReadReport(),
+                                         columns=("ts_ns", "op", "address")))
+    assert (err.value.line, err.value.field) == (3002, "address")
+    assert "expected a decimal or 0x-hex address" in err.value.message or "0..2**64-1" in err.value.message
+
+
+ADDRESS = st.one_of(st.integers(0, (1 << 64) - 1).map(hex), st.integers(0, (1 << 64) - 1).map(lambda v: f"0X{v:X}"),
+                    st.integers(0, (1 << 64) - 1).map(str), st.sampled_from(["", "0x", "7f", "0xg", " 0x1", "-3",
+                                                                            "0x" + "0" * 17 + "1", "1e3"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(ADDRESS, min_size=1, max_size=12), st.booleans())
+def test_addresses_the_scanner_accepts_are_what_the_pyarrow_path_parses(addresses, quote):
+    cells = [f'"{a}"' if quote else a for a in addresses]
+    text = "".join(f"{i},alloc,8,{c},0,0\n" for i, c in enumerate(cells)).encode()
+    batch = scan(text, read=ALL)
+    values, bad = _addresses_by_pyarrow(text)
+    if batch is None:
+        return
+    assert not bad.any()
+    assert batch.column("address").to_pylist() == values

@@ -2,7 +2,8 @@
  *
  * It reads only the plain shape every logger writes: comma-separated fields, optionally quoted
  * without embedded quotes, commas or line ends; LF or CRLF line ends; integer timestamps, integer
- * non-negative sizes and the op names alloc, free, defrag.  Anything else (a float, a sign on a
+ * non-negative sizes, the op names alloc, free, defrag, addresses as 0x-hex (either case, at most
+ * 16 digits) or decimal, and integer stream/device ids; empty addresses and ids are null.  Anything else (a float, a sign on a
  * size, an unknown op, a doubled quote, a short row, ...) is not an error here: the scanner stops
  * and reports "unsupported", and the caller hands the whole buffer to pyarrow's CSV reader, which
  * either reads it or sends it on to the exact path that names the line and column.  So this file
@@ -33,21 +34,69 @@ static inline int op_code(const char *p, const char *q)
     }
 }
 
+/* What each column of the line is read as (csvscan.KINDS). */
+enum { K_SKIP, K_TS, K_OP, K_SIZE, K_ADDR, K_INT, K_MAXCOLS = 64 };
+
 typedef struct {
-    int ncols, ts_col, op_col, size_col;
-    int64_t *ts;
-    int32_t *op;
-    int64_t *size;
+    int ncols;
+    unsigned char kind[K_MAXCOLS];
+    void *out[K_MAXCOLS];       /* int64 (ts, size, int), int32 (op) or uint64 (addr) values */
+    uint8_t *valid[K_MAXCOLS];  /* validity bitmap of the nullable kinds (addr, int) */
     Py_ssize_t cap;
 } Out;
 
 /* Bytes that end an unquoted field's text, or a quoted one's. */
 static unsigned char SPECIAL[256];
+/* Hex digit values, 255 for any other byte. */
+static unsigned char HEX[256];
 
-static void init_special(void)
+static void init_tables(void)
 {
     SPECIAL[(unsigned char)','] = SPECIAL[(unsigned char)'\n'] = 1;
     SPECIAL[(unsigned char)'"'] = SPECIAL[(unsigned char)'\r'] = 1;
+    memset(HEX, 255, sizeof HEX);
+    for (int i = 0; i < 10; i++)
+        HEX['0' + i] = (unsigned char)i;
+    for (int i = 0; i < 6; i++)
+        HEX['a' + i] = HEX['A' + i] = (unsigned char)(10 + i);
+}
+
+static inline void set_valid(uint8_t *bm, Py_ssize_t row, int ok)
+{
+    uint8_t bit = (uint8_t)(1u << (row & 7));
+    bm[row >> 3] = ok ? (uint8_t)(bm[row >> 3] | bit) : (uint8_t)(bm[row >> 3] & ~bit);
+}
+
+/* An address: 0x/0X and 1-16 hex digits, or 1-19 decimal digits, or empty (null). Anything else
+ * (blanks, 17+ hex digits, 20 decimal digits, a sign) declines: the exact path decides. */
+static inline const char *scan_addr(const char *p, uint64_t *v, int *present)
+{
+    uint64_t x = 0;
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+        const char *ds = p + 2;
+        const char *q = ds;
+        unsigned h;
+        while ((h = HEX[(unsigned char)*q]) != 255) {
+            x = (x << 4) | h;
+            q++;
+        }
+        if (q == ds || q - ds > 16)
+            return NULL;
+        *v = x;
+        *present = 1;
+        return q;
+    }
+    const char *q = p;
+    unsigned d;
+    while ((d = (unsigned)(unsigned char)*q - (unsigned)'0') <= 9) {
+        x = x * 10 + d;
+        q++;
+    }
+    if (q - p > 19)
+        return NULL;
+    *v = x;
+    *present = q != p;
+    return q;
 }
 
 /* One line starting at p, which is known to end with an LF somewhere after p (so no bounds
@@ -58,8 +107,14 @@ static const char *scan_line(const char *p, const Out *o, Py_ssize_t row)
     for (;;) {
         int quoted = *p == '"';
         p += quoted;
-        if (col == o->ts_col || col == o->size_col) {
-            int neg = col == o->ts_col && *p == '-';
+        if (col >= o->ncols)
+            return NULL; /* a long row */
+        switch (o->kind[col]) {
+        case K_TS:
+        case K_SIZE:
+        case K_INT: {
+            int kind = o->kind[col];
+            int neg = kind != K_SIZE && *p == '-';
             p += neg;
             const char *ds = p;
             int64_t v = 0;
@@ -68,22 +123,42 @@ static const char *scan_line(const char *p, const Out *o, Py_ssize_t row)
                 v = v * 10 + (int64_t)d;
                 p++;
             }
-            if (p == ds || p - ds > 18) /* empty, or might not fit int64: pyarrow decides */
+            if (p - ds > 18) /* might not fit int64: pyarrow decides */
                 return NULL;
-            if (col == o->ts_col)
-                o->ts[row] = neg ? -v : v;
-            else
-                o->size[row] = v;
-        } else {
+            if (p == ds) {
+                if (kind != K_INT || neg) /* a required value is empty */
+                    return NULL;
+                set_valid(o->valid[col], row, 0);
+                ((int64_t *)o->out[col])[row] = 0;
+            } else {
+                ((int64_t *)o->out[col])[row] = neg ? -v : v;
+                if (kind == K_INT)
+                    set_valid(o->valid[col], row, 1);
+            }
+            break;
+        }
+        case K_ADDR: {
+            uint64_t v = 0;
+            int present = 0;
+            if (!(p = scan_addr(p, &v, &present)))
+                return NULL;
+            ((uint64_t *)o->out[col])[row] = v;
+            set_valid(o->valid[col], row, present);
+            break;
+        }
+        case K_OP: {
             const char *fs = p;
             while (!SPECIAL[(unsigned char)*p])
                 p++;
-            if (col == o->op_col) {
-                int c = op_code(fs, p);
-                if (c < 0)
-                    return NULL;
-                o->op[row] = c;
-            }
+            int c = op_code(fs, p);
+            if (c < 0)
+                return NULL;
+            ((int32_t *)o->out[col])[row] = c;
+            break;
+        }
+        default:
+            while (!SPECIAL[(unsigned char)*p])
+                p++;
         }
         if (quoted) {
             if (*p != '"') /* a quoted comma or line end: pyarrow decides */
@@ -103,7 +178,7 @@ static const char *scan_line(const char *p, const Out *o, Py_ssize_t row)
             p += 2;
             break;
         }
-        return NULL; /* a quote inside a field, text after a closing quote, a lone CR */
+        return NULL; /* a quote inside a field, text after a closing quote, a lone CR, a bad digit */
     }
     return col == o->ncols ? p : NULL;
 }
@@ -150,65 +225,66 @@ static Py_ssize_t scan(const char *buf, Py_ssize_t len, const Out *o)
     return rows;
 }
 
-static int get_out(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *what)
-{
-    if (obj == Py_None) {
-        view->obj = NULL;
-        view->buf = NULL;
-        view->len = 0;
-        return 1;
-    }
-    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) < 0)
-        return 0;
-    if (view->len % itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s buffer size is not a multiple of %zd", what, itemsize);
-        PyBuffer_Release(view);
-        return 0;
-    }
-    return 1;
-}
+static const Py_ssize_t ITEMSIZE[] = {0, 8, 4, 8, 8, 8};
 
+/* scan(data, kinds, outs, valids): kinds is one byte per column; outs and valids are sequences of
+ * one writable buffer (or None) per column. */
 static PyObject *py_scan(PyObject *self, PyObject *args)
 {
-    Py_buffer data, ts = {0}, op = {0}, size = {0};
-    PyObject *ts_obj, *op_obj, *size_obj;
-    Out o;
-    if (!PyArg_ParseTuple(args, "y*iiiiOOO", &data, &o.ncols, &o.ts_col, &o.op_col, &o.size_col,
-                          &ts_obj, &op_obj, &size_obj))
+    Py_buffer data, kinds;
+    PyObject *outs, *valids;
+    if (!PyArg_ParseTuple(args, "y*y*OO", &data, &kinds, &outs, &valids))
         return NULL;
+    Py_buffer views[2 * K_MAXCOLS];
+    int nviews = 0;
     PyObject *result = NULL;
-    if (!get_out(ts_obj, &ts, 8, "timestamp"))
-        goto done_data;
-    if (!get_out(op_obj, &op, 4, "op"))
-        goto done_ts;
-    if (!get_out(size_obj, &size, 8, "size"))
-        goto done_op;
-    Py_ssize_t caps[3] = {ts.obj ? ts.len / 8 : PY_SSIZE_T_MAX, op.obj ? op.len / 4 : PY_SSIZE_T_MAX,
-                          size.obj ? size.len / 8 : PY_SSIZE_T_MAX};
-    o.cap = caps[0] < caps[1] ? caps[0] : caps[1];
-    o.cap = o.cap < caps[2] ? o.cap : caps[2];
-    o.ts = ts.buf;
-    o.op = op.buf;
-    o.size = size.buf;
-    if ((o.ts_col >= 0 && !o.ts) || (o.op_col >= 0 && !o.op) || (o.size_col >= 0 && !o.size)) {
-        PyErr_SetString(PyExc_ValueError, "an output buffer is missing for a scanned column");
-        goto done_size;
+    Out o;
+    o.ncols = (int)kinds.len;
+    o.cap = PY_SSIZE_T_MAX;
+    if (kinds.len > K_MAXCOLS || PySequence_Size(outs) != kinds.len || PySequence_Size(valids) != kinds.len) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "kinds, outs and valids must have one entry per column (<= 64)");
+        goto done;
+    }
+    for (int c = 0; c < o.ncols; c++) {
+        unsigned char k = ((unsigned char *)kinds.buf)[c];
+        if (k > K_INT) {
+            PyErr_SetString(PyExc_ValueError, "unknown column kind");
+            goto done;
+        }
+        o.kind[c] = k;
+        o.out[c] = NULL;
+        o.valid[c] = NULL;
+        if (k == K_SKIP)
+            continue;
+        for (int which = 0; which < 2; which++) {
+            if (which == 1 && k != K_ADDR && k != K_INT)
+                break;
+            PyObject *obj = PySequence_GetItem(which ? valids : outs, c);
+            if (!obj)
+                goto done;
+            int bad = PyObject_GetBuffer(obj, &views[nviews], PyBUF_WRITABLE);
+            Py_DECREF(obj);
+            if (bad < 0)
+                goto done;
+            Py_buffer *v = &views[nviews++];
+            Py_ssize_t n = which ? v->len * 8 : v->len / ITEMSIZE[k];
+            o.cap = n < o.cap ? n : o.cap;
+            if (which)
+                o.valid[c] = v->buf;
+            else
+                o.out[c] = v->buf;
+        }
     }
     Py_ssize_t rows;
     Py_BEGIN_ALLOW_THREADS
     rows = scan(data.buf, data.len, &o);
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(rows);
-done_size:
-    if (size.obj)
-        PyBuffer_Release(&size);
-done_op:
-    if (op.obj)
-        PyBuffer_Release(&op);
-done_ts:
-    if (ts.obj)
-        PyBuffer_Release(&ts);
-done_data:
+done:
+    for (int i = 0; i < nviews; i++)
+        PyBuffer_Release(&views[i]);
+    PyBuffer_Release(&kinds);
     PyBuffer_Release(&data);
     return result;
 }
@@ -232,9 +308,10 @@ static PyObject *py_count_lines(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS,
-     "scan(data, ncols, ts_col, op_col, size_col, ts_out, op_out, size_out) -> rows, or -1 when a "
-     "line is not in the plain shape (the caller then uses pyarrow). Columns not scanned are -1 "
-     "with None as their output."},
+     "scan(data, kinds, outs, valids) -> rows, or -1 when a line is not in the plain shape (the caller "
+     "then uses pyarrow). kinds: one byte per column (0 skip, 1 timestamp, 2 op, 3 size, 4 address, "
+     "5 nullable integer); outs: a writable buffer per read column (None when skipped); valids: a "
+     "validity bitmap per address or nullable integer column."},
     {"count_lines", py_count_lines, METH_VARARGS, "count_lines(data) -> number of LF bytes."},
     {NULL, NULL, 0, NULL},
 };
@@ -243,6 +320,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_csvscan", NULL, -1,
 
 PyMODINIT_FUNC PyInit__csvscan(void)
 {
-    init_special();
+    init_tables();
     return PyModule_Create(&module);
 }

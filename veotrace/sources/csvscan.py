@@ -1,6 +1,7 @@
 """Arrow batches from the C line scanner (``_csvscan``) for plain canonical CSV logs.
 
-The scanner reads timestamp, op_type and size_bytes of the plain shape loggers write (see
+The scanner reads timestamp, op_type, size_bytes, address, stream and device of the plain shape
+loggers write (see
 ``_csvscan.c``); for any other buffer it declines and the caller parses that buffer with pyarrow.
 It is an optional build: where it is absent, ``scanner_for`` returns None and pyarrow reads all.
 """
@@ -18,10 +19,13 @@ except ImportError:  # built without a C compiler
 
 #: Op names in the scanner's code order (its OP_NAMES).
 OPS = ("alloc", "free", "defrag")
+#: Canonical log column -> (the scanner's kind code for it, the Arrow type it writes). op_type: codes
+#: into OPS; address and the ids are nullable (empty cells), with a validity bitmap.
+_KINDS = {"timestamp": (1, pa.int64()), "op_type": (2, pa.int32()), "size_bytes": (3, pa.int64()),
+          "address": (4, pa.uint64()), "stream": (5, pa.int64()), "device": (5, pa.int64())}
 #: Canonical log columns the scanner can read.
-SCANNED = ("timestamp", "op_type", "size_bytes")
-#: What the scanner writes for each scanned column (op_type: codes into OPS).
-_TYPES = (pa.int64(), pa.int32(), pa.int64())
+SCANNED = tuple(_KINDS)
+_NULLABLE = ("address", "stream", "device")
 _OPS_ARRAY = pa.array(OPS, pa.string())
 
 
@@ -41,29 +45,43 @@ def scanner_for(header: Sequence[str], present: dict[str, str], read_cols: Seque
     """A function buffer -> batch of ``read_cols`` (None when it declines), or None when not applicable.
 
     Applies to nanosecond timestamps (other units are read as floats by pyarrow) and to reads of
-    scanned columns only.
+    scanned columns only (not extra columns).
     """
     if _csvscan is None or time_unit != "ns" or not set(read_cols) <= set(SCANNED) or not read_cols:
         return None
     names = list(header)
+    if len(names) > 64:
+        return None
     try:
         index = {c: names.index(present[c]) for c in read_cols}
     except ValueError:
         return None
-    ncols = len(names)
-    cols = [index.get(c, -1) for c in SCANNED]
+    kinds = bytearray(len(names))
+    for c, i in index.items():
+        kinds[i] = _KINDS[c][0]
+    kinds = bytes(kinds)
+    order = sorted(read_cols, key=index.__getitem__)
 
     def scan(chunk: pa.Buffer) -> pa.RecordBatch | None:
         cap = _csvscan.count_lines(chunk) + 1
-        bufs = [pa.allocate_buffer(cap * t.bit_width // 8) if col >= 0 else None
-                for col, t in zip(cols, _TYPES, strict=True)]
-        rows = _csvscan.scan(chunk, ncols, *cols, *bufs)
+        outs: list = [None] * len(names)
+        valids: list = [None] * len(names)
+        for c in order:
+            outs[index[c]] = pa.allocate_buffer(cap * _KINDS[c][1].bit_width // 8)
+            if c in _NULLABLE:
+                valids[index[c]] = pa.allocate_buffer((cap + 7) // 8)
+        rows = _csvscan.scan(chunk, kinds, outs, valids)
         if rows < 0:
             return None
-        arrays = {c: pa.Array.from_buffers(t, rows, [None, buf])
-                  for c, t, buf in zip(SCANNED, _TYPES, bufs, strict=True) if buf is not None}
-        if "op_type" in arrays:
-            arrays["op_type"] = pa.DictionaryArray.from_arrays(arrays["op_type"], _OPS_ARRAY)
-        return pa.RecordBatch.from_arrays([arrays[c] for c in read_cols], names=list(read_cols))
+        arrays = []
+        for c in read_cols:
+            i = index[c]
+            arr = pa.Array.from_buffers(_KINDS[c][1], rows, [valids[i], outs[i]])
+            if valids[i] is not None and arr.null_count == 0:
+                arr = pa.Array.from_buffers(_KINDS[c][1], rows, [None, outs[i]], null_count=0)
+            if c == "op_type":
+                arr = pa.DictionaryArray.from_arrays(arr, _OPS_ARRAY)
+            arrays.append(arr)
+        return pa.RecordBatch.from_arrays(arrays, names=list(read_cols))
 
     return scan

@@ -25,6 +25,8 @@ def parse_uint64(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     Returns:
         (uint64 array with nulls for missing values, boolean mask of values that did not parse).
     """
+    if arr.type == pa.uint64():  # the C scanner's addresses: parsed already
+        return arr, np.zeros(len(arr), dtype=bool)
     import pyarrow.compute as pc  # 30 ms to import: loaded by the readers that have addresses only
 
     if pa.types.is_integer(arr.type):
