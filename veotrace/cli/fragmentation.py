@@ -65,6 +65,7 @@ def fragmentation_command(
     max_gap: Annotated[str, typer.Option("--max-gap", help="Without segments: gaps between live blocks under this size are free space in one range.")] = _DEFAULTS["max_gap"],
     bins: Annotated[str, typer.Option("--bins", help="Free-block size bins LO-HI (inclusive; 'LO-' = no upper bound), comma-separated.")] = _DEFAULTS["bins"],
     zone_bytes: Annotated[str, typer.Option("--zone-bytes", help="Width of the address zones ranked by alloc/free activity, or 'segment': one zone per segment (else per address range joined under --max-gap).")] = _DEFAULTS["zone_bytes"],
+    latency_col: Annotated[str | None, typer.Option("--latency-col", help="Column of the log holding each event's latency in microseconds (e.g. latency_us): P50/P99 per hot zone and per request-size bin.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event (e.g. 90s, 2h).")] = None,
     table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, bins, zones, or state (at --at, else at the end).")] = Table.windows,
     time_unit: TimeUnitOpt = TimeUnit.ns,
@@ -84,7 +85,11 @@ def fragmentation_command(
         from veotrace.render.fragmentation import render_fragmentation, render_strides, warning_lines
 
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
-        kw = {"window_s": None if window is None else parse_duration(window, option="--window"),
+        if latency_col is not None:
+            import dataclasses
+
+            options = dataclasses.replace(options, extra_columns=(latency_col,))
+        kw = {"latency_col": latency_col, "window_s": None if window is None else parse_duration(window, option="--window"),
               "window_events": window_events, "threshold": threshold,
               "max_gap": parse_bytes(max_gap, option="--max-gap"), "bins": parse_bins(bins),
               "zone_bytes": "segment" if zone_bytes.strip().lower() == "segment" else parse_bytes(zone_bytes, option="--zone-bytes"),

@@ -63,6 +63,21 @@ def _codes(op: pa.Array) -> np.ndarray:
     return lut[idx]
 
 
+def _latency(arr: pa.Array, name: str) -> np.ndarray:
+    """The latency column as float64 microseconds (null -> NaN, not counted).
+
+    Raises:
+        AnalysisError: the column does not hold numbers.
+    """
+    if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
+        from veotrace.errors import AnalysisError
+
+        sample = next((v for v in arr.to_pylist() if v is not None), None)
+        raise AnalysisError(f"latency column '{name}' holds {arr.type} values (e.g. {sample!r}), not numbers",
+                            hint="--latency-col needs a numeric column of microseconds")
+    return np.asarray(arr.cast(pa.float64()).fill_null(float("nan")))
+
+
 def _col(batch, name: str, dtype, fill) -> np.ndarray | None:
     if name not in batch.schema.names:
         return None
@@ -132,7 +147,7 @@ class Replay:
         self.n_read += n
         lat = None
         if self.latency_col is not None and self.latency_col in batch.schema.names:
-            lat = np.asarray(batch.column(self.latency_col).cast(pa.float64()).fill_null(float("nan")))
+            lat = _latency(batch.column(self.latency_col), self.latency_col)
         cols = (code, addr, size, block, ts, k, lat)
         devices = np.unique(dev) if dev.min() != dev.max() else dev[:1]
         for d in devices.tolist():
