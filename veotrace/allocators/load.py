@@ -8,8 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def load_trace(paths: list[Path], options, report, conf_text: str | None):
-    """The events table, and for one PyTorch snapshot its settings-derived conf and seed (else None)."""
+def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True):
+    """The events table, and for one PyTorch snapshot its settings-derived conf and seed (else None).
+
+    ``whole=False``: for anything but a snapshot, the events come as the reader's batches, read lazily while
+    the requests are built (so a long log is never held whole); a snapshot's table is always whole.
+    """
     import pyarrow as pa
 
     from veotrace.allocators import conf as cf
@@ -18,9 +22,11 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None):
     from veotrace.sources import torch_snapshot as ts
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
-    table = pa.Table.from_batches(list(iter_alloc_events(paths, options=options, report=report)))
+    snapshot = len(inputs) == 1 and inputs[0][1].name == "torch-snapshot"
+    batches = iter_alloc_events(paths, options=options, report=report)
+    table = pa.Table.from_batches(list(batches)) if whole or snapshot else batches
     snap_conf = seed = None
-    if len(inputs) == 1 and inputs[0][1].name == "torch-snapshot":
+    if snapshot:
         path = inputs[0][0]
         snap = ts.load_snapshot(path)
         snap_conf = cf.from_settings(snap.allocator_settings) if snap.allocator_settings else cf.TorchConf(

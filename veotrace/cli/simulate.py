@@ -90,7 +90,7 @@ def simulate_command(
         window_s = parse_duration(window, option="--window") if window is not None else None
         tier_spec = parse_tiers(tiers)
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
-        table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf)
+        table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False)
         seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
         req = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees,
                                 use_releases=not no_recorded_releases)
