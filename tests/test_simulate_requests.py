@@ -1,0 +1,73 @@
+"""Requests built batch by batch (a streamed read) equal the requests of the whole table, whatever the batches."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from veotrace.allocators import requests as rq
+from veotrace.schemas import ALLOC_EVENTS, conform
+
+OPS = ["alloc", "alloc", "alloc", "free", "free", "free_requested", "free_completed", "segment_alloc",
+       "segment_map", "segment_free", "segment_unmap", "defrag"]
+
+
+def random_table(seed: int, n: int, completed: bool) -> pa.Table:
+    """Events over few addresses (so frees hit live, freed and never-seen blocks, and allocs land on live
+    addresses), zero sizes, missing addresses, two devices and segment runs."""
+    rng = random.Random(seed)
+    ops = [o for o in OPS if completed or o != "free_completed"]
+    rows = [(0, "alloc", 512, 0, 0, 0)]  # at least one allocation with a size
+    for i in range(1, n):
+        op = rng.choice(ops)
+        rows.append((i * 10, op, rng.choice([0, 512, 4096, 3 << 20]) if op == "alloc" else rng.choice([512, 2 << 20]),
+                     None if rng.random() < 0.03 else rng.randrange(12) * 512, rng.randrange(2), rng.randrange(2)))
+    cols = list(zip(*rows))
+    return conform(pa.table({
+        "ts_ns": pa.array(cols[0], pa.int64()), "seq": pa.array(range(n), pa.int64()),
+        "op": pa.array(cols[1]).dictionary_encode(), "size_bytes": pa.array(cols[2], pa.int64()),
+        "address": pa.array(cols[3], pa.uint64()), "stream": pa.array(cols[4], pa.int64()),
+        "device": pa.array(cols[5], pa.int32()), "source_file": pa.array(["t"] * n).dictionary_encode(),
+    }), ALLOC_EVENTS)
+
+
+def as_tuple(req: rq.Requests):
+    return ([list(getattr(req, f)) for f in ("kind", "size", "stream", "device", "pair", "addr", "seq", "ts_ns")],
+            req.recorded, req.released, req.counts, req.notes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 400), chunk=st.integers(1, 50), completed=st.booleans(),
+       releases=st.booleans(), seeded=st.booleans())
+def test_batches_do_not_change_the_requests(seed, n, chunk, completed, releases, seeded):
+    table = random_table(seed, n, completed)
+    seeds = [(0, 512, 700, 0), (1, 1024, 900, 1)] if seeded else []
+    whole = rq.build_requests(table, seeds=seeds, use_releases=releases, max_unknown_frees=1.0)
+    names = table.column("op").unique().to_pylist()
+    builder = rq.RequestBuilder(seeds=seeds, use_releases=releases, t0=0,
+                                free_op="free_completed" if "free_completed" in names else "free_requested")
+    for batch in table.to_batches(max_chunksize=chunk):
+        builder.add(batch)
+    assert as_tuple(builder.finish(1.0)) == as_tuple(whole)
+
+
+def test_pairs_across_batches_and_counts_reallocs_and_unknown_frees():
+    """Ground truth by hand: alloc A@1, [batch] free @1 pairs with it; free @2 is unknown; alloc @3 twice is a realloc."""
+    table = random_table(0, 1, False).slice(0, 0)
+    rows = [(0, "alloc", 100, 1), (1, "alloc", 50, 3), (2, "free", 100, 1), (3, "free", 10, 2), (4, "alloc", 60, 3),
+            (5, "free", 60, 3)]
+    t = pa.table({"ts_ns": [r[0] for r in rows], "seq": list(range(6)), "op": pa.array([r[1] for r in rows]).dictionary_encode(),
+                  "size_bytes": [r[2] for r in rows], "address": pa.array([r[3] for r in rows], pa.uint64()),
+                  "stream": [0] * 6, "device": pa.array([0] * 6, pa.int32()),
+                  "source_file": pa.array(["t"] * 6).dictionary_encode()})
+    t = conform(t, table.schema)
+    builder = rq.RequestBuilder(free_op="free_requested")
+    for batch in t.to_batches(max_chunksize=2):
+        builder.add(batch)
+    req = builder.finish(1.0)
+    assert list(req.kind) == [rq.MALLOC, rq.MALLOC, rq.FREE, rq.MALLOC, rq.FREE]
+    assert list(req.pair) == [-1, -1, 0, -1, 3]  # the 60-byte alloc at the live address 3 is the one freed
+    assert req.counts["unknown_frees"] == 1 and req.counts["realloc_at_live_address"] == 1
