@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,3 +72,78 @@ def test_pairs_across_batches_and_counts_reallocs_and_unknown_frees():
     assert list(req.kind) == [rq.MALLOC, rq.MALLOC, rq.FREE, rq.MALLOC, rq.FREE]
     assert list(req.pair) == [-1, -1, 0, -1, 3]  # the 60-byte alloc at the live address 3 is the one freed
     assert req.counts["unknown_frees"] == 1 and req.counts["realloc_at_live_address"] == 1
+
+
+def two_device_log(seed: int, n: int) -> pa.Table:
+    """Paired allocs and frees on two devices and two streams, timed, with some sizes over 100 MiB."""
+    rng = random.Random(seed)
+    rows, live, addr = [], [], 0
+    for i in range(n):
+        if live and rng.random() < 0.48:
+            a, d, s = live.pop(rng.randrange(len(live)))
+            rows.append((i * 1000, "free", s, a, 0, d))
+        else:
+            addr += 512
+            size = rng.choice([rng.randint(1, 1 << 20), rng.randint(1 << 20, 12 << 20), rng.randint(100 << 20, 300 << 20)])
+            d = rng.randrange(2)
+            live.append((addr, d, size))
+            rows.append((i * 1000, "alloc", size, addr, rng.randrange(2), d))
+    cols = list(zip(*rows))
+    return conform(pa.table({
+        "ts_ns": pa.array(cols[0], pa.int64()), "seq": pa.array(range(n), pa.int64()),
+        "op": pa.array(cols[1]).dictionary_encode(), "size_bytes": pa.array(cols[2], pa.int64()),
+        "address": pa.array(cols[3], pa.uint64()), "stream": pa.array(cols[4], pa.int64()),
+        "device": pa.array(cols[5], pa.int32()), "source_file": pa.array(["t"] * n).dictionary_encode(),
+    }), ALLOC_EVENTS)
+
+
+@pytest.mark.parametrize("core", ["auto", "python"])
+def test_a_streamed_replay_gives_the_whole_replay_result(core):
+    """Policies, windows, first OOM and params are the same whether the requests are held whole or read
+    again per policy in small batches (chunk boundaries inside the trace)."""
+    from veotrace.allocators.conf import TorchConf
+    from veotrace.allocators.simulate import simulate
+    from veotrace.allocators.stream import RequestStream
+
+    table = two_device_log(7, 3000)
+    reads = []
+
+    def open_batches(first):
+        reads.append(first)
+        return table.to_batches(max_chunksize=97)
+
+    kw = dict(policies=["torch", "ideal", "bestfit", "reuse"], conf=TorchConf(), capacity=700 << 20, torch_core=core)
+    whole = simulate(rq.build_requests(table), **kw).to_dict()
+    streamed = simulate(RequestStream(open_batches), **kw).to_dict()
+    assert reads == [True, False, False, False, False]  # one pass to learn the span and counts, one per policy
+    assert streamed["params"].pop("requests_streamed") and not whole["params"].pop("requests_streamed")
+    assert streamed == whole
+    torch = whole["policies"][0]
+    assert torch["ooms"] > 0 and torch["first_oom"]["source_row"] is not None and "per_device" in torch
+
+
+def test_a_streamed_read_refuses_bad_input_before_any_replay():
+    from veotrace.allocators.stream import RequestStream
+    from veotrace.errors import AnalysisError
+
+    table = random_table(3, 200, False)
+    with pytest.raises(AnalysisError, match="name no live allocation"):
+        RequestStream(lambda first: table.to_batches(max_chunksize=10), max_unknown_frees=0.0)
+
+
+def test_cli_streams_logs_and_counts_skipped_rows_once(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    log = tmp_path / "bad.csv"
+    log.write_text("timestamp,op_type,size_bytes,address\n0,alloc,1024,4096\n1,alloc,xx,8192\n"
+                   "2,free,1024,4096\n3,alloc,2048,4096\n")
+    r = run_cli("simulate", log, "-p", "torch", "-p", "ideal", "--skip-bad-rows", "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["params"]["requests_streamed"] and d["params"]["requests"] == 3
+    assert d["params"]["read"]["skipped_rows"] == 1  # the log was read three times, its bad row counted once
+    assert r.stderr.count("skipped 1 bad row") == 1
+    r = run_cli("simulate", log, "-p", "tiered-oracle", "--skip-bad-rows", "-f", "json")
+    assert r.exit_code == 0 and not json.loads(r.stdout)["params"]["requests_streamed"]  # lifetimes: held whole

@@ -600,36 +600,42 @@ static PyObject *Core_run(Core *c, PyObject *args)
 {
     PyObject *o[5];
     long long dev;
-    Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "OOOOOLnn", &o[0], &o[1], &o[2], &o[3], &o[4], &dev, &start, &end)) return NULL;
+    Py_ssize_t start, end, offset = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOLnn|n", &o[0], &o[1], &o[2], &o[3], &o[4], &dev, &start, &end, &offset))
+        return NULL;
+    if (start < offset || end < start) {
+        PyErr_SetString(PyExc_ValueError, "run: need offset <= start <= end");
+        return NULL;
+    }
     static const char *names[] = {"kind", "size", "stream", "pair", "device"};
     Py_buffer v[5];
     int got = 0;
     PyObject *result = NULL;
     for (; got < 5; got++) {
         if (got == 4 && o[4] == Py_None) break;
-        if (get_q(o[got], &v[got], end, names[got]) < 0) goto done;
+        if (get_q(o[got], &v[got], end - offset, names[got]) < 0) goto done;
     }
     {
+        /* the arrays hold requests offset..: request i is at j = i - offset */
         const int64_t *kind = v[0].buf, *size = v[1].buf, *stream = v[2].buf, *pair = v[3].buf;
         const int64_t *device = got == 5 ? v[4].buf : NULL;
-        for (Py_ssize_t i = start; i < end; i++) {
-            if (device && device[i] != dev) continue;
+        for (Py_ssize_t i = start, j = start - offset; i < end; i++, j++) {
+            if (device && device[j] != dev) continue;
             c->req = i;
-            int64_t k = kind[i];
+            int64_t k = kind[j];
             if (k == R_MALLOC || k == R_SEED) {
-                Block *b = core_malloc(c, size[i], stream[i]);
+                Block *b = core_malloc(c, size[j], stream[j]);
                 if (!b || map_put(&c->handles, i, b) < 0) goto done;
             } else if (k == R_FREE) {
-                Block *b = map_pop(&c->handles, pair[i]);
+                Block *b = map_pop(&c->handles, pair[j]);
                 if (!b) {
                     PyErr_Format(PyExc_KeyError, "request %zd frees request %lld, which holds no block", i,
-                                 (long long)pair[i]);
+                                 (long long)pair[j]);
                     goto done;
                 }
                 if (core_free(c, b) < 0) goto done;
             } else if (k == R_RELEASE) {
-                if (size[i]) {
+                if (size[j]) {
                     c->armed = 1; /* an OOM retry inside PyTorch's malloc: release if no cached block fits */
                 } else if (release_cached_blocks(c) < 0) { /* empty_cache() */
                     goto done;
@@ -670,8 +676,9 @@ static PyObject *Core_live(Core *c, PyObject *noargs) { return PyLong_FromSize_t
 
 static PyMethodDef Core_methods[] = {
     {"run", (PyCFunction)Core_run, METH_VARARGS,
-     "run(kind, size, stream, pair, device, dev, start, end): serve requests start..end-1 (those of device "
-     "dev when device is not None); arrays of 8-byte integers as in replay.Requests."},
+     "run(kind, size, stream, pair, device, dev, start, end, offset=0): serve requests start..end-1 (those of "
+     "device dev when device is not None); arrays of 8-byte integers as in replay.Requests, holding the "
+     "requests from offset on."},
     {"take_events", (PyCFunction)Core_take_events, METH_NOARGS,
      "take_events() -> bytes of int64 (request, op, address, size, stream, block) rows; clears them."},
     {"counters", (PyCFunction)Core_counters, METH_NOARGS, "counters() -> dict of the Counters fields."},

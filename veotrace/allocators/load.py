@@ -11,20 +11,23 @@ from pathlib import Path
 def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True):
     """The events table, and for one PyTorch snapshot its settings-derived conf and seed (else None).
 
-    ``whole=False``: for anything but a snapshot, the events come as the reader's batches, read lazily while
-    the requests are built (so a long log is never held whole); a snapshot's table is always whole.
+    ``whole=False``: for anything but a snapshot, the events come as ``open_batches(first)``, which reads
+    the source's batches anew at each call (see :class:`veotrace.allocators.stream.RequestStream`), so a
+    long log is never held whole; only the first read reports to ``report``. A snapshot's table is always whole.
     """
     import pyarrow as pa
 
     from veotrace.allocators import conf as cf
     from veotrace.allocators.seed import rebuild
-    from veotrace.sources import iter_alloc_events, resolve_inputs
+    from veotrace.sources import ReadReport, iter_alloc_events, resolve_inputs
     from veotrace.sources import torch_snapshot as ts
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     snapshot = len(inputs) == 1 and inputs[0][1].name == "torch-snapshot"
-    batches = iter_alloc_events(paths, options=options, report=report)
-    table = pa.Table.from_batches(list(batches)) if whole or snapshot else batches
+    def open_batches(first: bool):
+        return iter_alloc_events(paths, options=options, report=report if first else ReadReport())
+
+    table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches
     snap_conf = seed = None
     if snapshot:
         path = inputs[0][0]

@@ -62,6 +62,8 @@ class Requests:
     released: list[tuple[int, int, str, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Index of the first entry: a chunk of a streamed read holds requests offset..offset+len-1.
+    offset: int = 0
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -83,6 +85,15 @@ class Requests:
             dtype = np.uint64 if name == "addr" else np.int64
             getattr(self, name).frombytes(np.ascontiguousarray(values, dtype).view(np.uint8))
 
+    def split(self, keep: int) -> tuple[Requests, Requests]:
+        """(the first ``keep`` requests, the rest) as two chunks."""
+        head, tail = Requests(offset=self.offset), Requests(offset=self.offset + keep)
+        for name in FIELDS:
+            values = getattr(self, name)
+            setattr(head, name, values[:keep])
+            setattr(tail, name, values[keep:])
+        return head, tail
+
     @property
     def devices(self) -> list[int]:
         return np.unique(np.frombuffer(self.device, np.int64)).tolist() if len(self.device) else []
@@ -103,6 +114,9 @@ class Requests:
                 if ts[i] != NO_TIME and ts[j] != NO_TIME:
                     out[j] = max(ts[i] - ts[j], 0)
         return out
+
+
+FIELDS = ("kind", "size", "stream", "device", "pair", "addr", "seq", "ts_ns")
 
 
 def _column(batch, name: str, fill: int, dtype) -> np.ndarray:
@@ -216,7 +230,7 @@ class RequestBuilder:
         kinds = np.where(is_alloc[rows_all], MALLOC, FREE)
         is_rel = np.isin(rows_all, rel_rows)
         kinds[is_rel] = RELEASE
-        base = len(self.req)
+        base = self.req.offset + len(self.req)
         row_req = np.full(n_rows, -1, np.int64)
         row_req[rows_all] = np.arange(base, base + len(rows_all))
         combined_req = np.concatenate([self.live_req, row_req[rows]])  # request index of every paired-list entry
@@ -256,7 +270,7 @@ class RequestBuilder:
                     if self.last[2] < 0:
                         releases[-1 - self.last[2]] = 1
                     else:
-                        self.req.size[self.last[2]] = 1
+                        self.req.size[self.last[2] - self.req.offset] = 1
             found.append((row, entry))
         return releases, found
 
@@ -282,11 +296,25 @@ class RequestBuilder:
             else:
                 self.pending.setdefault(d, []).append(entry)
 
+    def take(self, final: bool = False) -> Requests:
+        """The requests added since the last take, as a chunk; they are dropped here. A release point that a
+        device allocation in the next batch may still turn into an OOM retry is held back (unless ``final``)."""
+        keep = len(self.req)
+        if not final and self.last is not None and self.last[1] == self.requested:
+            keep = self.last[2] - self.req.offset
+        chunk, self.req = self.req.split(keep)
+        return chunk
+
     def finish(self, max_unknown_frees: float = MAX_UNKNOWN_FREES) -> Requests:
+        """The requests not taken, with the counts, recorded device events and notes of the whole read.
+
+        Raises:
+            AnalysisError: no allocation with a size, or too many frees of unknown blocks.
+        """
         req, n = self.req, self.n
         for entries in self.pending.values():
             for entry in entries:
-                entry[1] = len(req)
+                entry[1] = req.offset + len(req)
         req.recorded = [(d, r, op, s) for d, r, op, s in self.recorded]
         req.released = [(d, r, op, s) for d, r, op, s in self.released]
         req.counts = {"allocs": n["allocs"], "frees": n["frees"], "unknown_frees": n["frees"] - n["paired"],

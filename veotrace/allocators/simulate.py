@@ -20,6 +20,7 @@ from veotrace.allocators import replay as rp
 from veotrace.allocators.base import OP_NAMES, AddressSpace, Counters, Recorder
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.seed import Seed
+from veotrace.allocators.stream import RequestStream
 from veotrace.errors import UsageError
 from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.simulate import SIMULATE_WINDOWS, WINDOW_COLUMNS
@@ -90,9 +91,9 @@ def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf
 
 def events_batch(ev: np.ndarray, req: rp.Requests, name: str, clock: np.ndarray, seq0: int = 0) -> pa.RecordBatch:
     """Drained events (an (n, 6) array, see Recorder) as ``alloc_events/1`` (+ ``block_bytes``), timed by
-    the request that caused them."""
+    the request that caused them (``req`` and ``clock`` hold the requests from ``req.offset`` on)."""
     r = ev[:, 0]
-    idx = np.clip(r, 0, max(len(req) - 1, 0))
+    idx = np.clip(r - req.offset, 0, max(len(req) - 1, 0))
     devices = np.frombuffer(req.device, dtype=np.int64)
     dev = np.where(r >= 0, devices[idx] if len(req) else 0, -1 - r).astype(np.int32)
     ts = clock[idx] if len(req) else np.zeros(0, np.int64)
@@ -117,12 +118,20 @@ def _clock(req: rp.Requests) -> tuple[np.ndarray, bool]:
     return np.arange(len(req), dtype=np.int64), False  # request index as the clock
 
 
-def _policy_row(name: str, counters: Counters, req: rp.Requests, frag, extra: dict) -> dict:
+def _oom_context(models: dict, part: rp.Requests, found: dict) -> None:
+    """Remember where each model's first OOM happened while its request is at hand (a chunk of a stream)."""
+    for m in models.values():
+        oom = m.c.first_oom
+        j = oom["request"] - part.offset if oom is not None else -1
+        if 0 <= j < len(part) and oom["request"] not in found:
+            found[oom["request"]] = {"device": part.device[j], "source_row": part.seq[j],
+                                     "ts_ns": None if part.ts_ns[j] == rp.NO_TIME else part.ts_ns[j]}
+
+
+def _policy_row(name: str, counters: Counters, oom_at: dict, frag, extra: dict) -> dict:
     oom = counters.first_oom
-    if oom is not None and 0 <= oom["request"] < len(req):
-        i = oom["request"]
-        oom = dict(oom, device=req.device[i], source_row=req.seq[i],
-                   ts_ns=None if req.ts_ns[i] == rp.NO_TIME else req.ts_ns[i])
+    if oom is not None and oom["request"] in oom_at:
+        oom = dict(oom, **oom_at[oom["request"]])
     w = frag.windows
     ext = [v for v in w.column("external_frag").to_pylist() if v is not None] if w.num_rows else []
     gml = [v for v in w.column("gmlake_frag").to_pylist() if v is not None] if w.num_rows else []
@@ -150,12 +159,14 @@ def whatif_table(rows: list[dict]) -> list[dict]:
     return out
 
 
-def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity: int | None = None,
+def simulate(req: rp.Requests | RequestStream, *, policies: list[str], conf: TorchConf, capacity: int | None = None,
              seed: Seed | None = None, tiers=None, window_s: float | None = None,
              window_requests: int | None = None, on_progress=None, torch_core: str = "auto") -> SimulateResult:
     """Replay ``req`` through each policy (one instance per device) and measure each over windows.
 
     Args:
+        req: the whole requests, or a :class:`RequestStream` read again for each policy (memory bounded
+            by the live set; not for the tiered policies, whose lifetimes need the whole trace).
         policies: names from :data:`POLICIES`. conf: settings of the ``torch`` policy.
         capacity: bytes per device (None: unlimited). seed: starting state for ``torch`` (part-way traces).
         tiers: ``tiered`` bounds and granularities (default :data:`tiered.DEFAULT_TIERS`).
@@ -167,10 +178,16 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
     from veotrace.fragmentation import fragmentation_series
 
     tiers = tiers or DEFAULT_TIERS
-    clock, has_time = _clock(req)
+    streamed = isinstance(req, RequestStream)
+    if streamed:
+        has_time, releases = req.has_time, req.releases
+        span = req.t_last - req.t_first + 1 if has_time else len(req)
+    else:
+        clock, has_time = _clock(req)
+        span = int(clock[-1] - clock[0]) + 1 if len(clock) else 1
+        releases = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == rp.RELEASE))
     if not has_time and window_s is not None:
         raise UsageError("--window needs timestamps, and this trace has none", hint="Use --window-requests N")
-    span = int(clock[-1] - clock[0]) + 1 if len(clock) else 1
     if has_time and window_requests is not None:
         raise UsageError("--window-requests is for traces without timestamps", hint="Use --window DURATION")
     if has_time:
@@ -183,18 +200,23 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
         if name.startswith("tiered") and not has_time:
             notes.append(f"{name}: not run, lifetimes need timestamps and this trace has none")
             continue
+        if name.startswith("tiered") and streamed:
+            raise ValueError("the tiered policies need the whole requests, not a RequestStream")
         rec, models = CoreRecorder() if name == "torch" and core == "c" else Recorder(), {}
         make = (lambda d, name=name, rec=rec: make_policy(name, d, req, rec, conf=conf, capacity=capacity,
                                                           seed=seed, tiers=tiers, core=core))
 
-        def stream(name=name, rec=rec, models=models, make=make):
+        oom_at: dict = {}
+
+        def stream(name=name, rec=rec, models=models, make=make, oom_at=oom_at):
             seq0 = 0
-            for _ in rp.iter_replay(make, req, models):
+            for part in rp.iter_replay(make, req.chunks() if streamed else req, models):
                 ev = rec.drain()
                 if len(ev):
-                    batch = events_batch(ev, req, name, clock, seq0)
+                    batch = events_batch(ev, part, name, req.clock(part) if streamed else clock, seq0)
                     seq0 += batch.num_rows
                     yield batch
+                _oom_context(models, part, oom_at)
 
         frag = fragmentation_series(stream(), window_s=window_ns / 1e9)
         total = Counters()
@@ -209,7 +231,7 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
                                             "peak_allocated_bytes": m.c.peak_allocated,
                                             "device_allocs": m.c.device_allocs, "ooms": m.c.ooms}
                                    for d, m in sorted(models.items())}
-        rows.append(_policy_row(name, total, req, frag, extra))
+        rows.append(_policy_row(name, total, oom_at, frag, extra))
         w = frag.windows.select(WINDOW_COLUMNS)
         if not has_time:  # the request index stood in for the clock
             nulls = pa.nulls(w.num_rows, pa.int64())
@@ -221,9 +243,9 @@ def simulate(req: rp.Requests, *, policies: list[str], conf: TorchConf, capacity
     params = {"policies": [r["policy"] for r in rows], "torch_conf": conf.to_dict(), "capacity_bytes": capacity,
               "tiers": [{"max_lifetime_s": None if b == float("inf") else b, "granularity_bytes": g} for b, g in tiers],
               "window_ns": window_ns if has_time else None, "window_requests": None if has_time else window_ns,
-              "requests": len(req), "counts": req.counts,
+              "requests": len(req), "counts": req.counts, "requests_streamed": streamed,
               "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
-              "recorded_releases": int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == rp.RELEASE))}
+              "recorded_releases": releases}
     if "torch" in params["policies"]:
         params["torch_core"], params["torch_core_why"] = core, core_why
     return SimulateResult(rows, whatif_table(rows), windows, params, notes=notes)

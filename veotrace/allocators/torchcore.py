@@ -69,9 +69,10 @@ class CTorchAllocator:
         rec.cores.append(self.core)
 
     def run_chunk(self, req, device: int | None, start: int, end: int) -> None:
-        """Serve requests ``start..end-1`` (only those of ``device`` unless it is None)."""
+        """Serve requests ``start..end-1`` (only those of ``device`` unless it is None); ``req`` holds them
+        from ``req.offset`` on."""
         self.core.run(req.kind, req.size, req.stream, req.pair, None if device is None else req.device,
-                      -1 if device is None else device, start, end)
+                      -1 if device is None else device, start, end, req.offset)
 
     @property
     def c(self) -> Counters:

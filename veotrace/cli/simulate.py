@@ -79,6 +79,7 @@ def simulate_command(
     with user_errors():
         from veotrace.allocators import replay as rp
         from veotrace.allocators.load import load_trace
+        from veotrace.allocators.stream import RequestStream
         from veotrace.allocators import simulate as sim
         from veotrace.allocators.validation import validate
         from veotrace.cli.units import parse_bytes, parse_duration
@@ -92,8 +93,11 @@ def simulate_command(
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
         table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False)
         seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
-        req = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees,
-                                use_releases=not no_recorded_releases)
+        if callable(table) and not any(n.startswith("tiered") for n in names):  # a log: streamed, pass after pass
+            req = RequestStream(table, max_unknown_frees=max_unknown_frees, use_releases=not no_recorded_releases)
+        else:  # a snapshot (validation and seeding need its table) or tiered policies (lifetimes): whole
+            req = rp.build_requests(table(True) if callable(table) else table, seeds=seeds,
+                                    max_unknown_frees=max_unknown_frees, use_releases=not no_recorded_releases)
         result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
                               window_s=window_s, window_requests=window_requests, torch_core=torch_core)
         if seed is not None and "torch" in names:

@@ -1,0 +1,74 @@
+"""Requests read as a stream, pass after pass: memory bounded by the live set, never by the trace's length.
+
+A :class:`RequestStream` reads its source once to learn what the windows and the checks need (number of
+requests, time span, devices, counts; bad input is refused here, before any replay), then once more for
+every policy replayed, handing the requests out in chunks (:meth:`RequestStream.chunks`) that the
+replay serves and drops. Only the allocations live at a batch boundary are carried between batches.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, RELEASE, RequestBuilder, Requests
+
+
+class RequestStream:
+    """Requests from ``open_batches(first)``, an iterable of ``alloc_events/1`` batches read anew at each call
+    (``first`` is True for the first read only, so a caller can count what a lenient read skipped once).
+
+    Attributes set by the first pass: ``n`` (requests), ``has_time``, ``t_first``/``t_last`` (ns; with
+    time only), ``devices``, ``counts``, ``notes`` and ``releases`` (RELEASE requests).
+
+    Raises:
+        AnalysisError: no allocation with a size, or too many frees of unknown blocks (first pass).
+    """
+
+    def __init__(self, open_batches: Callable[[bool], Iterable], *, use_releases: bool = True,
+                 max_unknown_frees: float = MAX_UNKNOWN_FREES, key: str = "address") -> None:
+        self.open_batches, self.use_releases, self.key = open_batches, use_releases, key
+        self.n, self.has_time, self.t_first, self.t_last, self.releases = 0, True, None, None, 0
+        devices: set[int] = set()
+        builder = self._builder()
+        for chunk in self._chunks(builder, first=True):
+            self.n += len(chunk)
+            ts = np.frombuffer(chunk.ts_ns, np.int64)
+            if self.has_time and len(ts):
+                if (ts == NO_TIME).any():
+                    self.has_time = False
+                else:
+                    self.t_first = int(ts[0]) if self.t_first is None else self.t_first
+                    self.t_last = int(ts[-1])
+            devices.update(chunk.devices)
+            self.releases += int(np.count_nonzero(np.frombuffer(chunk.kind, np.int64) == RELEASE))
+        done = builder.finish(max_unknown_frees)
+        self.counts, self.notes, self.devices = done.counts, done.notes, sorted(devices)
+        self.has_time = self.has_time and self.n > 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _builder(self) -> RequestBuilder:
+        return RequestBuilder(use_releases=self.use_releases, key=self.key)
+
+    def _chunks(self, builder: RequestBuilder, *, first: bool) -> Iterator[Requests]:
+        for batch in self.open_batches(first):
+            builder.add(batch)
+            chunk = builder.take()
+            if len(chunk):
+                yield chunk
+        chunk = builder.take(final=True)
+        if len(chunk):
+            yield chunk
+
+    def chunks(self) -> Iterator[Requests]:
+        """Read the source again and hand out its requests in chunks (each with its ``offset``)."""
+        return self._chunks(self._builder(), first=False)
+
+    def clock(self, chunk: Requests) -> np.ndarray:
+        """The time of every request of a chunk: its timestamp, or its index when the trace has no times."""
+        if self.has_time:
+            return np.frombuffer(chunk.ts_ns, np.int64)
+        return np.arange(chunk.offset, chunk.offset + len(chunk), dtype=np.int64)
