@@ -263,3 +263,57 @@ def test_addresses_the_scanner_accepts_are_what_the_pyarrow_path_parses(addresse
         return
     assert not bad.any()
     assert batch.column("address").to_pylist() == values
+
+
+PAD = b"".join(b"%d,alloc,%d,0x%x,0,0\n" % (i, 64 * i, 4096 * i) for i in range(8))
+
+
+def _both_paths(text: bytes, read):
+    """The scanner's batch with its whole-line SSE2 path on, and off (scan_line alone)."""
+    from veotrace.sources import _csvscan
+
+    try:
+        _csvscan.set_fast(False)
+        slow = scan(text, read=read)
+    finally:
+        _csvscan.set_fast(True)
+    return scan(text, read=read), slow
+
+
+@pytest.mark.parametrize("line", [
+    b"1.5,alloc,10,0x1,0,0", b"1,alloc,-10,0x1,0,0", b"1,malloc,10,0x1,0,0", b"1,alloc,10,0x1,0",
+    b"1,alloc,10,0x1,0,0,7", b'1,"al""loc",10,0x1,0,0', b'1,"alloc,x",10,0x1,0,0', b'1,al"loc,10,0x1,0,0',
+    b'1,"alloc"x,10,0x1,0,0', b"1,alloc,,0x1,0,0", b",alloc,10,0x1,0,0", b"1,alloc,10\r,0x1,0,0",
+    b" 1,alloc,10,0x1,0,0", b"+1,alloc,10,0x1,0,0", b'1,",10,0x1,0,0', b'"1,alloc,10,0x1,0,0',
+    b"1,alloc,10,0x1,0,0\r\r", b"1,allocs,10,0x1,0,0", b"1,defragment,10,0x1,0,0", b"1,alloc,10,7f,0,0",
+    b"1,alloc,10,0x,0,0", b"1,alloc,10,0x1ffffffffffffffff,0,0", b"1,alloc,10,0x1,-,0", b"1,alloc,10,0x1,0,x",
+])
+def test_the_whole_line_path_declines_what_scan_line_declines(line):
+    """Lines long enough for the SSE2 path (80 readable bytes) decline as the short buffers above do."""
+    text = PAD + line + b"\n" + PAD
+    fast, slow = _both_paths(text, ALL)
+    assert fast is None and slow is None
+
+
+@pytest.mark.parametrize("line, values", [
+    (b'"12345678901234567","alloc","9","0xAbC","-3",""', (12345678901234567, "alloc", 9, 0xABC, -3, None)),
+    (b'-123456789012345678,free,0,9223372036854775808,,7', (-123456789012345678, "free", 0, 1 << 63, None, 7)),
+    (b'7,defrag,1234567890123456,"",0,0\r', (7, "defrag", 1234567890123456, None, 0, 0)),
+    (b'8,alloc,12,0X' + b"F" * 16 + b',99999999,1', (8, "alloc", 12, (1 << 64) - 1, 99999999, 1)),
+])
+def test_the_whole_line_path_reads_what_scan_line_reads(line, values):
+    text = PAD + line + b"\n" + PAD
+    fast, slow = _both_paths(text, ALL)
+    assert fast is not None and fast.to_pydict() == slow.to_pydict()
+    assert tuple(fast.slice(8, 1).to_pylist()[0].values()) == values
+
+
+@settings(max_examples=300, deadline=None)
+@given(csv_text())
+def test_the_whole_line_path_agrees_with_scan_line(text):
+    text = PAD + text + (b"\n" if text and not text.endswith(b"\n") else b"") + PAD
+    for read in (READ, ALL):
+        fast, slow = _both_paths(text, read)
+        assert (fast is None) == (slow is None)
+        if fast is not None:
+            assert fast.to_pydict() == slow.to_pydict()

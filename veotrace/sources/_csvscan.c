@@ -16,6 +16,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Op codes 0, 1, 2: index into csvscan.OPS ("alloc", "free", "defrag"). */
 
@@ -61,6 +64,55 @@ static void init_tables(void)
         HEX['a' + i] = HEX['A' + i] = (unsigned char)(10 + i);
 }
 
+/* The first byte at or after p that ends a field (comma, quote, CR, LF); there is one before end.
+ * Sixteen bytes at a time where sixteen remain before end: skipped fields (a 14-digit hex address)
+ * cost a byte-table lookup per byte otherwise, most of the scan. */
+static inline const char *field_end(const char *p, const char *end)
+{
+#ifdef __SSE2__
+    const __m128i comma = _mm_set1_epi8(','), quote = _mm_set1_epi8('"');
+    const __m128i lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, quote)),
+                                 _mm_or_si128(_mm_cmpeq_epi8(v, lf), _mm_cmpeq_epi8(v, cr)));
+        unsigned mask = (unsigned)_mm_movemask_epi8(m);
+        if (mask)
+            return p + __builtin_ctz(mask);
+        p += 16;
+    }
+#endif
+    (void)end;
+    while (!SPECIAL[(unsigned char)*p])
+        p++;
+    return p;
+}
+
+#ifdef __SSE2__
+/* The number of ASCII digits at p (0-16); sixteen bytes at p must be readable. */
+static inline int digit_run(const char *p)
+{
+    __m128i d = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)p), _mm_set1_epi8('0'));
+    __m128i le9 = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
+    return __builtin_ctz(~(unsigned)_mm_movemask_epi8(le9) | 0x10000u);
+}
+#endif
+
+/* The value of the n (1-8) ASCII digits at p, eight bytes at p readable: the digits shifted to the
+ * top of a little-endian word behind leading zeros, then summed pairwise (two, four, eight digits)
+ * with three multiplications instead of a dependent multiply-add per digit. */
+static inline uint64_t digits8(const char *p, int n)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    v -= 0x3030303030303030ULL; /* no borrow out of the n digit bytes, which are the low ones */
+    v <<= 8 * (8 - n);
+    v = v * 10 + (v >> 8);
+    v = (((v & 0x000000FF000000FFULL) * 0x000F424000000064ULL) +
+         (((v >> 16) & 0x000000FF000000FFULL) * 0x0000271000000001ULL)) >> 32;
+    return v;
+}
+
 static inline void set_valid(uint8_t *bm, Py_ssize_t row, int ok)
 {
     uint8_t bit = (uint8_t)(1u << (row & 7));
@@ -101,7 +153,7 @@ static inline const char *scan_addr(const char *p, uint64_t *v, int *present)
 
 /* One line starting at p, which is known to end with an LF somewhere after p (so no bounds
  * checks: every loop stops at the LF). Returns the start of the next line, or NULL to decline. */
-static const char *scan_line(const char *p, const Out *o, Py_ssize_t row)
+static const char *scan_line(const char *p, const char *end, const Out *o, Py_ssize_t row)
 {
     int col = 0;
     for (;;) {
@@ -119,6 +171,17 @@ static const char *scan_line(const char *p, const Out *o, Py_ssize_t row)
             const char *ds = p;
             int64_t v = 0;
             unsigned d;
+#ifdef __SSE2__
+            int n = end - p >= 16 ? digit_run(p) : 16;
+            if (n == 0) {
+            } else if (n <= 8) {
+                v = (int64_t)digits8(p, n);
+                p += n;
+            } else if (n < 16) {
+                v = (int64_t)(digits8(p, n - 8) * 100000000ULL + digits8(p + n - 8, 8));
+                p += n;
+            } else
+#endif
             while ((d = (unsigned)(unsigned char)*p - (unsigned)'0') <= 9) {
                 v = v * 10 + (int64_t)d;
                 p++;
@@ -157,8 +220,7 @@ static const char *scan_line(const char *p, const Out *o, Py_ssize_t row)
             break;
         }
         default:
-            while (!SPECIAL[(unsigned char)*p])
-                p++;
+            p = field_end(p, end);
         }
         if (quoted) {
             if (*p != '"') /* a quoted comma or line end: pyarrow decides */
@@ -183,8 +245,164 @@ static const char *scan_line(const char *p, const Out *o, Py_ssize_t row)
     return col == o->ncols ? p : NULL;
 }
 
+#ifdef __SSE2__
+/* Bits of the 64 bytes at p equal to c. */
+static inline uint64_t eq64(const __m128i v[4], char c)
+{
+    __m128i k = _mm_set1_epi8(c);
+    return (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v[0], k)) |
+           (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v[1], k)) << 16 |
+           (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v[2], k)) << 32 |
+           (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v[3], k)) << 48;
+}
+
+static inline uint64_t prefix_xor(uint64_t x)
+{
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    return x;
+}
+
+/* The value of the n (1-16) digits at q (sixteen bytes readable), or -1 when they are not all digits. */
+static inline int64_t digits(const char *q, int n)
+{
+    if (n > 16 || digit_run(q) < n)
+        return -1;
+    return n <= 8 ? (int64_t)digits8(q, n) : (int64_t)(digits8(q, n - 8) * 100000000ULL + digits8(q + n - 8, 8));
+}
+
+enum { FAST_DECLINE, FAST_OK, FAST_SLOW };
+/* "alloc", "free", "defrag" as little-endian words (op_code's names). */
+#define OP_ALLOC 0x636f6c6c61ULL
+#define OP_FREE 0x65657266ULL
+#define OP_DEFRAG 0x676172666564ULL
+/* 0 turns scan_line_fast off (csvscan tests compare both paths). */
+static int use_fast = 1;
+
+/* scan_line for a line of at most 63 bytes with 80 readable bytes at p: the field ends, quotes, CR
+ * and line end of the whole line come from four 64-bit masks at once, so the line's cost is not a
+ * chain of one field after another. The rules are scan_line's: it accepts and declines the same
+ * lines (FAST_SLOW: a case it leaves to scan_line, e.g. a longer line or a 17-digit number). */
+static inline int scan_line_fast(const char *p, const Out *o, Py_ssize_t row, const char **next)
+{
+    __m128i v[4];
+    for (int i = 0; i < 4; i++)
+        v[i] = _mm_loadu_si128((const __m128i *)(p + 16 * i));
+    uint64_t lfm = eq64(v, '\n');
+    if (!lfm)
+        return FAST_SLOW;
+    int lf = __builtin_ctzll(lfm);
+    uint64_t below = (1ULL << lf) - 1;
+    uint64_t cm = eq64(v, ',') & below, qm = eq64(v, '"') & below, crm = eq64(v, '\r') & below;
+    int cend = lf;
+    if (crm) {
+        if (crm != 1ULL << (lf - 1))
+            return FAST_DECLINE;
+        cend = lf - 1;
+    }
+    if (cend == 0)
+        return FAST_DECLINE;
+    if (qm) { /* quotes only around whole fields: at a field's first and last byte, in pairs */
+        uint64_t content = (1ULL << cend) - 1;
+        uint64_t starts = ((cm << 1) | 1) & content, lasts = ((cm >> 1) | (1ULL << (cend - 1))) & content;
+        uint64_t inside = prefix_xor(qm); /* bit 63: the parity of the quotes */
+        if ((qm & ~(starts | lasts)) || (qm & starts & lasts) || (inside & cm) || (inside >> 63))
+            return FAST_DECLINE;
+    }
+    int s = 0;
+    for (int col = 0; col < o->ncols; col++) {
+        int e = cend;
+        if (col < o->ncols - 1) {
+            if (!cm) /* a short row */
+                return FAST_DECLINE;
+            e = __builtin_ctzll(cm);
+            cm &= cm - 1;
+        } else if (cm) { /* a long row */
+            return FAST_DECLINE;
+        }
+        int kind = o->kind[col];
+        if (kind != K_SKIP) {
+            int a = s, b = e;
+            if ((qm >> a) & 1) {
+                a++;
+                b--;
+            }
+            const char *q = p + a;
+            int n = b - a;
+            switch (kind) {
+            case K_OP: {
+                /* The name as a little-endian word (its n <= 8 bytes, zeros above): no branch on
+                 * its length, which changes from row to row. */
+                if (n > 8)
+                    return FAST_DECLINE;
+                uint64_t w;
+                memcpy(&w, q, 8);
+                w &= n ? ~0ULL >> (64 - 8 * n) : 0;
+                int c = w == OP_ALLOC ? 0 : w == OP_FREE ? 1 : w == OP_DEFRAG ? 2 : -1;
+                if (c < 0)
+                    return FAST_DECLINE;
+                ((int32_t *)o->out[col])[row] = c;
+                break;
+            }
+            case K_ADDR: {
+                uint64_t x = 0;
+                if (n >= 2 && q[0] == '0' && (q[1] == 'x' || q[1] == 'X')) {
+                    if (n == 2 || n > 18)
+                        return FAST_DECLINE;
+                    for (int i = 2; i < n; i++) {
+                        unsigned h = HEX[(unsigned char)q[i]];
+                        if (h == 255)
+                            return FAST_DECLINE;
+                        x = (x << 4) | h;
+                    }
+                } else if (n > 16) {
+                    return FAST_SLOW;
+                } else if (n) {
+                    int64_t d = digits(q, n);
+                    if (d < 0)
+                        return FAST_DECLINE;
+                    x = (uint64_t)d;
+                }
+                ((uint64_t *)o->out[col])[row] = x;
+                set_valid(o->valid[col], row, n != 0);
+                break;
+            }
+            default: { /* K_TS, K_SIZE, K_INT */
+                int neg = kind != K_SIZE && n && q[0] == '-';
+                q += neg;
+                n -= neg;
+                if (n > 16)
+                    return FAST_SLOW;
+                if (n == 0) {
+                    if (kind != K_INT || neg)
+                        return FAST_DECLINE;
+                    ((int64_t *)o->out[col])[row] = 0;
+                    set_valid(o->valid[col], row, 0);
+                    break;
+                }
+                int64_t d = digits(q, n);
+                if (d < 0)
+                    return FAST_DECLINE;
+                ((int64_t *)o->out[col])[row] = neg ? -d : d;
+                if (kind == K_INT)
+                    set_valid(o->valid[col], row, 1);
+            }
+            }
+        }
+        s = e + 1;
+    }
+    *next = p + lf + 1;
+    return FAST_OK;
+}
+#endif
+
 /* Scan [buf, buf + len): whole lines only (the last may lack its line end).
- * Returns the number of rows, or -1 when a line is not in the plain shape. */
+ * Returns the number of rows, -1 when a line is not in the plain shape, or -2 when the rows do not
+ * fit the output buffers (the caller counts the lines and scans again). */
 static Py_ssize_t scan(const char *buf, Py_ssize_t len, const Out *o)
 {
     const char *p = buf, *e = buf + len;
@@ -200,7 +418,22 @@ static Py_ssize_t scan(const char *buf, Py_ssize_t len, const Out *o)
             p += 2;
             continue;
         }
-        if (rows >= o->cap || !(p = scan_line(p, o, rows)))
+        if (rows >= o->cap)
+            return -2;
+#ifdef __SSE2__
+        if (use_fast && body_end - p >= 80) {
+            const char *next;
+            int r = scan_line_fast(p, o, rows, &next);
+            if (r == FAST_DECLINE)
+                return -1;
+            if (r == FAST_OK) {
+                p = next;
+                rows++;
+                continue;
+            }
+        }
+#endif
+        if (!(p = scan_line(p, body_end, o, rows)))
             return -1;
         rows++;
     }
@@ -213,8 +446,12 @@ static Py_ssize_t scan(const char *buf, Py_ssize_t len, const Out *o)
         tail[n] = '\n';
         const char *q = tail;
         int blank = (n == 1 && tail[0] == '\r');
+        if (!blank && rows >= o->cap) {
+            free(tail);
+            return -2;
+        }
         if (!blank) {
-            q = rows < o->cap ? scan_line(tail, o, rows) : NULL;
+            q = scan_line(tail, tail + n + 1, o, rows);
             if (q)
                 rows++;
         }
@@ -306,10 +543,20 @@ static PyObject *py_count_lines(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(n);
 }
 
+static PyObject *py_set_fast(PyObject *self, PyObject *args)
+{
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on))
+        return NULL;
+    use_fast = on;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"set_fast", py_set_fast, METH_VARARGS, "set_fast(on): use the whole-line SSE2 path (tests turn it off to compare)."},
     {"scan", py_scan, METH_VARARGS,
-     "scan(data, kinds, outs, valids) -> rows, or -1 when a line is not in the plain shape (the caller "
-     "then uses pyarrow). kinds: one byte per column (0 skip, 1 timestamp, 2 op, 3 size, 4 address, "
+     "scan(data, kinds, outs, valids) -> rows, -1 when a line is not in the plain shape (the caller "
+     "then uses pyarrow), or -2 when the rows do not fit the outputs. kinds: one byte per column (0 skip, 1 timestamp, 2 op, 3 size, 4 address, "
      "5 nullable integer); outs: a writable buffer per read column (None when skipped); valids: a "
      "validity bitmap per address or nullable integer column."},
     {"count_lines", py_count_lines, METH_VARARGS, "count_lines(data) -> number of LF bytes."},

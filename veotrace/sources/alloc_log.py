@@ -32,6 +32,7 @@ from veotrace.sources.base import (
     read_head,
 )
 from veotrace.sources.limits import max_line_bytes, too_long_line
+from veotrace.sources.mapped import mappable, mapped_chunks
 from veotrace.sources.numparse import parse_uint64
 from veotrace.sources.pipeline import read_ahead
 
@@ -284,6 +285,8 @@ def _line_chunks(stream, raw, size: int, path: Path) -> tuple[bytes, Iterator[pa
                                path=path, hint="Convert them first: tr '\\r' '\\n' < in.csv > out.csv")
     if b"\n" not in first and len(first) >= size:
         raise too_long_line(path, 1)
+    if seekable and mappable(path):
+        return header, mapped_chunks(path, end, size)
     return header, _chunks(stream, size, seekable, carry=b"" if seekable else first[end:], offset=end, path=path)
 
 

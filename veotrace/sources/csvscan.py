@@ -62,17 +62,30 @@ def scanner_for(header: Sequence[str], present: dict[str, str], read_cols: Seque
     kinds = bytes(kinds)
     order = sorted(read_cols, key=index.__getitem__)
 
-    def scan(chunk: pa.Buffer) -> pa.RecordBatch | None:
-        cap = _csvscan.count_lines(chunk) + 1
+    # Rows per byte of the chunks scanned so far, to size the outputs without counting the lines
+    # first (a memchr over every chunk); a chunk of shorter lines is counted and scanned again.
+    seen = {"rows": 0, "bytes": 0}
+
+    def scan_into(chunk: pa.Buffer, cap: int) -> tuple[int, list, list]:
         outs: list = [None] * len(names)
         valids: list = [None] * len(names)
         for c in order:
             outs[index[c]] = pa.allocate_buffer(cap * _KINDS[c][1].bit_width // 8)
             if c in _NULLABLE:
                 valids[index[c]] = pa.allocate_buffer((cap + 7) // 8)
-        rows = _csvscan.scan(chunk, kinds, outs, valids)
+        return _csvscan.scan(chunk, kinds, outs, valids), outs, valids
+
+    def scan(chunk: pa.Buffer) -> pa.RecordBatch | None:
+        rows_seen, bytes_seen = seen["rows"], seen["bytes"]
+        if rows_seen >= 1000:
+            rows, outs, valids = scan_into(chunk, chunk.size * rows_seen // bytes_seen * 9 // 8 + 1024)
+        else:
+            rows = -2
+        if rows == -2:
+            rows, outs, valids = scan_into(chunk, _csvscan.count_lines(chunk) + 1)
         if rows < 0:
             return None
+        seen["rows"], seen["bytes"] = rows_seen + rows, bytes_seen + chunk.size
         arrays = []
         for c in read_cols:
             i = index[c]
