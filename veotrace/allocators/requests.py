@@ -126,6 +126,23 @@ def _column(batch, name: str, fill: int, dtype) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
 
+def _keys(batch, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The pairing key of every row as uint64, and where it is present. The address column as it is; an id
+    column by value: integers as they are, floats by their bits, text by its hash (stable within a run)."""
+    if name == "address":
+        key = _column(batch, "address", NO_ADDR, np.uint64)
+        return key, key != NO_ADDR
+    col = batch.column(name)
+    valid = ~col.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_integer(col.type):
+        return _column(batch, name, 0, np.int64).view(np.uint64), valid
+    if pa.types.is_floating(col.type):
+        return _column(batch, name, 0, np.float64).view(np.uint64), valid
+    col = col.cast(pa.string()).dictionary_encode() if not pa.types.is_dictionary(col.type) else col
+    hashes = np.array([hash(v) & NO_ADDR for v in col.dictionary.to_pylist()] or [0], np.uint64)
+    return hashes[col.indices.fill_null(0).to_numpy(zero_copy_only=False)], valid
+
+
 def _pair(device, key, pos, is_free):
     """For rows sorted by (device, key, position): each free's alloc (-1: unknown), allocs made while the
     key was live, and the allocs still live at the end. A free pairs with the row just before it at its
@@ -201,7 +218,7 @@ class RequestBuilder:
             return
         cat, codes, names = self._categories(batch)
         size = _column(batch, "size_bytes", 0, np.int64)
-        key = _column(batch, self.key, NO_ADDR, np.uint64)
+        key, has_key = _keys(batch, self.key)
         stream, device = _column(batch, "stream", 0, np.int64), _column(batch, "device", 0, np.int64)
         seq, ts = _column(batch, "seq", -1, np.int64), _column(batch, "ts_ns", NO_TIME, np.int64)
         alloc_any, is_free = cat == _ALLOC, cat == _FREE
@@ -212,7 +229,7 @@ class RequestBuilder:
         n["zero_size_allocs"] += int((alloc_any & ~is_alloc).sum())
         n["ignored_ops"] += int((cat == _OTHER).sum())
         # pair with the allocations carried from earlier batches (placed at positions -k..-1) by (device, key)
-        rows = np.flatnonzero((is_alloc | is_free) & (key != NO_ADDR))
+        rows = np.flatnonzero((is_alloc | is_free) & has_key)
         nc = len(self.live_req)
         dev_all = np.concatenate([self.live_dev, device[rows]])
         key_all = np.concatenate([self.live_key, key[rows]])
@@ -242,7 +259,8 @@ class RequestBuilder:
         rsize = np.where(kinds == MALLOC, size[rows_all], 0)
         rsize[is_rel] = [releases[r] for r in rows_all[is_rel].tolist()]
         self.req.extend(kind=kinds, size=rsize, stream=stream[rows_all], device=device[rows_all], pair=pair,
-                        addr=key[rows_all], seq=seq[rows_all], ts_ns=ts[rows_all])
+                        addr=_column(batch, "address", NO_ADDR, np.uint64)[rows_all], seq=seq[rows_all],
+                        ts_ns=ts[rows_all])
         if self.last is not None and self.last[2] < 0:  # the batch's last release point, now with its request index
             self.last = (self.last[0], self.last[1], int(row_req[-1 - self.last[2]]))
         self.live_dev, self.live_key, self.live_req = dev_all[live], key_all[live], combined_req[live]
@@ -321,7 +339,7 @@ class RequestBuilder:
                       "zero_size_allocs": n["zero_size_allocs"],
                       "realloc_at_live_address": n["realloc_at_live_address"], "ignored_ops": n["ignored_ops"],
                       "seeded": n["seeded"]}
-        return _check(req, max_unknown_frees)
+        return _check(req, max_unknown_frees, self.key)
 
 
 def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tuple[int, int, int, int]] = (),
@@ -351,7 +369,7 @@ def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tup
     return builder.finish(max_unknown_frees)
 
 
-def _check(req: Requests, max_unknown_frees: float) -> Requests:
+def _check(req: Requests, max_unknown_frees: float, key: str = "address") -> Requests:
     """Refuse traces with nothing to replay or too many frees of unknown blocks; note the unknown ones."""
     counts = req.counts
     if counts["allocs"] + counts["seeded"] == 0:
@@ -363,8 +381,9 @@ def _check(req: Requests, max_unknown_frees: float) -> Requests:
         raise AnalysisError(
             f"{counts['unknown_frees']:,} of {counts['frees']:,} frees ({share:.1%}) name no live allocation, "
             f"above the {max_unknown_frees:.0%} allowed",
-            hint="Frees pair with allocs by address on the same device: check the address column, or raise "
-                 "--max-unknown-frees (such frees are ignored)")
+            hint=(f"Frees pair with allocs by {key} on the same device: check the {key} column" if key == "address" else
+                  f"Frees pair with allocs by the id column {key!r} on the same device: check it") +
+                 ", or raise --max-unknown-frees (such frees are ignored)")
     if counts["unknown_frees"]:
         req.notes.append(f"{counts['unknown_frees']:,} of {counts['frees']:,} frees ({share:.1%}) named no "
                          "live allocation and were ignored")

@@ -12,7 +12,8 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, RELEASE, RequestBuilder, Requests
+from veotrace.allocators.requests import (MAX_UNKNOWN_FREES, NO_TIME, RELEASE, RequestBuilder, Requests,
+                                          build_requests)
 
 
 class RequestStream:
@@ -72,3 +73,15 @@ class RequestStream:
         if self.has_time:
             return np.frombuffer(chunk.ts_ns, np.int64)
         return np.arange(chunk.offset, chunk.offset + len(chunk), dtype=np.int64)
+
+
+def open_requests(events, policies: list[str], seed, *, max_unknown_frees: float = MAX_UNKNOWN_FREES,
+                  use_releases: bool = True, key: str = "address") -> Requests | RequestStream:
+    """The requests of ``events`` (a table, or ``open_batches`` from ``load_trace(whole=False)``): a log is
+    streamed; a snapshot (its table feeds validation and seeding) or a run with a tiered policy (lifetimes
+    need the whole trace) is built whole."""
+    kw = {"max_unknown_frees": max_unknown_frees, "use_releases": use_releases, "key": key}
+    if callable(events) and not any(p.startswith("tiered") for p in policies):
+        return RequestStream(events, **kw)
+    seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
+    return build_requests(events(True) if callable(events) else events, seeds=seeds, **kw)

@@ -63,6 +63,7 @@ def simulate_command(
     window_requests: Annotated[int | None, typer.Option("--window-requests", min=1, help="Windows of N requests (traces without timestamps).")] = None,
     max_unknown_frees: Annotated[float, typer.Option("--max-unknown-frees", min=0.0, max=1.0, help="Largest share of frees naming no live allocation (ignored, counted) before refusing the input.")] = _MAX_UNKNOWN_FREES,
     no_recorded_releases: Annotated[bool, typer.Option("--no-recorded-releases", help="Do not follow the trace's segment_free/segment_unmap (empty_cache, OOM retries); rely on --capacity.")] = False,
+    id_col: Annotated[str | None, typer.Option("--id-col", help="Pair allocs and frees by this column of the log (an allocation id) instead of the address.")] = None,
     torch_core: Annotated[str, typer.Option("--torch-core", help="Core of the torch policy: auto (compiled where it covers the run), c, or python (the reference model); params.torch_core says which ran.")] = "auto",
     fail_on_oom: Annotated[bool, typer.Option("--fail-on-oom", help=f"Exit {EXIT_CHECK_FAILED} when a policy's allocation does not fit --capacity.")] = False,
     time_unit: TimeUnitOpt = TimeUnit.ns,
@@ -77,9 +78,10 @@ def simulate_command(
 ) -> None:
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them."""
     with user_errors():
-        from veotrace.allocators import replay as rp
+        import dataclasses
+
         from veotrace.allocators.load import load_trace
-        from veotrace.allocators.stream import RequestStream
+        from veotrace.allocators.stream import open_requests
         from veotrace.allocators import simulate as sim
         from veotrace.allocators.validation import validate
         from veotrace.cli.units import parse_bytes, parse_duration
@@ -91,19 +93,19 @@ def simulate_command(
         window_s = parse_duration(window, option="--window") if window is not None else None
         tier_spec = parse_tiers(tiers)
         options, report = read_setup(time_unit, skip_bad_rows, format_hint)
+        if id_col is not None:  # the readers append the column after the ALLOC_EVENTS ones
+            options = dataclasses.replace(options, extra_columns=(id_col,))
+        key = id_col or "address"
         table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False)
-        seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
-        if callable(table) and not any(n.startswith("tiered") for n in names):  # a log: streamed, pass after pass
-            req = RequestStream(table, max_unknown_frees=max_unknown_frees, use_releases=not no_recorded_releases)
-        else:  # a snapshot (validation and seeding need its table) or tiered policies (lifetimes): whole
-            req = rp.build_requests(table(True) if callable(table) else table, seeds=seeds,
-                                    max_unknown_frees=max_unknown_frees, use_releases=not no_recorded_releases)
+        req = open_requests(table, names, seed, max_unknown_frees=max_unknown_frees,
+                            use_releases=not no_recorded_releases, key=key)
         result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
                               window_s=window_s, window_requests=window_requests, torch_core=torch_core)
         if seed is not None and "torch" in names:
             result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees)
         print_report(report)
         result.params["read"] = report.to_dict()
+        result.params["pair_by"] = key
         write_plot(plot, "simulate", result, plot_size)
         emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.windows,
              render_terminal=lambda con: render_simulate(con, result, max_rows=rows))
