@@ -9,6 +9,11 @@ process, median of --runs; entropy and fragmentation alternate so that machine l
 
     python benchmarks/bench_fragmentation.py --events 10000000 --runs 3
     python benchmarks/bench_fragmentation.py --events 1000000 --growth 10    # 1M vs 10M peak RSS
+    python benchmarks/bench_fragmentation.py --events 10000000 --runs 3 --csv --jobs 1,2   # speed-up on the engine
+
+With ``--jobs 1,2`` it times ``fragmentation --jobs J`` for each J on the same files, runs interleaved,
+and prints each J's speed-up over the first (``--jobs 1`` is the single-process path; J > 1 replays
+in two parallel passes, see veotrace/fragmentation/parallel.py). ``--only-jobs`` skips the entropy ratio.
 """
 
 from __future__ import annotations
@@ -41,15 +46,40 @@ def timed(path: Path, runs: int) -> dict:
             "entropy_s": statistics.median(r[0] for r in e_runs), "entropy_rss": max(r[1] for r in e_runs)}
 
 
+def jobs_speedup(kind: str, path: Path, jobs: list[int], runs: int, events: int) -> None:
+    """Median wall time of fragmentation --jobs J for each J (runs interleaved), and the speed-up over jobs[0]."""
+    times: dict[int, list[float]] = {j: [] for j in jobs}
+    rss: dict[int, float] = {j: 0.0 for j in jobs}
+    for _ in range(runs):
+        for j in jobs:
+            wall, peak = run([sys.executable, "-m", "veotrace", "fragmentation", str(path), "-f", "json",
+                              "--no-progress", "--jobs", str(j)])
+            times[j].append(wall)
+            rss[j] = max(rss[j], peak)
+    base = statistics.median(times[jobs[0]])
+    for j in jobs:
+        med = statistics.median(times[j])
+        print(f"{kind} {events:,} events, fragmentation --jobs {j}: {med:.2f} s = {events / med / 1e6:.2f} M events/s "
+              f"(runs {', '.join(f'{t:.2f}' for t in times[j])}), speed-up over --jobs {jobs[0]} x{base / med:.2f}, "
+              f"peak RSS of the main process {rss[j]:.0f} MiB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--growth", type=int, default=0, help="also run on a log this many times longer (peak RSS)")
     ap.add_argument("--csv", action="store_true", help="also time the CSV (its hex address column is parsed per row)")
+    ap.add_argument("--jobs", default="", help="comma-separated --jobs values to time against each other, e.g. 1,2")
+    ap.add_argument("--only-jobs", action="store_true", help="with --jobs: only the speed-up, not the entropy ratio")
     args = ap.parse_args()
     csv, pq = slot_log_files(args.events)
     inputs = [("parquet", pq)] + ([("csv", csv)] if args.csv else [])
+    if args.jobs:
+        for kind, path in inputs:
+            jobs_speedup(kind, path, [int(j) for j in args.jobs.split(",")], args.runs, args.events)
+        if args.only_jobs:
+            return
     for kind, path in inputs:
         r = timed(path, args.runs)
         print(f"{kind} {args.events:,} events: fragmentation {r['frag_s']:.2f} s = "

@@ -112,7 +112,7 @@ def test_ranges_join_when_a_later_block_bridges_them():
 
 
 def test_latency_per_segment_zone():
-    ev, truth, segs = _segment_log(0)
+    ev, _, segs = _segment_log(0)
     addr = ev["address"].to_numpy().astype(np.int64)
     in_c = (addr >= segs["C"][0]) & (addr < segs["C"][0] + segs["C"][1])
     ev = ev.append_column("latency_us", pa.array(np.where(in_c, 500.0, 5.0)))
@@ -159,7 +159,7 @@ def test_real_snapshot_segment_zones_match_a_plain_loop(name):
 
 
 def test_cli_zone_bytes_segment_and_a_bad_value(tmp_path):
-    ev, truth, segs = _segment_log(1)
+    ev, truth, _ = _segment_log(1)
     p = tmp_path / "seg.csv"
     lines = ["timestamp,op_type,size_bytes,address,device"]
     lines += [f"{t},{op},{s},{hex(a)},0" for t, op, s, a in

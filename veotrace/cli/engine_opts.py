@@ -1,4 +1,4 @@
-"""Options shared by the commands that run on an engine (entropy, bursts, convert): --engine, --jobs, --scheduler, --workers."""
+"""Options shared by the commands that run on an engine (entropy, bursts, fragmentation, convert): --engine, --jobs, --scheduler, --workers."""
 
 from __future__ import annotations
 

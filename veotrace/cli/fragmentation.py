@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from veotrace.cli.app import app
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt, engine_config
 from veotrace.cli.common import (
     FormatHintOpt,
     FormatOpt,
@@ -68,6 +69,10 @@ def fragmentation_command(
     latency_col: Annotated[str | None, typer.Option("--latency-col", help="Column of the log holding each event's latency in microseconds (e.g. latency_us): P50/P99 per hot zone and per request-size bin.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event (e.g. 90s, 2h).")] = None,
     table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, bins, zones, or state (at --at, else at the end).")] = Table.windows,
+    engine: EngineOpt = Engine.local,
+    jobs: JobsOpt = 1,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
@@ -99,9 +104,14 @@ def fragmentation_command(
             emit(fmt, output, as_json=lambda: {"strides": strides}, as_table=None,
                  render_terminal=lambda con: render_strides(con, strides))
             return
+        notes: list[str] = []
+        config = engine_config(engine, jobs, scheduler, workers)
         with progress("replaying", enabled=not no_progress) as bar:
-            result = read_and_replay(paths, options=options, report=report, on_progress=bar, **kw)
+            result = read_and_replay(paths, options=options, report=report, on_progress=bar, config=config,
+                                     notes=notes, **kw)
         print_report(report)
+        for line in notes:
+            err(line)
         for line in warning_lines(result.counters, result.end["total"]):
             err(line)
         result.summary["read"] = report.to_dict()

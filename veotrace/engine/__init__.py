@@ -1,12 +1,13 @@
-"""Engines: run the streaming analyses (entropy, bursts) and convert over pieces of the inputs in parallel.
+"""Engines: run the streaming analyses (entropy, bursts, fragmentation) and convert over pieces of the inputs in parallel.
 
 The inputs are cut into independent pieces (``sources.split``): one per file, one per line-aligned
 byte range of a large uncompressed CSV log, one per run of Parquet row groups. A task turns one
 piece into the same partial aggregate the single-process path builds (an ``EntropyPartial``, the
 runs of ``bursts.alloc_pass``, or a written Parquet part), and partials merge in a tree
 (``tasks.merge_tree``) into one, which the analysis finishes as usual, so every engine gives the
-same windows and bursts as ``--jobs 1``. The local engine runs tasks on a pool of ``--jobs``
-processes; the Dask engine (``--engine dask``, extra ``veotrace[dask]``) runs them on a cluster
+same windows and bursts as ``--jobs 1``. Fragmentation, whose replay carries state from piece to
+piece, runs two passes over the same pieces (``run_two_pass``, ``fragmentation.parallel``). The
+local engine runs tasks on a pool of ``--jobs`` processes; the Dask engine (``--engine dask``, extra ``veotrace[dask]``) runs them on a cluster
 given by ``--scheduler`` or on a local one of ``--workers`` processes, reading the paths on the
 workers and moving only partials. Tasks are pure functions of their piece and parameters, so Dask
 can re-run the tasks of a lost worker without changing the result.
@@ -89,6 +90,70 @@ def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadRe
     report.merge(planned)
     report.merge(part.report)
     return part
+
+
+def run_two_pass(paths: Sequence[Path], first: Job, second: Callable[[list, Partial], list | None],
+                 config: EngineConfig, *, report: ReadReport,
+                 on_progress: Callable[[int, int], None] | None = None) -> Partial | None:
+    """Two passes over the same pieces: ``first``'s job on each, then ``second(pieces, merged first
+    partial)``'s jobs (one per piece); None when the inputs make one piece, or ``second`` gives None
+    (the caller goes another way). Progress runs over both passes; what reading skipped is reported
+    once (from the second pass)."""
+    paths = [Path(p) for p in paths]
+
+    def passes(run_pieces, pieces):
+        if len(pieces) < 2:
+            return None
+        prog = None if on_progress is None else (lambda d, t: on_progress(d, 2 * t))
+        jobs = second(pieces, run_pieces(pieces, first, prog))
+        if jobs is None:
+            return None
+        prog = None if on_progress is None else (lambda d, t: on_progress(t + d, 2 * t))
+        return run_pieces(pieces, jobs, prog)
+
+    if config.kind == "local":
+        from veotrace.engine.local import run_local
+
+        pieces, planned = plan(paths, first.options, first.columns, SPLIT_BYTES)
+        part = passes(lambda pc, job, prog: run_local(pc, job, jobs=config.jobs, on_progress=prog), pieces)
+    else:
+        from veotrace.engine.cluster import connect, plan_on_cluster, run_dask
+
+        with connect(config.scheduler, config.workers) as client:
+            pieces, planned = plan_on_cluster(client, plan, paths, first.options, first.columns, SPLIT_BYTES)
+            part = passes(lambda pc, job, prog: run_dask(client, pc, job, on_progress=prog), pieces)
+    if part is not None:
+        report.merge(planned)
+        report.merge(part.report)
+    return part
+
+
+def run_fragmentation(paths: Sequence[Path], config: EngineConfig, *, options: ReadOptions, report: ReadReport,
+                      on_progress: Callable[[int, int], None] | None = None, **kw):
+    """``fragmentation_series`` over ``paths`` on the engine (two passes: ``fragmentation.parallel``).
+
+    Returns:
+        (FragmentationResult, None), or (None, why) when the inputs cannot be replayed in pieces
+        exactly (one piece, ``free_requested`` events): the caller replays them on one process.
+    """
+    from veotrace.engine.tasks import Job
+    from veotrace.fragmentation import parallel
+
+    setup = parallel.ParallelSetup(**kw)
+    why: list[str] = []  # the second pass's reason not to run; else there was one piece only
+
+    def second(pieces, part):
+        jobs = setup.replay_jobs(part.value, options, pieces)
+        if isinstance(jobs, str):
+            why.append(jobs)
+            return None
+        return jobs
+
+    first = Job("fragmentation_boundary", setup.boundary_params(), options, parallel.COLUMNS)
+    part = run_two_pass(paths, first, second, config, report=report, on_progress=on_progress)
+    if part is None:
+        return None, why[0] if why else parallel.ONE_PIECE
+    return setup.result(part.value), None
 
 
 def run_entropy(paths: Sequence[Path], config: EngineConfig, *, options: ReadOptions, report: ReadReport,

@@ -59,7 +59,7 @@ def plan_on_cluster(client, plan: Callable, *args, **kwargs):
     return client.submit(plan, *args, pure=False, **kwargs).result()
 
 
-def run_dask(client, pieces: Sequence[Piece], job: Job, *,
+def run_dask(client, pieces: Sequence[Piece], job: Job | Sequence[Job], *,
              on_progress: Callable[[int, int], None] | None = None) -> Partial:
     """The merged partial of every piece: one task per piece, merged FAN_IN at a time on the cluster.
 
@@ -70,7 +70,8 @@ def run_dask(client, pieces: Sequence[Piece], job: Job, *,
         whatever a piece raises (a TraceFormatError names its file).
     """
     distributed = _distributed()
-    leaves = client.map(run_piece, list(pieces), [job] * len(pieces), list(range(len(pieces))))
+    per = list(job) if isinstance(job, (list, tuple)) else [job] * len(pieces)  # or one job per piece
+    leaves = client.map(run_piece, list(pieces), per, list(range(len(pieces))))
     level = leaves
     while len(level) > 1:
         level = [client.submit(merge_partials, level[i : i + FAN_IN]) for i in range(0, len(level), FAN_IN)]

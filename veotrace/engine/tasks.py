@@ -20,7 +20,8 @@ class Job:
     """What every task of one run needs besides its piece.
 
     Attributes:
-        analysis: "entropy", "bursts" or "convert".
+        analysis: "entropy", "bursts", "convert", or the two passes of fragmentation
+            ("fragmentation_boundary", then "fragmentation" with its piece's start state).
         params: keyword arguments of the analysis' partial function (e.g. ``entropy_partial``),
             or for convert ``{"parts": folder}``.
         options: how to read the inputs.
@@ -54,6 +55,14 @@ def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
         from veotrace.analysis.bursts import alloc_pass
 
         value = alloc_pass(batches, **job.params)
+    elif job.analysis == "fragmentation_boundary":
+        from veotrace.fragmentation.parallel import boundary_pass
+
+        value = [boundary_pass(batches, **job.params)]
+    elif job.analysis == "fragmentation":
+        from veotrace.fragmentation.parallel import replay_piece
+
+        value = replay_piece(batches, job.params["start"], params=job.params["replay"])
     elif job.analysis == "convert":
         from pathlib import Path
 
@@ -78,6 +87,10 @@ def merge_partials(parts: Sequence[Partial]) -> Partial:
     pieces = sum(p.pieces for p in parts)
     if isinstance(first, list):  # convert: the part files written
         value: Any = [item for p in parts for item in p.value]
+    elif getattr(first, "PURE_MERGE", False):  # its merge builds a new value and leaves its inputs alone
+        value = first
+        for p in parts[1:]:
+            value = value.merge(p.value)
     else:  # EntropyPartial or bursts' AllocPass: merged (in place) into copies, so that an input
         # stored on a worker never changes and a re-run merge task gives the same result
         value = copy.deepcopy(first)

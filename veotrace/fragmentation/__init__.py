@@ -5,7 +5,8 @@ reserved segments and the free blocks between them; ``seed``: the state before a
 part-way, rebuilt backwards from a snapshot's final segments and blocks), the named fragmentation
 definitions (``metrics``: TF BFC/XProf external fragmentation, GMLake's peak ratio, PyTorch
 ``_memory_viz``'s internal/external split, free space between live blocks under ``max_gap``), the
-per-window series (``windows``) and the address layout (``layout``: hot zones, alignment, strides).
+per-window series (``windows``), the address layout (``layout``: hot zones, alignment, strides;
+``zones``: zones per segment or touched range) and the replay in pieces on the engines (``parallel``).
 Its one entry point, :func:`fragmentation_series`, is pure (Arrow in, Arrow and dicts out) and is
 shared by ``veotrace fragmentation`` and the allocator what-if replays (``veotrace simulate``);
 ``load.read_and_replay`` is the one path from files to it for the command and the report.
@@ -114,7 +115,7 @@ def fragmentation_series(
         UsageError: impossible parameters. AnalysisError: time windows asked for events without
         timestamps, or no alloc/free row has an address (nothing can be placed).
     """
-    from veotrace.errors import AnalysisError, UsageError
+    from veotrace.errors import UsageError
     from veotrace.fragmentation.result import build_result, check_params
     from veotrace.fragmentation.windows import Replay
 
@@ -145,15 +146,26 @@ def fragmentation_series(
         if on_progress is not None:
             on_progress()
     replay.finish()
-    if replay.placed == 0 and any(st.counters.events_without_address for st in replay.states.values()):
-        raise AnalysisError("the events have no addresses, so blocks cannot be placed",
-                            hint="fragmentation needs an 'address' column (or a PyTorch snapshot / nsys memory "
-                                 "events); 'veotrace entropy' and 'veotrace bursts' work without addresses")
+    require_placed(replay.placed, sum(st.counters.events_without_address for st in replay.states.values()))
     params = {"window_s": window_s if window_events is None else None, "window_events": window_events,
               "threshold": threshold, "max_gap_bytes": max_gap, "round_bytes": round_bytes,
               "zone_bytes": zone_bytes, "bins": [[lo, hi] for lo, hi in bins], "at_ns": at_ns,
               "latency_col": latency_col}
     return build_result(replay, params, top_zones=top_zones)
+
+
+def require_placed(placed: int, without_address: int) -> None:
+    """Refuse a trace none of whose alloc/free rows has an address.
+
+    Raises:
+        AnalysisError: with the commands that still work.
+    """
+    from veotrace.errors import AnalysisError
+
+    if placed == 0 and without_address:
+        raise AnalysisError("the events have no addresses, so blocks cannot be placed",
+                            hint="fragmentation needs an 'address' column (or a PyTorch snapshot / nsys memory "
+                                 "events); 'veotrace entropy' and 'veotrace bursts' work without addresses")
 
 
 def _batches(data) -> Iterable[pa.RecordBatch]:

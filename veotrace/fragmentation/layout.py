@@ -6,6 +6,7 @@ bounded by the zones touched and ``MAX_STRIDES`` distinct strides, not by the lo
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +73,11 @@ class Zones:
     def touched(self) -> int:
         return int(self.keys.size)
 
+    def merge(self, other: Zones) -> Zones:
+        if other.keys.size:
+            self._merge(other.keys.copy(), other.counts.copy())
+        return self
+
     def table_rows(self, top: int | None = None, latency=None) -> list[dict]:
         """Zones ranked by events (allocs + frees), with their share of all events and bytes."""
         events = self.counts[:, 0] + self.counts[:, 1]
@@ -123,6 +129,9 @@ class Strides:
             return
         vals, cnt = np.unique(d, return_counts=True)
         self.total += int(d.size)
+        self._add_counts(vals, cnt)
+
+    def _add_counts(self, vals: np.ndarray, cnt: np.ndarray) -> None:
         known = np.fromiter(self.counts, np.int64, len(self.counts))
         hit = np.isin(vals, known)
         for v, c in zip(vals[hit].tolist(), cnt[hit].tolist()):
@@ -134,6 +143,16 @@ class Strides:
             self.other += int(new_c[top[room:]].sum())
             new_v, new_c = new_v[top[:room]], new_c[top[:room]]
         self.counts.update(zip(new_v.tolist(), new_c.tolist()))
+
+    def merge(self, other: Strides) -> Strides:
+        """These counts and a later piece's (its first stride was counted from ``last`` of this one)."""
+        keys = np.fromiter(other.counts, np.int64, len(other.counts))
+        order = np.argsort(keys)
+        self._add_counts(keys[order], np.fromiter(other.counts.values(), np.int64, len(other.counts))[order])
+        self.total += other.total
+        self.other += other.other
+        self.last.update(other.last)
+        return self
 
     def summary(self) -> dict:
         """Top strides with their shares; ``dominant_share`` is how regular the sequence is (1 = one stride)."""
@@ -225,6 +244,18 @@ class Layout:
         if self.bin_latency is None:
             return None
         return [{"lo_bytes": lo, "hi_bytes": hi, **self.bin_latency.stats(i)} for i, (lo, hi) in enumerate(self.bins)]
+
+    def merge(self, other: Layout) -> Layout:
+        """These counts and a later piece's (engines)."""
+        self.zones.merge(other.zones)
+        self.strides.merge(other.strides)
+        self.aligned = self.aligned + other.aligned
+        self.allocs += other.allocs
+        for name in ("zone_latency", "bin_latency"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if theirs is not None:
+                setattr(self, name, copy.deepcopy(theirs) if mine is None else mine.merge(theirs))
+        return self
 
     def alignment(self) -> list[dict]:
         return [{"alignment_bytes": al, "aligned": int(n), "share": int(n) / self.allocs if self.allocs else None}

@@ -8,8 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def read_and_replay(paths: list[Path], *, options, report, on_progress=None, **kw):
-    """Read ``paths`` and replay them: one snapshot (seeded from its final state), or alloc/free logs."""
+def read_and_replay(paths: list[Path], *, options, report, on_progress=None, config=None, notes=None, **kw):
+    """Read ``paths`` and replay them: one snapshot (seeded from its final state), or alloc/free logs.
+
+    Args:
+        config: an ``engine.EngineConfig``; when parallel, alloc/free logs are replayed in pieces
+            (``fragmentation.parallel``). What cannot be (a snapshot, ``--at TIME``, ...) is replayed
+            here, with the reason appended to ``notes``.
+    """
     from veotrace.errors import TraceFormatError, UsageError
     from veotrace.fragmentation import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
     from veotrace.schemas import ALLOC_EVENTS
@@ -17,6 +23,21 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, **k
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot"]
+    notes = [] if notes is None else notes
+    if config is not None and config.parallel:
+        if snaps:
+            notes.append("note: a PyTorch snapshot is replayed on one process (its final state seeds the replay)")
+        elif kw.get("at_offset_s") is not None:
+            notes.append("note: --at TIME is replayed on one process (use --at end with --jobs/--engine)")
+        else:
+            from veotrace.engine import run_fragmentation
+
+            args = {k: v for k, v in kw.items() if k != "at_offset_s"}
+            result, why = run_fragmentation(paths, config, options=options, report=report, on_progress=on_progress,
+                                            **args)
+            if result is not None:
+                return result
+            notes.append(why)
     if not snaps:
         batches = iter_alloc_events(paths, options=options, report=report,
                                     columns=("ts_ns", "op", "size_bytes", "address", "device"),

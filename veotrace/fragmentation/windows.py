@@ -51,6 +51,7 @@ class _Win:
     integral: float = 0.0
     t_start: int | None = None  # effective start of the window (first event of the trace, or k*W)
     level: int = 0  # live bytes after the window's last event so far
+    cont: bool = False  # continues a window an earlier piece of the trace began (engines: ``parallel``)
 
 
 def _codes(op: pa.Array) -> np.ndarray:
@@ -109,6 +110,8 @@ class Replay:
         self.placed = 0  # alloc/free rows with an address
         self.has_time = True
         self.at_states: dict[int, DeviceState] | None = None if at_ns is None else {}
+        self.n_offset = 0  # events before this piece of the trace (engines: ``parallel``)
+        self.next_k: dict[int, int] | None = None  # per device, the window of its next event after this piece
 
     # -- input ----------------------------------------------------------------------------------
     def feed(self, batch: pa.RecordBatch) -> None:
@@ -287,19 +290,18 @@ class Replay:
         return m, M.bin_counts(fb.size, self.bins)
 
     # -- output ---------------------------------------------------------------------------------
-    def _close(self, d: int, st: DeviceState, win: _Win, *, end_ns: int | None, upto: int | None, snap) -> None:
-        """Finish the window ``win`` (its events are all applied), then the empty windows up to ``upto``."""
+    def _close(self, d: int, st: DeviceState, win: _Win, *, end_ns: int | None, upto: int | None, snap,
+               still_open: bool = False) -> None:
+        """Finish the window ``win`` (its events are all applied), then the empty windows up to ``upto``.
+
+        ``still_open``: the window goes on in a later piece of the trace (its row is merged there)."""
         m, (counts, nbytes) = snap if snap is not None else self._snapshot(st)
-        level = win.level
         if self.window_events is None:
-            W = self.window_ns
-            w_end = (win.k + 1) * W if end_ns is None else end_ns
-            span = w_end - win.t_start
-            integral = win.integral + level * (w_end - win.t_from)
-            mean = integral / span if span > 0 else float(level)
+            w_end = (win.k + 1) * self.window_ns if end_ns is None else end_ns
+            raw = (win.integral + win.level * (w_end - win.t_from), win.t_start, w_end)
         else:
-            mean = win.integral / win.events if win.events else float(level)
-        self._row(d, win, m, mean, counts, nbytes)
+            raw = (win.integral, None, None)
+        self._row(d, win, m, raw, counts, nbytes, still_open)
         if upto is not None and upto - win.k - 1 > 0:
             if len(self.rows) + upto - win.k > MAX_WINDOWS:
                 from veotrace.errors import AnalysisError
@@ -307,22 +309,32 @@ class Replay:
                 raise AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows",
                                     hint="Use a longer --window, or check --time-unit")
             for kk in range(win.k + 1, upto):
-                empty = _Win(kk, None, peak_live=m["live_bytes"], peak_reserved=m["reserved_bytes"] or 0)
-                self._row(d, empty, m, float(m["live_bytes"]), counts, nbytes)
+                empty = _Win(kk, None, peak_live=m["live_bytes"], peak_reserved=m["reserved_bytes"] or 0,
+                             level=m["live_bytes"])
+                self._row(d, empty, m, None, counts, nbytes)
 
-    def _row(self, d, win: _Win, m: dict, mean: float, counts, nbytes) -> None:
+    def _row(self, d, win: _Win, m: dict, raw, counts, nbytes, still_open: bool = False) -> None:
+        """One window row; ``raw`` = (live-bytes integral, effective start, end) for ``row_mean`` (None:
+        an empty window, whose mean is its level). The ``_`` keys let ``parallel`` merge the rows of a
+        window that two pieces of the trace share; the tables leave them out."""
         W = self.window_ns
-        has_res = m["reserved_bytes"] is not None
-        gml = (1.0 - win.peak_live / win.peak_reserved) if has_res and win.peak_reserved > 0 else None
-        self.rows.append({
+        integral, t0, w_end = raw if raw is not None else (None, None, None)
+        row = {
+            "_int": integral, "_t0": t0, "_w_end": w_end, "_level": win.level, "_pl": win.peak_live,
+            "_pr": win.peak_reserved, "_cont": win.cont, "_open": still_open,
             "window": win.k, "device": d,
             "start_ns": win.k * W if W else None, "end_ns": (win.k + 1) * W if W else None,
             "events": win.events, "allocs": win.allocs, "frees": win.frees,
             "device_allocs": win.dev_allocs, "device_frees": win.dev_frees,
-            "live_bytes_mean": mean, "live_bytes_peak": max(win.peak_live, m["live_bytes"]),
-            "reserved_bytes_peak": max(win.peak_reserved, m["reserved_bytes"]) if has_res else None,
-            "gmlake_frag": gml, **{key: m[key] for key in _STATE_COLUMNS},
-        })
+            "live_bytes_peak": max(win.peak_live, m["live_bytes"]),
+            "reserved_bytes_peak": max(win.peak_reserved, m["reserved_bytes"]) if m["reserved_bytes"] is not None else None,
+            **{key: m[key] for key in _STATE_COLUMNS},
+        }
+        if not win.cont:
+            finish_row(row, self.window_events is not None)
+        self.rows.append(row)
+        if still_open:  # the later piece that closes the window gives its bins
+            return
         for i, (lo, hi) in enumerate(self.bins):
             self.bin_rows.append({"window": win.k, "device": d, "bin": self.labels[i], "lo_bytes": lo,
                                   "hi_bytes": hi, "free_blocks": int(counts[i]), "free_bytes": int(nbytes[i])})
@@ -334,7 +346,11 @@ class Replay:
     def finish(self) -> None:
         for d, win in sorted(self.open.items()):
             end = self.last_ts[d] if self.window_events is None else None
-            self._close(d, self.states[d], win, end_ns=end, upto=None, snap=None)
+            nxt = None if self.next_k is None else self.next_k.get(d)
+            if nxt is not None and nxt != win.k:  # the device's next event (in a later piece) is in a later window
+                self._close(d, self.states[d], win, end_ns=None, upto=nxt, snap=None)
+            else:
+                self._close(d, self.states[d], win, end_ns=end, upto=None, snap=None, still_open=nxt is not None)
         if self.at_ns is not None:
             for d in self.states:
                 if d not in self.at_states:
@@ -344,6 +360,22 @@ class Replay:
 _STATE_COLUMNS = ("live_bytes", "live_blocks", "allocated_bytes", "requested_bytes", "internal_bytes",
                   "reserved_bytes", "inactive_bytes", "free_bytes", "free_blocks", "largest_free_bytes",
                   "external_frag", "fragmented", "overlaps")
+
+
+def finish_row(row: dict, event_windows: bool) -> dict:
+    """Set a row's mean live bytes and GMLake ratio from its raw levels (once all its pieces are in)."""
+    integral, t0, w_end, level = row["_int"], row["_t0"], row["_w_end"], row["_level"]
+    if integral is None:
+        mean = float(level)
+    elif event_windows:
+        mean = integral / row["events"] if row["events"] else float(level)
+    else:
+        span = w_end - t0
+        mean = integral / span if span > 0 else float(level)
+    row["live_bytes_mean"] = mean
+    has_res, pr = row["reserved_bytes"] is not None, row["_pr"]
+    row["gmlake_frag"] = (1.0 - row["_pl"] / pr) if has_res and pr > 0 else None
+    return row
 
 
 def short_bytes(n: int) -> str:

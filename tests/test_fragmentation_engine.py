@@ -1,0 +1,173 @@
+"""`veotrace fragmentation --jobs N / --engine dask`: the replay in pieces (files, CSV byte ranges, Parquet
+row groups) gives the single-process result window by window, on a seeded log with two devices and
+segment events carried across pieces; inputs without a clean split stay on one process with a note."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import veotrace.engine as engine
+from tests.conftest import SAMPLES, real_trace, run_cli
+from veotrace.engine import EngineConfig, run_fragmentation
+from veotrace.fragmentation.load import read_and_replay
+from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
+from veotrace.synth.heap import slot_log
+
+MiB = 1 << 20
+
+
+def _log() -> pa.Table:
+    """Two devices' slot logs interleaved in time, and per device segments reserved at the start, one
+    more reserved and released mid-trace, and a stall: no event for 40 minutes (empty windows)."""
+    parts = []
+    for dev, seed, base in ((0, 1, 0x7F0000000000), (1, 2, 0x7E0000000000)):
+        t = slot_log(events=12_000, slots=40, slot_bytes=256 << 10, seed=seed, hours=3.0).table
+        ts = t["timestamp"].to_numpy()
+        ts = np.where(ts > 3600 * 10**9, ts + 2400 * 10**9, ts)
+        addr = t["address"].to_numpy() - np.uint64(0x7F0000000000) + np.uint64(base)
+        segs = [(0, "segment_alloc", 10 * (256 << 10), base + i * 10 * (256 << 10)) for i in range(4)]
+        segs += [(2 * 3600 * 10**9, "segment_alloc", 4 * MiB, base + 64 * MiB),
+                 (3 * 3600 * 10**9, "segment_free", 4 * MiB, base + 64 * MiB)]
+        parts.append(pa.table({
+            "timestamp": np.r_[ts, [s[0] for s in segs]].astype(np.int64),
+            "op_type": list(t["op_type"].to_pylist()) + [s[1] for s in segs],
+            "size_bytes": np.r_[t["size_bytes"].to_numpy(), [s[2] for s in segs]].astype(np.int64),
+            "address": np.r_[addr, np.array([s[3] for s in segs], np.uint64)].astype(np.uint64),
+            "device": np.full(t.num_rows + len(segs), dev, np.int64)}))
+    return pa.concat_tables(parts).sort_by("timestamp")
+
+
+def _write_csv(path: Path, t: pa.Table) -> None:
+    cols = [t[c].to_pylist() for c in ("timestamp", "op_type", "size_bytes", "address", "device")]
+    lines = ["timestamp,op_type,size_bytes,address,device"]
+    lines += [f"{a},{b},{c},{hex(d)},{e}" for a, b, c, d, e in zip(*cols)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("frag_engine")
+    t = _log()
+    one = d / "one.csv"
+    _write_csv(one, t)
+    folder = d / "rotated"
+    folder.mkdir()
+    cuts = np.linspace(0, t.num_rows, 4).astype(int)
+    for i in range(3):
+        _write_csv(folder / f"alloc.log.{i + 1}.csv", t.slice(cuts[i], cuts[i + 1] - cuts[i]))
+    parquet = d / "one.parquet"  # ALLOC_EVENTS as 'veotrace convert' writes it: split by row group
+    pq.write_table(pa.Table.from_batches(list(iter_alloc_events([one]))), parquet, row_group_size=2_500)
+    return {"one": one, "folder": folder, "parquet": parquet}
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    monkeypatch.setattr(engine, "SPLIT_BYTES", 80_000)  # ~14 byte ranges of the 1 MB CSV
+
+
+def assert_same(got: dict, want: dict) -> None:
+    """Equal, but for the time integral of live bytes: summed in another order (as with another batch size)."""
+    gw, ww = got.pop("windows"), want.pop("windows")
+    assert len(gw) == len(ww)
+    for g, w in zip(gw, ww):
+        assert g.pop("live_bytes_mean") == pytest.approx(w.pop("live_bytes_mean"), rel=1e-12)
+        assert g == w
+    got["summary"].pop("read", None), want["summary"].pop("read", None)
+    assert got == want
+
+
+def _local(path, **kw) -> dict:
+    return read_and_replay([path], options=ReadOptions(), report=ReadReport(), **kw).to_dict()
+
+
+def _engine(path, config, **kw) -> dict:
+    result, why = run_fragmentation([path], config, options=ReadOptions(), report=ReadReport(), **kw)
+    assert why is None
+    return result.to_dict()
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("kind", ["one", "folder", "parquet"])
+@pytest.mark.parametrize("kw", [{"window_s": 600.0}, {"window_events": 997}, {"window_s": 60.0, "zone_bytes": "segment"}],
+                         ids=["time", "events", "segment-zones"])
+def test_pieces_in_one_process_give_the_local_windows(data, kind, kw):
+    want = _local(data[kind], **kw)
+    got = _engine(data[kind], EngineConfig("local", 1), **kw)
+    assert want["end"]["total"]["reserved_bytes"] == 2 * 4 * 10 * (256 << 10)  # the mid-trace segment released
+    assert any(w["device_allocs"] for w in want["windows"] if w["window"] > 0)
+    assert_same(got, want)
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_the_pieces_really_split_the_windows(data):
+    from veotrace.engine import plan
+    from veotrace.fragmentation.parallel import COLUMNS
+
+    pieces, _ = plan([data["one"]], ReadOptions(), COLUMNS, engine.SPLIT_BYTES)
+    assert len(pieces) > 8 and {p.kind for p in pieces} == {"range"}
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_jobs_2_cli_gives_the_local_json(data):
+    args = ["fragmentation", data["one"], "--window", "5m", "-f", "json", "--no-progress"]
+    local, par = run_cli(*args), run_cli(*args, "--jobs", "2")
+    assert local.exit_code == par.exit_code == 0, par.stderr
+    assert par.stderr == local.stderr == ""
+    assert_same(json.loads(par.stdout), json.loads(local.stdout))
+
+
+def test_inputs_without_a_clean_split_stay_on_one_process():
+    snap = run_cli("fragmentation", real_trace("maphsge4_snapshot.pickle"), "-f", "json", "--jobs", "2")
+    assert snap.exit_code == 0
+    assert "note: a PyTorch snapshot is replayed on one process" in snap.stderr
+    one = SAMPLES / "alloc_addr" / "alloc_addr.csv"
+    small = run_cli("fragmentation", one, "-f", "json", "--jobs", "2")
+    assert small.exit_code == 0 and "note: one piece of input (nothing to split)" in small.stderr
+    assert json.loads(small.stdout) == json.loads(run_cli("fragmentation", one, "-f", "json").stdout)
+    at = run_cli("fragmentation", one, "--at", "1h", "-f", "json", "--jobs", "2")
+    assert at.exit_code == 0 and "note: --at TIME is replayed on one process" in at.stderr
+
+
+def test_engine_options_are_checked():
+    r = run_cli("fragmentation", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--workers", "2")
+    assert r.exit_code == 2 and r.stderr.startswith("Error:") and "--engine dask" in r.stderr
+
+
+distributed = pytest.importorskip("distributed", reason="--engine dask needs the dask extra (veotrace[dask])")
+from tests.test_engine_dask import cluster  # noqa: F401, E402  (a scheduler and two worker processes)
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_local_cluster_gives_the_local_windows(data):
+    want = _local(data["folder"], window_s=600.0, zone_bytes="segment")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc:
+        got = _engine(data["folder"], EngineConfig("dask", scheduler=lc.scheduler_address), window_s=600.0,
+                      zone_bytes="segment")
+    assert_same(got, want)
+
+
+def test_a_worker_killed_in_the_second_pass_does_not_change_the_result(data, cluster, monkeypatch):
+    monkeypatch.setattr(engine, "SPLIT_BYTES", 25_000)  # ~45 tasks per pass, so the kill lands mid-run
+    victim = cluster["workers"][0]
+    killed: list[tuple[int, int]] = []
+
+    def kill_in_pass_2(done: int, total: int) -> None:
+        if not killed and done > total // 2:
+            os.kill(victim.pid, signal.SIGKILL)
+            killed.append((done, total))
+
+    want = _local(data["one"], window_s=600.0)
+    result, why = run_fragmentation([data["one"]], EngineConfig("dask", scheduler=cluster["address"]),
+                                    options=ReadOptions(), report=ReadReport(), window_s=600.0,
+                                    on_progress=kill_in_pass_2)
+    assert why is None and killed and killed[0][0] < killed[0][1]
+    assert victim.wait(timeout=10) == -signal.SIGKILL
+    assert_same(result.to_dict(), want)
