@@ -114,8 +114,11 @@ def test_a_streamed_replay_gives_the_whole_replay_result(core):
 
     kw = dict(policies=["torch", "ideal", "bestfit", "reuse"], conf=TorchConf(), capacity=700 << 20, torch_core=core)
     whole = simulate(rq.build_requests(table), **kw).to_dict()
-    streamed = simulate(RequestStream(open_batches), **kw).to_dict()
+    streamed = simulate(RequestStream(open_batches, hold=0), **kw).to_dict()
     assert reads == [True, False, False, False, False]  # one pass to learn the span and counts, one per policy
+    held = simulate(RequestStream(open_batches), **kw).to_dict()
+    assert reads[5:] == [True]  # a short log is held from its first read
+    assert held == streamed
     assert streamed["params"].pop("requests_streamed") and not whole["params"].pop("requests_streamed")
     assert streamed == whole
     torch = whole["policies"][0]
@@ -143,7 +146,7 @@ def test_cli_streams_logs_and_counts_skipped_rows_once(tmp_path):
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["params"]["requests_streamed"] and d["params"]["requests"] == 3
-    assert d["params"]["read"]["skipped_rows"] == 1  # the log was read three times, its bad row counted once
+    assert d["params"]["read"]["skipped_rows"] == 1  # counted by the first read only
     assert r.stderr.count("skipped 1 bad row") == 1
     r = run_cli("simulate", log, "-p", "tiered-oracle", "--skip-bad-rows", "-f", "json")
     assert r.exit_code == 0 and not json.loads(r.stdout)["params"]["requests_streamed"]  # lifetimes: held whole
@@ -193,3 +196,16 @@ def test_cli_id_col_missing_is_one_error_line(tmp_path):
     assert r.exit_code != 0 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert lines[0].startswith("Error:") and "alloc_id" in lines[0] and len(lines) <= 2
+
+
+def test_later_reads_of_a_log_do_not_count_skipped_rows_again(tmp_path):
+    from veotrace.allocators.load import load_trace
+    from veotrace.sources import ReadOptions, ReadReport
+
+    log = tmp_path / "bad.csv"
+    log.write_text("timestamp,op_type,size_bytes,address\n0,alloc,1024,4096\n1,alloc,xx,8192\n2,free,1024,4096\n")
+    report = ReadReport()
+    open_batches = load_trace([log], ReadOptions(skip_bad_rows=True), report, None, whole=False)[0]
+    for first in (True, False, False):
+        assert sum(b.num_rows for b in open_batches(first)) == 2
+    assert report.to_dict()["skipped_rows"] == 1

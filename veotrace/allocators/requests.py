@@ -143,11 +143,12 @@ def _keys(batch, name: str) -> tuple[np.ndarray, np.ndarray]:
     return hashes[col.indices.fill_null(0).to_numpy(zero_copy_only=False)], valid
 
 
-def _pair(device, key, pos, is_free):
-    """For rows sorted by (device, key, position): each free's alloc (-1: unknown), allocs made while the
-    key was live, and the allocs still live at the end. A free pairs with the row just before it at its
-    key if that is an alloc."""
-    order = np.lexsort((pos, key, device))
+def _pair(device, key, is_free):
+    """For rows in replay order, sorted (stably) by (device, key): each free's alloc (-1: unknown), allocs
+    made while the key was live, and the allocs still live at the end. A free pairs with the row just
+    before it at its key if that is an alloc."""
+    one_device = len(device) == 0 or device.min() == device.max()
+    order = np.argsort(key, kind="stable") if one_device else np.lexsort((key, device))
     d, a, f = device[order], key[order], is_free[order]
     same = np.zeros(len(order), bool)
     same[1:] = (d[1:] == d[:-1]) & (a[1:] == a[:-1])
@@ -233,8 +234,7 @@ class RequestBuilder:
         nc = len(self.live_req)
         dev_all = np.concatenate([self.live_dev, device[rows]])
         key_all = np.concatenate([self.live_key, key[rows]])
-        partner, realloc, live = _pair(dev_all, key_all, np.concatenate([np.arange(-nc, 0), rows]),
-                                       np.concatenate([np.zeros(nc, bool), is_free[rows]]))
+        partner, realloc, live = _pair(dev_all, key_all, np.concatenate([np.zeros(nc, bool), is_free[rows]]))
         got = partner[nc:] >= 0
         n["paired"] += int(got.sum())
         n["realloc_at_live_address"] += int(realloc[nc:].sum())
@@ -320,7 +320,10 @@ class RequestBuilder:
         keep = len(self.req)
         if not final and self.last is not None and self.last[1] == self.requested:
             keep = self.last[2] - self.req.offset
-        chunk, self.req = self.req.split(keep)
+        if keep == len(self.req):
+            chunk, self.req = self.req, Requests(offset=self.req.offset + keep)
+        else:
+            chunk, self.req = self.req.split(keep)
         return chunk
 
     def finish(self, max_unknown_frees: float = MAX_UNKNOWN_FREES) -> Requests:

@@ -4,6 +4,7 @@ A :class:`RequestStream` reads its source once to learn what the windows and the
 requests, time span, devices, counts; bad input is refused here, before any replay), then once more for
 every policy replayed, handing the requests out in chunks (:meth:`RequestStream.chunks`) that the
 replay serves and drops. Only the allocations live at a batch boundary are carried between batches.
+A short log (up to ``hold`` requests, a fixed bound) is kept from the first read instead of read again.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
+
+from veotrace.analysis.defaults import SIMULATE_HOLD_REQUESTS as HOLD_REQUESTS
 
 from veotrace.allocators.requests import (MAX_UNKNOWN_FREES, NO_TIME, RELEASE, RequestBuilder, Requests,
                                           build_requests)
@@ -28,13 +31,16 @@ class RequestStream:
     """
 
     def __init__(self, open_batches: Callable[[bool], Iterable], *, use_releases: bool = True,
-                 max_unknown_frees: float = MAX_UNKNOWN_FREES, key: str = "address") -> None:
+                 max_unknown_frees: float = MAX_UNKNOWN_FREES, key: str = "address", hold: int = HOLD_REQUESTS) -> None:
         self.open_batches, self.use_releases, self.key = open_batches, use_releases, key
         self.n, self.has_time, self.t_first, self.t_last, self.releases = 0, True, None, None, 0
+        self.held: list[Requests] | None = []
         devices: set[int] = set()
         builder = self._builder()
         for chunk in self._chunks(builder, first=True):
             self.n += len(chunk)
+            if self.held is not None:
+                self.held = self.held + [chunk] if self.n <= hold else None
             ts = np.frombuffer(chunk.ts_ns, np.int64)
             if self.has_time and len(ts):
                 if (ts == NO_TIME).any():
@@ -65,7 +71,9 @@ class RequestStream:
             yield chunk
 
     def chunks(self) -> Iterator[Requests]:
-        """Read the source again and hand out its requests in chunks (each with its ``offset``)."""
+        """The requests in chunks (each with its ``offset``): held from the first read, or read again."""
+        if self.held is not None:
+            return iter(self.held)
         return self._chunks(self._builder(), first=False)
 
     def clock(self, chunk: Requests) -> np.ndarray:
