@@ -17,7 +17,15 @@ DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 def repeated(value: str, n: int) -> pa.DictionaryArray:
     """A ``DICT_STR`` column of ``n`` copies of ``value`` (one dictionary entry), e.g. ``source_file``."""
-    return pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n), pa.array([value], pa.string()))
+    global _ZEROS
+    if _ZEROS is None or len(_ZEROS) < n:  # indices: a slice of one shared array of zeros, not one per batch
+        import numpy as np
+
+        _ZEROS = pa.array(np.zeros(max(n, 2 * (0 if _ZEROS is None else len(_ZEROS)), 1024), dtype=np.int32))
+    return pa.DictionaryArray.from_arrays(_ZEROS.slice(0, n), pa.array([value], pa.string()), safe=False)
+
+
+_ZEROS: pa.Array | None = None
 
 
 def tagged(name: str, fields: list[pa.Field]) -> pa.Schema:
