@@ -13,10 +13,10 @@ import random
 
 import numpy as np
 import pytest
+from conftest import SAMPLES, real_trace, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SAMPLES, real_trace, run_cli
 from veotrace.allocators import replay as rp
 from veotrace.allocators.base import Recorder
 from veotrace.allocators.conf import TorchConf, parse_conf

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from veotrace.allocators import requests as rq
+from veotrace.allocators import builder as rq
+from veotrace.allocators.requests import FREE, MALLOC, Requests
 from veotrace.schemas import ALLOC_EVENTS, conform
 
 OPS = ["alloc", "alloc", "alloc", "free", "free", "free_requested", "free_completed", "segment_alloc",
@@ -35,7 +36,7 @@ def random_table(seed: int, n: int, completed: bool) -> pa.Table:
     }), ALLOC_EVENTS)
 
 
-def as_tuple(req: rq.Requests):
+def as_tuple(req: Requests):
     return ([list(getattr(req, f)) for f in ("kind", "size", "stream", "device", "pair", "addr", "seq", "ts_ns")],
             req.recorded, req.released, req.counts, req.notes)
 
@@ -69,7 +70,7 @@ def test_pairs_across_batches_and_counts_reallocs_and_unknown_frees():
     for batch in t.to_batches(max_chunksize=2):
         builder.add(batch)
     req = builder.finish(1.0)
-    assert list(req.kind) == [rq.MALLOC, rq.MALLOC, rq.FREE, rq.MALLOC, rq.FREE]
+    assert list(req.kind) == [MALLOC, MALLOC, FREE, MALLOC, FREE]
     assert list(req.pair) == [-1, -1, 0, -1, 3]  # the 60-byte alloc at the live address 3 is the one freed
     assert req.counts["unknown_frees"] == 1 and req.counts["realloc_at_live_address"] == 1
 

@@ -1,4 +1,4 @@
-"""The loop that drives a policy over alloc/free requests (built in :mod:`veotrace.allocators.requests`).
+"""The loop that drives a policy over alloc/free requests (built in :mod:`veotrace.allocators.builder`).
 
 The request names are re-exported here (``replay.Requests``, ``replay.build_requests``, ``replay.MALLOC``,
 ...) for the callers that import them from the replay.
@@ -6,8 +6,17 @@ The request names are re-exported here (``replay.Requests``, ``replay.build_requ
 
 from __future__ import annotations
 
-from veotrace.allocators.requests import (FREE, MALLOC, MAX_UNKNOWN_FREES, NO_ADDR, NO_TIME, RELEASE, SEED,  # noqa: F401
-                                          RequestBuilder, Requests, build_requests)
+from veotrace.allocators.builder import RequestBuilder, build_requests  # noqa: F401
+from veotrace.allocators.requests import (  # noqa: F401
+    FREE,
+    MALLOC,
+    MAX_UNKNOWN_FREES,
+    NO_ADDR,
+    NO_TIME,
+    RELEASE,
+    SEED,
+    Requests,
+)
 
 
 def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16):

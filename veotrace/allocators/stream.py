@@ -9,14 +9,13 @@ A short log (up to ``hold`` requests, a fixed bound) is kept from the first read
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
+from veotrace.allocators.builder import RequestBuilder, build_requests
+from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, RELEASE, Requests
 from veotrace.analysis.defaults import SIMULATE_HOLD_REQUESTS as HOLD_REQUESTS
-
-from veotrace.allocators.requests import (MAX_UNKNOWN_FREES, NO_TIME, RELEASE, RequestBuilder, Requests,
-                                          build_requests)
 
 
 class RequestStream:
