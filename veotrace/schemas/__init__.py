@@ -19,9 +19,8 @@ def repeated(value: str, n: int) -> pa.DictionaryArray:
     """A ``DICT_STR`` column of ``n`` copies of ``value`` (one dictionary entry), e.g. ``source_file``."""
     global _ZEROS
     if _ZEROS is None or len(_ZEROS) < n:  # indices: a slice of one shared array of zeros, not one per batch
-        import numpy as np
-
-        _ZEROS = pa.array(np.zeros(max(n, 2 * (0 if _ZEROS is None else len(_ZEROS)), 1024), dtype=np.int32))
+        size = max(n, 2 * (0 if _ZEROS is None else len(_ZEROS)), 1024)
+        _ZEROS = pa.Array.from_buffers(pa.int32(), size, [None, pa.py_buffer(bytes(4 * size))], null_count=0)
     return pa.DictionaryArray.from_arrays(_ZEROS.slice(0, n), pa.array([value], pa.string()), safe=False)
 
 

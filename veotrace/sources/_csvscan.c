@@ -37,6 +37,9 @@ static inline int op_code(const char *p, const char *q)
     }
 }
 
+/* 0 turns scan_line_fast off (csvscan tests compare both paths). */
+static int use_fast = 1;
+
 /* What each column of the line is read as (csvscan.KINDS). */
 enum { K_SKIP, K_TS, K_OP, K_SIZE, K_ADDR, K_INT, K_MAXCOLS = 64 };
 
@@ -280,8 +283,7 @@ enum { FAST_DECLINE, FAST_OK, FAST_SLOW };
 #define OP_ALLOC 0x636f6c6c61ULL
 #define OP_FREE 0x65657266ULL
 #define OP_DEFRAG 0x676172666564ULL
-/* 0 turns scan_line_fast off (csvscan tests compare both paths). */
-static int use_fast = 1;
+
 
 /* scan_line for a line of at most 63 bytes with 80 readable bytes at p: the field ends, quotes, CR
  * and line end of the whole line come from four 64-bit masks at once, so the line's cost is not a
