@@ -136,6 +136,19 @@ def test_inputs_without_a_clean_split_stay_on_one_process():
     assert at.exit_code == 0 and "note: --at TIME is replayed on one process" in at.stderr
 
 
+@pytest.mark.usefixtures("small_pieces")
+def test_a_bad_file_among_pieces_is_the_local_error_line(data, tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.csv").write_bytes((data["folder"] / "alloc.log.1.csv").read_bytes())
+    (folder / "b.csv").write_text("timestamp,op_type,size_bytes,address\n1,alloc,4096,0x10\n2,alloc,-5,0x20\n")
+    local = run_cli("fragmentation", folder, "--no-progress")
+    par = run_cli("fragmentation", folder, "--no-progress", "--jobs", "2")
+    assert par.exit_code == local.exit_code == 1 and par.stdout == ""
+    assert par.stderr == local.stderr and par.stderr.count("\n") == 1
+    assert par.stderr.startswith(f"Error: {folder / 'b.csv'}:3:")
+
+
 def test_engine_options_are_checked():
     r = run_cli("fragmentation", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--workers", "2")
     assert r.exit_code == 2 and r.stderr.startswith("Error:") and "--engine dask" in r.stderr

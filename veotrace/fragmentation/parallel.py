@@ -128,10 +128,16 @@ def _device(b: DevBoundary, code, addr, size, block, ts, row, time_windows: bool
     blocky = np.flatnonzero((code == ALLOC) | (code == FREE))
     if not blocky.size:
         return
-    a = np.r_[b.addr, addr[blocky]]  # earlier rows first: the last row per address wins
-    ia = np.r_[b.is_alloc, code[blocky] == ALLOC]
-    sz, rq = np.r_[b.size, block[blocky]], np.r_[b.req, size[blocky]]
-    order, sa, _ = _sort_rows(a, np.zeros(a.size, np.int64))  # by (address, row): one packed sort
+    # The last row per address in this batch: hashing (pyarrow) and a max, no sort of the batch.
+    enc = pa.array(addr[blocky]).dictionary_encode()
+    last_row = np.full(len(enc.dictionary), -1, np.int64)
+    np.maximum.at(last_row, np.asarray(enc.indices), np.arange(blocky.size))
+    pick = blocky[last_row]
+    # ... then over the rows of the earlier batches (the later row wins): a sort of the distinct addresses
+    a = np.r_[b.addr, np.asarray(enc.dictionary).astype(np.uint64, copy=False)]
+    ia = np.r_[b.is_alloc, code[pick] == ALLOC]
+    sz, rq = np.r_[b.size, block[pick]], np.r_[b.req, size[pick]]
+    order, sa, _ = _sort_rows(a, np.zeros(a.size, np.int64))  # by (address, position): one packed sort
     last = np.ones(sa.size, bool)
     last[:-1] = sa[1:] != sa[:-1]
     pick = order[last]

@@ -19,17 +19,7 @@ import pyarrow as pa
 from veotrace.fragmentation import metrics as M
 from veotrace.fragmentation.layout import Layout
 from veotrace.fragmentation.match import match_batch
-from veotrace.fragmentation.state import (
-    ALLOC,
-    FREE,
-    FREE_REQ,
-    OP_CODES,
-    OTHER,
-    SEG_ALLOC,
-    SEG_MAP,
-    DeviceState,
-    Segment,
-)
+from veotrace.fragmentation.state import ALLOC, FREE, FREE_REQ, OP_CODES, OTHER, SEG_ALLOC, SEG_MAP, DeviceState
 
 #: Refuse to materialise more window rows than this (a unit mistake, e.g. a tiny --window).
 MAX_WINDOWS = 5_000_000
@@ -197,7 +187,7 @@ class Replay:
         rdelta = None
         seg_pos = np.flatnonzero(code >= SEG_ALLOC)
         if self.layout.by_segment:
-            self._segment_zones(d, st, code, addr, size, lat, m.pos_time, seg_pos)
+            self.layout.zones.add_in_time(d, st, code, addr, size, lat, m.pos_time, seg_pos)
         has_req = bool((code == FREE_REQ).any())
         snaps: list = [None] * nrun
         bl = bounds.tolist()
@@ -265,24 +255,6 @@ class Replay:
             if snaps[j] is not None:
                 self._close(d, st, win, end_ns=None, upto=ks[j + 1], snap=snaps[j])
                 del self.open[d]
-
-    def _segment_zones(self, d, st: DeviceState, code, addr, size, lat, p, seg_pos) -> None:
-        """Zones per segment: each alloc/free goes to the segment holding it at its time (segment
-        events are applied in order to a scratch copy of the segments; ``st`` is not touched)."""
-        zones, sub = self.layout.zones, (lambda x, a, b: None if x is None else x[p[a:b]])
-
-        def add(a: int, b: int, segs: DeviceState) -> None:
-            if b > a:
-                s, e = (x.astype(np.int64) for x in segs.segment_arrays())
-                zones.add(d, addr[p[a:b]], code[p[a:b]] == ALLOC, size[p[a:b]], sub(lat, a, b), s, e)
-
-        scratch = DeviceState(segments=[Segment(x.start, x.end, x.expandable) for x in st.segments])
-        prev = 0
-        for c, sp in zip(np.searchsorted(p, seg_pos).tolist(), seg_pos.tolist()):
-            add(prev, c, scratch)
-            scratch.apply_segment(int(code[sp]), int(addr[sp]), int(size[sp]))
-            prev = c
-        add(prev, p.size, scratch)
 
     def _snapshot(self, st: DeviceState):
         fb = M.free_blocks(st, max_gap=self.max_gap)

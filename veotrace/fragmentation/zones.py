@@ -108,6 +108,26 @@ class SegmentZones:
             rng.add(empty, empty, np.zeros((0, 3), np.int64), None, self.max_gap, sel(addr), sel(is_alloc),
                     sel(size), None if lat is None else sel(lat))
 
+    def add_in_time(self, d: int, st, code, addr, size, lat, p: np.ndarray, seg_pos: np.ndarray) -> None:
+        """The alloc/free rows ``p`` (time order) of one device's batch, each in the segment holding it at
+        its time: the batch's segment events ``seg_pos`` are applied in order to a scratch copy of the
+        segments of ``st`` (a ``DeviceState``, not changed)."""
+        from veotrace.fragmentation.state import ALLOC, DeviceState, Segment
+
+        def add(a: int, b: int, segs: DeviceState) -> None:
+            if b > a:
+                s, e = (x.astype(np.int64) for x in segs.segment_arrays())
+                rows = p[a:b]
+                self.add(d, addr[rows], code[rows] == ALLOC, size[rows], None if lat is None else lat[rows], s, e)
+
+        scratch = DeviceState(segments=[Segment(x.start, x.end, x.expandable) for x in st.segments])
+        prev = 0
+        for c, sp in zip(np.searchsorted(p, seg_pos).tolist(), seg_pos.tolist()):
+            add(prev, c, scratch)
+            scratch.apply_segment(int(code[sp]), int(addr[sp]), int(size[sp]))
+            prev = c
+        add(prev, p.size, scratch)
+
     def _add_segments(self, device, idx, is_alloc, size, lat, seg_start, seg_end) -> None:
         u, inv = np.unique(idx, return_inverse=True)
         n_alloc = np.bincount(inv, weights=is_alloc, minlength=u.size)
