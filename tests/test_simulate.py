@@ -194,7 +194,7 @@ def test_validation_fails_for_a_model_that_never_splits_large_blocks(monkeypatch
 
     path = real_trace("cranberrii_memory_snapshot.pickle")
     monkeypatch.setattr(TorchAllocator, "should_split", lambda self, b, size: b.pool.is_small and b.size - size >= 512)
-    v = json.loads(run_cli("simulate", path, "-p", "torch", "-f", "json").stdout)["validation"]
+    v = json.loads(run_cli("simulate", path, "-p", "torch", "-f", "json", "--torch-core", "python").stdout)["validation"]
     assert not v["meets_targets"] and v["extra"] > 0.5 * v["recorded_segment_allocs"]
     assert v["first_mismatches"] and v["explanations"]
 

@@ -33,19 +33,19 @@ CONFS = ["", "max_split_size_mb:20", "max_split_size_mb:64,max_non_split_roundin
          "max_split_size_mb:40,roundup_power2_divisions:[2:16,>:1],max_non_split_rounding_mb:20"]
 
 
-def replay_core(req: rp.Requests, conf: TorchConf, capacity, core: str):
+def replay_core(req: rp.Requests, conf: TorchConf, capacity, core: str, seed=None):
     """(events as an (n, 6) array, {device: Counters}) of the torch policy on one core."""
     rec = CoreRecorder() if core == "c" else Recorder()
     models, parts = {}, []
-    for _ in rp.iter_replay(lambda d: make_policy("torch", d, req, rec, conf=conf, capacity=capacity, seed=None,
+    for _ in rp.iter_replay(lambda d: make_policy("torch", d, req, rec, conf=conf, capacity=capacity, seed=seed,
                                                   tiers=None, core=core), req, models):
         parts.append(rec.drain())
     return np.concatenate(parts), {d: m.c for d, m in models.items()}
 
 
-def assert_same(req: rp.Requests, conf: TorchConf, capacity=None) -> dict:
-    ev_c, counters_c = replay_core(req, conf, capacity, "c")
-    ev_py, counters_py = replay_core(req, conf, capacity, "python")
+def assert_same(req: rp.Requests, conf: TorchConf, capacity=None, seed=None) -> dict:
+    ev_c, counters_c = replay_core(req, conf, capacity, "c", seed)
+    ev_py, counters_py = replay_core(req, conf, capacity, "python", seed)
     assert ev_c.shape == ev_py.shape
     diff = np.flatnonzero((ev_c != ev_py).any(axis=1))
     assert not len(diff), f"first differing event {diff[0]}: c {ev_c[diff[0]].tolist()} python {ev_py[diff[0]].tolist()}"
@@ -112,17 +112,25 @@ def test_capacity_paths_are_exercised_and_equal(conf):
 @pytest.mark.parametrize("name", ["cranberrii_memory_snapshot.pickle", "maphsge4_snapshot.pickle",
                                   "constructorsun_memory_snapshot.pickle", "magma27_memory_snapshot.pickle"])
 def test_real_traces_give_the_same_events_on_both_cores(name):
-    """Unseeded replays of the real traces (seeding runs the Python core), with and without recorded releases,
-    under the defaults and under options and a capacity that make the model split, round and release."""
+    """Replays of the real traces seeded as simulate seeds them, and unseeded (frees of unknown blocks
+    ignored), with and without recorded releases, under the snapshot's settings (where the C core covers
+    them), the defaults, and options and a capacity that make the model split, round and release."""
     from veotrace.allocators.load import load_trace
     from veotrace.sources import ReadOptions, ReadReport
 
-    table = load_trace([real_trace(name)], ReadOptions(), ReadReport(), None)[0]
-    for use_releases in (True, False):
-        req = rp.build_requests(table, max_unknown_frees=1.0, use_releases=use_releases)
-        assert_same(req, TorchConf())
-        peak = assert_same(req, parse_conf("max_split_size_mb:20,roundup_power2_divisions:4"))[0].peak_reserved
-        assert_same(req, parse_conf("max_split_size_mb:20,roundup_power2_divisions:4"), peak // 2)
+    table, conf, _, seed = load_trace([real_trace(name)], ReadOptions(), ReadReport(), None)
+    seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live]
+    confs = [TorchConf()] + ([conf] if not conf.expandable_segments else [])
+    for with_seed in (True, False):
+        for use_releases in (True, False):
+            req = rp.build_requests(table, seeds=seeds if with_seed else [], max_unknown_frees=1.0,
+                                    use_releases=use_releases)
+            s = seed if with_seed else None
+            for c in confs:
+                assert_same(req, c, seed=s)
+            other = parse_conf("max_split_size_mb:20,roundup_power2_divisions:4")
+            peak = assert_same(req, other, seed=s)[0].peak_reserved
+            assert_same(req, other, peak // 2, seed=s)
 
 
 def test_choose_core_is_the_one_decision():
@@ -130,9 +138,9 @@ def test_choose_core_is_the_one_decision():
     assert "expandable" in choose_core(parse_conf("expandable_segments:True"), None, None)[1]
     gc = parse_conf("garbage_collection_threshold:0.5")
     assert "garbage_collection" in choose_core(gc, 1 << 30, None)[1]
-    assert "seeded" in choose_core(TorchConf(), None, Seed(segments=[(0, 0, 2 * MiB, 0, True)]))[1]
     expected = "c" if _torchcore is not None else "python"
-    assert choose_core(gc, None, Seed())[0] == choose_core(TorchConf(), None, None, "c")[0] == expected
+    seeded = Seed(segments=[(0, 0, 2 * MiB, 0, True)])
+    assert choose_core(gc, None, seeded)[0] == choose_core(TorchConf(), None, None, "c")[0] == expected
 
 
 def test_cli_says_which_core_ran_and_both_give_the_same_result():

@@ -4,9 +4,9 @@
  * veotrace.allocators.torch is the readable reference and this file follows it rule by rule, with
  * PyTorch's function names: round_size (with roundup_power2_next_division), get_allocation_size,
  * get_free_block, alloc_block, should_split, alloc_found_block, free_block, try_merge_blocks,
- * release_block, release_available_cached_blocks, release_cached_blocks.  Not ported (the Python model
- * runs instead; veotrace.allocators.torchcore.choose_core decides): expandable segments,
- * garbage_collection_threshold and seeding from a snapshot.
+ * release_block, release_available_cached_blocks, release_cached_blocks, and the seeding of a part-way
+ * trace (seed.seed_state, from the same chains).  Not ported (the Python model runs instead;
+ * veotrace.allocators.torchcore.choose_core decides): expandable segments and garbage_collection_threshold.
  *
  * It emits the same events as the Python Recorder, (request, op, address, size, stream, block bytes)
  * as int64, drained by take_events(), so fragmentation windows and validation see the same stream.
@@ -204,6 +204,7 @@ typedef struct {
     int64_t req; /* the request being served: every event names it */
     uint32_t rng;
     HandleMap handles;
+    HandleMap seeded; /* address -> allocated block of a seeded segment, until its SEED request takes it */
     int64_t *ev;
     size_t n_ev, cap_ev;
     Block **slabs;
@@ -581,6 +582,8 @@ static void Core_dealloc(Core *c)
     PyMem_Free(c->slabs);
     PyMem_Free(c->handles.keys);
     PyMem_Free(c->handles.vals);
+    PyMem_Free(c->seeded.keys);
+    PyMem_Free(c->seeded.vals);
     PyMem_Free(c->ev);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
@@ -598,33 +601,40 @@ static int get_q(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *name)
 
 static PyObject *Core_run(Core *c, PyObject *args)
 {
-    PyObject *o[5];
+    PyObject *o[6];
     long long dev;
     Py_ssize_t start, end, offset = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOLnn|n", &o[0], &o[1], &o[2], &o[3], &o[4], &dev, &start, &end, &offset))
+    o[5] = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOLnn|nO", &o[0], &o[1], &o[2], &o[3], &o[4], &dev, &start, &end, &offset,
+                          &o[5]))
         return NULL;
     if (start < offset || end < start) {
         PyErr_SetString(PyExc_ValueError, "run: need offset <= start <= end");
         return NULL;
     }
-    static const char *names[] = {"kind", "size", "stream", "pair", "device"};
-    Py_buffer v[5];
-    int got = 0;
+    static const char *names[] = {"kind", "size", "stream", "pair", "device", "addr"};
+    Py_buffer v[6];
+    int got = 0, has[6] = {1, 1, 1, 1, o[4] != Py_None, o[5] != Py_None};
     PyObject *result = NULL;
-    for (; got < 5; got++) {
-        if (got == 4 && o[4] == Py_None) break;
+    for (; got < 6; got++) {
+        if (!has[got]) {
+            v[got].obj = NULL;
+            continue;
+        }
         if (get_q(o[got], &v[got], end - offset, names[got]) < 0) goto done;
     }
     {
         /* the arrays hold requests offset..: request i is at j = i - offset */
         const int64_t *kind = v[0].buf, *size = v[1].buf, *stream = v[2].buf, *pair = v[3].buf;
-        const int64_t *device = got == 5 ? v[4].buf : NULL;
+        const int64_t *device = has[4] ? v[4].buf : NULL, *addr = has[5] ? v[5].buf : NULL;
         for (Py_ssize_t i = start, j = start - offset; i < end; i++, j++) {
             if (device && device[j] != dev) continue;
             c->req = i;
             int64_t k = kind[j];
             if (k == R_MALLOC || k == R_SEED) {
-                Block *b = core_malloc(c, size[j], stream[j]);
+                /* a SEED request takes its seeded block (seeded()), else it is a malloc */
+                Block *b = k == R_SEED && addr ? map_pop(&c->seeded, addr[j]) : NULL;
+                if (!b) b = core_malloc(c, size[j], stream[j]);
                 if (!b || map_put(&c->handles, i, b) < 0) goto done;
             } else if (k == R_FREE) {
                 Block *b = map_pop(&c->handles, pair[j]);
@@ -645,8 +655,78 @@ static PyObject *Core_run(Core *c, PyObject *args)
     }
     result = Py_NewRef(Py_None);
 done:
-    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    for (int i = 0; i < got; i++)
+        if (has[i]) PyBuffer_Release(&v[i]);
     return result;
+}
+
+/* seed.seed_state: the segments and live blocks of a part-way trace, from seed.seed_chains. */
+static PyObject *Core_seed(Core *c, PyObject *args)
+{
+    long long device;
+    PyObject *segments;
+    if (!PyArg_ParseTuple(args, "LO", &device, &segments)) return NULL;
+    PyObject *segs = PySequence_Fast(segments, "segments must be a sequence");
+    if (!segs) return NULL;
+    int64_t saved = c->req, top = 0;
+    c->req = -1 - device;
+    for (Py_ssize_t s = 0; s < PySequence_Fast_GET_SIZE(segs); s++) {
+        long long base, size, stream;
+        int is_small;
+        PyObject *blocks;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(segs, s), "LLLpO", &base, &size, &stream, &is_small, &blocks))
+            goto fail;
+        PyObject *chain = PySequence_Fast(blocks, "blocks must be a sequence");
+        if (!chain) goto fail;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(chain);
+        Block *prev = NULL, *first = NULL;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            long long addr, bsize, requested;
+            int allocated;
+            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(chain, k), "LLLp", &addr, &bsize, &requested, &allocated)) {
+                Py_DECREF(chain);
+                goto fail;
+            }
+            Block *b = new_block(c, bsize, addr, stream, is_small);
+            if (!b) {
+                Py_DECREF(chain);
+                goto fail;
+            }
+            if (allocated) {
+                b->allocated = 1, b->requested = requested;
+                c->allocated += bsize;
+                if (map_put(&c->seeded, addr, b) < 0) {
+                    Py_DECREF(chain);
+                    goto fail;
+                }
+            }
+            b->prev = prev;
+            if (prev) prev->next = b;
+            prev = b;
+            if (!first) first = b;
+        }
+        Py_DECREF(chain);
+        if (emit(c, E_SEGMENT_ALLOC, base, size, stream, size) < 0) goto fail;
+        for (Block *b = first; b; b = b->next)
+            if (b->allocated && emit(c, E_ALLOC, b->addr, b->requested, stream, b->size) < 0) goto fail;
+        for (Block *b = first; b; b = b->next)
+            if (!b->allocated) insert_into_blocks(c, b);
+        c->reserved += size;
+        if (base + size > top) top = base + size;
+    }
+    Py_DECREF(segs);
+    c->req = saved;
+    if (c->reserved > c->peak_reserved) c->peak_reserved = c->reserved;
+    if (c->allocated > c->peak_allocated) c->peak_allocated = c->allocated;
+    if (top) {
+        int64_t next = (top + kSmallBuffer - 1) / kSmallBuffer * kSmallBuffer;
+        if (next > c->va_next) c->va_next = next;
+    }
+    return Py_NewRef(Py_None);
+fail:
+    Py_DECREF(segs);
+    c->req = saved;
+    return NULL;
 }
 
 static PyObject *Core_take_events(Core *c, PyObject *noargs)
@@ -678,7 +758,9 @@ static PyMethodDef Core_methods[] = {
     {"run", (PyCFunction)Core_run, METH_VARARGS,
      "run(kind, size, stream, pair, device, dev, start, end, offset=0): serve requests start..end-1 (those of "
      "device dev when device is not None); arrays of 8-byte integers as in replay.Requests, holding the "
-     "requests from offset on."},
+     "requests from offset on; addr (optional) lets SEED requests take their seeded blocks."},
+    {"seed", (PyCFunction)Core_seed, METH_VARARGS,
+     "seed(device, chains): the seeded segments of a part-way trace, chains as seed.seed_chains gives them."},
     {"take_events", (PyCFunction)Core_take_events, METH_NOARGS,
      "take_events() -> bytes of int64 (request, op, address, size, stream, block) rows; clears them."},
     {"counters", (PyCFunction)Core_counters, METH_NOARGS, "counters() -> dict of the Counters fields."},

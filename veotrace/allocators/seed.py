@@ -91,24 +91,18 @@ def rebuild(events: pa.Table, segments: pa.Table, blocks: pa.Table) -> Seed:
     return seed
 
 
-def seed_state(alloc: TorchAllocator, seed: Seed, device: int, conf: TorchConf) -> int:
-    """Build the seeded segments of ``device`` in a fresh allocator; returns the bytes reserved.
-
-    Live blocks become allocated Blocks found again by ``alloc.seeded(address)``; gaps become free blocks.
-    The starting state is also emitted (request ``-1 - device``) so the model's event stream is whole.
-    """
-    rec, saved = alloc.rec, alloc.rec.req
-    rec.req = -1 - device
-    segs = [s for s in seed.segments if s[0] == device]
+def seed_chains(seed: Seed, device: int, conf: TorchConf) -> list[tuple[int, int, int, bool, list[tuple[int, int, int, bool]]]]:
+    """The seeded segments of ``device``: (base, size, stream, is_small, blocks), the blocks as (address,
+    size, requested size, allocated) in address order. Live blocks keep their exact size when known, else
+    ``round_size`` grown to the next boundary where PyTorch would not split; gaps are free blocks."""
+    out = []
     live = sorted((s for s in seed.live if s[0] == device), key=lambda s: s[1])
-    top = 0
-    for _, base, size, stream, is_small in segs:
-        pool = alloc.small_blocks if is_small else alloc.large_blocks
+    for _, base, size, stream, is_small in (s for s in seed.segments if s[0] == device):
         inside = [s for s in live if base <= s[1] < base + size]
         chain, pos = [], base
         for k, (_, addr, req, _, exact) in enumerate(inside):
             if addr > pos:
-                chain.append(Block(addr - pos, pos, stream, pool))
+                chain.append((pos, addr - pos, 0, False))
             bound = inside[k + 1][1] if k + 1 < len(inside) else base + size
             rs = round_size(req, conf)
             if exact is not None:
@@ -117,14 +111,33 @@ def seed_state(alloc: TorchAllocator, seed: Seed, device: int, conf: TorchConf) 
                 gap = bound - addr - rs
                 split = gap >= kMinBlockSize if is_small else (rs < conf.max_split_size and gap > kSmallSize)
                 bsize = rs if split and gap > 0 else bound - addr
-            b = Block(min(bsize, bound - addr), addr, stream, pool)
-            b.allocated, b.requested = True, req
-            chain.append(b)
-            alloc.seeded_blocks[addr] = b
-            alloc.c.allocated += b.size
-            pos = addr + b.size
+            chain.append((addr, min(bsize, bound - addr), req, True))
+            pos = addr + chain[-1][1]
         if pos < base + size:
-            chain.append(Block(base + size - pos, pos, stream, pool))
+            chain.append((pos, base + size - pos, 0, False))
+        out.append((base, size, stream, is_small, chain))
+    return out
+
+
+def seed_state(alloc: TorchAllocator, seed: Seed, device: int, conf: TorchConf) -> int:
+    """Build the seeded segments of ``device`` (:func:`seed_chains`) in a fresh allocator; returns the bytes
+    reserved. Live blocks become allocated Blocks found again by ``alloc.seeded(address)``; gaps become free
+    blocks. The starting state is also emitted (request ``-1 - device``) so the model's event stream is whole.
+    The compiled core does the same in ``_torchcore.c`` (``Core.seed``) from the same chains.
+    """
+    rec, saved = alloc.rec, alloc.rec.req
+    rec.req = -1 - device
+    top = 0
+    for base, size, stream, is_small, blocks in seed_chains(seed, device, conf):
+        pool = alloc.small_blocks if is_small else alloc.large_blocks
+        chain = []
+        for addr, bsize, req, allocated in blocks:
+            b = Block(bsize, addr, stream, pool)
+            if allocated:
+                b.allocated, b.requested = True, req
+                alloc.seeded_blocks[addr] = b
+                alloc.c.allocated += b.size
+            chain.append(b)
         for x, y in zip(chain, chain[1:]):
             x.next, y.prev = y, x
         rec.emit(SEGMENT_ALLOC, base, size, stream, size)

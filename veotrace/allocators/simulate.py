@@ -74,7 +74,10 @@ def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf
     if name == "torch" and core == "c":
         from veotrace.allocators.torchcore import CTorchAllocator
 
-        return CTorchAllocator(conf, capacity=capacity, rec=rec, va=va)
+        model = CTorchAllocator(conf, capacity=capacity, rec=rec, va=va)
+        if seed is not None and seed.used:
+            model.seed(seed, device, conf)
+        return model
     if name == "torch":
         model = torch.TorchAllocator(conf, capacity=capacity, rec=rec, va=va)
         if seed is not None and seed.used:

@@ -3,8 +3,8 @@
 ``_torchcore.c`` ports :class:`veotrace.allocators.torch.TorchAllocator` rule by rule (same PyTorch names)
 for the common case, and serves a whole range of replay requests per call, so the per-request cost is
 C's. The Python model stays the reference and runs whenever the C core does not cover the run:
-expandable segments, ``garbage_collection_threshold`` with a capacity, a model seeded from a snapshot,
-or an install built without a C compiler. :func:`choose_core` says which core ran and why (``params``).
+expandable segments, ``garbage_collection_threshold`` with a capacity, or an install built without a
+C compiler (a model seeded from a snapshot runs in C from the same :func:`seed.seed_chains`). :func:`choose_core` says which core ran and why (``params``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ def choose_core(conf: TorchConf, capacity: int | None, seed, wanted: str = "auto
         return "python", "expandable_segments is modelled by the Python core only"
     if conf.garbage_collection_threshold > 0 and capacity is not None:
         return "python", "garbage_collection_threshold is modelled by the Python core only"
-    if seed is not None and seed.used:
-        return "python", "a model seeded from the snapshot runs in the Python core only"
     if _torchcore is None:
         return "python", "the compiled core is not built (installed without a C compiler)"
     return "c", "compiled core (veotrace/allocators/_torchcore.c)"
@@ -72,7 +70,13 @@ class CTorchAllocator:
         """Serve requests ``start..end-1`` (only those of ``device`` unless it is None); ``req`` holds them
         from ``req.offset`` on."""
         self.core.run(req.kind, req.size, req.stream, req.pair, None if device is None else req.device,
-                      -1 if device is None else device, start, end, req.offset)
+                      -1 if device is None else device, start, end, req.offset, req.addr)
+
+    def seed(self, seed, device: int, conf: TorchConf) -> None:
+        """The seeded segments and live blocks of a part-way trace (as :func:`seed.seed_state` does)."""
+        from veotrace.allocators.seed import seed_chains
+
+        self.core.seed(device, seed_chains(seed, device, conf))
 
     @property
     def c(self) -> Counters:

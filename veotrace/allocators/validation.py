@@ -26,18 +26,30 @@ MAX_MISMATCHES = 5
 TARGET_SHARE, TARGET_EXTRA = 0.95, 0.05
 
 
-def run_torch(req: rp.Requests, conf: TorchConf, seed: Seed | None, capacity) -> tuple[dict, Recorder]:
-    """Replay ``req`` through seeded torch models (one per device); ``capacity``: int, dict or None."""
-    rec = Recorder()
+def run_torch(req: rp.Requests, conf: TorchConf, seed: Seed | None, capacity, core: str = "python") -> tuple[dict, Recorder]:
+    """Replay ``req`` through seeded torch models (one per device) on ``core`` ("c" or "python");
+    ``capacity``: int, dict or None. The recorder returned holds every event."""
+    from veotrace.allocators.torchcore import CoreRecorder, CTorchAllocator
 
-    def make(device: int) -> TorchAllocator:
+    rec = CoreRecorder() if core == "c" else Recorder()
+
+    def make(device: int):
         cap = capacity.get(device) if isinstance(capacity, dict) else capacity
+        if core == "c":
+            model = CTorchAllocator(conf, capacity=cap, rec=rec, va=AddressSpace())
+            if seed is not None and seed.used:
+                model.seed(seed, device, conf)
+            return model
         model = TorchAllocator(conf, capacity=cap, rec=rec, va=AddressSpace())
         if seed is not None and seed.used:
             seed_state(model, seed, device, conf)
         return model
 
-    return rp.replay(make, req), rec
+    policies = rp.replay(make, req)
+    if core == "c":
+        events, rec = rec.drain(), Recorder()
+        rec.events = [tuple(e) for e in events.tolist()]
+    return policies, rec
 
 
 def recorded_peaks(req: rp.Requests, seed: Seed | None) -> dict[int, int]:
@@ -90,19 +102,23 @@ def compare(req: rp.Requests, rec: Recorder) -> dict:
 
 
 def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | None = None,
-             max_unknown_frees: float = rp.MAX_UNKNOWN_FREES) -> dict:
-    """The ``validation`` object of simulate's JSON for one snapshot (see the module docstring)."""
+             max_unknown_frees: float = rp.MAX_UNKNOWN_FREES, torch_core: str = "auto") -> dict:
+    """The ``validation`` object of simulate's JSON for one snapshot (see the module docstring); the torch
+    model runs on the core :func:`torchcore.choose_core` picks (``validation.torch_core``)."""
+    from veotrace.allocators.torchcore import choose_core
+
+    core = choose_core(conf, capacity, seed, torch_core)[0]
     seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live]
     with_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True)
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
                 "nothing to validate against"}
-    _, rec = run_torch(with_rel, conf, seed, None)  # the recorded releases stand for the device's limit
+    _, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
     no_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False)
     inferred = capacity is None
     cap = capacity if capacity is not None else recorded_peaks(with_rel, seed)
-    _, rec2 = run_torch(no_rel, conf, seed, cap)
+    _, rec2 = run_torch(no_rel, conf, seed, cap, core)
     alone = compare(no_rel, rec2)
     alone.pop("first_mismatches")
     alone["capacity"] = cap if not inferred else {str(d): v for d, v in cap.items()}
@@ -113,6 +129,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     out["seeded"] = seed.used
     out["seed"] = seed.describe()
     out["settings"] = conf.source
+    out["torch_core"] = core
     return out
 
 

@@ -102,7 +102,8 @@ def simulate_command(
         result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
                               window_s=window_s, window_requests=window_requests, torch_core=torch_core)
         if seed is not None and "torch" in names:
-            result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees)
+            result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
+                                         torch_core=torch_core)
         print_report(report)
         result.params["read"] = report.to_dict()
         result.params["pair_by"] = key
