@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from veotrace.allocators.base import AddressSpace, Counters
-from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.conf import NO_LIMIT, TorchConf
 
 try:
     from veotrace.allocators import _torchcore
@@ -61,8 +61,10 @@ class CTorchAllocator:
     """One device's ``DeviceCachingAllocator`` in C; the replay calls :meth:`run_chunk` instead of malloc/free."""
 
     def __init__(self, conf: TorchConf, *, capacity: int | None, rec: CoreRecorder, va: AddressSpace | None = None) -> None:
-        self.core = _torchcore.Core(conf.max_split_size, conf.max_non_split_rounding_size,
-                                    list(conf.roundup_power2_divisions), capacity, (va or AddressSpace()).next)
+        # limits past what any size reaches act as no limit (the same decisions), so they fit C's integers
+        self.core = _torchcore.Core(min(conf.max_split_size, NO_LIMIT), min(conf.max_non_split_rounding_size, 1 << 62),
+                                    list(conf.roundup_power2_divisions), None if capacity is None else min(capacity, 1 << 62),
+                                    (va or AddressSpace()).next)
         self.rec = rec
         rec.cores.append(self.core)
 
