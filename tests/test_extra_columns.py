@@ -239,3 +239,68 @@ def test_without_extra_columns_batches_are_exactly_alloc_events(tmp_path):
     path.write_text(_csv(truth))
     table, report = _read([path], extra=())
     assert table.schema == ALLOC_EVENTS and report.column_types == {}
+
+
+TEXTS = ["kv1", " padded ", '"quoted"', "", "héllo", "a b", "\t7\t", '""']
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_the_c_scanner_and_pyarrow_read_the_same_extra_columns(tmp_path, monkeypatch, mapped):
+    import os
+
+    from veotrace.sources import csvscan
+
+    rng = np.random.default_rng(5)
+    lines = ["timestamp,op_type,size_bytes,address,tag,lat"]
+    for i in range(4000):
+        tag = TEXTS[rng.integers(0, len(TEXTS))]
+        lat = ["1.5", " 2 ", "", "3e2", '"4.25"'][rng.integers(0, 5)]
+        lines.append(f'{i},"alloc",{i * 8},0x{i * 64:x},{tag},{lat}')
+    lines[3000] = lines[3000].rsplit(",", 2)[0] + ",\u00a012\u00a0,é"  # non-ASCII edges: pyarrow's chunk
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if mapped:
+        os.utime(path, (0, 0))
+    calls = []
+    real = csvscan.scanner_for
+
+    def counting(*a, **k):
+        inner = real(*a, **k)
+        return lambda chunk: calls.append(inner(chunk) is not None) or inner(chunk)
+
+    monkeypatch.setattr(csvscan, "scanner_for", counting)
+    with pytest.raises(TraceFormatError, match="extra column 'lat' holds 'é'"):
+        _read([path], extra=("tag", "lat"))
+    assert sum(calls) > 10 and not all(calls)  # most chunks scanned, the one with 'é' declined
+    lines[3000] = lines[3000].rsplit(",", 1)[0] + ",1"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if mapped:
+        os.utime(path, (0, 0))
+    monkeypatch.setattr(csvscan, "scanner_for", real)
+    fast, _ = _read([path], extra=("tag", "lat"))
+    monkeypatch.setattr(csvscan, "scanner_for", lambda *a, **k: None)
+    slow, _ = _read([path], extra=("tag", "lat"))
+    assert fast.schema.field("tag").type == pa.string() and fast.schema.field("lat").type == pa.float64()
+    for col in ("tag", "lat", "address"):
+        assert fast.column(col).to_pylist() == slow.column(col).to_pylist()
+    assert None in fast.column("tag").to_pylist() and "padded" in fast.column("tag").to_pylist()
+
+
+def test_the_scanner_reads_extra_columns_as_text():
+    from veotrace.sources import _csvscan, csvscan
+
+    if not csvscan.available():
+        pytest.skip("C scanner not built")
+    header = ["timestamp", "op_type", "size_bytes", "x"]
+    present = {**{c: c for c in header[:3]}, "x": "x"}
+    pad = b"".join(b"%d,alloc,8,v%d\n" % (i, i) for i in range(6))
+    text = pad + b'7,free,9, a b \n8,free,9,""\n9,free,9,"q"\n10,free,9,\t\n' + pad
+    scan = csvscan.scanner_for(header, present, ["timestamp", "x"], "ns")
+    for fast in (True, False):
+        _csvscan.set_fast(fast)
+        try:
+            batch = scan(pa.py_buffer(text))
+        finally:
+            _csvscan.set_fast(True)
+        assert batch.column("x").to_pylist()[6:10] == ["a b", None, "q", None]
+        assert scan(pa.py_buffer(pad + b"7,free,9,\xc3\xa9\n" + pad)) is None  # a non-ASCII edge: pyarrow trims

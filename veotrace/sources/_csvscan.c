@@ -41,13 +41,15 @@ static inline int op_code(const char *p, const char *q)
 static int use_fast = 1;
 
 /* What each column of the line is read as (csvscan.KINDS). */
-enum { K_SKIP, K_TS, K_OP, K_SIZE, K_ADDR, K_INT, K_MAXCOLS = 64 };
+enum { K_SKIP, K_TS, K_OP, K_SIZE, K_ADDR, K_INT, K_TEXT, K_MAXCOLS = 64 };
 
 typedef struct {
     int ncols;
     unsigned char kind[K_MAXCOLS];
     void *out[K_MAXCOLS];       /* int64 (ts, size, int), int32 (op) or uint64 (addr) values */
-    uint8_t *valid[K_MAXCOLS];  /* validity bitmap of the nullable kinds (addr, int) */
+    uint8_t *valid[K_MAXCOLS];  /* validity bitmap of the nullable kinds (addr, int, text) */
+    char *text[K_MAXCOLS];      /* text: the bytes of the values (out holds int32 offsets) */
+    Py_ssize_t text_cap[K_MAXCOLS];
     Py_ssize_t cap;
 } Out;
 
@@ -120,6 +122,26 @@ static inline void set_valid(uint8_t *bm, Py_ssize_t row, int ok)
 {
     uint8_t bit = (uint8_t)(1u << (row & 7));
     bm[row >> 3] = ok ? (uint8_t)(bm[row >> 3] | bit) : (uint8_t)(bm[row >> 3] & ~bit);
+}
+
+/* A text value [a, b) of row: ASCII blanks trimmed, empty is null. Returns 0 to decline a value
+ * that begins or ends with a non-ASCII byte (pyarrow trims Unicode blanks: it decides). */
+static inline int put_text(const Out *o, int col, Py_ssize_t row, const char *a, const char *b)
+{
+    while (a < b && (*a == ' ' || *a == '\t' || *a == '\v' || *a == '\f'))
+        a++;
+    while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\v' || b[-1] == '\f'))
+        b--;
+    if (a < b && (((unsigned char)*a | (unsigned char)b[-1]) & 0x80))
+        return 0;
+    int32_t *off = o->out[col];
+    Py_ssize_t start = off[row], n = b - a;
+    if (start + n > o->text_cap[col])
+        return 0;
+    memcpy(o->text[col] + start, a, (size_t)n);
+    off[row + 1] = (int32_t)(start + n);
+    set_valid(o->valid[col], row, n != 0);
+    return 1;
 }
 
 /* An address: 0x/0X and 1-16 hex digits, or 1-19 decimal digits, or empty (null). Anything else
@@ -220,6 +242,13 @@ static const char *scan_line(const char *p, const char *end, const Out *o, Py_ss
             if (c < 0)
                 return NULL;
             ((int32_t *)o->out[col])[row] = c;
+            break;
+        }
+        case K_TEXT: {
+            const char *fs = p;
+            p = field_end(p, end);
+            if (!put_text(o, col, row, fs, p))
+                return NULL;
             break;
         }
         default:
@@ -336,6 +365,10 @@ static inline int scan_line_fast(const char *p, const Out *o, Py_ssize_t row, co
             const char *q = p + a;
             int n = b - a;
             switch (kind) {
+            case K_TEXT:
+                if (!put_text(o, col, row, q, q + n))
+                    return FAST_DECLINE;
+                break;
             case K_OP: {
                 /* The name as a little-endian word (its n <= 8 bytes, zeros above): no branch on
                  * its length, which changes from row to row. */
@@ -464,42 +497,45 @@ static Py_ssize_t scan(const char *buf, Py_ssize_t len, const Out *o)
     return rows;
 }
 
-static const Py_ssize_t ITEMSIZE[] = {0, 8, 4, 8, 8, 8};
+static const Py_ssize_t ITEMSIZE[] = {0, 8, 4, 8, 8, 8, 4};
 
 /* scan(data, kinds, outs, valids): kinds is one byte per column; outs and valids are sequences of
  * one writable buffer (or None) per column. */
 static PyObject *py_scan(PyObject *self, PyObject *args)
 {
     Py_buffer data, kinds;
-    PyObject *outs, *valids;
-    if (!PyArg_ParseTuple(args, "y*y*OO", &data, &kinds, &outs, &valids))
+    PyObject *outs, *valids, *texts;
+    if (!PyArg_ParseTuple(args, "y*y*OOO", &data, &kinds, &outs, &valids, &texts))
         return NULL;
-    Py_buffer views[2 * K_MAXCOLS];
+    Py_buffer views[3 * K_MAXCOLS];
     int nviews = 0;
     PyObject *result = NULL;
     Out o;
     o.ncols = (int)kinds.len;
     o.cap = PY_SSIZE_T_MAX;
-    if (kinds.len > K_MAXCOLS || PySequence_Size(outs) != kinds.len || PySequence_Size(valids) != kinds.len) {
+    if (kinds.len > K_MAXCOLS || PySequence_Size(outs) != kinds.len || PySequence_Size(valids) != kinds.len ||
+        PySequence_Size(texts) != kinds.len) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "kinds, outs and valids must have one entry per column (<= 64)");
+            PyErr_SetString(PyExc_ValueError, "kinds, outs, valids and texts must have one entry per column (<= 64)");
         goto done;
     }
     for (int c = 0; c < o.ncols; c++) {
         unsigned char k = ((unsigned char *)kinds.buf)[c];
-        if (k > K_INT) {
+        if (k > K_TEXT) {
             PyErr_SetString(PyExc_ValueError, "unknown column kind");
             goto done;
         }
         o.kind[c] = k;
         o.out[c] = NULL;
         o.valid[c] = NULL;
+        o.text[c] = NULL;
+        o.text_cap[c] = 0;
         if (k == K_SKIP)
             continue;
-        for (int which = 0; which < 2; which++) {
-            if (which == 1 && k != K_ADDR && k != K_INT)
-                break;
-            PyObject *obj = PySequence_GetItem(which ? valids : outs, c);
+        for (int which = 0; which < 3; which++) {
+            if ((which == 1 && k != K_ADDR && k != K_INT && k != K_TEXT) || (which == 2 && k != K_TEXT))
+                continue;
+            PyObject *obj = PySequence_GetItem(which == 2 ? texts : which ? valids : outs, c);
             if (!obj)
                 goto done;
             int bad = PyObject_GetBuffer(obj, &views[nviews], PyBUF_WRITABLE);
@@ -507,7 +543,19 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
             if (bad < 0)
                 goto done;
             Py_buffer *v = &views[nviews++];
-            Py_ssize_t n = which ? v->len * 8 : v->len / ITEMSIZE[k];
+            if (which == 2) {
+                o.text[c] = v->buf;
+                o.text_cap[c] = v->len;
+                continue;
+            }
+            Py_ssize_t n = which ? v->len * 8 : v->len / ITEMSIZE[k] - (k == K_TEXT); /* offsets: rows + 1 */
+            if (k == K_TEXT && !which) {
+                if (n < 0) {
+                    PyErr_SetString(PyExc_ValueError, "an offsets buffer is empty");
+                    goto done;
+                }
+                ((int32_t *)v->buf)[0] = 0;
+            }
             o.cap = n < o.cap ? n : o.cap;
             if (which)
                 o.valid[c] = v->buf;
@@ -557,10 +605,11 @@ static PyObject *py_set_fast(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"set_fast", py_set_fast, METH_VARARGS, "set_fast(on): use the whole-line SSE2 path (tests turn it off to compare)."},
     {"scan", py_scan, METH_VARARGS,
-     "scan(data, kinds, outs, valids) -> rows, -1 when a line is not in the plain shape (the caller "
-     "then uses pyarrow), or -2 when the rows do not fit the outputs. kinds: one byte per column (0 skip, 1 timestamp, 2 op, 3 size, 4 address, "
-     "5 nullable integer); outs: a writable buffer per read column (None when skipped); valids: a "
-     "validity bitmap per address or nullable integer column."},
+     "scan(data, kinds, outs, valids, texts) -> rows, -1 when a line is not in the plain shape (the "
+     "caller then uses pyarrow), or -2 when the rows do not fit the outputs. kinds: one byte per column "
+     "(0 skip, 1 timestamp, 2 op, 3 size, 4 address, 5 nullable integer, 6 text); outs: a writable "
+     "buffer per read column (None when skipped; int32 offsets for text); valids: a validity bitmap per "
+     "address, nullable integer or text column; texts: the bytes buffer of each text column."},
     {"count_lines", py_count_lines, METH_VARARGS, "count_lines(data) -> number of LF bytes."},
     {NULL, NULL, 0, NULL},
 };
