@@ -64,6 +64,41 @@ def jobs_speedup(kind: str, path: Path, jobs: list[int], runs: int, events: int)
               f"peak RSS of the main process {rss[j]:.0f} MiB")
 
 
+def pass_costs(path: Path) -> dict:
+    """CPU seconds (all threads) of the one-process replay and of the engine's two passes run one piece
+    after the other in this process: what N workers divide between them (plus their start-up)."""
+    import time
+
+    from veotrace.engine import plan
+    from veotrace.engine.tasks import Job, merge_tree, run_piece
+    from veotrace.fragmentation import parallel
+    from veotrace.fragmentation.load import read_and_replay
+    from veotrace.sources import ReadOptions, ReadReport
+
+    opts = ReadOptions()
+    t = time.process_time()
+    read_and_replay([path], options=opts, report=ReadReport())
+    local = time.process_time() - t
+    pieces, _ = plan([path], opts, parallel.COLUMNS)
+    setup = parallel.ParallelSetup()
+    first = Job("fragmentation_boundary", setup.boundary_params(), opts, parallel.COLUMNS)
+    t = time.process_time()
+    bounds = [run_piece(p, first, i).value[0] for i, p in enumerate(pieces)]
+    p1 = time.process_time() - t
+    t = time.process_time()
+    jobs = setup.replay_jobs(bounds, opts, pieces)
+    chain = time.process_time() - t
+    if isinstance(jobs, str):  # e.g. one piece: nothing to split
+        return {"pieces": len(pieces), "local": local, "note": jobs}
+    t = time.process_time()
+    parts = [run_piece(p, jobs[i], i) for i, p in enumerate(pieces)]
+    p2 = time.process_time() - t
+    t = time.process_time()
+    setup.result(merge_tree(parts).value)
+    return {"pieces": len(pieces), "local": local, "pass1": p1, "chain": chain, "pass2": p2,
+            "merge": time.process_time() - t}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=10_000_000)
@@ -78,6 +113,13 @@ def main() -> None:
     if args.jobs:
         for kind, path in inputs:
             jobs_speedup(kind, path, [int(j) for j in args.jobs.split(",")], args.runs, args.events)
+            c = pass_costs(path)
+            if "note" in c:
+                print(f"{kind}: {c['note']}")
+                continue
+            print(f"{kind} CPU seconds: one process {c['local']:.2f}; engine in {c['pieces']} pieces: pass 1 "
+                  f"{c['pass1']:.2f} + start states {c['chain']:.2f} + pass 2 {c['pass2']:.2f} + merge {c['merge']:.2f} "
+                  f"(the passes' work is {(c['pass1'] + c['pass2']) / c['local']:.2f}x the one-process run's)")
         if args.only_jobs:
             return
     for kind, path in inputs:

@@ -43,16 +43,28 @@ class _Ranges:
     counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
     hist: np.ndarray | None = None
 
-    def add(self, start, end, counts, hist, max_gap: int, addr=None, is_alloc=None, size=None, lat=None) -> None:
-        """Join ranges (``start``/``end`` with their ``counts``/``hist``) and events (``addr``...) into these."""
-        if addr is not None and addr.size:
-            a = addr.astype(np.int64)
-            if lat is not None:
-                hist = np.concatenate([_or_zeros(hist, start.size), _hist_rows(np.arange(a.size), lat, a.size)])
-            elif hist is not None:
-                hist = np.concatenate([hist, _or_zeros(None, a.size)])
-            start, end = np.r_[start, a], np.r_[end, a + np.maximum(size, 1)]
-            counts = np.concatenate([counts, np.stack([is_alloc, ~is_alloc, size], axis=1).astype(np.int64)])
+    def add_events(self, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray, lat, max_gap: int) -> None:
+        """Alloc/free rows: their extents [address, address + size) grouped into ranges first (one packed
+        sort, counts by bincount), then joined into these."""
+        from veotrace.fragmentation.match import _sort_rows
+
+        order, sa, _ = _sort_rows(addr, np.zeros(addr.size, np.int64))
+        s = sa.astype(np.int64)
+        e = s + np.maximum(size[order], 1)
+        new = np.ones(s.size, bool)
+        new[1:] = s[1:] - np.maximum.accumulate(e)[:-1] >= max_gap
+        group = np.cumsum(new) - 1
+        n = int(group[-1]) + 1
+        cuts = np.flatnonzero(new)
+        n_all = np.bincount(group, minlength=n)
+        n_alloc = np.bincount(group, weights=is_alloc[order], minlength=n).astype(np.int64)
+        nbytes = np.bincount(group, weights=size[order], minlength=n).astype(np.int64)
+        counts = np.stack([n_alloc, n_all - n_alloc, nbytes], axis=1)
+        hist = None if lat is None else _hist_rows(group, lat[order], n)
+        self.add(s[cuts], np.maximum.reduceat(e, cuts), counts, hist, max_gap)
+
+    def add(self, start, end, counts, hist, max_gap: int) -> None:
+        """Join ranges ``start``/``end`` (with their ``counts`` and latency ``hist`` rows) into these."""
         s, e = np.r_[self.start, start], np.r_[self.end, end]
         c = np.concatenate([self.counts, counts])
         h = None if self.hist is None and hist is None else np.concatenate(
@@ -103,10 +115,8 @@ class SegmentZones:
                                    None if lat is None else lat[inside], seg_start, seg_end)
         if outside.any():
             sel = (lambda x: x) if outside.all() else (lambda x: x[outside])
-            rng = self.ranges.setdefault(device, _Ranges())
-            empty = np.zeros(0, np.int64)
-            rng.add(empty, empty, np.zeros((0, 3), np.int64), None, self.max_gap, sel(addr), sel(is_alloc),
-                    sel(size), None if lat is None else sel(lat))
+            self.ranges.setdefault(device, _Ranges()).add_events(
+                sel(addr), sel(is_alloc), sel(size), None if lat is None else sel(lat), self.max_gap)
 
     def add_in_time(self, d: int, st, code, addr, size, lat, p: np.ndarray, seg_pos: np.ndarray) -> None:
         """The alloc/free rows ``p`` (time order) of one device's batch, each in the segment holding it at
@@ -129,18 +139,18 @@ class SegmentZones:
         add(prev, p.size, scratch)
 
     def _add_segments(self, device, idx, is_alloc, size, lat, seg_start, seg_end) -> None:
-        u, inv = np.unique(idx, return_inverse=True)
-        n_alloc = np.bincount(inv, weights=is_alloc, minlength=u.size)
-        n_all = np.bincount(inv, minlength=u.size)
-        nbytes = np.bincount(inv, weights=size, minlength=u.size)
-        hist = None if lat is None else _hist_rows(inv, lat, u.size)
-        for j, s in enumerate(u.tolist()):
-            key = (device, int(seg_start[s]))
+        n_seg = seg_start.size  # few: counts by segment index, no sort
+        n_all = np.bincount(idx, minlength=n_seg)
+        n_alloc = np.bincount(idx, weights=is_alloc, minlength=n_seg)
+        nbytes = np.bincount(idx, weights=size, minlength=n_seg)
+        hist = None if lat is None else _hist_rows(idx, lat, n_seg)
+        for j in np.flatnonzero(n_all).tolist():
+            key = (device, int(seg_start[j]))
             cur = self.segs.setdefault(key, [0, 0, 0, 0, None])
             cur[0] += int(n_alloc[j])
             cur[1] += int(n_all[j] - n_alloc[j])
             cur[2] += int(nbytes[j])
-            cur[3] = int(seg_end[s] - seg_start[s])
+            cur[3] = int(seg_end[j] - seg_start[j])
             if hist is not None:
                 cur[4] = hist[j].copy() if cur[4] is None else cur[4] + hist[j]
 
