@@ -109,7 +109,7 @@ def csv_text(draw):
 ACCEPTED: list[bool] = []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)  # fixed examples: the guard below counts them
 @given(csv_text())
 def test_accepts_only_what_pyarrow_reads_the_same(text):
     batch = scan(text)
