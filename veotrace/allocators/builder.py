@@ -155,25 +155,23 @@ class RequestBuilder:
         paired[rows[got]] = True
         req_rows = np.flatnonzero(is_alloc | paired)
         releases, found = self._device_events(cat, codes, names, req_rows, device, size)
-        rel_rows = np.array(sorted(releases), np.int64)
-        rows_all = np.sort(np.concatenate([req_rows, rel_rows]))
+        rows_all = np.sort(np.concatenate([req_rows, list(releases)])).astype(np.int64) if releases else req_rows
         kinds = np.where(is_alloc[rows_all], MALLOC, FREE)
-        is_rel = np.isin(rows_all, rel_rows)
-        kinds[is_rel] = RELEASE
+        is_rel = np.isin(rows_all, list(releases)) if releases else None
+        if releases:
+            kinds[is_rel] = RELEASE
         base = self.req.offset + len(self.req)
         row_req = np.full(n_rows, -1, np.int64)
         row_req[rows_all] = np.arange(base, base + len(rows_all))
         combined_req = np.concatenate([self.live_req, row_req[rows]])  # request index of every paired-list entry
-        partner_of = np.full(n_rows, -1, np.int64)
-        partner_of[rows[got]] = partner[nc:][got]
         pair = np.full(len(rows_all), -1, np.int64)
-        frees = np.flatnonzero(kinds == FREE)
-        pair[frees] = combined_req[partner_of[rows_all[frees]]]
+        pair[kinds == FREE] = combined_req[partner[nc:][got]]  # the FREE requests are the paired rows, in row order
         rsize = np.where(kinds == MALLOC, size[rows_all], 0)
-        rsize[is_rel] = [releases[r] for r in rows_all[is_rel].tolist()]
+        if releases:
+            rsize[is_rel] = [releases[r] for r in rows_all[is_rel].tolist()]
+        addr = key if self.key == "address" else _column(batch, "address", NO_ADDR, np.uint64)
         self.req.extend(kind=kinds, size=rsize, stream=stream[rows_all], device=device[rows_all], pair=pair,
-                        addr=_column(batch, "address", NO_ADDR, np.uint64)[rows_all], seq=seq[rows_all],
-                        ts_ns=ts[rows_all])
+                        addr=addr[rows_all], seq=seq[rows_all], ts_ns=ts[rows_all])
         if self.last is not None and self.last[2] < 0:  # the batch's last release point, now with its request index
             self.last = (self.last[0], self.last[1], int(row_req[-1 - self.last[2]]))
         self.live_dev, self.live_key, self.live_req = dev_all[live], key_all[live], combined_req[live]
