@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from veotrace.allocators import builder as rq
-from veotrace.allocators.requests import FREE, MALLOC, Requests
+from veotrace.allocators.requests import FIELDS, FREE, MALLOC, Requests
 from veotrace.schemas import ALLOC_EVENTS, conform
 
 OPS = ["alloc", "alloc", "alloc", "free", "free", "free_requested", "free_completed", "segment_alloc",
@@ -54,6 +55,19 @@ def test_batches_do_not_change_the_requests(seed, n, chunk, completed, releases,
     for batch in table.to_batches(max_chunksize=chunk):
         builder.add(batch)
     assert as_tuple(builder.finish(1.0)) == as_tuple(whole)
+    # streamed: chunks taken after every batch (a release point a later batch may still mark is held back)
+    builder = rq.RequestBuilder(seeds=seeds, use_releases=releases, t0=0,
+                                free_op="free_completed" if "free_completed" in names else "free_requested")
+    chunks = []
+    for batch in table.to_batches(max_chunksize=chunk):
+        builder.add(batch)
+        chunks.append(builder.take())
+    chunks.append(builder.take(final=True))
+    assert [c.offset for c in chunks] == list(np.cumsum([0] + [len(c) for c in chunks[:-1]]))
+    joined = Requests()
+    for c in chunks:
+        joined.extend(**{f: np.frombuffer(getattr(c, f), np.uint64 if f == "addr" else np.int64) for f in FIELDS})
+    assert as_tuple(joined)[0] == as_tuple(whole)[0]
 
 
 def test_pairs_across_batches_and_counts_reallocs_and_unknown_frees():
