@@ -107,6 +107,22 @@ def test_pieces_in_one_process_give_the_local_windows(data, kind, kw):
 
 
 @pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("zone_bytes", [2 * MiB, "segment"])
+def test_latency_column_on_the_engine(tmp_path, zone_bytes):
+    from tests.test_fragmentation_latency import _write
+
+    t = slot_log(events=20_000, slots=40, slot_bytes=256 << 10, seed=5, hours=2.0).table
+    p = tmp_path / "lat.csv"
+    _write(p, t, np.random.default_rng(1).uniform(1, 500, t.num_rows).round(2).tolist())
+    opts = ReadOptions(extra_columns=("latency_us",))
+    kw = {"window_s": 300.0, "latency_col": "latency_us", "zone_bytes": zone_bytes}
+    want = read_and_replay([p], options=opts, report=ReadReport(), **kw).to_dict()
+    result, why = run_fragmentation([p], EngineConfig("local", 1), options=opts, report=ReadReport(), **kw)
+    assert why is None and want["zones"][0]["latency_events"] > 0
+    assert_same(result.to_dict(), want)
+
+
+@pytest.mark.usefixtures("small_pieces")
 def test_the_pieces_really_split_the_windows(data):
     from veotrace.engine import plan
     from veotrace.fragmentation.parallel import COLUMNS
