@@ -41,8 +41,9 @@ from veotrace.fragmentation.metrics import (
     DEFAULT_MAX_GAP,
     DEFAULT_THRESHOLD,
 )
+from veotrace.fragmentation.rows import finish_row
 from veotrace.fragmentation.state import Counters, DeviceState
-from veotrace.fragmentation.windows import Replay, _Win, finish_row
+from veotrace.fragmentation.windows import Replay, _Win
 
 __all__ = ["COLUMNS", "ParallelSetup", "PiecePartial", "boundary_pass", "replay_piece", "start_states"]
 
