@@ -173,3 +173,17 @@ def test_cli_zone_bytes_segment_and_a_bad_value(tmp_path):
     bad = run_cli("fragmentation", p, "--zone-bytes", "segmnt")
     assert bad.exit_code == 2 and bad.stdout == ""
     assert bad.stderr.startswith("Error:") and "--zone-bytes" in bad.stderr
+
+
+def test_real_expandable_snapshot_every_event_in_a_mapped_range():
+    """constructorsun maps pages of expandable segments (segment_map/unmap): every alloc and completed
+    free lands in the mapped range holding it at its time, none outside."""
+    from tests.conftest import real_trace
+    from veotrace.fragmentation.load import read_and_replay
+    from veotrace.sources import ReadOptions, ReadReport, read_table
+
+    p = real_trace("constructorsun_memory_snapshot.pickle")
+    r = read_and_replay([p], options=ReadOptions(), report=ReadReport(), zone_bytes="segment", top_zones=None)
+    ops = read_table([p], "alloc_events")["op"].to_pylist()
+    assert {z["zone_kind"] for z in r.zones.to_pylist()} == {"segment"}
+    assert sum(z["events"] for z in r.zones.to_pylist()) == ops.count("alloc") + ops.count("free_completed")
