@@ -46,21 +46,23 @@ def timed(path: Path, runs: int) -> dict:
             "entropy_s": statistics.median(r[0] for r in e_runs), "entropy_rss": max(r[1] for r in e_runs)}
 
 
-def jobs_speedup(kind: str, path: Path, jobs: list[int], runs: int, events: int) -> None:
-    """Median wall time of fragmentation --jobs J for each J (runs interleaved), and the speed-up over jobs[0]."""
+def jobs_speedup(kind: str, path: Path, jobs: list[int], runs: int, events: int, dask: bool = False) -> None:
+    """Median wall time of fragmentation --jobs J for each J (runs interleaved), and the speed-up over jobs[0]
+    (``dask``: --engine dask --workers J instead, a local cluster of J worker processes)."""
     times: dict[int, list[float]] = {j: [] for j in jobs}
     rss: dict[int, float] = {j: 0.0 for j in jobs}
+    opt = ["--engine", "dask", "--workers"] if dask else ["--jobs"]
     for _ in range(runs):
         for j in jobs:
             wall, peak = run([sys.executable, "-m", "veotrace", "fragmentation", str(path), "-f", "json",
-                              "--no-progress", "--jobs", str(j)])
+                              "--no-progress", *opt, str(j)])
             times[j].append(wall)
             rss[j] = max(rss[j], peak)
     base = statistics.median(times[jobs[0]])
     for j in jobs:
         med = statistics.median(times[j])
-        print(f"{kind} {events:,} events, fragmentation --jobs {j}: {med:.2f} s = {events / med / 1e6:.2f} M events/s "
-              f"(runs {', '.join(f'{t:.2f}' for t in times[j])}), speed-up over --jobs {jobs[0]} x{base / med:.2f}, "
+        print(f"{kind} {events:,} events, fragmentation {' '.join(opt)} {j}: {med:.2f} s = {events / med / 1e6:.2f} M events/s "
+              f"(runs {', '.join(f'{t:.2f}' for t in times[j])}), speed-up over {jobs[0]} x{base / med:.2f}, "
               f"peak RSS of the main process {rss[j]:.0f} MiB")
 
 
@@ -107,12 +109,16 @@ def main() -> None:
     ap.add_argument("--csv", action="store_true", help="also time the CSV (its hex address column is parsed per row)")
     ap.add_argument("--jobs", default="", help="comma-separated --jobs values to time against each other, e.g. 1,2")
     ap.add_argument("--only-jobs", action="store_true", help="with --jobs: only the speed-up, not the entropy ratio")
+    ap.add_argument("--dask", action="store_true", help="with --jobs: also time --engine dask --workers J (1 -> 2 workers "
+                                                         "of the same engine)")
     args = ap.parse_args()
     csv, pq = slot_log_files(args.events)
     inputs = [("parquet", pq)] + ([("csv", csv)] if args.csv else [])
     if args.jobs:
         for kind, path in inputs:
             jobs_speedup(kind, path, [int(j) for j in args.jobs.split(",")], args.runs, args.events)
+            if args.dask:
+                jobs_speedup(kind, path, [int(j) for j in args.jobs.split(",")], args.runs, args.events, dask=True)
             c = pass_costs(path)
             if "note" in c:
                 print(f"{kind}: {c['note']}")
