@@ -134,11 +134,13 @@ print(json.dumps(out))
 def profile(csv: Path, code: str | None) -> None:
     """Print the stages of (a) (see the module docstring), for the checkout at ``code`` if given."""
     env = dict(os.environ, **({"PYTHONPATH": code} if code else {}))
+    cwd = tempfile.gettempdir()  # not this checkout: 'python -c' puts the working directory before PYTHONPATH
     imports = "import veotrace.cli, veotrace.cli.entropy, veotrace.analysis.entropy, veotrace.sources.alloc_log"
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", imports], env=env, check=True)
+    subprocess.run([sys.executable, "-c", imports], env=env, check=True, cwd=cwd)
     startup = time.perf_counter() - t0
-    res = subprocess.run([sys.executable, "-c", PROFILE, str(csv)], env=env, check=True, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", PROFILE, str(csv)], env=env, check=True, capture_output=True, text=True,
+                         cwd=cwd)
     stages = {"start-up (wall)": startup, **json.loads(res.stdout)}
     print(f"profile of (a) on {csv.name}{' with ' + code if code else ''}:")
     for name, sec in stages.items():
