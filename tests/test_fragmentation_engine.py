@@ -63,9 +63,14 @@ def data(tmp_path_factory) -> dict[str, Path]:
     cuts = np.linspace(0, t.num_rows, 4).astype(int)
     for i in range(3):
         _write_csv(folder / f"alloc.log.{i + 1}.csv", t.slice(cuts[i], cuts[i + 1] - cuts[i]))
+    stall = d / "stall"  # two files cut in the stall: the empty windows lie between two pieces
+    stall.mkdir()
+    cut = int(np.searchsorted(t["timestamp"].to_numpy(), 3600 * 10**9 + 1))
+    _write_csv(stall / "alloc.log.1.csv", t.slice(0, cut))
+    _write_csv(stall / "alloc.log.2.csv", t.slice(cut))
     parquet = d / "one.parquet"  # ALLOC_EVENTS as 'veotrace convert' writes it: split by row group
     pq.write_table(pa.Table.from_batches(list(iter_alloc_events([one]))), parquet, row_group_size=2_500)
-    return {"one": one, "folder": folder, "parquet": parquet}
+    return {"one": one, "folder": folder, "parquet": parquet, "stall": stall}
 
 
 @pytest.fixture
@@ -95,7 +100,7 @@ def _engine(path, config, **kw) -> dict:
 
 
 @pytest.mark.usefixtures("small_pieces")
-@pytest.mark.parametrize("kind", ["one", "folder", "parquet"])
+@pytest.mark.parametrize("kind", ["one", "folder", "parquet", "stall"])
 @pytest.mark.parametrize("kw", [{"window_s": 600.0}, {"window_events": 997}, {"window_s": 60.0, "zone_bytes": "segment"}],
                          ids=["time", "events", "segment-zones"])
 def test_pieces_in_one_process_give_the_local_windows(data, kind, kw):
