@@ -84,7 +84,7 @@ def time_policy(name: str, req, *, record: bool) -> float:
     from veotrace.allocators.tiered import DEFAULT_TIERS
     from veotrace.allocators.torchcore import CoreRecorder, choose_core
 
-    core = choose_core(TorchConf(), None, None, "python" if name == "torch-python" else "auto")[0]
+    core = choose_core(TorchConf(), None, "python" if name == "torch-python" else "auto")[0]
     policy = "torch" if name.startswith("torch") else name
     rec = CoreRecorder() if policy == "torch" and core == "c" else Recorder(enabled=record)
     t0 = time.perf_counter()

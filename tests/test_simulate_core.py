@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from veotrace.allocators import replay as rp
 from veotrace.allocators.base import Recorder
 from veotrace.allocators.conf import TorchConf, parse_conf
-from veotrace.allocators.seed import Seed
 from veotrace.allocators.simulate import make_policy
 from veotrace.allocators.torchcore import CoreRecorder, _torchcore, choose_core
 
@@ -134,13 +133,12 @@ def test_real_traces_give_the_same_events_on_both_cores(name):
 
 
 def test_choose_core_is_the_one_decision():
-    assert choose_core(TorchConf(), None, None, "python") == ("python", "asked for (--torch-core python)")
-    assert "expandable" in choose_core(parse_conf("expandable_segments:True"), None, None)[1]
+    assert choose_core(TorchConf(), None, "python") == ("python", "asked for (--torch-core python)")
+    assert "expandable" in choose_core(parse_conf("expandable_segments:True"), None)[1]
     gc = parse_conf("garbage_collection_threshold:0.5")
-    assert "garbage_collection" in choose_core(gc, 1 << 30, None)[1]
+    assert "garbage_collection" in choose_core(gc, 1 << 30)[1]
     expected = "c" if _torchcore is not None else "python"
-    seeded = Seed(segments=[(0, 0, 2 * MiB, 0, True)])
-    assert choose_core(gc, None, seeded)[0] == choose_core(TorchConf(), None, None, "c")[0] == expected
+    assert choose_core(gc, None)[0] == choose_core(TorchConf(), None, "c")[0] == expected
 
 
 def test_cli_says_which_core_ran_and_both_give_the_same_result():

@@ -198,7 +198,7 @@ def simulate(req: rp.Requests | RequestStream, *, policies: list[str], conf: Tor
     else:
         window_ns = window_requests or max(-(-len(req) // AUTO_WINDOWS), 1)
     rows, wins, notes = [], [], list(req.notes)
-    core, core_why = choose_core(conf, capacity, seed, torch_core)
+    core, core_why = choose_core(conf, capacity, torch_core)
     for name in policies:
         if name.startswith("tiered") and not has_time:
             notes.append(f"{name}: not run, lifetimes need timestamps and this trace has none")

@@ -22,7 +22,7 @@ except ImportError:  # built without a C compiler (setup.py marks the extension 
 CORES = ("auto", "c", "python")
 
 
-def choose_core(conf: TorchConf, capacity: int | None, seed, wanted: str = "auto") -> tuple[str, str]:
+def choose_core(conf: TorchConf, capacity: int | None, wanted: str = "auto") -> tuple[str, str]:
     """("c" | "python", why) for one torch run. ``wanted="python"`` forces the reference model;
     ``"c"`` asks for the compiled core and still gets Python, with the reason, where it cannot run."""
     if wanted == "python":

@@ -107,7 +107,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     model runs on the core :func:`torchcore.choose_core` picks (``validation.torch_core``)."""
     from veotrace.allocators.torchcore import choose_core
 
-    core = choose_core(conf, capacity, seed, torch_core)[0]
+    core = choose_core(conf, capacity, torch_core)[0]
     seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live]
     with_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True)
     if not with_rel.recorded:
