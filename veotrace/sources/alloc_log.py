@@ -265,7 +265,8 @@ def _split_header(line: bytes) -> list[str]:
 def _line_chunks(stream, raw, size: int, path: Path) -> tuple[bytes, Iterator[pa.Buffer]]:
     """The header line, and buffers of about ``size`` bytes holding whole lines only.
 
-    A plain file is re-positioned at each cut (no copy); a decompressing stream carries the partial
+    A plain file not written lately is memory-mapped (``sources.mapped``: the buffers are views, no
+    copy), another plain file re-positioned at each cut; a decompressing stream carries the partial
     last line over into the next buffer.
     """
     seekable = stream is raw

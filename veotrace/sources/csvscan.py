@@ -1,8 +1,8 @@
 """Arrow batches from the C line scanner (``_csvscan``) for plain canonical CSV logs.
 
 The scanner reads timestamp, op_type, size_bytes, address, stream and device of the plain shape
-loggers write (see
-``_csvscan.c``); for any other buffer it declines and the caller parses that buffer with pyarrow.
+loggers write (see ``_csvscan.c``), and extra columns as text; for any other buffer it declines and
+the caller parses that buffer with pyarrow.
 It is an optional build: where it is absent, ``scanner_for`` returns None and pyarrow reads all.
 """
 
