@@ -304,3 +304,13 @@ def test_the_scanner_reads_extra_columns_as_text():
             _csvscan.set_fast(True)
         assert batch.column("x").to_pylist()[6:10] == ["a b", None, "q", None]
         assert scan(pa.py_buffer(pad + b"7,free,9,\xc3\xa9\n" + pad)) is None  # a non-ASCII edge: pyarrow trims
+
+
+def test_read_table_keeps_the_extra_columns(tmp_path):
+    from veotrace.sources import read_table
+
+    truth = _truth(300, seed=14)
+    path = tmp_path / "log.csv"
+    path.write_text(_csv(truth))
+    table = read_table([path], "alloc_events", options=ReadOptions(extra_columns=EXTRA))
+    _check(table, truth)

@@ -170,6 +170,8 @@ def read_table(
         batches = list(iter_alloc_events(paths, options=options, report=report))
         from veotrace.schemas import ALLOC_EVENTS
 
+        if batches and options.extra_columns:  # ALLOC_EVENTS and the extra columns, as typed by the read
+            return pa.Table.from_batches(batches)
         return pa.Table.from_batches(batches, schema=ALLOC_EVENTS) if batches else ALLOC_EVENTS.empty_table()
     inputs = resolve_inputs(paths, kind, options=options, report=report)
     tables = [call_guarded(path, getattr(_module(fmt, path), _READER[kind]), path, options=options, report=report)
