@@ -226,3 +226,27 @@ def test_convert_on_jobs_refuses_to_write_over_an_input(tmp_path):
     assert res.exit_code == 2
     assert "refusing to write the output over an input of this command" in res.stderr
     assert a.read_bytes() == before
+
+
+def test_default_window_is_settled_before_dispatch_when_the_pieces_span_it(tmp_path):
+    """A long run on the default window: the tasks are told the window (no event buffer per partial),
+    and every window is the one-process result; a short run keeps the data's choice to the end."""
+    from veotrace.engine.tasks import first_timestamp, settle_window
+    from veotrace.synth.production import RotatedRun, write_rotated
+
+    long_dir = tmp_path / "long"
+    write_rotated(long_dir, RotatedRun(events=30_000, hours=4.0, slots=64), 10_000)  # 48 windows of 300 s
+    short_dir = tmp_path / "short"
+    write_rotated(short_dir, RotatedRun(events=30_000, hours=1.0, slots=64), 10_000)  # 12: chosen from data
+    for folder, settled in ((long_dir, True), (short_dir, False)):
+        pieces = plan_pieces([folder], options=ReadOptions(), report=ReadReport(), split_bytes=None, columns=COLUMNS)
+        job = Job("entropy", {}, ReadOptions(), tuple(COLUMNS))
+        got = settle_window(job, pieces, lambda p: first_timestamp(p, ReadOptions()))
+        assert (got.params.get("window_s") == 300.0) is settled
+        part = run_piece(pieces[0], got)
+        assert (part.value.events == []) is settled  # the buffer a chosen window would need
+        one = compute_entropy(iter_alloc_events([folder], columns=COLUMNS))
+        par = run_entropy([folder], EngineConfig(jobs=2), options=ReadOptions(), report=ReadReport())
+        assert par.windows.equals(one.windows) and par.to_dict() == one.to_dict()
+    explicit = Job("entropy", {"window_s": 60.0}, ReadOptions(), tuple(COLUMNS))
+    assert settle_window(explicit, pieces, lambda p: 1 / 0) is explicit  # nothing probed

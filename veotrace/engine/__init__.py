@@ -76,16 +76,20 @@ def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadRe
     """
     paths = [Path(p) for p in paths]
     split_bytes = SPLIT_BYTES if split else None
+    from veotrace.engine.tasks import first_timestamp, settle_window
+
     if config.kind == "local":
         from veotrace.engine.local import run_local
 
         pieces, planned = plan(paths, job.options, job.columns, split_bytes)
+        job = settle_window(job, pieces, lambda p: first_timestamp(p, job.options))
         part = run_local(pieces, job, jobs=config.jobs, on_progress=on_progress)
     else:
         from veotrace.engine.cluster import connect, plan_on_cluster, run_dask
 
         with connect(config.scheduler, config.workers) as client:
             pieces, planned = plan_on_cluster(client, plan, paths, job.options, job.columns, split_bytes)
+            job = settle_window(job, pieces, lambda p: client.submit(first_timestamp, p, job.options).result())
             part = run_dask(client, pieces, job, on_progress=on_progress)
     report.merge(planned)
     report.merge(part.report)

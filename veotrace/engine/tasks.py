@@ -75,6 +75,58 @@ def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
     return Partial(value, report)
 
 
+def first_timestamp(piece: Piece, options: ReadOptions) -> int | None:
+    """The first row's timestamp of ``piece`` (reads its first small block only); None when it has
+    none or the read fails (the piece's task then meets the same problem and reports it)."""
+    import dataclasses
+
+    from veotrace.errors import VeotraceError
+
+    batches = read_piece(piece, options=dataclasses.replace(options, block_bytes=PROBE_BYTES),
+                         report=ReadReport(), columns=("ts_ns",))
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                return batch.column("ts_ns")[0].as_py()
+        return None
+    except VeotraceError:
+        return None
+    finally:
+        batches.close()
+
+
+#: Bytes read to find a piece's first timestamp.
+PROBE_BYTES = 256 << 10
+
+
+def settle_window(job: Job, pieces: Sequence[Piece], first_ts) -> Job:
+    """``job`` with entropy's default window fixed when the run is surely long enough to keep it.
+
+    On the default window, entropy replaces it by one chosen from the data when the run spans fewer
+    than MIN_WINDOWS windows, so until a partial knows its span is longer it keeps its events (16
+    bytes each: ~30 MB per 2M-event piece, held until the merge). When the first events of the
+    first and the last piece (``first_ts(piece)``) already lie MIN_WINDOWS windows apart, the
+    run's span is at least that, the default window stays whatever the rest holds, and the tasks
+    are told so: same result, no buffer.
+    """
+    params = job.params
+    if job.analysis != "entropy" or len(pieces) < 2 or any(
+            params.get(k) is not None for k in ("window_s", "step_s", "window_events")):
+        return job
+    import dataclasses
+
+    from veotrace.analysis import timescale
+    from veotrace.analysis.defaults import ENTROPY_WINDOW_S
+
+    ts = [first_ts(pieces[0]), first_ts(pieces[-1])]
+    if None in ts:
+        return job
+    w = round(ENTROPY_WINDOW_S * 1e9)
+    if timescale.windows_spanned(min(ts), max(ts), w, w) < timescale.MIN_WINDOWS:
+        return job
+    return dataclasses.replace(job, params={**params, "window_s": ENTROPY_WINDOW_S})
+
+
 def merge_partials(parts: Sequence[Partial]) -> Partial:
     """The partial of the pieces of ``parts`` together, in their order (order only matters for the
     list of skipped rows, event windows over events without timestamps, and convert's part order)."""
