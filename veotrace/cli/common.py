@@ -100,9 +100,21 @@ def write_plot(path: Path | None, kind: str, result: Any, size: str | None = Non
         write_figure(path, kind, result, size=parse_size(size), **data)
 
 
+def path_or_url(text: str) -> Path:
+    """A command-line path: a ``Path``, or for ``scheme://...`` a ``sources.remote.UrlPath`` (a URL read
+    through fsspec; ``Path`` would fold ``s3://b/k`` into ``s3:/b/k``)."""
+    if "://" in text:
+        from veotrace.sources.remote import as_path
+
+        return as_path(text)  # type: ignore[return-value]
+    return Path(text)
+
+
 PathsArg = Annotated[
-    list[Path],
-    typer.Argument(help="Files or folders of rotated logs (read in name order), or a Parquet file from 'veotrace convert'."),
+    list[object],  # Path or UrlPath from path_or_url (a Path annotation would make typer re-wrap a UrlPath)
+    typer.Argument(help="Files or folders of rotated logs (read in name order), or a Parquet file from 'veotrace convert'; "
+                   "or URLs fsspec reads (s3://, gs://, https://, file://; extra veotrace[remote]).",
+                   parser=path_or_url),
 ]
 
 

@@ -74,7 +74,9 @@ def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadRe
     Args:
         split: cut large files into pieces of about SPLIT_BYTES (else one piece per file).
     """
-    paths = [Path(p) for p in paths]
+    from veotrace.sources.remote import as_path
+
+    paths = [as_path(p) for p in paths]  # local Paths, or URLs that the workers open
     split_bytes = SPLIT_BYTES if split else None
     from veotrace.engine.tasks import first_timestamp, settle_window
 
@@ -103,7 +105,9 @@ def run_two_pass(paths: Sequence[Path], first: Job, second: Callable[[list, Part
     partial)``'s jobs (one per piece); None when the inputs make one piece, or ``second`` gives None
     (the caller goes another way). Progress runs over both passes; what reading skipped is reported
     once (from the second pass)."""
-    paths = [Path(p) for p in paths]
+    from veotrace.sources.remote import as_path
+
+    paths = [as_path(p) for p in paths]  # local Paths, or URLs that the workers open
 
     def passes(run_pieces, pieces):
         if len(pieces) < 2:

@@ -53,8 +53,10 @@ def resolve_inputs(
     Raises:
         TraceFormatError: a named file does not provide ``kind``, or a folder holds no such file.
     """
+    from veotrace.sources.remote import as_path
+
     out: list[tuple[Path, Format]] = []
-    for given in paths:
+    for given in map(as_path, paths):  # a URL string or UrlPath reads through fsspec (sources.remote)
         if not given.is_dir():
             expand_paths([given])  # a missing path, FIFO or device: one clear error before detection
             fmt = detect(given, options.format_hint)

@@ -137,7 +137,7 @@ def note_input(path: Path) -> None:
 
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, TypeError):  # TypeError: a URL (sources.remote), never an output of this run
         return
     _INPUTS.setdefault((st.st_dev, st.st_ino), str(path))
 
@@ -156,6 +156,10 @@ def read_head(path: Path, n: int = 65536) -> bytes:
     if kind is None:
         return raw
     try:
+        if not isinstance(path, Path):  # a URL (sources.remote): the same decompression as the readers
+            stream, _ = open_decompressed(path)
+            with stream:
+                return stream.read(n)
         if kind == "gzip":
             with gzip.open(path, "rb") as gz:
                 return gz.read(n)
@@ -196,7 +200,8 @@ def open_decompressed(path: Path) -> tuple[IO[bytes], object]:
     import pyarrow as pa
 
     note_input(path)
-    raw = pa.OSFile(str(path), "rb")
+    # A URL (sources.remote.UrlPath) is read through its fsspec file object.
+    raw = pa.OSFile(str(path), "rb") if isinstance(path, Path) else pa.PythonFile(path.open("rb"), mode="r")
     kind = compression_of(raw.read(4))
     raw.seek(0)
     if kind is None:
@@ -318,7 +323,14 @@ def expand_paths(paths: list[Path], skipped: list[str] | None = None) -> list[Pa
 
     files: list[Path] = []
     for p in paths:
-        if p.is_dir():
+        if not isinstance(p, Path):  # a URL (sources.remote.UrlPath): an object, or a "folder" prefix
+            if p.is_dir():
+                files.extend(p.files())
+            elif p.exists():
+                files.append(p)
+            else:
+                raise FileNotFoundError(errno.ENOENT, "no such object", str(p))
+        elif p.is_dir():
             inner = []
             for q in p.rglob("*"):
                 if any(part.startswith(".") for part in q.relative_to(p).parts):

@@ -31,7 +31,7 @@ def mappable(path: Path) -> bool:
     """True for a regular file, not empty, last written more than ``LIVE_SECONDS`` ago."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, TypeError):  # TypeError: a URL (sources.remote), read through fsspec
         return False
     return st.st_size > 0 and time.time() - st.st_mtime > LIVE_SECONDS and hasattr(mmap, "MADV_DONTNEED")
 

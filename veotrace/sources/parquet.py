@@ -34,7 +34,9 @@ def iter_alloc_events(
         TraceFormatError: not readable Parquet, or neither alloc_events/1 nor canonical log columns.
     """
     try:
-        pf = pq.ParquetFile(path)
+        from veotrace.sources.remote import arrow_source
+
+        pf = pq.ParquetFile(arrow_source(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceFormatError(f"not a readable Parquet file ({_detail(exc)})", path=path) from None
     schema = pf.schema_arrow

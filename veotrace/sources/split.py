@@ -100,10 +100,11 @@ def _row_groups(path: Path, size: int, split_bytes: int) -> list[Piece]:
     import pyarrow.parquet as pq
 
     from veotrace.schemas import ALLOC_EVENTS, schema_tag
+    from veotrace.sources.remote import arrow_source
 
     try:
-        meta = pq.read_metadata(path)
-        tagged = schema_tag(pq.read_schema(path)) == schema_tag(ALLOC_EVENTS)
+        meta = pq.read_metadata(arrow_source(path))
+        tagged = schema_tag(meta.schema.to_arrow_schema()) == schema_tag(ALLOC_EVENTS)
     except (pa.ArrowInvalid, OSError):
         return []  # the whole-file reader says what is wrong with it
     if not tagged or meta.num_row_groups < 2:
@@ -129,7 +130,9 @@ def read_piece(piece: Piece, *, options: ReadOptions, report: ReadReport,
 
     from veotrace.sources.extra import check_source
 
-    path = Path(piece.path)
+    from veotrace.sources.remote import as_path
+
+    path = as_path(piece.path)  # a local Path, or a URL each worker opens itself
     check_source(path, piece.fmt, options.extra_columns)
     if piece.kind == "range":
         batches = _read_range(path, piece.start, piece.stop, options, report, columns)
@@ -148,8 +151,10 @@ def _read_row_groups(path: Path, start: int, stop: int, columns, options: ReadOp
     from veotrace.schemas.events import alloc_events_schema
     from veotrace.sources import extra
 
+    from veotrace.sources.remote import arrow_source
+
     schema = alloc_events_schema(columns)
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(arrow_source(path))
     extras = extra.match(path, options.extra_columns, pf.schema_arrow.names)
     for i in range(start, stop):
         table = pf.read_row_group(i, columns=schema.names + list(extras.values()), use_threads=True)
@@ -211,7 +216,7 @@ def _read_range(path: Path, start: int, stop: int, options: ReadOptions, report:
 
 def _range_chunks(path: Path, a: int, b: int, size: int) -> Iterator[pa.Buffer]:
     """Buffers of about ``size`` bytes of [a, b) cut at line ends (b is a line start or the end)."""
-    with pa.OSFile(str(path), "rb") as fh:
+    with (pa.OSFile(str(path), "rb") if isinstance(path, Path) else pa.PythonFile(path.open("rb"), mode="r")) as fh:
         fh.seek(a)
         pos = a
         while pos < b:
