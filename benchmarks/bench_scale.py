@@ -156,6 +156,8 @@ def main() -> None:
         ("fragmentation, 10M events", base_events, vt + ["fragmentation", str(base_dir), *quiet]),
         ("fragmentation, whole run", events, vt + ["fragmentation", str(folder), *quiet]),
         ("entropy, whole run, --jobs 2", events, vt + ["entropy", str(folder), *quiet, "--jobs", "2"]),
+        ("bursts, whole run, --jobs 2", events, vt + ["bursts", str(folder), *quiet, "--jobs", "2"]),
+        ("fragmentation, whole run, --jobs 2", events, vt + ["fragmentation", str(folder), *quiet, "--jobs", "2"]),
     ]
     if not args.no_dask:
         cases += [(f"entropy, whole run, dask --workers {w}", events,
@@ -177,10 +179,14 @@ def main() -> None:
         print(f"{what}: events/s whole run / 10M run = {big[2] / small[2]:.2f} wall, "
               f"{big[3] / small[3]:.2f} per CPU second (target >= 1.0); "
               f"peak RSS {big[1]:.0f} vs {small[1]:.0f} MiB ({big[1] / small[1]:.2f}x; target: not growing)")
+    for what in ("entropy", "bursts", "fragmentation"):
+        if f"{what}, whole run, --jobs 2" in res and f"{what}, whole run" in res:
+            one, two = res[f"{what}, whole run"], res[f"{what}, whole run, --jobs 2"]
+            print(f"{what}: speed-up 1 -> 2 workers, --jobs: {one[0] / two[0]:.2f}x wall; "
+                  f"CPU seconds {one[3] / two[3]:.2f}x those of one process")
     if args.only:
         return
     one = res["entropy, whole run"][0]
-    print(f"speed-up 1 -> 2 workers, --jobs: {one / res['entropy, whole run, --jobs 2'][0]:.2f}x")
     if not args.no_dask:
         d1, d2 = (res[f"entropy, whole run, dask --workers {w}"][0] for w in (1, 2))
         print(f"speed-up 1 -> 2 workers, dask: {d1 / d2:.2f}x (dask 1 worker vs local: {one / d1:.2f}x)")
