@@ -108,6 +108,15 @@ def test_capacity_paths_are_exercised_and_equal(conf):
 
 
 @needs_c
+def test_max_split_size_past_2_63_is_no_limit_on_both_cores():
+    """A max_split_size_mb whose bytes pass 2^63 (but not 2^64) must not wrap to a negative int64 in C."""
+    conf = parse_conf("max_split_size_mb:9000000000000")
+    assert 1 << 63 < conf.max_split_size < (1 << 64) - 1
+    for seed in range(3):
+        assert assert_same(random_requests(seed, 2000, 2, 1, True), conf, 256 * MiB)[0].device_frees > 0
+
+
+@needs_c
 @pytest.mark.parametrize("name", ["cranberrii_memory_snapshot.pickle", "maphsge4_snapshot.pickle",
                                   "constructorsun_memory_snapshot.pickle", "magma27_memory_snapshot.pickle"])
 def test_real_traces_give_the_same_events_on_both_cores(name):

@@ -61,8 +61,10 @@ class CTorchAllocator:
     """One device's ``DeviceCachingAllocator`` in C; the replay calls :meth:`run_chunk` instead of malloc/free."""
 
     def __init__(self, conf: TorchConf, *, capacity: int | None, rec: CoreRecorder, va: AddressSpace | None = None) -> None:
-        # limits past what any size reaches act as no limit (the same decisions), so they fit C's integers
-        self.core = _torchcore.Core(min(conf.max_split_size, NO_LIMIT), min(conf.max_non_split_rounding_size, 1 << 62),
+        # limits past what any size reaches act as no limit (the same decisions), so they fit C's integers;
+        # a max_split_size past 2^63 is NO_LIMIT too (release_available_cached_blocks reads it as int64)
+        mss = conf.max_split_size if conf.max_split_size < 1 << 63 else NO_LIMIT
+        self.core = _torchcore.Core(mss, min(conf.max_non_split_rounding_size, 1 << 62),
                                     list(conf.roundup_power2_divisions), None if capacity is None else min(capacity, 1 << 62),
                                     (va or AddressSpace()).next)
         self.rec = rec
