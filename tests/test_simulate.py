@@ -174,6 +174,22 @@ def test_cli_bad_traces(tmp_path):
     assert r.exit_code == 0 and json.loads(r.stdout)["params"]["counts"]["unknown_frees"] == 2
 
 
+def test_cli_snapshot_listing_a_segment_twice_is_an_error_not_a_crash(tmp_path):
+    """Overlapping seeded segments would share free-list keys (the C core's treap lost a block: a segfault)."""
+    import pickle
+
+    seg = {"device": 0, "address": 1 << 40, "total_size": 20 * MiB, "stream": 0, "segment_type": "large",
+           "blocks": [{"address": 1 << 40, "size": 20 * MiB, "requested_size": 0, "state": "inactive"}]}
+    trace = [{"action": "alloc", "addr": 1 << 32, "size": 4 * MiB, "stream": 0, "time_us": 1},
+             {"action": "free_completed", "addr": 1 << 32, "size": 4 * MiB, "stream": 0, "time_us": 2}]
+    path = tmp_path / "dup.pickle"
+    path.write_bytes(pickle.dumps({"segments": [seg, seg], "device_traces": [trace]}))
+    for core in ("auto", "python"):
+        r = run_cli("simulate", path, "-p", "torch", "--torch-core", core)
+        assert r.exit_code == 1 and r.stdout == ""
+        assert r.stderr.startswith("Error: the snapshot's segments overlap on device 0"), r.stderr
+
+
 # -- real traces: the torch model must reproduce the recorded device allocations ----------------------
 
 @pytest.mark.parametrize("name", ["cranberrii_memory_snapshot.pickle", "maphsge4_snapshot.pickle",

@@ -20,6 +20,7 @@ import pyarrow as pa
 from veotrace.allocators.base import ALLOC, SEGMENT_ALLOC
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.torch import Block, TorchAllocator, kMinBlockSize, kSmallBuffer, kSmallSize, round_size
+from veotrace.errors import TraceFormatError
 
 
 @dataclass
@@ -88,6 +89,11 @@ def rebuild(events: pa.Table, segments: pa.Table, blocks: pa.Table) -> Seed:
         seed.live.append((d, a, req, st, block_size))
     seed.live.sort()
     seed.segments.sort()
+    for a, b in zip(seed.segments, seed.segments[1:]):  # the models' free lists need disjoint segments
+        if a[0] == b[0] and b[1] < a[1] + a[2]:
+            raise TraceFormatError(f"the snapshot's segments overlap on device {a[0]}: {a[2]:,} bytes at {a[1]:#x} "
+                                   f"and {b[2]:,} bytes at {b[1]:#x}, so the state before the trace cannot be rebuilt",
+                                   hint="A snapshot from torch.cuda.memory._snapshot() lists each segment once")
     return seed
 
 
