@@ -108,6 +108,15 @@ def test_capacity_paths_are_exercised_and_equal(conf):
 
 
 @needs_c
+def test_seeded_devices_give_the_same_events_on_both_cores():
+    """Seeding events of several devices (requests -1, -2) come in the order the models were made."""
+    from veotrace.allocators.seed import Seed
+
+    seed = Seed(segments=[(0, 1 << 40, 20 * MiB, 0, False), (1, 1 << 41, 20 * MiB, 0, False)])
+    assert_same(random_requests(1, 200, 1, 2, False), TorchConf(), seed=seed)
+
+
+@needs_c
 def test_max_split_size_past_2_63_is_no_limit_on_both_cores():
     """A max_split_size_mb whose bytes pass 2^63 (but not 2^64) must not wrap to a negative int64 in C."""
     conf = parse_conf("max_split_size_mb:9000000000000")

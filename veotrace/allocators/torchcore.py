@@ -54,7 +54,10 @@ class CoreRecorder:
         if len(parts) == 1:
             return parts[0]
         ev = np.concatenate(parts)
-        return ev[np.argsort(ev[:, 0], kind="stable")]  # a request's events all come from one device
+        # a request's events all come from one device; the seeding events (request -1 - device) keep the
+        # order of the cores, as the Python models emit them when made
+        r = ev[:, 0]
+        return ev[np.argsort(np.where(r < 0, -1, r), kind="stable")]
 
 
 class CTorchAllocator:
