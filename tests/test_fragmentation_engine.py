@@ -170,6 +170,71 @@ def test_a_bad_file_among_pieces_is_the_local_error_line(data, tmp_path):
     assert par.stderr.startswith(f"Error: {folder / 'b.csv'}:3:")
 
 
+def _pieces() -> list[pa.Table]:
+    """ALLOC_EVENTS in 24 pieces, some empty (first, middle, last): device 0's segment reserved in
+    the first piece, another reserved and released pieces apart; device 1 only from piece 7 on,
+    mapping and unmapping ranges; frees of blocks allocated pieces before; and 60 s windows spanning
+    several pieces (a device has no event in some of them)."""
+    rng = np.random.default_rng(7)
+    rows: list[list] = [[] for _ in range(24)]
+    live: dict[int, list] = {0: [], 1: []}
+    t = 0
+    rows[1].append((t, "segment_alloc", 8 * MiB, 0x10000000, 0))
+    for i in range(1, 23):
+        if i in (4, 12, 23):
+            continue
+        if i == 7:
+            rows[i].append((t, "segment_map", 4 * MiB, 0x20000000, 1))
+        if i == 9:
+            rows[i].append((t, "segment_alloc", 2 * MiB, 0x30000000, 0))
+        if i == 15:
+            rows[i].append((t, "segment_free", 2 * MiB, 0x30000000, 0))
+        if i == 17:
+            rows[i].append((t, "segment_unmap", 1 * MiB, 0x20100000, 1))
+        devices = (0,) if i < 7 else (0, 1) if i % 3 else (1,)
+        for _ in range(int(rng.integers(1, 12))):
+            t += int(rng.integers(1, 20)) * 10**9
+            d = devices[int(rng.integers(len(devices)))]
+            if live[d] and rng.random() < 0.45:
+                a, s = live[d].pop(int(rng.integers(len(live[d]))))
+                rows[i].append((t, "free", s, a, d))
+            else:
+                base = 0x10000000 if d == 0 else 0x20000000
+                a = base + int(rng.integers(0, 1 << 11)) * 1024
+                if any(a == x for x, _ in live[d]):
+                    continue
+                s = int(rng.integers(1, 64)) * 512
+                live[d].append((a, s))
+                rows[i].append((t, "alloc", s, a, d))
+    schema = pa.schema([("ts_ns", pa.int64()), ("op", pa.string()), ("size_bytes", pa.int64()),
+                        ("address", pa.uint64()), ("device", pa.int64())])
+    return [pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rs], schema=schema) for rs in rows]
+
+
+@pytest.mark.parametrize("fan_in", [2, 3, 8])
+@pytest.mark.parametrize("kw", [{"window_s": 60.0}, {"window_s": 7.0}, {"window_events": 5},
+                                {"window_s": 60.0, "zone_bytes": "segment"}], ids=["60s", "7s", "events", "segment-zones"])
+def test_pieces_merged_in_any_tree_give_the_local_windows(kw, fan_in):
+    """Both passes and the merge as the engines run them, on pieces the split of files cannot make
+    (empty ones, a device absent from some): any grouping of the merge gives the one-process result."""
+    from veotrace.engine.tasks import Partial, merge_tree
+    from veotrace.fragmentation import fragmentation_series
+    from veotrace.fragmentation.parallel import ParallelSetup, boundary_pass, replay_piece
+
+    pieces = _pieces()
+    assert sum(p.num_rows == 0 for p in pieces) == 4 and pieces[7]["device"].to_pylist()[0] == 1
+    setup = ParallelSetup(**kw)
+    bounds = [boundary_pass(p.to_batches(), **setup.boundary_params()) for p in pieces]
+    jobs = setup.replay_jobs(bounds, ReadOptions(), None)
+    parts = [Partial(replay_piece(p.to_batches(), j.params["start"], params=j.params["replay"]))
+             for p, j in zip(pieces, jobs)]
+    got = setup.result(merge_tree(parts, fan_in=fan_in).value).to_dict()
+    want = fragmentation_series([b for p in pieces for b in p.to_batches()], **kw).to_dict()
+    assert want["end"]["total"]["reserved_bytes"] == 8 * MiB + 3 * MiB
+    assert sum(w["events"] for w in want["windows"]) == sum(p.num_rows for p in pieces)
+    assert_same(got, want)
+
+
 def test_engine_options_are_checked():
     r = run_cli("fragmentation", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--workers", "2")
     assert r.exit_code == 2 and r.stderr.startswith("Error:") and "--engine dask" in r.stderr
