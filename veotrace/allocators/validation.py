@@ -15,10 +15,10 @@ from collections import Counter
 import pyarrow as pa
 
 from veotrace.allocators import replay as rp
-from veotrace.allocators.base import OP_NAMES, SEGMENT_ALLOC, SEGMENT_MAP, AddressSpace, Recorder
+from veotrace.allocators.base import OP_NAMES, SEGMENT_ALLOC, SEGMENT_MAP, Recorder
 from veotrace.allocators.conf import TorchConf
-from veotrace.allocators.seed import Seed, seed_state
-from veotrace.allocators.torch import TorchAllocator, get_allocation_size, round_size
+from veotrace.allocators.seed import Seed
+from veotrace.allocators.torch import get_allocation_size, round_size
 
 #: Mismatches listed per kind in the output.
 MAX_MISMATCHES = 5
@@ -29,21 +29,14 @@ TARGET_SHARE, TARGET_EXTRA = 0.95, 0.05
 def run_torch(req: rp.Requests, conf: TorchConf, seed: Seed | None, capacity, core: str = "python") -> tuple[dict, Recorder]:
     """Replay ``req`` through seeded torch models (one per device) on ``core`` ("c" or "python");
     ``capacity``: int, dict or None. The recorder returned holds every event."""
-    from veotrace.allocators.torchcore import CoreRecorder, CTorchAllocator
+    from veotrace.allocators.simulate import make_policy
+    from veotrace.allocators.torchcore import CoreRecorder
 
     rec = CoreRecorder() if core == "c" else Recorder()
 
     def make(device: int):
         cap = capacity.get(device) if isinstance(capacity, dict) else capacity
-        if core == "c":
-            model = CTorchAllocator(conf, capacity=cap, rec=rec, va=AddressSpace())
-            if seed is not None and seed.used:
-                model.seed(seed, device, conf)
-            return model
-        model = TorchAllocator(conf, capacity=cap, rec=rec, va=AddressSpace())
-        if seed is not None and seed.used:
-            seed_state(model, seed, device, conf)
-        return model
+        return make_policy("torch", device, req, rec, conf=conf, capacity=cap, seed=seed, tiers=None, core=core)
 
     policies = rp.replay(make, req)
     if core == "c":
