@@ -157,6 +157,33 @@ def test_inputs_without_a_clean_split_stay_on_one_process():
     assert at.exit_code == 0 and "note: --at TIME is replayed on one process" in at.stderr
 
 
+def test_pieces_that_need_one_process_say_so(tmp_path):
+    """free_requested (pending frees) and events without timestamps on the default window: the
+    pieces are replayed on one process, with a note, and the local JSON."""
+    from veotrace.schemas import ALLOC_EVENTS
+
+    pending = tmp_path / "pending"
+    pending.mkdir()
+    (pending / "a.csv").write_text("timestamp,op_type,size_bytes,address\n1,alloc,4096,0x1000\n"
+                                   "2,free_requested,4096,0x1000\n")
+    (pending / "b.csv").write_text("timestamp,op_type,size_bytes,address\n3,free,4096,0x1000\n4,alloc,64,0x2000\n")
+    untimed = tmp_path / "untimed"
+    untimed.mkdir()
+    for name, rows in (("a.parquet", [("alloc", 4096, 0x1000), ("free", 4096, 0x1000)]),
+                       ("b.parquet", [("alloc", 64, 0x2000)])):
+        cols = {"ts_ns": [None] * len(rows), "seq": list(range(len(rows))), "op": [r[0] for r in rows],
+                "size_bytes": [r[1] for r in rows], "address": [r[2] for r in rows], "stream": [None] * len(rows),
+                "device": [0] * len(rows), "mem_kind": [None] * len(rows), "source_file": [name] * len(rows)}
+        pq.write_table(pa.Table.from_pydict(cols, schema=ALLOC_EVENTS), untimed / name)
+    for folder, note in ((pending, "note: free_requested events (pending frees): replayed on one process"),
+                         (untimed, "note: events without timestamps: replayed on one process")):
+        local = run_cli("fragmentation", folder, "-f", "json", "--no-progress")
+        par = run_cli("fragmentation", folder, "-f", "json", "--no-progress", "--jobs", "2")
+        assert local.exit_code == par.exit_code == 0, par.stderr
+        assert par.stderr == note + "\n" and local.stderr == ""
+        assert json.loads(par.stdout) == json.loads(local.stdout)
+
+
 @pytest.mark.usefixtures("small_pieces")
 def test_a_bad_file_among_pieces_is_the_local_error_line(data, tmp_path):
     folder = tmp_path / "logs"
