@@ -150,6 +150,20 @@ def test_real_traces_give_the_same_events_on_both_cores(name):
             assert_same(req, other, peak // 2, seed=s)
 
 
+def test_validation_with_a_gc_threshold_runs_the_core_that_models_it():
+    """Validation's run without recorded releases has a capacity (the trace's peaks), which turns
+    garbage_collection_threshold on: the result is the Python model's whatever core is asked for."""
+    from veotrace.allocators.load import load_trace
+    from veotrace.allocators.validation import validate
+    from veotrace.sources import ReadOptions, ReadReport
+
+    table, conf, _, seed = load_trace([real_trace("maphsge4_snapshot.pickle")], ReadOptions(), ReadReport(), None)
+    gc = parse_conf("garbage_collection_threshold:0.5", base=conf)
+    auto, python = validate(table, seed, gc, torch_core="auto"), validate(table, seed, gc, torch_core="python")
+    assert auto["torch_core"] == "python"
+    assert auto == python
+
+
 def test_choose_core_is_the_one_decision():
     assert choose_core(TorchConf(), None, "python") == ("python", "asked for (--torch-core python)")
     assert "expandable" in choose_core(parse_conf("expandable_segments:True"), None)[1]

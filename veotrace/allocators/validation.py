@@ -100,17 +100,19 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     model runs on the core :func:`torchcore.choose_core` picks (``validation.torch_core``)."""
     from veotrace.allocators.torchcore import choose_core
 
-    core = choose_core(conf, capacity, torch_core)[0]
     seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live]
     with_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True)
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
                 "nothing to validate against"}
+    inferred = capacity is None
+    cap = capacity if capacity is not None else recorded_peaks(with_rel, seed)
+    # one core for both runs, chosen with the capacity the run without releases has (given or inferred), so
+    # garbage_collection_threshold, active with a capacity, runs on the core that models it
+    core = choose_core(conf, cap, torch_core)[0]
     _, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
     no_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False)
-    inferred = capacity is None
-    cap = capacity if capacity is not None else recorded_peaks(with_rel, seed)
     _, rec2 = run_torch(no_rel, conf, seed, cap, core)
     alone = compare(no_rel, rec2)
     alone.pop("first_mismatches")
