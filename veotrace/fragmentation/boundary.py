@@ -142,29 +142,27 @@ def start_states(bounds: list[Boundary], *, window_ns: int | None, window_events
             return (offsets[i] + b.first_row) // window_events
         return (b.first_ts if after is None else max(b.first_ts, after)) // window_ns
 
+    last_piece: dict = {}  # device -> the last piece before with an event of it
     out: list[PieceStart] = []
     for i, bnd in enumerate(bounds):
         cont = {}
         for d in bnd.devices:
             if d in last_ts:
+                k = window(i, d, last_ts[d])
+                out[last_piece[d]].next_k[d] = k  # its next event after that piece is this piece's first
                 prev_k = last_row[d] // window_events if window_events is not None else last_ts[d] // window_ns
-                if window(i, d, last_ts[d]) == prev_k:
+                if k == prev_k:
                     cont[d] = (prev_k, last_ts[d])
         out.append(PieceStart({d: st.copy() for d, st in states.items()}, offsets[i], dict(first_ts), dict(last_ts),
                               dict(last_alloc), cont, {}))
         for d, b in bnd.devices.items():
+            last_piece[d] = i
             first_ts.setdefault(d, b.first_ts)
             last_ts[d] = b.last_ts if d not in last_ts else max(last_ts[d], b.last_ts)
             last_row[d] = offsets[i] + b.last_row
             if b.last_alloc is not None:
                 last_alloc[d] = b.last_alloc
             states[d] = _apply(states.get(d) or DeviceState(), b)
-    for i, start in enumerate(out):  # the next event of each device after piece i
-        for d in bounds[i].devices:
-            j = next((j for j in range(i + 1, len(bounds)) if d in bounds[j].devices), None)
-            if j is not None:
-                seen = max(bounds[x].devices[d].last_ts for x in range(i + 1) if d in bounds[x].devices)
-                start.next_k[d] = window(j, d, seen)
     return out
 
 
