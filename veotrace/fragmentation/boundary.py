@@ -20,7 +20,6 @@ from veotrace.fragmentation.state import (
     SEG_ALLOC,
     Counters,
     DeviceState,
-    Segment,
 )
 from veotrace.fragmentation.windows import _codes, _col
 
@@ -168,13 +167,9 @@ def start_states(bounds: list[Boundary], *, window_ns: int | None, window_events
 
 def _apply(st: DeviceState, b: DevBoundary) -> DeviceState:
     """The state after a piece with boundary ``b`` that started in ``st`` (segment counters left out)."""
-    keep = ~np.isin(st.addr, b.addr)
-    new = b.is_alloc
-    addr = np.r_[st.addr[keep], b.addr[new]]
-    order = np.argsort(addr, kind="stable")
-    out = DeviceState(addr[order], np.r_[st.size[keep], b.size[new]][order], np.r_[st.req[keep], b.req[new]][order],
-                      set(), [Segment(s.start, s.end, s.expandable) for s in st.segments], 0, st.reserved_bytes,
-                      Counters(), st.segmented)
+    out = st.copy()
+    new = b.is_alloc  # b.addr is sorted: the live set's sorted insert, as in the replay
+    out._merge(~np.isin(st.addr, b.addr), b.addr[new], b.size[new], b.req[new])
     out.live_bytes = int(out.size.sum())
     for code, a, size in b.seg_events:
         out.apply_segment(code, a, size)
