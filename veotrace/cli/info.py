@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,6 +17,7 @@ from veotrace.cli.common import (
     TimeUnitOpt,
     emit,
     err,
+    path_or_url,
     print_report,
     read_setup,
     user_errors,
@@ -26,7 +26,7 @@ from veotrace.cli.common import (
 
 @app.command("info")
 def info_command(
-    paths: Annotated[list[Path], typer.Argument(help="Any files veotrace reads (alloc logs, snapshots, nsys/ncu exports, arrays, per-frame metric tables, Parquet) or folders of them.")],
+    paths: Annotated[list[object], typer.Argument(help="Any files veotrace reads (alloc logs, snapshots, nsys/ncu exports, arrays, per-frame metric tables, Parquet) or folders of them; or URLs fsspec reads (veotrace[remote]).", parser=path_or_url)],
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,

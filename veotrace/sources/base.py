@@ -326,10 +326,9 @@ def expand_paths(paths: list[Path], skipped: list[str] | None = None) -> list[Pa
         if not isinstance(p, Path):  # a URL (sources.remote.UrlPath): an object, or a "folder" prefix
             if p.is_dir():
                 files.extend(p.files())
-            elif p.exists():
-                files.append(p)
             else:
-                raise FileNotFoundError(errno.ENOENT, "no such object", str(p))
+                p.stat()  # a missing object or a refused read: the error names the URL
+                files.append(p)
         elif p.is_dir():
             inner = []
             for q in p.rglob("*"):

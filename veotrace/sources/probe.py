@@ -198,8 +198,10 @@ def _parquet(path: Path) -> dict[str, Any]:
 
     from veotrace.schemas import schema_tag
 
+    from veotrace.sources.remote import arrow_source
+
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(arrow_source(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceFormatError(f"not a readable Parquet file ({_detail(exc)})", path=path) from None
     return {"schema": schema_tag(pf.schema_arrow), "rows": pf.metadata.num_rows, "row_groups": pf.num_row_groups,

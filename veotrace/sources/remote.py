@@ -82,7 +82,7 @@ class UrlPath:
         try:
             fs = _FS.get(protocol)
             if fs is None:
-                fs = _FS[protocol] = fsspec.filesystem(protocol)
+                fs = _FS[protocol] = fsspec.filesystem(protocol, skip_instance_cache=True)
             return fs, fs._strip_protocol(self.url)
         except ValueError as exc:  # "Protocol not known"
             raise UsageError(f"{self.url}: no fsspec file system for '{protocol}://' ({exc})",
