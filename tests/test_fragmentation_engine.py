@@ -297,3 +297,13 @@ def test_a_worker_killed_in_the_second_pass_does_not_change_the_result(data, clu
     assert why is None and killed and killed[0][0] < killed[0][1]
     assert victim.wait(timeout=10) == -signal.SIGKILL
     assert_same(result.to_dict(), want)
+
+
+def test_untimed_events_after_an_empty_piece_still_go_to_one_process():
+    """The no-timestamp check looks at the first piece with rows, not at an empty first piece."""
+    from veotrace.fragmentation.boundary import Boundary
+    from veotrace.fragmentation.parallel import ParallelSetup
+
+    bounds = [Boundary(), Boundary(rows=10, null_ts_first=True), Boundary(rows=5, null_ts_first=True)]
+    assert ParallelSetup().replay_jobs(bounds, ReadOptions(), [None] * 3) == \
+        "note: events without timestamps: replayed on one process"

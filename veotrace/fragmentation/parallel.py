@@ -177,7 +177,8 @@ class ParallelSetup:
             return ONE_PIECE
         if any(b.free_requested for b in bounds):
             return "note: free_requested events (pending frees): replayed on one process"
-        if self.default_window and bounds[0].null_ts_first:
+        first = next((b for b in bounds if b.rows), bounds[0])  # the first batch read is the first row's
+        if self.default_window and first.null_ts_first:
             return "note: events without timestamps: replayed on one process"
         window_ns = None if self.window_events is not None else round(self.window_s * 1e9)
         starts = start_states(bounds, window_ns=window_ns, window_events=self.window_events)
