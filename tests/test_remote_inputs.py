@@ -270,3 +270,15 @@ def test_s3_url_on_a_moto_server(files, monkeypatch):
         _one_error(run_cli("entropy", "s3://logs/run/missing.csv"), 1, "s3://logs/run/missing.csv")
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_convert_reads_urls_and_never_writes_over_a_file_url_input(files, tmp_path, jobs):
+    out = tmp_path / "out.parquet"
+    res = run_cli("convert", files["folder"].resolve().as_uri(), "-o", out, "--no-progress", "--jobs", jobs)
+    assert res.exit_code == 0, res.stderr
+    assert pq.read_table(out).select(READ).equals(_events([files["folder"]]).select(READ))
+    before = out.read_bytes()
+    res = run_cli("convert", out.as_uri(), "-o", out, "--no-progress", "--jobs", jobs)
+    assert res.exit_code == 2 and "refusing to write the output over an input" in res.stderr
+    assert out.read_bytes() == before

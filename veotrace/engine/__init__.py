@@ -242,10 +242,12 @@ def _refuse_input_as_output(paths: Sequence[Path], output: Path) -> None:
 
     from veotrace.errors import UsageError
     from veotrace.sources.base import expand_paths
+    from veotrace.sources.remote import local_path
 
     if not output.exists():
         return
     for path in expand_paths(list(paths)):
-        if os.path.samefile(path, output):
+        local = local_path(path)  # None: an object-storage URL, never the local output
+        if local is not None and local.exists() and os.path.samefile(local, output):
             raise UsageError(f"refusing to write the output over an input of this command ({path})", path=output,
                              hint="Choose another -o path")

@@ -135,9 +135,15 @@ def note_input(path: Path) -> None:
     """Remember ``path`` as an input of this run."""
     import os
 
+    if not isinstance(path, Path):  # a URL (sources.remote): a file:// URL names a local file
+        from veotrace.sources.remote import local_path
+
+        path = local_path(path)
+        if path is None:
+            return
     try:
         st = os.stat(path)
-    except (OSError, TypeError):  # TypeError: a URL (sources.remote), never an output of this run
+    except OSError:
         return
     _INPUTS.setdefault((st.st_dev, st.st_ino), str(path))
 

@@ -40,6 +40,15 @@ def arrow_source(path: Path | UrlPath):
     return path if isinstance(path, Path) else path.open("rb")
 
 
+def local_path(path: Path | UrlPath) -> Path | None:
+    """The local file behind ``path`` (a ``Path``, or a ``file://`` URL), else None: so that an output
+    is never written over an input given as a URL either."""
+    if isinstance(path, Path):
+        return path
+    url = str(path)
+    return Path(url[len("file://"):]) if url.lower().startswith("file://") else None
+
+
 class UrlPath:
     """An object (or a "folder" prefix) at a URL, with the ``Path`` methods the readers use."""
 
