@@ -27,6 +27,7 @@ from veotrace.allocators.requests import (
     Requests,
     check,
 )
+from veotrace.analysis.replay_limits import check_block_sizes
 
 #: Row categories: other (ignored, counted), alloc, free, free_requested (neither), device allocation, release.
 _OTHER, _ALLOC, _FREE, _PENDING, _DEVICE, _RELEASE = range(6)
@@ -132,6 +133,7 @@ class RequestBuilder:
             return
         cat, codes, names = self._categories(batch)
         size = _column(batch, "size_bytes", 0, np.int64)
+        check_block_sizes(size, batch)
         key, has_key = _keys(batch, self.key)
         stream, device = _column(batch, "stream", 0, np.int64), _column(batch, "device", 0, np.int64)
         seq, ts = _column(batch, "seq", -1, np.int64), _column(batch, "ts_ns", NO_TIME, np.int64)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from veotrace.analysis.replay_limits import check_block_sizes
 from veotrace.fragmentation.match import _sort_rows
 from veotrace.fragmentation.state import (
     ALLOC,
@@ -60,6 +61,7 @@ def boundary_pass(batches, *, round_bytes: int, time_windows: bool) -> Boundary:
             addr_arr = addr_arr.fill_null(0)
         addr = np.asarray(addr_arr).astype(np.uint64, copy=False)
         size = _col(batch, "size_bytes", np.int64, 0)
+        check_block_sizes(size, batch)
         block = _col(batch, "block_bytes", np.int64, -1)
         rounded = size if round_bytes <= 1 else -(-size // round_bytes) * round_bytes
         block = rounded if block is None else np.where(block >= 0, block, rounded)

@@ -40,7 +40,7 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
             notes.append(why)
     if not snaps:
         batches = iter_alloc_events(paths, options=options, report=report,
-                                    columns=("ts_ns", "op", "size_bytes", "address", "device"),
+                                    columns=("ts_ns", "op", "size_bytes", "address", "device", "source_file"),
                                     on_progress=on_progress)
         return fragmentation_series(batches, **kw)
     if len(inputs) > 1:

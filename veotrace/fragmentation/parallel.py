@@ -138,7 +138,7 @@ def replay_piece(batches, start: PieceStart, *, params: dict) -> PiecePartial:
 
 ONE_PIECE = "note: one piece of input (nothing to split): replayed on one process"
 #: The ALLOC_EVENTS columns the replay reads.
-COLUMNS = ("ts_ns", "op", "size_bytes", "address", "device")
+COLUMNS = ("ts_ns", "op", "size_bytes", "address", "device", "source_file")
 
 
 @dataclass

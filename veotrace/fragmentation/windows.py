@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from veotrace.analysis.replay_limits import check_block_sizes
 from veotrace.fragmentation import metrics as M
 from veotrace.fragmentation.layout import Layout
 from veotrace.fragmentation.match import match_batch
@@ -120,6 +121,7 @@ class Replay:
             return
         code = _codes(batch.column("op"))
         size = _col(batch, "size_bytes", np.int64, 0)
+        check_block_sizes(size, batch)
         addr_arr = batch.column("address") if "address" in batch.schema.names else pa.nulls(n, pa.uint64())
         no_addr = np.asarray(addr_arr.is_null()) if addr_arr.null_count else None
         addr = np.asarray(addr_arr.fill_null(0) if addr_arr.null_count else addr_arr).astype(np.uint64, copy=False)
