@@ -192,3 +192,15 @@ def test_cli_unknown_core_is_one_error_line():
     r = run_cli("simulate", SAMPLE, "--torch-core", "gpu")
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines()[0] == "Error: unknown --torch-core 'gpu'. Cores are auto, c, python"
+
+
+def test_divisions_beyond_a_c_int_run_the_python_core():
+    import dataclasses
+
+    from veotrace.allocators.conf import TorchConf
+    from veotrace.allocators.torchcore import C_INT_MAX, choose_core
+
+    big = dataclasses.replace(TorchConf(), roundup_power2_divisions=(C_INT_MAX + 1,) + (0,) * 15)
+    assert choose_core(big, None)[0] == "python"
+    fits = dataclasses.replace(TorchConf(), roundup_power2_divisions=(C_INT_MAX,) + (0,) * 15)
+    assert choose_core(fits, None)[0] == ("c" if choose_core(TorchConf(), None)[0] == "c" else "python")

@@ -20,6 +20,8 @@ except ImportError:  # built without a C compiler (setup.py marks the extension 
     _torchcore = None
 
 CORES = ("auto", "c", "python")
+#: The compiled core keeps roundup_power2_divisions entries as C ints.
+C_INT_MAX = 2**31 - 1
 
 
 def choose_core(conf: TorchConf, capacity: int | None, wanted: str = "auto") -> tuple[str, str]:
@@ -31,6 +33,8 @@ def choose_core(conf: TorchConf, capacity: int | None, wanted: str = "auto") -> 
         return "python", "expandable_segments is modelled by the Python core only"
     if conf.garbage_collection_threshold > 0 and capacity is not None:
         return "python", "garbage_collection_threshold is modelled by the Python core only"
+    if any(d > C_INT_MAX for d in conf.roundup_power2_divisions):
+        return "python", "a roundup_power2_divisions entry is above the compiled core's int range"
     if _torchcore is None:
         return "python", "the compiled core is not built (installed without a C compiler)"
     return "c", "compiled core (veotrace/allocators/_torchcore.c)"
