@@ -282,3 +282,10 @@ def test_convert_reads_urls_and_never_writes_over_a_file_url_input(files, tmp_pa
     res = run_cli("convert", out.as_uri(), "-o", out, "--no-progress", "--jobs", jobs)
     assert res.exit_code == 2 and "refusing to write the output over an input" in res.stderr
     assert out.read_bytes() == before
+
+
+def test_report_reads_a_url_folder(files, tmp_path):
+    out = tmp_path / "r.html"
+    res = run_cli("report", files["folder"].resolve().as_uri(), "-o", out)
+    assert res.exit_code == 0, res.stderr
+    assert "2 of 2 analyses" in res.stderr and "alloc.log.10.csv" in out.read_text()

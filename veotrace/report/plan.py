@@ -77,7 +77,9 @@ def _base(cmd: str) -> str | None:
 def _job(base: str, members: list) -> Job:
     """The job over ``members``; entropy's window is left to the analysis, which picks one that gives a
     usable series when the default does not (and says why), as ``veotrace entropy PATH`` does."""
-    return Job(base, [Path(m.path) for m in members])
+    from veotrace.sources.remote import as_path
+
+    return Job(base, [as_path(m.path) for m in members])  # a Path, or a URL (sources.remote)
 
 
 def _correlate_jobs(arrays: list) -> list[Job]:

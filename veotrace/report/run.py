@@ -61,11 +61,12 @@ def build_report(paths: list[Path], *, options: Any = None,
     from veotrace.analysis.info import describe_all
     from veotrace.sources.frames import frames_or_none
     from veotrace.sources.probe import probe_paths
+    from veotrace.sources.remote import as_path
 
     options = options if options is not None else ReadOptions()
     infos, groups, skipped = [], [], []
     for given in paths:
-        probes, skip = probe_paths([Path(given)], options)
+        probes, skip = probe_paths([as_path(given)], options)  # a Path, or a URL (sources.remote)
         described, skip = describe_all(probes, skip, frames_or_none)
         groups.append(list(range(len(infos), len(infos) + len(described))))
         infos.extend(described)

@@ -78,6 +78,11 @@ class UrlPath:
         return self.url.partition("://")[2].rstrip("/").rpartition("/")[2]
 
     @property
+    def parent(self) -> UrlPath:
+        head, _, rest = self.url.partition("://")
+        return UrlPath(f"{head}://{rest.rpartition('/')[0]}" if "/" in rest else self.url)
+
+    @property
     def suffix(self) -> str:
         return Path(self.name).suffix
 
