@@ -129,7 +129,6 @@ def read_piece(piece: Piece, *, options: ReadOptions, report: ReadReport,
     from veotrace.sources.base import guarded  # data errors -> one TraceFormatError naming the file
 
     from veotrace.sources.extra import check_source
-
     from veotrace.sources.remote import as_path
 
     path = as_path(piece.path)  # a local Path, or a URL each worker opens itself
@@ -150,7 +149,6 @@ def _read_row_groups(path: Path, start: int, stop: int, columns, options: ReadOp
 
     from veotrace.schemas.events import alloc_events_schema
     from veotrace.sources import extra
-
     from veotrace.sources.remote import arrow_source
 
     schema = alloc_events_schema(columns)
