@@ -14,6 +14,7 @@ import csv
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -238,13 +239,14 @@ def _csv_batches(stream, raw, present, read_cols, options, on_progress, path) ->
 
     # The next chunks are read and parsed (GIL released) while the caller analyses this one: one
     # chunk per core with the scanner, one ahead with pyarrow (which uses every core by itself).
-    for batch in read_ahead(chunks, parse, workers=PARSE_WORKERS if scanner is not None else 1):
-        if batch is _BAD:
-            raise _BadBlock
-        if batch is not None:
-            if on_progress is not None:
-                on_progress(raw.tell())
-            yield batch
+    with closing(read_ahead(chunks, parse, workers=PARSE_WORKERS if scanner is not None else 1)) as parsed:
+        for batch in parsed:
+            if batch is _BAD:
+                raise _BadBlock
+            if batch is not None:
+                if on_progress is not None:
+                    on_progress(raw.tell())
+                yield batch
 
 
 _BAD = object()  # a chunk with a value the exact path must report

@@ -16,6 +16,8 @@ from typing import TypeVar
 X = TypeVar("X")
 Y = TypeVar("Y")
 _END = object()
+#: How long a closed read-ahead waits for its running tasks (each is one block's parse).
+FINISH_TIMEOUT_S = 30.0
 
 
 class _Raised:
@@ -28,6 +30,8 @@ def read_ahead(items: Iterator[X], work: Callable[[X], Y], workers: int = 1) -> 
 
     ``items`` is advanced under a lock on the worker threads (its reads happen off the caller's
     thread too). An exception from ``items`` or ``work`` is raised at that item's place in the order.
+    Close the generator when stopping early (``contextlib.closing``): the tasks still running then
+    end before ``close()`` returns.
     """
     lock = threading.Lock()
     seq = itertools.count()
@@ -48,8 +52,9 @@ def read_ahead(items: Iterator[X], work: Callable[[X], Y], workers: int = 1) -> 
 
     pool = ThreadPoolExecutor(workers)
     wait_for_workers = True
+    pending: set[Future] = set()
     try:
-        pending: set[Future] = {pool.submit(task) for _ in range(workers + 1)}
+        pending = {pool.submit(task) for _ in range(workers + 1)}
         ready: dict[int, object] = {}
         for nxt in itertools.count():
             while nxt not in ready:
@@ -72,3 +77,8 @@ def read_ahead(items: Iterator[X], work: Callable[[X], Y], workers: int = 1) -> 
         raise
     finally:
         pool.shutdown(wait=wait_for_workers, cancel_futures=True)
+        if not wait_for_workers and threading.current_thread() not in pool._threads:
+            # The tasks already running may be scanning a memory-mapped file: the caller must not go
+            # on (and, say, rewrite the file: SIGBUS) before they end. Waiting on their futures is
+            # safe where joining is not (no shutdown lock); bounded, in case of a stranger context.
+            wait(pending, timeout=FINISH_TIMEOUT_S)
