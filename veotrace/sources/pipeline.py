@@ -17,7 +17,7 @@ X = TypeVar("X")
 Y = TypeVar("Y")
 _END = object()
 #: How long a closed read-ahead waits for its running tasks (each is one block's parse).
-FINISH_TIMEOUT_S = 30.0
+FINISH_TIMEOUT_S = 5.0
 
 
 class _Raised:
