@@ -17,7 +17,7 @@ X = TypeVar("X")
 Y = TypeVar("Y")
 _END = object()
 #: How long a closed read-ahead waits for its running tasks (each is one block's parse).
-FINISH_TIMEOUT_S = 5.0
+FINISH_TIMEOUT_S = 30.0
 
 
 class _Raised:
@@ -81,4 +81,5 @@ def read_ahead(items: Iterator[X], work: Callable[[X], Y], workers: int = 1) -> 
             # The tasks already running may be scanning a memory-mapped file: the caller must not go
             # on (and, say, rewrite the file: SIGBUS) before they end. Waiting on their futures is
             # safe where joining is not (no shutdown lock); bounded, in case of a stranger context.
-            wait(pending, timeout=FINISH_TIMEOUT_S)
+            # (Futures cancelled by the shutdown never count as done for wait(): leave them out.)
+            wait([f for f in pending if not f.cancelled()], timeout=FINISH_TIMEOUT_S)
