@@ -28,7 +28,12 @@ def random_table(seed: int, n: int, completed: bool) -> pa.Table:
         op = rng.choice(ops)
         rows.append((i * 10, op, rng.choice([0, 512, 4096, 3 << 20]) if op == "alloc" else rng.choice([512, 2 << 20]),
                      None if rng.random() < 0.03 else rng.randrange(12) * 512, rng.randrange(2), rng.randrange(2)))
-    cols = list(zip(*rows))
+    return events_table(rows)
+
+
+def events_table(rows: list[tuple]) -> pa.Table:
+    """ALLOC_EVENTS rows from (ts_ns, op, size_bytes, address, stream, device) tuples."""
+    cols, n = list(zip(*rows)), len(rows)
     return conform(pa.table({
         "ts_ns": pa.array(cols[0], pa.int64()), "seq": pa.array(range(n), pa.int64()),
         "op": pa.array(cols[1]).dictionary_encode(), "size_bytes": pa.array(cols[2], pa.int64()),
@@ -103,13 +108,7 @@ def two_device_log(seed: int, n: int) -> pa.Table:
             d = rng.randrange(2)
             live.append((addr, d, size))
             rows.append((i * 1000, "alloc", size, addr, rng.randrange(2), d))
-    cols = list(zip(*rows))
-    return conform(pa.table({
-        "ts_ns": pa.array(cols[0], pa.int64()), "seq": pa.array(range(n), pa.int64()),
-        "op": pa.array(cols[1]).dictionary_encode(), "size_bytes": pa.array(cols[2], pa.int64()),
-        "address": pa.array(cols[3], pa.uint64()), "stream": pa.array(cols[4], pa.int64()),
-        "device": pa.array(cols[5], pa.int32()), "source_file": pa.array(["t"] * n).dictionary_encode(),
-    }), ALLOC_EVENTS)
+    return events_table(rows)
 
 
 @pytest.mark.parametrize("core", ["auto", "python"])
