@@ -16,6 +16,7 @@ can re-run the tasks of a lost worker without changing the result.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,6 +68,28 @@ def plan(paths: Sequence[Path], options: ReadOptions, columns: Sequence[str] | N
     return plan_pieces(paths, options=options, report=report, split_bytes=split_bytes, columns=columns), report
 
 
+@contextmanager
+def _engine(paths: Sequence[Path], options: ReadOptions, columns, split_bytes: int | None, config: EngineConfig):
+    """The pieces of ``paths`` (planned where the tasks run), what planning skipped, ``run_pieces(pieces,
+    job_or_jobs, on_progress)`` on the engine, and ``on_worker(fn, *args)`` (one call where the tasks run)."""
+    from veotrace.sources.remote import as_path
+
+    paths = [as_path(p) for p in paths]  # local Paths, or URLs that the workers open
+    if config.kind == "local":
+        from veotrace.engine.local import run_local
+
+        pieces, planned = plan(paths, options, columns, split_bytes)
+        yield (pieces, planned, lambda pc, job, prog: run_local(pc, job, jobs=config.jobs, on_progress=prog),
+               lambda fn, *args: fn(*args))
+        return
+    from veotrace.engine.cluster import connect, plan_on_cluster, run_dask
+
+    with connect(config.scheduler, config.workers) as client:
+        pieces, planned = plan_on_cluster(client, plan, paths, options, columns, split_bytes)
+        yield (pieces, planned, lambda pc, job, prog: run_dask(client, pc, job, on_progress=prog),
+               lambda fn, *args: client.submit(fn, *args).result())
+
+
 def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadReport,
         on_progress: Callable[[int, int], None] | None = None, split: bool = True) -> Partial:
     """The merged partial of ``job`` over ``paths``; what reading skipped is added to ``report``.
@@ -74,25 +97,12 @@ def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadRe
     Args:
         split: cut large files into pieces of about SPLIT_BYTES (else one piece per file).
     """
-    from veotrace.sources.remote import as_path
-
-    paths = [as_path(p) for p in paths]  # local Paths, or URLs that the workers open
-    split_bytes = SPLIT_BYTES if split else None
     from veotrace.engine.tasks import first_timestamp, settle_window
 
-    if config.kind == "local":
-        from veotrace.engine.local import run_local
-
-        pieces, planned = plan(paths, job.options, job.columns, split_bytes)
-        job = settle_window(job, pieces, lambda p: first_timestamp(p, job.options))
-        part = run_local(pieces, job, jobs=config.jobs, on_progress=on_progress)
-    else:
-        from veotrace.engine.cluster import connect, plan_on_cluster, run_dask
-
-        with connect(config.scheduler, config.workers) as client:
-            pieces, planned = plan_on_cluster(client, plan, paths, job.options, job.columns, split_bytes)
-            job = settle_window(job, pieces, lambda p: client.submit(first_timestamp, p, job.options).result())
-            part = run_dask(client, pieces, job, on_progress=on_progress)
+    with _engine(paths, job.options, job.columns, SPLIT_BYTES if split else None, config) as (
+            pieces, planned, run_pieces, on_worker):
+        job = settle_window(job, pieces, lambda p: on_worker(first_timestamp, p, job.options))
+        part = run_pieces(pieces, job, on_progress)
     report.merge(planned)
     report.merge(part.report)
     return part
@@ -105,11 +115,7 @@ def run_two_pass(paths: Sequence[Path], first: Job, second: Callable[[list, Part
     partial)``'s jobs (one per piece); None when the inputs make one piece, or ``second`` gives None
     (the caller goes another way). Progress runs over both passes; what reading skipped is reported
     once (from the second pass)."""
-    from veotrace.sources.remote import as_path
-
-    paths = [as_path(p) for p in paths]  # local Paths, or URLs that the workers open
-
-    def passes(run_pieces, pieces):
+    with _engine(paths, first.options, first.columns, SPLIT_BYTES, config) as (pieces, planned, run_pieces, _):
         if len(pieces) < 2:
             return None
         prog = None if on_progress is None else (lambda d, t: on_progress(d, 2 * t))
@@ -117,22 +123,9 @@ def run_two_pass(paths: Sequence[Path], first: Job, second: Callable[[list, Part
         if jobs is None:
             return None
         prog = None if on_progress is None else (lambda d, t: on_progress(t + d, 2 * t))
-        return run_pieces(pieces, jobs, prog)
-
-    if config.kind == "local":
-        from veotrace.engine.local import run_local
-
-        pieces, planned = plan(paths, first.options, first.columns, SPLIT_BYTES)
-        part = passes(lambda pc, job, prog: run_local(pc, job, jobs=config.jobs, on_progress=prog), pieces)
-    else:
-        from veotrace.engine.cluster import connect, plan_on_cluster, run_dask
-
-        with connect(config.scheduler, config.workers) as client:
-            pieces, planned = plan_on_cluster(client, plan, paths, first.options, first.columns, SPLIT_BYTES)
-            part = passes(lambda pc, job, prog: run_dask(client, pc, job, on_progress=prog), pieces)
-    if part is not None:
-        report.merge(planned)
-        report.merge(part.report)
+        part = run_pieces(pieces, jobs, prog)
+    report.merge(planned)
+    report.merge(part.report)
     return part
 
 
