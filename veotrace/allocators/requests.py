@@ -94,6 +94,12 @@ class Requests:
     def has_time(self) -> bool:
         return len(self.ts_ns) > 0 and not (np.frombuffer(self.ts_ns, np.int64) == NO_TIME).any()
 
+    def clock(self, has_time: bool) -> np.ndarray:
+        """The time of every request: its timestamp, or (a trace without times) its index in the trace."""
+        if has_time:
+            return np.frombuffer(self.ts_ns, np.int64)
+        return np.arange(self.offset, self.offset + len(self), dtype=np.int64)
+
     def lifetimes_ns(self) -> array:
         """Per request: for an allocation, ns until its free (-1 never freed); NO_TIME without times."""
         ts, out = self.ts_ns, array("q", [NO_TIME]) * len(self.kind)

@@ -115,12 +115,6 @@ def events_batch(ev: np.ndarray, req: rp.Requests, name: str, clock: np.ndarray,
     }, schema=EVENTS_SCHEMA)
 
 
-def _clock(req: rp.Requests) -> tuple[np.ndarray, bool]:
-    if req.has_time:
-        return np.frombuffer(req.ts_ns, dtype=np.int64), True
-    return np.arange(len(req), dtype=np.int64), False  # request index as the clock
-
-
 def _oom_context(models: dict, part: rp.Requests, found: dict) -> None:
     """Remember where each model's first OOM happened while its request is at hand (a chunk of a stream)."""
     for m in models.values():
@@ -186,7 +180,8 @@ def simulate(req: rp.Requests | RequestStream, *, policies: list[str], conf: Tor
         has_time, releases = req.has_time, req.releases
         span = req.t_last - req.t_first + 1 if has_time else len(req)
     else:
-        clock, has_time = _clock(req)
+        has_time = req.has_time
+        clock = req.clock(has_time)
         span = int(clock[-1] - clock[0]) + 1 if len(clock) else 1
         releases = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == rp.RELEASE))
     if not has_time and window_s is not None:

@@ -77,9 +77,7 @@ class RequestStream:
 
     def clock(self, chunk: Requests) -> np.ndarray:
         """The time of every request of a chunk: its timestamp, or its index when the trace has no times."""
-        if self.has_time:
-            return np.frombuffer(chunk.ts_ns, np.int64)
-        return np.arange(chunk.offset, chunk.offset + len(chunk), dtype=np.int64)
+        return chunk.clock(self.has_time)
 
 
 def open_requests(events, policies: list[str], seed, *, max_unknown_frees: float = MAX_UNKNOWN_FREES,
