@@ -36,6 +36,10 @@ class Seed:
     def used(self) -> bool:
         return bool(self.live or self.segments)
 
+    def request_seeds(self) -> list[tuple[int, int, int, int]]:
+        """The live blocks as ``build_requests``' seeds: (device, address, requested size, stream)."""
+        return [(d, a, s, st) for d, a, s, st, _ in self.live]
+
     def describe(self) -> str:
         if not self.used:
             return "not seeded: the trace covers the run from its first allocation"

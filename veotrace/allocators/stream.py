@@ -88,5 +88,5 @@ def open_requests(events, policies: list[str], seed, *, max_unknown_frees: float
     kw = {"max_unknown_frees": max_unknown_frees, "use_releases": use_releases, "key": key}
     if callable(events) and not any(p.startswith("tiered") for p in policies):
         return RequestStream(events, **kw)
-    seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
+    seeds = seed.request_seeds() if seed is not None else []
     return build_requests(events(True) if callable(events) else events, seeds=seeds, **kw)

@@ -100,7 +100,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     model runs on the core :func:`torchcore.choose_core` picks (``validation.torch_core``)."""
     from veotrace.allocators.torchcore import choose_core
 
-    seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live]
+    seeds = seed.request_seeds()
     with_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True)
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
