@@ -32,7 +32,6 @@ STEP_EVENTS, LAYERS = 72, 12  # a training_log step of 12 layers writes 72 event
 
 def training_csv(events: int) -> Path:
     """The paired log of about ``events`` events under benchmarks/data, made once (in 1M-event pieces)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
@@ -78,15 +77,14 @@ def baseline(req) -> float:
 def time_policy(name: str, req, *, record: bool) -> float:
     """Seconds of the model loop (events drained per chunk as simulate does; not kept without ``record``)."""
     from veotrace.allocators import replay as rp
-    from veotrace.allocators.base import Recorder
     from veotrace.allocators.conf import TorchConf
     from veotrace.allocators.simulate import make_policy
     from veotrace.allocators.tiered import DEFAULT_TIERS
-    from veotrace.allocators.torchcore import CoreRecorder, choose_core
+    from veotrace.allocators.torchcore import choose_core, recorder_for
 
     core = choose_core(TorchConf(), None, "python" if name == "torch-python" else "auto")[0]
     policy = "torch" if name.startswith("torch") else name
-    rec = CoreRecorder() if policy == "torch" and core == "c" else Recorder(enabled=record)
+    rec = recorder_for(policy, core, record=record)
     t0 = time.perf_counter()
     for _ in rp.iter_replay(lambda d: make_policy(policy, d, req, rec, conf=TorchConf(), capacity=None, seed=None,
                                                   tiers=DEFAULT_TIERS, core=core), req, {}):

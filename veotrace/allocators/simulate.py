@@ -171,7 +171,7 @@ def simulate(req: rp.Requests | RequestStream, *, policies: list[str], conf: Tor
         torch_core: "auto" (the compiled core where it covers the run), "c" or "python" (see torchcore.choose_core).
     """
     from veotrace.allocators.tiered import DEFAULT_TIERS
-    from veotrace.allocators.torchcore import CoreRecorder, choose_core
+    from veotrace.allocators.torchcore import choose_core, recorder_for
     from veotrace.fragmentation import fragmentation_series
 
     tiers = tiers or DEFAULT_TIERS
@@ -200,7 +200,7 @@ def simulate(req: rp.Requests | RequestStream, *, policies: list[str], conf: Tor
             continue
         if name.startswith("tiered") and streamed:
             raise ValueError("the tiered policies need the whole requests, not a RequestStream")
-        rec, models = CoreRecorder() if name == "torch" and core == "c" else Recorder(), {}
+        rec, models = recorder_for(name, core), {}
         make = (lambda d, name=name, rec=rec: make_policy(name, d, req, rec, conf=conf, capacity=capacity,
                                                           seed=seed, tiers=tiers, core=core))
 

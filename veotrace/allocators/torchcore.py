@@ -40,6 +40,14 @@ def choose_core(conf: TorchConf, capacity: int | None, wanted: str = "auto") -> 
     return "c", "compiled core (veotrace/allocators/_torchcore.c)"
 
 
+def recorder_for(policy: str, core: str, *, record: bool = True):
+    """The recorder of one policy's run: the compiled core keeps its events itself (CoreRecorder), the
+    Python models emit into a Recorder (``record=False``: counters only)."""
+    from veotrace.allocators.base import Recorder
+
+    return CoreRecorder() if policy == "torch" and core == "c" else Recorder(enabled=record)
+
+
 class CoreRecorder:
     """The Recorder of compiled-core runs: its events are kept inside each device's core until drained."""
 

@@ -30,9 +30,9 @@ def run_torch(req: rp.Requests, conf: TorchConf, seed: Seed | None, capacity, co
     """Replay ``req`` through seeded torch models (one per device) on ``core`` ("c" or "python");
     ``capacity``: int, dict or None. The recorder returned holds every event."""
     from veotrace.allocators.simulate import make_policy
-    from veotrace.allocators.torchcore import CoreRecorder
+    from veotrace.allocators.torchcore import recorder_for
 
-    rec = CoreRecorder() if core == "c" else Recorder()
+    rec = recorder_for("torch", core)
 
     def make(device: int):
         cap = capacity.get(device) if isinstance(capacity, dict) else capacity
