@@ -25,7 +25,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     snapshot = len(inputs) == 1 and inputs[0][1].name == "torch-snapshot"
     def open_batches(first: bool):
-        return iter_alloc_events(paths, options=options, report=report if first else ReadReport())
+        return iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs)
 
     table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches
     snap_conf = seed = None

@@ -41,7 +41,7 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     if not snaps:
         batches = iter_alloc_events(paths, options=options, report=report,
                                     columns=("ts_ns", "op", "size_bytes", "address", "device", "source_file"),
-                                    on_progress=on_progress)
+                                    on_progress=on_progress, inputs=inputs)
         return fragmentation_series(batches, **kw)
     if len(inputs) > 1:
         raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")

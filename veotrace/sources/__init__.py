@@ -126,12 +126,15 @@ def iter_alloc_events(
     report: ReadReport | None = None,
     columns: Sequence[str] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    inputs: list[tuple[Path, Format]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream alloc/free events from files and folders as ``ALLOC_EVENTS`` batches.
 
     Args:
         columns: the ``ALLOC_EVENTS`` columns wanted (all when None); fewer columns read faster.
         on_progress: called as ``on_progress(bytes_done, bytes_total)`` over all files.
+        inputs: ``resolve_inputs(paths, "alloc_events", ...)`` when the caller has it already (no
+            second walk of the folders and detection of every file).
 
     Raises:
         TraceFormatError: unreadable or unsupported input (see ``resolve_inputs``).
@@ -139,7 +142,8 @@ def iter_alloc_events(
     from veotrace.sources.extra import check_source
 
     report = report if report is not None else ReadReport()
-    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    if inputs is None:
+        inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     for path, fmt in inputs:  # before reading anything
         check_source(path, fmt.name, options.extra_columns)
     sizes = [p.stat().st_size for p, _ in inputs]
