@@ -252,7 +252,7 @@ def test_pieces_merged_in_any_tree_give_the_local_windows(kw, fan_in):
     assert sum(p.num_rows == 0 for p in pieces) == 4 and pieces[7]["device"].to_pylist()[0] == 1
     setup = ParallelSetup(**kw)
     bounds = [boundary_pass(p.to_batches(), **setup.boundary_params()) for p in pieces]
-    jobs = setup.replay_jobs(bounds, ReadOptions(), None)
+    jobs = setup.replay_jobs(bounds, ReadOptions())
     parts = [Partial(replay_piece(p.to_batches(), j.params["start"], params=j.params["replay"]))
              for p, j in zip(pieces, jobs)]
     got = setup.result(merge_tree(parts, fan_in=fan_in).value).to_dict()
@@ -305,5 +305,5 @@ def test_untimed_events_after_an_empty_piece_still_go_to_one_process():
     from veotrace.fragmentation.parallel import ParallelSetup
 
     bounds = [Boundary(), Boundary(rows=10, null_ts_first=True), Boundary(rows=5, null_ts_first=True)]
-    assert ParallelSetup().replay_jobs(bounds, ReadOptions(), [None] * 3) == \
+    assert ParallelSetup().replay_jobs(bounds, ReadOptions()) == \
         "note: events without timestamps: replayed on one process"

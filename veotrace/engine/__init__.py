@@ -108,18 +108,18 @@ def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadRe
     return part
 
 
-def run_two_pass(paths: Sequence[Path], first: Job, second: Callable[[list, Partial], list | None],
+def run_two_pass(paths: Sequence[Path], first: Job, second: Callable[[Partial], list | None],
                  config: EngineConfig, *, report: ReadReport,
                  on_progress: Callable[[int, int], None] | None = None) -> Partial | None:
-    """Two passes over the same pieces: ``first``'s job on each, then ``second(pieces, merged first
-    partial)``'s jobs (one per piece); None when the inputs make one piece, or ``second`` gives None
+    """Two passes over the same pieces: ``first``'s job on each, then ``second(merged first partial)``'s
+    jobs (one per piece); None when the inputs make one piece, or ``second`` gives None
     (the caller goes another way). Progress runs over both passes; what reading skipped is reported
     once (from the second pass)."""
     with _engine(paths, first.options, first.columns, SPLIT_BYTES, config) as (pieces, planned, run_pieces, _):
         if len(pieces) < 2:
             return None
         prog = None if on_progress is None else (lambda d, t: on_progress(d, 2 * t))
-        jobs = second(pieces, run_pieces(pieces, first, prog))
+        jobs = second(run_pieces(pieces, first, prog))
         if jobs is None:
             return None
         prog = None if on_progress is None else (lambda d, t: on_progress(t + d, 2 * t))
@@ -143,8 +143,8 @@ def run_fragmentation(paths: Sequence[Path], config: EngineConfig, *, options: R
     setup = parallel.ParallelSetup(**kw)
     why: list[str] = []  # the second pass's reason not to run; else there was one piece only
 
-    def second(pieces, part):
-        jobs = setup.replay_jobs(part.value, options, pieces)
+    def second(part):
+        jobs = setup.replay_jobs(part.value, options)
         if isinstance(jobs, str):
             why.append(jobs)
             return None

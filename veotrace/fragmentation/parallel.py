@@ -169,7 +169,7 @@ class ParallelSetup:
     def boundary_params(self) -> dict:
         return {"round_bytes": self.round_bytes, "time_windows": self.window_events is None}
 
-    def replay_jobs(self, bounds: list[Boundary], options, pieces) -> list | str:
+    def replay_jobs(self, bounds: list[Boundary], options) -> list | str:
         """One pass-2 job per piece, or why the pieces cannot be replayed apart."""
         from veotrace.engine.tasks import Job
 
