@@ -46,6 +46,8 @@ SLOW_BATCH_ROWS = 65536
 _DICT = pa.dictionary(pa.int32(), pa.string())
 #: Threads scanning CSV chunks at once (the caller's analysis runs beside them).
 PARSE_WORKERS = max(2, min(os.cpu_count() or 2, 8))
+#: First read for the header line (doubled until a line end is found, up to the block size).
+_HEADER_PROBE = 1 << 16
 
 
 class _BadBlock(Exception):
@@ -272,14 +274,22 @@ def _line_chunks(stream, raw, size: int, path: Path) -> tuple[bytes, Iterator[pa
     last line over into the next buffer.
     """
     seekable = stream is raw
-    first = stream.read_buffer(size).to_pybytes()
-    start = 0
+    # The header is read in growing probes, not a whole block: a 16 MiB read and copy on the main
+    # thread, before any scanning starts, was ~7% of a 10M-event entropy run.
+    first, start, end, probe = b"", 0, 0, _HEADER_PROBE
     while True:  # the header is the first non-blank line, as in _header
         end = first.find(b"\n", start)
-        end = len(first) if end < 0 else end + 1
-        if first[start:end].strip() or end >= len(first):
+        if end >= 0 and first[start : end + 1].strip():
+            end += 1
             break
-        start = end
+        if end >= 0:
+            start = end + 1
+            continue
+        more = stream.read_buffer(min(probe, size - len(first))).to_pybytes() if len(first) < size else b""
+        if not more:
+            end = len(first)
+            break
+        first, probe = first + more, probe * 2
     header = first[start:end]
     if seekable:
         stream.seek(end)
@@ -290,11 +300,16 @@ def _line_chunks(stream, raw, size: int, path: Path) -> tuple[bytes, Iterator[pa
         raise too_long_line(path, 1)
     if seekable and mappable(path):
         return header, mapped_chunks(path, end, size)
-    return header, _chunks(stream, size, seekable, carry=b"" if seekable else first[end:], offset=end, path=path)
+    return header, _chunks(stream, size, seekable, carry=b"" if seekable else first[end:], offset=end, path=path,
+                           line=first.count(b"\n", 0, end) + 1)
 
 
-def _chunks(stream, size: int, seekable: bool, *, carry: bytes, offset: int, path: Path) -> Iterator[pa.Buffer]:
-    """Buffers ending at a line end; ``carry`` is text read but not yet yielded, ``offset`` its position."""
+def _chunks(stream, size: int, seekable: bool, *, carry: bytes, offset: int, path: Path,
+            line: int | None = None) -> Iterator[pa.Buffer]:
+    """Buffers ending at a line end; ``carry`` is text read but not yet yielded, ``offset`` its position.
+
+    ``line``: the number of the line at ``offset``, to name a line too long before the first buffer.
+    """
     while True:
         data = stream.read_buffer(size)
         if data.size == 0:
@@ -306,9 +321,10 @@ def _chunks(stream, size: int, seekable: bool, *, carry: bytes, offset: int, pat
         cut = bytes(view[-min(len(view), 1 << 16):]).rfind(b"\n")
         if cut < 0:  # no line end in the last 64 KiB: keep accumulating, up to the longest line allowed
             if len(view) > max_line_bytes() and b"\n" not in view:
-                raise too_long_line(path)
+                raise too_long_line(path, line)
             carry = bytes(view)
             continue
+        line = None  # past the first buffer: lines are not counted
         cut += len(view) - min(len(view), 1 << 16) + 1
         if seekable:
             offset += cut
