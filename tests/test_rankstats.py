@@ -59,3 +59,20 @@ def test_concordance_fast_walk_equals_all_pairs(kind):
     ref = stats.kendalltau(x, y)
     tau, p = rankstats.kendall_tau(x, y)
     assert tau == pytest.approx(ref.statistic, abs=1e-12) and p == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["normal", "few_values", "with_nan", "sorted", "tiny"])
+def test_order_statistics_equal_a_full_sort(kind):
+    """The sampled bracket gives exactly the sorted array's values, at the median and at the ends
+    (where the bracket misses and the whole array is partitioned)."""
+    rng = np.random.default_rng(3)
+    n = 10 if kind == "tiny" else 300_001
+    v = {"normal": rng.normal(size=n), "few_values": rng.integers(0, 3, n).astype(float),
+         "with_nan": np.where(rng.random(n) < 0.01, np.nan, rng.normal(size=n)),
+         "sorted": np.arange(n, dtype=float), "tiny": rng.normal(size=n)}[kind]
+    ref = np.sort(v)
+    for ranks in ([n // 2 - 100, n // 2, n // 2 + 1, n // 2 + 100], [0, 1], [n - 2, n - 1]):
+        ranks = sorted({min(max(k, 0), n - 1) for k in ranks})
+        got = rankstats.order_statistics(v.copy(), ranks)
+        assert set(got) == set(ranks)
+        assert all(got[k] == ref[k] or (np.isnan(got[k]) and np.isnan(ref[k])) for k in ranks)

@@ -18,6 +18,9 @@ import numpy as np
 KENDALL_MAX_POINTS = 6000
 #: Rows per block of the pairwise computations (bounds memory to ~BLOCK * n values).
 _BLOCK = 512
+#: From this many values order_statistics selects inside a sampled bracket, from a sample this big.
+_SAMPLED_SELECT_MIN = 200_000
+_SAMPLE = 50_000
 
 
 def linregress(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
@@ -53,18 +56,12 @@ def theil_sen(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> tuple[f
     xs, ys = x[order], y[order]
     # After sorting, every pair i < j has x_j >= x_i; (y_j - y_i) / (x_j - x_i) is the same number
     # as for the unsorted pair (negating both is exact in IEEE). Pairs with equal x are left out.
-    n = xs.size
-    slopes = np.empty(n * (n - 1) // 2)
-    at, ties = 0, bool(np.any(xs[1:] == xs[:-1]))
-    for i in range(n - 1):
-        dx = xs[i + 1 :] - xs[i]
-        dy = ys[i + 1 :] - ys[i]
-        if ties:
-            keep = dx > 0
-            dx, dy = dx[keep], dy[keep]
-        np.divide(dy, dx, out=slopes[at : at + dx.size])
-        at += dx.size
-    slopes = slopes[:at]
+    slopes, dx = _pair_differences(ys), _pair_differences(xs)
+    if xs.size > 1 and np.any(xs[1:] == xs[:-1]):
+        keep = dx > 0
+        slopes, dx = slopes[keep], dx[keep]
+    np.divide(slopes, dx, out=slopes)
+    del dx
     if slopes.size == 0:
         return math.nan, math.nan, math.nan
     alpha = 1.0 - confidence if confidence > 0.5 else confidence
@@ -75,10 +72,44 @@ def theil_sen(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> tuple[f
     hi_i = min(int(np.round((nt - z * sigma) / 2.0)), nt - 1)
     lo_i = max(int(np.round((nt + z * sigma) / 2.0)) - 1, 0)
     mid = [(nt - 1) // 2, nt // 2]
-    # One selection pass instead of a sort, in place: a copy of ~n^2/2 slopes costs more than the pass.
-    slopes.partition(sorted({lo_i, hi_i, *mid}))
-    med = float(slopes[mid[0]]) if mid[0] == mid[1] else float((slopes[mid[0]] + slopes[mid[1]]) / 2.0)
-    return med, float(slopes[lo_i]), float(slopes[hi_i])
+    at = order_statistics(slopes, sorted({lo_i, hi_i, *mid}))
+    med = at[mid[0]] if mid[0] == mid[1] else (at[mid[0]] + at[mid[1]]) / 2.0
+    return med, at[lo_i], at[hi_i]
+
+
+def _pair_differences(v: np.ndarray) -> np.ndarray:
+    """v[j] - v[i] for all i < j, row i after row, as float64 (one subtraction per row, into place)."""
+    n = v.size
+    out = np.empty(n * (n - 1) // 2)
+    at = 0
+    for i in range(n - 1):
+        np.subtract(v[i + 1 :], v[i], out=out[at : at + n - 1 - i])
+        at += n - 1 - i
+    return out
+
+
+def order_statistics(v: np.ndarray, ranks: list[int]) -> dict[int, float]:
+    """The values of rank ``ranks`` (0-based, ascending; NaN last) of ``v``, exactly. ``v`` is reordered.
+
+    Theil-Sen needs a few ranks close together among ~n^2/2 slopes, where one selection pass over
+    all of them (np.partition) costs more than making them. A seeded sample brackets those ranks
+    between two values; the values inside the bracket are counted and selected exactly, and when
+    the bracket misses (the counts say so) the whole array is partitioned. Same answer either way.
+    """
+    lo_k, hi_k = min(ranks), max(ranks)
+    if v.size >= _SAMPLED_SELECT_MIN:
+        n, m = v.size, _SAMPLE
+        sample = np.sort(v[np.random.default_rng(0).integers(0, n, m)])
+        margin = 3 * math.isqrt(m)  # six standard deviations of a sample rank (<= sqrt(m) / 2)
+        a = sample[max(lo_k * m // n - margin, 0)]
+        b = sample[min(hi_k * m // n + margin, m - 1)]
+        below = int(np.count_nonzero(v < a))
+        inside = np.compress((v >= a) & (v <= b), v)
+        if below <= lo_k and below + inside.size > hi_k:  # all the ranks asked for are inside
+            inside.partition([k - below for k in ranks])
+            return {k: float(inside[k - below]) for k in ranks}
+    v.partition(ranks)
+    return {k: float(v[k]) for k in ranks}
 
 
 def kendall_tau(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
