@@ -6,9 +6,11 @@ are imported inside the command body, which keeps ``veotrace --help`` fast.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import sys
+import threading
 from importlib.abc import MetaPathFinder
 
 from veotrace.cli.app import app
@@ -52,7 +54,31 @@ def main() -> None:
     if "pandas" not in sys.modules and not os.environ.get("VEOTRACE_ALLOW_PANDAS"):
         sys.meta_path.insert(0, _HidePandas())
     _register_invoked_only(sys.argv[1:2])
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        _leave(exc.code)
+        raise
+
+
+def _leave(code: object) -> None:
+    """Exit with ``code`` now, skipping the interpreter's teardown, when that is safe; else return.
+
+    Deallocating every module and object of a run took ~45 ms at exit: 7% of a 10M-event entropy
+    run, for nothing a finished command needs (mypy leaves the same way). Here the atexit handlers
+    still run (temporary files, logging), then stdout and stderr are flushed. Another thread still
+    alive, a code that is not a number, or a flush that fails: return, and Python exits as usual.
+    """
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if not (code is None or isinstance(code, int)) or threading.active_count() > 1 or run_exit_handlers is None:
+        return
+    run_exit_handlers()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code or 0)
 
 
 def _register_invoked_only(first: list[str]) -> None:
