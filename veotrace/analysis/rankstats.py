@@ -56,12 +56,7 @@ def theil_sen(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> tuple[f
     xs, ys = x[order], y[order]
     # After sorting, every pair i < j has x_j >= x_i; (y_j - y_i) / (x_j - x_i) is the same number
     # as for the unsorted pair (negating both is exact in IEEE). Pairs with equal x are left out.
-    slopes, dx = _pair_differences(ys), _pair_differences(xs)
-    if xs.size > 1 and np.any(xs[1:] == xs[:-1]):
-        keep = dx > 0
-        slopes, dx = slopes[keep], dx[keep]
-    np.divide(slopes, dx, out=slopes)
-    del dx
+    slopes = _pair_slopes(xs, ys)
     if slopes.size == 0:
         return math.nan, math.nan, math.nan
     alpha = 1.0 - confidence if confidence > 0.5 else confidence
@@ -77,29 +72,42 @@ def theil_sen(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> tuple[f
     return med, at[lo_i], at[hi_i]
 
 
-def _pair_differences(v: np.ndarray) -> np.ndarray:
-    """v[j] - v[i] for all i < j, row i after row, as float64 (one subtraction per row, into place)."""
-    n = v.size
+def _pair_slopes(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """(ys[j] - ys[i]) / (xs[j] - xs[i]) for all i < j with xs[j] > xs[i] (xs sorted), row i after row.
+
+    Written into one array in place, a row at a time: ~n^2/2 values, where a second array of the
+    same size for the x differences cost more in fresh pages than the arithmetic.
+    """
+    n = xs.size
     out = np.empty(n * (n - 1) // 2)
+    ties = n > 1 and bool(np.any(xs[1:] == xs[:-1]))
     at = 0
     for i in range(n - 1):
-        np.subtract(v[i + 1 :], v[i], out=out[at : at + n - 1 - i])
-        at += n - 1 - i
-    return out
+        dx = xs[i + 1 :] - xs[i]
+        dy = ys[i + 1 :]
+        if ties:
+            keep = dx > 0
+            dx, dy = dx[keep], dy[keep]
+        row = out[at : at + dx.size]
+        np.subtract(dy, ys[i], out=row)
+        np.divide(row, dx, out=row)
+        at += dx.size
+    return out[:at]
 
 
 def order_statistics(v: np.ndarray, ranks: list[int]) -> dict[int, float]:
     """The values of rank ``ranks`` (0-based, ascending; NaN last) of ``v``, exactly. ``v`` is reordered.
 
     Theil-Sen needs a few ranks close together among ~n^2/2 slopes, where one selection pass over
-    all of them (np.partition) costs more than making them. A seeded sample brackets those ranks
+    all of them (np.partition) costs more than making them. A fixed sample brackets those ranks
     between two values; the values inside the bracket are counted and selected exactly, and when
     the bracket misses (the counts say so) the whole array is partitioned. Same answer either way.
     """
     lo_k, hi_k = min(ranks), max(ranks)
     if v.size >= _SAMPLED_SELECT_MIN:
         n, m = v.size, _SAMPLE
-        sample = np.sort(v[np.random.default_rng(0).integers(0, n, m)])
+        # Spread over the array by a multiplicative hash (numpy.random costs 10 ms to import).
+        sample = np.sort(v[np.arange(m, dtype=np.int64) * 2654435761 % n])
         margin = 3 * math.isqrt(m)  # six standard deviations of a sample rank (<= sqrt(m) / 2)
         a = sample[max(lo_k * m // n - margin, 0)]
         b = sample[min(hi_k * m // n + margin, m - 1)]
