@@ -1,8 +1,10 @@
-"""Build of the optional C parts (veotrace/sources/_csvscan.c, _picklescan.c, veotrace/allocators/_torchcore.c);
+"""Build of the optional C parts (veotrace/sources/_csvscan.c, _picklescan.c, veotrace/analysis/_wincount.c,
+veotrace/allocators/_torchcore.c);
 the rest is in pyproject.toml.
 
 ``optional=True``: where no C compiler is found the install still succeeds and the CSV reader uses
-pyarrow alone and simulate's torch policy the Python model (slower, same results).
+pyarrow alone, entropy counts with numpy and simulate's torch policy runs the Python model (slower,
+same results).
 """
 
 from setuptools import Extension, setup
@@ -12,6 +14,9 @@ setup(ext_modules=[Extension("veotrace.sources._csvscan", ["veotrace/sources/_cs
                    # The pickle nesting check (safe_pickle); without it a pure-Python walk does the same, slower.
                    Extension("veotrace.sources._picklescan", ["veotrace/sources/_picklescan.c"],
                              extra_compile_args=["-O2"], optional=True),
+                   # Entropy's class x window count in one pass (analysis.entropy_series); without it numpy does the same.
+                   Extension("veotrace.analysis._wincount", ["veotrace/analysis/_wincount.c"],
+                             extra_compile_args=["-O3"], optional=True),
                    # The torch policy's request loop (veotrace.allocators.torchcore); without it the Python model runs.
                    Extension("veotrace.allocators._torchcore", ["veotrace/allocators/_torchcore.c"],
                              extra_compile_args=["-O3"], optional=True)])

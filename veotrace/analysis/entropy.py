@@ -44,11 +44,16 @@ def size_classes(size_bytes: np.ndarray, min_class: int = DEFAULT_MIN_CLASS, max
     powers of two never round wrong. Sizes 0 and 1 fall to the bottom class.
     """
     x = np.asarray(size_bytes, dtype=np.int64) - 1
-    np.minimum(x, 1 << (min(max_class, MAX_CLASS_LIMIT) + 11), out=x)
+    np.minimum(x, class_cap(max_class), out=x)
     np.maximum(x, 0, out=x)
     bits = (x.astype(np.float64).view(np.int64) >> 52) - 1022  # bit length for x >= 1; x = 0 gives -1022
     np.maximum(bits, 0, out=bits)
     return np.clip(bits - 10, min_class, max_class)
+
+
+def class_cap(max_class: int) -> int:
+    """The cap on size - 1 that keeps size_classes exact: sizes past it are all in the top class."""
+    return 1 << (min(max_class, MAX_CLASS_LIMIT) + 11)
 
 
 def entropy_bits(counts: np.ndarray) -> np.ndarray:
@@ -173,6 +178,7 @@ def entropy_partial(
     part = EntropyPartial(window_ns, step_ns, n_cls, window_events, auto, grouped=by is not None,
                           params={"ops": list(ops), "min_class": min_class, "max_class": max_class,
                                   "by": by, "device": device})
+    classes = (min_class, max_class, class_cap(max_class))
     for batch in batches:
         part.n_read += batch.num_rows
         part.seen.add(batch.column("op"))  # before --device: an op elsewhere in the input is not a typo
@@ -180,14 +186,15 @@ def entropy_partial(
             batch = batch.filter(pa.array(device_rows(batch.column("device"), device)))
         part.n_selected += batch.num_rows
         mask = op_mask(batch.column("op"), ops)
-        # np.compress, not boolean indexing: several times faster on a mask that flips row to row.
-        cls = size_classes(np.compress(mask, batch.column("size_bytes")), min_class, max_class) - min_class
-        gkeys = group_keys(batch.column(by)) if by is not None else None
         ts_arr = batch.column("ts_ns")
         span = None
         if not part.event_mode and not ts_arr.null_count and batch.num_rows:
             span = check_span(part, np.asarray(ts_arr), batch)
-        part.add(ts_arr, mask, cls, gkeys, span=span)
+        if not part.add_sized(ts_arr, batch.column("size_bytes"), mask, span, classes):
+            # np.compress, not boolean indexing: several times faster on a mask that flips row to row.
+            cls = size_classes(np.compress(mask, batch.column("size_bytes")), min_class, max_class) - min_class
+            gkeys = group_keys(batch.column(by)) if by is not None else None
+            part.add(ts_arr, mask, cls, gkeys, span=span)
         if on_progress is not None:
             on_progress()
     return part

@@ -20,6 +20,11 @@ from veotrace.analysis.ops import OpsSeen
 from veotrace.analysis.windows import WindowCounts
 from veotrace.errors import AnalysisError
 
+try:  # the one-pass class x window count; without it (no C compiler at install) numpy does the same
+    from veotrace.analysis import _wincount
+except ImportError:
+    _wincount = None
+
 
 @dataclass
 class SeriesCounts:
@@ -108,6 +113,23 @@ class EntropyPartial:
             if p.first_ns is not None and timescale.windows_spanned(
                     p.first_ns, p.last_ns, self.window_ns, self.step_ns) >= timescale.MIN_WINDOWS:
                 self.buffering, self.events = False, []  # the default window gives a usable series
+
+    def add_sized(self, ts_arr: pa.Array, size_arr: pa.Array, mask: np.ndarray, span: tuple[int, int] | None,
+                  classes: tuple[int, int, int]) -> bool:
+        """Count one batch from its sizes in one pass (the C kernel); False where it does not apply.
+
+        It applies to the pooled series of time windows once the window is settled (not buffering),
+        on timestamps and sizes without nulls; the caller then takes ``add`` (classes from numpy).
+        ``classes``: (min_class, max_class, cap), the class rule of ``entropy.size_classes``.
+        """
+        if (_wincount is None or span is None or self.grouped or self.buffering or self.event_mode
+                or ts_arr.null_count or size_arr.null_count or size_arr.type != pa.int64()):
+            return False
+        self.pooled.observe_span(np.array(span, np.int64))
+        k0, counts = self.pooled.reserve(*span)
+        self.n_counted += _wincount.count(np.asarray(ts_arr), np.asarray(size_arr), mask, counts, k0,
+                                          self.step_ns, self.window_ns, *classes)
+        return True
 
     def merge(self, other: EntropyPartial) -> EntropyPartial:
         """Combine with the partial of other rows of the same run (in place; returns self).

@@ -67,6 +67,12 @@ class WindowCounts:
         flat = (k - self.k0) * C + c
         self.counts += np.bincount(flat, minlength=self.counts.size).reshape(self.counts.shape)
 
+    def reserve(self, first_ts: int, last_ts: int) -> tuple[int, np.ndarray]:
+        """Rows for every window an event in [first_ts, last_ts] can fall in; returns (k0, counts) to fill."""
+        S = self.step_ns
+        self._ensure(first_ts // S - (-(-self.window_ns // S)) + 1, last_ts // S)
+        return self.k0, self.counts
+
     def _ensure(self, lo: int, hi: int) -> None:
         if self.k0 is None:
             self._check_size(hi - lo + 1)
