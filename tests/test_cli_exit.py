@@ -1,6 +1,6 @@
 """The console entry point leaves without the interpreter's teardown, and only when that is safe.
 
-``veotrace.cli.main`` runs the atexit handlers, flushes stdout and stderr and calls ``os._exit``
+``veotrace.cli.run`` (the script and ``python -m veotrace``) runs the atexit handlers, flushes stdout and stderr and calls ``os._exit``
 with the command's exit code; with another thread alive it lets Python exit as usual.
 """
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 SAMPLE = Path(__file__).parents[1] / "sample_traces" / "alloc_logs"
 
-# Runs veotrace's main() in a child with: an atexit handler registered before it, an object whose
+# Runs veotrace's run() in a child with: an atexit handler registered before it, an object whose
 # __del__ only runs in the interpreter's teardown, and optionally a non-daemon thread still running.
 CHILD = r"""
 import atexit, sys, threading, time
-from veotrace.cli import main
+from veotrace.cli import run
 
 class Teardown:
     def __del__(self):
@@ -28,7 +28,7 @@ atexit.register(lambda: sys.stderr.write("atexit ran\n"))
 if sys.argv[1] == "thread":
     threading.Thread(target=lambda: (time.sleep(0.3), sys.stderr.write("thread finished\n"))).start()
 sys.argv = ["veotrace", *sys.argv[2:]]
-main()
+run()
 """
 
 

@@ -1,6 +1,6 @@
 """Entry point for ``python -m veotrace``."""
 
-from veotrace.cli import main
+from veotrace.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

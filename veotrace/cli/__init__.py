@@ -54,8 +54,16 @@ def main() -> None:
     if "pandas" not in sys.modules and not os.environ.get("VEOTRACE_ALLOW_PANDAS"):
         sys.meta_path.insert(0, _HidePandas())
     _register_invoked_only(sys.argv[1:2])
+    app()
+
+
+def run() -> None:
+    """The process entry point (the ``veotrace`` script, ``python -m veotrace``): ``main``, then a fast exit.
+
+    ``main`` ends in SystemExit, as a click app does, for callers that run it inside their own program.
+    """
     try:
-        app()
+        main()
     except SystemExit as exc:
         _leave(exc.code)
         raise
@@ -94,4 +102,4 @@ def _register_invoked_only(first: list[str]) -> None:
         app.registered_commands[:] = named
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run"]
