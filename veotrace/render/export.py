@@ -34,7 +34,7 @@ def jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
+        return {_key(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
     if isinstance(obj, enum.Enum):
@@ -49,13 +49,46 @@ def jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
 
 
+def _key(k: Any) -> str:
+    """A dict key as json.dumps writes it (True -> "true", None -> "null", 1.5 -> "1.5"), else str(k)."""
+    if isinstance(k, str):
+        return str.__str__(k)  # a str Enum key: its text, as json writes it
+    if isinstance(k, (bool, int, float)) or k is None:
+        return json.dumps(k) if not isinstance(k, float) or math.isfinite(k) else str(k)
+    return str(k)
+
+
+def _plain(obj: Any) -> Any:
+    """json.dumps' ``default``: what jsonable does for a value json cannot write itself, one level."""
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "as_py"):
+        return obj.as_py()
+    raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
+
+
 def dumps_json(obj: Any, *, pretty: bool = False) -> str:
     """Serialise ``obj`` as strict JSON (no NaN), one object, trailing newline.
 
     ``pretty`` indents (for a person at a terminal); compact output uses json's C encoder, which is
-    many times faster on results with 10^5 windows or bursts.
+    many times faster on results with 10^5 windows or bursts. The encoder first writes ``obj`` as it
+    is (``_plain`` for what it cannot write); only when that meets a NaN or infinity, or a key
+    json refuses, is ``obj`` walked by ``jsonable`` first (twice the time on a 10M-event entropy
+    result). Both give the same text.
     """
-    return json.dumps(jsonable(obj), allow_nan=False, indent=2 if pretty else None) + "\n"
+    indent = 2 if pretty else None
+    try:
+        return json.dumps(obj, allow_nan=False, indent=indent, default=_plain) + "\n"
+    except (ValueError, TypeError):
+        return json.dumps(jsonable(obj), allow_nan=False, indent=indent) + "\n"
 
 
 def write_text(text: str, output: Path | None) -> None:
