@@ -157,11 +157,15 @@ def main() -> None:
         ("fragmentation, whole run", events, vt + ["fragmentation", str(folder), *quiet]),
         ("entropy, whole run, --jobs 2", events, vt + ["entropy", str(folder), *quiet, "--jobs", "2"]),
         ("bursts, whole run, --jobs 2", events, vt + ["bursts", str(folder), *quiet, "--jobs", "2"]),
+        # --jobs 2 replays on one process (fragmentation.parallel.MIN_LOCAL_JOBS); the two passes at 2
+        # workers are measured on a local Dask cluster below.
         ("fragmentation, whole run, --jobs 2", events, vt + ["fragmentation", str(folder), *quiet, "--jobs", "2"]),
     ]
     if not args.no_dask:
         cases += [(f"entropy, whole run, dask --workers {w}", events,
                    vt + ["entropy", str(folder), *quiet, "--engine", "dask", "--workers", str(w)]) for w in (1, 2)]
+        cases += [("fragmentation, whole run, dask --workers 2 (two passes)", events,
+                   vt + ["fragmentation", str(folder), *quiet, "--engine", "dask", "--workers", "2"])]
     gz_bytes = sum(f.stat().st_size for f in files)
     print(f"run: {events:,} events ({HOURS:g} h), {len(files)} rotated gzip files, {gz_bytes / 1e9:.2f} GB "
           f"compressed (~{events * 51 / 1e9:.1f} GB CSV); generated in {gen_s:.0f} s (0 if reused)")
@@ -190,6 +194,10 @@ def main() -> None:
     if not args.no_dask:
         d1, d2 = (res[f"entropy, whole run, dask --workers {w}"][0] for w in (1, 2))
         print(f"speed-up 1 -> 2 workers, dask: {d1 / d2:.2f}x (dask 1 worker vs local: {one / d1:.2f}x)")
+        f2 = res["fragmentation, whole run, dask --workers 2 (two passes)"]
+        f1 = res["fragmentation, whole run"]
+        print(f"fragmentation, two passes on 2 dask workers vs one process: {f1[0] / f2[0]:.2f}x wall, "
+              f"{f1[3] / f2[3]:.2f}x CPU per event (why --jobs below 4 replays on one process)")
         print(f"dask per-task overhead (no-op tasks, 2-worker LocalCluster): {task_overhead() * 1e3:.2f} ms")
     sizes = partial_bytes(files)
     print(f"pickled partial of one {FILE_EVENTS:,}-event file: "

@@ -137,9 +137,9 @@ def test_the_pieces_really_split_the_windows(data):
 
 
 @pytest.mark.usefixtures("small_pieces")
-def test_jobs_2_cli_gives_the_local_json(data):
+def test_jobs_4_cli_gives_the_local_json(data):
     args = ["fragmentation", data["one"], "--window", "5m", "-f", "json", "--no-progress"]
-    local, par = run_cli(*args), run_cli(*args, "--jobs", "2")
+    local, par = run_cli(*args), run_cli(*args, "--jobs", "4")
     assert local.exit_code == par.exit_code == 0, par.stderr
     assert par.stderr == local.stderr == ""
     assert_same(json.loads(par.stdout), json.loads(local.stdout))
@@ -150,10 +150,10 @@ def test_inputs_without_a_clean_split_stay_on_one_process():
     assert snap.exit_code == 0
     assert "note: a PyTorch snapshot is replayed on one process" in snap.stderr
     one = SAMPLES / "alloc_addr" / "alloc_addr.csv"
-    small = run_cli("fragmentation", one, "-f", "json", "--jobs", "2")
+    small = run_cli("fragmentation", one, "-f", "json", "--jobs", "4")
     assert small.exit_code == 0 and "note: one piece of input (nothing to split)" in small.stderr
     assert json.loads(small.stdout) == json.loads(run_cli("fragmentation", one, "-f", "json").stdout)
-    at = run_cli("fragmentation", one, "--at", "1h", "-f", "json", "--jobs", "2")
+    at = run_cli("fragmentation", one, "--at", "1h", "-f", "json", "--jobs", "4")
     assert at.exit_code == 0 and "note: --at TIME is replayed on one process" in at.stderr
 
 
@@ -178,10 +178,31 @@ def test_pieces_that_need_one_process_say_so(tmp_path):
     for folder, note in ((pending, "note: free_requested events (pending frees): replayed on one process"),
                          (untimed, "note: events without timestamps: replayed on one process")):
         local = run_cli("fragmentation", folder, "-f", "json", "--no-progress")
-        par = run_cli("fragmentation", folder, "-f", "json", "--no-progress", "--jobs", "2")
+        par = run_cli("fragmentation", folder, "-f", "json", "--no-progress", "--jobs", "4")
         assert local.exit_code == par.exit_code == 0, par.stderr
         assert par.stderr == note + "\n" and local.stderr == ""
         assert json.loads(par.stdout) == json.loads(local.stdout)
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_fewer_local_jobs_than_pay_replay_on_one_process(data, tmp_path):
+    """--jobs 2 and 3: one process (the two passes would finish later), with a note; a skipped file
+    is listed once, whichever path ran."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for name in ("alloc.log.1.csv", "alloc.log.2.csv"):
+        (folder / name).write_bytes((data["folder"] / name).read_bytes())
+    (folder / "COMPLETE").write_text("")
+    args = ["fragmentation", folder, "--window", "5m", "-f", "json", "--no-progress"]
+    local = run_cli(*args)
+    skipped = f"skipped 1 file that is not a trace: {folder / 'COMPLETE'}"
+    assert local.exit_code == 0 and local.stderr.count(skipped) == 1, local.stderr
+    for jobs in ("2", "3", "4"):
+        par = run_cli(*args, "--jobs", jobs)
+        assert par.exit_code == 0 and par.stderr.count(skipped) == 1, par.stderr
+        note = f"note: --jobs {jobs}: replayed on one process"
+        assert (note in par.stderr) == (jobs != "4"), par.stderr
+        assert_same(json.loads(par.stdout), json.loads(local.stdout))
 
 
 @pytest.mark.usefixtures("small_pieces")
@@ -191,7 +212,7 @@ def test_a_bad_file_among_pieces_is_the_local_error_line(data, tmp_path):
     (folder / "a.csv").write_bytes((data["folder"] / "alloc.log.1.csv").read_bytes())
     (folder / "b.csv").write_text("timestamp,op_type,size_bytes,address\n1,alloc,4096,0x10\n2,alloc,-5,0x20\n")
     local = run_cli("fragmentation", folder, "--no-progress")
-    par = run_cli("fragmentation", folder, "--no-progress", "--jobs", "2")
+    par = run_cli("fragmentation", folder, "--no-progress", "--jobs", "4")
     assert par.exit_code == local.exit_code == 1 and par.stdout == ""
     assert par.stderr == local.stderr and par.stderr.count("\n") == 1
     assert par.stderr.startswith(f"Error: {folder / 'b.csv'}:3:")

@@ -120,8 +120,9 @@ def test_file_urls_on_two_jobs_give_the_local_result(files, command, monkeypatch
     given = files["folder"] if command != "fragmentation" else files["real"]
     url = given.resolve().as_uri()
     assert url.startswith("file:///")
-    local, _ = _json(command, given, "--jobs", "2")
-    remote, _ = _json(command, url, "--jobs", "2")
+    jobs = "4" if command == "fragmentation" else "2"  # fragmentation splits from 4 local jobs
+    local, _ = _json(command, given, "--jobs", jobs)
+    remote, _ = _json(command, url, "--jobs", jobs)
     if command == "entropy":
         assert remote["windows"] == local["windows"] and len(local["windows"]) > 10
     else:

@@ -21,14 +21,22 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     from veotrace.schemas import ALLOC_EVENTS
     from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
 
-    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    from veotrace.sources.base import ReadReport
+
+    resolved = ReadReport()  # what resolving skipped: reported here, or by the engine's own planning
+    inputs = resolve_inputs(paths, "alloc_events", options=options, report=resolved)
     snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot"]
     notes = [] if notes is None else notes
     if config is not None and config.parallel:
+        from veotrace.fragmentation.parallel import MIN_LOCAL_JOBS
+
         if snaps:
             notes.append("note: a PyTorch snapshot is replayed on one process (its final state seeds the replay)")
         elif kw.get("at_offset_s") is not None:
             notes.append("note: --at TIME is replayed on one process (use --at end with --jobs/--engine)")
+        elif config.kind == "local" and config.jobs < MIN_LOCAL_JOBS:
+            notes.append(f"note: --jobs {config.jobs}: replayed on one process, whose reader threads run beside the "
+                         f"replay (the exact split reads every piece twice and pays from --jobs {MIN_LOCAL_JOBS})")
         else:
             from veotrace.engine import run_fragmentation
 
@@ -38,6 +46,7 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
             if result is not None:
                 return result
             notes.append(why)
+    report.merge(resolved)
     if not snaps:
         batches = iter_alloc_events(paths, options=options, report=report,
                                     columns=("ts_ns", "op", "size_bytes", "address", "device", "source_file"),
