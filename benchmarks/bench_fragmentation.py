@@ -9,11 +9,11 @@ process, median of --runs; entropy and fragmentation alternate so that machine l
 
     python benchmarks/bench_fragmentation.py --events 10000000 --runs 3
     python benchmarks/bench_fragmentation.py --events 1000000 --growth 10    # 1M vs 10M peak RSS
-    python benchmarks/bench_fragmentation.py --events 10000000 --runs 3 --csv --jobs 1,2   # speed-up on the engine
+    python benchmarks/bench_fragmentation.py --events 10000000 --runs 3 --csv --jobs 1,4   # speed-up on the engine
 
-With ``--jobs 1,2`` it times ``fragmentation --jobs J`` for each J on the same files, runs interleaved,
-and prints each J's speed-up over the first (``--jobs 1`` is the single-process path; J > 1 replays
-in two parallel passes, see veotrace/fragmentation/parallel.py). ``--only-jobs`` skips the entropy ratio.
+With ``--jobs 1,4`` it times ``fragmentation --jobs J`` for each J on the same files, runs interleaved,
+and prints each J's speed-up over the first (``--jobs 1`` is the single-process path, and so are
+``--jobs 2`` and ``3``; J >= 4 replays in two parallel passes, see veotrace/fragmentation/parallel.py). ``--only-jobs`` skips the entropy ratio.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ run()
 
 
 def _child(mode: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CHILD, mode, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", CHILD, mode, *args], capture_output=True, text=True, timeout=120,
+                          check=False)
 
 
 def test_success_leaves_fast_with_all_output_and_exit_handlers():

@@ -20,7 +20,6 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     from veotrace.fragmentation import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
     from veotrace.schemas import ALLOC_EVENTS
     from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
-
     from veotrace.sources.base import ReadReport
 
     resolved = ReadReport()  # what resolving skipped: reported here, or by the engine's own planning
