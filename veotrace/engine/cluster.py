@@ -59,6 +59,14 @@ def plan_on_cluster(client, plan: Callable, *args, **kwargs):
     return client.submit(plan, *args, pure=False, **kwargs).result()
 
 
+def _run_piece(piece: Piece, job: Job, index: int) -> Partial:
+    """``run_piece`` on a worker, with the heap reused across its batches (``workermem``)."""
+    from veotrace.engine.workermem import reuse_heap
+
+    reuse_heap()
+    return run_piece(piece, job, index)
+
+
 def run_dask(client, pieces: Sequence[Piece], job: Job | Sequence[Job], *,
              on_progress: Callable[[int, int], None] | None = None) -> Partial:
     """The merged partial of every piece: one task per piece, merged FAN_IN at a time on the cluster.
@@ -71,7 +79,7 @@ def run_dask(client, pieces: Sequence[Piece], job: Job | Sequence[Job], *,
     """
     distributed = _distributed()
     per = list(job) if isinstance(job, (list, tuple)) else [job] * len(pieces)  # or one job per piece
-    leaves = client.map(run_piece, list(pieces), per, list(range(len(pieces))))
+    leaves = client.map(_run_piece, list(pieces), per, list(range(len(pieces))))
     level = leaves
     while len(level) > 1:
         level = [client.submit(merge_partials, level[i : i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
