@@ -60,7 +60,7 @@ def training_csv(events: int) -> Path:
 
 def baseline(req) -> float:
     """Seconds of the least a Python replay does: one handle stored per alloc and popped per free."""
-    from veotrace.allocators.replay import FREE, MALLOC
+    from veotrace.allocators.requests import FREE, MALLOC
 
     kind, size, pair = req.kind, req.size, req.pair
     handles = {}
@@ -126,13 +126,13 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--policies", default="torch,torch-python,ideal,bestfit,firstfit,reuse,tiered,tiered-oracle")
     args = ap.parse_args()
-    from veotrace.allocators import replay as rp
+    from veotrace.allocators.builder import build_requests
     from veotrace.sources import iter_alloc_events
 
     path = training_csv(args.events)
     e2e = end_to_end(path, sum(1 for _ in open(path, "rb")) - 1)
     t0 = time.perf_counter()
-    req = rp.build_requests(iter_alloc_events([path]))  # read and paired batch by batch, as simulate does
+    req = build_requests(iter_alloc_events([path]))  # read and paired batch by batch, as simulate does
     t_build = time.perf_counter() - t0
     n = len(req)
     t_base = baseline(req)

@@ -25,13 +25,13 @@ def fragmentation():
 
 @pytest.fixture(scope="module")
 def simulated():
-    from veotrace.allocators import replay as rp
+    from veotrace.allocators.builder import build_requests
     from veotrace.allocators import simulate as sim
     from veotrace.allocators.conf import TorchConf
     from veotrace.sources import iter_alloc_events
 
     table = pa.Table.from_batches(list(iter_alloc_events([SAMPLES / "simulate" / "training_log.csv"])))
-    req = rp.build_requests(table, seeds=[])
+    req = build_requests(table, seeds=[])
     return sim.simulate(req, policies=["torch", "bestfit", "ideal"], conf=TorchConf())
 
 

@@ -11,6 +11,8 @@ import pytest
 from conftest import SAMPLES, real_trace, run_cli
 from veotrace.allocators import base
 from veotrace.allocators import replay as rp
+from veotrace.allocators.builder import build_requests
+from veotrace.allocators.requests import FREE, MALLOC, Requests
 from veotrace.allocators.arena import ArenaAllocator, IdealAllocator
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.reuse import ReuseAllocator
@@ -35,34 +37,34 @@ def events(rows: list[tuple]) -> pa.Table:
     }), ALLOC_EVENTS)
 
 
-def run(policy, req: rp.Requests):
+def run(policy, req: Requests):
     return rp.replay(lambda d: policy(rec=base.Recorder()), req)[0]
 
 
 def test_pairs_by_address_and_counts_what_it_skips():
-    req = rp.build_requests(events([(0, "alloc", 100, 1), (1, "alloc", 0, 2), (2, "free", 100, 1),
+    req = build_requests(events([(0, "alloc", 100, 1), (1, "alloc", 0, 2), (2, "free", 100, 1),
                                     (3, "defrag", 0, 0), (4, "alloc", 50, 1)]))
-    assert list(req.kind) == [rp.MALLOC, rp.FREE, rp.MALLOC] and req.pair[1] == 0
+    assert list(req.kind) == [MALLOC, FREE, MALLOC] and req.pair[1] == 0
     assert req.counts["zero_size_allocs"] == 1 and req.counts["ignored_ops"] == 1
 
 
 def test_torch_traces_free_at_free_completed():
-    req = rp.build_requests(events([(0, "alloc", 100, 1), (1, "free_requested", 100, 1), (2, "alloc", 100, 2),
+    req = build_requests(events([(0, "alloc", 100, 1), (1, "free_requested", 100, 1), (2, "alloc", 100, 2),
                                     (3, "free_completed", 100, 1)]))
-    assert list(req.kind) == [rp.MALLOC, rp.MALLOC, rp.FREE]  # the block was reusable only after free_completed
+    assert list(req.kind) == [MALLOC, MALLOC, FREE]  # the block was reusable only after free_completed
 
 
 def test_too_many_unknown_frees_is_an_error_and_a_few_are_counted():
     rows = [(0, "alloc", 100, 1), (1, "free", 100, 9), (2, "free", 100, 1)]
     with pytest.raises(AnalysisError, match=r"1 of 2 frees \(50.0%\) name no live allocation"):
-        rp.build_requests(events(rows))
-    req = rp.build_requests(events(rows), max_unknown_frees=0.6)
+        build_requests(events(rows))
+    req = build_requests(events(rows), max_unknown_frees=0.6)
     assert req.counts["unknown_frees"] == 1 and "1 of 2 frees" in req.notes[0]
 
 
 def test_no_sizes_is_an_error():
     with pytest.raises(AnalysisError, match="no allocation with a size"):
-        rp.build_requests(events([(0, "alloc", 0, 1), (1, "free", 0, 1)]))
+        build_requests(events([(0, "alloc", 0, 1), (1, "free", 0, 1)]))
 
 
 def test_ideal_reserves_exactly_the_live_peak():
@@ -73,7 +75,7 @@ def test_ideal_reserves_exactly_the_live_peak():
                               "address": t["address"].cast(pa.uint64()), "stream": t["stream"],
                               "device": t["device"].cast(pa.int32()),
                               "source_file": pa.array(["x"] * t.num_rows).dictionary_encode()}), ALLOC_EVENTS)
-    req = rp.build_requests(table)
+    req = build_requests(table)
     assert run(IdealAllocator, req).c.peak_reserved == log.peak_live_bytes
     result = simulate(req, policies=["torch", "bestfit", "ideal"], conf=TorchConf())
     peaks = {p["policy"]: p["peak_reserved_bytes"] for p in result.policies}
@@ -86,7 +88,7 @@ def test_bestfit_and_firstfit_choose_different_holes():
     # holes of 3 KiB (low address) and 1 KiB (high address); a 1 KiB request
     rows = [(0, "alloc", 3072, 1), (1, "alloc", 512, 2), (2, "alloc", 1024, 3), (3, "alloc", 512, 4),
             (4, "free", 3072, 1), (5, "free", 1024, 3), (6, "alloc", 1024, 5)]
-    req = rp.build_requests(events(rows))
+    req = build_requests(events(rows))
     best = run(lambda rec: ArenaAllocator(best=True, rec=rec), req)
     first = run(lambda rec: ArenaAllocator(best=False, rec=rec), req)
     last_alloc = [e for e in best.rec.events if e[1] == base.ALLOC][-1][2]
@@ -98,7 +100,7 @@ def test_bestfit_and_firstfit_choose_different_holes():
 def test_reuse_takes_the_oldest_retained_buffer_of_the_size():
     rows = [(0, "alloc", 4096, 1), (1, "alloc", 4096, 2), (2, "free", 4096, 2), (3, "free", 4096, 1),
             (4, "alloc", 4096, 3), (5, "alloc", 8192, 4)]
-    req = rp.build_requests(events(rows))
+    req = build_requests(events(rows))
     m = run(ReuseAllocator, req)
     allocs = [e[2] for e in m.rec.events if e[1] == base.ALLOC]
     assert allocs[2] == allocs[1]  # buffer 2 was retained first
@@ -108,7 +110,7 @@ def test_reuse_takes_the_oldest_retained_buffer_of_the_size():
 def test_tiered_oracle_puts_short_lives_in_the_small_tier():
     rows = [(0, "alloc", 1000, 1), (1_000_000, "free", 1000, 1), (2_000_000, "alloc", 1000, 2),
             (900_000_000, "free", 1000, 2), (901_000_000, "alloc", 1000, 3), (902_000_000, "free", 1000, 3)]
-    req = rp.build_requests(events(rows))
+    req = build_requests(events(rows))
     result = simulate(req, policies=["tiered-oracle", "tiered"], conf=TorchConf())
     oracle, predicted = result.policies
     assert oracle["tiers"]["per_tier_allocs"] == [2, 0, 1]

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from veotrace.allocators import replay as rp
 from veotrace.allocators.base import Recorder
+from veotrace.allocators.builder import build_requests
 from veotrace.allocators.conf import TorchConf, parse_conf
+from veotrace.allocators.requests import FREE, MALLOC, RELEASE, Requests
 from veotrace.allocators.simulate import make_policy
 from veotrace.allocators.torchcore import CoreRecorder, _torchcore, choose_core
 
@@ -32,7 +34,7 @@ CONFS = ["", "max_split_size_mb:20", "max_split_size_mb:64,max_non_split_roundin
          "max_split_size_mb:40,roundup_power2_divisions:[2:16,>:1],max_non_split_rounding_mb:20"]
 
 
-def replay_core(req: rp.Requests, conf: TorchConf, capacity, core: str, seed=None):
+def replay_core(req: Requests, conf: TorchConf, capacity, core: str, seed=None):
     """(events as an (n, 6) array, {device: Counters}) of the torch policy on one core."""
     rec = CoreRecorder() if core == "c" else Recorder()
     models, parts = {}, []
@@ -42,7 +44,7 @@ def replay_core(req: rp.Requests, conf: TorchConf, capacity, core: str, seed=Non
     return np.concatenate(parts), {d: m.c for d, m in models.items()}
 
 
-def assert_same(req: rp.Requests, conf: TorchConf, capacity=None, seed=None) -> dict:
+def assert_same(req: Requests, conf: TorchConf, capacity=None, seed=None) -> dict:
     ev_c, counters_c = replay_core(req, conf, capacity, "c", seed)
     ev_py, counters_py = replay_core(req, conf, capacity, "python", seed)
     assert ev_c.shape == ev_py.shape
@@ -52,11 +54,11 @@ def assert_same(req: rp.Requests, conf: TorchConf, capacity=None, seed=None) -> 
     return counters_c
 
 
-def random_requests(seed: int, n: int, streams: int, devices: int, releases: bool) -> rp.Requests:
+def random_requests(seed: int, n: int, streams: int, devices: int, releases: bool) -> Requests:
     """A seeded alloc/free sequence: sizes from 1 B to 300 MiB (some repeated exactly), frees of random live
     blocks, and optionally recorded releases (empty_cache and OOM retries)."""
     rng = random.Random(seed)
-    req = rp.Requests()
+    req = Requests()
     live: dict[int, list[int]] = {d: [] for d in range(devices)}
     seen: list[int] = []
     for i in range(n):
@@ -64,9 +66,9 @@ def random_requests(seed: int, n: int, streams: int, devices: int, releases: boo
         r = rng.random()
         if live[d] and r < 0.45:
             j = live[d].pop(rng.randrange(len(live[d])))
-            req.add(rp.FREE, 0, req.stream[j], d, j, 0, i, i)
+            req.add(FREE, 0, req.stream[j], d, j, 0, i, i)
         elif releases and r < 0.48:
-            req.add(rp.RELEASE, int(rng.random() < 0.5), 0, d, -1, 0, i, i)
+            req.add(RELEASE, int(rng.random() < 0.5), 0, d, -1, 0, i, i)
         else:
             band = rng.random()
             if seen and band < 0.25:
@@ -80,7 +82,7 @@ def random_requests(seed: int, n: int, streams: int, devices: int, releases: boo
             else:
                 size = rng.randint(120 * MiB, 300 * MiB)
             seen.append(size)
-            live[d].append(req.add(rp.MALLOC, size, rng.randrange(streams), d, -1, 0, i, i))
+            live[d].append(req.add(MALLOC, size, rng.randrange(streams), d, -1, 0, i, i))
     return req
 
 
@@ -140,7 +142,7 @@ def test_real_traces_give_the_same_events_on_both_cores(name):
     confs = [TorchConf()] + ([conf] if not conf.expandable_segments else [])
     for with_seed in (True, False):
         for use_releases in (True, False):
-            req = rp.build_requests(table, seeds=seeds if with_seed else [], max_unknown_frees=1.0,
+            req = build_requests(table, seeds=seeds if with_seed else [], max_unknown_frees=1.0,
                                     use_releases=use_releases)
             s = seed if with_seed else None
             for c in confs:

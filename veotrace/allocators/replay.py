@@ -1,22 +1,8 @@
-"""The loop that drives a policy over alloc/free requests (built in :mod:`veotrace.allocators.builder`).
-
-The request names are re-exported here (``replay.Requests``, ``replay.build_requests``, ``replay.MALLOC``,
-...) for the callers that import them from the replay.
-"""
+"""The loop that drives a policy over alloc/free requests (built in :mod:`veotrace.allocators.builder`)."""
 
 from __future__ import annotations
 
-from veotrace.allocators.builder import RequestBuilder, build_requests  # noqa: F401
-from veotrace.allocators.requests import (  # noqa: F401
-    FREE,
-    MALLOC,
-    MAX_UNKNOWN_FREES,
-    NO_ADDR,
-    NO_TIME,
-    RELEASE,
-    SEED,
-    Requests,
-)
+from veotrace.allocators.requests import FREE, MALLOC, RELEASE, SEED, Requests
 
 
 def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16):

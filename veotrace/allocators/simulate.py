@@ -17,6 +17,7 @@ import pyarrow as pa
 from veotrace.allocators import POLICIES
 from veotrace.analysis.defaults import SIMULATE_AUTO_WINDOWS
 from veotrace.allocators import replay as rp
+from veotrace.allocators.requests import NO_TIME, RELEASE, Requests
 from veotrace.allocators.base import OP_NAMES, AddressSpace, Counters, Recorder
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.seed import Seed
@@ -64,7 +65,7 @@ def check_core(name: str) -> str:
     return name
 
 
-def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf: TorchConf, capacity,
+def make_policy(name: str, device: int, req: Requests, rec: Recorder, *, conf: TorchConf, capacity,
                 seed: Seed | None, tiers, core: str = "python"):
     """One device's policy. ``core="c"``: the compiled torch core (``rec`` is then a CoreRecorder)."""
     from veotrace.allocators import arena, reuse, tiered, torch
@@ -92,7 +93,7 @@ def make_policy(name: str, device: int, req: rp.Requests, rec: Recorder, *, conf
     return arena.IdealAllocator(capacity=capacity, rec=rec, va=va)
 
 
-def events_batch(ev: np.ndarray, req: rp.Requests, name: str, clock: np.ndarray, seq0: int = 0) -> pa.RecordBatch:
+def events_batch(ev: np.ndarray, req: Requests, name: str, clock: np.ndarray, seq0: int = 0) -> pa.RecordBatch:
     """Drained events (an (n, 6) array, see Recorder) as ``alloc_events/1`` (+ ``block_bytes``), timed by
     the request that caused them (``req`` and ``clock`` hold the requests from ``req.offset`` on)."""
     r = ev[:, 0]
@@ -115,14 +116,14 @@ def events_batch(ev: np.ndarray, req: rp.Requests, name: str, clock: np.ndarray,
     }, schema=EVENTS_SCHEMA)
 
 
-def _oom_context(models: dict, part: rp.Requests, found: dict) -> None:
+def _oom_context(models: dict, part: Requests, found: dict) -> None:
     """Remember where each model's first OOM happened while its request is at hand (a chunk of a stream)."""
     for m in models.values():
         oom = m.c.first_oom
         j = oom["request"] - part.offset if oom is not None else -1
         if 0 <= j < len(part) and oom["request"] not in found:
             found[oom["request"]] = {"device": part.device[j], "source_row": part.seq[j],
-                                     "ts_ns": None if part.ts_ns[j] == rp.NO_TIME else part.ts_ns[j]}
+                                     "ts_ns": None if part.ts_ns[j] == NO_TIME else part.ts_ns[j]}
 
 
 def _policy_row(name: str, counters: Counters, oom_at: dict, frag, extra: dict) -> dict:
@@ -156,7 +157,7 @@ def whatif_table(rows: list[dict]) -> list[dict]:
     return out
 
 
-def simulate(req: rp.Requests | RequestStream, *, policies: list[str], conf: TorchConf, capacity: int | None = None,
+def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchConf, capacity: int | None = None,
              seed: Seed | None = None, tiers=None, window_s: float | None = None,
              window_requests: int | None = None, on_progress=None, torch_core: str = "auto") -> SimulateResult:
     """Replay ``req`` through each policy (one instance per device) and measure each over windows.
@@ -183,7 +184,7 @@ def simulate(req: rp.Requests | RequestStream, *, policies: list[str], conf: Tor
         has_time = req.has_time
         clock = req.clock(has_time)
         span = int(clock[-1] - clock[0]) + 1 if len(clock) else 1
-        releases = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == rp.RELEASE))
+        releases = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == RELEASE))
     if not has_time and window_s is not None:
         raise UsageError("--window needs timestamps, and this trace has none", hint="Use --window-requests N")
     if has_time and window_requests is not None:

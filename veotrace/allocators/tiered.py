@@ -13,7 +13,7 @@ from __future__ import annotations
 from veotrace.allocators.base import (ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, VA_ALIGN, AddressSpace, Counters,
                                       Recorder, oom)
 from veotrace.allocators.holes import Holes
-from veotrace.allocators.replay import NO_TIME
+from veotrace.allocators.requests import NO_TIME
 
 ALIGN = 512
 #: (largest lifetime in seconds, chunk granularity in bytes), shortest first; the last bound is infinite.

@@ -16,7 +16,9 @@ import pyarrow as pa
 
 from veotrace.allocators import replay as rp
 from veotrace.allocators.base import OP_NAMES, SEGMENT_ALLOC, SEGMENT_MAP, Recorder
+from veotrace.allocators.builder import build_requests
 from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.requests import MAX_UNKNOWN_FREES, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.torch import get_allocation_size, round_size
 
@@ -26,7 +28,7 @@ MAX_MISMATCHES = 5
 TARGET_SHARE, TARGET_EXTRA = 0.95, 0.05
 
 
-def run_torch(req: rp.Requests, conf: TorchConf, seed: Seed | None, capacity, core: str = "python") -> tuple[dict, Recorder]:
+def run_torch(req: Requests, conf: TorchConf, seed: Seed | None, capacity, core: str = "python") -> tuple[dict, Recorder]:
     """Replay ``req`` through seeded torch models (one per device) on ``core`` ("c" or "python");
     ``capacity``: int, dict or None. The recorder returned holds every event."""
     from veotrace.allocators.simulate import make_policy
@@ -45,7 +47,7 @@ def run_torch(req: rp.Requests, conf: TorchConf, seed: Seed | None, capacity, co
     return policies, rec
 
 
-def recorded_peaks(req: rp.Requests, seed: Seed | None) -> dict[int, int]:
+def recorded_peaks(req: Requests, seed: Seed | None) -> dict[int, int]:
     """Peak reserved bytes per device as the trace recorded them (seeded segments included)."""
     events = sorted([(r, +s, d) for d, r, _, s in req.recorded] + [(r, -s, d) for d, r, _, s in req.released],
                     key=lambda e: (e[0], e[1] > 0))
@@ -59,7 +61,7 @@ def recorded_peaks(req: rp.Requests, seed: Seed | None) -> dict[int, int]:
     return dict(peak)
 
 
-def compare(req: rp.Requests, rec: Recorder) -> dict:
+def compare(req: Requests, rec: Recorder) -> dict:
     """Match recorded device allocations with the model's by (device, request, size)."""
     recorded = Counter((d, r, s) for d, r, _, s in req.recorded)
     model = Counter((req.device[r] if r < len(req) else -1, r, s)
@@ -95,13 +97,13 @@ def compare(req: rp.Requests, rec: Recorder) -> dict:
 
 
 def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | None = None,
-             max_unknown_frees: float = rp.MAX_UNKNOWN_FREES, torch_core: str = "auto") -> dict:
+             max_unknown_frees: float = MAX_UNKNOWN_FREES, torch_core: str = "auto") -> dict:
     """The ``validation`` object of simulate's JSON for one snapshot (see the module docstring); the torch
     model runs on the core :func:`torchcore.choose_core` picks (``validation.torch_core``)."""
     from veotrace.allocators.torchcore import choose_core
 
     seeds = seed.request_seeds()
-    with_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True)
+    with_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True)
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
                 "nothing to validate against"}
@@ -112,7 +114,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     core = choose_core(conf, cap, torch_core)[0]
     _, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
-    no_rel = rp.build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False)
+    no_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False)
     _, rec2 = run_torch(no_rel, conf, seed, cap, core)
     alone = compare(no_rel, rec2)
     alone.pop("first_mismatches")
@@ -128,7 +130,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     return out
 
 
-def explain(table: pa.Table, seed: Seed, conf: TorchConf, req: rp.Requests, out: dict, alone: dict) -> list[str]:
+def explain(table: pa.Table, seed: Seed, conf: TorchConf, req: Requests, out: dict, alone: dict) -> list[str]:
     """Why the model may not match this trace: the trace's features the model does not cover."""
     why = []
     if out["meets_targets"] and alone["meets_targets"]:

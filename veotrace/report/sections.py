@@ -165,15 +165,15 @@ def fragmentation(job, section, options, size) -> None:
 
 
 def simulate(job, section, options, size) -> None:
-    from veotrace.allocators import replay as rp
     from veotrace.allocators import simulate as sim
+    from veotrace.allocators.builder import build_requests
     from veotrace.allocators.validation import validate
     from veotrace.allocators.load import load_trace  # events, and a snapshot's settings and seed, as the command reads them
     from veotrace.sources import ReadReport
 
     table, conf, snap_conf, seed = load_trace(job.paths, options, ReadReport(), None)
     seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live] if seed is not None else []
-    res = sim.simulate(rp.build_requests(table, seeds=seeds), policies=list(REPORT_POLICIES), conf=conf, seed=seed)
+    res = sim.simulate(build_requests(table, seeds=seeds), policies=list(REPORT_POLICIES), conf=conf, seed=seed)
     if seed is not None:
         res.validation = validate(table, seed, snap_conf)
     by_name = {r["policy"]: r for r in res.policies}
