@@ -21,7 +21,7 @@ from veotrace.errors import UsageError, VeotraceError
 def jsonable(obj: Any) -> Any:
     """Turn ``obj`` into plain JSON values: NaN/inf -> None, numpy scalars/arrays -> Python, Paths -> str.
 
-    Dataclasses are converted field by field; objects with ``to_dict()`` use it.
+    Dataclasses are converted field by field; objects with ``to_dict()`` use it (``_plain``).
     """
     if obj is None or isinstance(obj, (bool, str)):
         return obj
@@ -29,24 +29,13 @@ def jsonable(obj: Any) -> Any:
         return int(obj)
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
-    if hasattr(obj, "to_dict"):
-        return jsonable(obj.to_dict())
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if hasattr(obj, "to_dict") or (dataclasses.is_dataclass(obj) and not isinstance(obj, type)):
+        return jsonable(_plain(obj))
     if isinstance(obj, dict):
         return {_key(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
-    if isinstance(obj, enum.Enum):
-        return jsonable(obj.value)
-    if isinstance(obj, Path):
-        return str(obj)
-    # numpy / pyarrow scalars and arrays, imported lazily
-    if hasattr(obj, "tolist"):
-        return jsonable(obj.tolist())
-    if hasattr(obj, "as_py"):
-        return jsonable(obj.as_py())
-    raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
+    return jsonable(_plain(obj))
 
 
 def _key(k: Any) -> str:
@@ -59,7 +48,7 @@ def _key(k: Any) -> str:
 
 
 def _plain(obj: Any) -> Any:
-    """json.dumps' ``default``: what jsonable does for a value json cannot write itself, one level."""
+    """One level of conversion for a value json cannot write itself (json.dumps' ``default``, and jsonable's)."""
     if hasattr(obj, "to_dict"):
         return obj.to_dict()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
