@@ -121,6 +121,24 @@ def test_local_cluster_of_several_workers_gives_the_local_windows(data):
             assert _json(*cmd, *on) == _json(*cmd)
 
 
+def _heap_state():
+    from veotrace.engine import workermem
+
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), workermem._done
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_nanny_workers_get_heap_reuse_back(data):
+    """distributed's nanny starts workers with MALLOC_TRIM_THRESHOLD_ set; a task undoes it (workermem)."""
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            distributed.Client(lc, set_as_default=False) as client:
+        assert set(client.run(_heap_state).values()) == {("65536", False)}
+        got = run_entropy([data["real"]], EngineConfig("dask", scheduler=lc.scheduler_address), options=ReadOptions(),
+                          report=ReadReport(), window_s=60.0)
+        assert set(client.run(_heap_state).values()) == {("65536", True)}
+    assert got.windows.equals(compute_entropy(iter_alloc_events([data["real"]]), window_s=60.0).windows)
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("small_pieces")
 def test_cli_starts_a_local_cluster_of_worker_processes(data):
