@@ -29,7 +29,7 @@ from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
 from veotrace.analysis.kernel_names import name_kernels as _name_kernels
 from veotrace.analysis.ops import op_mask
-from veotrace.analysis.runs import BurstRuns, merge_all
+from veotrace.analysis.runs import BurstRuns
 from veotrace.errors import AnalysisError, UsageError
 from veotrace.schemas.bursts import BURSTS, BURSTS_BY_GROUP
 

@@ -26,7 +26,6 @@ import numpy as np
 
 from veotrace.fragmentation.state import DeviceState
 
-from veotrace.analysis.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
 from veotrace.analysis.defaults import FRAGMENTATION_MAX_GAP_BYTES as DEFAULT_MAX_GAP
 from veotrace.analysis.defaults import FRAGMENTATION_THRESHOLD as DEFAULT_THRESHOLD
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+from veotrace.analysis.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
 from veotrace.fragmentation.boundary import (
     Boundary,
     PieceStart,
@@ -36,11 +37,7 @@ from veotrace.fragmentation.boundary import (
     start_states,
 )
 from veotrace.fragmentation.layout import DEFAULT_ZONE_BYTES
-from veotrace.fragmentation.metrics import (
-    DEFAULT_BINS,
-    DEFAULT_MAX_GAP,
-    DEFAULT_THRESHOLD,
-)
+from veotrace.fragmentation.metrics import DEFAULT_MAX_GAP, DEFAULT_THRESHOLD
 from veotrace.fragmentation.rows import finish_row
 from veotrace.fragmentation.state import Counters, DeviceState
 from veotrace.fragmentation.windows import Replay, _Win
