@@ -44,6 +44,7 @@ class RotatedRun:
     live: np.ndarray = field(init=False)
     live_size: np.ndarray = field(init=False)
     live_offset: np.ndarray = field(init=False)
+    last_ts: int = 0  # the latest timestamp written so far: the next piece starts no earlier
 
     def __post_init__(self) -> None:
         if not 1 << 44 <= BASE_ADDRESS + self.slots * self.slot_bytes < 1 << 48:
@@ -60,6 +61,10 @@ class RotatedRun:
         frac = (self.done + np.arange(n)) / self.events  # progress through the run
         step = (frac * span // STEP_NS).astype(np.int64)
         ts = np.sort(step * STEP_NS + rng.exponential(3e6, n).astype(np.int64))
+        # A training step cut by a rotation: its events in this piece come after the last one
+        # written (one logger writes in time order), not among them.
+        np.maximum(ts, self.last_ts, out=ts)
+        self.last_ts = int(ts[-1]) if n else self.last_ts
         slot = rng.integers(0, self.slots, n)
         order = np.lexsort((np.arange(n), slot))  # by slot, then time
         s_sorted = slot[order]
