@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from veotrace.cli import app
@@ -53,3 +54,28 @@ def test_figure_on_a_full_disk_is_one_error_line_and_no_partial_file(tmp_path):
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("Error:")]
     assert len(errors) == 1 and "cannot write" in errors[0], res.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+
+
+_LOGS = str(SAMPLES / "alloc_logs")
+_ARR = SAMPLES / "arrays"
+
+
+@pytest.mark.parametrize(("args", "url"), [
+    (["entropy", _LOGS, "-f", "json", "-o", "s3://bucket/run/e.json"], "s3://bucket/run/e.json"),
+    (["entropy", _LOGS, "-f", "json", "--save-baseline", "gs://b/base.json"], "gs://b/base.json"),
+    (["entropy", _LOGS, "-f", "json", "--plot", "s3://b/e.png"], "s3://b/e.png"),
+    (["convert", _LOGS, "-o", "memory://x.parquet", "--jobs", "2"], "memory://x.parquet"),
+    (["gate", _LOGS, "--baseline", "missing.json", "--junit", "s3://b/j.xml"], "s3://b/j.xml"),
+    (["correlate", str(_ARR / "addrs.npy"), str(_ARR / "epe.npy"), "--pairs-out", "gs://x/p.csv"], "gs://x/p.csv"),
+    (["report", _LOGS, "-o", "https://example.com/r.html"], "https://example.com/r.html"),
+    (["entropy", _LOGS, "-f", "json", "-o", "file:///tmp/e.json"], "file:///tmp/e.json"),
+])
+def test_outputs_named_as_urls_are_refused_before_any_work(tmp_path, monkeypatch, args, url):
+    """URLs are inputs only: an output URL is one usage Error: naming it, and nothing is written
+    (pathlib would have folded s3://b/k into a local folder "s3:")."""
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {url}: outputs are written to local files")
+    assert res.stdout == "" and list(tmp_path.iterdir()) == []

@@ -36,9 +36,20 @@ FormatOpt = Annotated[
     OutputFormat,
     typer.Option("--format", "-f", help="table (rich, default), json (one object), csv, parquet (needs -o)."),
 ]
+def local_output(value: Path | None) -> Path | None:
+    """An output option's callback: refuse a URL (outputs are local files) before any work, one Error: line."""
+    if value is not None:
+        with user_errors():
+            from veotrace.render.export import refuse_url
+
+            refuse_url(value)
+    return value
+
+
 OutputOpt = Annotated[
     Path | None,
-    typer.Option("--output", "-o", help="Write the result to this file instead of stdout.", dir_okay=False),
+    typer.Option("--output", "-o", help="Write the result to this file instead of stdout.", dir_okay=False,
+                 callback=local_output),
 ]
 RowsOpt = Annotated[
     int, typer.Option("--rows", help="Rows shown in terminal tables (0 = all).", min=0)

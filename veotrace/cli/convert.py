@@ -18,6 +18,7 @@ from veotrace.cli.common import (
     TimeUnit,
     TimeUnitOpt,
     err,
+    local_output,
     print_report,
     progress,
     read_setup,
@@ -35,7 +36,8 @@ def table_path(output: Path, kind: str) -> Path:
 def convert_command(
     paths: PathsArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Parquet file to write (snapshots: also "
-                                         "OUT.segments.parquet and OUT.blocks.parquet).", dir_okay=False)],
+                                         "OUT.segments.parquet and OUT.blocks.parquet).", dir_okay=False,
+                                         callback=local_output)],
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,

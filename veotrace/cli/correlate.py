@@ -18,6 +18,7 @@ from veotrace.cli.common import (
     RowsOpt,
     emit,
     err,
+    local_output,
     user_errors,
     write_plot,
 )
@@ -46,7 +47,7 @@ def correlate_command(
     max_lag: Annotated[int, typer.Option("--max-lag", help="Also correlate at lags -K..K (EPE K frames later).")] = d.CORRELATE_MAX_LAG,
     baseline: Annotated[tuple[Path, Path] | None, typer.Option("--baseline", help="ADDRS0 EPE0 of a baseline run to compare means with.")] = None,
     drop_nonfinite: Annotated[bool, typer.Option("--drop-nonfinite", help="Drop pairs with NaN/inf (counted) instead of refusing.")] = False,
-    pairs_out: Annotated[Path | None, typer.Option("--pairs-out", help="Write the aligned pairs as CSV here.", dir_okay=False)] = None,
+    pairs_out: Annotated[Path | None, typer.Option("--pairs-out", help="Write the aligned pairs as CSV here.", dir_okay=False, callback=local_output)] = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,

@@ -21,7 +21,16 @@ from veotrace.analysis.defaults import (
     GATE_SEED,
 )
 from veotrace.cli.app import app
-from veotrace.cli.common import FormatHintOpt, NoProgressOpt, PathsArg, SkipBadRowsOpt, TimeUnit, err, user_errors
+from veotrace.cli.common import (
+    FormatHintOpt,
+    NoProgressOpt,
+    PathsArg,
+    SkipBadRowsOpt,
+    TimeUnit,
+    err,
+    local_output,
+    user_errors,
+)
 
 
 class GateFormat(str, enum.Enum):
@@ -30,8 +39,8 @@ class GateFormat(str, enum.Enum):
     markdown = "markdown"
 
 
-def _opt(help_text: str, *names: str) -> Any:
-    return typer.Option(*names, help=help_text)
+def _opt(help_text: str, *names: str, **kw: Any) -> Any:
+    return typer.Option(*names, help=help_text, **kw)
 
 
 @app.command("gate")
@@ -58,8 +67,8 @@ def gate_command(
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
     fmt: Annotated[GateFormat, _opt("table (default), json, or markdown (pull-request comment).", "--format", "-f")] = GateFormat.table,
-    output: Annotated[Path | None, _opt("Write the verdict to this file instead of stdout.", "--output", "-o")] = None,
-    junit: Annotated[Path | None, _opt("Also write a JUnit XML report (one test case per check).", "--junit")] = None,
+    output: Annotated[Path | None, _opt("Write the verdict to this file instead of stdout.", "--output", "-o", callback=local_output)] = None,
+    junit: Annotated[Path | None, _opt("Also write a JUnit XML report (one test case per check).", "--junit", callback=local_output)] = None,
     no_progress: NoProgressOpt = False,
 ) -> None:
     """Fail (exit 3) when entropy rose above tolerance, significantly, against a baseline or a history."""

@@ -15,6 +15,7 @@ from veotrace.cli.common import (
     TimeUnit,
     TimeUnitOpt,
     err,
+    local_output,
     read_setup,
     user_errors,
 )
@@ -23,7 +24,8 @@ from veotrace.cli.common import (
 @app.command("report")
 def report_command(
     paths: PathsArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write, e.g. report.html.", dir_okay=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write, e.g. report.html.",
+                                         dir_okay=False, callback=local_output)],
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,

@@ -148,8 +148,12 @@ def check_target(path: Path) -> str:
 
 
 def check_writable(path: Path, what: str, example: str) -> None:
-    """Raise VeotraceError when ``path`` is a folder, or its folder is missing or not writable."""
+    """Raise VeotraceError when ``path`` is a folder, or its folder is missing or not writable (UsageError: a URL)."""
     import os
+
+    from veotrace.render.export import refuse_url
+
+    refuse_url(path)
 
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():

@@ -9,6 +9,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterator
@@ -101,6 +102,23 @@ def _write_error(output: Path, exc: OSError) -> VeotraceError:
                          hint="Nothing was written there; check the path, its permissions and free space")
 
 
+#: "s3:/bucket/key": a URL once pathlib has folded its "//" (typer hands -o and --plot over as a Path).
+_FOLDED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):/+(.*)$")
+
+
+def refuse_url(output: Path) -> None:
+    """Raise UsageError for an output given as a URL: outputs are local files (URLs are inputs only)."""
+    m = _FOLDED_URL.match(str(output))
+    if m is None:
+        return
+    scheme, rest = m.group(1), m.group(2)
+    if scheme.lower() == "file":
+        raise UsageError("outputs are written to local files, not to URLs", path=f"{scheme}:///{rest}",
+                         hint=f"Give the path itself: /{rest}")
+    raise UsageError("outputs are written to local files, not to URLs", path=f"{scheme}://{rest}",
+                     hint="Write to a local path, then copy it (aws s3 cp, gsutil cp, ...); URLs are read as inputs")
+
+
 def refuse_input(output: Path, st: os.stat_result) -> None:
     """Raise UsageError when ``output`` (whose stat is ``st``) is a file this run read."""
     from veotrace.sources.base import input_named
@@ -121,9 +139,10 @@ def output_file(output: Path, mode: str = "w") -> Iterator[IO[Any]]:
     written directly. A full disk, an unwritable folder or a symlink loop is one ``VeotraceError``.
 
     Raises:
-        UsageError: ``output`` is one of the files this run read.
+        UsageError: ``output`` is one of the files this run read, or a URL.
         VeotraceError: the output cannot be written.
     """
+    refuse_url(output)
     try:
         st = os.stat(output)
     except FileNotFoundError:
