@@ -11,18 +11,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from veotrace.analysis.replay_limits import check_block_sizes
+from veotrace.fragmentation.decode import decode
 from veotrace.fragmentation.match import _sort_rows
 from veotrace.fragmentation.state import (
     ALLOC,
     FREE,
     FREE_REQ,
-    OTHER,
     SEG_ALLOC,
     Counters,
     DeviceState,
 )
-from veotrace.fragmentation.windows import _codes, _col
 
 
 @dataclass
@@ -54,23 +52,11 @@ def boundary_pass(batches, *, round_bytes: int, time_windows: bool) -> Boundary:
         n = batch.num_rows
         if n == 0:
             continue
-        code = _codes(batch.column("op"))
-        addr_arr = batch.column("address") if "address" in batch.schema.names else pa.nulls(n, pa.uint64())
-        if addr_arr.null_count:
-            code = np.where(np.asarray(addr_arr.is_null()), OTHER, code).astype(np.int8)
-            addr_arr = addr_arr.fill_null(0)
-        addr = np.asarray(addr_arr).astype(np.uint64, copy=False)
-        size = _col(batch, "size_bytes", np.int64, 0)
-        check_block_sizes(size, batch)
-        block = _col(batch, "block_bytes", np.int64, -1)
-        rounded = size if round_bytes <= 1 else -(-size // round_bytes) * round_bytes
-        block = rounded if block is None else np.where(block >= 0, block, rounded)
-        ts_arr = batch.column("ts_ns") if "ts_ns" in batch.schema.names else pa.nulls(n, pa.int64())
+        rows = decode(batch, round_bytes)
+        code, addr, size, block, dev, ts_arr = rows.code, rows.addr, rows.size, rows.block, rows.dev, rows.ts
         if out.rows == 0:
             out.null_ts_first = bool(ts_arr.null_count)
         ts = np.asarray(ts_arr.fill_null(0) if ts_arr.null_count else ts_arr).astype(np.int64, copy=False)
-        dev = _col(batch, "device", np.int64, 0)
-        dev = np.zeros(n, np.int64) if dev is None else dev
         out.free_requested |= bool((code == FREE_REQ).any())
         row = out.rows + np.arange(n, dtype=np.int64)
         out.rows += n

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from veotrace.analysis.replay_limits import check_block_sizes
 from veotrace.fragmentation import metrics as M
+from veotrace.fragmentation.decode import decode, latency_values
 from veotrace.fragmentation.layout import Layout
 from veotrace.fragmentation.match import match_batch
 from veotrace.fragmentation.rows import _STATE_COLUMNS, bin_label, finish_row
@@ -25,8 +25,6 @@ from veotrace.fragmentation.state import (
     ALLOC,
     FREE,
     FREE_REQ,
-    OP_CODES,
-    OTHER,
     SEG_ALLOC,
     SEG_MAP,
     DeviceState,
@@ -53,40 +51,6 @@ class _Win:
     t_start: int | None = None  # effective start of the window (first event of the trace, or k*W)
     level: int = 0  # live bytes after the window's last event so far
     cont: bool = False  # continues a window an earlier piece of the trace began (engines: ``parallel``)
-
-
-def _codes(op: pa.Array) -> np.ndarray:
-    if isinstance(op, pa.ChunkedArray):
-        op = op.combine_chunks()
-    if not pa.types.is_dictionary(op.type):
-        op = op.dictionary_encode()
-    lut = np.array([OP_CODES.get(v, OTHER) for v in op.dictionary.to_pylist()] + [OTHER], np.int8)
-    idx = np.asarray(op.indices.fill_null(len(lut) - 1))
-    return lut[idx]
-
-
-def _latency(arr: pa.Array, name: str) -> np.ndarray:
-    """The latency column as float64 microseconds (null -> NaN, not counted).
-
-    Raises:
-        AnalysisError: the column does not hold numbers.
-    """
-    if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
-        from veotrace.errors import AnalysisError
-
-        sample = next((v for v in arr.to_pylist() if v is not None), None)
-        raise AnalysisError(f"latency column '{name}' holds {arr.type} values (e.g. {sample!r}), not numbers",
-                            hint="--latency-col needs a numeric column of microseconds")
-    return np.asarray(arr.cast(pa.float64()).fill_null(float("nan")))
-
-
-def _col(batch, name: str, dtype, fill) -> np.ndarray | None:
-    if name not in batch.schema.names:
-        return None
-    arr = batch.column(name)
-    if arr.null_count:
-        arr = arr.fill_null(fill)
-    return np.asarray(arr).astype(dtype, copy=False)
 
 
 class Replay:
@@ -119,23 +83,10 @@ class Replay:
         n = batch.num_rows
         if n == 0:
             return
-        code = _codes(batch.column("op"))
-        size = _col(batch, "size_bytes", np.int64, 0)
-        check_block_sizes(size, batch)
-        addr_arr = batch.column("address") if "address" in batch.schema.names else pa.nulls(n, pa.uint64())
-        no_addr = np.asarray(addr_arr.is_null()) if addr_arr.null_count else None
-        addr = np.asarray(addr_arr.fill_null(0) if addr_arr.null_count else addr_arr).astype(np.uint64, copy=False)
-        if no_addr is not None:
-            blocky = (code == ALLOC) | (code == FREE) | (code == FREE_REQ)
-            self._any_state().counters.events_without_address += int((no_addr & blocky).sum())
-            code = np.where(no_addr & (code != OTHER), OTHER, code).astype(np.int8)
-        block = _col(batch, "block_bytes", np.int64, -1)
-        rb = self.round_bytes
-        rounded = size if rb <= 1 else -(-size // rb) * rb
-        block = rounded if block is None else np.where(block >= 0, block, rounded)
-        dev = _col(batch, "device", np.int64, 0)
-        dev = np.zeros(n, np.int64) if dev is None else dev
-        ts_arr = batch.column("ts_ns") if "ts_ns" in batch.schema.names else pa.nulls(n, pa.int64())
+        rows = decode(batch, self.round_bytes)
+        code, addr, size, block, dev, ts_arr = rows.code, rows.addr, rows.size, rows.block, rows.dev, rows.ts
+        if rows.no_address:
+            self._any_state().counters.events_without_address += rows.no_address
         if self.window_events is not None:
             k = (self.n_read + np.arange(n, dtype=np.int64)) // self.window_events
             ts = np.asarray(ts_arr.fill_null(0)) if ts_arr.null_count else np.asarray(ts_arr)
@@ -152,7 +103,7 @@ class Replay:
         self.n_read += n
         lat = None
         if self.latency_col is not None and self.latency_col in batch.schema.names:
-            lat = _latency(batch.column(self.latency_col), self.latency_col)
+            lat = latency_values(batch.column(self.latency_col), self.latency_col)
         cols = (code, addr, size, block, ts, k, lat)
         devices = np.unique(dev) if dev.min() != dev.max() else dev[:1]
         for d in devices.tolist():
