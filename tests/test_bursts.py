@@ -265,6 +265,16 @@ def test_kernels_from_an_alloc_log(log):
     assert r.exit_code == 1 and "holds no kernel launches" in r.stderr
 
 
+def test_kernels_with_jobs_run_on_one_process_and_say_so():
+    nsys = Path(__file__).resolve().parents[1] / "sample_traces" / "nsys" / "cuda_gpu_trace.csv"
+    one = run_cli("bursts", nsys, "--events", "kernels", "-f", "json")
+    two = run_cli("bursts", nsys, "--events", "kernels", "-f", "json", "--jobs", "2")
+    assert one.exit_code == two.exit_code == 0 and one.stderr == ""
+    assert two.stderr == ("note: --events kernels reads the Nsight export on one process (--jobs and --engine "
+                          "split alloc/free logs)\n")
+    assert json.loads(two.stdout) == json.loads(one.stdout) and json.loads(one.stdout)["summary"]["bursts"] > 0
+
+
 def test_empty_file(tmp_path):
     (tmp_path / "empty.csv").write_bytes(b"")
     r = run_cli("bursts", tmp_path / "empty.csv")

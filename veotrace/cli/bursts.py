@@ -27,6 +27,7 @@ from veotrace.cli.common import (
     TimeUnit,
     TimeUnitOpt,
     emit,
+    err,
     parse_ops,
     print_report,
     progress,
@@ -78,13 +79,16 @@ def bursts_command(
         gap = parse_duration(gap, option="--gap", bare_unit="ms") * 1e3  # ms, the analysis' unit
         analysis.check_params(gap, min_events)
         grouped = grouping(by, device)
+        config = engine_config(engine, jobs, scheduler, workers)
         if events is EventKind.kernels:
             if ops is not None:
                 raise UsageError("--ops applies to --events alloc only")
+            if config.parallel:
+                err("note: --events kernels reads the Nsight export on one process (--jobs and --engine split "
+                    "alloc/free logs)")
             result = analysis.compute_kernel_bursts(read_table(paths, "gpu_activity", options=options, report=report),
                                                     gap_ms=gap, min_events=min_events, **grouped)
         else:
-            config = engine_config(engine, jobs, scheduler, workers)
             columns = analysis.COLUMNS + columns_for(grouped.get("by"), device)
             with progress("reading", enabled=not no_progress) as bar:
                 if config.parallel:  # pieces of the inputs as tasks; the same runs, merged
