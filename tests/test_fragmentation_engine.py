@@ -185,6 +185,25 @@ def test_pieces_that_need_one_process_say_so(tmp_path):
 
 
 @pytest.mark.usefixtures("small_pieces")
+def test_the_window_limit_counts_the_whole_trace_on_the_engine(data, monkeypatch):
+    """MAX_WINDOWS bounds the rows of the whole replay: one process and the pieces joined refuse the
+    same trace, although every piece alone stays under the limit."""
+    from veotrace.errors import AnalysisError
+    from veotrace.fragmentation import windows
+
+    want = _local(data["one"], window_s=60.0)
+    n = len(want["windows"])
+    monkeypatch.setattr(windows, "MAX_WINDOWS", n - 1)
+    with pytest.raises(AnalysisError, match="spans more than"):
+        _local(data["one"], window_s=60.0)
+    with pytest.raises(AnalysisError, match="spans more than"):
+        run_fragmentation([data["one"]], EngineConfig("local", 1), options=ReadOptions(), report=ReadReport(),
+                          window_s=60.0)
+    monkeypatch.setattr(windows, "MAX_WINDOWS", n)
+    assert_same(_engine(data["one"], EngineConfig("local", 1), window_s=60.0), want)
+
+
+@pytest.mark.usefixtures("small_pieces")
 def test_fewer_local_jobs_than_pay_replay_on_one_process(data, tmp_path):
     """--jobs 2 and 3: one process (the two passes would finish later), with a note; a skipped file
     is listed once, whichever path ran."""

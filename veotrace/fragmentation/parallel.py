@@ -30,6 +30,7 @@ import copy
 from dataclasses import dataclass
 
 from veotrace.analysis.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
+from veotrace.fragmentation import windows
 from veotrace.fragmentation.boundary import (
     Boundary,
     PieceStart,
@@ -197,6 +198,8 @@ class ParallelSetup:
         from veotrace.fragmentation.result import build_result
 
         assert not part.heads and not part.tails, "a window left open at the trace's ends"
+        if len(part.rows) > windows.MAX_WINDOWS:  # each piece stayed below; joined, they do not
+            raise windows.too_many_windows()
         require_placed(part.placed, part.counters.events_without_address)
         states = {d: st for d, st in part.states.items()}
         for st in states.values():  # the counters of the whole trace: every piece's, summed

@@ -34,6 +34,14 @@ from veotrace.fragmentation.state import (
 MAX_WINDOWS = 5_000_000
 
 
+def too_many_windows() -> Exception:
+    """The error for a replay past MAX_WINDOWS rows (one process, or the pieces' rows joined)."""
+    from veotrace.errors import AnalysisError
+
+    return AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows",
+                         hint="Use a longer --window, or check --time-unit")
+
+
 @dataclass
 class _Win:
     """Levels of the window open on one device."""
@@ -239,10 +247,7 @@ class Replay:
         self._row(d, win, m, raw, counts, nbytes, still_open)
         if upto is not None and upto - win.k - 1 > 0:
             if len(self.rows) + upto - win.k > MAX_WINDOWS:
-                from veotrace.errors import AnalysisError
-
-                raise AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows",
-                                    hint="Use a longer --window, or check --time-unit")
+                raise too_many_windows()
             for kk in range(win.k + 1, upto):
                 empty = _Win(kk, None, peak_live=m["live_bytes"], peak_reserved=m["reserved_bytes"] or 0,
                              level=m["live_bytes"])
@@ -268,6 +273,8 @@ class Replay:
         if not win.cont:
             finish_row(row, self.window_events is not None)
         self.rows.append(row)
+        if len(self.rows) > MAX_WINDOWS:
+            raise too_many_windows()
         if still_open:  # the later piece that closes the window gives its bins
             return
         for i, (lo, hi) in enumerate(self.bins):
