@@ -347,3 +347,83 @@ def test_untimed_events_after_an_empty_piece_still_go_to_one_process():
     bounds = [Boundary(), Boundary(rows=10, null_ts_first=True), Boundary(rows=5, null_ts_first=True)]
     assert ParallelSetup().replay_jobs(bounds, ReadOptions()) == \
         "note: events without timestamps: replayed on one process"
+
+
+def _counted_reads(monkeypatch) -> list:
+    """Record every piece the tasks read from its source (not from a spill)."""
+    from veotrace.engine import tasks
+
+    calls, real = [], tasks.read_piece
+
+    def counted(piece, **kw):
+        calls.append(piece)
+        return real(piece, **kw)
+
+    monkeypatch.setattr(tasks, "read_piece", counted)
+    return calls
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("kind", ["one", "folder", "parquet"])
+def test_the_second_pass_reads_what_the_first_kept(data, kind, monkeypatch, tmp_path):
+    """engine.spill: each piece is read from its source once, and the result is the one read twice gives."""
+    spills = tmp_path / "spills"
+    spills.mkdir()
+    calls = _counted_reads(monkeypatch)
+    monkeypatch.setenv("VEOTRACE_SPILL_DIR", str(spills))
+    kept = _engine(data[kind], EngineConfig("local", 1), window_s=600.0)
+    once = len(calls)
+    calls.clear()
+    monkeypatch.setenv("VEOTRACE_SPILL_DIR", "off")
+    twice = _engine(data[kind], EngineConfig("local", 1), window_s=600.0)
+    assert once > 2 and len(calls) == 2 * once
+    assert kept == twice  # the same batches, batch for batch: equal to the last bit
+    assert list(spills.iterdir()) == []  # the run's folder is removed
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_skipped_rows_are_reported_the_same_through_the_spill(data, monkeypatch, tmp_path):
+    bad = tmp_path / "bad.csv"
+    lines = data["one"].read_text().splitlines()
+    lines[500] = lines[500].replace(",alloc,", ",alloc,-3") if ",alloc," in lines[500] else "garbage,row"
+    lines[9000] = "not,a,row,at,all"
+    bad.write_text("\n".join(lines) + "\n")
+    opts = ReadOptions(skip_bad_rows=True)
+    reports = {}
+    for where in (str(tmp_path), "off"):
+        monkeypatch.setenv("VEOTRACE_SPILL_DIR", where)
+        reports[where] = ReadReport()
+        result, why = run_fragmentation([bad], EngineConfig("local", 1), options=opts, report=reports[where],
+                                        window_s=600.0)
+        assert why is None
+    kept, twice = reports[str(tmp_path)], reports["off"]
+    assert kept.skipped_rows == twice.skipped_rows == 2
+    assert kept.messages() == twice.messages()
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_a_failing_run_leaves_no_spill(data, monkeypatch, tmp_path):
+    from veotrace.errors import TraceFormatError
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.csv").write_bytes((data["folder"] / "alloc.log.1.csv").read_bytes())
+    (folder / "b.csv").write_text("timestamp,op_type,size_bytes,address\n1,alloc,4096,0x10\n2,alloc,-5,0x20\n")
+    spills = tmp_path / "spills"
+    spills.mkdir()
+    monkeypatch.setenv("VEOTRACE_SPILL_DIR", str(spills))
+    with pytest.raises(TraceFormatError):
+        run_fragmentation([folder], EngineConfig("local", 1), options=ReadOptions(), report=ReadReport())
+    assert list(spills.iterdir()) == []
+
+
+def test_a_worker_without_the_folder_reads_twice(data):
+    """On another machine the run's folder does not exist: nothing is written, pass 2 reads the source."""
+    from veotrace.engine import spill
+    from veotrace.sources.split import Piece
+
+    piece = Piece(str(data["one"]), "alloc-csv", "file", 0, 0, data["one"].stat().st_size)
+    missing = str(data["one"].parent / "no-such-spill-folder")
+    batches = list(spill.keep(iter_alloc_events([data["one"]]), missing, piece, ReadReport()))
+    assert sum(b.num_rows for b in batches) > 0
+    assert not Path(missing).exists() and spill.take(missing, piece) is None

@@ -114,16 +114,25 @@ def run_two_pass(paths: Sequence[Path], first: Job, second: Callable[[Partial], 
     """Two passes over the same pieces: ``first``'s job on each, then ``second(merged first partial)``'s
     jobs (one per piece); None when the inputs make one piece, or ``second`` gives None
     (the caller goes another way). Progress runs over both passes; what reading skipped is reported
-    once (from the second pass)."""
+    once (from the second pass). Pieces read by the first pass on this machine are kept on disk for
+    the second (``engine.spill``), in a folder removed when the run ends."""
+    import dataclasses
+
+    from veotrace.engine import spill
+
     with _engine(paths, first.options, first.columns, SPLIT_BYTES, config) as (pieces, planned, run_pieces, _):
         if len(pieces) < 2:
             return None
-        prog = None if on_progress is None else (lambda d, t: on_progress(d, 2 * t))
-        jobs = second(run_pieces(pieces, first, prog))
-        if jobs is None:
-            return None
-        prog = None if on_progress is None else (lambda d, t: on_progress(t + d, 2 * t))
-        part = run_pieces(pieces, jobs, prog)
+        folder = spill.new_run_folder()
+        try:
+            prog = None if on_progress is None else (lambda d, t: on_progress(d, 2 * t))
+            jobs = second(run_pieces(pieces, dataclasses.replace(first, spill=folder), prog))
+            if jobs is None:
+                return None
+            prog = None if on_progress is None else (lambda d, t: on_progress(t + d, 2 * t))
+            part = run_pieces(pieces, [dataclasses.replace(j, spill=folder) for j in jobs], prog)
+        finally:
+            spill.remove_run_folder(folder)
     report.merge(planned)
     report.merge(part.report)
     return part

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from veotrace.engine import spill
 from veotrace.sources.base import ReadOptions, ReadReport
 from veotrace.sources.split import Piece, read_piece
 
@@ -26,12 +27,15 @@ class Job:
             or for convert ``{"parts": folder}``.
         options: how to read the inputs.
         columns: the ALLOC_EVENTS columns to read (None: all).
+        spill: the run's spill folder (``engine.spill``): fragmentation's first pass keeps each
+            piece's batches there and its second pass reads them back (None: read twice).
     """
 
     analysis: str
     params: dict
     options: ReadOptions
     columns: tuple[str, ...] | None
+    spill: str | None = None
 
 
 @dataclass
@@ -46,7 +50,13 @@ class Partial:
 def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
     """The partial of ``job``'s analysis over one piece (``index``: the piece's place, for convert's part names)."""
     report = ReadReport()
-    batches = read_piece(piece, options=job.options, report=report, columns=job.columns)
+    kept = spill.take(job.spill, piece) if job.analysis == "fragmentation" else None
+    if kept is not None:
+        batches, report = kept
+    else:
+        batches = read_piece(piece, options=job.options, report=report, columns=job.columns)
+    if job.analysis == "fragmentation_boundary":
+        batches = spill.keep(batches, job.spill, piece, report)
     if job.analysis == "entropy":
         from veotrace.analysis.entropy import entropy_partial
 
