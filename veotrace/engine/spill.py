@@ -76,7 +76,7 @@ def keep(batches: Iterator[pa.RecordBatch], folder: str | None, piece: Piece,
         yield from batches
         return
     final = _path(folder, piece)
-    tmp = final.with_suffix(".partial")
+    tmp = final.with_suffix(f".{os.getpid()}.{id(report):x}.partial")  # a re-run of the task writes its own
     sink = writer = None
     writing, complete = True, False
     try:
