@@ -58,3 +58,16 @@ def test_a_running_thread_gets_the_normal_exit():
     assert r.returncode == 0
     assert json.loads(r.stdout)["windows"]
     assert "thread finished" in r.stderr and "atexit ran" in r.stderr
+
+
+def test_a_reader_that_stops_early_gets_exit_0_for_every_format():
+    """`veotrace ... | head`: the table (rich), CSV and JSON outputs all end quietly with 0 (rich's own
+    broken-pipe handling exits 1)."""
+    for fmt in ("table", "csv", "json"):
+        proc = subprocess.Popen([sys.executable, "-m", "veotrace", "entropy", str(SAMPLE), "-f", fmt, "--rows", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.read(100)  # far less than the output (2,844 windows), then the reader goes away
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 0, (fmt, err)
+        assert err == "", (fmt, err)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,9 +15,17 @@ from rich.table import Table
 DEFAULT_MAX_ROWS = 40
 
 
+class _ResultConsole(Console):
+    def on_broken_pipe(self) -> None:
+        """``veotrace ... | head``: stop writing and exit 0, as the JSON and CSV outputs do (rich exits 1)."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush goes nowhere, quietly
+        raise SystemExit(0)
+
+
 def stdout_console(output: Any = None) -> Console:
     """Console for results (stdout, or the given text file)."""
-    return Console(file=output, soft_wrap=False) if output is not None else Console(soft_wrap=False)
+    return _ResultConsole(file=output, soft_wrap=False) if output is not None else _ResultConsole(soft_wrap=False)
 
 
 def stderr_console() -> Console:
