@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -427,3 +428,30 @@ def test_a_worker_without_the_folder_reads_twice(data):
     batches = list(spill.keep(iter_alloc_events([data["one"]]), missing, piece, ReadReport()))
     assert sum(b.num_rows for b in batches) > 0
     assert not Path(missing).exists() and spill.take(missing, piece) is None
+
+
+def test_no_spill_in_a_memory_backed_temp_folder_unless_named(monkeypatch, tmp_path):
+    """A tmpfs /tmp would hold the spill in RAM: by default nothing is kept there; a named folder is used."""
+    from veotrace.engine import spill
+
+    monkeypatch.delenv("VEOTRACE_SPILL_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(spill, "_memory_backed", lambda folder: folder == str(tmp_path))
+    assert spill.new_run_folder() is None
+    monkeypatch.setenv("VEOTRACE_SPILL_DIR", str(tmp_path))
+    folder = spill.new_run_folder()
+    assert folder is not None and Path(folder).parent == tmp_path
+    spill.remove_run_folder(folder)
+
+
+def test_memory_backed_folders_are_found_from_the_mount_table(tmp_path):
+    from veotrace.engine.spill import _memory_backed
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\ntmpfs /run/user/1000 tmpfs rw 0 0\n"
+                      "/dev/vdb /tmp/disk ext4 rw 0 0\ntmpfs /mnt/my\\040ram tmpfs rw 0 0\n")
+    assert _memory_backed("/tmp", str(mounts)) and _memory_backed("/tmp/x/y", str(mounts))
+    assert not _memory_backed("/tmp/disk/spill", str(mounts))  # a disk mounted inside the tmpfs
+    assert not _memory_backed("/tmpfoo", str(mounts)) and not _memory_backed("/work", str(mounts))
+    assert _memory_backed("/mnt/my ram/s", str(mounts))
+    assert not _memory_backed("/tmp", str(tmp_path / "no-such-table"))

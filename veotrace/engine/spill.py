@@ -39,14 +39,38 @@ _OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 def new_run_folder() -> str | None:
-    """A private folder for one run's spills, or None when spilling is off or impossible."""
-    where = os.environ.get(SPILL_ENV)
+    """A private folder for one run's spills, or None when spilling is off or impossible.
+
+    By default it goes in the system's temporary folder, unless that is memory-backed (tmpfs, as
+    /tmp is on several distributions): a spill of gigabytes there would take the RAM the replay
+    needs. ``VEOTRACE_SPILL_DIR`` names a folder to use anyway.
+    """
+    where = os.environ.get(SPILL_ENV) or None
     if where is not None and where.strip().lower() in ("off", "0", "no", "false"):
         return None
+    if where is None and _memory_backed(tempfile.gettempdir()):
+        return None
     try:
-        return tempfile.mkdtemp(prefix="veotrace-spill-", dir=where or None)
+        return tempfile.mkdtemp(prefix="veotrace-spill-", dir=where)
     except OSError:
         return None
+
+
+def _memory_backed(folder: str, mounts: str = "/proc/mounts") -> bool:
+    """Whether ``folder`` lies on a tmpfs/ramfs mount (Linux ``mounts`` table; elsewhere False)."""
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as fh:
+            mounts = [line.split()[1:3] for line in fh if len(line.split()) >= 3]
+    except OSError:
+        return False
+    real = os.path.realpath(folder)
+    best, fstype = "", ""
+    for point, kind in mounts:
+        point = point.replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, kind
+    return fstype in ("tmpfs", "ramfs")
 
 
 def remove_run_folder(folder: str | None) -> None:
