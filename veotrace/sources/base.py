@@ -205,9 +205,10 @@ def open_decompressed(path: Path) -> tuple[IO[bytes], object]:
     """
     import pyarrow as pa
 
+    from veotrace.sources.remote import arrow_file  # a URL (sources.remote.UrlPath) reads through fsspec
+
     note_input(path)
-    # A URL (sources.remote.UrlPath) is read through its fsspec file object.
-    raw = pa.OSFile(str(path), "rb") if isinstance(path, Path) else pa.PythonFile(path.open("rb"), mode="r")
+    raw = arrow_file(path)
     kind = compression_of(raw.read(4))
     raw.seek(0)
     if kind is None:

@@ -40,6 +40,13 @@ def arrow_source(path: Path | UrlPath):
     return path if isinstance(path, Path) else path.open("rb")
 
 
+def arrow_file(path: Path | UrlPath):
+    """``path`` opened for reading as a pyarrow file: an ``OSFile``, or a URL's fsspec file wrapped."""
+    import pyarrow as pa
+
+    return pa.OSFile(str(path), "rb") if isinstance(path, Path) else pa.PythonFile(path.open("rb"), mode="r")
+
+
 def local_path(path: Path | UrlPath) -> Path | None:
     """The local file behind ``path`` (a ``Path``, or a ``file://`` URL), else None: so that an output
     is never written over an input given as a URL either."""

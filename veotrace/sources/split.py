@@ -214,7 +214,9 @@ def _read_range(path: Path, start: int, stop: int, options: ReadOptions, report:
 
 def _range_chunks(path: Path, a: int, b: int, size: int) -> Iterator[pa.Buffer]:
     """Buffers of about ``size`` bytes of [a, b) cut at line ends (b is a line start or the end)."""
-    with (pa.OSFile(str(path), "rb") if isinstance(path, Path) else pa.PythonFile(path.open("rb"), mode="r")) as fh:
+    from veotrace.sources.remote import arrow_file
+
+    with arrow_file(path) as fh:
         fh.seek(a)
         pos = a
         while pos < b:
