@@ -16,6 +16,8 @@ import pyarrow as pa
 from veotrace.analysis.replay_limits import check_block_sizes
 from veotrace.fragmentation.state import ALLOC, FREE, FREE_REQ, OP_CODES, OTHER
 
+#: The ALLOC_EVENTS columns the replay reads (one process, and both passes over the engines' pieces).
+COLUMNS = ("ts_ns", "op", "size_bytes", "address", "device", "source_file")
 
 @dataclass
 class Decoded:
@@ -38,7 +40,7 @@ def decode(batch: pa.RecordBatch, round_bytes: int) -> Decoded:
     """The replay's arrays of a non-empty ``batch``; ``round_bytes`` rounds sizes up to blocks (1: none).
 
     Raises:
-        TraceFormatError: a block size past the replay's bound (``check_block_sizes``).
+        AnalysisError: a block size past the replay's bound (``check_block_sizes``).
     """
     n = batch.num_rows
     names = batch.schema.names

@@ -18,6 +18,7 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     """
     from veotrace.errors import TraceFormatError, UsageError
     from veotrace.fragmentation import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
+    from veotrace.fragmentation.decode import COLUMNS
     from veotrace.schemas import ALLOC_EVENTS
     from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
     from veotrace.sources.base import ReadReport
@@ -48,7 +49,7 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     report.merge(resolved)
     if not snaps:
         batches = iter_alloc_events(paths, options=options, report=report,
-                                    columns=("ts_ns", "op", "size_bytes", "address", "device", "source_file"),
+                                    columns=COLUMNS,
                                     on_progress=on_progress, inputs=inputs)
         return fragmentation_series(batches, **kw)
     if len(inputs) > 1:

@@ -37,6 +37,7 @@ from veotrace.fragmentation.boundary import (
     boundary_pass,
     start_states,
 )
+from veotrace.fragmentation.decode import COLUMNS
 from veotrace.fragmentation.layout import DEFAULT_ZONE_BYTES
 from veotrace.fragmentation.metrics import DEFAULT_MAX_GAP, DEFAULT_THRESHOLD
 from veotrace.fragmentation.rows import finish_row
@@ -136,12 +137,11 @@ def replay_piece(batches, start: PieceStart, *, params: dict) -> PiecePartial:
 
 ONE_PIECE = "note: one piece of input (nothing to split): replayed on one process"
 #: Local processes (--jobs) from which the two passes are used. One process already keeps ~1.6 cores
-#: busy (reader threads beside the replay); the two passes read every piece twice (1.87x the CPU),
-#: so 2 local workers finished later (15.1 s against 8.7 s on 34M events in 17 gzip files) and the
-#: break-even is ~3. A Dask cluster (--engine dask) always gets the pieces.
+#: busy (reader threads beside the replay); the two passes cost 2.1x its CPU on gzip logs (1.6x with
+#: pass 1's spill, ``engine.spill``), so 2 local workers finished later (15.1 s against 8.7 s on 34M
+#: events in 17 gzip files; 12.6 s with the spill) and the break-even is ~3. A Dask cluster
+#: (--engine dask) always gets the pieces.
 MIN_LOCAL_JOBS = 4
-#: The ALLOC_EVENTS columns the replay reads.
-COLUMNS = ("ts_ns", "op", "size_bytes", "address", "device", "source_file")
 
 
 @dataclass
