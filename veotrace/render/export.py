@@ -9,7 +9,6 @@ import io
 import json
 import math
 import os
-import re
 import stat
 import sys
 from collections.abc import Iterator
@@ -102,16 +101,17 @@ def _write_error(output: Path, exc: OSError) -> VeotraceError:
                          hint="Nothing was written there; check the path, its permissions and free space")
 
 
-#: "s3:/bucket/key": a URL once pathlib has folded its "//" (typer hands -o and --plot over as a Path).
-_FOLDED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):/+(.*)$")
-
-
 def refuse_url(output: Path) -> None:
-    """Raise UsageError for an output given as a URL: outputs are local files (URLs are inputs only)."""
-    m = _FOLDED_URL.match(str(output))
-    if m is None:
+    """Raise UsageError for an output given as a URL: outputs are local files (URLs are inputs only).
+
+    typer hands -o and --plot over as a Path, which has folded ``s3://b/k`` into ``s3:/b/k``.
+    """
+    from veotrace.sources.remote import folded_url
+
+    url = folded_url(output)
+    if url is None:
         return
-    scheme, rest = m.group(1), m.group(2)
+    scheme, rest = url
     if scheme.lower() == "file":
         raise UsageError("outputs are written to local files, not to URLs", path=f"{scheme}:///{rest}",
                          hint=f"Give the path itself: /{rest}")

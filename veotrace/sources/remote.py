@@ -18,14 +18,23 @@ from types import SimpleNamespace
 
 from veotrace.errors import TraceFormatError, UsageError
 
-#: A scheme fsspec may know: letters, digits, + . - then "://" ("C:\\..." is no URL).
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+://")
+#: A scheme fsspec may know: letters, digits, + . - (two characters at least: "C:\\..." is no URL).
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]+"
+_URL = re.compile(rf"^{_SCHEME}://")
+#: The same URL once pathlib has folded its "//" (``Path("s3://b/k")`` is ``s3:/b/k``).
+_FOLDED = re.compile(rf"^({_SCHEME}):/+(.*)$")
 #: fsspec file systems by protocol, per process (workers build their own).
 _FS: dict[str, object] = {}
 
 
 def is_url(text: object) -> bool:
     return isinstance(text, (str, UrlPath)) and bool(_URL.match(str(text)))
+
+
+def folded_url(path: Path) -> tuple[str, str] | None:
+    """(scheme, rest) of a URL that became a ``Path`` (an option typed as a path), else None."""
+    m = _FOLDED.match(str(path))
+    return None if m is None else (m.group(1), m.group(2))
 
 
 def as_path(value: str | Path | UrlPath) -> Path | UrlPath:
