@@ -60,12 +60,12 @@ def _memory_backed(folder: str, mounts: str = "/proc/mounts") -> bool:
     """Whether ``folder`` lies on a tmpfs/ramfs mount (Linux ``mounts`` table; elsewhere False)."""
     try:
         with open(mounts, encoding="utf-8", errors="replace") as fh:
-            mounts = [line.split()[1:3] for line in fh if len(line.split()) >= 3]
+            table = [fields[1:3] for fields in map(str.split, fh) if len(fields) >= 3]
     except OSError:
         return False
     real = os.path.realpath(folder)
     best, fstype = "", ""
-    for point, kind in mounts:
+    for point, kind in table:
         point = point.replace("\\040", " ")
         inside = real == point or real.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= len(best):
@@ -89,14 +89,7 @@ def keep(batches: Iterator[pa.RecordBatch], folder: str | None, piece: Piece,
 
     ``report`` is the piece's read report; it is saved with the batches once the piece was read whole.
     """
-    if folder is None or not os.path.isdir(folder):
-        yield from batches
-        return
-    try:
-        room = shutil.disk_usage(folder).free >= MIN_FREE_BYTES
-    except OSError:
-        room = False
-    if not room:
+    if folder is None or not _has_room(folder):
         yield from batches
         return
     final = _path(folder, piece)
@@ -127,6 +120,14 @@ def keep(batches: Iterator[pa.RecordBatch], folder: str | None, piece: Piece,
         except OSError:
             tmp.unlink(missing_ok=True)
             final.with_suffix(".report").unlink(missing_ok=True)
+
+
+def _has_room(folder: str) -> bool:
+    """The run's folder exists here and its file system keeps MIN_FREE_BYTES free."""
+    try:
+        return os.path.isdir(folder) and shutil.disk_usage(folder).free >= MIN_FREE_BYTES
+    except OSError:
+        return False
 
 
 def _close(writer, sink) -> bool:
