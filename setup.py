@@ -1,4 +1,4 @@
-"""Build of the optional C parts (veotrace/sources/_csvscan.c, _picklescan.c, veotrace/analysis/_wincount.c,
+"""Build of the optional C parts (veotrace/sources/logs/_csvscan.c, _picklescan.c, veotrace/analysis/entropy/_wincount.c,
 veotrace/allocators/_torchcore.c);
 the rest is in pyproject.toml.
 
@@ -9,13 +9,13 @@ same results).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("veotrace.sources._csvscan", ["veotrace/sources/_csvscan.c"],
+setup(ext_modules=[Extension("veotrace.sources.logs._csvscan", ["veotrace/sources/logs/_csvscan.c"],
                              extra_compile_args=["-O3"], optional=True),
                    # The pickle nesting check (safe_pickle); without it a pure-Python walk does the same, slower.
-                   Extension("veotrace.sources._picklescan", ["veotrace/sources/_picklescan.c"],
+                   Extension("veotrace.sources.snapshots._picklescan", ["veotrace/sources/snapshots/_picklescan.c"],
                              extra_compile_args=["-O2"], optional=True),
                    # Entropy's class x window count in one pass (analysis.entropy_series); without it numpy does the same.
-                   Extension("veotrace.analysis._wincount", ["veotrace/analysis/_wincount.c"],
+                   Extension("veotrace.analysis.entropy._wincount", ["veotrace/analysis/entropy/_wincount.c"],
                              extra_compile_args=["-O3"], optional=True),
                    # The torch policy's request loop (veotrace.allocators.torchcore); without it the Python model runs.
                    Extension("veotrace.allocators._torchcore", ["veotrace/allocators/_torchcore.c"],

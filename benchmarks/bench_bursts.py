@@ -48,8 +48,8 @@ def in_process(pq_path: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from veotrace.analysis.bursts import compute_bursts
-    from veotrace.analysis.runs import BurstRuns
+    from veotrace.analysis.bursts.bursts import compute_bursts
+    from veotrace.analysis.bursts.runs import BurstRuns
 
     table = pq.read_table(pq_path, columns=["ts_ns", "op", "size_bytes"])
     batches = table.to_batches(max_chunksize=1 << 18)

@@ -92,11 +92,11 @@ PROFILE = r"""
 import json, sys, time
 from pathlib import Path
 import pyarrow as pa
-from veotrace.analysis.entropy import COLUMNS, entropy_partial, finish_entropy
+from veotrace.analysis.entropy.entropy import COLUMNS, entropy_partial, finish_entropy
 from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
-from veotrace.sources import alloc_log as al
+from veotrace.sources.logs import alloc_log as al
 from veotrace.sources.base import open_decompressed
-from veotrace.sources.csvscan import scanner_for
+from veotrace.sources.logs.csvscan import scanner_for
 from veotrace.schemas.events import alloc_events_schema
 
 path, cpu = Path(sys.argv[1]), time.process_time
@@ -135,7 +135,7 @@ def profile(csv: Path, code: str | None) -> None:
     """Print the stages of (a) (see the module docstring), for the checkout at ``code`` if given."""
     env = dict(os.environ, **({"PYTHONPATH": code} if code else {}))
     cwd = tempfile.gettempdir()  # not this checkout: 'python -c' puts the working directory before PYTHONPATH
-    imports = "import veotrace.cli, veotrace.cli.entropy, veotrace.analysis.entropy, veotrace.sources.alloc_log"
+    imports = "import veotrace.cli, veotrace.cli.entropy, veotrace.analysis.entropy.entropy, veotrace.sources.logs.alloc_log"
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", imports], env=env, check=True, cwd=cwd)
     startup = time.perf_counter() - t0

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from veotrace.analysis.entropy import compute_entropy
+from veotrace.analysis.entropy.entropy import compute_entropy
 from veotrace.gate.baseline import entropy_baseline, parse_baseline, series_from_result
 from veotrace.gate.compare import GateOptions, compare
 from veotrace.synth.alloc import write_realistic_log
@@ -99,7 +99,7 @@ def cost(events: int, runs: int) -> None:
         print(f"  commands: veotrace entropy {e:.2f} s; veotrace gate (the same read + {windows} windows x 3 "
               f"checks) {g:.2f} s; gate / entropy = {g / e:.2f}")
         # In one process: the analysis both commands run, then the gate's own work (baseline, checks).
-        from veotrace.analysis.entropy import COLUMNS
+        from veotrace.analysis.entropy.entropy import COLUMNS
         from veotrace.gate.baseline import read_baseline
         from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
 

@@ -44,8 +44,8 @@ def _best_of(fn, runs: int) -> tuple[float, object]:
 def compare(n: int, breaks: int, baseline: str, *, runs: int, seed: int) -> dict:
     import ruptures as rpt
 
-    from veotrace.analysis import changepoints
-    from veotrace.analysis.defaults import CHANGEPOINT_PENALTY_SCALE
+    from veotrace.analysis.l2 import changepoints
+    from veotrace.defaults import CHANGEPOINT_PENALTY_SCALE
     from veotrace.synth.ncu import planted_l2
 
     truth = planted_l2(seed=seed, kernels=1, launches=n, breaks=breaks, sigma=1.0, jump_sigmas=2.0, min_gap=30)
@@ -69,7 +69,7 @@ def compare(n: int, breaks: int, baseline: str, *, runs: int, seed: int) -> dict
 def whole_analysis(n_per_kernel: int, *, runs: int, seed: int) -> dict:
     import pyarrow as pa
 
-    from veotrace.analysis.l2 import find_breakpoints
+    from veotrace.analysis.l2.l2 import find_breakpoints
     from veotrace.schemas import NCU_METRICS, conform
     from veotrace.synth.ncu import METRICS, planted_l2
 

@@ -53,8 +53,8 @@ def pandas_read(path: Path):
     import numpy as np
     import pandas as pd
 
-    from veotrace.sources.nsys_sqlite import MEM_KINDS, MEMORY_OPS
-    from veotrace.sources.sqlite_ro import ro_uri
+    from veotrace.sources.nsight.nsys_sqlite import MEM_KINDS, MEMORY_OPS
+    from veotrace.sources.nsight.sqlite_ro import ro_uri
 
     con = sqlite3.connect(ro_uri(path), uri=True)
     try:
@@ -99,7 +99,8 @@ def bench_nsys(events: int, runs: int) -> None:
 
 
 def bench_snapshot(runs: int) -> None:
-    from veotrace.sources import read_table, torch_snapshot
+    from veotrace.sources import read_table
+    from veotrace.sources.snapshots import torch_snapshot
 
     snaps = sorted((p for p in REAL_TRACES.glob("*.p*kl*") if p.suffix in (".pickle", ".pkl")),
                    key=lambda p: p.stat().st_size)

@@ -98,8 +98,8 @@ def run_tree(cmd: list[str]) -> tuple[float, float, float]:
 
 def partial_bytes(files: list[Path]) -> dict[str, int]:
     """Pickled size of the partial of one rotated file (what a task sends back), per analysis."""
-    from veotrace.analysis.bursts import COLUMNS as BURST_COLUMNS
-    from veotrace.analysis.entropy import COLUMNS
+    from veotrace.analysis.bursts.bursts import COLUMNS as BURST_COLUMNS
+    from veotrace.analysis.entropy.entropy import COLUMNS
     from veotrace.engine.tasks import Job, run_piece
     from veotrace.sources import ReadOptions
     from veotrace.sources.split import Piece

@@ -33,16 +33,16 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
 
     with atheris.instrument_imports(include=["veotrace"]):
         import veotrace.sources  # noqa: F401
-        import veotrace.sources.alloc_log  # noqa: F401
+        import veotrace.sources.logs.alloc_log  # noqa: F401
         import veotrace.sources.arrays  # noqa: F401
         import veotrace.sources.frames  # noqa: F401
-        import veotrace.sources.ncu  # noqa: F401
-        import veotrace.sources.ncu_fast  # noqa: F401
-        import veotrace.sources.nsys_csv  # noqa: F401
-        import veotrace.sources.nsys_sqlite  # noqa: F401
+        import veotrace.sources.nsight.ncu  # noqa: F401
+        import veotrace.sources.nsight.ncu_fast  # noqa: F401
+        import veotrace.sources.nsight.nsys_csv  # noqa: F401
+        import veotrace.sources.nsight.nsys_sqlite  # noqa: F401
         import veotrace.sources.parquet  # noqa: F401
         import veotrace.sources.probe  # noqa: F401
-        import veotrace.sources.torch_snapshot  # noqa: F401
+        import veotrace.sources.snapshots.torch_snapshot  # noqa: F401
     from fuzz.mutate import mutate
     from fuzz.targets import run
     from veotrace.errors import VeotraceError

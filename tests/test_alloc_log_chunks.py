@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
-from veotrace.sources.mapped import mappable
+from veotrace.sources.logs.mapped import mappable
 
 
 def _rows(n: int, seed: int = 3) -> list[tuple[int, str, int, int]]:
@@ -71,7 +71,7 @@ def test_bad_row_in_a_late_chunk_names_its_line(tmp_path):
 def test_mapped_chunks_cut_at_line_ends_and_refuse_an_endless_line(tmp_path, monkeypatch):
     from veotrace.errors import TraceFormatError
     from veotrace.sources import limits
-    from veotrace.sources.mapped import mapped_chunks
+    from veotrace.sources.logs.mapped import mapped_chunks
 
     path = tmp_path / "log.txt"
     lines = [b"x" * (i % 97) + b"\n" for i in range(5000)]
@@ -80,7 +80,7 @@ def test_mapped_chunks_cut_at_line_ends_and_refuse_an_endless_line(tmp_path, mon
     assert b"".join(chunks) == path.read_bytes()
     assert all(c.endswith(b"\n") for c in chunks[:-1]) and chunks[-1].endswith(b"tail")
     monkeypatch.setattr(limits, "max_line_bytes", lambda: 5000)
-    monkeypatch.setattr("veotrace.sources.mapped.max_line_bytes", lambda: 5000)
+    monkeypatch.setattr("veotrace.sources.logs.mapped.max_line_bytes", lambda: 5000)
     path.write_bytes(b"a\n" + b"y" * 20000 + b"\nb\n")
     with pytest.raises(TraceFormatError, match="longer than"):
         list(mapped_chunks(path, 0, 1000))

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import real_trace, run_cli
-from veotrace.analysis.bursts import COLUMNS, compute_bursts, compute_kernel_bursts
-from veotrace.analysis.runs import BurstRuns, RunsAccumulator, merge, merge_all
+from veotrace.analysis.bursts.bursts import COLUMNS, compute_bursts, compute_kernel_bursts
+from veotrace.analysis.bursts.runs import BurstRuns, RunsAccumulator, merge, merge_all
 from veotrace.sources import ReadOptions, iter_alloc_events
 from veotrace.synth.bursts import planted_bursts_log, planted_kernel_table
 from veotrace.synth.torch import synthetic_snapshot

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES, run_cli
-from veotrace.analysis.coherence import Thresholds, detect_collapse, onset_index
+from veotrace.analysis.frames.coherence import Thresholds, detect_collapse, onset_index
 from veotrace.schemas import schema_tag
 from veotrace.schemas.frames import SIGNS
 from veotrace.synth.frames import frame_metrics, frame_rows, generation_response

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from tests.conftest import real_trace, run_cli
-from veotrace.analysis.correlation import align_pairs, correlate
+from veotrace.analysis.frames.correlation import align_pairs, correlate
 from veotrace.sources.arrays import to_addresses
 from veotrace.synth.frames import address_epe_series
 

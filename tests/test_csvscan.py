@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from veotrace.sources import alloc_log, csvscan
+from veotrace.sources.logs import alloc_log, csvscan
 from veotrace.sources.base import ReadOptions, ReadReport
 from veotrace.synth.alloc import write_realistic_log
 
@@ -186,7 +186,7 @@ ALL = HEADER
 
 
 def _addresses_by_pyarrow(text: bytes):
-    from veotrace.sources.numparse import parse_uint64
+    from veotrace.sources.logs.numparse import parse_uint64
 
     table = pcsv.read_csv(pa.BufferReader(text), read_options=pcsv.ReadOptions(column_names=HEADER),
                           convert_options=pcsv.ConvertOptions(column_types={"address": pa.string()},
@@ -270,7 +270,7 @@ PAD = b"".join(b"%d,alloc,%d,0x%x,0,0\n" % (i, 64 * i, 4096 * i) for i in range(
 
 def _both_paths(text: bytes, read):
     """The scanner's batch with its whole-line SSE2 path on, and off (scan_line alone)."""
-    from veotrace.sources import _csvscan
+    from veotrace.sources.logs import _csvscan
 
     try:
         _csvscan.set_fast(False)

@@ -15,8 +15,8 @@ import pytest
 
 import veotrace.engine as engine
 from tests.conftest import run_cli
-from veotrace.analysis.bursts import compute_bursts
-from veotrace.analysis.entropy import COLUMNS, compute_entropy
+from veotrace.analysis.bursts.bursts import compute_bursts
+from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
 from veotrace.engine import EngineConfig, run_bursts, run_entropy
 from veotrace.engine.tasks import Job, Partial, merge_tree, run_piece
 from veotrace.errors import TraceFormatError, UsageError
@@ -92,7 +92,7 @@ def test_planted_entropy_recovered_through_pieces(logs):
              for p in plan_pieces([logs["plain"]], options=ReadOptions(), report=ReadReport(), split_bytes=2048,
                                   columns=COLUMNS)]
     assert len(parts) > 5
-    from veotrace.analysis.entropy import finish_entropy
+    from veotrace.analysis.entropy.entropy import finish_entropy
 
     h = finish_entropy(merge_tree(parts, fan_in=3).value).windows["entropy_bits"].to_pylist()
     assert h == pytest.approx(list(truth.entropy_bits), abs=1e-12)

@@ -19,7 +19,7 @@ distributed = pytest.importorskip("distributed", reason="--engine dask needs the
 
 import veotrace.engine as engine  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
-from veotrace.analysis.entropy import COLUMNS, compute_entropy  # noqa: E402
+from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy  # noqa: E402
 from veotrace.engine import EngineConfig, run_entropy  # noqa: E402
 from veotrace.engine.cluster import run_dask  # noqa: E402
 from veotrace.engine.tasks import Job  # noqa: E402

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from tests.conftest import SAMPLES, run_cli
-from veotrace.analysis.entropy import (
+from veotrace.analysis.entropy.entropy import (
     COLUMNS,
     compute_entropy,
     entropy_bits,
     size_classes,
 )
-from veotrace.analysis.windows import WindowCounts
+from veotrace.analysis.entropy.windows import WindowCounts
 from veotrace.errors import UsageError
 from veotrace.sources import iter_alloc_events
 from veotrace.synth.alloc import regimes_log

@@ -248,7 +248,7 @@ TEXTS = ["kv1", " padded ", '"quoted"', "", "héllo", "a b", "\t7\t", '""']
 def test_the_c_scanner_and_pyarrow_read_the_same_extra_columns(tmp_path, monkeypatch, mapped):
     import os
 
-    from veotrace.sources import csvscan
+    from veotrace.sources.logs import csvscan
 
     rng = np.random.default_rng(5)
     lines = ["timestamp,op_type,size_bytes,address,tag,lat"]
@@ -287,7 +287,7 @@ def test_the_c_scanner_and_pyarrow_read_the_same_extra_columns(tmp_path, monkeyp
 
 
 def test_the_scanner_reads_extra_columns_as_text():
-    from veotrace.sources import _csvscan, csvscan
+    from veotrace.sources.logs import _csvscan, csvscan
 
     if not csvscan.available():
         pytest.skip("C scanner not built")

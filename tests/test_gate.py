@@ -163,7 +163,7 @@ def test_runs_of_different_length_skip_the_aligned_check(pair, tmp_path):
 def _history(tmp_path, shifts):
     folder = tmp_path / "history"
     folder.mkdir()
-    from veotrace.analysis.entropy import compute_entropy
+    from veotrace.analysis.entropy.entropy import compute_entropy
     from veotrace.gate.baseline import entropy_baseline
 
     for i, s in enumerate(shifts):  # through the library: the CLI path is tested above, this is 14 runs

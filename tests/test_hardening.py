@@ -38,7 +38,7 @@ def test_bad_input_gives_its_one_error_line(name, command, code, message):
 
 def test_deep_tuple_pickle_does_not_kill_the_process():
     """Unpickled by CPython's C unpickler this file dies with SIGSEGV; veotrace refuses it first."""
-    code = "from veotrace.sources.safe_pickle import load_plain; from pathlib import Path; import sys\n" \
+    code = "from veotrace.sources.snapshots.safe_pickle import load_plain; from pathlib import Path; import sys\n" \
            "try: load_plain(Path(sys.argv[1]))\nexcept Exception as e: print(type(e).__name__)"
     out = subprocess.run([sys.executable, "-c", code, str(BAD / "deep_tuple_key.pickle")],
                          capture_output=True, text=True, timeout=60)
@@ -46,7 +46,7 @@ def test_deep_tuple_pickle_does_not_kill_the_process():
 
 
 def test_pure_python_nesting_walk_agrees_with_the_c_one():
-    from veotrace.sources import safe_pickle
+    from veotrace.sources.snapshots import safe_pickle
 
     for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle"):
         data = (BAD / name).read_bytes()

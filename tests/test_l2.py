@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import SAMPLES, real_trace
-from veotrace.analysis.changepoints import match_f1
-from veotrace.analysis.l2 import find_breakpoints
-from veotrace.sources.ncu import read_metrics
+from veotrace.analysis.l2.changepoints import match_f1
+from veotrace.analysis.l2.l2 import find_breakpoints
+from veotrace.sources.nsight.ncu import read_metrics
 from veotrace.synth.ncu import HIT, THROUGHPUT, planted_l2
 
 TOLERANCE = 3
@@ -48,7 +48,7 @@ def test_two_sigma_jumps_precision_and_recall_at_least_0_9():
     for seed in range(4):
         truth = planted_l2(seed=seed, kernels=4, launches=[100, 1000, 5000, 20000], breaks=[2, 10, 40, 100],
                            sigma=1.0, jump_sigmas=2.0, min_gap=20)
-        from veotrace.analysis import changepoints
+        from veotrace.analysis.l2 import changepoints
 
         for k in truth.kernels:
             got = changepoints.detect(truth.miss_rate(k))
@@ -214,7 +214,7 @@ def test_empty_ncu_table(cli, tmp_path):
 
 @pytest.mark.parametrize("gap", [5, 8, 12, 30])
 def test_clean_data_exact_with_regimes_as_short_as_min_size(gap):
-    from veotrace.analysis import changepoints
+    from veotrace.analysis.l2 import changepoints
 
     for seed in range(60):
         truth = planted_l2(seed=seed, kernels=1, launches=400, breaks=10, sigma=0.0, min_gap=gap)
@@ -365,7 +365,7 @@ def test_files_are_one_series_in_file_order_even_when_ids_restart(tmp_path):
 
 
 def test_recording_hint_names_the_function_ncu_k_matches():
-    from veotrace.analysis.l2picture import function_name
+    from veotrace.analysis.l2.l2picture import function_name
 
     assert function_name("<unnamed>::saxpy_kernel(float, const float *, float *, int)") == "saxpy_kernel"
     assert function_name("reduce_sum<256>(float*, int)") == "reduce_sum"

@@ -11,7 +11,7 @@ from tests.conftest import real_trace
 from veotrace.errors import MissingDependencyError, TraceFormatError
 from veotrace.sources import ReadOptions, ReadReport, read_table
 from veotrace.sources.detect import sniff
-from veotrace.sources.ncu import normalise_unit, read_metrics
+from veotrace.sources.nsight.ncu import normalise_unit, read_metrics
 
 H2020 = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context", "Stream",
          "Section Name", "Metric Name", "Metric Unit", "Metric Value")
@@ -227,7 +227,7 @@ def _equivalence_files(tmp_path: Path) -> list[Path]:
 
 
 def test_vectorised_path_equals_the_row_reader(tmp_path, monkeypatch):
-    import veotrace.sources.ncu_fast as fast
+    import veotrace.sources.nsight.ncu_fast as fast
 
     for path in _equivalence_files(tmp_path):
         r1, r2 = ReadReport(), ReadReport()

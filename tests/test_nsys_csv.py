@@ -13,8 +13,8 @@ from tests.conftest import SAMPLES, real_trace, run_cli
 from veotrace.errors import TraceFormatError
 from veotrace.sources.base import ReadOptions, ReadReport
 from veotrace.sources.detect import detect
-from veotrace.sources.nsys_csv import copy_kind, read_gpu_activity
-from veotrace.sources.nsys_reports import split_reports
+from veotrace.sources.nsight.nsys_csv import copy_kind, read_gpu_activity
+from veotrace.sources.nsight.nsys_reports import split_reports
 from veotrace.synth.nsys_csv import (
     GENERATIONS,
     captured_stdout,

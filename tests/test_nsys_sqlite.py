@@ -15,13 +15,13 @@ import pytest
 from tests.conftest import SAMPLES, real_trace, run_cli
 from veotrace.errors import TraceFormatError
 from veotrace.sources import iter_alloc_events, read_table
-from veotrace.sources.nsys_sqlite import (
+from veotrace.sources.nsight.nsys_sqlite import (
     COPY_KINDS,
     MEM_KINDS,
     memory_events,
     read_gpu_activity,
 )
-from veotrace.sources.sqlite_ro import ro_uri
+from veotrace.sources.nsight.sqlite_ro import ro_uri
 from veotrace.synth.nsys import GENERATIONS, SAMPLE_ARGS, write_export
 
 SAMPLE = SAMPLES / "nsys" / "synthetic_memory.sqlite"

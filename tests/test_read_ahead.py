@@ -6,7 +6,7 @@ import threading
 import time
 from contextlib import closing
 
-from veotrace.sources.pipeline import read_ahead
+from veotrace.sources.logs.pipeline import read_ahead
 
 
 def test_close_waits_for_running_tasks_and_not_for_cancelled_ones():

@@ -23,7 +23,7 @@ fsspec = pytest.importorskip("fsspec", reason="URL inputs need fsspec (veotrace[
 
 from tests.conftest import run_cli
 from veotrace import engine
-from veotrace.analysis.entropy import COLUMNS, compute_entropy
+from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
 from veotrace.engine import EngineConfig, run_bursts, run_entropy
 from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
 from veotrace.sources.base import expand_paths

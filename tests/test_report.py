@@ -71,9 +71,9 @@ def test_report_over_the_samples(sample_report):
 
 
 def test_report_numbers_are_the_analyses_numbers(sample_report):
-    from veotrace.analysis.coherence import detect_collapse
-    from veotrace.analysis.entropy import COLUMNS, compute_entropy
-    from veotrace.analysis.l2 import find_breakpoints
+    from veotrace.analysis.frames.coherence import detect_collapse
+    from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
+    from veotrace.analysis.l2.l2 import find_breakpoints
     from veotrace.sources import iter_alloc_events, read_table
     from veotrace.sources.frames import read_frame_metrics
 
@@ -90,7 +90,7 @@ def test_report_numbers_are_the_analyses_numbers(sample_report):
 
 
 def test_report_correlates_an_npz_with_addrs_and_epe(tmp_path):
-    from veotrace.analysis.correlation import align_pairs, correlate
+    from veotrace.analysis.frames.correlation import align_pairs, correlate
     from veotrace.synth.frames import address_epe_series
 
     addrs, epe, _ = address_epe_series(60, rho=0.8, seed=3)

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REAL_TRACES, real_trace
 from veotrace.errors import TraceFormatError
-from veotrace.sources.safe_pickle import load_plain, loads_plain
+from veotrace.sources.snapshots.safe_pickle import load_plain, loads_plain
 
 
 class _WritesAFile:

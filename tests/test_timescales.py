@@ -14,8 +14,8 @@ import pytest
 from scipy import stats
 
 from tests.conftest import real_trace, run_cli
-from veotrace.analysis.bursts import compute_kernel_bursts
-from veotrace.analysis.entropy import COLUMNS, compute_entropy, entropy_bits, size_classes
+from veotrace.analysis.bursts.bursts import compute_kernel_bursts
+from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy, entropy_bits, size_classes
 from veotrace.analysis.timescale import plural
 from veotrace.analysis.trend import fit_trend
 from veotrace.sources import iter_alloc_events, read_table
@@ -302,7 +302,7 @@ def _batches(ts, sizes, device, chunk):
     (3, 3_000_000_000, 25),
 ])
 def test_partials_merged_in_any_split_equal_one_pass(seed, span_ns, window_events):
-    from veotrace.analysis.entropy import entropy_partial, finish_entropy
+    from veotrace.analysis.entropy.entropy import entropy_partial, finish_entropy
 
     rng = np.random.default_rng(seed)
     n = 3000

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import real_trace
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import ALLOC_EVENTS, BLOCKS, SEGMENTS, schema_tag
-from veotrace.sources import torch_snapshot as ts
+from veotrace.sources.snapshots import torch_snapshot as ts
 from veotrace.sources.detect import detect
 from veotrace.synth.torch import synthetic_snapshot
 

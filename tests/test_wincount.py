@@ -6,11 +6,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import veotrace.analysis.entropy_series as series
-from veotrace.analysis.entropy import class_cap, compute_entropy, size_classes
-from veotrace.analysis.windows import WindowCounts
+import veotrace.analysis.entropy.entropy_series as series
+from veotrace.analysis.entropy.entropy import class_cap, compute_entropy, size_classes
+from veotrace.analysis.entropy.windows import WindowCounts
 
-wincount = pytest.importorskip("veotrace.analysis._wincount", reason="the C kernel is not built (no compiler)")
+wincount = pytest.importorskip("veotrace.analysis.entropy._wincount", reason="the C kernel is not built (no compiler)")
 
 SEC = 1_000_000_000
 

@@ -27,7 +27,7 @@ from veotrace.allocators.requests import (
     Requests,
     check,
 )
-from veotrace.analysis.replay_limits import check_block_sizes
+from veotrace.replay_limits import check_block_sizes
 
 #: Row categories: other (ignored, counted), alloc, free, free_requested (neither), device allocation, release.
 _OTHER, _ALLOC, _FREE, _PENDING, _DEVICE, _RELEASE = range(6)

@@ -20,7 +20,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
     from veotrace.allocators import conf as cf
     from veotrace.allocators.seed import rebuild
     from veotrace.sources import ReadReport, iter_alloc_events, resolve_inputs
-    from veotrace.sources import torch_snapshot as ts
+    from veotrace.sources.snapshots import torch_snapshot as ts
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     snapshot = len(inputs) == 1 and inputs[0][1].name == "torch-snapshot"

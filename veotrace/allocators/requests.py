@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from veotrace.analysis.defaults import SIMULATE_MAX_UNKNOWN_FREES
+from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
 from veotrace.errors import AnalysisError
 
 #: Request kinds.

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.allocators import POLICIES
-from veotrace.analysis.defaults import SIMULATE_AUTO_WINDOWS
+from veotrace.defaults import SIMULATE_AUTO_WINDOWS
 from veotrace.allocators import replay as rp
 from veotrace.allocators.requests import NO_TIME, RELEASE, Requests
 from veotrace.allocators.base import OP_NAMES, AddressSpace, Counters, Recorder

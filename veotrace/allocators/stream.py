@@ -15,7 +15,7 @@ import numpy as np
 
 from veotrace.allocators.builder import RequestBuilder, build_requests
 from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, RELEASE, Requests
-from veotrace.analysis.defaults import SIMULATE_HOLD_REQUESTS as HOLD_REQUESTS
+from veotrace.defaults import SIMULATE_HOLD_REQUESTS as HOLD_REQUESTS
 
 
 class RequestStream:

@@ -19,9 +19,9 @@ import numpy as np
 
 from veotrace.errors import UsageError
 
-from veotrace.analysis.defaults import BANKS_BANK_BYTES as DEFAULT_BANK_BYTES
-from veotrace.analysis.defaults import BANKS_COUNT as DEFAULT_BANKS
-from veotrace.analysis.defaults import BANKS_WARP as DEFAULT_WARP
+from veotrace.defaults import BANKS_BANK_BYTES as DEFAULT_BANK_BYTES
+from veotrace.defaults import BANKS_COUNT as DEFAULT_BANKS
+from veotrace.defaults import BANKS_WARP as DEFAULT_WARP
 SECTOR_BYTES = 32
 LINE_BYTES = 128
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from veotrace.analysis.defaults import CHANGEPOINT_MIN_SIZE
+from veotrace.defaults import CHANGEPOINT_MIN_SIZE
 from veotrace.analysis.table_summary import SUMMARISERS, frames_summary, time_span
 from veotrace.errors import VeotraceError
 
@@ -130,7 +130,7 @@ def _replay_commands(info: FileInfo) -> list[str]:
     SIMULATE_MAX_UNKNOWN_FREES name no earlier alloc (checked on the first table_summary.PAIRING_SAMPLE frees; a
     snapshot's frees of blocks live before its trace count as unknown here, so this errs on refusing).
     """
-    from veotrace.analysis.defaults import SIMULATE_MAX_UNKNOWN_FREES
+    from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
 
     out = []
     alloc = info.details.get("alloc_events") if info.tables.get("alloc_events") else None

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from veotrace.analysis.defaults import BANKS_BANK_BYTES, BANKS_COUNT, BANKS_WARP
+from veotrace.defaults import BANKS_BANK_BYTES, BANKS_COUNT, BANKS_WARP
 from veotrace.cli.app import app
 from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, emit, user_errors
 

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from veotrace.analysis.defaults import BURSTS_GAP_MS as _GAP_MS
-from veotrace.analysis.defaults import BURSTS_MIN_EVENTS as _MIN_EVENTS
-from veotrace.analysis.defaults import BURSTS_OPS as _OPS
+from veotrace.defaults import BURSTS_GAP_MS as _GAP_MS
+from veotrace.defaults import BURSTS_MIN_EVENTS as _MIN_EVENTS
+from veotrace.defaults import BURSTS_OPS as _OPS
 from veotrace.cli.app import app
 from veotrace.cli.series_opts import ByOpt, DeviceOpt, grouping
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt, engine_config
@@ -67,7 +67,7 @@ def bursts_command(
 ) -> None:
     """Burst windows: maximal runs of events closer than --gap; sizes, durations, gaps and rates."""
     with user_errors():
-        from veotrace.analysis import bursts as analysis
+        from veotrace.analysis.bursts import bursts as analysis
         from veotrace.errors import UsageError
         from veotrace.render.bursts import render_bursts
         from veotrace.sources import iter_alloc_events, read_table

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from veotrace.analysis import defaults as d
+from veotrace import defaults as d
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatOpt,
@@ -56,7 +56,7 @@ def coherence_command(
     coherence_score. --fail-on-collapse exits 3 when an onset is found.
     """
     with user_errors():
-        from veotrace.analysis.coherence import Thresholds, detect_collapse
+        from veotrace.analysis.frames.coherence import Thresholds, detect_collapse
         from veotrace.render.coherence import render_coherence
         from veotrace.sources.frames import read_frame_metrics
 

@@ -82,7 +82,7 @@ def convert_command(
 def _events(inputs, options, report, notes, bar):
     """Events of every input in order; a snapshot without trace entries adds a note instead."""
     from veotrace.sources import iter_alloc_events
-    from veotrace.sources.torch_snapshot import NoTraceEvents
+    from veotrace.sources.snapshots.torch_snapshot import NoTraceEvents
 
     for path, _fmt in inputs:
         try:

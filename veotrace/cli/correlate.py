@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from veotrace.analysis import defaults as d
+from veotrace import defaults as d
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatOpt,
@@ -25,7 +25,7 @@ from veotrace.cli.common import (
 
 
 def _pairs(addrs: Path, epe: Path, names: tuple[str | None, str | None], **opts):
-    from veotrace.analysis.correlation import align_pairs
+    from veotrace.analysis.frames.correlation import align_pairs
     from veotrace.sources.arrays import read_array, to_addresses
 
     values, valid = to_addresses(read_array(addrs, name=names[0]), path=addrs)
@@ -60,7 +60,7 @@ def correlate_command(
     Arrays are never unpickled.
     """
     with user_errors():
-        from veotrace.analysis.correlation import compare_groups, correlate
+        from veotrace.analysis.frames.correlation import compare_groups, correlate
 
         opts = {"align": align, "reduce": reduce, "tensors": tensors, "drop_nonfinite": drop_nonfinite}
         pairs = _pairs(addrs, epe, (addrs_name, epe_name), **opts)

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from veotrace.analysis.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
-from veotrace.analysis.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
-from veotrace.analysis.defaults import ENTROPY_OPS as _OPS
-from veotrace.analysis.defaults import ENTROPY_WINDOW_S as _WINDOW_S
+from veotrace.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
+from veotrace.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
+from veotrace.defaults import ENTROPY_OPS as _OPS
+from veotrace.defaults import ENTROPY_WINDOW_S as _WINDOW_S
 from veotrace.cli.app import app
 from veotrace.cli.series_opts import ByOpt, DeviceOpt, grouping, print_notes
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt, engine_config
@@ -67,7 +67,7 @@ def entropy_command(
 ) -> None:
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments."""
     with user_errors():
-        from veotrace.analysis.entropy import COLUMNS, compute_entropy
+        from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
         from veotrace.analysis.groups import columns_for
         from veotrace.sources import iter_alloc_events
 

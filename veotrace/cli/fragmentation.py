@@ -32,7 +32,7 @@ from veotrace.cli.common import (
     write_plot,
 )
 
-from veotrace.analysis import defaults as _D
+from veotrace import defaults as _D
 
 
 def _size_text(n: int | None) -> str:

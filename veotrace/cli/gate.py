@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from veotrace.analysis.defaults import (
+from veotrace.defaults import (
     ENTROPY_WINDOW_S,
     GATE_ALPHA,
     GATE_BLOCK_LEN,
@@ -91,7 +91,7 @@ def gate_command(
 
 def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, format_hint, no_progress):
     """Load the baseline(s), recompute the run with their parameters, and compare."""
-    from veotrace.analysis.entropy import COLUMNS, compute_entropy
+    from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
     from veotrace.cli.common import print_report, progress, read_setup
     from veotrace.errors import UsageError
     from veotrace.gate import baseline as bl

@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
-from veotrace.analysis.defaults import CHANGEPOINT_MIN_SIZE as _MIN_SIZE
-from veotrace.analysis.defaults import CHANGEPOINT_PENALTY_SCALE as _PENALTY_SCALE
-from veotrace.analysis.defaults import L2_METRIC as _METRIC
-from veotrace.analysis.defaults import L2_MIN_JUMP_POINTS as _POINTS
-from veotrace.analysis.defaults import L2_MIN_JUMP_RELATIVE_PCT as _RELATIVE
-from veotrace.analysis.defaults import L2_RULES as _RULES
+from veotrace.defaults import CHANGEPOINT_MIN_SIZE as _MIN_SIZE
+from veotrace.defaults import CHANGEPOINT_PENALTY_SCALE as _PENALTY_SCALE
+from veotrace.defaults import L2_METRIC as _METRIC
+from veotrace.defaults import L2_MIN_JUMP_POINTS as _POINTS
+from veotrace.defaults import L2_MIN_JUMP_RELATIVE_PCT as _RELATIVE
+from veotrace.defaults import L2_RULES as _RULES
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -71,7 +71,7 @@ def l2_command(
     2 x --min-size launches of a kernel (record them with ncu --launch-skip/--launch-count).
     """
     with user_errors():
-        from veotrace.analysis.l2 import find_breakpoints
+        from veotrace.analysis.l2.l2 import find_breakpoints
         from veotrace.render.l2 import render_l2
         from veotrace.sources import read_table
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from veotrace.analysis.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
+from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,

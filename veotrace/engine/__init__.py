@@ -175,7 +175,7 @@ def run_entropy(paths: Sequence[Path], config: EngineConfig, *, options: ReadOpt
         columns: the ALLOC_EVENTS columns the analysis needs (default ``entropy.COLUMNS``).
         params: ``entropy_partial``'s keywords (window_s, step_s, ops, ...).
     """
-    from veotrace.analysis.entropy import COLUMNS, entropy_partial, finish_entropy
+    from veotrace.analysis.entropy.entropy import COLUMNS, entropy_partial, finish_entropy
     from veotrace.engine.tasks import Job
 
     entropy_partial((), **params)  # refuses impossible parameters before any work
@@ -188,7 +188,7 @@ def run_bursts(paths: Sequence[Path], config: EngineConfig, *, options: ReadOpti
                gap_ms: float, min_events: int, ops: Sequence[str], by: str | None = None, device: int | None = None,
                columns: Sequence[str] | None = None, on_progress: Callable[[int, int], None] | None = None):
     """``compute_bursts`` over ``paths`` on the engine (``columns``: default ``bursts.COLUMNS``)."""
-    from veotrace.analysis import bursts as analysis
+    from veotrace.analysis.bursts import bursts as analysis
     from veotrace.analysis.groups import check_by
     from veotrace.engine.tasks import Job
 

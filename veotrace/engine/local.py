@@ -8,9 +8,9 @@ from veotrace.engine.tasks import Job, Partial, merge_tree, run_piece
 from veotrace.sources.split import Piece
 
 #: Modules every worker process needs, imported once by the fork server.
-PRELOAD = ["veotrace.engine.tasks", "veotrace.analysis.entropy", "veotrace.analysis.bursts",
+PRELOAD = ["veotrace.engine.tasks", "veotrace.analysis.entropy.entropy", "veotrace.analysis.bursts.bursts",
            "veotrace.fragmentation.parallel",
-           "veotrace.sources.alloc_log", "veotrace.sources.csvscan", "pyarrow.csv"]
+           "veotrace.sources.logs.alloc_log", "veotrace.sources.logs.csvscan", "pyarrow.csv"]
 
 
 def run_local(pieces: Sequence[Piece], job: Job | Sequence[Job], *, jobs: int,

@@ -58,11 +58,11 @@ def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
     if job.analysis == "fragmentation_boundary":
         batches = spill.keep(batches, job.spill, piece, report)
     if job.analysis == "entropy":
-        from veotrace.analysis.entropy import entropy_partial
+        from veotrace.analysis.entropy.entropy import entropy_partial
 
         value = entropy_partial(batches, **job.params)
     elif job.analysis == "bursts":
-        from veotrace.analysis.bursts import alloc_pass
+        from veotrace.analysis.bursts.bursts import alloc_pass
 
         value = alloc_pass(batches, **job.params)
     elif job.analysis == "fragmentation_boundary":
@@ -126,7 +126,7 @@ def settle_window(job: Job, pieces: Sequence[Piece], first_ts) -> Job:
     import dataclasses
 
     from veotrace.analysis import timescale
-    from veotrace.analysis.defaults import ENTROPY_WINDOW_S
+    from veotrace.defaults import ENTROPY_WINDOW_S
 
     ts = [first_ts(pieces[0]), first_ts(pieces[-1])]
     if None in ts:

@@ -24,9 +24,9 @@ from veotrace.fragmentation.metrics import DEFAULT_MAX_GAP, DEFAULT_THRESHOLD
 from veotrace.fragmentation.seed import TORCH_ROUND_BYTES, initial_from_tables, seed_from_final
 from veotrace.fragmentation.state import Counters, DeviceState
 
-from veotrace.analysis.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
-from veotrace.analysis.defaults import FRAGMENTATION_WINDOW_EVENTS as DEFAULT_WINDOW_EVENTS
-from veotrace.analysis.defaults import FRAGMENTATION_WINDOW_S as DEFAULT_WINDOW_S
+from veotrace.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
+from veotrace.defaults import FRAGMENTATION_WINDOW_EVENTS as DEFAULT_WINDOW_EVENTS
+from veotrace.defaults import FRAGMENTATION_WINDOW_S as DEFAULT_WINDOW_S
 
 
 @dataclass

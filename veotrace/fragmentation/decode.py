@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from veotrace.analysis.replay_limits import check_block_sizes
+from veotrace.replay_limits import check_block_sizes
 from veotrace.fragmentation.state import ALLOC, FREE, FREE_REQ, OP_CODES, OTHER
 
 #: The ALLOC_EVENTS columns the replay reads (one process, and both passes over the engines' pieces).

@@ -56,7 +56,7 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
         raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
     path = snaps[0]
     if kw.get("latency_col"):
-        from veotrace.sources.extra import check_source
+        from veotrace.sources.logs.extra import check_source
 
         check_source(path, "torch-snapshot", (kw["latency_col"],))
     final = initial_from_tables(read_table([path], "segments", options=options, report=report),

@@ -26,8 +26,8 @@ import numpy as np
 
 from veotrace.fragmentation.state import DeviceState
 
-from veotrace.analysis.defaults import FRAGMENTATION_MAX_GAP_BYTES as DEFAULT_MAX_GAP
-from veotrace.analysis.defaults import FRAGMENTATION_THRESHOLD as DEFAULT_THRESHOLD
+from veotrace.defaults import FRAGMENTATION_MAX_GAP_BYTES as DEFAULT_MAX_GAP
+from veotrace.defaults import FRAGMENTATION_THRESHOLD as DEFAULT_THRESHOLD
 
 
 @dataclass

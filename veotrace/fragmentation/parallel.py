@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from veotrace.analysis.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
+from veotrace.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
 from veotrace.fragmentation import windows
 from veotrace.fragmentation.boundary import (
     Boundary,
@@ -159,7 +159,7 @@ class ParallelSetup:
     latency_col: str | None = None
 
     def __post_init__(self) -> None:
-        from veotrace.analysis.defaults import FRAGMENTATION_WINDOW_S
+        from veotrace.defaults import FRAGMENTATION_WINDOW_S
         from veotrace.fragmentation.result import check_params
 
         self.bins = tuple(tuple(b) for b in self.bins)

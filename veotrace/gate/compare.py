@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from veotrace.analysis.defaults import (
+from veotrace.defaults import (
     GATE_ALPHA,
     GATE_BLOCK_LEN,
     GATE_LENGTH_TOLERANCE,

@@ -23,7 +23,7 @@ def plot_l2(result: Any, *, size: tuple[int, int], series: dict | None = None, t
             absent it is taken from ``table`` (the NCU_METRICS input) with ``l2.metric_series``.
     """
     if series is None:
-        from veotrace.analysis.l2 import metric_series
+        from veotrace.analysis.l2.l2 import metric_series
 
         series = metric_series(table, result.params["metric"]) if table is not None else {}
     by_kernel: dict[str, list[dict]] = {}

@@ -38,7 +38,7 @@ def _table(section, title: str, columns: list[str], rows: list[list[Any]]) -> No
 
 
 def entropy(job, section, options, size) -> None:
-    from veotrace.analysis.entropy import COLUMNS, compute_entropy
+    from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
     from veotrace.sources import iter_alloc_events
 
     res = compute_entropy(iter_alloc_events(job.paths, options=options, columns=COLUMNS))
@@ -60,7 +60,7 @@ def entropy(job, section, options, size) -> None:
 
 
 def bursts(job, section, options, size) -> None:
-    from veotrace.analysis import bursts as analysis
+    from veotrace.analysis.bursts import bursts as analysis
     from veotrace.sources import iter_alloc_events, read_table
 
     if job.command == "bursts --events kernels":
@@ -85,7 +85,7 @@ def bursts(job, section, options, size) -> None:
 
 
 def l2(job, section, options, size) -> None:
-    from veotrace.analysis.l2 import find_breakpoints
+    from veotrace.analysis.l2.l2 import find_breakpoints
     from veotrace.sources import read_table
 
     table = read_table(job.paths, "ncu_metrics", options=options)
@@ -101,7 +101,7 @@ def l2(job, section, options, size) -> None:
 
 
 def correlate(job, section, options, size) -> None:
-    from veotrace.analysis.correlation import align_pairs, correlate as run
+    from veotrace.analysis.frames.correlation import align_pairs, correlate as run
     from veotrace.sources.arrays import read_array, to_addresses
 
     addrs_path, epe_path = job.paths[0], job.paths[-1]
@@ -122,7 +122,7 @@ def correlate(job, section, options, size) -> None:
 
 
 def coherence(job, section, options, size) -> None:
-    from veotrace.analysis.coherence import detect_collapse
+    from veotrace.analysis.frames.coherence import detect_collapse
     from veotrace.sources.frames import read_frame_metrics
 
     table = read_frame_metrics(job.paths[0])
@@ -139,8 +139,8 @@ def coherence(job, section, options, size) -> None:
 
 
 def fragmentation(job, section, options, size) -> None:
-    from veotrace.analysis.defaults import FRAGMENTATION_MAX_GAP_BYTES, FRAGMENTATION_THRESHOLD, FRAGMENTATION_ZONE_BYTES
-    from veotrace.analysis.defaults import FRAGMENTATION_BINS
+    from veotrace.defaults import FRAGMENTATION_MAX_GAP_BYTES, FRAGMENTATION_THRESHOLD, FRAGMENTATION_ZONE_BYTES
+    from veotrace.defaults import FRAGMENTATION_BINS
     from veotrace.fragmentation.load import read_and_replay  # the reader of logs and snapshots the command uses
     from veotrace.sources import ReadReport
 

@@ -139,7 +139,7 @@ def iter_alloc_events(
     Raises:
         TraceFormatError: unreadable or unsupported input (see ``resolve_inputs``).
     """
-    from veotrace.sources.extra import check_source
+    from veotrace.sources.logs.extra import check_source
 
     report = report if report is not None else ReadReport()
     if inputs is None:

@@ -41,7 +41,7 @@ class ReadOptions:
         format_hint: a format name from ``veotrace.sources.detect.FORMATS`` to skip detection.
         block_bytes: read block size for streaming readers.
         extra_columns: source columns of alloc logs to append, under these names, after the
-            ALLOC_EVENTS columns of every batch (types and rules: ``veotrace.sources.extra``).
+            ALLOC_EVENTS columns of every batch (types and rules: ``veotrace.sources.logs.extra``).
     """
 
     time_unit: str = "ns"
@@ -77,7 +77,7 @@ class ReadReport:
     first_skipped: list[tuple[str, int, str]] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    #: Type of each extra column, fixed by its first values in this read (``veotrace.sources.extra``).
+    #: Type of each extra column, fixed by its first values in this read (``veotrace.sources.logs.extra``).
     column_types: dict = field(default_factory=dict)
 
     def skip_row(self, path: str | Path, line: int, reason: str) -> None:

@@ -20,7 +20,7 @@ from veotrace.sources.base import read_head
 class Format:
     name: str
     description: str
-    module: str  # veotrace.sources.<module>
+    module: str  # veotrace.sources.<module>, e.g. "logs.alloc_log"
     provides: tuple[str, ...]  # table kinds: alloc_events, gpu_activity, segments, blocks, ncu_metrics, arrays
     sniff: Callable[[bytes], bool]
 
@@ -76,21 +76,21 @@ def _is_pickle(head: bytes) -> bool:
 FORMATS: tuple[Format, ...] = (
     Format("parquet", "Parquet table (from 'veotrace convert' or with canonical columns)", "parquet",
            ("alloc_events",), lambda h: h.startswith(b"PAR1")),
-    Format("nsys-sqlite", "Nsight Systems SQLite export (nsys export --type sqlite)", "nsys_sqlite",
+    Format("nsys-sqlite", "Nsight Systems SQLite export (nsys export --type sqlite)", "nsight.nsys_sqlite",
            ("gpu_activity", "alloc_events"), lambda h: h.startswith(b"SQLite format 3\x00")),
-    Format("ncu-rep", "Nsight Compute report (.ncu-rep, needs veotrace[ncu])", "ncu",
+    Format("ncu-rep", "Nsight Compute report (.ncu-rep, needs veotrace[ncu])", "nsight.ncu",
            ("ncu_metrics",), lambda h: h.startswith(b"NVR\x00")),
-    Format("torch-snapshot", "PyTorch CUDA memory snapshot (pickle)", "torch_snapshot",
+    Format("torch-snapshot", "PyTorch CUDA memory snapshot (pickle)", "snapshots.torch_snapshot",
            ("alloc_events", "segments", "blocks"), _is_pickle),
     Format("npy", "NumPy array (.npy/.npz)", "arrays", ("arrays",),
            lambda h: h.startswith((b"\x93NUMPY", b"PK\x03\x04"))),
-    Format("ncu-csv", "Nsight Compute CSV (ncu --csv, details or raw page)", "ncu",
+    Format("ncu-csv", "Nsight Compute CSV (ncu --csv, details or raw page)", "nsight.ncu",
            ("ncu_metrics",), _is_ncu_csv),
-    Format("alloc-csv", "alloc/free event log, CSV (timestamp,op_type,size_bytes,...)", "alloc_log",
+    Format("alloc-csv", "alloc/free event log, CSV (timestamp,op_type,size_bytes,...)", "logs.alloc_log",
            ("alloc_events",), _is_alloc_csv),
-    Format("alloc-jsonl", "alloc/free event log, JSON Lines", "alloc_log",
+    Format("alloc-jsonl", "alloc/free event log, JSON Lines", "logs.alloc_log",
            ("alloc_events",), _is_alloc_jsonl),
-    Format("nsys-csv", "nsys stats --format csv output (one report or captured stdout)", "nsys_csv",
+    Format("nsys-csv", "nsys stats --format csv output (one report or captured stdout)", "nsight.nsys_csv",
            ("gpu_activity",), _is_nsys_csv),
 )
 

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from veotrace.errors import TraceFormatError
-from veotrace.sources import extra
+from veotrace.sources.logs import extra
 from veotrace.sources.base import detail as _detail
 from veotrace.schemas import ALLOC_EVENTS, schema_tag
 from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import ReadOptions, ReadReport
-from veotrace.sources.pipeline import read_ahead
+from veotrace.sources.logs.pipeline import read_ahead
 
 #: Rows per batch when streaming a Parquet file.
 BATCH_ROWS = 1 << 18
@@ -63,7 +63,7 @@ def iter_alloc_events(
             if on_progress is not None:
                 on_progress(size * (i + 1) // groups)
         return
-    from veotrace.sources.alloc_log import LOG_COLUMNS, REQUIRED, conform_log_batch
+    from veotrace.sources.logs.alloc_log import LOG_COLUMNS, REQUIRED, conform_log_batch
 
     names = {n.lower(): n for n in schema.names}
     missing = [c for c in REQUIRED if c not in names]

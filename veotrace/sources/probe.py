@@ -109,7 +109,7 @@ def probe_paths(paths: list[Path], options: ReadOptions | None = None) -> tuple[
 
 
 def _torch(path: Path) -> dict[str, Any]:
-    from veotrace.sources.torch_snapshot import load_snapshot
+    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
     snap = load_snapshot(path)
     return {"layout": snap.layout, "has_time_us": snap.has_time, "device_traces": len(snap.device_traces),
@@ -117,7 +117,7 @@ def _torch(path: Path) -> dict[str, Any]:
 
 
 def _nsys_sqlite(path: Path) -> dict[str, Any]:
-    from veotrace.sources.sqlite_ro import connect_ro, export_layout
+    from veotrace.sources.nsight.sqlite_ro import connect_ro, export_layout
 
     with connect_ro(path) as con:
         layout = export_layout(con, path)
@@ -127,7 +127,7 @@ def _nsys_sqlite(path: Path) -> dict[str, Any]:
 
 
 def _nsys_csv(path: Path) -> dict[str, Any]:
-    from veotrace.sources.nsys_reports import split_reports
+    from veotrace.sources.nsight.nsys_reports import split_reports
 
     reports, captured = split_reports(path)
     if not captured:

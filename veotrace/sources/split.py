@@ -128,7 +128,7 @@ def read_piece(piece: Piece, *, options: ReadOptions, report: ReadReport,
     """
     from veotrace.sources.base import guarded  # data errors -> one TraceFormatError naming the file
 
-    from veotrace.sources.extra import check_source
+    from veotrace.sources.logs.extra import check_source
     from veotrace.sources.remote import as_path
 
     path = as_path(piece.path)  # a local Path, or a URL each worker opens itself
@@ -148,7 +148,7 @@ def _read_row_groups(path: Path, start: int, stop: int, columns, options: ReadOp
     import pyarrow.parquet as pq
 
     from veotrace.schemas.events import alloc_events_schema
-    from veotrace.sources import extra
+    from veotrace.sources.logs import extra
     from veotrace.sources.remote import arrow_source
 
     schema = alloc_events_schema(columns)
@@ -179,12 +179,12 @@ def _first_line_start(fh, offset: int, data_start: int) -> int:
 
 def _read_range(path: Path, start: int, stop: int, options: ReadOptions, report: ReadReport,
                 columns) -> Iterator[pa.RecordBatch]:
-    from veotrace.sources import alloc_log as al
-    from veotrace.sources.csvscan import scanner_for
-    from veotrace.sources.pipeline import read_ahead
+    from veotrace.sources.logs import alloc_log as al
+    from veotrace.sources.logs.csvscan import scanner_for
+    from veotrace.sources.logs.pipeline import read_ahead
     from veotrace.schemas.events import alloc_events_schema
 
-    from veotrace.sources import extra
+    from veotrace.sources.logs import extra
 
     header = al._header(path, False)
     present = al._check_columns(path, header)
@@ -238,7 +238,7 @@ _BAD = object()  # a chunk with a value the exact path must report
 def _chunk_parser(names, present, read_cols, options, scanner):
     import pyarrow.csv as pcsv
 
-    from veotrace.sources import alloc_log as al
+    from veotrace.sources.logs import alloc_log as al
 
     read_options = pcsv.ReadOptions(column_names=names, use_threads=False,
                                     block_size=max(options.block_bytes // 16, 1 << 16))
@@ -272,8 +272,8 @@ def _exact_range(path, a, b, header, read_cols, options, report, schema, *, skip
     """The rows of [a, b) after the first ``skip`` (already yielded), parsed one physical line at a
     time by the exact path's own field rules (``alloc_exact``); line numbers count over the whole file.
     ``header``: the file's column names (as ``_read_range`` split them)."""
-    from veotrace.sources import alloc_exact as ex
-    from veotrace.sources import alloc_log as al
+    from veotrace.sources.logs import alloc_exact as ex
+    from veotrace.sources.logs import alloc_log as al
 
     index, width = {h.lower(): j for j, h in enumerate(header)}, len(header)
     rows: dict[str, list] = {c: [] for c in read_cols}

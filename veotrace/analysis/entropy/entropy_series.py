@@ -1,0 +1,294 @@
+"""The window counts behind ``compute_entropy``: one series pooled and one per device/stream group.
+
+Counts stream in batch by batch (time windows: a WindowCounts per series; event windows: the
+counted events, kept). While the default window might still be replaced (the span so far gives
+fewer than MIN_WINDOWS windows), the counted events are also kept, so that a window chosen from
+the data at the end can be counted exactly; on long logs that buffer is dropped after the first
+batch, and nothing else changes on the streaming path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from veotrace.analysis import timescale
+from veotrace.analysis.groups import split
+from veotrace.analysis.ops import OpsSeen
+from veotrace.analysis.entropy.windows import WindowCounts
+from veotrace.errors import AnalysisError
+
+try:  # the one-pass class x window count; without it (no C compiler at install) numpy does the same
+    from veotrace.analysis.entropy import _wincount
+except ImportError:
+    _wincount = None
+
+
+@dataclass
+class SeriesCounts:
+    """Counts of one series, finished: window index (0 = first), start/end ns (or None), counts."""
+
+    idx: np.ndarray
+    start: np.ndarray | None
+    end: np.ndarray | None
+    counts: np.ndarray
+    left_out: int = 0  # counted events after the last complete event window
+
+
+@dataclass
+class EntropyPartial:
+    """Streaming state of every series of one entropy run: partial -> merge -> finish.
+
+    Attributes:
+        window_ns, step_ns: the time windows (ignored in event mode).
+        window_events: N of event windows, or None for time windows.
+        auto: the window is the default and may be replaced by one chosen from the data.
+        grouped: a group key array comes with every batch.
+        params: the keyword parameters of the run (ops, classes, by, device), for finish_entropy.
+        n_read, n_selected: rows read, and rows left after the --device filter.
+    """
+
+    window_ns: int
+    step_ns: int
+    n_classes: int
+    window_events: int | None
+    auto: bool
+    grouped: bool
+    pooled: WindowCounts = field(init=False)
+    groups: dict[int, WindowCounts] = field(default_factory=dict)
+    events: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = field(default_factory=list)
+    buffering: bool = field(init=False)
+    has_null_ts: bool = False
+    n_counted: int = 0
+    choice: dict | None = None
+    params: dict = field(default_factory=dict)
+    n_read: int = 0
+    n_selected: int = 0
+    seen: OpsSeen = field(default_factory=OpsSeen)
+    notes: list[str] = field(default_factory=list)
+    rows_in_file: dict = field(default_factory=dict)
+    group_counted: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pooled = WindowCounts(self.window_ns, self.step_ns, self.n_classes)
+        self.buffering = self.auto or self.window_events is not None
+
+    @property
+    def event_mode(self) -> bool:
+        return self.window_events is not None
+
+    def add(self, ts_arr, mask: np.ndarray, cls: np.ndarray, gkeys: np.ndarray | None,
+            span: tuple[int, int] | None = None) -> None:
+        """Count one batch: its ts column (Arrow), the counted-row mask, their classes and group keys.
+
+        ``span``: the batch's (min, max) timestamp when already known (check_span), to skip a pass.
+        """
+        self.n_counted += int(cls.size)
+        gk = None if gkeys is None else np.compress(mask, gkeys)
+        if gk is not None:
+            for key, n in zip(*np.unique(gk, return_counts=True)):
+                self.group_counted[int(key)] = self.group_counted.get(int(key), 0) + int(n)
+        if ts_arr.null_count and not self.has_null_ts:
+            self.has_null_ts = True
+            if not self.event_mode:
+                if not (self.auto and self.buffering):
+                    raise AnalysisError(
+                        "events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
+                        hint="Use --window-events N to count windows of N consecutive events")
+                self.window_events = -1  # chosen in finish() from the number of counted events
+        if self.event_mode:
+            if not self.has_null_ts:
+                self.pooled.observe_span(np.asarray(ts_arr))
+            self.events.append((np.compress(mask, ts_arr.fill_null(0)), cls, gk))
+            return
+        ts = np.asarray(ts_arr)
+        self.pooled.observe_span(ts if span is None else np.array(span, np.int64))
+        cts = np.compress(mask, ts)
+        self._count(cts, cls, gk)
+        if self.buffering:
+            self.events.append((cts, cls, gk))
+            p = self.pooled
+            if p.first_ns is not None and timescale.windows_spanned(
+                    p.first_ns, p.last_ns, self.window_ns, self.step_ns) >= timescale.MIN_WINDOWS:
+                self.buffering, self.events = False, []  # the default window gives a usable series
+
+    def add_sized(self, ts_arr: pa.Array, size_arr: pa.Array, mask: np.ndarray, span: tuple[int, int] | None,
+                  classes: tuple[int, int, int]) -> bool:
+        """Count one batch from its sizes in one pass (the C kernel); False where it does not apply.
+
+        It applies to the pooled series of time windows once the window is settled (not buffering),
+        on timestamps and sizes without nulls; the caller then takes ``add`` (classes from numpy).
+        ``classes``: (min_class, max_class, cap), the class rule of ``entropy.size_classes``.
+        """
+        if (_wincount is None or span is None or self.grouped or self.buffering or self.event_mode
+                or ts_arr.null_count or size_arr.null_count or size_arr.type != pa.int64()):
+            return False
+        self.pooled.observe_span(np.array(span, np.int64))
+        k0, counts = self.pooled.reserve(*span)
+        self.n_counted += _wincount.count(np.asarray(ts_arr), np.asarray(size_arr), mask, counts, k0,
+                                          self.step_ns, self.window_ns, *classes)
+        return True
+
+    def merge(self, other: EntropyPartial) -> EntropyPartial:
+        """Combine with the partial of other rows of the same run (in place; returns self).
+
+        Order matters only for event windows over events without timestamps (read order): merge
+        partials in input order.
+        """
+        if (other.window_ns, other.step_ns, other.n_classes) != (self.window_ns, self.step_ns, self.n_classes):
+            raise ValueError("cannot merge entropy partials with different windows")
+        if other.has_null_ts and not self.has_null_ts:
+            if not self.event_mode and not (self.auto and self.buffering):
+                raise AnalysisError("some events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
+                                    hint="Use --window-events N to count windows of N consecutive events")
+            self.has_null_ts = True
+            if not self.event_mode:
+                self.window_events = other.window_events if other.event_mode else -1
+        elif self.has_null_ts and not other.event_mode and not (other.auto and other.buffering):
+            raise AnalysisError("some events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
+                                hint="Use --window-events N to count windows of N consecutive events")
+        self.pooled.merge(other.pooled)
+        for key, acc in other.groups.items():
+            if key in self.groups:
+                self.groups[key].merge(acc)
+            else:
+                self.groups[key] = acc
+        keep = self.buffering and other.buffering
+        if keep and not self.event_mode and self.pooled.first_ns is not None:
+            p = self.pooled
+            keep = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns) < timescale.MIN_WINDOWS
+        self.events = self.events + other.events if keep or self.event_mode else []
+        self.buffering = keep or self.event_mode
+        self.n_counted += other.n_counted
+        for key, n in other.group_counted.items():
+            self.group_counted[key] = self.group_counted.get(key, 0) + n
+        self.n_read += other.n_read
+        self.n_selected += other.n_selected
+        self.seen.merge(other.seen)
+        self.notes += [n for n in other.notes if n not in self.notes]
+        return self
+
+    def _count(self, cts: np.ndarray, cls: np.ndarray, gk: np.ndarray | None) -> None:
+        self.pooled.add(cts, cls)
+        if gk is None:
+            return
+        for key, sel in split(gk):
+            acc = self.groups.get(key)
+            if acc is None:
+                acc = self.groups[key] = WindowCounts(self.window_ns, self.step_ns, self.n_classes)
+            acc.add(cts[sel], cls[sel])
+
+    def choose(self, default_s: float) -> None:
+        """Replace the default window by one from the data when it gives too few windows."""
+        if not self.auto or not self.buffering or self.n_counted == 0:
+            return
+        n, p = self.n_counted, self.pooled
+        default = timescale.fmt_duration(default_s)
+        if self.has_null_ts:
+            self.window_events = timescale.auto_window_events(n)
+            self.choice = {"mode": "events", "window_events": self.window_events,
+                           "reason": "the events have no timestamps"}
+            return
+        spanned = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns)
+        span = timescale.fmt_duration((p.last_ns - p.first_ns) / timescale.NS_PER_S)
+        why = f"the default {default} window gives {timescale.plural(spanned, 'window')} over the {span} span"
+        ts = np.concatenate([e[0] for e in self.events])
+        w = timescale.choose_window_ns(ts, n)
+        if w is None:
+            self.window_events = timescale.auto_window_events(n)
+            self.choice = {"mode": "events", "window_events": self.window_events,
+                           "reason": why + ", and the events fall at too few distinct times for time windows"}
+            return
+        first, last = p.first_ns, p.last_ns
+        self.window_ns = self.step_ns = w
+        self.pooled = WindowCounts(w, w, self.n_classes)
+        self.pooled.observe_span(np.array([first, last], np.int64))
+        self.groups = {}
+        for cts, cls, gk in self.events:
+            self._count(cts, cls, gk)
+        self.events = []
+        self.choice = {"mode": "time", "window_s": w / timescale.NS_PER_S, "reason": why}
+
+    def finish(self) -> tuple[SeriesCounts, dict[int, SeriesCounts]]:
+        """Counts of the pooled series and of each group (groups share the pooled time span)."""
+        if self.event_mode:
+            ts = [e[0] for e in self.events]
+            cls = [e[1] for e in self.events]
+            pooled = _event_windows(ts, cls, self.window_events, self.n_classes, self.has_null_ts)
+            groups = {}
+            if self.grouped and self.events:
+                gk = np.concatenate([e[2] for e in self.events])
+                all_ts, all_cls = np.concatenate(ts), np.concatenate(cls)
+                for key, sel in split(gk):
+                    groups[key] = _event_windows([all_ts[sel]], [all_cls[sel]], self.window_events,
+                                                 self.n_classes, self.has_null_ts)
+            return pooled, groups
+        ks, counts = self.pooled.finish()
+        k0 = int(ks[0])
+        pooled = SeriesCounts(ks - k0, ks * self.step_ns, ks * self.step_ns + self.window_ns, counts)
+        groups = {}
+        for key, acc in sorted(self.groups.items()):
+            acc.first_ns, acc.last_ns = self.pooled.first_ns, self.pooled.last_ns
+            gks, gcounts = acc.finish()
+            groups[key] = SeriesCounts(gks - k0, gks * self.step_ns, gks * self.step_ns + self.window_ns, gcounts)
+        return pooled, groups
+
+
+def _event_windows(ev_ts, ev_cls, n, n_cls, has_null_ts) -> SeriesCounts:
+    ts = np.concatenate(ev_ts) if ev_ts else np.zeros(0, np.int64)
+    cls = np.concatenate(ev_cls) if ev_cls else np.zeros(0, np.int64)
+    if not has_null_ts:
+        order = np.argsort(ts, kind="stable")
+        ts, cls = ts[order], cls[order]
+    n_win = ts.size // n  # complete windows only; the remainder is counted in left_out
+    left_out = int(ts.size - n_win * n)
+    ts, cls = ts[: n_win * n], cls[: n_win * n]
+    w = np.repeat(np.arange(n_win), n)
+    counts = np.bincount(w * n_cls + cls, minlength=n_win * n_cls).reshape(n_win, n_cls)
+    if has_null_ts or n_win == 0:
+        return SeriesCounts(np.arange(n_win), None, None, counts, left_out)
+    return SeriesCounts(np.arange(n_win), ts[::n], ts[n - 1 :: n], counts, left_out)
+
+
+def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> tuple[int, int]:
+    """Refuse (or warn about) a span implausible for the rows read, before windows are allocated for it.
+
+    Returns:
+        The batch's (min, max) timestamp.
+    """
+    stream, n_read, rows_in_file, notes = part, part.n_read, part.rows_in_file, part.notes
+    p = stream.pooled
+    lo, hi = int(ts.min()), int(ts.max())
+    first = lo if p.first_ns is None else min(lo, p.first_ns)
+    last = hi if p.last_ns is None else max(hi, p.last_ns)
+    name = _source_name(batch)
+    base = rows_in_file.get(name, 0)
+    rows_in_file[name] = base + batch.num_rows
+    n_win = timescale.windows_spanned(first, last, stream.window_ns, stream.step_ns)
+    if not timescale.implausible_span(n_win, n_read):
+        return lo, hi
+    i = timescale.find_outlier(ts, p.first_ns, p.last_ns)
+    span = timescale.fmt_duration((last - first) / 1e9)
+    if i is not None:
+        others = np.delete(ts, i)
+        rest = [int(v) for v in (others.min(), others.max())] if others.size else [p.first_ns, p.last_ns]
+        if p.first_ns is not None:
+            rest = [min(rest[0], p.first_ns), max(rest[1], p.last_ns)]
+        raise AnalysisError(
+            f"row {base + i + 1} has timestamp {int(ts[i]):,} ns, far outside the other rows "
+            f"({rest[0]:,} .. {rest[1]:,} ns); with it the run would span {span}, "
+            f"{timescale.plural(n_win, 'window')} for {timescale.plural(n_read, 'row')}",
+            path=name, hint="Fix or remove that row (a timestamp in another unit?), or check --time-unit")
+    if not any(n.startswith("Warning: the run spans") for n in notes):
+        notes.append(f"Warning: the run spans {span} ({timescale.plural(n_win, 'window')} for "
+                     f"{timescale.plural(n_read, 'row')} read); check --time-unit or use a longer --window")
+    return lo, hi
+
+
+def _source_name(batch: pa.RecordBatch) -> str | None:
+    if "source_file" not in batch.schema.names or batch.num_rows == 0:
+        return None
+    col = batch.column("source_file")
+    return col.dictionary[col.indices[0].as_py()].as_py() if pa.types.is_dictionary(col.type) else col[0].as_py()

@@ -1,0 +1,1 @@
+"""Per-frame analyses of a video generation: address-jump / flow-error correlation and coherence collapse onset."""

@@ -1,0 +1,85 @@
+"""Every default and bound of veotrace in one place, in a module that imports nothing (the CLI shows them without numpy).
+
+Analyses, the run layer, the CLI help and the report read their defaults here; none spells one again.
+"""
+
+# entropy
+ENTROPY_WINDOW_S = 300.0
+ENTROPY_OPS = ("alloc",)
+ENTROPY_MIN_CLASS = 2  # ceil(log2(4 KiB / 1 KiB))
+ENTROPY_MAX_CLASS = 12  # ceil(log2(4 MiB / 1 KiB))
+
+# bursts
+BURSTS_GAP_MS = 5.0  # a burst continues while consecutive events are closer than this
+BURSTS_MIN_EVENTS = 2  # fewer events than this (a singleton) is not a burst
+BURSTS_OPS = ("alloc",)
+
+# change points (analysis/changepoints.py) and l2-breakpoints
+CHANGEPOINT_MIN_SIZE = 5  # fewest launches in a regime (and so between two breaks)
+# Multiplier of the BIC penalty 2 * sigma^2 * ln(n). 1.5 gives 3 * sigma^2 * ln(n), the per-break term of
+# the modified BIC (Zhang & Siegmund 2007), which plain BIC (1.0) undercuts on short series.
+CHANGEPOINT_PENALTY_SCALE = 1.5
+L2_METRIC = "l2_miss_rate.pct"  # 100 - lts__t_sector_hit_rate.pct
+L2_RULES = ("l2_throughput_low", "bytes_per_request_drop", "read_sector_slope_rise")
+L2_THROUGHPUT_LOW_PCT = 65.0  # L2 throughput (% of peak) below this after a break
+L2_BYTES_PER_REQUEST_FROM = 128.0  # bytes per L2 request before the break at least this ...
+L2_BYTES_PER_REQUEST_TO = 32.0  # ... and after it at most this
+L2_READ_SLOPE_RISE_PCT = 200.0  # read sectors per launch rising by at least this much (%)
+# Smallest jump reported as a breakpoint, next to the statistical penalty (a 13.08% -> 13.38% shift at
+# z = 3.3 is real but no engineer acts on it): 1 percentage point for metrics in %, else 5% of the level before.
+L2_MIN_JUMP_POINTS = 1.0
+L2_MIN_JUMP_RELATIVE_PCT = 5.0
+L2_METRIC_FALLBACKS = ("l2_miss_rate.pct", "lts__throughput.avg.pct_of_peak_sustained_elapsed")  # default metric, in order
+L2_CHANGEPOINT_LAUNCHES_HINT = 20  # the --launch-count suggested when a kernel has too few launches
+
+# coherence (collapse signs of a long video generation, per frame)
+COHERENCE_ID_MIN = 0.65  # id drift: tracker cross-frame ID match rate below this
+COHERENCE_FLOW_MAX_PX = 8.7  # flow jump: mean inter-frame flow displacement above this
+COHERENCE_ENTROPY_MAX_BITS = 2.95  # semantic entropy jump: CLIP alignment entropy above this
+COHERENCE_SCORE_MIN = 0.05  # score collapse: coherence score below this ...
+COHERENCE_SCORE_DROP = 5.0  # ... or at least this many times lower than before a one-frame drop
+COHERENCE_RULE = "any"  # "any", "all", or a comma-separated list of signs that must all fire
+COHERENCE_PERSIST = 3  # the rule must hold this many consecutive frames for an onset
+
+# correlate (address jumps vs optical-flow end-point error)
+CORRELATE_ALIGN = "into"  # per-frame EPE[j] goes with the transition j-1 -> j
+CORRELATE_ALIGNS = ("into", "from")
+CORRELATE_REDUCE = "mean"  # how (m, H, W) EPE maps become one value per frame
+CORRELATE_REDUCES = ("mean", "median", "p95")
+CORRELATE_TENSORS = "mean"  # how k tensors per frame become one jump
+CORRELATE_TENSOR_REDUCES = ("mean", "max")
+CORRELATE_RESAMPLES = 2000  # bootstrap resamples and permutations
+CORRELATE_SEED = 0
+CORRELATE_BLOCK_LEN = 0  # 0 = automatic, about n ** (1/3)
+CORRELATE_MAX_LAG = 0
+CORRELATE_CONFIDENCE = 0.95
+
+# gate (veotrace gate: a run against a saved baseline; README "CI gate" justifies each value)
+GATE_MAX_INCREASE = "0.05"  # bits (or "N%" of the baseline mean): ~1.5% of log2(11), the max entropy
+GATE_MAX_SLOPE_INCREASE = 0.002  # bits/hour: 0.048 bits more per day of running than the baseline
+GATE_ALPHA = 0.05  # one-sided significance level of every check
+GATE_RESAMPLES = 2000  # moving-block bootstrap resamples (history: E-Divisive permutations, at most 999)
+GATE_SEED = 0
+GATE_BLOCK_LEN = 0  # 0 = Politis & White (2004) automatic block length
+GATE_LENGTH_TOLERANCE = 0.10  # window-by-window check only when the runs' lengths differ by at most 10%
+GATE_MIN_WINDOWS = 20  # fewest non-empty windows in the run and the baseline
+GATE_MIN_HISTORY = 3  # fewest baselines in a --history folder
+
+# fragmentation (veotrace/fragmentation) and banks
+FRAGMENTATION_WINDOW_S = 300.0  # time windows; without timestamps, windows of FRAGMENTATION_WINDOW_EVENTS events
+FRAGMENTATION_WINDOW_EVENTS = 1000
+FRAGMENTATION_THRESHOLD = 0.65  # TF BFC / XProf: fragmented when the largest free block is under 65% of free bytes
+FRAGMENTATION_MAX_GAP_BYTES = 2 << 20  # without segments, gaps under 2 MiB are free space inside one range
+FRAGMENTATION_ZONE_BYTES = 2 << 20  # hot zones: 2 MiB, the large-page / large-segment granularity
+FRAGMENTATION_BINS = ((8 << 10, 32 << 10), (64 << 10, 128 << 10), (256 << 10, None))  # [lo, hi] bytes; None = open
+BANKS_COUNT = 32
+BANKS_BANK_BYTES = 4
+BANKS_WARP = 32
+
+# simulate (veotrace/allocators)
+SIMULATE_MAX_UNKNOWN_FREES = 0.05  # share of frees naming no live allocation (ignored, counted) before refusing
+SIMULATE_AUTO_WINDOWS = 50  # without --window / --window-requests, the trace is cut into about this many windows
+SIMULATE_HOLD_REQUESTS = 1 << 20  # a log of up to this many requests (64 B each: 64 MiB) is held between passes, longer ones read again
+
+# replays (fragmentation, simulate): the largest block accepted, so that their int64 sums stay exact
+MAX_BLOCK_BYTES = 1 << 44  # 16 TiB; 2**19 such blocks live at once still sum below 2**63
