@@ -13,7 +13,7 @@ process, median of --runs; entropy and fragmentation alternate so that machine l
 
 With ``--jobs 1,4`` it times ``fragmentation --jobs J`` for each J on the same files, runs interleaved,
 and prints each J's speed-up over the first (``--jobs 1`` is the single-process path, and so are
-``--jobs 2`` and ``3``; J >= 4 replays in two parallel passes, see veotrace/fragmentation/parallel.py). ``--only-jobs`` skips the entropy ratio.
+``--jobs 2`` and ``3``; J >= 4 replays in two parallel passes, see veotrace/frag/parallel.py). ``--only-jobs`` skips the entropy ratio.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def pass_costs(path: Path) -> dict:
 
     from veotrace.engine import plan
     from veotrace.engine.tasks import Job, merge_tree, run_piece
-    from veotrace.fragmentation import parallel
-    from veotrace.fragmentation.load import read_and_replay
+    from veotrace.frag import parallel
+    from veotrace.runs.fragmentation import read_and_replay
     from veotrace.sources import ReadOptions, ReadReport
 
     opts = ReadOptions()
@@ -88,10 +88,11 @@ def pass_costs(path: Path) -> dict:
     bounds = [run_piece(p, first, i).value[0] for i, p in enumerate(pieces)]
     p1 = time.process_time() - t
     t = time.process_time()
-    jobs = setup.replay_jobs(bounds, opts, pieces)
+    jobs = setup.replay_params(bounds)
     chain = time.process_time() - t
     if isinstance(jobs, str):  # e.g. one piece: nothing to split
         return {"pieces": len(pieces), "local": local, "note": jobs}
+    jobs = [Job("fragmentation", j, opts, parallel.COLUMNS) for j in jobs]
     t = time.process_time()
     parts = [run_piece(p, jobs[i], i) for i, p in enumerate(pieces)]
     p2 = time.process_time() - t

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from veotrace.analysis.entropy.entropy import compute_entropy
-from veotrace.gate.baseline import entropy_baseline, parse_baseline, series_from_result
-from veotrace.gate.compare import GateOptions, compare
+from veotrace.gating.baseline import entropy_baseline, parse_baseline, series_from_result
+from veotrace.gating.compare import GateOptions, compare
 from veotrace.synth.alloc import write_realistic_log
 from veotrace.synth.gate import gate_log
 
@@ -100,7 +100,7 @@ def cost(events: int, runs: int) -> None:
               f"checks) {g:.2f} s; gate / entropy = {g / e:.2f}")
         # In one process: the analysis both commands run, then the gate's own work (baseline, checks).
         from veotrace.analysis.entropy.entropy import COLUMNS
-        from veotrace.gate.baseline import read_baseline
+        from veotrace.gating.baseline import read_baseline
         from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
 
         t0 = time.perf_counter()

@@ -60,16 +60,16 @@ def training_csv(events: int) -> Path:
 
 def baseline(req) -> float:
     """Seconds of the least a Python replay does: one handle stored per alloc and popped per free."""
-    from veotrace.allocators.requests import FREE, MALLOC
+    from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC
 
     kind, size, pair = req.kind, req.size, req.pair
     handles = {}
     t0 = time.perf_counter()
     for i in range(len(kind)):
         k = kind[i]
-        if k == MALLOC:
+        if k == REQ_MALLOC:
             handles[i] = size[i]
-        elif k == FREE:
+        elif k == REQ_FREE:
             handles.pop(pair[i])
     return time.perf_counter() - t0
 

@@ -18,7 +18,7 @@ def model(conf: str | None = None, capacity: int | None = None) -> TorchAllocato
 
 
 def device_events(m: TorchAllocator) -> list[tuple[str, int]]:
-    return [(base.OP_NAMES[op], size) for _, op, _, size, _, _ in m.rec.events if op >= base.SEGMENT_ALLOC]
+    return [(base.EV_NAMES[op], size) for _, op, _, size, _, _ in m.rec.events if op >= base.EV_SEGMENT_ALLOC]
 
 
 def test_round_size_512_and_power2_divisions():

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 import pytest
 
 from tests.conftest import real_trace
-from veotrace.fragmentation import (
+from veotrace.frag import (
     TORCH_ROUND_BYTES,
     fragmentation_series,
     initial_from_tables,

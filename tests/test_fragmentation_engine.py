@@ -18,7 +18,7 @@ import pytest
 import veotrace.engine as engine
 from tests.conftest import SAMPLES, real_trace, run_cli
 from veotrace.engine import EngineConfig, run_fragmentation
-from veotrace.fragmentation.load import read_and_replay
+from veotrace.runs.fragmentation import read_and_replay
 from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
 from veotrace.synth.heap import slot_log
 
@@ -131,7 +131,7 @@ def test_latency_column_on_the_engine(tmp_path, zone_bytes):
 @pytest.mark.usefixtures("small_pieces")
 def test_the_pieces_really_split_the_windows(data):
     from veotrace.engine import plan
-    from veotrace.fragmentation.parallel import COLUMNS
+    from veotrace.frag.parallel import COLUMNS
 
     pieces, _ = plan([data["one"]], ReadOptions(), COLUMNS, engine.SPLIT_BYTES)
     assert len(pieces) > 8 and {p.kind for p in pieces} == {"range"}
@@ -190,7 +190,7 @@ def test_the_window_limit_counts_the_whole_trace_on_the_engine(data, monkeypatch
     """MAX_WINDOWS bounds the rows of the whole replay: one process and the pieces joined refuse the
     same trace, although every piece alone stays under the limit."""
     from veotrace.errors import AnalysisError
-    from veotrace.fragmentation import windows
+    from veotrace.frag import windows
 
     want = _local(data["one"], window_s=60.0)
     n = len(want["windows"])
@@ -286,15 +286,15 @@ def test_pieces_merged_in_any_tree_give_the_local_windows(kw, fan_in):
     """Both passes and the merge as the engines run them, on pieces the split of files cannot make
     (empty ones, a device absent from some): any grouping of the merge gives the one-process result."""
     from veotrace.engine.tasks import Partial, merge_tree
-    from veotrace.fragmentation import fragmentation_series
-    from veotrace.fragmentation.parallel import ParallelSetup, boundary_pass, replay_piece
+    from veotrace.frag import fragmentation_series
+    from veotrace.frag.parallel import ParallelSetup, boundary_pass, replay_piece
 
     pieces = _pieces()
     assert sum(p.num_rows == 0 for p in pieces) == 4 and pieces[7]["device"].to_pylist()[0] == 1
     setup = ParallelSetup(**kw)
     bounds = [boundary_pass(p.to_batches(), **setup.boundary_params()) for p in pieces]
-    jobs = setup.replay_jobs(bounds, ReadOptions())
-    parts = [Partial(replay_piece(p.to_batches(), j.params["start"], params=j.params["replay"]))
+    jobs = setup.replay_params(bounds)
+    parts = [Partial(replay_piece(p.to_batches(), j["start"], params=j["replay"]))
              for p, j in zip(pieces, jobs)]
     got = setup.result(merge_tree(parts, fan_in=fan_in).value).to_dict()
     want = fragmentation_series([b for p in pieces for b in p.to_batches()], **kw).to_dict()
@@ -342,11 +342,11 @@ def test_a_worker_killed_in_the_second_pass_does_not_change_the_result(data, clu
 
 def test_untimed_events_after_an_empty_piece_still_go_to_one_process():
     """The no-timestamp check looks at the first piece with rows, not at an empty first piece."""
-    from veotrace.fragmentation.boundary import Boundary
-    from veotrace.fragmentation.parallel import ParallelSetup
+    from veotrace.frag.boundary import Boundary
+    from veotrace.frag.parallel import ParallelSetup
 
     bounds = [Boundary(), Boundary(rows=10, null_ts_first=True), Boundary(rows=5, null_ts_first=True)]
-    assert ParallelSetup().replay_jobs(bounds, ReadOptions()) == \
+    assert ParallelSetup().replay_params(bounds) == \
         "note: events without timestamps: replayed on one process"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import real_trace
 from tests.test_fragmentation import events
-from veotrace.fragmentation import TORCH_ROUND_BYTES, fragmentation_series
+from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series
 from veotrace.synth.heap import slot_log
 
 

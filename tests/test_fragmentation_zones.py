@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.test_fragmentation import SNAPSHOTS, events
 from tests.test_fragmentation_replay import log_events
-from veotrace.fragmentation import fragmentation_series
+from veotrace.frag import fragmentation_series
 from veotrace.synth.heap import slot_log
 
 MiB = 1 << 20
@@ -143,7 +143,7 @@ def _reference_segment_zones(initial, ev) -> dict:
 @pytest.mark.parametrize("name", [s for s in SNAPSHOTS if s.startswith(("maphsge4", "cranberrii", "magma27"))])
 def test_real_snapshot_segment_zones_match_a_plain_loop(name):
     from tests.conftest import real_trace
-    from veotrace.fragmentation import initial_from_tables, seed_from_final
+    from veotrace.frag import initial_from_tables, seed_from_final
     from veotrace.sources import read_table
 
     p = real_trace(name)
@@ -179,7 +179,7 @@ def test_real_expandable_snapshot_every_event_in_a_mapped_range():
     """constructorsun maps pages of expandable segments (segment_map/unmap): every alloc and completed
     free lands in the mapped range holding it at its time, none outside."""
     from tests.conftest import real_trace
-    from veotrace.fragmentation.load import read_and_replay
+    from veotrace.runs.fragmentation import read_and_replay
     from veotrace.sources import ReadOptions, ReadReport, read_table
 
     p = real_trace("constructorsun_memory_snapshot.pickle")

@@ -164,7 +164,7 @@ def _history(tmp_path, shifts):
     folder = tmp_path / "history"
     folder.mkdir()
     from veotrace.analysis.entropy.entropy import compute_entropy
-    from veotrace.gate.baseline import entropy_baseline
+    from veotrace.gating.baseline import entropy_baseline
 
     for i, s in enumerate(shifts):  # through the library: the CLI path is tested above, this is 14 runs
         result = compute_entropy(gate_log(**LOG, seed=100 + i, shift_bits=s).table.to_batches(), window_s=3600.0)

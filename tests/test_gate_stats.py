@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from veotrace.errors import UsageError, VeotraceError
-from veotrace.gate import stats
-from veotrace.gate.baseline import SCHEMA, check_params, parse_baseline
-from veotrace.gate.compare import GateOptions, Tolerance
-from veotrace.gate.history import HistoryPoint, e_divisive, history_check
+from veotrace.gating import stats
+from veotrace.gating.baseline import SCHEMA, check_params, parse_baseline
+from veotrace.gating.compare import GateOptions, Tolerance
+from veotrace.gating.history import HistoryPoint, e_divisive, history_check
 
 
 def ar1(rng, n, rho, sd=0.1):
@@ -154,8 +154,8 @@ def test_a_differing_parameter_is_named_with_both_values():
 
 
 def test_ci_outputs_for_borderline_and_skipped_checks():
-    from veotrace.gate.ci import github_commands, junit_xml
-    from veotrace.gate.compare import GateResult, decide, skipped
+    from veotrace.gating.ci import github_commands, junit_xml
+    from veotrace.gating.compare import GateResult, decide, skipped
 
     opts = GateOptions()
     border = decide("mean", "bits", 2.1, 2.0, stats.Test(0.1, 0.3, -0.05, 0.25, 4), 0.05, opts, windows=50)

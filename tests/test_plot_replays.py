@@ -15,7 +15,7 @@ SIZE = (640, 400)
 
 @pytest.fixture(scope="module")
 def fragmentation():
-    from veotrace.fragmentation import fragmentation_series
+    from veotrace.frag import fragmentation_series
     from veotrace.sources import iter_alloc_events
 
     batches = iter_alloc_events([SAMPLES / "alloc_addr" / "alloc_addr.csv"],

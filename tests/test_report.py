@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import SAMPLES, run_cli
 from veotrace import __version__
-from veotrace.report.html import fmt
+from veotrace.reporting.html import fmt
 
 
 class Refs(HTMLParser):
@@ -137,7 +137,7 @@ def test_report_to_an_unwritable_place(tmp_path):
 
 def test_plan_groups_rotated_logs_and_pairs_arrays(tmp_path):
     from veotrace.analysis.info import FileInfo
-    from veotrace.report.plan import plan
+    from veotrace.reporting.plan import plan
 
     logs = [FileInfo(f"d/log.{i}.csv", "alloc-csv", None, supports=["entropy", "convert", "bursts"],
                      details={"alloc_events": {"first_ns": 0, "last_ns": 10**15 * i, "events_without_time": 0}})
@@ -225,8 +225,10 @@ def test_long_log_report_is_small(tmp_path):
     assert out.stat().st_size < 5_000_000
 
 
-def test_every_planned_analysis_has_a_runner_and_a_title():
-    from veotrace.report.plan import ANALYSES
-    from veotrace.report.sections import RUNNERS, TITLES
+def test_every_line_info_lists_maps_to_its_report_section():
+    from veotrace.reporting.plan import _base
 
-    assert set(RUNNERS) == set(ANALYSES) == set(TITLES)
+    assert _base("entropy --window-events N") == "entropy"
+    assert _base("bursts --events kernels") == "bursts --events kernels"
+    assert _base("l2-breakpoints --metric NAME (per-kernel picture only)") == "l2-breakpoints"
+    assert _base("convert") is None

@@ -12,7 +12,7 @@ from conftest import SAMPLES, real_trace, run_cli
 from veotrace.allocators import base
 from veotrace.allocators import replay as rp
 from veotrace.allocators.builder import build_requests
-from veotrace.allocators.requests import FREE, MALLOC, Requests
+from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, Requests
 from veotrace.allocators.arena import ArenaAllocator, IdealAllocator
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.reuse import ReuseAllocator
@@ -44,14 +44,14 @@ def run(policy, req: Requests):
 def test_pairs_by_address_and_counts_what_it_skips():
     req = build_requests(events([(0, "alloc", 100, 1), (1, "alloc", 0, 2), (2, "free", 100, 1),
                                     (3, "defrag", 0, 0), (4, "alloc", 50, 1)]))
-    assert list(req.kind) == [MALLOC, FREE, MALLOC] and req.pair[1] == 0
+    assert list(req.kind) == [REQ_MALLOC, REQ_FREE, REQ_MALLOC] and req.pair[1] == 0
     assert req.counts["zero_size_allocs"] == 1 and req.counts["ignored_ops"] == 1
 
 
 def test_torch_traces_free_at_free_completed():
     req = build_requests(events([(0, "alloc", 100, 1), (1, "free_requested", 100, 1), (2, "alloc", 100, 2),
                                     (3, "free_completed", 100, 1)]))
-    assert list(req.kind) == [MALLOC, MALLOC, FREE]  # the block was reusable only after free_completed
+    assert list(req.kind) == [REQ_MALLOC, REQ_MALLOC, REQ_FREE]  # the block was reusable only after free_completed
 
 
 def test_too_many_unknown_frees_is_an_error_and_a_few_are_counted():
@@ -91,9 +91,9 @@ def test_bestfit_and_firstfit_choose_different_holes():
     req = build_requests(events(rows))
     best = run(lambda rec: ArenaAllocator(best=True, rec=rec), req)
     first = run(lambda rec: ArenaAllocator(best=False, rec=rec), req)
-    last_alloc = [e for e in best.rec.events if e[1] == base.ALLOC][-1][2]
+    last_alloc = [e for e in best.rec.events if e[1] == base.EV_ALLOC][-1][2]
     assert last_alloc == best.base + 3072 + 512  # the 1 KiB hole
-    assert [e for e in first.rec.events if e[1] == base.ALLOC][-1][2] == first.base  # the lowest hole
+    assert [e for e in first.rec.events if e[1] == base.EV_ALLOC][-1][2] == first.base  # the lowest hole
     assert best.c.peak_reserved == first.c.peak_reserved == 3072 + 512 + 1024 + 512
 
 
@@ -102,7 +102,7 @@ def test_reuse_takes_the_oldest_retained_buffer_of_the_size():
             (4, "alloc", 4096, 3), (5, "alloc", 8192, 4)]
     req = build_requests(events(rows))
     m = run(ReuseAllocator, req)
-    allocs = [e[2] for e in m.rec.events if e[1] == base.ALLOC]
+    allocs = [e[2] for e in m.rec.events if e[1] == base.EV_ALLOC]
     assert allocs[2] == allocs[1]  # buffer 2 was retained first
     assert m.c.device_allocs == 3 and m.c.peak_reserved == 2 * 4096 + 8192
 

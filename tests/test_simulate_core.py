@@ -21,7 +21,7 @@ from veotrace.allocators import replay as rp
 from veotrace.allocators.base import Recorder
 from veotrace.allocators.builder import build_requests
 from veotrace.allocators.conf import TorchConf, parse_conf
-from veotrace.allocators.requests import FREE, MALLOC, RELEASE, Requests
+from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, REQ_RELEASE, Requests
 from veotrace.allocators.simulate import make_policy
 from veotrace.allocators.torchcore import CoreRecorder, _torchcore, choose_core
 
@@ -35,7 +35,7 @@ CONFS = ["", "max_split_size_mb:20", "max_split_size_mb:64,max_non_split_roundin
 
 
 def replay_core(req: Requests, conf: TorchConf, capacity, core: str, seed=None):
-    """(events as an (n, 6) array, {device: Counters}) of the torch policy on one core."""
+    """(events as an (n, 6) array, {device: PolicyCounters}) of the torch policy on one core."""
     rec = CoreRecorder() if core == "c" else Recorder()
     models, parts = {}, []
     for _ in rp.iter_replay(lambda d: make_policy("torch", d, req, rec, conf=conf, capacity=capacity, seed=seed,
@@ -66,9 +66,9 @@ def random_requests(seed: int, n: int, streams: int, devices: int, releases: boo
         r = rng.random()
         if live[d] and r < 0.45:
             j = live[d].pop(rng.randrange(len(live[d])))
-            req.add(FREE, 0, req.stream[j], d, j, 0, i, i)
+            req.add(REQ_FREE, 0, req.stream[j], d, j, 0, i, i)
         elif releases and r < 0.48:
-            req.add(RELEASE, int(rng.random() < 0.5), 0, d, -1, 0, i, i)
+            req.add(REQ_RELEASE, int(rng.random() < 0.5), 0, d, -1, 0, i, i)
         else:
             band = rng.random()
             if seen and band < 0.25:
@@ -82,7 +82,7 @@ def random_requests(seed: int, n: int, streams: int, devices: int, releases: boo
             else:
                 size = rng.randint(120 * MiB, 300 * MiB)
             seen.append(size)
-            live[d].append(req.add(MALLOC, size, rng.randrange(streams), d, -1, 0, i, i))
+            live[d].append(req.add(REQ_MALLOC, size, rng.randrange(streams), d, -1, 0, i, i))
     return req
 
 
@@ -134,7 +134,7 @@ def test_real_traces_give_the_same_events_on_both_cores(name):
     """Replays of the real traces seeded as simulate seeds them, and unseeded (frees of unknown blocks
     ignored), with and without recorded releases, under the snapshot's settings (where the C core covers
     them), the defaults, and options and a capacity that make the model split, round and release."""
-    from veotrace.allocators.load import load_trace
+    from veotrace.runs.simulate import load_trace
     from veotrace.sources import ReadOptions, ReadReport
 
     table, conf, _, seed = load_trace([real_trace(name)], ReadOptions(), ReadReport(), None)
@@ -155,7 +155,7 @@ def test_real_traces_give_the_same_events_on_both_cores(name):
 def test_validation_with_a_gc_threshold_runs_the_core_that_models_it():
     """Validation's run without recorded releases has a capacity (the trace's peaks), which turns
     garbage_collection_threshold on: the result is the Python model's whatever core is asked for."""
-    from veotrace.allocators.load import load_trace
+    from veotrace.runs.simulate import load_trace
     from veotrace.allocators.validation import validate
     from veotrace.sources import ReadOptions, ReadReport
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from veotrace.allocators import builder as rq
-from veotrace.allocators.requests import FIELDS, FREE, MALLOC, Requests
+from veotrace.allocators.requests import FIELDS, REQ_FREE, REQ_MALLOC, Requests
 from veotrace.schemas import ALLOC_EVENTS, conform
 
 OPS = ["alloc", "alloc", "alloc", "free", "free", "free_requested", "free_completed", "segment_alloc",
@@ -89,7 +89,7 @@ def test_pairs_across_batches_and_counts_reallocs_and_unknown_frees():
     for batch in t.to_batches(max_chunksize=2):
         builder.add(batch)
     req = builder.finish(1.0)
-    assert list(req.kind) == [MALLOC, MALLOC, FREE, MALLOC, FREE]
+    assert list(req.kind) == [REQ_MALLOC, REQ_MALLOC, REQ_FREE, REQ_MALLOC, REQ_FREE]
     assert list(req.pair) == [-1, -1, 0, -1, 3]  # the 60-byte alloc at the live address 3 is the one freed
     assert req.counts["unknown_frees"] == 1 and req.counts["realloc_at_live_address"] == 1
 
@@ -213,7 +213,7 @@ def test_cli_id_col_missing_is_one_error_line(tmp_path):
 
 
 def test_later_reads_of_a_log_do_not_count_skipped_rows_again(tmp_path):
-    from veotrace.allocators.load import load_trace
+    from veotrace.runs.simulate import load_trace
     from veotrace.sources import ReadOptions, ReadReport
 
     log = tmp_path / "bad.csv"

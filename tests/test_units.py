@@ -1,8 +1,8 @@
-"""Duration and byte-size option values (veotrace.cli.units)."""
+"""Duration and byte-size option values (veotrace.units)."""
 
 import pytest
 
-from veotrace.cli.units import parse_bytes, parse_duration
+from veotrace.units import parse_bytes, parse_duration
 from veotrace.errors import UsageError
 
 

@@ -47,7 +47,7 @@ def _inputs() -> list[Path]:
 
 
 def _name(path: Path) -> str:
-    rel = os.path.relpath(path, REPO.parent)
+    rel = os.path.relpath(path, REPO if REPO in path.parents else REPO.parent)
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", rel)
 
 
@@ -133,7 +133,7 @@ def _cases(tmp: Path) -> list[tuple[str, list[list[str]]]]:
 
 
 def _normalise(text: str, tmp: Path) -> str:
-    text = text.replace(str(tmp), "<TMP>")
+    text = text.replace(str(tmp), "<TMP>").replace(str(REPO), "<REPO>")  # the same in any checkout
     text = re.sub(r"/tmp/veorec-[A-Za-z0-9_]+", "<TMP>", text)  # recordings made before the case folders
     text = re.sub(r"\d+(\.\d+)? ?(s|ms) elapsed", "<T> elapsed", text)
     text = re.sub(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?( ?UTC|Z)?", "<DATE>", text)  # when a baseline was saved
@@ -158,7 +158,8 @@ def _file_digest(path: Path) -> str:
         import pyarrow.parquet as pq
 
         t = pq.read_table(path)
-        rows = hashlib.sha256(json.dumps(t.to_pylist(), default=str).encode()).hexdigest()
+        text = json.dumps(t.to_pylist(), default=str).replace(str(REPO), "<REPO>")  # source_file names the input
+        rows = hashlib.sha256(text.encode()).hexdigest()
         meta = {k.decode(): v.decode(errors="replace")[:2000] for k, v in (t.schema.metadata or {}).items()}
         return json.dumps({"schema": str(t.schema.remove_metadata()), "metadata": meta, "rows": t.num_rows,
                            "rows_sha256": rows}, indent=1)

@@ -1,6 +1,39 @@
 """veotrace: offline analysis of GPU allocator logs, Nsight exports and per-frame metrics.
 
-Public names are imported lazily so that ``veotrace --help`` does not pay for pyarrow or scipy.
+The Python API is one function per command, with the command's option names as keyword arguments,
+each returning a result (``veotrace.runs.result.RunResult``) with ``to_dict()`` (the command's
+``--format json``), ``to_arrow()`` / ``to_pandas()`` (its tables), ``plot(path)`` and a notebook view::
+
+    import veotrace
+    r = veotrace.entropy("logs/", window="5m")
+    r.to_pandas()
+
+Every function is looked up in ``veotrace.registry`` and imported on first use, so that
+``import veotrace`` and ``veotrace --help`` pay for no pyarrow, numpy or scipy.
 """
 
+from __future__ import annotations
+
 __version__ = "0.1.0"
+
+#: The API functions: one per command (``l2_breakpoints`` for ``l2-breakpoints``).
+__all__ = ["banks", "bursts", "coherence", "convert", "correlate", "entropy", "formats", "fragmentation", "gate",
+           "info", "l2_breakpoints", "report", "simulate"]
+
+
+def __getattr__(name: str):
+    if name not in __all__:  # submodules ("veotrace.registry", ...) are found by the import system
+        raise AttributeError(f"module 'veotrace' has no attribute {name!r}")
+    import importlib
+
+    registry = importlib.import_module("veotrace.registry")
+    for entry in registry.ENTRIES:
+        if entry.api and entry.api_name == name:
+            function = registry.resolve(entry.run)
+            globals()[name] = function
+            return function
+    raise AttributeError(f"module 'veotrace' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -65,7 +65,7 @@ GATE_LENGTH_TOLERANCE = 0.10  # window-by-window check only when the runs' lengt
 GATE_MIN_WINDOWS = 20  # fewest non-empty windows in the run and the baseline
 GATE_MIN_HISTORY = 3  # fewest baselines in a --history folder
 
-# fragmentation (veotrace/fragmentation) and banks
+# fragmentation (veotrace/frag) and banks
 FRAGMENTATION_WINDOW_S = 300.0  # time windows; without timestamps, windows of FRAGMENTATION_WINDOW_EVENTS events
 FRAGMENTATION_WINDOW_EVENTS = 1000
 FRAGMENTATION_THRESHOLD = 0.65  # TF BFC / XProf: fragmented when the largest free block is under 65% of free bytes

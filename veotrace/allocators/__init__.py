@@ -10,7 +10,7 @@ requests batch by batch (:mod:`builder`, :mod:`requests`), streamed pass after p
 (:mod:`stream`), the replay driver that feeds them to a policy (:mod:`replay`), and the check that the torch model reproduces the device allocations a real
 snapshot recorded (:mod:`validation`). Every policy reports what it did as an ``alloc_events/1`` stream
 with model-chosen addresses; fragmentation over windows is computed from that stream by
-:mod:`veotrace.fragmentation`, not here. Pure code: no printing, no file reading.
+:mod:`veotrace.frag`, not here. Pure code: no printing, no file reading.
 """
 
 from __future__ import annotations

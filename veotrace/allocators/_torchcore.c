@@ -29,7 +29,7 @@
 #define ROUNDUP_INTERVALS 16
 #define NO_LIMIT UINT64_MAX             /* max_split_size default (SIZE_MAX) */
 
-/* Request kinds (replay.py) and event op codes (base.py). */
+/* Request kinds (requests.REQ_*) and event op codes (base.EV_*). */
 enum { R_MALLOC = 0, R_FREE = 1, R_RELEASE = 2, R_SEED = 3 };
 enum { E_ALLOC = 0, E_FREE = 1, E_SEGMENT_ALLOC = 2, E_SEGMENT_FREE = 3, E_OOM = 6 };
 
@@ -195,7 +195,7 @@ typedef struct {
     int divisions[ROUNDUP_INTERVALS];
     int has_capacity;
     int64_t capacity, va_next;
-    /* Counters */
+    /* PolicyCounters (base.py) */
     int64_t reserved, allocated, peak_reserved, peak_allocated, device_allocs, device_frees, flushes,
         alloc_retries, ooms;
     int has_oom;
@@ -763,7 +763,7 @@ static PyMethodDef Core_methods[] = {
      "seed(device, chains): the seeded segments of a part-way trace, chains as seed.seed_chains gives them."},
     {"take_events", (PyCFunction)Core_take_events, METH_NOARGS,
      "take_events() -> bytes of int64 (request, op, address, size, stream, block) rows; clears them."},
-    {"counters", (PyCFunction)Core_counters, METH_NOARGS, "counters() -> dict of the Counters fields."},
+    {"counters", (PyCFunction)Core_counters, METH_NOARGS, "counters() -> dict of the PolicyCounters fields."},
     {"live", (PyCFunction)Core_live, METH_NOARGS, "live() -> number of allocated blocks held."},
     {NULL, NULL, 0, NULL},
 };

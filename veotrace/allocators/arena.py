@@ -8,8 +8,8 @@ and returns them at its free: the lower bound every other policy is measured aga
 
 from __future__ import annotations
 
-from veotrace.allocators.base import (ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, AddressSpace,
-                                      Counters, Recorder, oom)
+from veotrace.allocators.base import (EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, EV_SEGMENT_MAP,
+                                      AddressSpace, PolicyCounters, Recorder, oom)
 from veotrace.allocators.holes import Holes
 
 ALIGN = 512
@@ -23,7 +23,7 @@ class ArenaAllocator:
         self.holes = Holes(best)
         self.capacity = capacity
         self.rec = rec or Recorder()
-        self.c = Counters()
+        self.c = PolicyCounters()
         self.base = self.top = (va or AddressSpace()).take(1)
 
     def malloc(self, size: int, stream: int) -> tuple[int, int, int]:
@@ -39,7 +39,7 @@ class ArenaAllocator:
             grow = start + n - self.top
             if self.capacity is not None and c.reserved + grow > self.capacity:
                 oom(c, self.rec, size, stream)
-            self.rec.emit(SEGMENT_MAP, self.top, grow, stream, grow)
+            self.rec.emit(EV_SEGMENT_MAP, self.top, grow, stream, grow)
             self.top += grow
             c.reserved += grow
             c.device_allocs += 1
@@ -48,13 +48,13 @@ class ArenaAllocator:
         c.allocated += n
         if c.allocated > c.peak_allocated:
             c.peak_allocated = c.allocated
-        self.rec.emit(ALLOC, start, size, stream, n)
+        self.rec.emit(EV_ALLOC, start, size, stream, n)
         return start, n, size, stream
 
     def free(self, handle: tuple[int, int, int, int]) -> None:
         start, n, size, stream = handle
         self.c.allocated -= n
-        self.rec.emit(FREE, start, size, stream, n)
+        self.rec.emit(EV_FREE, start, size, stream, n)
         self.holes.put(start, n)
 
 
@@ -65,7 +65,7 @@ class IdealAllocator:
                  va: AddressSpace | None = None) -> None:
         self.capacity = capacity
         self.rec = rec or Recorder()
-        self.c = Counters()
+        self.c = PolicyCounters()
         self.next = (va or AddressSpace()).take(1)
 
     def malloc(self, size: int, stream: int) -> tuple[int, int]:
@@ -79,8 +79,8 @@ class IdealAllocator:
         c.device_allocs += 1
         if c.reserved > c.peak_reserved:
             c.peak_reserved = c.peak_allocated = c.reserved
-        self.rec.emit(SEGMENT_ALLOC, addr, size, stream, size)
-        self.rec.emit(ALLOC, addr, size, stream, size)
+        self.rec.emit(EV_SEGMENT_ALLOC, addr, size, stream, size)
+        self.rec.emit(EV_ALLOC, addr, size, stream, size)
         return addr, size, stream
 
     def free(self, handle: tuple[int, int, int]) -> None:
@@ -89,5 +89,5 @@ class IdealAllocator:
         c.reserved -= size
         c.allocated -= size
         c.device_frees += 1
-        self.rec.emit(FREE, addr, size, stream, size)
-        self.rec.emit(SEGMENT_FREE, addr, size, stream, size)
+        self.rec.emit(EV_FREE, addr, size, stream, size)
+        self.rec.emit(EV_SEGMENT_FREE, addr, size, stream, size)

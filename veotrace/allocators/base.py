@@ -2,16 +2,29 @@
 
 A policy is an object with ``malloc(size, stream) -> handle`` and ``free(handle)``; it records what it
 did (alloc, free, segment_alloc/free/map/unmap, oom) through a :class:`Recorder` and keeps a
-:class:`Counters`. Addresses are the model's own, handed out by :class:`AddressSpace`.
+:class:`PolicyCounters`. Addresses are the model's own, handed out by :class:`AddressSpace`.
+
+Vocabulary shared with :mod:`veotrace.frag`, which replays alloc/free events too:
+
+- ``EV_*`` (here) are the op codes of the events a policy *emits*; they index :data:`EV_NAMES` and are
+  the ``E_*`` codes of ``_torchcore.c``. ``REQ_*`` (:mod:`veotrace.allocators.requests`) are the kinds
+  of request a policy is *asked* to serve. ``OP_*`` (:mod:`veotrace.frag.state`) are the
+  codes the fragmentation replay decodes any ``alloc_events/1`` ``op`` column into. The three
+  encodings differ on purpose (the replay keeps 0 for ops it ignores, folds ``free_completed`` into
+  ``free``, has ``free_requested`` and no ``oom``, and keeps segment codes last), and never meet as
+  numbers: a policy's events reach the replay as op names (``EV_NAMES``), decoded by ``OP_CODES``.
+- :class:`PolicyCounters` (here) are the totals of what a simulated policy did (bytes reserved, peaks,
+  flushes, OOMs); ``fragmentation.state.ReplayCounters`` are the warnings the replay of a recorded
+  trace met (frees of unknown blocks, overlapping segments, ...).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: Event op codes in the recorded stream, and their ``alloc_events/1`` op names.
-ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, OOM = range(7)
-OP_NAMES = ("alloc", "free", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
+#: Op codes of the events a policy emits (the ``op`` of each Recorder tuple), and their ``alloc_events/1`` op names.
+EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, EV_SEGMENT_MAP, EV_SEGMENT_UNMAP, EV_OOM = range(7)
+EV_NAMES = ("alloc", "free", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
 #: Model addresses start here (a typical CUDA VA base), away from zero so they read as addresses.
 VA_BASE = 0x7F0000000000
 #: Device allocations are placed at this alignment (CUDA hands out 2 MiB-aligned memory).
@@ -48,7 +61,7 @@ class Recorder:
 
 
 @dataclass
-class Counters:
+class PolicyCounters:
     """Per-policy totals: bytes reserved from / handed to the device, peaks, calls, flushes, OOMs."""
 
     reserved: int = 0
@@ -64,7 +77,7 @@ class Counters:
     first_oom: dict | None = None
     notes: list[str] = field(default_factory=list)
 
-    def merge(self, other: Counters) -> None:
+    def merge(self, other: PolicyCounters) -> None:
         """Sum of devices: peaks add up (per-device peaks may happen at different times: an upper bound)."""
         for name in ("reserved", "allocated", "peak_reserved", "peak_allocated", "device_allocs",
                      "device_frees", "flushes", "alloc_retries", "ooms"):
@@ -88,10 +101,10 @@ class AddressSpace:
         return addr
 
 
-def oom(counters: Counters, rec: Recorder, size: int, stream: int) -> None:
+def oom(counters: PolicyCounters, rec: Recorder, size: int, stream: int) -> None:
     """Count a request that does not fit the capacity, remembering the first one."""
     counters.ooms += 1
-    rec.emit(OOM, 0, size, stream, 0)
+    rec.emit(EV_OOM, 0, size, stream, 0)
     if counters.first_oom is None:
         counters.first_oom = {"request": rec.req, "size_bytes": size, "reserved_bytes": counters.reserved,
                               "allocated_bytes": counters.allocated}

@@ -16,21 +16,22 @@ import pyarrow.compute as pc
 
 from veotrace.allocators.requests import (
     DEVICE_OPS,
-    FREE,
-    MALLOC,
+    REQ_FREE,
+    REQ_MALLOC,
     MAX_UNKNOWN_FREES,
     NO_ADDR,
     NO_TIME,
-    RELEASE,
+    REQ_RELEASE,
     RELEASE_OPS,
-    SEED,
+    REQ_SEED,
     Requests,
     check,
 )
 from veotrace.replay_limits import check_block_sizes
 
-#: Row categories: other (ignored, counted), alloc, free, free_requested (neither), device allocation, release.
-_OTHER, _ALLOC, _FREE, _PENDING, _DEVICE, _RELEASE = range(6)
+#: Row categories of the input (private to the builder; requests.REQ_* are what it makes of them): other (ignored,
+#: counted), alloc, free, free_requested (neither), device allocation, release.
+_ROW_OTHER, _ROW_ALLOC, _ROW_FREE, _ROW_PENDING, _ROW_DEVICE, _ROW_RELEASE = range(6)
 
 
 def _column(batch, name: str, fill: int, dtype) -> np.ndarray:
@@ -87,8 +88,8 @@ class RequestBuilder:
 
     Args:
         seeds: (device, address, requested size, stream) of blocks live when recording began; they
-            become SEED requests at the start, timed ``t0``.
-        use_releases: turn recorded segment_free/segment_unmap runs into RELEASE requests.
+            become REQ_SEED requests at the start, timed ``t0``.
+        use_releases: turn recorded segment_free/segment_unmap runs into REQ_RELEASE requests.
         free_op: the op that frees ("free_completed" or "free_requested", besides "free"); None: decided
             as the batches come ("free_completed" from the first batch that has it).
         key: the column frees pair by (``address``, or an id column the batches carry).
@@ -100,7 +101,7 @@ class RequestBuilder:
         self.use_releases, self.free_op, self.key = use_releases, free_op, key
         n_seed = len(seeds)
         for d, a, sz, st in seeds:
-            self.req.add(SEED, sz, st, d, -1, a, -1, t0)
+            self.req.add(REQ_SEED, sz, st, d, -1, a, -1, t0)
         self.live_dev = np.array([s[0] for s in seeds], np.int64)
         self.live_key = np.array([s[1] for s in seeds], np.uint64)
         self.live_req = np.arange(n_seed, dtype=np.int64)
@@ -121,9 +122,9 @@ class RequestBuilder:
         if self.free_op is None and "free_completed" in names:
             self.free_op = "free_completed"
         free_op = self.free_op or "free_requested"
-        table = np.array([_ALLOC if n == "alloc" else _FREE if n in ("free", free_op) else
-                          _PENDING if n == "free_requested" else _DEVICE if n in DEVICE_OPS else
-                          _RELEASE if n in RELEASE_OPS else _OTHER for n in names] or [_OTHER], np.int8)
+        table = np.array([_ROW_ALLOC if n == "alloc" else _ROW_FREE if n in ("free", free_op) else
+                          _ROW_PENDING if n == "free_requested" else _ROW_DEVICE if n in DEVICE_OPS else
+                          _ROW_RELEASE if n in RELEASE_OPS else _ROW_OTHER for n in names] or [_ROW_OTHER], np.int8)
         codes = col.indices.to_numpy(zero_copy_only=False)
         return table[codes], codes, names
 
@@ -137,13 +138,13 @@ class RequestBuilder:
         key, has_key = _keys(batch, self.key)
         stream, device = _column(batch, "stream", 0, np.int64), _column(batch, "device", 0, np.int64)
         seq, ts = _column(batch, "seq", -1, np.int64), _column(batch, "ts_ns", NO_TIME, np.int64)
-        alloc_any, is_free = cat == _ALLOC, cat == _FREE
+        alloc_any, is_free = cat == _ROW_ALLOC, cat == _ROW_FREE
         is_alloc = alloc_any & (size > 0)
         n = self.n
         n["allocs"] += int(is_alloc.sum())
         n["frees"] += int(is_free.sum())
         n["zero_size_allocs"] += int((alloc_any & ~is_alloc).sum())
-        n["ignored_ops"] += int((cat == _OTHER).sum())
+        n["ignored_ops"] += int((cat == _ROW_OTHER).sum())
         # pair with the allocations carried from earlier batches (placed at positions -k..-1) by (device, key)
         rows = np.flatnonzero((is_alloc | is_free) & has_key)
         nc = len(self.live_req)
@@ -158,17 +159,17 @@ class RequestBuilder:
         req_rows = np.flatnonzero(is_alloc | paired)
         releases, found = self._device_events(cat, codes, names, req_rows, device, size)
         rows_all = np.sort(np.concatenate([req_rows, list(releases)])).astype(np.int64) if releases else req_rows
-        kinds = np.where(is_alloc[rows_all], MALLOC, FREE)
+        kinds = np.where(is_alloc[rows_all], REQ_MALLOC, REQ_FREE)
         is_rel = np.isin(rows_all, list(releases)) if releases else None
         if releases:
-            kinds[is_rel] = RELEASE
+            kinds[is_rel] = REQ_RELEASE
         base = self.req.offset + len(self.req)
         row_req = np.full(n_rows, -1, np.int64)
         row_req[rows_all] = np.arange(base, base + len(rows_all))
         combined_req = np.concatenate([self.live_req, row_req[rows]])  # request index of every paired-list entry
         pair = np.full(len(rows_all), -1, np.int64)
-        pair[kinds == FREE] = combined_req[partner[nc:][got]]  # the FREE requests are the paired rows, in row order
-        rsize = np.where(kinds == MALLOC, size[rows_all], 0)
+        pair[kinds == REQ_FREE] = combined_req[partner[nc:][got]]  # the REQ_FREE requests are the paired rows, in row order
+        rsize = np.where(kinds == REQ_MALLOC, size[rows_all], 0)
         if releases:
             rsize[is_rel] = [releases[r] for r in rows_all[is_rel].tolist()]
         addr = key if self.key == "address" else _column(batch, "address", NO_ADDR, np.uint64)
@@ -185,11 +186,11 @@ class RequestBuilder:
         recorded entries (row, entry) waiting for the next alloc of their device."""
         releases: dict[int, int] = {}
         found = []
-        for row in np.flatnonzero(cat >= _DEVICE).tolist():
+        for row in np.flatnonzero(cat >= _ROW_DEVICE).tolist():
             d = int(device[row])
             before = self.requested + int(np.searchsorted(req_rows, row))
             entry = [d, None, names[codes[row]], int(size[row])]
-            if cat[row] == _RELEASE:
+            if cat[row] == _ROW_RELEASE:
                 self.released.append(entry)
                 if self.use_releases and (self.last is None or self.last[:2] != (d, before)):
                     releases[row] = 0
@@ -265,9 +266,9 @@ def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tup
 
     Args:
         seeds: (device, address, requested size, stream) of blocks live when recording began (from
-            :func:`veotrace.allocators.seed.rebuild`); they become SEED requests at the start.
+            :func:`veotrace.allocators.seed.rebuild`); they become REQ_SEED requests at the start.
         max_unknown_frees: largest share of frees that may name no live allocation.
-        use_releases: turn recorded segment_free/segment_unmap runs into RELEASE requests.
+        use_releases: turn recorded segment_free/segment_unmap runs into REQ_RELEASE requests.
         key: the column allocs and frees pair by (default the address).
 
     Raises:

@@ -5,11 +5,14 @@ From Note [Expandable Segments] and ``ExpandableSegment`` in ``CUDACachingAlloca
 as needed: 2 MiB pages (kSmallBuffer) for the small pool, 20 MiB (kLargeBuffer) for the large one.
 ``map_block`` emits ``segment_map``; ``unmap_block`` unmaps the whole pages of a free block and emits
 ``segment_unmap``. Blocks of unmapped address space are kept in the pool's ``unmapped`` set.
+Blocks and page sizes come from :mod:`veotrace.allocators.blocks`; :mod:`veotrace.allocators.torch`
+imports this module, never the other way round (the owner is passed in).
 """
 
 from __future__ import annotations
 
-from veotrace.allocators.base import SEGMENT_MAP, SEGMENT_UNMAP
+from veotrace.allocators.base import EV_SEGMENT_MAP, EV_SEGMENT_UNMAP
+from veotrace.allocators.blocks import Block, kLargeBuffer, kSmallBuffer
 
 #: Address space reserved per expandable segment when no --capacity is given (1 1/8 of this).
 DEFAULT_DEVICE_MEMORY = 80 << 30
@@ -68,8 +71,6 @@ class Expandable:
                 b = b.next
             if room >= size:
                 return c
-        from veotrace.allocators.torch import Block, kLargeBuffer, kSmallBuffer
-
         page = kSmallBuffer if pool.is_small else kLargeBuffer
         memory = self.a.capacity or DEFAULT_DEVICE_MEMORY
         # A request larger than that range (possible only past --capacity, on the replay's forced OOM
@@ -82,8 +83,6 @@ class Expandable:
         return candidate
 
     def map_block(self, to_map, size: int, *, force: bool = False) -> bool:
-        from veotrace.allocators.torch import Block
-
         seg, a = to_map.seg, self.a
         page = seg.segment_size
         begin = (to_map.addr - seg.base) // page
@@ -109,7 +108,7 @@ class Expandable:
         if c.reserved > c.peak_reserved:
             c.peak_reserved = c.reserved
         c.device_allocs += 1
-        a.rec.emit(SEGMENT_MAP, ptr, mapped, to_map.stream, mapped)
+        a.rec.emit(EV_SEGMENT_MAP, ptr, mapped, to_map.stream, mapped)
         return True
 
     def try_allocate_expandable_block(self, pool, size: int, stream: int, *, force: bool = False):
@@ -131,8 +130,6 @@ class Expandable:
 
     def unmap_block(self, block) -> None:
         """Unmap the whole pages inside a free block; the partial pages at its ends stay mapped."""
-        from veotrace.allocators.torch import Block
-
         seg, a, pool = block.seg, self.a, block.pool
         page = seg.segment_size
         begin = -(-(block.addr - seg.base) // page)
@@ -157,4 +154,4 @@ class Expandable:
         pool.insert_unmapped(block)
         a.c.reserved -= length
         a.c.device_frees += 1
-        a.rec.emit(SEGMENT_UNMAP, start, length, block.stream, length)
+        a.rec.emit(EV_SEGMENT_UNMAP, start, length, block.stream, length)

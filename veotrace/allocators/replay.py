@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from veotrace.allocators.requests import FREE, MALLOC, RELEASE, SEED, Requests
+from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, REQ_RELEASE, REQ_SEED, Requests
 
 
 def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16):
@@ -48,10 +48,10 @@ def _serve(policies: dict, handles: dict, part: Requests, start: int, end: int) 
         rec, malloc, free = only.rec, only.malloc, only.free
         while j < stop:
             k = kind[j]
-            if k == MALLOC:
+            if k == REQ_MALLOC:
                 rec.req = j + off
                 handles[j + off] = malloc(size[j], stream[j])
-            elif k == FREE:
+            elif k == REQ_FREE:
                 rec.req = j + off
                 free(handles.pop(pair[j]))
             else:
@@ -61,15 +61,15 @@ def _serve(policies: dict, handles: dict, part: Requests, start: int, end: int) 
         k, i = kind[j], j + off
         pol = policies[device[j]]
         pol.rec.req = i
-        if k == MALLOC:
+        if k == REQ_MALLOC:
             handles[i] = pol.malloc(size[j], stream[j])
-        elif k == FREE:
+        elif k == REQ_FREE:
             pol.free(handles.pop(pair[j]))
-        elif k == SEED:
+        elif k == REQ_SEED:
             seeded = getattr(pol, "seeded", None)
             h = seeded(addr[j]) if seeded is not None else None
             handles[i] = h if h is not None else pol.malloc(size[j], stream[j])
-        elif k == RELEASE:
+        elif k == REQ_RELEASE:
             if size[j]:  # an OOM retry inside PyTorch's malloc: only the torch model follows it
                 if hasattr(pol, "arm_release"):
                     pol.arm_release()  # free cached blocks only if the next malloc finds none that fits

@@ -19,8 +19,10 @@ import numpy as np
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
 from veotrace.errors import AnalysisError
 
-#: Request kinds.
-MALLOC, FREE, RELEASE, SEED = 0, 1, 2, 3
+#: Request kinds: what a policy is asked to do (``Requests.kind``). REQ_, not the EV_ codes of
+#: :mod:`veotrace.allocators.base` (what a policy did) nor the OP_ codes of :mod:`veotrace.frag.state`
+#: (the decoded ``op`` column); ``_torchcore.c`` calls them R_MALLOC, ...
+REQ_MALLOC, REQ_FREE, REQ_RELEASE, REQ_SEED = 0, 1, 2, 3
 #: Largest share of frees naming no live allocation before the replay refuses the input.
 MAX_UNKNOWN_FREES = SIMULATE_MAX_UNKNOWN_FREES
 DEVICE_OPS = ("segment_alloc", "segment_map")
@@ -35,10 +37,10 @@ NO_ADDR = (1 << 64) - 1
 class Requests:
     """Parallel typed arrays (8 bytes per value), one entry per request, in replay order.
 
-    ``size[i]`` of a RELEASE is 1 when a device allocation followed at once (an OOM retry inside malloc),
-    0 otherwise (``empty_cache``). ``pair[i]`` is, for a FREE, the index of the MALLOC/SEED it frees.
+    ``size[i]`` of a REQ_RELEASE is 1 when a device allocation followed at once (an OOM retry inside malloc),
+    0 otherwise (``empty_cache``). ``pair[i]`` is, for a REQ_FREE, the index of the REQ_MALLOC/REQ_SEED it frees.
     ``seq`` is the source row (-1 for seeded allocations); ``ts_ns`` is NO_TIME without a timestamp.
-    ``recorded``: (device, request index of the next MALLOC, op, size) of the trace's own device
+    ``recorded``: (device, request index of the next REQ_MALLOC, op, size) of the trace's own device
     allocations; ``released``: the same for segment_free/segment_unmap.
     """
 
@@ -104,10 +106,10 @@ class Requests:
         """Per request: for an allocation, ns until its free (-1 never freed); NO_TIME without times."""
         ts, out = self.ts_ns, array("q", [NO_TIME]) * len(self.kind)
         for i, k in enumerate(self.kind):
-            if k == MALLOC or k == SEED:
+            if k == REQ_MALLOC or k == REQ_SEED:
                 if ts[i] != NO_TIME:
                     out[i] = -1
-            elif k == FREE:
+            elif k == REQ_FREE:
                 j = self.pair[i]
                 if ts[i] != NO_TIME and ts[j] != NO_TIME:
                     out[j] = max(ts[i] - ts[j], 0)

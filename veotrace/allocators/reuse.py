@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from veotrace.allocators.base import ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, AddressSpace, Counters, Recorder, oom
+from veotrace.allocators.base import (EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, AddressSpace,
+                                      PolicyCounters, Recorder, oom)
 
 ALIGN = 512
 
@@ -20,7 +21,7 @@ class ReuseAllocator:
                  va: AddressSpace | None = None) -> None:
         self.capacity = capacity
         self.rec = rec or Recorder()
-        self.c = Counters()
+        self.c = PolicyCounters()
         self.va = va or AddressSpace()
         self.retained: dict[tuple[int, int], deque[int]] = {}
         self.retained_bytes = 0
@@ -44,17 +45,17 @@ class ReuseAllocator:
             c.device_allocs += 1
             if c.reserved > c.peak_reserved:
                 c.peak_reserved = c.reserved
-            self.rec.emit(SEGMENT_ALLOC, addr, n, stream, n)
+            self.rec.emit(EV_SEGMENT_ALLOC, addr, n, stream, n)
         c.allocated += n
         if c.allocated > c.peak_allocated:
             c.peak_allocated = c.allocated
-        self.rec.emit(ALLOC, addr, size, stream, n)
+        self.rec.emit(EV_ALLOC, addr, size, stream, n)
         return addr, n, size, stream
 
     def free(self, handle: tuple[int, int, int, int]) -> None:
         addr, n, size, stream = handle
         self.c.allocated -= n
-        self.rec.emit(FREE, addr, size, stream, n)
+        self.rec.emit(EV_FREE, addr, size, stream, n)
         self.retained.setdefault((stream, n), deque()).append(addr)
         self.retained_bytes += n
 
@@ -66,6 +67,6 @@ class ReuseAllocator:
             for addr in lst:
                 c.reserved -= n
                 c.device_frees += 1
-                self.rec.emit(SEGMENT_FREE, addr, n, stream, n)
+                self.rec.emit(EV_SEGMENT_FREE, addr, n, stream, n)
         self.retained.clear()
         self.retained_bytes = 0

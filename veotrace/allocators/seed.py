@@ -9,6 +9,12 @@ allocated, inside segments reserved before it. Rebuilt from the final snapshot a
 A block's size is exact when the final snapshot still holds it; otherwise it is ``round_size`` of the
 requested size, grown to the next boundary when PyTorch would not have split off the rest
 (``should_split``). Space between live blocks is one free block (free neighbours always merge).
+
+Not :mod:`veotrace.frag.initial_state`, which rebuilds the exact state before the trace for
+the fragmentation replay by undoing every trace entry from the final snapshot backwards: this module
+seeds the ``simulate`` policies (every policy gets the live blocks as ``REQ_SEED`` requests; the torch
+model also gets the segments, laid out by its own split rules in :func:`seed_chains`), so its rules
+are the allocator's, not the trace's.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from veotrace.allocators.base import ALLOC, SEGMENT_ALLOC
+from veotrace.allocators.base import EV_ALLOC, EV_SEGMENT_ALLOC
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.torch import Block, TorchAllocator, kMinBlockSize, kSmallBuffer, kSmallSize, round_size
 from veotrace.errors import TraceFormatError
@@ -150,10 +156,10 @@ def seed_state(alloc: TorchAllocator, seed: Seed, device: int, conf: TorchConf) 
             chain.append(b)
         for x, y in zip(chain, chain[1:]):
             x.next, y.prev = y, x
-        rec.emit(SEGMENT_ALLOC, base, size, stream, size)
+        rec.emit(EV_SEGMENT_ALLOC, base, size, stream, size)
         for b in chain:
             if b.allocated:
-                rec.emit(ALLOC, b.addr, b.requested, stream, b.size)
+                rec.emit(EV_ALLOC, b.addr, b.requested, stream, b.size)
         for b in chain:
             if not b.allocated:
                 pool.insert_into_blocks(b)

@@ -1,7 +1,7 @@
 """Run several policies over one request sequence and compare them: the analysis behind ``veotrace simulate``.
 
 Each policy replays the same requests; its own event stream (model addresses, ``alloc_events/1`` plus
-``block_bytes``) goes through :func:`veotrace.fragmentation.fragmentation_series`, so reserved,
+``block_bytes``) goes through :func:`veotrace.frag.fragmentation_series`, so reserved,
 allocated and fragmentation per window use the same definitions as ``veotrace fragmentation``.
 Windows are aligned across policies: time windows, or windows of N requests when the trace has no
 timestamps (the request index then stands in for the clock).
@@ -17,8 +17,8 @@ import pyarrow as pa
 from veotrace.allocators import POLICIES
 from veotrace.defaults import SIMULATE_AUTO_WINDOWS
 from veotrace.allocators import replay as rp
-from veotrace.allocators.requests import NO_TIME, RELEASE, Requests
-from veotrace.allocators.base import OP_NAMES, AddressSpace, Counters, Recorder
+from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, Requests
+from veotrace.allocators.base import EV_NAMES, AddressSpace, PolicyCounters, Recorder
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.stream import RequestStream
@@ -105,7 +105,7 @@ def events_batch(ev: np.ndarray, req: Requests, name: str, clock: np.ndarray, se
     return pa.RecordBatch.from_pydict({
         "ts_ns": pa.array(ts, pa.int64()),
         "seq": pa.array(np.arange(seq0, seq0 + n), pa.int64()),
-        "op": pa.DictionaryArray.from_arrays(pa.array(ev[:, 1].astype(np.int32)), pa.array(OP_NAMES)),
+        "op": pa.DictionaryArray.from_arrays(pa.array(ev[:, 1].astype(np.int32)), pa.array(EV_NAMES)),
         "size_bytes": pa.array(ev[:, 3]),
         "address": pa.array(ev[:, 2].astype(np.uint64)),
         "stream": pa.array(ev[:, 4]),
@@ -126,7 +126,7 @@ def _oom_context(models: dict, part: Requests, found: dict) -> None:
                                      "ts_ns": None if part.ts_ns[j] == NO_TIME else part.ts_ns[j]}
 
 
-def _policy_row(name: str, counters: Counters, oom_at: dict, frag, extra: dict) -> dict:
+def _policy_row(name: str, counters: PolicyCounters, oom_at: dict, frag, extra: dict) -> dict:
     oom = counters.first_oom
     if oom is not None and oom["request"] in oom_at:
         oom = dict(oom, **oom_at[oom["request"]])
@@ -173,7 +173,7 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
     """
     from veotrace.allocators.tiered import DEFAULT_TIERS
     from veotrace.allocators.torchcore import choose_core, recorder_for
-    from veotrace.fragmentation import fragmentation_series
+    from veotrace.frag import fragmentation_series
 
     tiers = tiers or DEFAULT_TIERS
     streamed = isinstance(req, RequestStream)
@@ -184,7 +184,7 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
         has_time = req.has_time
         clock = req.clock(has_time)
         span = int(clock[-1] - clock[0]) + 1 if len(clock) else 1
-        releases = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == RELEASE))
+        releases = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == REQ_RELEASE))
     if not has_time and window_s is not None:
         raise UsageError("--window needs timestamps, and this trace has none", hint="Use --window-requests N")
     if has_time and window_requests is not None:
@@ -218,7 +218,7 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
                 _oom_context(models, part, oom_at)
 
         frag = fragmentation_series(stream(), window_s=window_ns / 1e9)
-        total = Counters()
+        total = PolicyCounters()
         for m in models.values():
             total.merge(m.c)
         extra = {}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 
 from veotrace.allocators.builder import RequestBuilder, build_requests
-from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, RELEASE, Requests
+from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, REQ_RELEASE, Requests
 from veotrace.defaults import SIMULATE_HOLD_REQUESTS as HOLD_REQUESTS
 
 
@@ -23,7 +23,7 @@ class RequestStream:
     (``first`` is True for the first read only, so a caller can count what a lenient read skipped once).
 
     Attributes set by the first pass: ``n`` (requests), ``has_time``, ``t_first``/``t_last`` (ns; with
-    time only), ``devices``, ``counts``, ``notes`` and ``releases`` (RELEASE requests).
+    time only), ``devices``, ``counts``, ``notes`` and ``releases`` (REQ_RELEASE requests).
 
     Raises:
         AnalysisError: no allocation with a size, or too many frees of unknown blocks (first pass).
@@ -48,7 +48,7 @@ class RequestStream:
                     self.t_first = int(ts[0]) if self.t_first is None else self.t_first
                     self.t_last = int(ts[-1])
             devices.update(chunk.devices)
-            self.releases += int(np.count_nonzero(np.frombuffer(chunk.kind, np.int64) == RELEASE))
+            self.releases += int(np.count_nonzero(np.frombuffer(chunk.kind, np.int64) == REQ_RELEASE))
         done = builder.finish(max_unknown_frees)
         self.counts, self.notes, self.devices = done.counts, done.notes, sorted(devices)
         self.has_time = self.has_time and self.n > 0

@@ -10,8 +10,8 @@ what a real allocator could do). Both need timestamps.
 
 from __future__ import annotations
 
-from veotrace.allocators.base import (ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, VA_ALIGN, AddressSpace, Counters,
-                                      Recorder, oom)
+from veotrace.allocators.base import (EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, VA_ALIGN, AddressSpace,
+                                      PolicyCounters, Recorder, oom)
 from veotrace.allocators.holes import Holes
 from veotrace.allocators.requests import NO_TIME
 
@@ -37,7 +37,7 @@ class TieredAllocator:
         self.lifetimes = req.lifetimes_ns() if oracle else None
         self.capacity = capacity
         self.rec = rec or Recorder()
-        self.c = Counters()
+        self.c = PolicyCounters()
         self.va = va or AddressSpace()
         self.holes = [Holes(True) for _ in tiers]
         self.segments: list[dict[int, int]] = [{} for _ in tiers]
@@ -83,17 +83,17 @@ class TieredAllocator:
             c.device_allocs += 1
             if c.reserved > c.peak_reserved:
                 c.peak_reserved = c.reserved
-            self.rec.emit(SEGMENT_ALLOC, start, seg, stream, seg)
+            self.rec.emit(EV_SEGMENT_ALLOC, start, seg, stream, seg)
         c.allocated += n
         if c.allocated > c.peak_allocated:
             c.peak_allocated = c.allocated
-        self.rec.emit(ALLOC, start, size, stream, n)
+        self.rec.emit(EV_ALLOC, start, size, stream, n)
         return start, n, size, stream, t, self.rec.req
 
     def free(self, handle) -> None:
         start, n, size, stream, t, born = handle
         self.c.allocated -= n
-        self.rec.emit(FREE, start, size, stream, n)
+        self.rec.emit(EV_FREE, start, size, stream, n)
         self.holes[t].put(start, n)
         ts = self.req.ts_ns
         if ts[born] != NO_TIME and ts[self.rec.req] != NO_TIME:
@@ -115,4 +115,4 @@ class TieredAllocator:
                     del segs[start]
                     c.reserved -= seg
                     c.device_frees += 1
-                    self.rec.emit(SEGMENT_FREE, start, seg, 0, seg)
+                    self.rec.emit(EV_SEGMENT_FREE, start, seg, 0, seg)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from veotrace.allocators.base import (ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, AddressSpace, Counters,
-                                      Recorder, oom)
+from veotrace.allocators.base import (EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, AddressSpace,
+                                      PolicyCounters, Recorder, oom)
 from veotrace.allocators.blocks import (Block, BlockPool, get_allocation_size, kLargeBuffer, kMinBlockSize,  # noqa: F401
                                         kMinLargeAlloc, kRoundLarge, kSmallBuffer, kSmallSize, round_size,
                                         roundup_power2_next_division)
 from veotrace.allocators.conf import NO_LIMIT, TorchConf
+from veotrace.allocators.expandable import Expandable
 
 #: Distinct requested sizes whose rounding is remembered (the model's own speed-up, not PyTorch's).
 SIZE_CACHE = 1 << 16
@@ -36,18 +37,16 @@ class TorchAllocator:
 
     def __init__(self, conf: TorchConf, *, capacity: int | None = None, rec: Recorder | None = None,
                  va: AddressSpace | None = None) -> None:
-        from veotrace.allocators import expandable
-
         self.conf, self.capacity = conf, capacity
         self.rec = rec or Recorder()
-        self.c = Counters()
+        self.c = PolicyCounters()
         self.va = va or AddressSpace()
         self.large_blocks, self.small_blocks = BlockPool(False), BlockPool(True)
         self.mss = conf.max_split_size
         self.max_non_split_rounding_size = conf.max_non_split_rounding_size
         self.emit = self.rec.emit
         self.gc_on = conf.garbage_collection_threshold > 0 and capacity is not None
-        self.es = expandable.Expandable(self) if conf.expandable_segments else None
+        self.es = Expandable(self) if conf.expandable_segments else None
         self.armed = False
         self.seeded_blocks: dict[int, Block] = {}
         self._sizes: dict[int, tuple[int, int]] = {}
@@ -130,7 +129,7 @@ class TorchAllocator:
         if c.reserved > c.peak_reserved:
             c.peak_reserved = c.reserved
         c.device_allocs += 1
-        self.rec.emit(SEGMENT_ALLOC, block.addr, alloc_size, stream, alloc_size)
+        self.rec.emit(EV_SEGMENT_ALLOC, block.addr, alloc_size, stream, alloc_size)
         return block
 
     def should_split(self, block: Block, size: int) -> bool:
@@ -157,7 +156,7 @@ class TorchAllocator:
         allocated = c.allocated = c.allocated + block.size
         if allocated > c.peak_allocated:
             c.peak_allocated = allocated
-        self.emit(ALLOC, block.addr, orig_size, block.stream, block.size)
+        self.emit(EV_ALLOC, block.addr, orig_size, block.stream, block.size)
         return block
 
     def arm_release(self) -> None:
@@ -172,7 +171,7 @@ class TorchAllocator:
     def free(self, block: Block) -> None:
         block.allocated = False
         self.c.allocated -= block.size
-        self.emit(FREE, block.addr, block.requested, block.stream, block.size)
+        self.emit(EV_FREE, block.addr, block.requested, block.stream, block.size)
         self.free_block(block)
 
     def free_block(self, block: Block) -> None:
@@ -211,7 +210,7 @@ class TorchAllocator:
         c = self.c
         c.device_frees += 1
         c.reserved -= block.size
-        self.rec.emit(SEGMENT_FREE, block.addr, block.size, block.stream, block.size)
+        self.rec.emit(EV_SEGMENT_FREE, block.addr, block.size, block.stream, block.size)
         block.pool.erase(block)
 
     def release_available_cached_blocks(self, pool: BlockPool, size: int, stream: int) -> bool:

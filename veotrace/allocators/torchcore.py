@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from veotrace.allocators.base import AddressSpace, Counters
+from veotrace.allocators.base import AddressSpace, PolicyCounters
 from veotrace.allocators.conf import NO_LIMIT, TorchConf
 
 try:
@@ -98,5 +98,5 @@ class CTorchAllocator:
         self.core.seed(device, seed_chains(seed, device, conf))
 
     @property
-    def c(self) -> Counters:
-        return Counters(**self.core.counters())
+    def c(self) -> PolicyCounters:
+        return PolicyCounters(**self.core.counters())

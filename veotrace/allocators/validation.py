@@ -15,7 +15,7 @@ from collections import Counter
 import pyarrow as pa
 
 from veotrace.allocators import replay as rp
-from veotrace.allocators.base import OP_NAMES, SEGMENT_ALLOC, SEGMENT_MAP, Recorder
+from veotrace.allocators.base import EV_NAMES, EV_SEGMENT_ALLOC, EV_SEGMENT_MAP, Recorder
 from veotrace.allocators.builder import build_requests
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.requests import MAX_UNKNOWN_FREES, Requests
@@ -65,14 +65,14 @@ def compare(req: Requests, rec: Recorder) -> dict:
     """Match recorded device allocations with the model's by (device, request, size)."""
     recorded = Counter((d, r, s) for d, r, _, s in req.recorded)
     model = Counter((req.device[r] if r < len(req) else -1, r, s)
-                    for r, op, _, s, _, _ in rec.events if op in (SEGMENT_ALLOC, SEGMENT_MAP) and r >= 0)
+                    for r, op, _, s, _, _ in rec.events if op in (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP) and r >= 0)
     matched = recorded & model
     missing, extra = recorded - matched, model - matched
     n_rec, n_rep = sum(recorded.values()), sum(matched.values())
     by_req: dict[int, list[str]] = {}
     for r, op, _, s, _, _ in rec.events:
-        if op >= SEGMENT_ALLOC and r >= 0:
-            by_req.setdefault(r, []).append(f"{OP_NAMES[op]} {s:,}")
+        if op >= EV_SEGMENT_ALLOC and r >= 0:
+            by_req.setdefault(r, []).append(f"{EV_NAMES[op]} {s:,}")
     rec_by_req: dict[int, list[str]] = {}
     for _, r, op, s in req.recorded:
         rec_by_req.setdefault(r, []).append(f"{op} {s:,}")

@@ -86,34 +86,72 @@ def describe_frames(path: str, frames: Any) -> FileInfo:
 def supported_commands(info: FileInfo) -> list[str]:
     """The veotrace commands that will run on this file with their defaults, given what was read from it.
 
-    entropy and bursts count alloc events by default: a snapshot whose trace holds none (only a
-    ``snapshot`` entry, or segments without a trace) feeds neither. l2-breakpoints finds change points
-    from ``2 * CHANGEPOINT_MIN_SIZE`` launches of a kernel; with fewer it shows the per-kernel picture only.
+    One line per analysis of ``veotrace.registry`` whose ``supports`` check accepts the file, in the
+    registry's order.
     """
+    from veotrace import registry
+
     out = []
-    alloc = info.details.get("alloc_events")
-    if alloc is not None and info.tables.get("alloc_events"):
-        counted = bool(alloc["ops"].get("alloc"))
-        timed = alloc["events_without_time"] < info.tables["alloc_events"]
-        if counted:
-            out.append("entropy" if timed else "entropy --window-events N")
-        out.append("convert")
-        if counted and timed:
-            out.append("bursts")
-    out.extend(_replay_commands(info))
-    gpu = info.details.get("gpu_activity")
-    if gpu is not None and gpu["kinds"].get("kernel"):
-        out.append("bursts --events kernels")
-    ncu = info.details.get("ncu_metrics")
-    if ncu is not None and info.tables.get("ncu_metrics"):
-        flag = "" if ncu["has_l2_hit_rate"] or ncu["has_l2_throughput"] else " --metric NAME"
-        enough = ncu["max_launches_per_kernel"] >= 2 * CHANGEPOINT_MIN_SIZE
-        out.append(f"l2-breakpoints{flag}" + ("" if enough else " (per-kernel picture only)"))
-    if info.tables.get("arrays"):
-        out.append("correlate")
-    if info.tables.get("frames"):
-        out.append("coherence")
+    for entry in registry.ENTRIES:
+        line = registry.resolve(entry.supports)(info) if entry.supports else None
+        if line:
+            out.append(line)
     return out
+
+
+def _alloc(info: FileInfo) -> tuple[dict | None, bool, bool]:
+    """(alloc_events details or None, whether allocs are counted, whether events are timed)."""
+    alloc = info.details.get("alloc_events")
+    if alloc is None or not info.tables.get("alloc_events"):
+        return None, False, False
+    return alloc, bool(alloc["ops"].get("alloc")), alloc["events_without_time"] < info.tables["alloc_events"]
+
+
+def supports_entropy(info: FileInfo) -> str | None:
+    """entropy counts alloc events by default: a snapshot whose trace holds none (only a ``snapshot``
+    entry, or segments without a trace) feeds it not; untimed events need ``--window-events``."""
+    alloc, counted, timed = _alloc(info)
+    if alloc is None or not counted:
+        return None
+    return "entropy" if timed else "entropy --window-events N"
+
+
+def supports_convert(info: FileInfo) -> str | None:
+    """convert writes any file that holds alloc/free events."""
+    return "convert" if _alloc(info)[0] is not None else None
+
+
+def supports_bursts(info: FileInfo) -> str | None:
+    """bursts needs counted alloc events with times."""
+    _, counted, timed = _alloc(info)
+    return "bursts" if counted and timed else None
+
+
+def supports_kernel_bursts(info: FileInfo) -> str | None:
+    """bursts --events kernels needs an Nsight export with kernel launches."""
+    gpu = info.details.get("gpu_activity")
+    return "bursts --events kernels" if gpu is not None and gpu["kinds"].get("kernel") else None
+
+
+def supports_l2(info: FileInfo) -> str | None:
+    """l2-breakpoints finds change points from ``2 * CHANGEPOINT_MIN_SIZE`` launches of a kernel; with
+    fewer it shows the per-kernel picture only."""
+    ncu = info.details.get("ncu_metrics")
+    if ncu is None or not info.tables.get("ncu_metrics"):
+        return None
+    flag = "" if ncu["has_l2_hit_rate"] or ncu["has_l2_throughput"] else " --metric NAME"
+    enough = ncu["max_launches_per_kernel"] >= 2 * CHANGEPOINT_MIN_SIZE
+    return f"l2-breakpoints{flag}" + ("" if enough else " (per-kernel picture only)")
+
+
+def supports_correlate(info: FileInfo) -> str | None:
+    """correlate reads arrays."""
+    return "correlate" if info.tables.get("arrays") else None
+
+
+def supports_coherence(info: FileInfo) -> str | None:
+    """coherence reads per-frame metric tables."""
+    return "coherence" if info.tables.get("frames") else None
 
 
 #: Share of checked frees that must pair with an earlier alloc for ``fragmentation`` to be listed (below it
@@ -121,32 +159,40 @@ def supported_commands(info: FileInfo) -> list[str]:
 FRAGMENTATION_MIN_PAIRED = 0.5
 
 
-def _replay_commands(info: FileInfo) -> list[str]:
-    """fragmentation and simulate, when the file feeds them (both pair frees with allocs by address).
-
-    fragmentation: allocs with addresses whose frees mostly pair (or no frees), a PyTorch snapshot's
-    segments and blocks (its state alone, without a trace), or one array of non-negative integer addresses
-    (a stride summary). simulate: allocs with a size and frees of which at most
-    SIMULATE_MAX_UNKNOWN_FREES name no earlier alloc (checked on the first table_summary.PAIRING_SAMPLE frees; a
-    snapshot's frees of blocks live before its trace count as unknown here, so this errs on refusing).
-    """
-    from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
-
-    out = []
+def _pairing(info: FileInfo) -> tuple[dict | None, int, int]:
+    """(alloc_events details or None, frees checked, frees paired with an earlier alloc)."""
     alloc = info.details.get("alloc_events") if info.tables.get("alloc_events") else None
     addr = (alloc or {}).get("addresses") or {}
-    checked, paired = addr.get("frees_checked", 0), addr.get("frees_paired", 0)
+    return alloc, addr.get("frees_checked", 0), addr.get("frees_paired", 0)
+
+
+def supports_fragmentation(info: FileInfo) -> str | None:
+    """fragmentation pairs frees with allocs by address: allocs with addresses whose frees mostly pair
+    (or no frees), a PyTorch snapshot's segments and blocks (its state alone, without a trace), or one
+    array of non-negative integer addresses (a stride summary)."""
+    alloc, checked, paired = _pairing(info)
+    addr = (alloc or {}).get("addresses") or {}
     placed = addr.get("addressed_allocs", 0) > 0 and (checked == 0 or paired >= FRAGMENTATION_MIN_PAIRED * checked)
     snapshot = bool(info.tables.get("segments")) and "blocks" in info.tables
     arrays = (info.details.get("arrays") or {}).get("arrays", {})
     strides = len(arrays) == 1 and all(a["dtype"][1] == "u" or (a["dtype"][1] == "i" and (a["min"] is None or a["min"] >= 0))
                                        for a in arrays.values())
     if placed or snapshot or strides:
-        out.append("fragmentation (address strides)" if strides and not (placed or snapshot) else "fragmentation")
+        return "fragmentation (address strides)" if strides and not (placed or snapshot) else "fragmentation"
+    return None
+
+
+def supports_simulate(info: FileInfo) -> str | None:
+    """simulate needs allocs with a size and frees of which at most SIMULATE_MAX_UNKNOWN_FREES name no
+    earlier alloc (checked on the first table_summary.PAIRING_SAMPLE frees; a snapshot's frees of blocks
+    live before its trace count as unknown here, so this errs on refusing)."""
+    from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
+
+    alloc, checked, paired = _pairing(info)
     sized = alloc is not None and (alloc["alloc_size_bytes"]["max"] or 0) > 0
     if sized and checked and checked - paired <= SIMULATE_MAX_UNKNOWN_FREES * checked:
-        out.append("simulate")
-    return out
+        return "simulate"
+    return None
 
 
 TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays", "frames")

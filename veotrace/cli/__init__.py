@@ -1,7 +1,9 @@
 """CLI layer: a thin Typer app. Each command lives in its own module and registers on ``app``.
 
-Command modules import only typer and the standard library at module level; analyses and readers
-are imported inside the command body, which keeps ``veotrace --help`` fast.
+A command module declares the command's options and calls its run function (``veotrace.runs``);
+the commands and their order come from ``veotrace.registry``. Command modules import only typer,
+the standard library and the light run modules at module level; analyses and readers are imported
+when the command runs, which keeps ``veotrace --help`` fast.
 """
 
 from __future__ import annotations
@@ -13,27 +15,11 @@ import sys
 import threading
 from importlib.abc import MetaPathFinder
 
+from veotrace import registry
 from veotrace.cli.app import app
 
-#: Command modules, in the order their commands appear in --help.
-COMMAND_MODULES = (
-    "veotrace.cli.entropy",
-    "veotrace.cli.convert",
-    "veotrace.cli.formats",
-    "veotrace.cli.correlate",
-    "veotrace.cli.coherence",
-    "veotrace.cli.bursts",
-    "veotrace.cli.l2",
-    "veotrace.cli.info",
-    "veotrace.cli.fragmentation",
-    "veotrace.cli.banks",
-    "veotrace.cli.report",
-    "veotrace.cli.gate",
-    "veotrace.cli.simulate",
-)
-
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name)
+for _entry in registry.commands():  # in --help order
+    importlib.import_module(_entry.cli)
 
 
 class _HidePandas(MetaPathFinder):

@@ -9,7 +9,7 @@ import typer
 
 from veotrace.defaults import BANKS_BANK_BYTES, BANKS_COUNT, BANKS_WARP
 from veotrace.cli.app import app
-from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, emit, user_errors
+from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, show, user_errors
 
 
 @app.command("banks")
@@ -27,24 +27,7 @@ def banks_command(
 ) -> None:
     """Bank-conflict degree, per-bank map, and 32-byte sectors fetched vs bytes used, per warp request."""
     with user_errors():
-        from veotrace.analysis import banks as analysis
-        from veotrace.errors import UsageError
-        from veotrace.render.banks import render_banks
+        from veotrace.runs.banks import banks as run_banks
 
-        try:
-            base_addr = int(base, 0)
-        except ValueError:
-            raise UsageError(f"--base expects a byte address such as 4096 or 0x1000, got {base!r}") from None
-        if addresses is not None:
-            from veotrace.sources.arrays import read_array, to_addresses
-
-            addr, finite = to_addresses(read_array(addresses), path=addresses)
-            addr = addr.ravel()[finite.ravel()]
-            source = str(addresses)
-        else:
-            addr = analysis.pattern_addresses(elem_bytes=elem_bytes, stride=stride, offset=offset, warp=warp, base=base_addr)
-            source = f"a[{offset} + tid * {stride}], {elem_bytes}-byte elements"
-        result = analysis.summarise(analysis.warps(addr, warp=warp, elem_bytes=elem_bytes, banks=banks, bank_bytes=bank_bytes),
-                                    params={"source": source, "elem_bytes": elem_bytes, "warp": warp, "banks": banks,
-                                            "bank_bytes": bank_bytes})
-        emit(fmt, output, as_json=lambda: result, as_table=None, render_terminal=lambda con: render_banks(con, result))
+        show(run_banks(elem_bytes=elem_bytes, stride=stride, offset=offset, warp=warp, banks=banks,
+                       bank_bytes=bank_bytes, base=base, addresses=addresses), fmt, output)

@@ -16,10 +16,8 @@ from veotrace.cli.common import (
     PlotOpt,
     PlotSizeOpt,
     RowsOpt,
-    emit,
-    err,
+    show,
     user_errors,
-    write_plot,
 )
 from veotrace.errors import EXIT_CHECK_FAILED
 
@@ -56,20 +54,10 @@ def coherence_command(
     coherence_score. --fail-on-collapse exits 3 when an onset is found.
     """
     with user_errors():
-        from veotrace.analysis.frames.coherence import Thresholds, detect_collapse
-        from veotrace.render.coherence import render_coherence
-        from veotrace.sources.frames import read_frame_metrics
+        from veotrace.runs.coherence import coherence
 
-        names = {m: c for m, c in (("id_match_rate", id_col), ("flow_l2_px", flow_col),
-                                   ("clip_entropy_bits", entropy_col), ("coherence_score", score_col)) if c}
-        table = read_frame_metrics(frames, frame_column=frame_col, names=names)
-        thresholds = Thresholds(id_min, flow_max, entropy_max, score_min, score_drop)
-        result = detect_collapse(table.frame, table.metrics, thresholds=thresholds, rule=rule, persist=persist,
-                                 frame_source=table.frame_source)
-        write_plot(plot, "coherence", result, plot_size)
-        emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.flags,
-             render_terminal=lambda con: render_coherence(con, result, max_rows=rows))
-    if fail_on_collapse and result.onset_frame is not None:
-        err(f"Collapse: onset at frame {result.onset_frame} ({', '.join(result.onset_signs)}; rule {result.rule}, "
-            f"persist {result.persist}); exit {EXIT_CHECK_FAILED} because of --fail-on-collapse")
-        raise typer.Exit(EXIT_CHECK_FAILED)
+        result = coherence(frames, frame_col=frame_col, id_col=id_col, flow_col=flow_col, entropy_col=entropy_col,
+                           score_col=score_col, id_min=id_min, flow_max=flow_max, entropy_max=entropy_max,
+                           score_min=score_min, score_drop=score_drop, rule=rule, persist=persist,
+                           fail_on_collapse=fail_on_collapse)
+        show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size)

@@ -40,7 +40,7 @@ def local_output(value: Path | None) -> Path | None:
     """An output option's callback: refuse a URL (outputs are local files) before any work, one Error: line."""
     if value is not None:
         with user_errors():
-            from veotrace.render.export import refuse_url
+            from veotrace.outputs import refuse_url
 
             refuse_url(value)
     return value
@@ -101,14 +101,6 @@ PlotSizeOpt = Annotated[
     str | None,
     typer.Option("--plot-size", help="Picture size WIDTHxHEIGHT in pixels [default: 1200x675].", callback=_plot_size),
 ]
-
-
-def write_plot(path: Path | None, kind: str, result: Any, size: str | None = None, **data: Any) -> None:
-    """Draw ``result`` of analysis ``kind`` into ``path`` when --plot was given (matplotlib loads only then)."""
-    if path is not None:
-        from veotrace.plot.base import parse_size, write_figure
-
-        write_figure(path, kind, result, size=parse_size(size), **data)
 
 
 def path_or_url(text: str) -> Path:
@@ -196,58 +188,48 @@ def emit(
     as_json: Callable[[], Any],
     as_table: Callable[[], Any] | None,
     render_terminal: Callable[[Any], None],
+    inputs: Any = (),
 ) -> None:
-    """Write a result in the chosen format.
+    """Write a result in the chosen format, never over one of ``inputs`` (the files the run read).
 
     Args:
         as_json: returns the JSON object (plain values; NaN is turned into null).
         as_table: returns the Arrow table for csv/parquet (None if the command has none).
         render_terminal: draws the rich view on the given console.
     """
+    from veotrace import outputs
     from veotrace.errors import UsageError
     from veotrace.render import export
 
     if fmt is OutputFormat.json:
         pretty = output is None and sys.stdout.isatty()
-        export.write_text(export.dumps_json(as_json(), pretty=pretty), output)
+        outputs.write_text(export.dumps_json(as_json(), pretty=pretty), output, inputs=inputs)
     elif fmt in (OutputFormat.csv, OutputFormat.parquet):
         if as_table is None:
             raise UsageError("this command has no table output; use --format json")
-        export.write_table(as_table(), fmt.value, output)
+        export.write_table(as_table(), fmt.value, output, inputs=inputs)
     else:
         from veotrace.render.console import stdout_console
 
         if output is None:
             render_terminal(stdout_console())
         else:
-            with export.output_file(output) as fh:
+            with outputs.output_file(output, inputs=inputs) as fh:
                 render_terminal(stdout_console(fh))
 
 
-def parse_ops(text: str | None, default: tuple[str, ...]) -> list[str]:
-    """The op names of a comma-separated ``--ops`` value (``default`` when None).
-
-    Raises:
-        UsageError: the value names no op at all (e.g. ``--ops ,``).
-    """
-    from veotrace.errors import UsageError
-
-    if text is None:
-        return list(default)
-    ops = [o.strip() for o in text.split(",") if o.strip()]
-    if not ops:
-        raise UsageError("--ops needs at least one op name, e.g. alloc")
-    return ops
-
-
-def read_setup(time_unit: TimeUnit, skip_bad_rows: bool, format_hint: str | None) -> tuple[Any, Any]:
-    """The ReadOptions and an empty ReadReport for the shared reading options of a command."""
-    from veotrace.sources import ReadOptions, ReadReport
-
-    return ReadOptions(time_unit=time_unit.value, skip_bad_rows=skip_bad_rows, format_hint=format_hint), ReadReport()
-
-
-def print_report(report: Any) -> None:
-    """Warn on stderr about whatever a lenient read skipped."""
-    for line in report.messages():
+def show(result: Any, fmt: OutputFormat, output: Path | None, *, rows: int = 40, plot: Path | None = None,
+         plot_size: str | None = None, table: str | None = None) -> None:
+    """Print a run's result (``veotrace.runs.result.RunResult``): its messages on stderr, its picture
+    when --plot was given, then the result in the chosen format (``table``: which of its tables for
+    csv/parquet); exit with the result's code when its check found a problem (3)."""
+    for line in result.messages:
         err(line)
+    if plot is not None:
+        result.plot(plot, plot_size)
+    emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.to_arrow(table),
+         render_terminal=lambda con: result.render(con, max_rows=rows), inputs=result.inputs)
+    for line in result.closing:
+        err(line)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)

@@ -16,20 +16,10 @@ from veotrace.cli.common import (
     PlotOpt,
     PlotSizeOpt,
     RowsOpt,
-    emit,
-    err,
     local_output,
+    show,
     user_errors,
-    write_plot,
 )
-
-
-def _pairs(addrs: Path, epe: Path, names: tuple[str | None, str | None], **opts):
-    from veotrace.analysis.frames.correlation import align_pairs
-    from veotrace.sources.arrays import read_array, to_addresses
-
-    values, valid = to_addresses(read_array(addrs, name=names[0]), path=addrs)
-    return align_pairs(values, valid, read_array(epe, name=names[1]), **opts)
 
 
 @app.command("correlate")
@@ -60,20 +50,9 @@ def correlate_command(
     Arrays are never unpickled.
     """
     with user_errors():
-        from veotrace.analysis.frames.correlation import compare_groups, correlate
+        from veotrace.runs.correlate import correlate
 
-        opts = {"align": align, "reduce": reduce, "tensors": tensors, "drop_nonfinite": drop_nonfinite}
-        pairs = _pairs(addrs, epe, (addrs_name, epe_name), **opts)
-        if pairs.dropped_nonfinite:
-            err(f"Warning: dropped {pairs.dropped_nonfinite} pair{'' if pairs.dropped_nonfinite == 1 else 's'} with NaN/inf (--drop-nonfinite)")
-        result = correlate(pairs.jump_bytes, pairs.epe_px, resamples=resamples, seed=seed, block_len=block_len, max_lag=max_lag)
-        comparison = compare_groups(pairs, _pairs(*baseline, (addrs_name, epe_name), **opts)) if baseline else None
-        write_plot(plot, "correlate", result, plot_size, pairs=pairs)
-        from veotrace.render import export  # after the inputs are read: an input error prints fast
-        from veotrace.render.correlate import render_correlate
-
-        if pairs_out is not None:
-            export.write_table(pairs.to_table(), "csv", pairs_out)
-        as_json = lambda: {**result.to_dict(), "dropped_nonfinite": pairs.dropped_nonfinite, "baseline": comparison}
-        emit(fmt, output, as_json=as_json, as_table=pairs.to_table,
-             render_terminal=lambda con: render_correlate(con, result, pairs=pairs, comparison=comparison, max_rows=rows))
+        result = correlate(addrs, epe, addrs_name=addrs_name, epe_name=epe_name, align=align, reduce=reduce,
+                           tensors=tensors, resamples=resamples, seed=seed, block_len=block_len, max_lag=max_lag,
+                           baseline=baseline, drop_nonfinite=drop_nonfinite, pairs_out=pairs_out)
+        show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size)

@@ -29,10 +29,3 @@ SchedulerOpt = Annotated[
 WorkersOpt = Annotated[
     int | None, typer.Option("--workers", help="Worker processes of the local Dask cluster [default: one per core].", min=1)
 ]
-
-
-def engine_config(engine: Engine, jobs: int, scheduler: str | None, workers: int | None) -> Any:
-    """The EngineConfig of the options (UsageError for options of the other engine)."""
-    from veotrace.engine import EngineConfig
-
-    return EngineConfig(engine.value, jobs, scheduler, workers)

@@ -12,8 +12,8 @@ from veotrace.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
 from veotrace.defaults import ENTROPY_OPS as _OPS
 from veotrace.defaults import ENTROPY_WINDOW_S as _WINDOW_S
 from veotrace.cli.app import app
-from veotrace.cli.series_opts import ByOpt, DeviceOpt, grouping, print_notes
-from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt, engine_config
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
+from veotrace.cli.series_opts import ByOpt, DeviceOpt
 from veotrace.cli.common import (
     FormatHintOpt,
     FormatOpt,
@@ -27,14 +27,10 @@ from veotrace.cli.common import (
     SkipBadRowsOpt,
     TimeUnit,
     TimeUnitOpt,
-    emit,
     local_output,
-    parse_ops,
-    print_report,
     progress,
-    read_setup,
+    show,
     user_errors,
-    write_plot,
 )
 
 
@@ -67,55 +63,12 @@ def entropy_command(
 ) -> None:
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments."""
     with user_errors():
-        from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
-        from veotrace.analysis.groups import columns_for
-        from veotrace.sources import iter_alloc_events
+        from veotrace.runs.entropy import entropy
 
-        options, report = read_setup(time_unit, skip_bad_rows, format_hint)
-        config = engine_config(engine, jobs, scheduler, workers)
-        if window_events is not None and (window is not None or step is not None):
-            from veotrace.errors import UsageError
-
-            raise UsageError("--window-events counts events, not time: leave out --window and --step")
-        params = dict(window_s=_duration(window, "--window"), step_s=_duration(step, "--step"),
-                      window_events=window_events, ops=parse_ops(ops, _OPS), min_class=min_class,
-                      max_class=max_class, **grouping(by, device))
-        columns = COLUMNS + columns_for(params.get("by"), device)
         with progress("reading", enabled=not no_progress) as bar:
-            if config.parallel:  # pieces of the inputs as tasks; the same partials, merged
-                from veotrace.engine import run_entropy
-
-                result = run_entropy(paths, config, options=options, report=report, segments=_hours(segments),
-                                     columns=columns, on_progress=bar, **params)
-            else:
-                batches = iter_alloc_events(paths, options=options, report=report, on_progress=bar, columns=columns)
-                result = compute_entropy(batches, **params, segments=_hours(segments))
-        print_report(report)
-        print_notes(result.summary["notes"])
-        result.summary["read"] = report.to_dict()
-        if save_baseline is not None:
-            from veotrace.gate.baseline import save_entropy_baseline
-
-            save_entropy_baseline(save_baseline, result, paths=paths, time_unit=time_unit.value)
-        write_plot(plot, "entropy", result, plot_size)
-        emit(fmt, output, as_json=result.to_dict, as_table=result.export_table,
-             render_terminal=lambda con: _render(con, result, rows))
-
-
-def _render(con, result, rows: int) -> None:
-    from veotrace.render.entropy import render_entropy  # rich: imported only for the terminal view
-
-    render_entropy(con, result, max_rows=rows)
-
-
-def _hours(text: str) -> list[float]:
-    from veotrace.cli.units import parse_hours_list
-
-    return parse_hours_list(text)
-
-
-def _duration(text: str | None, option: str) -> float | None:
-    from veotrace.cli.units import parse_duration
-
-    return None if text is None else parse_duration(text, option=option, bare_unit="s")
-
+            result = entropy(paths, window=window, step=step, window_events=window_events, ops=ops,
+                             min_class=min_class, max_class=max_class, segments=segments, by=by, device=device,
+                             time_unit=time_unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint,
+                             save_baseline=save_baseline, engine=engine, jobs=jobs, scheduler=scheduler,
+                             workers=workers, on_progress=bar)
+        show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size)

@@ -29,6 +29,7 @@ from veotrace.cli.common import (
     TimeUnit,
     err,
     local_output,
+    progress,
     user_errors,
 )
 
@@ -72,138 +73,47 @@ def gate_command(
     no_progress: NoProgressOpt = False,
 ) -> None:
     """Fail (exit 3) when entropy rose above tolerance, significantly, against a baseline or a history."""
-    from veotrace.errors import EXIT_CHECK_FAILED
-
     with user_errors():
-        from veotrace.gate.compare import GateOptions, Tolerance
+        from veotrace.runs.gate import gate
 
-        opts = GateOptions(Tolerance.parse(max_increase), max_slope_increase, alpha, strict, tuple(_hours(segments)),
-                           length_tolerance, resamples, seed, block_len)
-        opts.check()
-        requested = {"window_s": _seconds(window, "--window"), "step_s": _seconds(step, "--step"),
-                     "window_events": window_events, "ops": _ops(ops), "min_class": min_class,
-                     "max_class": max_class, "time_unit": time_unit.value if time_unit else None}
-        result = _run(paths, baseline, history, opts, requested, skip_bad_rows, format_hint, no_progress)
+        with progress("reading", enabled=not no_progress) as bar:
+            result = gate(paths, baseline=baseline, history=history, max_increase=max_increase,
+                          max_slope_increase=max_slope_increase, alpha=alpha, strict=strict, segments=segments,
+                          length_tolerance=length_tolerance, resamples=resamples, seed=seed, block_len=block_len,
+                          window=window, step=step, window_events=window_events, ops=ops, min_class=min_class,
+                          max_class=max_class, time_unit=time_unit, skip_bad_rows=skip_bad_rows,
+                          format_hint=format_hint, on_progress=bar)
+        for line in result.messages:
+            err(line)
         _emit(result, fmt, output, junit)
-    if result.verdict == "fail":
-        raise typer.Exit(EXIT_CHECK_FAILED)
-
-
-def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, format_hint, no_progress):
-    """Load the baseline(s), recompute the run with their parameters, and compare."""
-    from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
-    from veotrace.cli.common import print_report, progress, read_setup
-    from veotrace.errors import UsageError
-    from veotrace.gate import baseline as bl
-    from veotrace.gate.compare import GateResult, compare, require_windows
-    from veotrace.sources import iter_alloc_events
-
-    if baseline_path is None and history_path is None:
-        raise UsageError("give --baseline FILE or --history FOLDER (or both)")
-    hist = bl.read_history(history_path) if history_path is not None else None
-    if hist is not None:
-        from veotrace.gate.history import check_history_size
-
-        check_history_size(len(hist), str(history_path), GATE_MIN_HISTORY)
-    base = bl.read_baseline(baseline_path) if baseline_path is not None else hist[-1]
-    if hist is not None and base is not hist[-1]:
-        bl.same_params(base, hist[-1])
-    bl.check_params(requested, base)
-    p = base.params
-    if not opts.segments and p.get("segments_hours"):  # the baseline's --segments, unless given here
-        import dataclasses
-
-        opts = dataclasses.replace(opts, segments=tuple(p["segments_hours"]))
-    options, report = read_setup(TimeUnit(p["time_unit"]), skip_bad_rows, format_hint)
-    with progress("reading", enabled=not no_progress) as bar:
-        batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=bar)
-        # Every parameter pinned to the baseline's, the window too: entropy may pick one itself otherwise.
-        run = compute_entropy(batches, window_s=p["window_s"] or ENTROPY_WINDOW_S, step_s=p["step_s"],
-                              window_events=p["window_events"], ops=p["ops"], min_class=p["min_class"],
-                              max_class=p["max_class"])
-    print_report(report)
-    series = bl.series_from_result(run)
-    window_text = bl.window_text(p)
-    require_windows(series, "the run", window_text)
-    require_windows(base.series, f"the baseline {base.path}", window_text)
-    checks = compare(series, base, opts, step_hours=(p["step_s"] or 0) / 3600 or None)
-    fp = bl.input_fingerprint(list(paths), run.summary.get("first_ns"), run.summary.get("last_ns"))
-    used = " ".join(f"--{k.removesuffix('_s').replace('_', '-')} {bl.show_param(k, p[k])}"
-                    for k in bl.ENTROPY_PARAMS if p.get(k) is not None)
-    notes = [f"run recomputed with the baseline's parameters: {used}"]
-    if opts.segments:
-        notes.append(f"mean per period split at hours {','.join(f'{h:g}' for h in opts.segments)}")
-    if fp["digest"] == base.fingerprint.get("digest"):
-        notes.append("the run's inputs are the baseline's own (same files, sizes and time span)")
-    result = GateResult(checks, {"entropy": {k: p.get(k) for k in bl.ENTROPY_PARAMS}, **opts.__dict__,
-                                 "max_increase": str(opts.max_increase), "segments": list(opts.segments)},
-                        {"path": base.path, "recorded_at": base.recorded_at, "veotrace_version": base.version,
-                         "fingerprint": base.fingerprint},
-                        {"windows": run.windows.num_rows, "nonempty_windows": int(series.finite.sum()),
-                         "hours": series.span if series.x_unit == "hours" else None, "fingerprint": fp}, notes)
-    if hist is not None:
-        _add_history(result, hist, series, opts)
-    return result
-
-
-def _add_history(result, hist, series, opts) -> None:
-    import numpy as np
-
-    from veotrace.gate.history import HistoryPoint, history_check
-
-    points = [HistoryPoint(Path(b.path).name, b.recorded_at, b.mean) for b in hist]
-    points.append(HistoryPoint("this run", "", float(np.nanmean(series.h))))
-    check, summary = history_check(points, opts)
-    result.checks.append(check)
-    result.history = summary
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 def _emit(result, fmt: GateFormat, output: Path | None, junit: Path | None) -> None:
-    from veotrace.gate.ci import github_commands, junit_xml
+    from veotrace import outputs
+    from veotrace.gating.ci import github_commands
     from veotrace.render import export
-    from veotrace.render.gate import gate_markdown, render_gate
 
     if fmt is GateFormat.json:
-        export.write_text(export.dumps_json(result.to_dict(), pretty=output is None and os.isatty(1)), output)
+        outputs.write_text(export.dumps_json(result.to_dict(), pretty=output is None and os.isatty(1)), output,
+                           inputs=result.inputs)
     elif fmt is GateFormat.markdown:
-        export.write_text(gate_markdown(result), output)
+        outputs.write_text(result.markdown(), output, inputs=result.inputs)
     else:
         from veotrace.render.console import stdout_console
 
         if output is None:
-            render_gate(stdout_console(), result)
+            result.render(stdout_console())
         else:
-            with export.output_file(output) as fh:
-                render_gate(stdout_console(fh), result)
+            with outputs.output_file(output, inputs=result.inputs) as fh:
+                result.render(stdout_console(fh))
     if junit is not None:
-        export.write_text(junit_xml(result), junit)
+        outputs.write_text(result.junit(), junit, inputs=result.inputs)
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in github_commands(result):
+        for line in github_commands(result.value):
             err(line)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
             with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(gate_markdown(result))
-
-
-def _seconds(text: str | None, option: str) -> float | None:
-    from veotrace.cli.units import parse_duration
-
-    return None if text is None else parse_duration(text, option=option)
-
-
-def _ops(text: str | None) -> list[str] | None:
-    from veotrace.cli.common import parse_ops
-
-    return None if text is None else parse_ops(text, ())
-
-
-def _hours(text: str) -> list[float]:
-    """--segments as entropy takes them (bare numbers are hours, or 30m,2h), increasing."""
-    from veotrace.cli.units import parse_hours_list
-    from veotrace.errors import UsageError
-
-    hours = parse_hours_list(text)
-    if hours != sorted(hours):
-        raise UsageError("--segments must be increasing positive hours, e.g. 48,120")
-    return hours
+                fh.write(result.markdown())

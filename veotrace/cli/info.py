@@ -15,11 +15,8 @@ from veotrace.cli.common import (
     SkipBadRowsOpt,
     TimeUnit,
     TimeUnitOpt,
-    emit,
-    err,
     path_or_url,
-    print_report,
-    read_setup,
+    show,
     user_errors,
 )
 
@@ -35,22 +32,6 @@ def info_command(
 ) -> None:
     """What each file is: format and version, tables and rows, time span, devices, streams, ops, sizes, kernels, and the commands that will run on it."""
     with user_errors():
-        from veotrace.analysis import info as analysis
-        from veotrace.render.info import render_info
-        from veotrace.sources.frames import frames_or_none
-        from veotrace.sources.probe import probe_paths
+        from veotrace.runs.info import info
 
-        options, _ = read_setup(time_unit, skip_bad_rows, format_hint)
-        probes, skipped = probe_paths(paths, options)
-        infos, skipped = analysis.describe_all(probes, skipped, frames_or_none)
-        for p in probes:
-            p.report.warnings.clear()  # reader notes (e.g. "no time_us") are part of the description
-            print_report(p.report)
-        if skipped:
-            err(f"Warning: skipped {len(skipped)} file{'' if len(skipped) == 1 else 's'} that {'is' if len(skipped) == 1 else 'are'} not a trace: {', '.join(skipped[:5])}")
-        emit(fmt, output, as_json=lambda: {"files": [i.to_dict() for i in infos], "skipped_files": skipped},
-             as_table=lambda: analysis.info_table(infos), render_terminal=lambda con: render_info(con, infos))
-        for bad in (i for i in infos if i.error):
-            err(f"Error: {bad.path}: {bad.error}")
-        if any(i.error for i in infos):
-            raise typer.Exit(1)
+        show(info(paths, time_unit=time_unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint), fmt, output)

@@ -24,28 +24,9 @@ from veotrace.cli.common import (
     RowsOpt,
     SkipBadRowsOpt,
     TimeUnit,
-    emit,
-    err,
-    print_report,
-    read_setup,
+    show,
     user_errors,
-    write_plot,
 )
-
-
-def _min_jump(text: str | None) -> tuple[float | None, bool]:
-    """(value, relative) of a --min-jump value: '1.5' in the metric's unit, '10%' relative."""
-    from veotrace.errors import UsageError
-
-    if text is None:
-        return None, False
-    raw = text.strip()
-    relative = raw.endswith("%")
-    try:
-        value = float(raw.rstrip("%").strip())
-    except ValueError:
-        raise UsageError(f"--min-jump {text!r} is not a number", hint="e.g. --min-jump 2 (metric unit) or --min-jump 10%") from None
-    return value, relative
 
 
 @app.command("l2-breakpoints")
@@ -71,19 +52,8 @@ def l2_command(
     2 x --min-size launches of a kernel (record them with ncu --launch-skip/--launch-count).
     """
     with user_errors():
-        from veotrace.analysis.l2.l2 import find_breakpoints
-        from veotrace.render.l2 import render_l2
-        from veotrace.sources import read_table
+        from veotrace.runs.l2 import l2_breakpoints
 
-        jump, relative = _min_jump(min_jump)
-        options, report = read_setup(TimeUnit.ns, skip_bad_rows, format_hint)
-        table = read_table(paths, "ncu_metrics", options=options, report=report)
-        result = find_breakpoints(table, metric=metric, kernel=kernel, min_size=min_size, penalty_scale=penalty_scale,
-                                  min_jump=jump, min_jump_relative=relative, rules=rules.split(","))
-        print_report(report)
-        for note in result.notes:
-            err(f"Note: {note}")
-        result.params["read"] = report.to_dict()
-        write_plot(plot, "l2-breakpoints", result, plot_size, table=table)
-        emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.breakpoints,
-             render_terminal=lambda con: render_l2(con, result, max_rows=rows))
+        result = l2_breakpoints(paths, metric=metric, kernel=kernel, min_size=min_size, penalty_scale=penalty_scale,
+                                min_jump=min_jump, rules=rules, skip_bad_rows=skip_bad_rows, format_hint=format_hint)
+        show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size)

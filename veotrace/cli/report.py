@@ -16,7 +16,6 @@ from veotrace.cli.common import (
     TimeUnitOpt,
     err,
     local_output,
-    read_setup,
     user_errors,
 )
 
@@ -32,14 +31,9 @@ def report_command(
 ) -> None:
     """One HTML file: summary, and per analysis that applies (as 'info' decides) its figure, key table and parameters."""
     with user_errors():
-        from veotrace.report import build_report, write_report
-        from veotrace.report.run import check_output
+        from veotrace.reporting.run import report
 
-        check_output(output)
-        options, _ = read_setup(time_unit, skip_bad_rows, format_hint)
-        report = build_report(paths, options=options, on_section=lambda cmd: err(f"report: {cmd}"))
-        size = write_report(report, output)
-        failed = [s for s in report.sections if s.error]
-        for s in failed:
-            err(f"Warning: {s.title} not available: {s.error}")
-        err(f"Wrote {output} ({size / 1e6:.2f} MB, {len(report.sections) - len(failed)} of {len(report.sections)} analyses)")
+        result = report(paths, output, time_unit=time_unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint,
+                        on_section=lambda cmd: err(f"report: {cmd}"))
+        for line in result.closing:
+            err(line)

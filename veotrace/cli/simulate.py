@@ -21,35 +21,12 @@ from veotrace.cli.common import (
     SkipBadRowsOpt,
     TimeUnit,
     TimeUnitOpt,
-    emit,
-    err,
-    print_report,
-    read_setup,
+    show,
     user_errors,
-    write_plot,
 )
 from veotrace.errors import EXIT_CHECK_FAILED
 
 _POLICY_HELP = "Policy to replay (repeatable): torch, tiered, tiered-oracle, reuse, bestfit, firstfit, ideal [default: all]."
-
-
-def parse_tiers(text: str | None):
-    """``"10ms:4MiB,100ms:64MiB,inf:512MiB"`` -> ((0.01, 4194304), ...); None -> the defaults."""
-    from veotrace.cli.units import parse_bytes, parse_duration
-    from veotrace.errors import UsageError
-
-    if text is None:
-        return None
-    tiers = []
-    for part in text.split(","):
-        bound, _, gran = part.strip().partition(":")
-        if not gran:
-            raise UsageError(f"--tiers expects LIFETIME:GRANULARITY pairs such as 10ms:4MiB,inf:512MiB, got {part!r}")
-        life = float("inf") if bound.strip() == "inf" else parse_duration(bound.strip(), option="--tiers", bare_unit="s")
-        tiers.append((life, parse_bytes(gran.strip(), option="--tiers")))
-    if [b for b, _ in tiers] != sorted(b for b, _ in tiers) or tiers[-1][0] != float("inf"):
-        raise UsageError("--tiers bounds must increase and the last must be 'inf'", hint="e.g. 10ms:4MiB,100ms:64MiB,inf:512MiB")
-    return tuple(tiers)
 
 
 @app.command("simulate")
@@ -78,41 +55,11 @@ def simulate_command(
 ) -> None:
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them."""
     with user_errors():
-        import dataclasses
+        from veotrace.runs.simulate import simulate
 
-        from veotrace.allocators.load import load_trace
-        from veotrace.allocators.stream import open_requests
-        from veotrace.allocators import simulate as sim
-        from veotrace.allocators.validation import validate
-        from veotrace.cli.units import parse_bytes, parse_duration
-        from veotrace.render.simulate import render_simulate
-
-        names = sim.check_policies(policy or [])
-        sim.check_core(torch_core)
-        cap = parse_bytes(capacity, option="--capacity") if capacity is not None else None
-        window_s = parse_duration(window, option="--window") if window is not None else None
-        tier_spec = parse_tiers(tiers)
-        options, report = read_setup(time_unit, skip_bad_rows, format_hint)
-        if id_col is not None:  # the readers append the column after the ALLOC_EVENTS ones
-            options = dataclasses.replace(options, extra_columns=(id_col,))
-        key = id_col or "address"
-        table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False)
-        req = open_requests(table, names, seed, max_unknown_frees=max_unknown_frees,
-                            use_releases=not no_recorded_releases, key=key)
-        result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
-                              window_s=window_s, window_requests=window_requests, torch_core=torch_core)
-        if seed is not None and "torch" in names:
-            result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
-                                         torch_core=torch_core)
-        print_report(report)
-        result.params["read"] = report.to_dict()
-        result.params["pair_by"] = key
-        write_plot(plot, "simulate", result, plot_size)
-        emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.windows,
-             render_terminal=lambda con: render_simulate(con, result, max_rows=rows))
-    oom = result.first_oom
-    if oom is not None:
-        err(f"Warning: {oom['policy']}: an allocation did not fit --capacity {capacity}: request {oom['request']:,} "
-            f"({oom['size_bytes']:,} bytes)" + (f"; exit {EXIT_CHECK_FAILED} because of --fail-on-oom" if fail_on_oom else ""))
-        if fail_on_oom:
-            raise typer.Exit(EXIT_CHECK_FAILED)
+        result = simulate(paths, policy=policy, conf=conf, capacity=capacity, tiers=tiers, window=window,
+                          window_requests=window_requests, max_unknown_frees=max_unknown_frees,
+                          no_recorded_releases=no_recorded_releases, id_col=id_col, torch_core=torch_core,
+                          fail_on_oom=fail_on_oom, time_unit=time_unit, skip_bad_rows=skip_bad_rows,
+                          format_hint=format_hint)
+        show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size)

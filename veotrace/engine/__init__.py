@@ -147,17 +147,17 @@ def run_fragmentation(paths: Sequence[Path], config: EngineConfig, *, options: R
         exactly (one piece, ``free_requested`` events): the caller replays them on one process.
     """
     from veotrace.engine.tasks import Job
-    from veotrace.fragmentation import parallel
+    from veotrace.frag import parallel
 
     setup = parallel.ParallelSetup(**kw)
     why: list[str] = []  # the second pass's reason not to run; else there was one piece only
 
     def second(part):
-        jobs = setup.replay_jobs(part.value, options)
-        if isinstance(jobs, str):
-            why.append(jobs)
+        params = setup.replay_params(part.value)
+        if isinstance(params, str):
+            why.append(params)
             return None
-        return jobs
+        return [Job("fragmentation", p, options, parallel.COLUMNS) for p in params]
 
     first = Job("fragmentation_boundary", setup.boundary_params(), options, parallel.COLUMNS)
     part = run_two_pass(paths, first, second, config, report=report, on_progress=on_progress)
@@ -201,16 +201,19 @@ def run_bursts(paths: Sequence[Path], config: EngineConfig, *, options: ReadOpti
 
 
 def run_convert(paths: Sequence[Path], output: Path, config: EngineConfig, *, options: ReadOptions,
-                report: ReadReport, on_progress: Callable[[int, int], None] | None = None) -> int:
+                report: ReadReport, on_progress: Callable[[int, int], None] | None = None,
+                inputs: Sequence[Path] = ()) -> int:
     """Convert on the engine: each task writes its piece as a part file beside ``output`` (on the
     shared file system the workers see), then the parts are joined into ``output`` in input order.
-    Returns the rows written."""
+    Returns the rows written. ``output`` is refused when it is one of ``inputs`` (the run's files),
+    before any task runs: the workers read them in other processes."""
     import shutil
 
     from veotrace.engine.tasks import Job
+    from veotrace.outputs import check_output
     from veotrace.sources.convert import write_parquet
 
-    _refuse_input_as_output(paths, output)
+    check_output(output, inputs)
     parts_dir = output.with_name(output.name + ".parts")
     parts_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -235,21 +238,3 @@ def _part_batches(parts: list[Path]):
         pf = pq.ParquetFile(part)
         for i in range(pf.num_row_groups):
             yield from pf.read_row_group(i).to_batches()
-
-
-def _refuse_input_as_output(paths: Sequence[Path], output: Path) -> None:
-    """The local convert's rule (render.export.output_file): never write over an input. The engine's
-    workers read the inputs in other processes, so the client checks the named files itself."""
-    import os
-
-    from veotrace.errors import UsageError
-    from veotrace.sources.base import expand_paths
-    from veotrace.sources.remote import local_path
-
-    if not output.exists():
-        return
-    for path in expand_paths(list(paths)):
-        local = local_path(path)  # None: an object-storage URL, never the local output
-        if local is not None and local.exists() and os.path.samefile(local, output):
-            raise UsageError(f"refusing to write the output over an input of this command ({path})", path=output,
-                             hint="Choose another -o path")

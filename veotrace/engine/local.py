@@ -9,7 +9,7 @@ from veotrace.sources.split import Piece
 
 #: Modules every worker process needs, imported once by the fork server.
 PRELOAD = ["veotrace.engine.tasks", "veotrace.analysis.entropy.entropy", "veotrace.analysis.bursts.bursts",
-           "veotrace.fragmentation.parallel",
+           "veotrace.frag.parallel",
            "veotrace.sources.logs.alloc_log", "veotrace.sources.logs.csvscan", "pyarrow.csv"]
 
 

@@ -17,25 +17,57 @@ from veotrace.sources.split import Piece, read_piece
 
 
 @dataclass(frozen=True)
+class Task:
+    """What the engine does with one piece for a kind of job.
+
+    Attributes:
+        function: ``"module:function"`` called as ``function(batches, **params)`` (``index=`` too when
+            ``part_index``): the piece's partial aggregate.
+        spill: "keep": the piece's batches are kept on local disk for the next pass (``engine.spill``);
+            "take": they are read back from there when kept (else read again).
+        settle_window: entropy's default window may be fixed before the run (:func:`settle_window`).
+        part_index: the function gets the piece's place (convert names its part files by it).
+    """
+
+    function: str
+    spill: str | None = None
+    settle_window: bool = False
+    part_index: bool = False
+
+
+#: The registry of tasks the engines run, by the name a Job gives.
+TASKS: dict[str, Task] = {
+    "entropy": Task("veotrace.analysis.entropy.entropy:entropy_partial", settle_window=True),
+    "bursts": Task("veotrace.analysis.bursts.bursts:alloc_pass"),
+    "fragmentation_boundary": Task("veotrace.frag.parallel:boundary_task", spill="keep"),
+    "fragmentation": Task("veotrace.frag.parallel:replay_task", spill="take"),
+    "convert": Task("veotrace.sources.convert:write_part", part_index=True),
+}
+
+
+@dataclass(frozen=True)
 class Job:
     """What every task of one run needs besides its piece.
 
     Attributes:
-        analysis: "entropy", "bursts", "convert", or the two passes of fragmentation
-            ("fragmentation_boundary", then "fragmentation" with its piece's start state).
-        params: keyword arguments of the analysis' partial function (e.g. ``entropy_partial``),
-            or for convert ``{"parts": folder}``.
+        task: the name of its ``Task`` in :data:`TASKS` ("entropy", "bursts", "convert", or the two
+            passes of fragmentation: "fragmentation_boundary", then "fragmentation" with its piece's start state).
+        params: keyword arguments of the task's function (e.g. ``entropy_partial``'s).
         options: how to read the inputs.
         columns: the ALLOC_EVENTS columns to read (None: all).
         spill: the run's spill folder (``engine.spill``): fragmentation's first pass keeps each
             piece's batches there and its second pass reads them back (None: read twice).
     """
 
-    analysis: str
+    task: str
     params: dict
     options: ReadOptions
     columns: tuple[str, ...] | None
     spill: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}; the engines run {', '.join(TASKS)}")
 
 
 @dataclass
@@ -48,41 +80,22 @@ class Partial:
 
 
 def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
-    """The partial of ``job``'s analysis over one piece (``index``: the piece's place, for convert's part names)."""
+    """The partial of ``job``'s task over one piece (``index``: the piece's place, for convert's part names)."""
+    import importlib
+
+    task = TASKS[job.task]
     report = ReadReport()
-    kept = spill.take(job.spill, piece) if job.analysis == "fragmentation" else None
+    kept = spill.take(job.spill, piece) if task.spill == "take" else None
     if kept is not None:
         batches, report = kept
     else:
         batches = read_piece(piece, options=job.options, report=report, columns=job.columns)
-    if job.analysis == "fragmentation_boundary":
+    if task.spill == "keep":
         batches = spill.keep(batches, job.spill, piece, report)
-    if job.analysis == "entropy":
-        from veotrace.analysis.entropy.entropy import entropy_partial
-
-        value = entropy_partial(batches, **job.params)
-    elif job.analysis == "bursts":
-        from veotrace.analysis.bursts.bursts import alloc_pass
-
-        value = alloc_pass(batches, **job.params)
-    elif job.analysis == "fragmentation_boundary":
-        from veotrace.fragmentation.parallel import boundary_pass
-
-        value = [boundary_pass(batches, **job.params)]
-    elif job.analysis == "fragmentation":
-        from veotrace.fragmentation.parallel import replay_piece
-
-        value = replay_piece(batches, job.params["start"], params=job.params["replay"])
-    elif job.analysis == "convert":
-        from pathlib import Path
-
-        from veotrace.sources.convert import write_parquet
-
-        part = Path(job.params["parts"]) / f"part-{index:06d}.parquet"
-        value = [(str(part), write_parquet(batches, part))]
-    else:
-        raise ValueError(f"unknown analysis {job.analysis!r}")
-    return Partial(value, report)
+    module, _, name = task.function.partition(":")
+    function = getattr(importlib.import_module(module), name)
+    extra = {"index": index} if task.part_index else {}
+    return Partial(function(batches, **job.params, **extra), report)
 
 
 def first_timestamp(piece: Piece, options: ReadOptions) -> int | None:
@@ -120,7 +133,7 @@ def settle_window(job: Job, pieces: Sequence[Piece], first_ts) -> Job:
     are told so: same result, no buffer.
     """
     params = job.params
-    if job.analysis != "entropy" or len(pieces) < 2 or any(
+    if not TASKS[job.task].settle_window or len(pieces) < 2 or any(
             params.get(k) is not None for k in ("window_s", "step_s", "window_events")):
         return job
     import dataclasses

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import io
 import re
 from pathlib import Path
@@ -19,15 +18,6 @@ SUFFIXES = {".png": "png", ".svg": "svg"}
 MIN_SIDE, MAX_SIDE = 200, 8000
 
 #: analysis name -> (module, function) drawing its result.
-PLOTTERS = {
-    "entropy": ("veotrace.plot.entropy", "plot_entropy"),
-    "bursts": ("veotrace.plot.bursts", "plot_bursts"),
-    "l2-breakpoints": ("veotrace.plot.l2", "plot_l2"),
-    "correlate": ("veotrace.plot.correlate", "plot_correlate"),
-    "coherence": ("veotrace.plot.coherence", "plot_coherence"),
-    "fragmentation": ("veotrace.plot.fragmentation", "plot_fragmentation"),
-    "simulate": ("veotrace.plot.simulate", "plot_simulate"),
-}
 
 #: rcParams applied while drawing and saving. svg.hashsalt fixes the ids matplotlib writes into SVGs
 #: (clip paths are otherwise named from a random salt), so the same result gives the same bytes.
@@ -94,9 +84,11 @@ def draw(kind: str, result: Any, *, size: tuple[int, int] = DEFAULT_SIZE, **data
     """The Figure of analysis ``kind`` for ``result`` (extra ``data``: e.g. the correlate pairs)."""
     import matplotlib
 
-    module, func = PLOTTERS[kind]
+    from veotrace import registry
+
+    plotter = registry.resolve(registry.entry(kind).plot)
     with matplotlib.rc_context(STYLE):
-        return getattr(importlib.import_module(module), func)(result, size=size, **data)
+        return plotter(result, size=size, **data)
 
 
 def figure_bytes(kind: str, result: Any, fmt: str, *, size: tuple[int, int] = DEFAULT_SIZE, **data: Any) -> bytes:
@@ -120,7 +112,8 @@ def _svg_pixels(svg: bytes, size: tuple[int, int]) -> bytes:
                   lambda m: m.group(1) + b'width="%dpx" height="%dpx"' % size, svg, count=1)
 
 
-def write_figure(path: Path, kind: str, result: Any, *, size: tuple[int, int] = DEFAULT_SIZE, **data: Any) -> int:
+def write_figure(path: Path, kind: str, result: Any, *, size: tuple[int, int] = DEFAULT_SIZE, inputs: Any = (),
+                 **data: Any) -> int:
     """Draw ``kind`` for ``result`` into ``path`` (format from the suffix); returns the bytes written.
 
     Raises:
@@ -128,9 +121,9 @@ def write_figure(path: Path, kind: str, result: Any, *, size: tuple[int, int] = 
     """
     fmt = plot_format(path)
     payload = figure_bytes(kind, result, fmt, size=size, **data)
-    from veotrace.render.export import write_bytes
+    from veotrace.outputs import write_bytes
 
-    write_bytes(payload, path)
+    write_bytes(payload, path, inputs=inputs)
     return len(payload)
 
 
@@ -151,7 +144,7 @@ def check_writable(path: Path, what: str, example: str) -> None:
     """Raise VeotraceError when ``path`` is a folder, or its folder is missing or not writable (UsageError: a URL)."""
     import os
 
-    from veotrace.render.export import refuse_url
+    from veotrace.outputs import refuse_url
 
     refuse_url(path)
 

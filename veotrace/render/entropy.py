@@ -19,8 +19,7 @@ _GROUP_COLUMNS = [("group", ""), ("events", "events"), ("empty", "empty windows"
 def render_entropy(console: Console, result, *, max_rows: int) -> None:
     """Draw ``result`` (an EntropyResult) on ``console``."""
     t, s = result.trend, result.summary
-    d = t.get("display") or {"unit": "bits/hour" if t.get("x") == "hours" else "bits/window",
-                             "slope": t["slope"], "theil_sen_slope": t["theil_sen"]["slope"]}
+    d = result.slope_display()
     unit = d["unit"]
     items = [("events read", s["events_read"]), ("events counted", s["events_counted"]),
              ("windows", _windows_line(result)), ("empty windows", s["empty_windows"]),

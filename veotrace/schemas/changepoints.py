@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from veotrace.schemas import DICT_STR, tagged
+from veotrace.schemas.base import DICT_STR, tagged
 
 L2_BREAKPOINTS = tagged(
     "l2_breakpoints/1",

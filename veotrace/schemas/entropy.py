@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from veotrace.schemas import tagged
+from veotrace.schemas.base import tagged
 
 ENTROPY_WINDOWS = tagged(
     "entropy_windows/1",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from veotrace.schemas import DICT_STR, tagged
+from veotrace.schemas.base import DICT_STR, tagged
 
-#: One row per (window, device). See veotrace/fragmentation/metrics.py for each definition.
+#: One row per (window, device). See veotrace/frag/metrics.py for each definition.
 FRAGMENTATION_WINDOWS = tagged(
     "fragmentation_windows/1",
     [

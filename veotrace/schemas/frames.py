@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from veotrace.schemas import tagged
+from veotrace.schemas.base import tagged
 
 #: One row per frame transition i -> i+1 kept for the correlation (after alignment and drops).
 FRAME_PAIRS = tagged(

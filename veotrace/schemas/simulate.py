@@ -1,7 +1,7 @@
 """Schema of `veotrace simulate` per-window series: one row per (policy, window, device).
 
 The columns are those of ``fragmentation_windows/1`` (same definitions, computed by
-:mod:`veotrace.fragmentation` from each policy's own event stream) plus the policy name. Without
+:mod:`veotrace.frag` from each policy's own event stream) plus the policy name. Without
 timestamps, window k covers requests [k*N, (k+1)*N) and ``start_ns``/``end_ns`` are null.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from veotrace.schemas import DICT_STR, tagged
+from veotrace.schemas.base import DICT_STR, tagged
 
 #: Columns taken from fragmentation_windows/1, in this order.
 WINDOW_COLUMNS = ["window", "device", "start_ns", "end_ns", "allocs", "frees", "device_allocs", "device_frees",

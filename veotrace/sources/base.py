@@ -1,4 +1,9 @@
-"""Reader plumbing shared by every format: read options, the skipped-row report, compression, paths."""
+"""Reader plumbing shared by every format: read options, the skipped-row report, compression, paths.
+
+A path here is a ``Path`` or a ``sources.remote.UrlPath`` (a URL, with the few ``Path`` methods the
+readers use); the functions tell them apart by ``isinstance(path, Path)`` and call the URL's own
+methods, so this module never imports ``sources.remote``: remote builds on it.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,12 @@ import gzip
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from veotrace.errors import TraceFormatError
+
+if TYPE_CHECKING:  # annotations only: sources.remote imports this module, never the other way round
+    from veotrace.sources.remote import UrlPath
 
 #: Bytes per CSV/JSON read chunk (line-aligned); bounds memory whatever the log length. 16 MiB
 #: chunks keep peak RSS ~280 MiB on a 10M-event log and flat on a 10x longer one
@@ -126,36 +134,25 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
-#: (st_dev, st_ino) -> path of every file a reader opened in this process, so that an output is
-#: never written over an input (``render.export`` asks :func:`input_named`).
-_INPUTS: dict[tuple[int, int], str] = {}
+def local_path(path: Path | UrlPath) -> Path | None:
+    """The local file behind ``path`` (a ``Path``, or a ``file://`` URL), else None: so that an output
+    is never written over an input given as a URL either."""
+    if isinstance(path, Path):
+        return path
+    url = str(path)
+    return Path(url[len("file://"):]) if url.lower().startswith("file://") else None
 
 
-def note_input(path: Path) -> None:
-    """Remember ``path`` as an input of this run."""
-    import os
+def arrow_file(path: Path | UrlPath):
+    """``path`` opened for reading as a pyarrow file: an ``OSFile``, or a URL's fsspec file wrapped
+    (a ``sources.remote.UrlPath`` reads through fsspec)."""
+    import pyarrow as pa
 
-    if not isinstance(path, Path):  # a URL (sources.remote): a file:// URL names a local file
-        from veotrace.sources.remote import local_path
-
-        path = local_path(path)
-        if path is None:
-            return
-    try:
-        st = os.stat(path)
-    except OSError:
-        return
-    _INPUTS.setdefault((st.st_dev, st.st_ino), str(path))
-
-
-def input_named(st_dev: int, st_ino: int) -> str | None:
-    """The input path with this device and inode, if one was read in this run."""
-    return _INPUTS.get((st_dev, st_ino))
+    return pa.OSFile(str(path), "rb") if isinstance(path, Path) else pa.PythonFile(path.open("rb"), mode="r")
 
 
 def read_head(path: Path, n: int = 65536) -> bytes:
     """The first ``n`` bytes of ``path``, decompressed when it is gzip or zstd."""
-    note_input(path)
     with path.open("rb") as fh:
         raw = fh.read(n)
     kind = compression_of(raw)
@@ -205,9 +202,6 @@ def open_decompressed(path: Path) -> tuple[IO[bytes], object]:
     """
     import pyarrow as pa
 
-    from veotrace.sources.remote import arrow_file  # a URL (sources.remote.UrlPath) reads through fsspec
-
-    note_input(path)
     raw = arrow_file(path)
     kind = compression_of(raw.read(4))
     raw.seek(0)
@@ -350,7 +344,6 @@ def expand_paths(paths: list[Path], skipped: list[str] | None = None) -> list[Pa
             if not p.is_file():
                 raise TraceFormatError(f"not a regular file ({_not_regular(p)}); veotrace reads each input more "
                                        "than once", path=p, hint="Save the stream to a file first")
-            note_input(p)
             files.append(p)
         elif p.is_symlink():
             raise TraceFormatError(_not_regular(p), path=p, hint="Check the link's target")

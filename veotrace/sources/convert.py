@@ -14,10 +14,18 @@ from veotrace.schemas import ALLOC_EVENTS
 def write_parquet(batches: Iterable[pa.RecordBatch], sink: Any) -> int:
     """Stream ALLOC_EVENTS batches into ``sink`` (a path or a binary file; zstd, dictionary columns
     kept); returns rows written. The CLI passes a temporary file that replaces the output only when
-    the whole read succeeded (``render.export.output_file``)."""
+    the whole read succeeded (``veotrace.outputs.output_file``)."""
     rows = 0
     with pq.ParquetWriter(sink, ALLOC_EVENTS, compression="zstd") as writer:
         for batch in batches:
             writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=ALLOC_EVENTS))
             rows += batch.num_rows
     return rows
+
+
+def write_part(batches: Iterable[pa.RecordBatch], *, parts: str, index: int) -> list[tuple[str, int]]:
+    """The engines' convert task: write one piece as ``parts/part-NNNNNN.parquet``; [(path, rows)]."""
+    from pathlib import Path
+
+    part = Path(parts) / f"part-{index:06d}.parquet"
+    return [(str(part), write_parquet(batches, part))]

@@ -17,24 +17,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from veotrace.errors import TraceFormatError, UsageError
+# arrow_file and local_path take a Path or a UrlPath alike, and sources.base needs them for every reader:
+# they live there (base never imports this module) and stay importable from here.
+from veotrace.sources.base import arrow_file, detail, local_path, natural_key  # noqa: F401
 
-#: A scheme fsspec may know: letters, digits, + . - (two characters at least: "C:\\..." is no URL).
-_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]+"
-_URL = re.compile(rf"^{_SCHEME}://")
-#: The same URL once pathlib has folded its "//" (``Path("s3://b/k")`` is ``s3:/b/k``).
-_FOLDED = re.compile(rf"^({_SCHEME}):/+(.*)$")
+from veotrace.outputs import URL_SCHEME, folded_url  # noqa: F401  (one pattern for inputs and outputs)
+
+_URL = re.compile(rf"^{URL_SCHEME}://")
 #: fsspec file systems by protocol, per process (workers build their own).
 _FS: dict[str, object] = {}
 
 
 def is_url(text: object) -> bool:
     return isinstance(text, (str, UrlPath)) and bool(_URL.match(str(text)))
-
-
-def folded_url(path: Path) -> tuple[str, str] | None:
-    """(scheme, rest) of a URL that became a ``Path`` (an option typed as a path), else None."""
-    m = _FOLDED.match(str(path))
-    return None if m is None else (m.group(1), m.group(2))
 
 
 def as_path(value: str | Path | UrlPath) -> Path | UrlPath:
@@ -47,22 +42,6 @@ def as_path(value: str | Path | UrlPath) -> Path | UrlPath:
 def arrow_source(path: Path | UrlPath):
     """What pyarrow's readers (``pq.ParquetFile``, ``pa.OSFile`` users) take: the path, or an open file."""
     return path if isinstance(path, Path) else path.open("rb")
-
-
-def arrow_file(path: Path | UrlPath):
-    """``path`` opened for reading as a pyarrow file: an ``OSFile``, or a URL's fsspec file wrapped."""
-    import pyarrow as pa
-
-    return pa.OSFile(str(path), "rb") if isinstance(path, Path) else pa.PythonFile(path.open("rb"), mode="r")
-
-
-def local_path(path: Path | UrlPath) -> Path | None:
-    """The local file behind ``path`` (a ``Path``, or a ``file://`` URL), else None: so that an output
-    is never written over an input given as a URL either."""
-    if isinstance(path, Path):
-        return path
-    url = str(path)
-    return Path(url[len("file://"):]) if url.lower().startswith("file://") else None
 
 
 class UrlPath:
@@ -130,8 +109,6 @@ class UrlPath:
         except PermissionError as exc:
             raise PermissionError(errno.EACCES, f"access refused ({exc})", self.url) from None
         except Exception as exc:  # noqa: BLE001 - a store's own errors (no credentials, timeouts, ...)
-            from veotrace.sources.base import detail
-
             raise TraceFormatError(f"cannot read the object ({type(exc).__name__}: {detail(exc)})", path=self.url,
                                    hint="Check the URL, the credentials and the network") from None
 
@@ -159,8 +136,6 @@ class UrlPath:
     def files(self) -> list[UrlPath]:
         """The objects under this "folder" prefix, as ``expand_paths`` lists a local folder: recursive,
         no dot-named parts, natural name order part by part (log.2 before log.10)."""
-        from veotrace.sources.base import natural_key
-
         _, key = self._fs()
         found = self._call(lambda fs, key: fs.find(key))
         base = key.rstrip("/") + "/"

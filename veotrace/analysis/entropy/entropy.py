@@ -90,6 +90,19 @@ class EntropyResult:
             out["groups"] = [{**g, "windows": g["windows"].to_pylist()} for g in self.groups]
         return out
 
+    def slope_display(self) -> dict:
+        """The trend's slopes in the unit that fits the span (``trend["display"]``), else per hour or window."""
+        t = self.trend
+        return t.get("display") or {"unit": "bits/hour" if t.get("x") == "hours" else "bits/window",
+                                    "slope": t["slope"], "theil_sen_slope": t["theil_sen"]["slope"]}
+
+    def headline(self) -> list[tuple[str, object]]:
+        """The numbers an entropy run is summed up by (the report's and a notebook's first lines)."""
+        t, s, d = self.trend, self.summary, self.slope_display()
+        return [("events counted", s["events_counted"]), ("windows", s["windows"]),
+                ("mean H (bits)", s["mean_entropy_bits"]), (f"slope ({d['unit']})", d["slope"]),
+                ("Kendall tau", t["kendall"]["tau"]), ("Kendall p", t["kendall"]["p_value"])]
+
     def export_table(self) -> pa.Table:
         """The windows for CSV/Parquet: ENTROPY_WINDOWS, or ENTROPY_GROUP_WINDOWS (pooled first) with --by."""
         if not self.groups:

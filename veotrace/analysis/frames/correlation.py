@@ -6,6 +6,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# The statistics (and the checks on the aligned series) live in correlation_stats, which never imports
+# this module; they are re-exported here, beside align_pairs.
+from veotrace.analysis.frames.correlation_stats import (  # noqa: F401 - check_not_constant, effective_n, lag1
+    CorrelationResult,
+    GroupComparison,
+    check_not_constant,
+    compare_groups,
+    correlate,
+    effective_n,
+    lag1,
+)
 from veotrace.defaults import CORRELATE_ALIGN as DEFAULT_ALIGN
 from veotrace.defaults import CORRELATE_ALIGNS as ALIGNS
 from veotrace.defaults import CORRELATE_REDUCE as DEFAULT_REDUCE
@@ -118,37 +129,5 @@ def align_pairs(
         )
     return pairs
 
-
-def check_not_constant(x: np.ndarray, what: str) -> None:
-    """Raise AnalysisError when ``x`` is constant: a correlation with it is undefined."""
-    if np.ptp(x) == 0:
-        raise AnalysisError(
-            f"the {what} are constant (all {x[0]:g}), so the correlation is undefined",
-            hint="Nothing varies to correlate with; check that the right arrays were passed",
-        )
-
-
-def lag1(x: np.ndarray) -> float:
-    """Lag-1 autocorrelation of ``x`` (0 for series too short to say)."""
-    if x.size < 3 or np.ptp(x[1:]) == 0 or np.ptp(x[:-1]) == 0:
-        return 0.0
-    return float(np.corrcoef(x[:-1], x[1:])[0, 1])
-
-
-def effective_n(x: np.ndarray, y: np.ndarray) -> float:
-    """Effective sample size of a correlation of two AR(1)-like series (Bretherton et al. 1999).
-
-    n_eff = n (1 - a_x a_y) / (1 + a_x a_y), with a the lag-1 autocorrelations; clipped to [2, n].
-    """
-    prod = lag1(x) * lag1(y)
-    return float(np.clip(x.size * (1 - prod) / (1 + prod), 2.0, x.size))
-
-
-from veotrace.analysis.frames.correlation_stats import (
-    CorrelationResult,
-    GroupComparison,
-    compare_groups,
-    correlate,
-)
 
 __all__ = ["CorrelationResult", "GroupComparison", "Pairs", "align_pairs", "compare_groups", "correlate"]

@@ -18,7 +18,7 @@ from veotrace.defaults import (
     CORRELATE_RESAMPLES,
     CORRELATE_SEED,
 )
-from veotrace.errors import UsageError
+from veotrace.errors import AnalysisError, UsageError
 
 
 @dataclass
@@ -64,6 +64,31 @@ class CorrelationResult:
             "resamples": self.resamples, "seed": self.seed, "block_len": self.block_len,
             "lags": self.lags, "mean_jump_bytes": self.mean_jump_bytes, "mean_epe_px": self.mean_epe_px,
         }
+
+
+def check_not_constant(x: np.ndarray, what: str) -> None:
+    """Raise AnalysisError when ``x`` is constant: a correlation with it is undefined."""
+    if np.ptp(x) == 0:
+        raise AnalysisError(
+            f"the {what} are constant (all {x[0]:g}), so the correlation is undefined",
+            hint="Nothing varies to correlate with; check that the right arrays were passed",
+        )
+
+
+def lag1(x: np.ndarray) -> float:
+    """Lag-1 autocorrelation of ``x`` (0 for series too short to say)."""
+    if x.size < 3 or np.ptp(x[1:]) == 0 or np.ptp(x[:-1]) == 0:
+        return 0.0
+    return float(np.corrcoef(x[:-1], x[1:])[0, 1])
+
+
+def effective_n(x: np.ndarray, y: np.ndarray) -> float:
+    """Effective sample size of a correlation of two AR(1)-like series (Bretherton et al. 1999).
+
+    n_eff = n (1 - a_x a_y) / (1 + a_x a_y), with a the lag-1 autocorrelations; clipped to [2, n].
+    """
+    prod = lag1(x) * lag1(y)
+    return float(np.clip(x.size * (1 - prod) / (1 + prod), 2.0, x.size))
 
 
 def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -141,8 +166,6 @@ def correlate(
         UsageError: resamples < 1, negative or too long blocks or lags.
         AnalysisError: a constant series.
     """
-    from veotrace.analysis.frames.correlation import check_not_constant, effective_n
-
     n = int(jump.size)
     if resamples < 1:
         raise UsageError(f"--resamples must be at least 1, got {resamples}")

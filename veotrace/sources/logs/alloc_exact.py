@@ -1,6 +1,7 @@
 """Exact path of the alloc-log reader: one physical line per row, every field validated, line numbers.
 
-``alloc_log`` falls back here from the first block its fast readers cannot convert. Each line is
+``alloc_log`` falls back here from the first block its fast readers cannot convert (the columns and
+their types both read are in ``alloc_common``: this module never imports ``alloc_log``). Each line is
 one row (a log never has a field spanning lines), so a stray quote, a NUL or an undecodable byte is
 that line's error, and ``--skip-bad-rows`` skips exactly that line.
 """
@@ -15,11 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from veotrace.errors import TraceFormatError
-from veotrace.sources.logs.alloc_log import LOG_COLUMNS as _LOG_COLUMNS
-from veotrace.sources.logs.alloc_log import REQUIRED, SLOW_BATCH_ROWS, _log_types
 from veotrace.sources.base import TIME_UNIT_NS, ReadOptions, ReadReport, open_decompressed
 from veotrace.sources.base import detail as _detail
 from veotrace.sources.limits import max_line_bytes, too_long_line
+from veotrace.sources.logs.alloc_common import LOG_COLUMNS as _LOG_COLUMNS
+from veotrace.sources.logs.alloc_common import REQUIRED, SLOW_BATCH_ROWS, log_types
 
 
 def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -236,5 +237,5 @@ class _FieldError(Exception):
 
 
 def _rows_batch(rows: dict[str, list], options: ReadOptions) -> pa.RecordBatch:
-    types = _log_types(options, op_type=pa.string())
+    types = log_types(options, op_type=pa.string())
     return pa.RecordBatch.from_pydict({c: pa.array(v, type=types.get(c, pa.string())) for c, v in rows.items()})

@@ -5,7 +5,8 @@ timestamp/op/size columns) or else pyarrow's CSV reader, and pyarrow's streaming
 typed columns. When a block does not convert (a bad value), the rest of the file is re-read by the
 exact path (``alloc_exact``: one physical line per row) that knows line numbers: it stops with the file,
 line and column, or, with ``--skip-bad-rows``, skips and counts the bad rows. Rows already yielded
-are never re-yielded.
+are never re-yielded. The log's columns and their read types, which both paths use, are in
+``alloc_common``.
 """
 
 from __future__ import annotations
@@ -33,17 +34,17 @@ from veotrace.sources.base import (
     read_head,
 )
 from veotrace.sources.limits import max_line_bytes, too_long_line
+from veotrace.sources.logs.alloc_common import (  # noqa: F401 - SLOW_BATCH_ROWS: sources.split reads it from here
+    LOG_COLUMNS,
+    OP_TYPE_DICT,
+    REQUIRED,
+    SLOW_BATCH_ROWS,
+    log_types,
+)
 from veotrace.sources.logs.mapped import mappable, mapped_chunks
 from veotrace.sources.logs.numparse import parse_uint64
 from veotrace.sources.logs.pipeline import read_ahead
 
-#: Log column -> ALLOC_EVENTS column.
-LOG_COLUMNS = {"timestamp": "ts_ns", "op_type": "op", "size_bytes": "size_bytes",
-               "address": "address", "stream": "stream", "device": "device"}
-REQUIRED = ("timestamp", "op_type", "size_bytes")
-#: Rows per batch on the exact (slow) path.
-SLOW_BATCH_ROWS = 65536
-_DICT = pa.dictionary(pa.int32(), pa.string())
 #: Threads scanning CSV chunks at once (the caller's analysis runs beside them).
 PARSE_WORKERS = max(2, min(os.cpu_count() or 2, 8))
 #: First read for the header line (doubled until a line end is found, up to the block size).
@@ -147,18 +148,8 @@ def _corrupt(path: Path, exc: BaseException) -> TraceFormatError:
                             hint="Re-copy the file, or decompress what remains and read that")
 
 
-def _time_type(options: ReadOptions) -> pa.DataType:
-    return pa.int64() if options.time_unit == "ns" else pa.float64()
-
-
-def _log_types(options: ReadOptions, op_type: pa.DataType = _DICT) -> dict[str, pa.DataType]:
-    """Arrow type of each canonical log column as read (addresses stay text until parsed)."""
-    return {"timestamp": _time_type(options), "op_type": op_type, "size_bytes": pa.int64(),
-            "address": pa.string(), "stream": pa.int64(), "device": pa.int64()}
-
-
 def _types(present: dict[str, str], read_cols: list[str], options: ReadOptions) -> dict[str, pa.DataType]:
-    types = _log_types(options)
+    types = log_types(options)
     return {present[c]: types.get(c, pa.string()) for c in read_cols}  # extra columns: text
 
 
@@ -179,7 +170,7 @@ def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress, 
         import pyarrow.json as pj
 
         types = _types(present, read_cols, options)
-        types = {k: (pa.string() if v == _DICT else v) for k, v in types.items()}
+        types = {k: (pa.string() if v == OP_TYPE_DICT else v) for k, v in types.items()}
         if "address" in read_cols:
             types.pop(present["address"])  # may be int or "0x.." string: inferred, parsed later
         for c in read_cols:

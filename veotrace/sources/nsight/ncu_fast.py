@@ -3,7 +3,7 @@
 ``read_fast`` returns None whenever the file needs row-by-row judgement (a row with the wrong number
 of fields, a launch ID or a numeric metric's value that does not parse): ``ncu.py``'s row reader then
 reads it and names the line. Text-valued metrics (every value non-numeric, e.g. a device name) are
-left out here too, with the same warning.
+left out here too, with the same warning. The page layout and the unit rules come from ``ncu_common``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,7 @@ import pyarrow.csv as pacsv
 
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.schemas.ncu_names import canonical_metric
-from veotrace.sources.nsight.ncu import (  # ncu imports this module lazily
-    DETAILS,
-    LEADING,
-    MISSING,
-    normalise_unit,
-)
+from veotrace.sources.nsight.ncu_common import DETAILS, LEADING, MISSING, normalise_unit
 from veotrace.sources.logs.numparse import DECIMAL_RE
 
 _INT = r"^-?[0-9]+$"

@@ -10,6 +10,7 @@ from veotrace.errors import MissingDependencyError, TraceFormatError
 from veotrace.sources.base import detail as _detail
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.sources.base import ReadReport
+from veotrace.sources.nsight.ncu_common import normalise_unit
 
 
 def read_report(path: Path, *, report: ReadReport) -> pa.Table:
@@ -26,8 +27,6 @@ def read_report(path: Path, *, report: ReadReport) -> pa.Table:
             "reading .ncu-rep reports needs NVIDIA's ncu-report package", path=path,
             hint="Install the extra: pip install 'veotrace[ncu]' (or export CSV with 'ncu --import FILE --csv')",
         ) from None
-    from veotrace.sources.nsight.ncu import normalise_unit
-
     try:
         ctx = ncu_report.load_report(str(path))
     except Exception as exc:  # noqa: BLE001 - the module's error types are undocumented

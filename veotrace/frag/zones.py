@@ -1,0 +1,197 @@
+"""Hot zones that follow the allocator's own layout (``--zone-bytes segment``): one zone per segment,
+or, where no segment holds an address, one per address range found as the gap metric finds them.
+
+- **segment**: where the source knows the reserved segments (PyTorch snapshots, logs with
+  ``segment_alloc``/``segment_map`` events), an alloc or free belongs to the segment holding its
+  address *at the time of the event* (mapped pages of an expandable segment that touch form one
+  range, as in ``state``). A zone is keyed by its segment's start; ``zone_bytes`` is the segment's
+  size when it was last touched.
+- **range**: every other event (logs without segments, blocks outside any segment) belongs to a
+  range of the address space the trace touched: the union of the extents [address, address + size)
+  of its allocs and frees, where neighbours closer than ``--max-gap`` join one range (the rule by
+  which ``metrics.free_blocks`` groups live blocks). Ranges only grow and join as the trace goes
+  on, so a range's counts are the sums of the ranges it absorbed: exact, and bounded by the
+  number of ranges, not by the log length.
+
+Both are mergeable partials (``merge``) for the engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ZONE_KINDS = ("fixed", "segment", "range")
+
+
+def _hist_rows(keys: np.ndarray, lat_us: np.ndarray, n_keys: int) -> np.ndarray:
+    """Latency histogram rows per key index (0..n_keys-1), NaN and negative latencies left out."""
+    from veotrace.frag.latency import N_BINS, bin_of
+
+    ok = np.isfinite(lat_us) & (lat_us >= 0)
+    flat = np.bincount(keys[ok] * N_BINS + bin_of(lat_us[ok]), minlength=n_keys * N_BINS)
+    return flat.reshape(n_keys, N_BINS)
+
+
+@dataclass
+class _Ranges:
+    """Disjoint address ranges of one device (sorted), with counts (allocs, frees, bytes) and latency rows."""
+
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    hist: np.ndarray | None = None
+
+    def add_events(self, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray, lat, max_gap: int) -> None:
+        """Alloc/free rows: their extents [address, address + size) grouped into ranges first (one packed
+        sort, counts by bincount), then joined into these."""
+        from veotrace.frag.match import _sort_rows
+
+        order, sa, _ = _sort_rows(addr, np.zeros(addr.size, np.int64))
+        s = sa.astype(np.int64)
+        e = s + np.maximum(size[order], 1)
+        new = np.ones(s.size, bool)
+        new[1:] = s[1:] - np.maximum.accumulate(e)[:-1] >= max_gap
+        group = np.cumsum(new) - 1
+        n = int(group[-1]) + 1
+        cuts = np.flatnonzero(new)
+        n_all = np.bincount(group, minlength=n)
+        n_alloc = np.bincount(group, weights=is_alloc[order], minlength=n).astype(np.int64)
+        nbytes = np.bincount(group, weights=size[order], minlength=n).astype(np.int64)
+        counts = np.stack([n_alloc, n_all - n_alloc, nbytes], axis=1)
+        hist = None if lat is None else _hist_rows(group, lat[order], n)
+        self.add(s[cuts], np.maximum.reduceat(e, cuts), counts, hist, max_gap)
+
+    def add(self, start, end, counts, hist, max_gap: int) -> None:
+        """Join ranges ``start``/``end`` (with their ``counts`` and latency ``hist`` rows) into these."""
+        s, e = np.r_[self.start, start], np.r_[self.end, end]
+        c = np.concatenate([self.counts, counts])
+        h = None if self.hist is None and hist is None else np.concatenate(
+            [_or_zeros(self.hist, self.start.size), _or_zeros(hist, start.size)])
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        reach = np.maximum.accumulate(e)
+        new = np.ones(s.size, bool)
+        new[1:] = s[1:] - reach[:-1] >= max_gap
+        group = np.cumsum(new) - 1
+        n = int(group[-1]) + 1 if group.size else 0
+        self.start = s[new]
+        self.end = np.maximum.reduceat(e, np.flatnonzero(new)) if n else e[:0]
+        self.counts = np.zeros((n, 3), np.int64)
+        np.add.at(self.counts, group, c[order])
+        if h is not None:
+            self.hist = np.zeros((n, h.shape[1]), np.int64)
+            np.add.at(self.hist, group, h[order])
+
+
+def _or_zeros(h, n):
+    from veotrace.frag.latency import N_BINS
+
+    return np.zeros((n, N_BINS), np.int64) if h is None else h
+
+
+@dataclass
+class SegmentZones:
+    """Zones per segment (and per touched address range outside segments), for every device."""
+
+    max_gap: int
+    segs: dict = field(default_factory=dict)  # (device, start) -> [allocs, frees, bytes, size, hist or None]
+    ranges: dict = field(default_factory=dict)  # device -> _Ranges
+
+    def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray, lat,
+            seg_start: np.ndarray, seg_end: np.ndarray) -> None:
+        """Events of one device while its segments are ``seg_start``/``seg_end`` (sorted, may be empty)."""
+        if addr.size == 0:
+            return
+        outside = np.ones(addr.size, bool)
+        if seg_start.size:
+            a = addr.astype(np.int64)
+            i = np.searchsorted(seg_start, a, side="right") - 1
+            inside = (i >= 0) & (a < seg_end[np.maximum(i, 0)])
+            outside = ~inside
+            if inside.any():
+                self._add_segments(device, i[inside], is_alloc[inside], size[inside],
+                                   None if lat is None else lat[inside], seg_start, seg_end)
+        if outside.any():
+            sel = (lambda x: x) if outside.all() else (lambda x: x[outside])
+            self.ranges.setdefault(device, _Ranges()).add_events(
+                sel(addr), sel(is_alloc), sel(size), None if lat is None else sel(lat), self.max_gap)
+
+    def add_in_time(self, d: int, st, code, addr, size, lat, p: np.ndarray, seg_pos: np.ndarray) -> None:
+        """The alloc/free rows ``p`` (time order) of one device's batch, each in the segment holding it at
+        its time: the batch's segment events ``seg_pos`` are applied in order to a scratch copy of the
+        segments of ``st`` (a ``DeviceState``, not changed)."""
+        from veotrace.frag.state import OP_ALLOC, DeviceState, Segment
+
+        def add(a: int, b: int, segs: DeviceState) -> None:
+            if b > a:
+                s, e = (x.astype(np.int64) for x in segs.segment_arrays())
+                rows = p[a:b]
+                self.add(d, addr[rows], code[rows] == OP_ALLOC, size[rows], None if lat is None else lat[rows], s, e)
+
+        scratch = DeviceState(segments=[Segment(x.start, x.end, x.expandable) for x in st.segments])
+        prev = 0
+        for c, sp in zip(np.searchsorted(p, seg_pos).tolist(), seg_pos.tolist()):
+            add(prev, c, scratch)
+            scratch.apply_segment(int(code[sp]), int(addr[sp]), int(size[sp]))
+            prev = c
+        add(prev, p.size, scratch)
+
+    def _add_segments(self, device, idx, is_alloc, size, lat, seg_start, seg_end) -> None:
+        n_seg = seg_start.size  # few: counts by segment index, no sort
+        n_all = np.bincount(idx, minlength=n_seg)
+        n_alloc = np.bincount(idx, weights=is_alloc, minlength=n_seg)
+        nbytes = np.bincount(idx, weights=size, minlength=n_seg)
+        hist = None if lat is None else _hist_rows(idx, lat, n_seg)
+        for j in np.flatnonzero(n_all).tolist():
+            key = (device, int(seg_start[j]))
+            cur = self.segs.setdefault(key, [0, 0, 0, 0, None])
+            cur[0] += int(n_alloc[j])
+            cur[1] += int(n_all[j] - n_alloc[j])
+            cur[2] += int(nbytes[j])
+            cur[3] = int(seg_end[j] - seg_start[j])
+            if hist is not None:
+                cur[4] = hist[j].copy() if cur[4] is None else cur[4] + hist[j]
+
+    def merge(self, other: SegmentZones) -> SegmentZones:
+        """These zones then ``other``'s (a later piece of the same trace)."""
+        for key, (na, nf, nb, sz, h) in other.segs.items():
+            cur = self.segs.setdefault(key, [0, 0, 0, 0, None])
+            cur[0], cur[1], cur[2], cur[3] = cur[0] + na, cur[1] + nf, cur[2] + nb, sz
+            if h is not None:
+                cur[4] = h.copy() if cur[4] is None else cur[4] + h
+        for d, r in other.ranges.items():
+            self.ranges.setdefault(d, _Ranges()).add(r.start, r.end, r.counts, r.hist, self.max_gap)
+        return self
+
+    def touched(self) -> int:
+        return len(self.segs) + sum(r.start.size for r in self.ranges.values())
+
+    def table_rows(self, top: int | None = None) -> list[dict]:
+        """Zones ranked by events (allocs + frees), then by device and start; shares of all events and bytes."""
+        from veotrace.frag.latency import stats_of_row
+
+        zones = [(d, s, "segment", na, nf, nb, sz, h) for (d, s), (na, nf, nb, sz, h) in self.segs.items()]
+        for d, r in self.ranges.items():
+            for i in range(r.start.size):
+                na, nf, nb = (int(x) for x in r.counts[i])
+                zones.append((d, int(r.start[i]), "range", na, nf, nb, int(r.end[i] - r.start[i]),
+                              None if r.hist is None else r.hist[i]))
+        total_ev = sum(z[3] + z[4] for z in zones)
+        total_b = sum(z[5] for z in zones)
+        zones.sort(key=lambda z: (-(z[3] + z[4]), z[0], z[1]))
+        has_lat = any(z[7] is not None for z in zones)
+        rows = []
+        for rank, (d, s, kind, na, nf, nb, sz, h) in enumerate(zones[:top] if top else zones, 1):
+            st = stats_of_row(h) if has_lat else None
+            rows.append({
+                "rank": rank, "device": d, "zone_start": s, "zone_bytes": sz, "zone_kind": kind,
+                "events": na + nf, "allocs": na, "frees": nf, "bytes": nb,
+                "event_share": (na + nf) / total_ev if total_ev else 0.0,
+                "byte_share": nb / total_b if total_b else None,
+                "latency_events": None if st is None else st["n"],
+                "latency_p50_us": None if st is None else st["p50_us"],
+                "latency_p99_us": None if st is None else st["p99_us"],
+            })
+        return rows

@@ -1,0 +1,168 @@
+"""Report layer: per analysis, run it on a job's files (``veotrace.runs``) and fill a section: headline, key table, params, figure.
+
+Each function here is the ``section`` of its registry entry (``veotrace.registry``); the headline is
+the run result's own (``RunResult.headline``), the same numbers a notebook shows first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veotrace.reporting.html import inline_svg
+
+#: Rows of a key table shown before "N more rows".
+MAX_ROWS = 30
+#: Lags drawn by the report's correlate section (when the series is long enough).
+REPORT_MAX_LAG = 3
+#: Policies the report's simulate section replays (all seven take several times longer; the command runs them all).
+REPORT_POLICIES = ("torch", "bestfit", "ideal")
+
+
+def _figure(section, run: Any, size) -> None:
+    from veotrace.plot import figure_bytes
+
+    section.figure_svg = inline_svg(figure_bytes(run.command, run.value, "svg", size=size, **run.plot_data()),
+                                    prefix=section.id)
+
+
+def _table(section, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    section.table_title, section.columns = title, columns
+    section.rows = rows[:MAX_ROWS]
+    if len(rows) > MAX_ROWS:
+        section.table_note = f"first {MAX_ROWS} of {len(rows):,} rows; run the command above with --format csv for all"
+
+
+def entropy(job, section, reading, size) -> None:
+    from veotrace.runs.entropy import entropy as run_entropy
+
+    run = run_entropy(job.paths, **reading)
+    res = run.value
+    t, s = res.trend, res.summary
+    per = "hour" if t.get("x") == "hours" else "window"
+    section.headline = run.headline()
+    ts = t["theil_sen"]
+    _table(section, "Trend of H", ["statistic", "value"], [
+        ["least-squares slope (bits/" + per + ")", t["slope"]], ["intercept (bits)", t["intercept"]],
+        ["R²", t["r_squared"]], ["Theil-Sen slope", ts["slope"]], ["Theil-Sen 95% interval", _interval(ts["low"], ts["high"])],
+        ["Kendall tau", t["kendall"]["tau"]], ["Kendall p", t["kendall"]["p_value"]], ["windows fitted", t["n"]],
+        ["empty windows", s["empty_windows"]]])
+    section.params = res.params
+    _figure(section, run, size)
+
+
+def bursts(job, section, reading, size) -> None:
+    from veotrace.runs.bursts import bursts as run_bursts
+
+    kernels = job.command == "bursts --events kernels"
+    run = run_bursts(job.paths, events="kernels" if kernels else "alloc", **reading)
+    s = run.value.summary
+    section.headline = run.headline()
+    rows = []
+    for key, label, scale in (("burst_events", "events per burst", 1), ("burst_duration_ns", "duration (ms)", 1e6),
+                              ("burst_bytes", "bytes per burst", 1), ("inter_burst_gap_ns", "gap between bursts (ms)", 1e6)):
+        d = s.get(key)
+        if d:
+            rows.append([label, *(None if d[q] is None else d[q] / scale for q in ("min", "median", "p95", "p99", "max", "mean"))])
+    _table(section, "Distributions", ["", "min", "median", "p95", "p99", "max", "mean"], rows)
+    section.params = run.value.params
+    if run.value.bursts.num_rows:
+        _figure(section, run, size)
+
+
+def l2(job, section, reading, size) -> None:
+    from veotrace.runs.l2 import l2_breakpoints
+
+    run = l2_breakpoints(job.paths, skip_bad_rows=reading["skip_bad_rows"], format_hint=reading["format_hint"])
+    res = run.value
+    section.headline = run.headline()
+    rows = [[r["kernel"], r["launch_index"], r["id"], r["mean_before"], r["mean_after"], r["jump"], r["z_score"],
+             r["rules"] or ""] for r in res.breakpoints.to_pylist()]
+    _table(section, "Breakpoints", ["kernel", "launch", "ncu ID", "mean before", "mean after", "jump", "z", "rules"], rows)
+    section.params = _without_read(res.params)
+    _figure(section, run, size)
+
+
+def correlate(job, section, reading, size) -> None:
+    from veotrace.runs.correlate import aligned_pairs, correlate as run_correlate
+
+    addrs_path, epe_path = job.paths[0], job.paths[-1]
+    names = {k: job.params.get(k) for k in ("addrs_name", "epe_name")}
+    pairs = aligned_pairs(addrs_path, epe_path, **names)
+    lag = REPORT_MAX_LAG if pairs.jump_bytes.size >= 10 * REPORT_MAX_LAG else 0
+    job.params["max_lag"] = lag or None
+    run = run_correlate(addrs_path, epe_path, max_lag=lag, **names)
+    res = run.value
+    section.command = job.cli
+    section.headline = run.headline()
+    rows = [[name, c.r, _interval(c.ci_low, c.ci_high), c.p, _interval(c.boot_ci_low, c.boot_ci_high), c.perm_p]
+            for name, c in (("Pearson r", res.pearson), ("Spearman rho", res.spearman))]
+    _table(section, "Coefficients", ["", "value", "95% CI", "p", "block-bootstrap 95% CI", "block-permutation p"], rows)
+    section.params = {"resamples": res.resamples, "seed": res.seed, "block_len": res.block_len, "max_lag": lag,
+                      **{k: v for k, v in job.params.items() if k.endswith("_name")}}
+    _figure(section, run, size)
+
+
+def coherence(job, section, reading, size) -> None:
+    from veotrace.runs.coherence import coherence as run_coherence
+
+    run = run_coherence(job.paths[0])
+    res = run.value
+    section.headline = run.headline()
+    rows = [[sign, d["metric"], f"{d['fires_when']} {d['threshold']:g}", d["count"] if d["available"] else "absent",
+             d["first_frame"], d["unknown"]] for sign, d in res.signs.items()]
+    _table(section, "Signs", ["sign", "metric", "fires", "frames fired", "first frame", "unknown"], rows)
+    section.params = {"rule": res.rule, "persist": res.persist, "frame_source": res.frame_source,
+                      **{f"{s}_threshold": d["threshold"] for s, d in res.signs.items()},
+                      "score_drop": res.signs["score_collapse"].get("drop_factor")}
+    _figure(section, run, size)
+
+
+def fragmentation(job, section, reading, size) -> None:
+    from veotrace.runs.fragmentation import fragmentation as run_fragmentation
+
+    run = run_fragmentation(job.paths, **reading)
+    res = run.value
+    section.headline = run.headline()
+    rows = res.windows.to_pylist()
+    flagged = [r for r in rows if r["fragmented"]]
+    shown = flagged if 0 < len(flagged) < len(rows) else rows
+    _table(section, "Fragmented windows" if shown is flagged else "Windows",
+           ["window", "device", "events", "live peak", "reserved", "free", "largest free", "ext frag", "GMLake"],
+           [[r["window"], r["device"], r["events"], r["live_bytes_peak"], r["reserved_bytes"], r["free_bytes"],
+             r["largest_free_bytes"], r["external_frag"], r["gmlake_frag"]] for r in shown])
+    section.params = {k: v for k, v in res.params.items() if v is not None}
+    if res.windows.num_rows:
+        _figure(section, run, size)
+
+
+def simulate(job, section, reading, size) -> None:
+    from veotrace.runs.simulate import simulate as run_simulate
+
+    run = run_simulate(job.paths, policy=list(REPORT_POLICIES), **reading)
+    res = run.value
+    by_name = {r["policy"]: r for r in res.policies}
+    section.headline = run.headline()
+    _table(section, "What-if: policies ranked by peak reserved",
+           ["rank", "policy", "peak reserved", "vs ideal", "peak allocated", "device allocs", "flushes", "fragmented windows"],
+           [[w["rank"], w["policy"], by_name[w["policy"]]["peak_reserved_bytes"], w["vs_ideal"],
+             by_name[w["policy"]]["peak_allocated_bytes"], by_name[w["policy"]]["device_allocs"],
+             by_name[w["policy"]]["flushes"],
+             f"{by_name[w['policy']]['fragmentation']['fragmented_windows']}/{by_name[w['policy']]['fragmentation']['windows']}"]
+            for w in res.whatif])
+    p = res.params
+    section.params = {"policies": ", ".join(REPORT_POLICIES) + " (the report's subset; the command runs all seven)",
+                      "torch settings": p["torch_conf"]["source"], "requests": p["requests"], "seeding": p["seed"],
+                      "recorded releases followed": p["recorded_releases"], "unknown frees": p["counts"]["unknown_frees"]}
+    section.command = job.cli + "".join(f" --policy {n}" for n in REPORT_POLICIES)
+    _figure(section, run, size)
+
+
+def _without_read(params: dict) -> dict:
+    """A result's parameters without what reading reported (the report shows what it read elsewhere)."""
+    return {k: v for k, v in params.items() if k != "read"}
+
+
+def _interval(lo, hi) -> str:
+    from veotrace.plot.common import fmt
+
+    return f"[{fmt(lo)}, {fmt(hi)}]"

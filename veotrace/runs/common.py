@@ -1,0 +1,109 @@
+"""Run layer plumbing shared by the commands: reading options, the engine, option values, the run's input files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+Progress = Callable[[int, int], None] | None
+
+
+def reading(time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
+            extra_columns: Sequence[str] = ()) -> tuple[Any, Any]:
+    """The ReadOptions of the shared reading options, and an empty ReadReport for what reading skips."""
+    from veotrace.sources import ReadOptions, ReadReport
+
+    unit = getattr(time_unit, "value", time_unit)  # the CLI's enum, or its text
+    options = ReadOptions(time_unit=unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint)
+    if extra_columns:
+        import dataclasses
+
+        options = dataclasses.replace(options, extra_columns=tuple(extra_columns))
+    return options, ReadReport()
+
+
+def engine(kind: str = "local", jobs: int = 1, scheduler: str | None = None, workers: int | None = None):
+    """The EngineConfig of ``--engine``, ``--jobs``, ``--scheduler``, ``--workers`` (UsageError for a mix-up)."""
+    from veotrace.engine import EngineConfig
+
+    return EngineConfig(getattr(kind, "value", kind), jobs, scheduler, workers)
+
+
+def as_paths(paths: Any) -> list:
+    """A path, a URL or a list of them as the readers take them (``Path`` or ``sources.remote.UrlPath``)."""
+    from veotrace.sources.remote import as_path
+
+    if isinstance(paths, (str, Path)) or not isinstance(paths, Sequence):
+        paths = [paths]
+    return [as_path(p) for p in paths]
+
+
+def input_files(paths: Sequence[Any]) -> list:
+    """Every local file ``paths`` name (folders expanded), for the output guard; URLs are never outputs."""
+    from veotrace.sources.remote import local_path
+
+    out = []
+    for p in paths:
+        local = p if isinstance(p, Path) else local_path(p)
+        if local is None:
+            continue
+        if local.is_dir():
+            out.extend(q for q in local.rglob("*") if q.is_file())
+        else:
+            out.append(local)
+    return out
+
+
+def seconds(value: str | float | None, option: str, bare_unit: str = "s") -> float | None:
+    """A duration option in seconds: text such as ``5m`` or ``300s``, or a number in ``bare_unit``."""
+    from veotrace.units import parse_duration
+
+    return None if value is None else parse_duration(value, option=option, bare_unit=bare_unit)
+
+
+def nbytes(value: str | int | None, option: str) -> int | None:
+    """A byte-size option: text such as ``80GiB``, or a number of bytes."""
+    from veotrace.units import parse_bytes
+
+    if value is None:
+        return None
+    return parse_bytes(str(value), option=option)
+
+
+def ops_list(value: str | Sequence[str] | None, default: Sequence[str]) -> list[str]:
+    """The op names of a comma-separated ``--ops`` value or a list (``default`` when None).
+
+    Raises:
+        UsageError: the value names no op at all (e.g. ``--ops ,``).
+    """
+    from veotrace.errors import UsageError
+
+    if value is None:
+        return list(default)
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    ops = [o.strip() for o in parts if o.strip()]
+    if not ops:
+        raise UsageError("--ops needs at least one op name, e.g. alloc")
+    return ops
+
+
+def grouping(by: str | None, device: int | None) -> dict:
+    """The by/device keywords of an analysis, only those given."""
+    out: dict = {}
+    if by is not None:
+        out["by"] = getattr(by, "value", by)
+    if device is not None:
+        out["device"] = device
+    return out
+
+
+def hours_list(text: str | Sequence[float] | None) -> list[float]:
+    """``--segments`` as hours: '48,120' (bare numbers are hours) or '30m,2h', or a list of hours."""
+    from veotrace.units import parse_hours_list
+
+    if text is None:
+        return []
+    if not isinstance(text, str):
+        return [float(h) for h in text]
+    return parse_hours_list(text)

@@ -1,0 +1,91 @@
+"""Run `convert`: write alloc/free events once as Parquet (alloc_events/1); snapshots also give segments and blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from veotrace.runs import common
+from veotrace.runs.result import RunResult
+
+
+@dataclass
+class ConvertRun(RunResult):
+    """``convert``'s result: ``value`` maps each table written to (path, rows)."""
+
+    command = "convert"
+
+    def to_dict(self) -> dict:
+        return {"written": {kind: {"path": str(path), "rows": rows} for kind, (path, rows) in self.value.items()}}
+
+    def headline(self) -> list[tuple[str, Any]]:
+        return [(kind, f"{rows:,} rows in {path}") for kind, (path, rows) in self.value.items()]
+
+    def render(self, console, *, max_rows: int = 40) -> None:
+        for line in self.closing:
+            console.print(line)
+
+
+def table_path(output: Path, kind: str) -> Path:
+    """Where the ``kind`` table goes beside ``output``: out.parquet -> out.segments.parquet."""
+    stem = output.name[: -len(".parquet")] if output.name.endswith(".parquet") else output.name
+    return output.with_name(f"{stem}.{kind}.parquet")
+
+
+def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
+            engine: str = "local", jobs: int = 1, scheduler: str | None = None, workers: int | None = None,
+            on_progress: common.Progress = None) -> ConvertRun:
+    """Convert logs, snapshots or exports to one Parquet table that every command accepts.
+
+    Args:
+        output: the Parquet file to write (snapshots: also OUT.segments.parquet and OUT.blocks.parquet).
+
+    Returns:
+        The tables written; ``closing`` holds the line the command prints ("wrote ...").
+    """
+    from veotrace.outputs import output_file, refuse_url
+    from veotrace.render.export import write_table
+    from veotrace.sources import read_table, resolve_inputs
+    from veotrace.sources.convert import write_parquet
+
+    paths = common.as_paths(paths)
+    output = Path(output)
+    refuse_url(output)
+    options, report = common.reading(time_unit, skip_bad_rows, format_hint)
+    config = common.engine(engine, jobs, scheduler, workers)
+    inputs = common.input_files(paths)
+    if config.parallel:  # each file converted by a task into a part, the parts then joined in order
+        from veotrace.engine import run_convert
+
+        rows = run_convert(paths, output, config, options=options, report=report, on_progress=on_progress,
+                           inputs=inputs)
+        return ConvertRun({"alloc_events": (output, rows)}, list(report.messages()), inputs,
+                          closing=[f"wrote {rows:,} events to {output}"])
+    resolved = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    notes: list[str] = []
+    with output_file(output, "wb", inputs=inputs) as sink:
+        rows = write_parquet(_events(resolved, options, report, notes, on_progress), sink)
+    messages = list(report.messages())
+    written = {"alloc_events": (output, rows)}
+    snapshots = [path for path, fmt in resolved if "segments" in fmt.provides]
+    for kind in ("segments", "blocks") if snapshots else ():
+        table = read_table(snapshots, kind, options=options, report=report)
+        write_table(table, "parquet", table_path(output, kind), inputs=inputs)
+        written[kind] = (table_path(output, kind), table.num_rows)
+    messages += [f"Note: {note}" for note in notes]
+    line = "wrote " + ", ".join(f"{rows:,} {'events' if kind == 'alloc_events' else kind} to {path}"
+                                for kind, (path, rows) in written.items())
+    return ConvertRun(written, messages, inputs, closing=[line])
+
+
+def _events(inputs, options, report, notes, on_progress):
+    """Events of every input in order; a snapshot without trace entries adds a note instead."""
+    from veotrace.sources import iter_alloc_events
+    from veotrace.sources.snapshots.torch_snapshot import NoTraceEvents
+
+    for path, _fmt in inputs:
+        try:
+            yield from iter_alloc_events([path], options=options, report=report, on_progress=on_progress)
+        except NoTraceEvents as exc:
+            notes.append(f"{exc.path}: {exc.message}")

@@ -1,0 +1,84 @@
+"""Run `entropy`: read alloc/free events (one process, ``--jobs`` or Dask) -> size-class entropy per window and its trend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from veotrace.defaults import ENTROPY_MAX_CLASS, ENTROPY_MIN_CLASS, ENTROPY_OPS
+from veotrace.runs import common
+from veotrace.runs.result import RunResult
+
+
+@dataclass
+class EntropyRun(RunResult):
+    """``entropy``'s result: ``value`` is the analysis' ``EntropyResult``."""
+
+    command = "entropy"
+
+    def tables(self) -> dict[str, Any]:
+        return {"windows": self.value.export_table()}
+
+    def headline(self) -> list[tuple[str, Any]]:
+        return self.value.headline()
+
+    def render(self, console, *, max_rows: int = 40) -> None:
+        from veotrace.render.entropy import render_entropy
+
+        render_entropy(console, self.value, max_rows=max_rows)
+
+
+def entropy(paths, *, window: str | float | None = None, step: str | float | None = None,
+            window_events: int | None = None, ops: str | list[str] | None = None,
+            min_class: int = ENTROPY_MIN_CLASS, max_class: int = ENTROPY_MAX_CLASS,
+            segments: str | list[float] | None = None, by: str | None = None, device: int | None = None,
+            time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
+            save_baseline=None, engine: str = "local", jobs: int = 1, scheduler: str | None = None,
+            workers: int | None = None, on_progress: common.Progress = None) -> EntropyRun:
+    """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments.
+
+    Args:
+        paths: files, folders of rotated logs, Parquet from ``convert``, or URLs.
+        window, step: window length and step: ``"5m"``, ``"300s"``, or seconds (default: 300 s, or one
+            chosen from the data when that gives under 20 windows; step = window).
+        window_events: windows of N consecutive counted events instead of time windows.
+        ops: the ops counted (``"alloc"`` or ``["alloc", "free"]``).
+        segments: split the trend at these times since the first window (``"48,120"`` hours, or a list).
+        by, device: also one series per ``"device"`` or ``"stream"``; only this device.
+        save_baseline: also write the baseline ``gate`` compares with to this file.
+        engine, jobs, scheduler, workers: where to run (``jobs > 1`` or ``engine="dask"`` splits the inputs).
+
+    Raises:
+        UsageError: impossible options. VeotraceError: unreadable input.
+    """
+    from veotrace.analysis.groups import columns_for
+    from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
+    from veotrace.errors import UsageError
+    from veotrace.sources import iter_alloc_events
+
+    paths = common.as_paths(paths)
+    options, report = common.reading(time_unit, skip_bad_rows, format_hint)
+    config = common.engine(engine, jobs, scheduler, workers)
+    if window_events is not None and (window is not None or step is not None):
+        raise UsageError("--window-events counts events, not time: leave out --window and --step")
+    params = dict(window_s=common.seconds(window, "--window"), step_s=common.seconds(step, "--step"),
+                  window_events=window_events, ops=common.ops_list(ops, ENTROPY_OPS), min_class=min_class,
+                  max_class=max_class, **common.grouping(by, device))
+    hours = common.hours_list(segments)
+    columns = COLUMNS + columns_for(params.get("by"), device)
+    if config.parallel:  # pieces of the inputs as tasks; the same partials, merged
+        from veotrace.engine import run_entropy
+
+        result = run_entropy(paths, config, options=options, report=report, segments=hours, columns=columns,
+                             on_progress=on_progress, **params)
+    else:
+        batches = iter_alloc_events(paths, options=options, report=report, on_progress=on_progress, columns=columns)
+        result = compute_entropy(batches, **params, segments=hours)
+    run = EntropyRun(result, [*report.messages(), *result.summary["notes"]], common.input_files(paths))
+    result.summary["read"] = report.to_dict()
+    if save_baseline is not None:
+        from veotrace.gating.baseline import save_entropy_baseline
+
+        save_entropy_baseline(save_baseline, result, paths=paths, time_unit=getattr(time_unit, "value", time_unit),
+                              inputs=run.inputs)
+    return run

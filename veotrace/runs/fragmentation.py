@@ -1,0 +1,226 @@
+"""Run `fragmentation`: read a trace (alloc/free logs, or one PyTorch snapshot seeded from its final state) and replay it.
+
+The one path from files to ``fragmentation_series`` for the command, the report and the Python API:
+on one process, or in two passes over pieces of the logs on the engines (``fragmentation.parallel``)
+when the options allow an exact split. An array of addresses gets its stride summary instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veotrace import defaults as _D
+from veotrace.runs import common
+from veotrace.runs.result import RunResult
+
+#: Tables ``--table`` (``to_arrow(name)``) can give.
+TABLES = ("windows", "bins", "zones", "state")
+
+
+def size_text(n: int | None) -> str:
+    """Exact option text of a default size: 2097152 -> '2MiB' (None -> '')."""
+    if n is None:
+        return ""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+DEFAULT_BINS_TEXT = ",".join(f"{size_text(lo)}-{size_text(hi)}" for lo, hi in _D.FRAGMENTATION_BINS)
+
+
+@dataclass
+class FragmentationRun(RunResult):
+    """``fragmentation``'s result: ``value`` is a ``FragmentationResult`` (or, for an array of addresses, ``strides``)."""
+
+    command = "fragmentation"
+    at: str | None = None
+    strides: dict | None = field(default=None)
+
+    def to_dict(self) -> dict:
+        if self.strides is not None:
+            return {"strides": self.strides}
+        from veotrace.frag.result import state_table
+
+        result = self.value
+        out = result.to_dict()
+        if self.at == "end":
+            out["at"] = dict(result.end, state=state_table(result.final_states,
+                                                           max_gap=result.params["max_gap_bytes"]).to_pylist())
+        elif result.at is not None:
+            out["at"] = dict(result.at, state=result.at_state.to_pylist())
+        return out
+
+    def tables(self) -> dict[str, Any]:
+        """windows, bins, zones, and the full state (at ``at``, else at the end); none for strides."""
+        if self.strides is not None:
+            return {}
+        from veotrace.frag.result import state_table
+
+        r = self.value
+        state = r.at_state if r.at_state is not None else state_table(r.final_states, max_gap=r.params["max_gap_bytes"])
+        return {"windows": r.windows, "bins": r.bins, "zones": r.zones, "state": state}
+
+    def headline(self) -> list[tuple[str, Any]]:
+        if self.strides is not None:
+            return list(self.strides.items())[:6]
+        e, s = self.value.end["total"], self.value.summary
+        return [("reserved at end", e.get("reserved_bytes")), ("allocated at end", e.get("allocated_bytes")),
+                ("largest free block", e.get("largest_free_bytes")), ("external fragmentation", e.get("external_frag")),
+                ("fragmented windows", f"{s['fragmented_windows']} of {s['windows']}")]
+
+    def render(self, console, *, max_rows: int = 40) -> None:
+        from veotrace.render.fragmentation import render_fragmentation, render_strides
+
+        if self.strides is not None:
+            render_strides(console, self.strides)
+        else:
+            render_fragmentation(console, self.value, max_rows=max_rows)
+
+
+def fragmentation(paths, *, window: str | float | None = None, window_events: int | None = None,
+                  threshold: float = _D.FRAGMENTATION_THRESHOLD, max_gap: str | int = size_text(_D.FRAGMENTATION_MAX_GAP_BYTES),
+                  bins: str | list = DEFAULT_BINS_TEXT, zone_bytes: str | int = size_text(_D.FRAGMENTATION_ZONE_BYTES),
+                  latency_col: str | None = None, at: str | float | None = None, time_unit: str = "ns",
+                  skip_bad_rows: bool = False, format_hint: str | None = None, engine: str = "local", jobs: int = 1,
+                  scheduler: str | None = None, workers: int | None = None,
+                  on_progress: common.Progress = None) -> FragmentationRun:
+    """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and ``_memory_viz`` definitions.
+
+    Args:
+        window, window_events: window length (``"5m"``, seconds) or N events per window.
+        threshold: a window is fragmented when its largest free block is under this share of free bytes.
+        max_gap: without segments, gaps between live blocks under this size are free space of one range.
+        bins: free-block size bins ``"8KiB-32KiB,256KiB-"`` or ``[(lo, hi or None), ...]``.
+        zone_bytes: width of the address zones ranked by activity, or ``"segment"``.
+        latency_col: the log's column of per-event latencies (microseconds).
+        at: the full state at ``"end"`` or at a time after the first event (``"90s"``).
+    """
+    paths = common.as_paths(paths)
+    options, report = common.reading(time_unit, skip_bad_rows, format_hint,
+                                     extra_columns=(latency_col,) if latency_col is not None else ())
+    zone = zone_bytes if isinstance(zone_bytes, int) else (
+        "segment" if zone_bytes.strip().lower() == "segment" else common.nbytes(zone_bytes, "--zone-bytes"))
+    kw = {"latency_col": latency_col, "window_s": common.seconds(window, "--window"), "window_events": window_events,
+          "threshold": threshold, "max_gap": common.nbytes(max_gap, "--max-gap"), "bins": parse_bins(bins),
+          "zone_bytes": zone, "at_offset_s": None if at in (None, "end") else common.seconds(at, "--at")}
+    strides = array_strides(paths)
+    inputs = common.input_files(paths)
+    if strides is not None:
+        return FragmentationRun(None, [], inputs, strides=strides)
+    notes: list[str] = []
+    config = common.engine(engine, jobs, scheduler, workers)
+    result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
+                             notes=notes, **kw)
+    from veotrace.render.fragmentation import warning_lines
+
+    messages = [*report.messages(), *notes, *warning_lines(result.counters, result.end["total"])]
+    result.summary["read"] = report.to_dict()
+    return FragmentationRun(result, messages, inputs, at=None if at is None else str(at))
+
+
+def parse_bins(text: str | list) -> list[tuple[int, int | None]]:
+    """'8KiB-32KiB,256KiB-' -> [(8192, 32768), (262144, None)] (a list of pairs passes through).
+
+    Raises:
+        UsageError: a bin that is not LO-HI or LO-.
+    """
+    from veotrace.errors import UsageError
+
+    if not isinstance(text, str):
+        return [(int(lo), None if hi is None else int(hi)) for lo, hi in text]
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, sep, hi = part.partition("-")
+        if not sep or not lo.strip():
+            raise UsageError(f"--bins expects LO-HI or LO- (e.g. 8KiB-32KiB,256KiB-), got {part!r}")
+        out.append((common.nbytes(lo, "--bins"), common.nbytes(hi, "--bins") if hi.strip() else None))
+    if not out:
+        raise UsageError("--bins needs at least one bin, e.g. 8KiB-32KiB")
+    return out
+
+
+def array_strides(paths: list) -> dict | None:
+    """Stride summary when every input is an array file of addresses (a .npy as `correlate` reads)."""
+    from veotrace.sources.detect import detect
+
+    files = [p for p in paths if p.is_file()]
+    if not files or len(files) != len(paths):
+        return None
+    fmts = [detect(p) for p in files]
+    if not all("arrays" in f.provides for f in fmts):
+        return None
+    import numpy as np
+
+    from veotrace.frag.layout import stride_summary
+    from veotrace.sources.arrays import read_array, to_addresses
+
+    seqs = []
+    for p in files:
+        addr, finite = to_addresses(read_array(p), path=p)
+        seqs.append(addr.reshape(addr.shape[0], -1)[:, 0][finite.reshape(finite.shape[0], -1)[:, 0]])
+    return stride_summary(np.concatenate(seqs))
+
+
+def read_and_replay(paths: list[Path], *, options, report, on_progress=None, config=None, notes=None, **kw):
+    """Read ``paths`` and replay them: one snapshot (seeded from its final state), or alloc/free logs.
+
+    Args:
+        config: an ``engine.EngineConfig``; when parallel, alloc/free logs are replayed in pieces
+            (``fragmentation.parallel``). What cannot be (a snapshot, ``--at TIME``, ...) is replayed
+            here, with the reason appended to ``notes``.
+    """
+    from veotrace.errors import TraceFormatError, UsageError
+    from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
+    from veotrace.frag.decode import COLUMNS
+    from veotrace.schemas import ALLOC_EVENTS
+    from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
+    from veotrace.sources.base import ReadReport
+
+    resolved = ReadReport()  # what resolving skipped: reported here, or by the engine's own planning
+    inputs = resolve_inputs(paths, "alloc_events", options=options, report=resolved)
+    snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot"]
+    notes = [] if notes is None else notes
+    if config is not None and config.parallel:
+        from veotrace.frag.parallel import MIN_LOCAL_JOBS
+
+        if snaps:
+            notes.append("note: a PyTorch snapshot is replayed on one process (its final state seeds the replay)")
+        elif kw.get("at_offset_s") is not None:
+            notes.append("note: --at TIME is replayed on one process (use --at end with --jobs/--engine)")
+        elif config.kind == "local" and config.jobs < MIN_LOCAL_JOBS:
+            notes.append(f"note: --jobs {config.jobs}: replayed on one process, whose reader threads run beside the "
+                         f"replay (the exact split reads every piece twice and pays from --jobs {MIN_LOCAL_JOBS})")
+        else:
+            from veotrace.engine import run_fragmentation
+
+            args = {k: v for k, v in kw.items() if k != "at_offset_s"}
+            result, why = run_fragmentation(paths, config, options=options, report=report, on_progress=on_progress,
+                                            **args)
+            if result is not None:
+                return result
+            notes.append(why)
+    report.merge(resolved)
+    if not snaps:
+        batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS,
+                                    on_progress=on_progress, inputs=inputs)
+        return fragmentation_series(batches, **kw)
+    if len(inputs) > 1:
+        raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
+    path = snaps[0]
+    if kw.get("latency_col"):
+        from veotrace.sources.logs.extra import check_source
+
+        check_source(path, "torch-snapshot", (kw["latency_col"],))
+    final = initial_from_tables(read_table([path], "segments", options=options, report=report),
+                                read_table([path], "blocks", options=options, report=report))
+    try:
+        events = read_table([path], "alloc_events", options=options, report=report)
+    except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
+        events = ALLOC_EVENTS.empty_table()
+        report.warnings.append(f"Warning: {path}: no trace entries; only the state at the snapshot is reported")
+    initial, events = seed_from_final(events, final) if events.num_rows else (final, events)
+    return fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **kw)

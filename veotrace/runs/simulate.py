@@ -1,0 +1,147 @@
+"""Run `simulate`: read a trace (a snapshot's settings and state too) and replay it through allocator policies.
+
+``load_trace`` is the one reading path behind the command, the report's section and the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
+from veotrace.errors import EXIT_CHECK_FAILED
+from veotrace.runs import common
+from veotrace.runs.result import RunResult
+
+
+@dataclass
+class SimulateRun(RunResult):
+    """``simulate``'s result: ``value`` is the ``SimulationResult`` of every policy replayed."""
+
+    command = "simulate"
+
+    def tables(self) -> dict[str, Any]:
+        return {"windows": self.value.windows}
+
+    def headline(self) -> list[tuple[str, Any]]:
+        res = self.value
+        by_name = {r["policy"]: r for r in res.policies}
+        out = [("best policy", res.whatif[0]["policy"])]
+        for name in ("torch", "ideal"):
+            if name in by_name:
+                out.append((f"{name} peak reserved", by_name[name]["peak_reserved_bytes"]))
+        if "torch" in by_name and "ideal" in by_name:
+            out.append(("torch vs ideal", next(w["vs_ideal"] for w in res.whatif if w["policy"] == "torch")))
+        v = res.validation
+        if v is not None:
+            out += [("segment allocs reproduced", f"{100 * v['share']:.1f}%"),
+                    ("extra segment allocs", f"{v['extra']} ({100 * v['extra_share']:.1f}%)")]
+        return out
+
+    def render(self, console, *, max_rows: int = 40) -> None:
+        from veotrace.render.simulate import render_simulate
+
+        render_simulate(console, self.value, max_rows=max_rows)
+
+
+def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None = None, capacity: str | int | None = None,
+             tiers: str | None = None, window: str | float | None = None, window_requests: int | None = None,
+             max_unknown_frees: float = SIMULATE_MAX_UNKNOWN_FREES, no_recorded_releases: bool = False,
+             id_col: str | None = None, torch_core: str = "auto", fail_on_oom: bool = False, time_unit: str = "ns",
+             skip_bad_rows: bool = False, format_hint: str | None = None,
+             on_progress: common.Progress = None) -> SimulateRun:
+    """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them.
+
+    Args:
+        policy: the policies to replay (a name or a list; default: all).
+        conf: ``PYTORCH_CUDA_ALLOC_CONF`` for the torch policy (default: the snapshot's settings).
+        capacity: device memory per GPU (``"80GiB"`` or bytes): allocations past it are reported.
+        tiers: the tiered pools, ``"10ms:4MiB,100ms:64MiB,inf:512MiB"``.
+        window, window_requests: window length, or N requests per window.
+        max_unknown_frees: largest share of frees naming no live allocation before refusing the input.
+        no_recorded_releases: do not follow the trace's segment frees and unmaps.
+        id_col: pair allocs and frees by this column instead of the address.
+        torch_core: ``"auto"``, ``"c"`` or ``"python"``.
+        fail_on_oom: exit code 3 when a policy's allocation does not fit ``capacity``.
+    """
+    from veotrace.allocators import simulate as sim
+    from veotrace.allocators.stream import open_requests
+    from veotrace.allocators.validation import validate
+
+    paths = common.as_paths(paths)
+    names = sim.check_policies([policy] if isinstance(policy, str) else list(policy or []))
+    sim.check_core(torch_core)
+    cap = common.nbytes(capacity, "--capacity")
+    window_s = common.seconds(window, "--window")
+    tier_spec = parse_tiers(tiers)
+    options, report = common.reading(time_unit, skip_bad_rows, format_hint,
+                                     extra_columns=(id_col,) if id_col is not None else ())
+    key = id_col or "address"
+    table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False)
+    req = open_requests(table, names, seed, max_unknown_frees=max_unknown_frees,
+                        use_releases=not no_recorded_releases, key=key)
+    result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
+                          window_s=window_s, window_requests=window_requests, torch_core=torch_core)
+    if seed is not None and "torch" in names:
+        result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
+                                     torch_core=torch_core)
+    run = SimulateRun(result, list(report.messages()), common.input_files(paths))
+    result.params["read"] = report.to_dict()
+    result.params["pair_by"] = key
+    oom = result.first_oom
+    if oom is not None:
+        run.closing.append(
+            f"Warning: {oom['policy']}: an allocation did not fit --capacity {capacity}: request {oom['request']:,} "
+            f"({oom['size_bytes']:,} bytes)" + (f"; exit {EXIT_CHECK_FAILED} because of --fail-on-oom" if fail_on_oom else ""))
+        if fail_on_oom:
+            run.exit_code = EXIT_CHECK_FAILED
+    return run
+
+
+def parse_tiers(text: str | None):
+    """``"10ms:4MiB,100ms:64MiB,inf:512MiB"`` -> ((0.01, 4194304), ...); None -> the defaults."""
+    from veotrace.errors import UsageError
+
+    if text is None:
+        return None
+    tiers = []
+    for part in text.split(","):
+        bound, _, gran = part.strip().partition(":")
+        if not gran:
+            raise UsageError(f"--tiers expects LIFETIME:GRANULARITY pairs such as 10ms:4MiB,inf:512MiB, got {part!r}")
+        life = float("inf") if bound.strip() == "inf" else common.seconds(bound.strip(), "--tiers")
+        tiers.append((life, common.nbytes(gran.strip(), "--tiers")))
+    if [b for b, _ in tiers] != sorted(b for b, _ in tiers) or tiers[-1][0] != float("inf"):
+        raise UsageError("--tiers bounds must increase and the last must be 'inf'", hint="e.g. 10ms:4MiB,100ms:64MiB,inf:512MiB")
+    return tuple(tiers)
+
+
+def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True):
+    """The events table, and for one PyTorch snapshot its settings-derived conf and seed (else None).
+
+    ``whole=False``: for anything but a snapshot, the events come as ``open_batches(first)``, which reads
+    the source's batches anew at each call (see :class:`veotrace.allocators.stream.RequestStream`), so a
+    long log is never held whole; only the first read reports to ``report``. A snapshot's table is always whole.
+    """
+    import pyarrow as pa
+
+    from veotrace.allocators import conf as cf
+    from veotrace.allocators.seed import rebuild
+    from veotrace.sources import ReadReport, iter_alloc_events, resolve_inputs
+    from veotrace.sources.snapshots import torch_snapshot as ts
+
+    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    snapshot = len(inputs) == 1 and inputs[0][1].name == "torch-snapshot"
+    def open_batches(first: bool):
+        return iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs)
+
+    table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches
+    snap_conf = seed = None
+    if snapshot:
+        path = inputs[0][0]
+        snap = ts.load_snapshot(path)
+        snap_conf = cf.from_settings(snap.allocator_settings) if snap.allocator_settings else cf.TorchConf(
+            source="PyTorch defaults (the snapshot has no allocator_settings)")
+        seed = rebuild(table, ts.read_segments(path), ts.read_blocks(path))
+    conf = cf.parse_conf(conf_text) if conf_text is not None else (snap_conf or cf.TorchConf())
+    return table, conf, snap_conf, seed
