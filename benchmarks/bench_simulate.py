@@ -124,7 +124,9 @@ def realistic_refused() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=10_000_000)
-    ap.add_argument("--policies", default="torch,torch-python,ideal,bestfit,firstfit,reuse,tiered,tiered-oracle")
+    from veotrace.allocators.policies import POLICIES  # every registered policy, and the Python torch core
+
+    ap.add_argument("--policies", default=",".join(["torch", "torch-python", *(p for p in POLICIES if p != "torch")]))
     args = ap.parse_args()
     from veotrace.allocators.builder import build_requests
     from veotrace.sources import iter_alloc_events

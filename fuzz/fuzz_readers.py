@@ -33,9 +33,9 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
 
     with atheris.instrument_imports(include=["veotrace"]):
         import veotrace.sources  # noqa: F401
-        import veotrace.sources.logs.alloc_log  # noqa: F401
         import veotrace.sources.arrays  # noqa: F401
         import veotrace.sources.frames  # noqa: F401
+        import veotrace.sources.logs.alloc_log  # noqa: F401
         import veotrace.sources.nsight.ncu  # noqa: F401
         import veotrace.sources.nsight.ncu_fast  # noqa: F401
         import veotrace.sources.nsight.nsys_csv  # noqa: F401

@@ -6,8 +6,7 @@ import pytest
 
 from veotrace.allocators import base
 from veotrace.allocators.conf import TorchConf, from_settings, parse_conf
-from veotrace.allocators.torch import (TorchAllocator, get_allocation_size, round_size,
-                                       roundup_power2_next_division)
+from veotrace.allocators.torch import TorchAllocator, get_allocation_size, round_size, roundup_power2_next_division
 from veotrace.errors import UsageError
 
 MiB = 1 << 20

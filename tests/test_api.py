@@ -8,11 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import veotrace
+from tests.conftest import SAMPLES, run_cli
 from veotrace import registry
 from veotrace.errors import UsageError, VeotraceError
 from veotrace.render.export import dumps_json
-
-from tests.conftest import SAMPLES, run_cli
 
 LOGS = SAMPLES / "alloc_logs"
 SNAP = SAMPLES / "snapshots" / "memory_snapshot.pickle"

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from veotrace.sources.logs import alloc_log, csvscan
 from veotrace.sources.base import ReadOptions, ReadReport
+from veotrace.sources.logs import alloc_log, csvscan
 from veotrace.synth.alloc import write_realistic_log
 
 pytestmark = pytest.mark.skipif(not csvscan.available(), reason="C scanner not built")

@@ -43,13 +43,13 @@ def _segment_log(seed: int):
             for j in slots.tolist():
                 work.append((s, start + j * (64 << 10), int(rng.integers(1, 64 << 10))))
         rng.shuffle(work)
-        for s, a, sz in work:  # alloc now, free later (all within the half)
+        for _s, a, sz in work:  # alloc now, free later (all within the half)
             rows.append((t, "alloc", sz, a))
             t += 1
-        for s, a, sz in work[::-1]:
+        for _s, a, sz in work[::-1]:
             rows.append((t, "free", sz, a))
             t += 1
-        for s, a, sz in work:
+        for s, _a, sz in work:
             kind = "range" if s == "X" else "segment"
             key = (segs[s][0] if s != "X" else None, kind)
             cur = truth.setdefault(key, [0, 0, 0])

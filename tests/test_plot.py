@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES
 from veotrace.analysis.bursts import bursts as bursts_analysis
+from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
 from veotrace.analysis.frames.coherence import detect_collapse
 from veotrace.analysis.frames.correlation import align_pairs, correlate
-from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
 from veotrace.analysis.l2.l2 import find_breakpoints
 from veotrace.errors import UsageError
 from veotrace.plot.base import draw, figure_bytes, parse_size, plot_format

@@ -25,8 +25,8 @@ def fragmentation():
 
 @pytest.fixture(scope="module")
 def simulated():
-    from veotrace.allocators.builder import build_requests
     from veotrace.allocators import simulate as sim
+    from veotrace.allocators.builder import build_requests
     from veotrace.allocators.conf import TorchConf
     from veotrace.sources import iter_alloc_events
 

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
+from tests.conftest import SAMPLES
 from veotrace import registry
 from veotrace.runs.result import RunResult
-from tests.conftest import SAMPLES
 
 
 @pytest.mark.parametrize("entry", registry.ENTRIES, ids=lambda e: e.name)
@@ -139,3 +139,27 @@ def test_entries_are_frozen_and_named_uniquely():
     assert len(names) == len(set(names))
     with pytest.raises(dataclasses.FrozenInstanceError):
         registry.ENTRIES[0].name = "x"  # type: ignore[misc]
+
+
+def test_policy_registry_is_what_simulate_names_checks_and_builds():
+    from veotrace.allocators import POLICIES, policies
+    from veotrace.allocators.base import Recorder
+    from veotrace.allocators.conf import TorchConf
+    from veotrace.allocators.simulate import check_policies
+    from veotrace.cli.simulate import _POLICY_HELP
+    from veotrace.errors import UsageError
+
+    assert POLICIES == tuple(p.name for p in policies.REGISTRY)
+    assert all(name in _POLICY_HELP for name in POLICIES)
+    assert check_policies([]) == list(POLICIES)
+    with pytest.raises(UsageError, match="unknown policy 'nope'"):
+        check_policies(["nope"])
+    for spec in policies.REGISTRY:
+        assert spec.summary
+        ctx = policies.PolicyContext(0, None, Recorder(), TorchConf(), None, None, None)
+        if spec.name.startswith("tiered"):
+            continue  # built from the requests' lifetimes (tests/test_simulate.py replays them)
+        model = policies.make(spec.name, ctx)
+        for method in ("malloc", "free"):
+            assert callable(getattr(model, method)), (spec.name, method)
+        assert hasattr(model, "c")

@@ -71,8 +71,8 @@ def test_report_over_the_samples(sample_report):
 
 
 def test_report_numbers_are_the_analyses_numbers(sample_report):
-    from veotrace.analysis.frames.coherence import detect_collapse
     from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
+    from veotrace.analysis.frames.coherence import detect_collapse
     from veotrace.analysis.l2.l2 import find_breakpoints
     from veotrace.sources import iter_alloc_events, read_table
     from veotrace.sources.frames import read_frame_metrics

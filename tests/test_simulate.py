@@ -7,14 +7,14 @@ import json
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
-
 from conftest import SAMPLES, real_trace, run_cli
+
 from veotrace.allocators import base
 from veotrace.allocators import replay as rp
-from veotrace.allocators.builder import build_requests
-from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, Requests
 from veotrace.allocators.arena import ArenaAllocator, IdealAllocator
+from veotrace.allocators.builder import build_requests
 from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, Requests
 from veotrace.allocators.reuse import ReuseAllocator
 from veotrace.allocators.simulate import simulate
 from veotrace.errors import EXIT_CHECK_FAILED, AnalysisError

@@ -155,8 +155,8 @@ def test_real_traces_give_the_same_events_on_both_cores(name):
 def test_validation_with_a_gc_threshold_runs_the_core_that_models_it():
     """Validation's run without recorded releases has a capacity (the trace's peaks), which turns
     garbage_collection_threshold on: the result is the Python model's whatever core is asked for."""
-    from veotrace.runs.simulate import load_trace
     from veotrace.allocators.validation import validate
+    from veotrace.runs.simulate import load_trace
     from veotrace.sources import ReadOptions, ReadReport
 
     table, conf, _, seed = load_trace([real_trace("maphsge4_snapshot.pickle")], ReadOptions(), ReadReport(), None)

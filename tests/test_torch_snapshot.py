@@ -10,8 +10,8 @@ import pytest
 from tests.conftest import real_trace
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import ALLOC_EVENTS, BLOCKS, SEGMENTS, schema_tag
-from veotrace.sources.snapshots import torch_snapshot as ts
 from veotrace.sources.detect import detect
+from veotrace.sources.snapshots import torch_snapshot as ts
 from veotrace.synth.torch import synthetic_snapshot
 
 

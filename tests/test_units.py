@@ -2,8 +2,8 @@
 
 import pytest
 
-from veotrace.units import parse_bytes, parse_duration
 from veotrace.errors import UsageError
+from veotrace.units import parse_bytes, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 This package owns the what-if side of memory analysis: parsing ``PYTORCH_CUDA_ALLOC_CONF`` strings and
 a snapshot's ``allocator_settings`` (:mod:`conf`), a model of PyTorch's CUDA caching allocator whose
 rules carry the names of ``c10/cuda/CUDACachingAllocator.cpp`` (:mod:`torch`), the reference policies
-(``ideal``, ``bestfit``/``firstfit`` over one arena, exact-size ``reuse``, lifetime-``tiered`` pools),
+(``ideal``, ``bestfit``/``firstfit`` over one arena, exact-size ``reuse``, lifetime-``tiered`` pools;
+the protocol they meet and the name -> factory registry in :mod:`policies`),
 the compiled core of the torch model and the one decision of which core runs (:mod:`torchcore`,
 ``_torchcore.c``), the request builder that pairs any ``alloc_events/1`` source into alloc/free
 requests batch by batch (:mod:`builder`, :mod:`requests`), streamed pass after pass for long logs
@@ -15,6 +16,6 @@ with model-chosen addresses; fragmentation over windows is computed from that st
 
 from __future__ import annotations
 
-POLICIES = ("torch", "tiered", "tiered-oracle", "reuse", "bestfit", "firstfit", "ideal")
+from veotrace.allocators.policies import POLICIES  # the names, from the one policy registry (policies.REGISTRY)
 
 __all__ = ["POLICIES"]

@@ -8,8 +8,17 @@ and returns them at its free: the lower bound every other policy is measured aga
 
 from __future__ import annotations
 
-from veotrace.allocators.base import (EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, EV_SEGMENT_MAP,
-                                      AddressSpace, PolicyCounters, Recorder, oom)
+from veotrace.allocators.base import (
+    EV_ALLOC,
+    EV_FREE,
+    EV_SEGMENT_ALLOC,
+    EV_SEGMENT_FREE,
+    EV_SEGMENT_MAP,
+    AddressSpace,
+    PolicyCounters,
+    Recorder,
+    oom,
+)
 from veotrace.allocators.holes import Holes
 
 ALIGN = 512

@@ -16,13 +16,13 @@ import pyarrow.compute as pc
 
 from veotrace.allocators.requests import (
     DEVICE_OPS,
-    REQ_FREE,
-    REQ_MALLOC,
     MAX_UNKNOWN_FREES,
     NO_ADDR,
     NO_TIME,
-    REQ_RELEASE,
     RELEASE_OPS,
+    REQ_FREE,
+    REQ_MALLOC,
+    REQ_RELEASE,
     REQ_SEED,
     Requests,
     check,

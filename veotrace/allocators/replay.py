@@ -57,7 +57,7 @@ def _serve(policies: dict, handles: dict, part: Requests, start: int, end: int) 
             else:
                 break
             j += 1
-    for j in range(j, stop):
+    for j in range(j, stop):  # noqa: B020  (the loop goes on from where the one above stopped)
         k, i = kind[j], j + off
         pol = policies[device[j]]
         pol.rec.req = i

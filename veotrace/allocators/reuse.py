@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from collections import deque
 
-from veotrace.allocators.base import (EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, AddressSpace,
-                                      PolicyCounters, Recorder, oom)
+from veotrace.allocators.base import (
+    EV_ALLOC,
+    EV_FREE,
+    EV_SEGMENT_ALLOC,
+    EV_SEGMENT_FREE,
+    AddressSpace,
+    PolicyCounters,
+    Recorder,
+    oom,
+)
 
 ALIGN = 512
 

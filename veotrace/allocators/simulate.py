@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from veotrace.allocators import POLICIES
-from veotrace.defaults import SIMULATE_AUTO_WINDOWS
 from veotrace.allocators import replay as rp
-from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, Requests
 from veotrace.allocators.base import EV_NAMES, AddressSpace, PolicyCounters, Recorder
 from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.policies import POLICIES
+from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.stream import RequestStream
+from veotrace.defaults import SIMULATE_AUTO_WINDOWS
 from veotrace.errors import UsageError
 from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.simulate import SIMULATE_WINDOWS, WINDOW_COLUMNS
@@ -67,30 +67,10 @@ def check_core(name: str) -> str:
 
 def make_policy(name: str, device: int, req: Requests, rec: Recorder, *, conf: TorchConf, capacity,
                 seed: Seed | None, tiers, core: str = "python"):
-    """One device's policy. ``core="c"``: the compiled torch core (``rec`` is then a CoreRecorder)."""
-    from veotrace.allocators import arena, reuse, tiered, torch
-    from veotrace.allocators.seed import seed_state
+    """One device's policy (``allocators.policies``). ``core="c"``: the compiled torch core (``rec`` is then a CoreRecorder)."""
+    from veotrace.allocators.policies import PolicyContext, make
 
-    va = AddressSpace()
-    if name == "torch" and core == "c":
-        from veotrace.allocators.torchcore import CTorchAllocator
-
-        model = CTorchAllocator(conf, capacity=capacity, rec=rec, va=va)
-        if seed is not None and seed.used:
-            model.seed(seed, device, conf)
-        return model
-    if name == "torch":
-        model = torch.TorchAllocator(conf, capacity=capacity, rec=rec, va=va)
-        if seed is not None and seed.used:
-            seed_state(model, seed, device, conf)
-        return model
-    if name in ("tiered", "tiered-oracle"):
-        return tiered.TieredAllocator(req, oracle=name == "tiered-oracle", tiers=tiers, capacity=capacity, rec=rec, va=va)
-    if name == "reuse":
-        return reuse.ReuseAllocator(capacity=capacity, rec=rec, va=va)
-    if name in ("bestfit", "firstfit"):
-        return arena.ArenaAllocator(best=name == "bestfit", capacity=capacity, rec=rec, va=va)
-    return arena.IdealAllocator(capacity=capacity, rec=rec, va=va)
+    return make(name, PolicyContext(device, req, rec, conf, capacity, seed, tiers, core, AddressSpace()))
 
 
 def events_batch(ev: np.ndarray, req: Requests, name: str, clock: np.ndarray, seq0: int = 0) -> pa.RecordBatch:
@@ -202,8 +182,8 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
         if name.startswith("tiered") and streamed:
             raise ValueError("the tiered policies need the whole requests, not a RequestStream")
         rec, models = recorder_for(name, core), {}
-        make = (lambda d, name=name, rec=rec: make_policy(name, d, req, rec, conf=conf, capacity=capacity,
-                                                          seed=seed, tiers=tiers, core=core))
+        def make(d, name=name, rec=rec):
+            return make_policy(name, d, req, rec, conf=conf, capacity=capacity, seed=seed, tiers=tiers, core=core)
 
         oom_at: dict = {}
 

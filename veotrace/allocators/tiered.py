@@ -10,8 +10,17 @@ what a real allocator could do). Both need timestamps.
 
 from __future__ import annotations
 
-from veotrace.allocators.base import (EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, VA_ALIGN, AddressSpace,
-                                      PolicyCounters, Recorder, oom)
+from veotrace.allocators.base import (
+    EV_ALLOC,
+    EV_FREE,
+    EV_SEGMENT_ALLOC,
+    EV_SEGMENT_FREE,
+    VA_ALIGN,
+    AddressSpace,
+    PolicyCounters,
+    Recorder,
+    oom,
+)
 from veotrace.allocators.holes import Holes
 from veotrace.allocators.requests import NO_TIME
 

@@ -13,11 +13,29 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from veotrace.allocators.base import (EV_ALLOC, EV_FREE, EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, AddressSpace,
-                                      PolicyCounters, Recorder, oom)
-from veotrace.allocators.blocks import (Block, BlockPool, get_allocation_size, kLargeBuffer, kMinBlockSize,  # noqa: F401
-                                        kMinLargeAlloc, kRoundLarge, kSmallBuffer, kSmallSize, round_size,
-                                        roundup_power2_next_division)
+from veotrace.allocators.base import (
+    EV_ALLOC,
+    EV_FREE,
+    EV_SEGMENT_ALLOC,
+    EV_SEGMENT_FREE,
+    AddressSpace,
+    PolicyCounters,
+    Recorder,
+    oom,
+)
+from veotrace.allocators.blocks import (  # noqa: F401
+    Block,
+    BlockPool,
+    get_allocation_size,
+    kLargeBuffer,
+    kMinBlockSize,
+    kMinLargeAlloc,
+    kRoundLarge,
+    kSmallBuffer,
+    kSmallSize,
+    round_size,
+    roundup_power2_next_division,
+)
 from veotrace.allocators.conf import NO_LIMIT, TorchConf
 from veotrace.allocators.expandable import Expandable
 

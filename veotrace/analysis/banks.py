@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from veotrace.errors import UsageError
-
 from veotrace.defaults import BANKS_BANK_BYTES as DEFAULT_BANK_BYTES
 from veotrace.defaults import BANKS_COUNT as DEFAULT_BANKS
 from veotrace.defaults import BANKS_WARP as DEFAULT_WARP
+from veotrace.errors import UsageError
+
 SECTOR_BYTES = 32
 LINE_BYTES = 128
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from veotrace.defaults import CHANGEPOINT_MIN_SIZE
 from veotrace.analysis.table_summary import SUMMARISERS, frames_summary, time_span
+from veotrace.defaults import CHANGEPOINT_MIN_SIZE
 from veotrace.errors import VeotraceError
 
 

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from veotrace.defaults import BANKS_BANK_BYTES, BANKS_COUNT, BANKS_WARP
 from veotrace.cli.app import app
 from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, show, user_errors
+from veotrace.defaults import BANKS_BANK_BYTES, BANKS_COUNT, BANKS_WARP
 
 
 @app.command("banks")

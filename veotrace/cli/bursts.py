@@ -7,12 +7,7 @@ from typing import Annotated
 
 import typer
 
-from veotrace.defaults import BURSTS_GAP_MS as _GAP_MS
-from veotrace.defaults import BURSTS_MIN_EVENTS as _MIN_EVENTS
-from veotrace.defaults import BURSTS_OPS as _OPS
 from veotrace.cli.app import app
-from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.series_opts import ByOpt, DeviceOpt
 from veotrace.cli.common import (
     FormatHintOpt,
     FormatOpt,
@@ -30,6 +25,11 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
+from veotrace.cli.series_opts import ByOpt, DeviceOpt
+from veotrace.defaults import BURSTS_GAP_MS as _GAP_MS
+from veotrace.defaults import BURSTS_MIN_EVENTS as _MIN_EVENTS
+from veotrace.defaults import BURSTS_OPS as _OPS
 
 
 class EventKind(str, enum.Enum):

@@ -19,7 +19,6 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
-from veotrace.errors import EXIT_CHECK_FAILED
 
 
 def _col(flag: str, metric: str):

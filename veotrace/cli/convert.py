@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from veotrace.cli.app import app
-from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
 from veotrace.cli.common import (
     FormatHintOpt,
     NoProgressOpt,
@@ -22,6 +21,7 @@ from veotrace.cli.common import (
     progress,
     user_errors,
 )
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
 
 
 @app.command("convert")

@@ -7,13 +7,7 @@ from typing import Annotated
 
 import typer
 
-from veotrace.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
-from veotrace.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
-from veotrace.defaults import ENTROPY_OPS as _OPS
-from veotrace.defaults import ENTROPY_WINDOW_S as _WINDOW_S
 from veotrace.cli.app import app
-from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.series_opts import ByOpt, DeviceOpt
 from veotrace.cli.common import (
     FormatHintOpt,
     FormatOpt,
@@ -32,6 +26,12 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
+from veotrace.cli.series_opts import ByOpt, DeviceOpt
+from veotrace.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
+from veotrace.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
+from veotrace.defaults import ENTROPY_OPS as _OPS
+from veotrace.defaults import ENTROPY_WINDOW_S as _WINDOW_S
 
 
 @app.command("entropy")

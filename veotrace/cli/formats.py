@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from veotrace.cli.app import app
 
+
 @app.command("formats")
 def formats_command() -> None:
     """List every input kind veotrace reads: formats detected by content (names for --format-hint) and per-command inputs."""

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from veotrace import defaults as _D
 from veotrace.cli.app import app
-from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
 from veotrace.cli.common import (
     FormatHintOpt,
     FormatOpt,
@@ -27,8 +26,7 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
-
-from veotrace import defaults as _D
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
 from veotrace.runs.fragmentation import DEFAULT_BINS_TEXT, size_text
 
 _DEFAULTS = {"threshold": _D.FRAGMENTATION_THRESHOLD, "max_gap": size_text(_D.FRAGMENTATION_MAX_GAP_BYTES),

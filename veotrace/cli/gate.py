@@ -9,17 +9,6 @@ from typing import Annotated, Any
 
 import typer
 
-from veotrace.defaults import (
-    ENTROPY_WINDOW_S,
-    GATE_ALPHA,
-    GATE_BLOCK_LEN,
-    GATE_LENGTH_TOLERANCE,
-    GATE_MAX_INCREASE,
-    GATE_MAX_SLOPE_INCREASE,
-    GATE_MIN_HISTORY,
-    GATE_RESAMPLES,
-    GATE_SEED,
-)
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -31,6 +20,15 @@ from veotrace.cli.common import (
     local_output,
     progress,
     user_errors,
+)
+from veotrace.defaults import (
+    GATE_ALPHA,
+    GATE_BLOCK_LEN,
+    GATE_LENGTH_TOLERANCE,
+    GATE_MAX_INCREASE,
+    GATE_MAX_SLOPE_INCREASE,
+    GATE_RESAMPLES,
+    GATE_SEED,
 )
 
 

@@ -7,12 +7,6 @@ from typing import Annotated
 
 import typer
 
-from veotrace.defaults import CHANGEPOINT_MIN_SIZE as _MIN_SIZE
-from veotrace.defaults import CHANGEPOINT_PENALTY_SCALE as _PENALTY_SCALE
-from veotrace.defaults import L2_METRIC as _METRIC
-from veotrace.defaults import L2_MIN_JUMP_POINTS as _POINTS
-from veotrace.defaults import L2_MIN_JUMP_RELATIVE_PCT as _RELATIVE
-from veotrace.defaults import L2_RULES as _RULES
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -23,10 +17,15 @@ from veotrace.cli.common import (
     PlotSizeOpt,
     RowsOpt,
     SkipBadRowsOpt,
-    TimeUnit,
     show,
     user_errors,
 )
+from veotrace.defaults import CHANGEPOINT_MIN_SIZE as _MIN_SIZE
+from veotrace.defaults import CHANGEPOINT_PENALTY_SCALE as _PENALTY_SCALE
+from veotrace.defaults import L2_METRIC as _METRIC
+from veotrace.defaults import L2_MIN_JUMP_POINTS as _POINTS
+from veotrace.defaults import L2_MIN_JUMP_RELATIVE_PCT as _RELATIVE
+from veotrace.defaults import L2_RULES as _RULES
 
 
 @app.command("l2-breakpoints")

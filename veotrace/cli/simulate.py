@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -24,9 +23,17 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
+from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 from veotrace.errors import EXIT_CHECK_FAILED
 
-_POLICY_HELP = "Policy to replay (repeatable): torch, tiered, tiered-oracle, reuse, bestfit, firstfit, ideal [default: all]."
+
+def _policy_help() -> str:
+    from veotrace.allocators.policies import POLICIES  # names only: imports no model
+
+    return f"Policy to replay (repeatable): {', '.join(POLICIES)} [default: all]."
+
+
+_POLICY_HELP = _policy_help()
 
 
 @app.command("simulate")

@@ -18,15 +18,14 @@ from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 
-from veotrace.frag.layout import DEFAULT_ZONE_BYTES, Layout
-from veotrace.frag.metrics import DEFAULT_MAX_GAP, DEFAULT_THRESHOLD
-from veotrace.frag.result import FragmentationResult
-from veotrace.frag.initial_state import TORCH_ROUND_BYTES, initial_from_tables, seed_from_final
-from veotrace.frag.state import DeviceState, ReplayCounters
-
 from veotrace.defaults import FRAGMENTATION_BINS as DEFAULT_BINS
 from veotrace.defaults import FRAGMENTATION_WINDOW_EVENTS as DEFAULT_WINDOW_EVENTS
 from veotrace.defaults import FRAGMENTATION_WINDOW_S as DEFAULT_WINDOW_S
+from veotrace.frag.initial_state import TORCH_ROUND_BYTES, initial_from_tables, seed_from_final
+from veotrace.frag.layout import DEFAULT_ZONE_BYTES, Layout
+from veotrace.frag.metrics import DEFAULT_MAX_GAP, DEFAULT_THRESHOLD
+from veotrace.frag.result import FragmentationResult
+from veotrace.frag.state import DeviceState, ReplayCounters
 
 
 def fragmentation_series(

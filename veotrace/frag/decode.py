@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from veotrace.replay_limits import check_block_sizes
 from veotrace.frag.state import OP_ALLOC, OP_CODES, OP_FREE, OP_FREE_REQ, OP_OTHER
+from veotrace.replay_limits import check_block_sizes
 
 #: The ALLOC_EVENTS columns the replay reads (one process, and both passes over the engines' pieces).
 COLUMNS = ("ts_ns", "op", "size_bytes", "address", "device", "source_file")

@@ -13,6 +13,7 @@ import numpy as np
 
 from veotrace.defaults import FRAGMENTATION_MAX_GAP_BYTES as DEFAULT_MAX_GAP
 from veotrace.defaults import FRAGMENTATION_ZONE_BYTES as DEFAULT_ZONE_BYTES
+
 #: Alignments whose share of allocation addresses is reported: 64 B (a cache-line sector pair),
 #: 512 B (the CUDA caching allocator's rounding), 2 MiB (large pages and large segments).
 ALIGNMENTS = (64, 512, 2 << 20)

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from veotrace.frag.state import DeviceState
-
 from veotrace.defaults import FRAGMENTATION_MAX_GAP_BYTES as DEFAULT_MAX_GAP
 from veotrace.defaults import FRAGMENTATION_THRESHOLD as DEFAULT_THRESHOLD
+from veotrace.frag.state import DeviceState
 
 
 @dataclass

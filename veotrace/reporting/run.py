@@ -60,8 +60,8 @@ def build_report(paths: list[Path], *, options: Any = None,
         FileNotFoundError: a path does not exist.
     """
     from veotrace import __version__
-    from veotrace.sources import ReadOptions
     from veotrace.analysis.info import describe_all
+    from veotrace.sources import ReadOptions
     from veotrace.sources.frames import frames_or_none
     from veotrace.sources.probe import probe_paths
     from veotrace.sources.remote import as_path

@@ -83,7 +83,8 @@ def l2(job, section, reading, size) -> None:
 
 
 def correlate(job, section, reading, size) -> None:
-    from veotrace.runs.correlate import aligned_pairs, correlate as run_correlate
+    from veotrace.runs.correlate import aligned_pairs
+    from veotrace.runs.correlate import correlate as run_correlate
 
     addrs_path, epe_path = job.paths[0], job.paths[-1]
     names = {k: job.params.get(k) for k in ("addrs_name", "epe_name")}

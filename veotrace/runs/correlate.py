@@ -68,7 +68,8 @@ def correlate(addrs, epe, *, addrs_name: str | None = None, epe_name: str | None
         drop_nonfinite: drop pairs with NaN/inf (counted) instead of refusing.
         pairs_out: also write the aligned pairs as CSV to this file.
     """
-    from veotrace.analysis.frames.correlation import compare_groups, correlate as run_correlation
+    from veotrace.analysis.frames.correlation import compare_groups
+    from veotrace.analysis.frames.correlation import correlate as run_correlation
 
     addrs, epe = Path(addrs), Path(epe)
     names = {"addrs_name": addrs_name, "epe_name": epe_name}

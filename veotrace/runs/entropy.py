@@ -51,8 +51,8 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
     Raises:
         UsageError: impossible options. VeotraceError: unreadable input.
     """
-    from veotrace.analysis.groups import columns_for
     from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
+    from veotrace.analysis.groups import columns_for
     from veotrace.errors import UsageError
     from veotrace.sources import iter_alloc_events
 

@@ -9,6 +9,8 @@ from veotrace.defaults import CHANGEPOINT_MIN_SIZE, CHANGEPOINT_PENALTY_SCALE, L
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
 
+_RULES_TEXT = ",".join(L2_RULES)
+
 
 @dataclass
 class L2Run(RunResult):
@@ -36,7 +38,7 @@ class L2Run(RunResult):
 
 def l2_breakpoints(paths, *, metric: str | None = None, kernel: str | None = None, min_size: int = CHANGEPOINT_MIN_SIZE,
                    penalty_scale: float = CHANGEPOINT_PENALTY_SCALE, min_jump: str | float | None = None,
-                   rules: str | list[str] = ",".join(L2_RULES), skip_bad_rows: bool = False,
+                   rules: str | list[str] = _RULES_TEXT, skip_bad_rows: bool = False,
                    format_hint: str | None = None) -> L2Run:
     """Per-kernel L2 picture and the launches where an L2 metric changes regime (Nsight Compute CSV or .ncu-rep).
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from veotrace.errors import TraceFormatError
-from veotrace.sources.logs import extra
-from veotrace.sources.base import detail as _detail
 from veotrace.schemas import ALLOC_EVENTS, schema_tag
 from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import ReadOptions, ReadReport
+from veotrace.sources.base import detail as _detail
+from veotrace.sources.logs import extra
 from veotrace.sources.logs.pipeline import read_ahead
 
 #: Rows per batch when streaming a Parquet file.

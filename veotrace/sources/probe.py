@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from veotrace.errors import TraceFormatError, VeotraceError
-from veotrace.sources.base import detail as _detail
 from veotrace.sources.base import (
-    call_guarded,
     ReadOptions,
     ReadReport,
+    call_guarded,
     compression_of,
     expand_paths,
     read_head,
 )
+from veotrace.sources.base import detail as _detail
 from veotrace.sources.detect import Format, detect
 
 #: nsys SQLite tables whose row counts `info` shows (the ones veotrace maps, FORMATS.md A.4-A.5).
@@ -197,7 +197,6 @@ def _parquet(path: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from veotrace.schemas import schema_tag
-
     from veotrace.sources.remote import arrow_source
 
     try:

@@ -17,11 +17,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from veotrace.errors import TraceFormatError, UsageError
+from veotrace.outputs import URL_SCHEME, folded_url  # noqa: F401  (one pattern for inputs and outputs)
+
 # arrow_file and local_path take a Path or a UrlPath alike, and sources.base needs them for every reader:
 # they live there (base never imports this module) and stay importable from here.
 from veotrace.sources.base import arrow_file, detail, local_path, natural_key  # noqa: F401
-
-from veotrace.outputs import URL_SCHEME, folded_url  # noqa: F401  (one pattern for inputs and outputs)
 
 _URL = re.compile(rf"^{URL_SCHEME}://")
 #: fsspec file systems by protocol, per process (workers build their own).

@@ -24,6 +24,7 @@ import pyarrow as pa
 from veotrace.sources.base import ReadOptions, ReadReport, compression_of
 from veotrace.sources.detect import BY_NAME
 
+
 @dataclass(frozen=True)
 class Piece:
     """One independent part of the inputs.
@@ -127,7 +128,6 @@ def read_piece(piece: Piece, *, options: ReadOptions, report: ReadReport,
         TraceFormatError: as the whole-file reader, with line numbers counted over the whole file.
     """
     from veotrace.sources.base import guarded  # data errors -> one TraceFormatError naming the file
-
     from veotrace.sources.logs.extra import check_source
     from veotrace.sources.remote import as_path
 
@@ -179,12 +179,11 @@ def _first_line_start(fh, offset: int, data_start: int) -> int:
 
 def _read_range(path: Path, start: int, stop: int, options: ReadOptions, report: ReadReport,
                 columns) -> Iterator[pa.RecordBatch]:
+    from veotrace.schemas.events import alloc_events_schema
     from veotrace.sources.logs import alloc_log as al
+    from veotrace.sources.logs import extra
     from veotrace.sources.logs.csvscan import scanner_for
     from veotrace.sources.logs.pipeline import read_ahead
-    from veotrace.schemas.events import alloc_events_schema
-
-    from veotrace.sources.logs import extra
 
     header = al._header(path, False)
     present = al._check_columns(path, header)

@@ -36,12 +36,20 @@ def training_log(*, seed: int = 0, steps: int = 20, layers: int = 12, streams: i
     def alloc(t: int, size: int, stream: int) -> int:
         a = next_id[0] * 512
         next_id[0] += 1
-        ts.append(t); ops.append("alloc"); sizes.append(size); addrs.append(a); strm.append(stream)
+        ts.append(t)
+        ops.append("alloc")
+        sizes.append(size)
+        addrs.append(a)
+        strm.append(stream)
         live[a] = size
         return a
 
     def free(t: int, a: int, stream: int) -> None:
-        ts.append(t); ops.append("free"); sizes.append(live.pop(a)); addrs.append(a); strm.append(stream)
+        ts.append(t)
+        ops.append("free")
+        sizes.append(live.pop(a))
+        addrs.append(a)
+        strm.append(stream)
 
     for layer in range(layers):  # parameters and two optimizer moments, never freed
         for _ in range(3):

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from veotrace.defaults import BURSTS_OPS as DEFAULT_OPS
+from veotrace.analysis.bursts.runs import BurstRuns, RunsAccumulator, merge_all
 from veotrace.analysis.groups import device_rows, split
 from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.ops import OpsSeen, op_mask
-from veotrace.analysis.bursts.runs import BurstRuns, RunsAccumulator, merge_all
+from veotrace.defaults import BURSTS_OPS as DEFAULT_OPS
 from veotrace.errors import AnalysisError
 
 #: GPU_ACTIVITY rows counted with --events kernels.

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from veotrace.defaults import BURSTS_GAP_MS as DEFAULT_GAP_MS
-from veotrace.defaults import BURSTS_MIN_EVENTS as DEFAULT_MIN_EVENTS
-from veotrace.defaults import BURSTS_OPS as DEFAULT_OPS
 from veotrace.analysis.bursts.burst_pass import KERNEL_KIND, AllocPass, alloc_pass, alloc_runs, kernel_runs  # noqa: F401
+from veotrace.analysis.bursts.kernel_names import name_kernels as _name_kernels
+from veotrace.analysis.bursts.runs import BurstRuns
 from veotrace.analysis.groups import check_by, device_rows, require_counted, split, stack_groups
 from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
-from veotrace.analysis.bursts.kernel_names import name_kernels as _name_kernels
 from veotrace.analysis.ops import op_mask
-from veotrace.analysis.bursts.runs import BurstRuns
+from veotrace.defaults import BURSTS_GAP_MS as DEFAULT_GAP_MS
+from veotrace.defaults import BURSTS_MIN_EVENTS as DEFAULT_MIN_EVENTS
+from veotrace.defaults import BURSTS_OPS as DEFAULT_OPS
 from veotrace.errors import AnalysisError, UsageError
 from veotrace.schemas.bursts import BURSTS, BURSTS_BY_GROUP
 

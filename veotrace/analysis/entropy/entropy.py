@@ -14,10 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from veotrace.defaults import ENTROPY_MAX_CLASS as DEFAULT_MAX_CLASS
-from veotrace.defaults import ENTROPY_MIN_CLASS as DEFAULT_MIN_CLASS
-from veotrace.defaults import ENTROPY_OPS as DEFAULT_OPS
-from veotrace.defaults import ENTROPY_WINDOW_S as DEFAULT_WINDOW_S
 from veotrace.analysis.entropy.entropy_notes import display, series_summary
 from veotrace.analysis.entropy.entropy_notes import notes as notes_of
 from veotrace.analysis.entropy.entropy_series import EntropyPartial, check_span
@@ -26,6 +22,10 @@ from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
 from veotrace.analysis.ops import op_mask
 from veotrace.analysis.trend import fit_trend, segment_trends
+from veotrace.defaults import ENTROPY_MAX_CLASS as DEFAULT_MAX_CLASS
+from veotrace.defaults import ENTROPY_MIN_CLASS as DEFAULT_MIN_CLASS
+from veotrace.defaults import ENTROPY_OPS as DEFAULT_OPS
+from veotrace.defaults import ENTROPY_WINDOW_S as DEFAULT_WINDOW_S
 from veotrace.errors import UsageError
 from veotrace.schemas.entropy import ENTROPY_GROUP_WINDOWS, ENTROPY_WINDOWS
 

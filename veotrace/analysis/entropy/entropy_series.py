@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.analysis import timescale
+from veotrace.analysis.entropy.windows import WindowCounts
 from veotrace.analysis.groups import split
 from veotrace.analysis.ops import OpsSeen
-from veotrace.analysis.entropy.windows import WindowCounts
 from veotrace.errors import AnalysisError
 
 try:  # the one-pass class x window count; without it (no C compiler at install) numpy does the same

@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from veotrace.defaults import L2_CHANGEPOINT_LAUNCHES_HINT
 from veotrace.analysis.l2.l2rules import SECTOR_BYTES, align
+from veotrace.defaults import L2_CHANGEPOINT_LAUNCHES_HINT
 from veotrace.schemas.ncu_names import L2_HIT_RATE, L2_THROUGHPUT
 
 #: Picture key -> metric (alternatives, the first present is used); bytes per request is derived.

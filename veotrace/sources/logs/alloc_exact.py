@@ -154,7 +154,7 @@ def exact_rows(path, is_jsonl, present, read_cols, options, report: ReadReport, 
         seen += 1
         if seen <= skip:
             continue
-        getter = _json_getter if is_jsonl else (lambda text: _csv_getter(text, index, width))
+        getter = _json_getter if is_jsonl else (lambda text, index=index, width=width: _csv_getter(text, index, width))
         parsed = parse_row(raw, lineno, path, read_cols, options, report, getter)
         if parsed is None:
             continue

@@ -22,8 +22,6 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.errors import TraceFormatError
-from veotrace.sources.logs import extra
-from veotrace.sources.base import detail as _detail
 from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.events import alloc_events_schema
 from veotrace.sources.base import (
@@ -33,7 +31,9 @@ from veotrace.sources.base import (
     open_decompressed,
     read_head,
 )
+from veotrace.sources.base import detail as _detail
 from veotrace.sources.limits import max_line_bytes, too_long_line
+from veotrace.sources.logs import extra
 from veotrace.sources.logs.alloc_common import (  # noqa: F401 - SLOW_BATCH_ROWS: sources.split reads it from here
     LOG_COLUMNS,
     OP_TYPE_DICT,

@@ -18,12 +18,13 @@ import pyarrow as pa
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.schemas.ncu_names import canonical_metric
-from veotrace.sources.limits import read_bounded
 from veotrace.sources.base import (
     ReadOptions,
     ReadReport,
     open_decompressed,
 )
+from veotrace.sources.limits import read_bounded
+
 # The page layout and the unit rules are shared with ncu_fast and ncu_rep; normalise_unit stays importable here.
 from veotrace.sources.nsight.ncu_common import DETAILS, LEADING, MISSING, normalise_unit
 
@@ -150,7 +151,9 @@ def _settle_text(path, cols: dict[str, list], pending: list[tuple[int, int, str,
 
 
 def _leading(cols: dict[str, list], idx: dict[str, int], row: list[str]) -> None:
-    get = lambda name: row[idx[name]] if name in idx and idx[name] < len(row) else None
+    def get(name: str) -> str | None:
+        return row[idx[name]] if name in idx and idx[name] < len(row) else None
+
     cols["launch_id"].append(int(get("ID").replace(",", "")))
     cols["kernel"].append(get("Kernel Name"))
     cols["device"].append(_int_or_none(get("Device")))

@@ -15,8 +15,8 @@ import pyarrow.csv as pacsv
 
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.schemas.ncu_names import canonical_metric
-from veotrace.sources.nsight.ncu_common import DETAILS, LEADING, MISSING, normalise_unit
 from veotrace.sources.logs.numparse import DECIMAL_RE
+from veotrace.sources.nsight.ncu_common import DETAILS, LEADING, MISSING, normalise_unit
 
 _INT = r"^-?[0-9]+$"
 
@@ -76,7 +76,9 @@ def _leading(t: pa.Table, n: int) -> dict[str, pa.Array] | None:
     ids = pc.replace_substring(pc.utf8_trim_whitespace(t.column("ID")), ",", "")
     if not pc.all(pc.match_substring_regex(ids, _INT)).as_py():
         return None
-    get = lambda name: t.column(name) if name in t.column_names else pa.nulls(n, pa.string())
+    def get(name: str):
+        return t.column(name) if name in t.column_names else pa.nulls(n, pa.string())
+
     return {"launch_id": pc.cast(ids, pa.int64()), "kernel": t.column("Kernel Name"),
             "device": _ints(t.column("Device") if "Device" in t.column_names else None, n, pa.int32()),
             "stream": _ints(t.column("Stream") if "Stream" in t.column_names else None, n, pa.int64()),

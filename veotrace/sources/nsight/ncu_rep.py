@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from veotrace.errors import MissingDependencyError, TraceFormatError
-from veotrace.sources.base import detail as _detail
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.sources.base import ReadReport
+from veotrace.sources.base import detail as _detail
 from veotrace.sources.nsight.ncu_common import normalise_unit
 
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from veotrace.errors import TraceFormatError
 from veotrace.schemas import GPU_ACTIVITY, conform
 from veotrace.sources.base import TIME_SPELLING_NS, ReadOptions, ReadReport
+from veotrace.sources.logs.numparse import DECIMAL_RE
 from veotrace.sources.nsight.nsys_reports import (
     KNOWN_REPORTS,
     TRACE_REPORT,
@@ -30,7 +31,6 @@ from veotrace.sources.nsight.nsys_reports import (
     split_column,
     split_reports,
 )
-from veotrace.sources.logs.numparse import DECIMAL_RE
 
 #: Size unit in a header's parentheses -> bytes (times use base.TIME_SPELLING_NS).
 SIZE_UNITS = {"B": 1, "byte": 1, "bytes": 1, "KB": 1_000, "kB": 1_000, "MB": 1_000_000, "GB": 1_000_000_000,
