@@ -9,6 +9,9 @@ code: 0, or the one a comment on the line documents (``# exit 3 ...``); a ``|| .
 ``| jq ...`` runs only when jq is installed. Skipped: lines with ``pip install``, ``pytest``, ``benchmarks/``,
 ``nsys``/``ncu`` commands (tools absent here), lines that are not veotrace commands (shell around them), the
 line after a ``# not run`` comment line, and a ``# not run: veotrace ...`` line itself.
+
+Each ```python block (the Python API section) runs whole, as one ``python3 -c`` in the same scratch folder, and
+must exit 0 (its ``assert`` lines are the checks).
 """
 
 from __future__ import annotations
@@ -137,6 +140,24 @@ def readme_examples() -> tuple[list[Example], list[tuple[int, str, str]]]:
 EXAMPLES, SKIPPED = readme_examples()
 
 
+def python_blocks() -> list[tuple[int, str]]:
+    """(line of the opening fence, code) of each ```python block of README.md."""
+    blocks, current, start = [], None, 0
+    for n, raw in enumerate(README.read_text(encoding="utf-8").splitlines(), start=1):
+        stripped = raw.strip()
+        if current is None and stripped == "```python":
+            current, start = [], n
+        elif current is not None and stripped.startswith("```"):
+            blocks.append((start, "\n".join(current) + "\n"))
+            current = None
+        elif current is not None:
+            current.append(raw)
+    return blocks
+
+
+PYTHON_BLOCKS = python_blocks()
+
+
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
     """A folder that looks like the repository root (links to its entries) but takes the outputs."""
@@ -194,6 +215,19 @@ def test_readme_example_runs(ex: Example, results):
     if ex.jq is not None and shutil.which("jq"):
         piped = subprocess.run(["jq", *ex.jq], input=done[-1].stdout, capture_output=True, timeout=60, check=False)
         assert piped.returncode == 0, f"{where}: jq {' '.join(ex.jq)} on the output: {piped.stderr!r}"
+
+
+def test_the_readme_has_a_python_api_session():
+    assert PYTHON_BLOCKS, "README.md has no ```python block (section 'Python API (notebooks)')"
+    assert any("import veotrace" in code for _, code in PYTHON_BLOCKS)
+
+
+@pytest.mark.parametrize("line,code", PYTHON_BLOCKS, ids=[f"README.md:{line}" for line, _ in PYTHON_BLOCKS])
+def test_readme_python_block_runs(line: int, code: str, scratch):
+    """The block runs from the scratch root, so ``import veotrace`` is this checkout and outputs land there."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=scratch, capture_output=True, timeout=TIMEOUT_S, check=False)
+    assert proc.returncode == 0, f"README.md:{line}: the python block exits {proc.returncode}\n" \
+                                 f"{proc.stderr.decode(errors='replace')[-2000:]}"
 
 
 def test_parser_on_the_shapes_the_readme_uses():
