@@ -8,14 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from veotrace.defaults import REPORT_MAX_LAG, REPORT_POLICIES
+from veotrace.defaults import REPORT_MAX_ROWS as MAX_ROWS
 from veotrace.reporting.html import inline_svg
-
-#: Rows of a key table shown before "N more rows".
-MAX_ROWS = 30
-#: Lags drawn by the report's correlate section (when the series is long enough).
-REPORT_MAX_LAG = 3
-#: Policies the report's simulate section replays (all seven take several times longer; the command runs them all).
-REPORT_POLICIES = ("torch", "bestfit", "ideal")
 
 
 def _figure(section, run: Any, size) -> None:
