@@ -166,3 +166,23 @@ def test_nsys_memory_usage_events():
     assert out["summary"]["events_read"] == 4000 and not any(out["counters"].values())
     assert max(w["live_bytes_peak"] for w in out["windows"]) > 0
     assert sum(w["allocs"] for w in out["windows"]) == sum(w["frees"] for w in out["windows"])
+
+
+def test_at_time_shows_the_asked_state_in_the_terminal_not_the_end():
+    """Issue 24: `fragmentation --at 1s` printed the end state under "at the end of the trace"."""
+    import json
+
+    from tests.conftest import SAMPLES, run_cli
+    from veotrace.render.console import fmt_bytes
+
+    snap = SAMPLES / "snapshots" / "memory_snapshot.pickle"
+    data = json.loads(run_cli("fragmentation", snap, "--at", "1s", "-f", "json").stdout)
+    at, end = data["at"]["total"], data["end"]["total"]
+    assert at["allocated_bytes"] != end["allocated_bytes"] and at["reserved_bytes"] != end["reserved_bytes"]
+    text = run_cli("fragmentation", snap, "--at", "1s", "--rows", "0").stdout
+    assert "Fragmentation at +1s (--at)" in text and "at the end of the trace" not in text
+    line = {ln.split("  ")[0].strip(): ln for ln in text.splitlines() if ln.startswith(("reserved", "allocated "))}
+    assert fmt_bytes(at["reserved_bytes"]) in line["reserved"] and fmt_bytes(end["reserved_bytes"]) not in line["reserved"]
+    assert fmt_bytes(at["allocated_bytes"]) in line["allocated"]
+    end_text = run_cli("fragmentation", snap, "--at", "end").stdout
+    assert "Fragmentation at the end of the trace" in end_text and fmt_bytes(end["reserved_bytes"]) in end_text

@@ -338,3 +338,27 @@ def test_address_arrays_feed_fragmentation_strides():
     assert epe["supports"] == ["correlate"]  # float error values: fragmentation refuses them
     assert run_cli("fragmentation", SAMPLES / "arrays" / "addrs.npy").exit_code == 0
     assert run_cli("fragmentation", SAMPLES / "arrays" / "epe.npy").exit_code != 0
+
+
+def test_alloc_sizes_count_only_allocations_on_a_snapshot_without_any():
+    """Issue 24: info said "alloc sizes 11.0 GiB .. 11.0 GiB", taken from the snapshot's one `snapshot` entry."""
+    from tests.conftest import real_trace, run_cli
+
+    res = run_cli("info", real_trace("yiyi_oom_snapshot.pickle"))
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("alloc sizes"))
+    assert "none (no alloc events)" in line and "GiB" not in line
+    ops = next(ln for ln in res.stdout.splitlines() if ln.startswith("ops"))
+    assert "snapshot" in ops and "alloc" not in ops.replace("alloc sizes", "")
+
+
+def test_alloc_sizes_are_the_allocations_range_on_a_log():
+    from tests.conftest import SAMPLES, run_cli
+
+    res = run_cli("info", SAMPLES / "simulate" / "training_log.csv", "-f", "json")
+    import json
+
+    alloc = json.loads(res.stdout)["files"][0]["details"]["alloc_events"]["alloc_size_bytes"]
+    text = run_cli("info", SAMPLES / "simulate" / "training_log.csv").stdout
+    from veotrace.render.console import fmt_bytes
+
+    assert f"{fmt_bytes(alloc['min'])} .. {fmt_bytes(alloc['max'])}" in text

@@ -36,9 +36,11 @@ def warning_lines(counters: dict, end: dict | None = None) -> list[str]:
     return out
 
 
-def render_fragmentation(console: Console, result, *, max_rows: int) -> None:
-    """Draw a FragmentationResult: the end state, the windows, hot zones, alignment and strides."""
-    e, c = result.end["total"], result.counters
+def render_fragmentation(console: Console, result, *, max_rows: int, at: str | None = None) -> None:
+    """Draw a FragmentationResult: the state asked for (``at``: the --at TIME given, whose state is
+    ``result.at``; else the end), the windows, hot zones, alignment and strides."""
+    asked = result.at is not None
+    e, c = (result.at if asked else result.end)["total"], result.counters
     items = [("events read", result.summary["events_read"]), ("windows", result.summary["windows"]),
              ("fragmented windows", result.summary["fragmented_windows"]),
              ("reserved", fmt_bytes(e.get("reserved_bytes"))), ("allocated", fmt_bytes(e.get("allocated_bytes"))),
@@ -49,7 +51,8 @@ def render_fragmentation(console: Console, result, *, max_rows: int) -> None:
              ("external frag (1 - largest/free)", e.get("external_frag")),
              ("ranges from", e.get("range_method")),
              ("blocks before the trace", c["pre_existing_blocks"]), ("unknown frees", c["unknown_frees"])]
-    console.print(summary_table("Fragmentation at the end of the trace", items))
+    title = f"Fragmentation at +{at} (--at)" if asked else "Fragmentation at the end of the trace"
+    console.print(summary_table(title, items))
     fmts = {k: fmt_bytes for k in _BYTES}
     table, footer = rows_table("Windows", result.windows.to_pylist(), _WINDOW_COLUMNS, max_rows=max_rows,
                                formatters=fmts, how_to_get_all="use --rows 0, or --format csv")

@@ -68,8 +68,9 @@ def file_items(info) -> list[tuple[str, object]]:
     items += [("devices", _ids(info.devices)), ("streams", _ids(info.streams))]
     if alloc is not None and info.tables.get("alloc_events"):
         items.append(("ops", _listed(alloc["ops"])))
-        sizes = alloc["alloc_size_bytes"] if alloc["alloc_size_bytes"]["min"] is not None else alloc["size_bytes"]
-        items.append(("alloc sizes", f"{fmt_bytes(sizes['min'])} .. {fmt_bytes(sizes['max'])}"))
+        sizes = alloc["alloc_size_bytes"]  # allocations only: a snapshot's one "snapshot" entry is no alloc size
+        items.append(("alloc sizes", "none (no alloc events)" if sizes["min"] is None
+                      else f"{fmt_bytes(sizes['min'])} .. {fmt_bytes(sizes['max'])}"))
     for kind, key in (("gpu_activity", "kinds"), ("blocks", "states")):
         if kind in info.details:
             items.append((f"{kind.replace('_', ' ')} {key}", _listed(info.details[kind][key])))

@@ -78,7 +78,7 @@ class FragmentationRun(RunResult):
         if self.strides is not None:
             render_strides(console, self.strides)
         else:
-            render_fragmentation(console, self.value, max_rows=max_rows)
+            render_fragmentation(console, self.value, max_rows=max_rows, at=self.at)
 
 
 def fragmentation(paths, *, window: str | float | None = None, window_events: int | None = None,
