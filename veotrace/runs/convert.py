@@ -46,7 +46,7 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
     """
     from veotrace.outputs import output_file, refuse_url
     from veotrace.render.export import write_table
-    from veotrace.sources import read_table, resolve_inputs
+    from veotrace.sources import ReadReport, read_table, resolve_inputs
     from veotrace.sources.convert import write_parquet
 
     paths = common.as_paths(paths)
@@ -55,7 +55,12 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
     options, report = common.reading(time_unit, skip_bad_rows, format_hint)
     config = common.engine(engine, jobs, scheduler, workers)
     inputs = common.input_files(paths)
-    if config.parallel:  # each file converted by a task into a part, the parts then joined in order
+    resolved = resolve_inputs(paths, "alloc_events", options=options, report=ReadReport())
+    snapshots = [path for path, fmt in resolved if "segments" in fmt.provides]
+    notes: list[str] = []
+    if config.parallel and snapshots:
+        notes.append("a PyTorch snapshot is converted on one process (its segments, blocks and settings go with it)")
+    elif config.parallel:  # each file converted by a task into a part, the parts then joined in order
         from veotrace.engine import run_convert
 
         rows = run_convert(paths, output, config, options=options, report=report, on_progress=on_progress,
@@ -63,12 +68,17 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
         return ConvertRun({"alloc_events": (output, rows)}, list(report.messages()), inputs,
                           closing=[f"wrote {rows:,} events to {output}"])
     resolved = resolve_inputs(paths, "alloc_events", options=options, report=report)
-    notes: list[str] = []
+    meta = None
+    if len(resolved) == 1 and snapshots:  # read back as this snapshot (sources.snapshots.converted)
+        from veotrace.sources.snapshots.converted import metadata
+        from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+
+        meta = metadata(snapshots[0], table_path(output, "segments"), table_path(output, "blocks"),
+                        load_snapshot(snapshots[0]).allocator_settings)
     with output_file(output, "wb", inputs=inputs) as sink:
-        rows = write_parquet(_events(resolved, options, report, notes, on_progress), sink)
+        rows = write_parquet(_events(resolved, options, report, notes, on_progress), sink, metadata=meta)
     messages = list(report.messages())
     written = {"alloc_events": (output, rows)}
-    snapshots = [path for path, fmt in resolved if "segments" in fmt.provides]
     for kind in ("segments", "blocks") if snapshots else ():
         table = read_table(snapshots, kind, options=options, report=report)
         write_table(table, "parquet", table_path(output, kind), inputs=inputs)

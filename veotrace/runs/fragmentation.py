@@ -179,10 +179,11 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     from veotrace.schemas import ALLOC_EVENTS
     from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
     from veotrace.sources.base import ReadReport
+    from veotrace.sources.snapshots.converted import converted_snapshot
 
     resolved = ReadReport()  # what resolving skipped: reported here, or by the engine's own planning
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=resolved)
-    snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot"]
+    snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot" or (fmt.name == "parquet" and converted_snapshot(p))]
     notes = [] if notes is None else notes
     if config is not None and config.parallel:
         from veotrace.frag.parallel import MIN_LOCAL_JOBS
@@ -211,14 +212,20 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     if len(inputs) > 1:
         raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
     path = snaps[0]
+    converted = converted_snapshot(path)  # a Parquet file from 'convert': the snapshot's tables are beside it
     if kw.get("latency_col"):
         from veotrace.sources.logs.extra import check_source
 
-        check_source(path, "torch-snapshot", (kw["latency_col"],))
-    final = initial_from_tables(read_table([path], "segments", options=options, report=report),
-                                read_table([path], "blocks", options=options, report=report))
+        check_source(path, "parquet" if converted else "torch-snapshot", (kw["latency_col"],))
+    if converted is not None:
+        final = initial_from_tables(converted.read_segments(), converted.read_blocks())
+    else:
+        final = initial_from_tables(read_table([path], "segments", options=options, report=report),
+                                    read_table([path], "blocks", options=options, report=report))
     try:
         events = read_table([path], "alloc_events", options=options, report=report)
+        if not events.num_rows:
+            raise TraceFormatError("no trace entries", path=path)
     except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
         events = ALLOC_EVENTS.empty_table()
         report.warnings.append(f"Warning: {path}: no trace entries; only the state at the snapshot is reported")

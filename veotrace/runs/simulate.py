@@ -118,7 +118,8 @@ def parse_tiers(text: str | None):
 
 
 def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True):
-    """The events table, and for one PyTorch snapshot its settings-derived conf and seed (else None).
+    """The events table, and for one PyTorch snapshot (or its conversion by ``convert``) its settings-derived
+    conf and seed (else None).
 
     ``whole=False``: for anything but a snapshot, the events come as ``open_batches(first)``, which reads
     the source's batches anew at each call (see :class:`veotrace.allocators.stream.RequestStream`), so a
@@ -130,19 +131,24 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
     from veotrace.allocators.seed import rebuild
     from veotrace.sources import ReadReport, iter_alloc_events, resolve_inputs
     from veotrace.sources.snapshots import torch_snapshot as ts
+    from veotrace.sources.snapshots.converted import converted_snapshot
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
-    snapshot = len(inputs) == 1 and inputs[0][1].name == "torch-snapshot"
+    converted = converted_snapshot(inputs[0][0]) if len(inputs) == 1 and inputs[0][1].name == "parquet" else None
+    snapshot = len(inputs) == 1 and (inputs[0][1].name == "torch-snapshot" or converted is not None)
+
     def open_batches(first: bool):
         return iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs)
 
     table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches
     snap_conf = seed = None
-    if snapshot:
+    if snapshot:  # the snapshot itself, or its Parquet conversion with its tables and settings beside it
         path = inputs[0][0]
-        snap = ts.load_snapshot(path)
-        snap_conf = cf.from_settings(snap.allocator_settings) if snap.allocator_settings else cf.TorchConf(
+        settings = converted.allocator_settings if converted else ts.load_snapshot(path).allocator_settings
+        snap_conf = cf.from_settings(settings) if settings else cf.TorchConf(
             source="PyTorch defaults (the snapshot has no allocator_settings)")
-        seed = rebuild(table, ts.read_segments(path), ts.read_blocks(path))
+        segments, blocks = ((converted.read_segments(), converted.read_blocks()) if converted
+                            else (ts.read_segments(path), ts.read_blocks(path)))
+        seed = rebuild(table, segments, blocks)
     conf = cf.parse_conf(conf_text) if conf_text is not None else (snap_conf or cf.TorchConf())
     return table, conf, snap_conf, seed

@@ -11,14 +11,16 @@ import pyarrow.parquet as pq
 from veotrace.schemas import ALLOC_EVENTS
 
 
-def write_parquet(batches: Iterable[pa.RecordBatch], sink: Any) -> int:
+def write_parquet(batches: Iterable[pa.RecordBatch], sink: Any, *, metadata: dict[bytes, bytes] | None = None) -> int:
     """Stream ALLOC_EVENTS batches into ``sink`` (a path or a binary file; zstd, dictionary columns
     kept); returns rows written. The CLI passes a temporary file that replaces the output only when
-    the whole read succeeded (``veotrace.outputs.output_file``)."""
+    the whole read succeeded (``veotrace.outputs.output_file``). ``metadata`` is added to the file's
+    schema metadata (a converted snapshot's, ``sources.snapshots.converted``)."""
     rows = 0
-    with pq.ParquetWriter(sink, ALLOC_EVENTS, compression="zstd") as writer:
+    schema = ALLOC_EVENTS.with_metadata({**(ALLOC_EVENTS.metadata or {}), **metadata}) if metadata else ALLOC_EVENTS
+    with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
         for batch in batches:
-            writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=ALLOC_EVENTS))
+            writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
             rows += batch.num_rows
     return rows
 

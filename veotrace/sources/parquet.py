@@ -40,6 +40,12 @@ def iter_alloc_events(
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceFormatError(f"not a readable Parquet file ({_detail(exc)})", path=path) from None
     schema = pf.schema_arrow
+    if pf.metadata.num_rows == 0 and isinstance(path, Path):  # a snapshot's conversion: its own error
+        from veotrace.sources.snapshots.converted import converted_snapshot
+
+        converted = converted_snapshot(path)
+        if converted is not None:
+            raise converted.no_trace_events()
     out_schema = alloc_events_schema(columns)
     wanted = out_schema.names
     size = path.stat().st_size

@@ -43,6 +43,14 @@ class NoTraceEvents(TraceFormatError):
     """A snapshot without trace entries (a pickled ``memory_snapshot()`` list): segments and blocks only."""
 
 
+def no_trace_events(path: Path, segments: int, blocks: int) -> NoTraceEvents:
+    """The error of a snapshot (or its Parquet conversion) that holds segments and blocks but no trace."""
+    return NoTraceEvents(
+        f"the snapshot holds {_count(segments, 'segment')} ({_count(blocks, 'block')}) and no trace events", path=path,
+        hint="Record history with torch.cuda.memory._record_memory_history() and save with _dump_snapshot(); "
+             "'veotrace convert' writes its segments and blocks tables")
+
+
 def _shape_error(path: Path, what: str) -> TraceFormatError:
     return TraceFormatError(
         f"a pickle, but not a PyTorch memory snapshot: {what}",
@@ -229,12 +237,7 @@ def iter_alloc_events(
     del options
     snap = load_snapshot(path)
     if not any(snap.device_traces):
-        blocks = sum(len(seg.get("blocks", ())) for seg in snap.segments)
-        raise NoTraceEvents(
-            f"the snapshot holds {_count(len(snap.segments), 'segment')} ({_count(blocks, 'block')}) and no trace "
-            "events", path=path,
-            hint="Record history with torch.cuda.memory._record_memory_history() and save with _dump_snapshot(); "
-                 "'veotrace convert' writes its segments and blocks tables")
+        raise no_trace_events(path, len(snap.segments), sum(len(seg.get("blocks", ())) for seg in snap.segments))
     if report is not None and not snap.has_time:  # there are trace events: refused above otherwise
         report.warnings.append(
             f"Warning: {path}: the snapshot has no time_us; events keep their order (seq) but have no timestamps"

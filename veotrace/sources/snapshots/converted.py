@@ -1,0 +1,92 @@
+"""A Parquet file that ``convert`` wrote from one PyTorch snapshot, read back as that snapshot.
+
+A snapshot is more than its trace: the replays start from its final segments and blocks, and
+``simulate`` models the allocator with its ``allocator_settings``. ``convert`` writes the segments
+and blocks beside the events (``OUT.segments.parquet``, ``OUT.blocks.parquet``) and records in the
+events file's schema metadata (key ``veotrace.snapshot``) where they are, which snapshot they came
+from and its settings, so that every command gives the Parquet file the snapshot's own answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+#: Schema-metadata key of the events file written from one snapshot.
+KEY = b"veotrace.snapshot"
+
+
+@dataclass(frozen=True)
+class ConvertedSnapshot:
+    """Where a converted snapshot's tables are, and what it recorded besides its trace."""
+
+    path: Path  # the events file
+    source: str  # the snapshot it was converted from
+    segments: Path
+    blocks: Path
+    allocator_settings: dict | None
+
+    def read_segments(self) -> pa.Table:
+        return _read(self.segments, self.path)
+
+    def read_blocks(self) -> pa.Table:
+        return _read(self.blocks, self.path)
+
+    def no_trace_events(self):
+        """The snapshot's own error for a trace without events (``torch_snapshot.NoTraceEvents``)."""
+        import pyarrow.parquet as pq
+
+        from veotrace.sources.snapshots.torch_snapshot import no_trace_events
+
+        _read(self.segments, self.path, rows=0), _read(self.blocks, self.path, rows=0)  # present and readable
+        return no_trace_events(self.path, pq.read_metadata(self.segments).num_rows, pq.read_metadata(self.blocks).num_rows)
+
+
+def metadata(snapshot: Path, segments: Path, blocks: Path, allocator_settings: dict | None) -> dict[bytes, bytes]:
+    """The schema metadata ``convert`` adds to the events file of ``snapshot`` (tables named relative to it)."""
+    doc = {"source": str(snapshot), "segments": segments.name, "blocks": blocks.name,
+           "allocator_settings": allocator_settings}
+    return {KEY: json.dumps(doc, default=str).encode()}
+
+
+def converted_snapshot(path: Path) -> ConvertedSnapshot | None:
+    """The snapshot a Parquet events file was converted from, or None (any other Parquet file, a URL)."""
+    import pyarrow.parquet as pq
+
+    if not isinstance(path, Path):
+        return None
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowInvalid):
+        return None
+    raw = meta.get(KEY)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        return ConvertedSnapshot(path, str(doc["source"]), path.with_name(doc["segments"]),
+                                 path.with_name(doc["blocks"]), doc.get("allocator_settings"))
+    except (ValueError, KeyError, TypeError):
+        from veotrace.errors import TraceFormatError
+
+        raise TraceFormatError("its veotrace.snapshot metadata is damaged", path=path,
+                               hint="Convert the snapshot again with 'veotrace convert'") from None
+
+
+def _read(table: Path, events: Path, rows: int | None = None) -> pa.Table:
+    """The table beside ``events`` (``rows=0``: its schema only, to check it is there and readable)."""
+    import pyarrow.parquet as pq
+
+    from veotrace.errors import TraceFormatError
+
+    if not table.is_file():
+        raise TraceFormatError(f"converted from a PyTorch snapshot, but its table {table.name} is not beside it",
+                               path=events, hint="Keep the files 'veotrace convert' wrote together, or convert again")
+    try:
+        return pq.read_schema(table).empty_table() if rows == 0 else pq.read_table(table)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise TraceFormatError(f"cannot read {table.name}: {exc}", path=events,
+                               hint="Convert the snapshot again with 'veotrace convert'") from None
