@@ -23,9 +23,24 @@ class _ResultConsole(Console):
         raise SystemExit(0)
 
 
+#: Width of result tables that go to a file, a pipe or a CI log: full values, never cut (rich cuts at 80).
+NOT_A_TERMINAL_WIDTH = 1000
+
+
 def stdout_console(output: Any = None) -> Console:
-    """Console for results (stdout, or the given text file)."""
-    return _ResultConsole(file=output, soft_wrap=False) if output is not None else _ResultConsole(soft_wrap=False)
+    """Console for results (stdout, or the given text file).
+
+    A terminal gets its own width (or ``$COLUMNS``); anything else gets :data:`NOT_A_TERMINAL_WIDTH`,
+    so that a table in a CI log, a pipe or a file shows every value whole (kernel names, policy
+    names, numbers) instead of ``bestf…`` and ``9.847e-…``.
+    """
+    target = output if output is not None else sys.stdout
+    try:
+        terminal = target.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    width = None if terminal or os.environ.get("COLUMNS") else NOT_A_TERMINAL_WIDTH
+    return _ResultConsole(file=output, soft_wrap=False, width=width)
 
 
 def stderr_console() -> Console:
