@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from veotrace.errors import AnalysisError
+
 
 def op_mask(ops_column: pa.Array, ops: Sequence[str]) -> np.ndarray:
     """Boolean mask of rows whose op is in ``ops``; on dictionary arrays, tested once per dictionary value."""
@@ -59,11 +61,22 @@ class OpsSeen:
         return self
 
     def check(self, ops: Sequence[str], *, what: str = "op") -> None:
-        """Raises AnalysisError when one of ``ops`` never occurs, listing the ones that do."""
-        from veotrace.errors import AnalysisError
-
+        """Raises OpsMissing (an AnalysisError) when one of ``ops`` never occurs, listing the ones that do."""
         missing = [o for o in ops if o not in self.seen]
         if missing:
-            present = ", ".join(sorted(self.seen)) or "none"
-            raise AnalysisError(f"--ops {','.join(missing)}: no such {what} in the input; the {what}s that occur are: "
-                                f"{present}")
+            raise OpsMissing(missing, sorted(self.seen), what)
+
+
+class OpsMissing(AnalysisError):
+    """Ops asked for that the input never holds; ``present``: the ones it does (``--ops`` names them)."""
+
+    def __init__(self, missing: list[str], present: list[str], what: str = "op") -> None:
+        self.missing, self.present, self.what = missing, present, what
+        super().__init__(f"--ops {','.join(missing)}: no such {what} in the input; the {what}s that occur are: "
+                         f"{', '.join(present) or 'none'}")
+
+    def as_default(self, command: str) -> AnalysisError:
+        """The error when the ops were the command's default, not given: say so instead of naming --ops."""
+        return AnalysisError(f"the input holds no {'/'.join(self.missing)} events, which {command} counts by default; "
+                             f"the {self.what}s that occur are: {', '.join(self.present) or 'none'}",
+                             hint="Name the ops to count with --ops, or run 'veotrace info FILE' to see what the file holds")

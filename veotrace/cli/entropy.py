@@ -40,7 +40,7 @@ def entropy_command(
     window: Annotated[str | None, typer.Option("--window", help=f"Window length W: 300s, 5m, 1h, 20ms (a bare number is seconds) [default: {_WINDOW_S:g}s, or one chosen from the data when that gives under 20 windows].", show_default=False)] = None,
     step: Annotated[str | None, typer.Option("--step", help="Step S between window starts, same units (default: W).")] = None,
     window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive counted events instead of time windows.")] = None,
-    ops: Annotated[str, typer.Option("--ops", help="Comma-separated ops to count.")] = ",".join(_OPS),
+    ops: Annotated[str | None, typer.Option("--ops", help=f"Comma-separated ops to count [default: {','.join(_OPS)}].", show_default=False)] = None,
     min_class: Annotated[int, typer.Option("--min-class", help="Smallest class: 2 = 4 KiB (ceil(log2(size/1KiB))).")] = _MIN_CLASS,
     max_class: Annotated[int, typer.Option("--max-class", help="Largest class: 12 = 4 MiB.")] = _MAX_CLASS,
     segments: Annotated[str, typer.Option("--segments", help="Split the trend at these times since the first window: 48,120 (bare numbers are hours), or 1s,2s.")] = "",

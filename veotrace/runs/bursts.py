@@ -48,6 +48,7 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
     """
     from veotrace.analysis.bursts import bursts as analysis
     from veotrace.analysis.groups import columns_for
+    from veotrace.analysis.ops import OpsMissing
     from veotrace.errors import UsageError
     from veotrace.sources import iter_alloc_events, read_table
 
@@ -71,17 +72,20 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
                                                 gap_ms=gap_ms, min_events=min_events, **grouped)
     else:
         columns = analysis.COLUMNS + columns_for(grouped.get("by"), device)
-        if config.parallel:  # pieces of the inputs as tasks; the same runs, merged
-            from veotrace.engine import run_bursts
+        try:
+            if config.parallel:  # pieces of the inputs as tasks; the same runs, merged
+                from veotrace.engine import run_bursts
 
-            result = run_bursts(paths, config, options=options, report=report, gap_ms=gap_ms,
-                                min_events=min_events, ops=common.ops_list(ops, BURSTS_OPS), on_progress=on_progress,
-                                columns=columns, **grouped)
-        else:
-            batches = iter_alloc_events(paths, options=options, report=report, on_progress=on_progress,
-                                        columns=columns)
-            result = analysis.compute_bursts(batches, gap_ms=gap_ms, min_events=min_events,
-                                             ops=common.ops_list(ops, BURSTS_OPS), **grouped)
+                result = run_bursts(paths, config, options=options, report=report, gap_ms=gap_ms,
+                                    min_events=min_events, ops=common.ops_list(ops, BURSTS_OPS),
+                                    on_progress=on_progress, columns=columns, **grouped)
+            else:
+                batches = iter_alloc_events(paths, options=options, report=report, on_progress=on_progress,
+                                            columns=columns)
+                result = analysis.compute_bursts(batches, gap_ms=gap_ms, min_events=min_events,
+                                                 ops=common.ops_list(ops, BURSTS_OPS), **grouped)
+        except OpsMissing as exc:  # the default ops, which the user never named
+            raise exc if ops is not None else exc.as_default("bursts") from None
     run = BurstsRun(result, [*notes, *report.messages()], common.input_files(paths))
     result.summary["read"] = report.to_dict()
     return run

@@ -53,6 +53,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
     """
     from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
     from veotrace.analysis.groups import columns_for
+    from veotrace.analysis.ops import OpsMissing
     from veotrace.errors import UsageError
     from veotrace.sources import iter_alloc_events
 
@@ -66,14 +67,18 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
                   max_class=max_class, **common.grouping(by, device))
     hours = common.hours_list(segments)
     columns = COLUMNS + columns_for(params.get("by"), device)
-    if config.parallel:  # pieces of the inputs as tasks; the same partials, merged
-        from veotrace.engine import run_entropy
+    try:
+        if config.parallel:  # pieces of the inputs as tasks; the same partials, merged
+            from veotrace.engine import run_entropy
 
-        result = run_entropy(paths, config, options=options, report=report, segments=hours, columns=columns,
-                             on_progress=on_progress, **params)
-    else:
-        batches = iter_alloc_events(paths, options=options, report=report, on_progress=on_progress, columns=columns)
-        result = compute_entropy(batches, **params, segments=hours)
+            result = run_entropy(paths, config, options=options, report=report, segments=hours, columns=columns,
+                                 on_progress=on_progress, **params)
+        else:
+            batches = iter_alloc_events(paths, options=options, report=report, on_progress=on_progress,
+                                        columns=columns)
+            result = compute_entropy(batches, **params, segments=hours)
+    except OpsMissing as exc:  # the default ops, which the user never named
+        raise exc if ops is not None else exc.as_default("entropy") from None
     run = EntropyRun(result, [*report.messages(), *result.summary["notes"]], common.input_files(paths))
     result.summary["read"] = report.to_dict()
     if save_baseline is not None:

@@ -83,6 +83,13 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
                         use_releases=not no_recorded_releases, key=key)
     result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
                           window_s=window_s, window_requests=window_requests, torch_core=torch_core)
+    if not result.params["counts"]["allocs"]:  # only a snapshot's seeded blocks: every policy would tie at 1.00x
+        from veotrace.errors import AnalysisError
+
+        raise AnalysisError("the trace holds no allocation to replay (a snapshot's live blocks alone rank no allocator)",
+                            path=paths[0] if len(paths) == 1 else None,
+                            hint="Record the steps to study with torch.cuda.memory._record_memory_history() before "
+                                 "_dump_snapshot(); 'veotrace fragmentation' shows this snapshot's state")
     if seed is not None and "torch" in names:
         result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
                                      torch_core=torch_core)
