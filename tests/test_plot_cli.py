@@ -116,3 +116,13 @@ def test_fragmentation_plot(tmp_path):
                   "--format", "json")
     assert res.exit_code == 0, res.stderr
     assert png_size(fig.read_bytes()) == (800, 500)
+
+
+def test_plot_says_what_it_wrote(tmp_path):
+    """Issue 24: --plot wrote its file silently."""
+    from tests.conftest import SAMPLES, run_cli
+
+    out = tmp_path / "e.svg"
+    res = run_cli("entropy", SAMPLES / "alloc_logs", "--plot", out, "-f", "json")
+    assert res.exit_code == 0
+    assert f"wrote {out} ({out.stat().st_size:,} bytes)" in res.stderr.splitlines()

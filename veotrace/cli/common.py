@@ -226,7 +226,7 @@ def show(result: Any, fmt: OutputFormat, output: Path | None, *, rows: int = 40,
     for line in result.messages:
         err(line)
     if plot is not None:
-        result.plot(plot, plot_size)
+        err(f"wrote {plot} ({result.plot(plot, plot_size):,} bytes)")
     emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.to_arrow(table),
          render_terminal=lambda con: result.render(con, max_rows=rows), inputs=result.inputs)
     for line in result.closing:
