@@ -362,3 +362,28 @@ def test_alloc_sizes_are_the_allocations_range_on_a_log():
     from veotrace.render.console import fmt_bytes
 
     assert f"{fmt_bytes(alloc['min'])} .. {fmt_bytes(alloc['max'])}" in text
+
+
+_SNAPSHOTS = ["constructorsun_memory_snapshot.pickle", "cranberrii_memory_snapshot.pickle", "magma27_memory_snapshot.pickle",
+              "maphsge4_snapshot.pickle", "muduard_memory_snapshot.pkl", "yiyi_oom_snapshot.pickle"]
+
+
+@pytest.mark.parametrize("name", ["sample", *_SNAPSHOTS])
+def test_info_shows_a_snapshots_reserved_allocated_and_largest_free_as_fragmentation_finds_them(name):
+    """Issue 24: info on a snapshot showed none of the numbers an engineer wants first."""
+    import veotrace
+    from tests.conftest import SAMPLES, real_trace, run_cli
+    from veotrace.render.console import fmt_bytes
+
+    path = SAMPLES / "snapshots" / "memory_snapshot.pickle" if name == "sample" else real_trace(name)
+    details = veotrace.info(path).value[0].details
+    end = veotrace.fragmentation(path).value.end["total"]
+    assert details["segments"]["reserved_bytes"] == end["reserved_bytes"]
+    assert details["blocks"]["allocated_bytes"] == end["allocated_bytes"]
+    assert details["blocks"]["largest_free_bytes"] == end["largest_free_bytes"]
+    import re
+
+    text = run_cli("info", path).stdout
+    assert re.search(rf"^reserved +{re.escape(fmt_bytes(end['reserved_bytes']))} ", text, re.M)
+    assert re.search(rf"^allocated +{re.escape(fmt_bytes(end['allocated_bytes']))} ", text, re.M)
+    assert re.search(rf"^largest free block +{re.escape(fmt_bytes(end['largest_free_bytes']))} ", text, re.M)

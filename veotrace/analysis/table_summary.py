@@ -156,10 +156,16 @@ def segments_summary(table: pa.Table) -> dict:
 
 
 def blocks_summary(table: pa.Table) -> dict:
-    """Rows, states and block size range of a BLOCKS table."""
+    """Rows, states and block size range of a BLOCKS table; bytes allocated (active_allocated blocks) and
+    free in segments (inactive blocks), and the largest free block: the snapshot's state at a glance."""
     lo, hi = _minmax(table.column("size_bytes"))
+    state = table.column("state").cast(pa.string())
+    size = table.column("size_bytes")
+    allocated = pc.filter(size, pc.equal(state, "active_allocated"))
+    free = pc.filter(size, pc.equal(state, "inactive"))
     return {"rows": table.num_rows, "states": dict(_counts(table.column("state")).most_common()),
-            "size_bytes": {"min": lo, "max": hi}}
+            "size_bytes": {"min": lo, "max": hi}, "allocated_bytes": pc.sum(allocated).as_py() or 0,
+            "free_bytes": pc.sum(free).as_py() or 0, "largest_free_bytes": pc.max(free).as_py()}
 
 
 def metrics_summary(table: pa.Table) -> dict:

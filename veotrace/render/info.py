@@ -71,6 +71,12 @@ def file_items(info) -> list[tuple[str, object]]:
         sizes = alloc["alloc_size_bytes"]  # allocations only: a snapshot's one "snapshot" entry is no alloc size
         items.append(("alloc sizes", "none (no alloc events)" if sizes["min"] is None
                       else f"{fmt_bytes(sizes['min'])} .. {fmt_bytes(sizes['max'])}"))
+    seg, blk = info.details.get("segments"), info.details.get("blocks")
+    if seg is not None:  # a snapshot's state: the first numbers an engineer asks for
+        items.append(("reserved", fmt_bytes(seg["reserved_bytes"])))
+    if blk is not None:
+        items += [("allocated", fmt_bytes(blk["allocated_bytes"])), ("free in segments", fmt_bytes(blk["free_bytes"])),
+                  ("largest free block", fmt_bytes(blk["largest_free_bytes"]) if blk["largest_free_bytes"] else "-")]
     for kind, key in (("gpu_activity", "kinds"), ("blocks", "states")):
         if kind in info.details:
             items.append((f"{kind.replace('_', ' ')} {key}", _listed(info.details[kind][key])))
