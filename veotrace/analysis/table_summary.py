@@ -102,7 +102,11 @@ def alloc_summary(batches: Iterable[pa.RecordBatch]) -> dict:
     span, sizes, alloc_sizes = (None, None), (None, None), (None, None)
     devices, streams = set(), set()
     pairing = _Pairing()
+    from veotrace.analysis.ooms import OomTap
+
+    ooms = OomTap()
     for b in batches:
+        ooms.see(b)
         rows += b.num_rows
         ts = b.column("ts_ns")
         untimed += ts.null_count
@@ -121,7 +125,8 @@ def alloc_summary(batches: Iterable[pa.RecordBatch]) -> dict:
     return {"rows": rows, **time_span(*span), "events_without_time": untimed, "devices": sorted(devices),
             "streams": sorted(streams), "ops": dict(ops.most_common()), "mem_kinds": dict(kinds.most_common()),
             "alloc_size_bytes": {"min": alloc_sizes[0], "max": alloc_sizes[1]},
-            "size_bytes": {"min": sizes[0], "max": sizes[1]}, "addresses": pairing.summary()}
+            "size_bytes": {"min": sizes[0], "max": sizes[1]}, "addresses": pairing.summary(),
+            "recorded_ooms": ooms.ooms()}
 
 
 #: Kernels listed per file, most launched first (``kernel_names`` counts them all).

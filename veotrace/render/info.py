@@ -71,6 +71,10 @@ def file_items(info) -> list[tuple[str, object]]:
         sizes = alloc["alloc_size_bytes"]  # allocations only: a snapshot's one "snapshot" entry is no alloc size
         items.append(("alloc sizes", "none (no alloc events)" if sizes["min"] is None
                       else f"{fmt_bytes(sizes['min'])} .. {fmt_bytes(sizes['max'])}"))
+    if alloc is not None:
+        from veotrace.analysis.ooms import oom_text
+
+        items += [("recorded OOM", oom_text(o)) for o in alloc.get("recorded_ooms") or ()]
     seg, blk = info.details.get("segments"), info.details.get("blocks")
     if seg is not None:  # a snapshot's state: the first numbers an engineer asks for
         items.append(("reserved", fmt_bytes(seg["reserved_bytes"])))

@@ -107,3 +107,26 @@ def hours_list(text: str | Sequence[float] | None) -> list[float]:
     if not isinstance(text, str):
         return [float(h) for h in text]
     return parse_hours_list(text)
+
+
+def oom_free(paths: Sequence[Any]) -> dict:
+    """The device's free bytes at each OOM a snapshot (or its Parquet conversion) recorded, by (device,
+    ts_ns, request); empty for other inputs, whose traces record no free bytes."""
+    from veotrace.sources.snapshots.converted import converted_snapshot
+    from veotrace.sources.snapshots.torch_snapshot import oom_free_bytes
+
+    out: dict = {}
+    for p in paths:
+        if not isinstance(p, Path) or not p.is_file():
+            continue
+        converted = converted_snapshot(p) if p.suffix == ".parquet" else None
+        if converted is not None:
+            out.update(converted.oom_free or {})
+        elif p.suffix in (".pickle", ".pkl"):
+            from veotrace.errors import TraceFormatError
+
+            try:
+                out.update(oom_free_bytes(p))
+            except TraceFormatError:
+                pass  # not a snapshot after all: its reader reports it
+    return out

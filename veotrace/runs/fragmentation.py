@@ -99,6 +99,8 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         latency_col: the log's column of per-event latencies (microseconds).
         at: the full state at ``"end"`` or at a time after the first event (``"90s"``).
     """
+    from veotrace.analysis.ooms import OomTap, oom_lines, with_device_free
+
     paths = common.as_paths(paths)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
                                      extra_columns=(latency_col,) if latency_col is not None else ())
@@ -113,11 +115,14 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         return FragmentationRun(None, [], inputs, strides=strides)
     notes: list[str] = []
     config = common.engine(engine, jobs, scheduler, workers)
+    tap = OomTap()
     result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
-                             notes=notes, **kw)
+                             notes=notes, ooms=tap, **kw)
     from veotrace.render.fragmentation import warning_lines
 
-    messages = [*report.messages(), *notes, *warning_lines(result.counters, result.end["total"])]
+    ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
+    messages = [*report.messages(), *notes, *warning_lines(result.counters, result.end["total"]), *oom_lines(ooms)]
+    result.summary["recorded_ooms"] = ooms
     result.summary["read"] = report.to_dict()
     return FragmentationRun(result, messages, inputs, at=None if at is None else str(at))
 
@@ -165,10 +170,12 @@ def array_strides(paths: list) -> dict | None:
     return stride_summary(np.concatenate(seqs))
 
 
-def read_and_replay(paths: list[Path], *, options, report, on_progress=None, config=None, notes=None, **kw):
+def read_and_replay(paths: list[Path], *, options, report, on_progress=None, config=None, notes=None, ooms=None,
+                    **kw):
     """Read ``paths`` and replay them: one snapshot (seeded from its final state), or alloc/free logs.
 
     Args:
+        ooms: an ``analysis.ooms.OomTap`` that sees the events read (the OOMs the trace recorded).
         config: an ``engine.EngineConfig``; when parallel, alloc/free logs are replayed in pieces
             (``fragmentation.parallel``). What cannot be (a snapshot, ``--at TIME``, ...) is replayed
             here, with the reason appended to ``notes``.
@@ -202,13 +209,17 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
             result, why = run_fragmentation(paths, config, options=options, report=report, on_progress=on_progress,
                                             **args)
             if result is not None:
+                if ooms is not None:  # the pieces ran elsewhere: the recorded OOMs in one light read here
+                    for batch in iter_alloc_events(paths, options=options, report=ReadReport(),
+                                                   columns=("ts_ns", "seq", "op", "size_bytes", "stream", "device")):
+                        ooms.see(batch)
                 return result
             notes.append(why)
     report.merge(resolved)
     if not snaps:
         batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS,
                                     on_progress=on_progress, inputs=inputs)
-        return fragmentation_series(batches, **kw)
+        return fragmentation_series(ooms.tap(batches) if ooms is not None else batches, **kw)
     if len(inputs) > 1:
         raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
     path = snaps[0]
@@ -229,5 +240,7 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
         events = ALLOC_EVENTS.empty_table()
         report.warnings.append(f"Warning: {path}: no trace entries; only the state at the snapshot is reported")
+    if ooms is not None:
+        ooms.see(events)
     initial, events = seed_from_final(events, final) if events.num_rows else (final, events)
     return fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **kw)

@@ -68,6 +68,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     from veotrace.allocators import simulate as sim
     from veotrace.allocators.stream import open_requests
     from veotrace.allocators.validation import validate
+    from veotrace.analysis.ooms import OomTap, oom_lines, with_device_free
 
     paths = common.as_paths(paths)
     names = sim.check_policies([policy] if isinstance(policy, str) else list(policy or []))
@@ -78,7 +79,8 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
                                      extra_columns=(id_col,) if id_col is not None else ())
     key = id_col or "address"
-    table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False)
+    tap = OomTap()
+    table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False, ooms=tap)
     req = open_requests(table, names, seed, max_unknown_frees=max_unknown_frees,
                         use_releases=not no_recorded_releases, key=key)
     result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
@@ -93,7 +95,9 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     if seed is not None and "torch" in names:
         result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
                                      torch_core=torch_core)
-    run = SimulateRun(result, list(report.messages()), common.input_files(paths))
+    ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
+    run = SimulateRun(result, [*report.messages(), *oom_lines(ooms)], common.input_files(paths))
+    result.params["recorded_ooms"] = ooms
     result.params["read"] = report.to_dict()
     result.params["pair_by"] = key
     oom = result.first_oom
@@ -124,13 +128,14 @@ def parse_tiers(text: str | None):
     return tuple(tiers)
 
 
-def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True):
+def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True, ooms=None):
     """The events table, and for one PyTorch snapshot (or its conversion by ``convert``) its settings-derived
     conf and seed (else None).
 
     ``whole=False``: for anything but a snapshot, the events come as ``open_batches(first)``, which reads
     the source's batches anew at each call (see :class:`veotrace.allocators.stream.RequestStream`), so a
-    long log is never held whole; only the first read reports to ``report``. A snapshot's table is always whole.
+    long log is never held whole; only the first read reports to ``report`` (and shows ``ooms``, an
+    ``analysis.ooms.OomTap``, the events). A snapshot's table is always whole.
     """
     import pyarrow as pa
 
@@ -145,7 +150,8 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
     snapshot = len(inputs) == 1 and (inputs[0][1].name == "torch-snapshot" or converted is not None)
 
     def open_batches(first: bool):
-        return iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs)
+        batches = iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs)
+        return ooms.tap(batches) if first and ooms is not None else batches  # the recorded OOMs, on the first read
 
     table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches
     snap_conf = seed = None

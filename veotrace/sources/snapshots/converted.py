@@ -28,6 +28,7 @@ class ConvertedSnapshot:
     segments: Path
     blocks: Path
     allocator_settings: dict | None
+    oom_free: dict | None = None  # (device, ts_ns, request) -> the device's free bytes at each recorded OOM
 
     def read_segments(self) -> pa.Table:
         return _read(self.segments, self.path)
@@ -45,10 +46,13 @@ class ConvertedSnapshot:
         return no_trace_events(self.path, pq.read_metadata(self.segments).num_rows, pq.read_metadata(self.blocks).num_rows)
 
 
-def metadata(snapshot: Path, segments: Path, blocks: Path, allocator_settings: dict | None) -> dict[bytes, bytes]:
-    """The schema metadata ``convert`` adds to the events file of ``snapshot`` (tables named relative to it)."""
+def metadata(snapshot: Path, segments: Path, blocks: Path, allocator_settings: dict | None,
+             oom_free: dict | None = None) -> dict[bytes, bytes]:
+    """The schema metadata ``convert`` adds to the events file of ``snapshot`` (tables named relative to it;
+    ``oom_free``: ``torch_snapshot.oom_free_bytes``)."""
     doc = {"source": str(snapshot), "segments": segments.name, "blocks": blocks.name,
-           "allocator_settings": allocator_settings}
+           "allocator_settings": allocator_settings,
+           "oom_free": [[*key, free] for key, free in (oom_free or {}).items()]}
     return {KEY: json.dumps(doc, default=str).encode()}
 
 
@@ -68,7 +72,8 @@ def converted_snapshot(path: Path) -> ConvertedSnapshot | None:
     try:
         doc = json.loads(raw)
         return ConvertedSnapshot(path, str(doc["source"]), path.with_name(doc["segments"]),
-                                 path.with_name(doc["blocks"]), doc.get("allocator_settings"))
+                                 path.with_name(doc["blocks"]), doc.get("allocator_settings"),
+                                 {(d, t, r): free for d, t, r, free in doc.get("oom_free") or ()})
     except (ValueError, KeyError, TypeError):
         from veotrace.errors import TraceFormatError
 

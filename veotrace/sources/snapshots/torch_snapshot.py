@@ -51,6 +51,18 @@ def no_trace_events(path: Path, segments: int, blocks: int) -> NoTraceEvents:
              "'veotrace convert' writes its segments and blocks tables")
 
 
+def oom_free_bytes(path: Path) -> dict[tuple[int, int | None, int], int | None]:
+    """The device's free bytes at each ``oom`` entry (``device_free``; older PyTorch put it in ``addr``),
+    by (device, ts_ns, request bytes) as the events table holds them."""
+    out = {}
+    for d, trace in enumerate(load_snapshot(path).device_traces):
+        for e in trace:
+            if e["action"] == "oom":
+                t = _int_or_none(e.get("time_us"))
+                out[(d, None if t is None else t * 1000, e.get("size") or 0)] = _int_or_none(e.get("device_free", e.get("addr")))
+    return out
+
+
 def _shape_error(path: Path, what: str) -> TraceFormatError:
     return TraceFormatError(
         f"a pickle, but not a PyTorch memory snapshot: {what}",
