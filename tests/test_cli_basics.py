@@ -61,3 +61,20 @@ def test_help_texts_describe_each_commands_own_inputs():
         text = " ".join(r.stdout.split())  # rich wraps lines
         for needle in needles:
             assert needle in text, (command, needle)
+
+
+def test_every_duration_option_says_the_unit_of_a_bare_number():
+    """Issue 24: a bare number means seconds for --window, milliseconds for --gap, hours for --segments."""
+    import typer.main
+
+    from veotrace.cli import app
+
+    durations = {"--window", "--step", "--gap", "--segments", "--at", "--tiers"}
+    group = typer.main.get_command(app)
+    seen = 0
+    for name, command in group.commands.items():
+        for param in command.params:
+            if getattr(param, "param_type_name", "") == "option" and durations & set(param.opts):
+                seen += 1
+                assert "a bare number is" in (param.help or ""), f"{name} {param.opts[0]}: {param.help}"
+    assert seen >= 9

@@ -250,3 +250,17 @@ def test_default_window_is_settled_before_dispatch_when_the_pieces_span_it(tmp_p
         assert par.windows.equals(one.windows) and par.to_dict() == one.to_dict()
     explicit = Job("entropy", {"window_s": 60.0}, ReadOptions(), tuple(COLUMNS))
     assert settle_window(explicit, pieces, lambda p: 1 / 0) is explicit  # nothing probed
+
+
+def test_jobs_on_an_input_smaller_than_one_piece_says_one_process_is_faster(monkeypatch):
+    """Issue 24: --jobs 2 and --engine dask on a 917-event input took 8.6 s and 24 s, silently."""
+    import veotrace
+    from tests.conftest import SAMPLES
+    from veotrace import engine
+
+    logs = SAMPLES / "alloc_logs"
+    r = veotrace.entropy(logs, jobs=2)
+    assert r.messages[0].startswith("note: --jobs 2 on 0.8 MiB of input (under one 64 MiB piece): one process is faster")
+    assert not any("one process is faster" in m for m in veotrace.entropy(logs).messages)
+    monkeypatch.setattr(engine, "SPLIT_BYTES", 1 << 10)  # a piece smaller than the input: no note
+    assert not any("one process is faster" in m for m in veotrace.bursts(logs, jobs=2).messages)

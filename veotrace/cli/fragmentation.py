@@ -43,14 +43,14 @@ class Table(str, enum.Enum):
 @app.command("fragmentation")
 def fragmentation_command(
     paths: PathsArg,
-    window: Annotated[str | None, typer.Option("--window", help="Window length (300s, 5m, 1h; bare number = seconds) [default: 300s, or 1000 events without timestamps].")] = None,
+    window: Annotated[str | None, typer.Option("--window", help="Window length: 300s, 5m, 1h (a bare number is seconds) [default: 300s, or 1000 events without timestamps].")] = None,
     window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive events instead (for sources without timestamps).")] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Flag a window as fragmented when its largest free block is under this share of free bytes (TF BFC / XProf).")] = _DEFAULTS["threshold"],
     max_gap: Annotated[str, typer.Option("--max-gap", help="Without segments: gaps between live blocks under this size are free space in one range.")] = _DEFAULTS["max_gap"],
     bins: Annotated[str, typer.Option("--bins", help="Free-block size bins LO-HI (inclusive; 'LO-' = no upper bound), comma-separated.")] = _DEFAULTS["bins"],
     zone_bytes: Annotated[str, typer.Option("--zone-bytes", help="Width of the address zones ranked by alloc/free activity, or 'segment': one zone per segment (else per address range joined under --max-gap).")] = _DEFAULTS["zone_bytes"],
     latency_col: Annotated[str | None, typer.Option("--latency-col", help="Column of the log holding each event's latency in microseconds (e.g. latency_us): P50/P99 per hot zone and per request-size bin.")] = None,
-    at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event (e.g. 90s, 2h).")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event: 90s, 2h (a bare number is seconds).")] = None,
     table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, bins, zones, or state (at --at, else at the end).")] = Table.windows,
     engine: EngineOpt = Engine.local,
     jobs: JobsOpt = 1,

@@ -86,6 +86,8 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
                                                  ops=common.ops_list(ops, BURSTS_OPS), **grouped)
         except OpsMissing as exc:  # the default ops, which the user never named
             raise exc if ops is not None else exc.as_default("bursts") from None
+    if kind == "alloc":
+        notes += common.small_input_note(paths, config)
     run = BurstsRun(result, [*notes, *report.messages()], common.input_files(paths))
     result.summary["read"] = report.to_dict()
     return run

@@ -79,7 +79,8 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
             result = compute_entropy(batches, **params, segments=hours)
     except OpsMissing as exc:  # the default ops, which the user never named
         raise exc if ops is not None else exc.as_default("entropy") from None
-    run = EntropyRun(result, [*report.messages(), *result.summary["notes"]], common.input_files(paths))
+    run = EntropyRun(result, [*common.small_input_note(paths, config), *report.messages(), *result.summary["notes"]],
+                     common.input_files(paths))
     result.summary["read"] = report.to_dict()
     if save_baseline is not None:
         from veotrace.gating.baseline import save_entropy_baseline

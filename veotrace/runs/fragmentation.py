@@ -121,7 +121,8 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     from veotrace.render.fragmentation import warning_lines
 
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
-    messages = [*report.messages(), *notes, *warning_lines(result.counters, result.end["total"]), *oom_lines(ooms)]
+    messages = [*common.small_input_note(paths, config), *report.messages(), *notes,
+                *warning_lines(result.counters, result.end["total"]), *oom_lines(ooms)]
     result.summary["recorded_ooms"] = ooms
     result.summary["read"] = report.to_dict()
     return FragmentationRun(result, messages, inputs, at=None if at is None else str(at))
