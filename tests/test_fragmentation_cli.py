@@ -186,3 +186,23 @@ def test_at_time_shows_the_asked_state_in_the_terminal_not_the_end():
     assert fmt_bytes(at["allocated_bytes"]) in line["allocated"]
     end_text = run_cli("fragmentation", snap, "--at", "end").stdout
     assert "Fragmentation at the end of the trace" in end_text and fmt_bytes(end["reserved_bytes"]) in end_text
+
+
+@pytest.mark.parametrize("name", ["constructorsun_memory_snapshot.pickle", "cranberrii_memory_snapshot.pickle"])
+def test_a_short_snapshot_gets_windows_that_fit_its_span_and_says_so(name):
+    """Issue 24: the 300 s default gave one window (an empty 'over time') on 0.2-3 s snapshots."""
+    import json
+
+    from tests.conftest import real_trace, run_cli
+
+    path = real_trace(name)
+    res = run_cli("fragmentation", path, "-f", "json")
+    data = json.loads(res.stdout)
+    if data["summary"]["has_time"] is False:
+        pytest.skip("untimed snapshot: windows of events")
+    choice = data["summary"]["window_choice"]
+    assert choice is not None and choice["window_s"] == data["params"]["window_s"] < 300
+    assert len({r["window"] for r in data["windows"]}) >= 20
+    assert f"note: {choice['reason']}" in res.stderr.splitlines()
+    asked = json.loads(run_cli("fragmentation", path, "--window", "300s", "-f", "json").stdout)
+    assert asked["summary"]["window_choice"] is None and asked["params"]["window_s"] == 300

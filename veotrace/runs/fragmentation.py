@@ -124,6 +124,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     messages = [*common.small_input_note(paths, config), *report.messages(), *notes,
                 *warning_lines(result.counters, result.end["total"]), *oom_lines(ooms)]
     result.summary["recorded_ooms"] = ooms
+    result.summary.setdefault("window_choice", None)  # set when a snapshot's span chose the window
     result.summary["read"] = report.to_dict()
     return FragmentationRun(result, messages, inputs, at=None if at is None else str(at))
 
@@ -243,5 +244,37 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
         report.warnings.append(f"Warning: {path}: no trace entries; only the state at the snapshot is reported")
     if ooms is not None:
         ooms.see(events)
+    chosen = _fitting_window(events, kw, notes)
     initial, events = seed_from_final(events, final) if events.num_rows else (final, events)
-    return fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **kw)
+    result = fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **{**kw, **chosen})
+    if chosen:
+        result.summary["window_choice"] = {"window_s": chosen["window_s"], "reason": notes[-1].removeprefix("note: ")}
+    return result
+
+
+def _fitting_window(events, kw: dict, notes: list[str]) -> dict:
+    """A snapshot's window when the default one does not fit its span (as entropy chooses one): a 0.2-3 s
+    trace in one 300 s window has no "over time". Only when no window was asked for; said in ``notes``."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from veotrace.analysis import timescale
+    from veotrace.defaults import FRAGMENTATION_WINDOW_S
+
+    if kw.get("window_s") is not None or kw.get("window_events") is not None or not events.num_rows:
+        return {}
+    ts = events.column("ts_ns").drop_null() if events.column("ts_ns").null_count else events.column("ts_ns")
+    if len(ts) < events.num_rows or not len(ts):
+        return {}  # untimed events: the replay's own rule (windows of events)
+    first, last = pc.min(ts).as_py(), pc.max(ts).as_py()
+    default_ns = round(FRAGMENTATION_WINDOW_S * timescale.NS_PER_S)
+    spanned = timescale.windows_spanned(first, last, default_ns, default_ns)
+    if spanned >= timescale.MIN_WINDOWS:
+        return {}
+    w = timescale.choose_window_ns(np.asarray(ts.to_numpy(), dtype=np.int64), events.num_rows)
+    if w is None:
+        return {}
+    span = timescale.fmt_duration((last - first) / timescale.NS_PER_S)
+    notes.append(f"note: the default {FRAGMENTATION_WINDOW_S:g} s window gives {timescale.plural(spanned, 'window')} over "
+                 f"the {span} span: windows of {timescale.fmt_duration(w / timescale.NS_PER_S)} instead (--window sets one)")
+    return {"window_s": w / timescale.NS_PER_S}
