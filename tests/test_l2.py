@@ -388,3 +388,11 @@ def test_percent_metrics_without_a_unit_column_still_get_the_points_default():
     res = find_breakpoints(table)
     assert res.params["metric_unit"] == "%" and res.params["min_jump"] == 1.0
     assert match_f1(_found(res).get(k, []), truth.breaks[k], TOLERANCE)[2] == 1.0
+
+
+def test_per_kernel_value_flags_are_labelled_informational():
+    """Issue 24: thr<65% marks most kernels (normal below L2 peak); it is information, not a break."""
+    from tests.conftest import SAMPLES, run_cli
+
+    out = run_cli("l2-breakpoints", SAMPLES / "ncu" / "launch_count_1.csv").stdout
+    assert "informational flags" in out and "for information: most kernels run below 65% of L2 peak" in out

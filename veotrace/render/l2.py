@@ -50,7 +50,8 @@ def render_l2(console: Console, result, *, max_rows: int) -> None:
         console.print(footer)
     table, footer = rows_table("L2 picture (medians over each kernel's launches)", kernels, [
         ("k", "#"), ("median", "metric"), ("hit_rate_pct", "hit %"), ("l2_throughput_pct", "L2 thr %"),
-        ("bytes_per_request", "B/req"), ("sectors", "sectors"), ("requests", "requests"), ("flags", "flags")],
+        ("bytes_per_request", "B/req"), ("sectors", "sectors"), ("requests", "requests"),
+        ("flags", "informational flags")],
         max_rows=max_rows, formatters={"hit_rate_pct": _fixed(1), "l2_throughput_pct": _fixed(1),
                                        "bytes_per_request": _fixed(0), "sectors": _fixed(0), "requests": _fixed(0)})
     console.print(table)
@@ -60,7 +61,8 @@ def render_l2(console: Console, result, *, max_rows: int) -> None:
         rules = [{**r, "short": SHORT.get(r["name"], r["name"]),
                   "what": r["description"] + (f"; on values: {r['on_values']}" if r["on_values"] else "")}
                  for r in result.rules]
-        table, _ = rows_table("Rules (fired at breaks; kernels whose values are flagged)", rules, [
+        table, _ = rows_table("Rules (fired at breaks; kernels whose values are flagged, for information: "
+                              "most kernels run below 65% of L2 peak)", rules, [
             ("short", "rule"), ("status", "status"), ("fired", "breaks"), ("kernels_flagged", "kernels"),
             ("what", "what")], max_rows=0)
         console.print(table)
