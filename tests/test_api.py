@@ -125,7 +125,7 @@ def test_results_give_tables_pandas_a_plot_and_a_notebook_view(tmp_path):
     assert r.to_arrow("state").num_rows > 0
     assert len(r.to_pandas("bins")) == r.value.bins.num_rows
     html = r._repr_html_()
-    assert "veotrace fragmentation" in html and "reserved at end" in html
+    assert "veotrace fragmentation" in html and "device 1" in html and "reserved" in html  # two devices: per device
     png = tmp_path / "f.png"
     assert r.plot(png) == png.stat().st_size > 0
     with pytest.raises(UsageError, match="no table 'nope'"):

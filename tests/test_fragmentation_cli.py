@@ -206,3 +206,25 @@ def test_a_short_snapshot_gets_windows_that_fit_its_span_and_says_so(name):
     assert f"note: {choice['reason']}" in res.stderr.splitlines()
     asked = json.loads(run_cli("fragmentation", path, "--window", "300s", "-f", "json").stdout)
     assert asked["summary"]["window_choice"] is None and asked["params"]["window_s"] == 300
+
+
+def test_several_devices_get_their_own_numbers_not_only_pooled_ones():
+    """Issue 24: 'largest free block 25.6 GiB' of one GPU stood next to a fragmentation pooled over three."""
+    import veotrace
+    from tests.conftest import real_trace, run_cli
+    from veotrace.render.console import fmt_bytes
+
+    path = real_trace("constructorsun_memory_snapshot.pickle")
+    r = veotrace.fragmentation(path)
+    devices = r.value.end["devices"]
+    assert len(devices) == 3
+    text = run_cli("fragmentation", path).stdout
+    assert "Per device (the totals above pool them)" in text and "largest free block (on one device)" in text
+    for d, v in devices.items():
+        row = next(ln for ln in text.splitlines() if ln.startswith(f"│ {d} "))
+        assert fmt_bytes(v["reserved_bytes"]) in row and fmt_bytes(v["largest_free_bytes"]) in row
+    head = dict(r.headline())
+    assert set(head) == {"device 0", "device 1", "device 2", "fragmented windows"}
+    assert head["device 1"].startswith(f"{fmt_bytes(devices['1']['reserved_bytes'])} reserved")
+    one = veotrace.fragmentation(real_trace("magma27_memory_snapshot.pickle"))
+    assert "reserved at end" in dict(one.headline())  # one device: the totals are its own

@@ -40,19 +40,30 @@ def render_fragmentation(console: Console, result, *, max_rows: int, at: str | N
     """Draw a FragmentationResult: the state asked for (``at``: the --at TIME given, whose state is
     ``result.at``; else the end), the windows, hot zones, alignment and strides."""
     asked = result.at is not None
-    e, c = (result.at if asked else result.end)["total"], result.counters
+    state = result.at if asked else result.end
+    e, c = state["total"], result.counters
+    devices = state.get("devices") or {}
+    several = len(devices) > 1
     items = [("events read", result.summary["events_read"]), ("windows", result.summary["windows"]),
              ("fragmented windows", result.summary["fragmented_windows"]),
              ("reserved", fmt_bytes(e.get("reserved_bytes"))), ("allocated", fmt_bytes(e.get("allocated_bytes"))),
              ("internal (rounding)", fmt_bytes(e.get("internal_bytes"))),
              ("inactive (reserved - allocated)", fmt_bytes(e.get("inactive_bytes"))),
              ("free blocks", e.get("free_blocks")), ("free bytes", fmt_bytes(e.get("free_bytes"))),
-             ("largest free block", fmt_bytes(e.get("largest_free_bytes"))),
-             ("external frag (1 - largest/free)", e.get("external_frag")),
+             ("largest free block" + (" (on one device)" if several else ""), fmt_bytes(e.get("largest_free_bytes"))),
+             ("external frag (1 - largest/free)" + (" pooled" if several else ""), e.get("external_frag")),
              ("ranges from", e.get("range_method")),
              ("blocks before the trace", c["pre_existing_blocks"]), ("unknown frees", c["unknown_frees"])]
     title = f"Fragmentation at +{at} (--at)" if asked else "Fragmentation at the end of the trace"
     console.print(summary_table(title, items))
+    if several:  # a free block never serves another device: each device's own numbers
+        rows = [{"device": d, **v} for d, v in sorted(devices.items(), key=lambda kv: int(kv[0]))]
+        per, _ = rows_table("Per device (the totals above pool them)", rows, [
+            ("device", "device"), ("reserved_bytes", "reserved"), ("allocated_bytes", "allocated"),
+            ("free_bytes", "free"), ("largest_free_bytes", "largest free"), ("external_frag", "ext frag")],
+            max_rows=0, formatters={k: fmt_bytes for k in ("reserved_bytes", "allocated_bytes", "free_bytes",
+                                                           "largest_free_bytes")})
+        console.print(per)
     fmts = {k: fmt_bytes for k in _BYTES}
     table, footer = rows_table("Windows", result.windows.to_pylist(), _WINDOW_COLUMNS, max_rows=max_rows,
                                formatters=fmts, how_to_get_all="use --rows 0, or --format csv")

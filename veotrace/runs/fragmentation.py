@@ -67,10 +67,19 @@ class FragmentationRun(RunResult):
     def headline(self) -> list[tuple[str, Any]]:
         if self.strides is not None:
             return list(self.strides.items())[:6]
-        e, s = self.value.end["total"], self.value.summary
+        end, s = self.value.end, self.value.summary
+        e, devices = end["total"], end.get("devices") or {}
+        windows = ("fragmented windows", f"{s['fragmented_windows']} of {s['windows']}")
+        if len(devices) > 1:  # nothing pooled that must not be: each device's own state
+            from veotrace.render.console import fmt_bytes, fmt_value
+
+            return [*((f"device {d}", f"{fmt_bytes(v.get('reserved_bytes'))} reserved, {fmt_bytes(v.get('allocated_bytes'))} "
+                       f"allocated, largest free {fmt_bytes(v.get('largest_free_bytes'))}, external fragmentation "
+                       f"{fmt_value(v.get('external_frag'))}")
+                      for d, v in sorted(devices.items(), key=lambda kv: int(kv[0]))), windows]
         return [("reserved at end", e.get("reserved_bytes")), ("allocated at end", e.get("allocated_bytes")),
                 ("largest free block", e.get("largest_free_bytes")), ("external fragmentation", e.get("external_frag")),
-                ("fragmented windows", f"{s['fragmented_windows']} of {s['windows']}")]
+                windows]
 
     def render(self, console, *, max_rows: int = 40) -> None:
         from veotrace.render.fragmentation import render_fragmentation, render_strides
