@@ -228,3 +228,21 @@ def test_several_devices_get_their_own_numbers_not_only_pooled_ones():
     assert head["device 1"].startswith(f"{fmt_bytes(devices['1']['reserved_bytes'])} reserved")
     one = veotrace.fragmentation(real_trace("magma27_memory_snapshot.pickle"))
     assert "reserved at end" in dict(one.headline())  # one device: the totals are its own
+
+
+def test_window_table_shows_time_since_the_first_window_not_absolute_numbers():
+    """Issue 24: window tables showed absolute window numbers (17,572,532,552) and no time."""
+    from tests.conftest import SAMPLES, run_cli
+
+    log = SAMPLES / "alloc_addr" / "alloc_addr.csv"
+    text = run_cli("fragmentation", log, "--rows", "3").stdout
+    import json
+
+    windows = json.loads(run_cli("fragmentation", log, "-f", "json").stdout)["windows"]
+    span_h = (windows[-1]["end_ns"] - windows[0]["start_ns"]) / 3.6e12
+    unit = "h" if span_h >= 1 else "min"
+    assert f"start ({unit})" in text and "┃ k " not in text
+    first_rows = [ln for ln in text.splitlines() if ln.startswith("│")][:3]
+    step = (windows[1]["start_ns"] - windows[0]["start_ns"]) / (3.6e12 if unit == "h" else 6e10)
+    assert first_rows[0].split("│")[1].strip() == "0"
+    assert float(first_rows[1].split("│")[1].strip()) == pytest.approx(step, rel=1e-3)

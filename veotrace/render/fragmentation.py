@@ -25,6 +25,21 @@ _WINDOW_COLUMNS = [("window", "k"), ("device", "dev"), ("events", "events"), ("l
 _BYTES = {"live_peak", "live_bytes_peak", "reserved_bytes", "free_bytes", "largest_free_bytes", "bytes"}
 
 
+def _timed_rows(rows: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Window rows with their start as time since the first window, in a unit that fits the span (the
+    absolute window numbers, e.g. 17,572,532,552, say nothing; they and absolute times stay in the JSON).
+    Windows of events (no start time) keep their number."""
+    from veotrace.analysis.timescale import NS_PER_S, duration_unit
+
+    starts = [r["start_ns"] for r in rows if r.get("start_ns") is not None]
+    if not starts or len(starts) < len(rows):
+        return rows, _WINDOW_COLUMNS
+    t0, span = min(starts), (max(r["end_ns"] for r in rows) - min(starts)) / NS_PER_S
+    unit, scale = duration_unit(span)
+    out = [{**r, "since": round((r["start_ns"] - t0) / NS_PER_S / scale, 6)} for r in rows]
+    return out, [("since", f"start ({unit})"), *_WINDOW_COLUMNS[1:]]
+
+
 def warning_lines(counters: dict, end: dict | None = None) -> list[str]:
     """One ``Warning:`` line per non-zero problem counter, and for overlapping blocks at the end."""
     out = [f"Warning: {counters[k]:,} {text}" for k, text in WARNINGS.items() if counters.get(k)]
@@ -65,7 +80,8 @@ def render_fragmentation(console: Console, result, *, max_rows: int, at: str | N
                                                            "largest_free_bytes")})
         console.print(per)
     fmts = {k: fmt_bytes for k in _BYTES}
-    table, footer = rows_table("Windows", result.windows.to_pylist(), _WINDOW_COLUMNS, max_rows=max_rows,
+    rows, columns = _timed_rows(result.windows.to_pylist())
+    table, footer = rows_table("Windows", rows, columns, max_rows=max_rows,
                                formatters=fmts, how_to_get_all="use --rows 0, or --format csv")
     console.print(table)
     if footer:
