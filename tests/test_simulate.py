@@ -257,3 +257,21 @@ def test_expandable_request_larger_than_the_capacity_is_an_oom_not_a_crash(tmp_p
     assert torch["ooms"] == 1
     assert torch["peak_reserved_bytes"] >= 2 << 30
     assert "did not fit --capacity 1GiB" in res.stderr
+
+
+def test_several_devices_show_each_policys_peak_per_device():
+    """Issue 24: 'peak reserved 106.8 GiB' summed three GPUs' peaks next to a per-GPU capacity of 79 GiB."""
+    import veotrace
+    from tests.conftest import real_trace, run_cli
+    from veotrace.render.console import fmt_bytes
+
+    path = real_trace("constructorsun_memory_snapshot.pickle")
+    r = veotrace.simulate(path, policy=["torch", "ideal"], capacity="79GiB")
+    text = run_cli("simulate", path, "-p", "torch", "-p", "ideal", "--capacity", "79GiB").stdout
+    assert "Peak reserved per device (capacity 79.0 GiB each)" in " ".join(text.split())  # the title may wrap
+    torch = next(p for p in r.value.policies if p["policy"] == "torch")
+    row = next(ln for ln in text.splitlines() if ln.startswith("│ torch ") and "device" not in ln and ln.count("│") == 5)
+    for d in ("0", "1", "2"):
+        assert fmt_bytes(torch["per_device"][d]["peak_reserved_bytes"]) in row
+    one = run_cli("simulate", SAMPLES / "simulate" / "training_log.csv").stdout
+    assert "Peak reserved per device" not in one

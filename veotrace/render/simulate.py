@@ -38,11 +38,27 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
     console.print(table)
     if footer:
         console.print(footer)
+    _render_per_device(console, result, by_name)
     v = result.validation
     if v:
         _render_validation(console, v)
     for note in result.notes:
         console.print(f"[dim]note:[/] {note}")
+
+
+def _render_per_device(console: Console, result, by_name: dict) -> None:
+    """Several devices: each policy's peak reserved per device. The ranking's peak sums the devices'
+    peaks, which no one device holds; a capacity applies to each device alone."""
+    devices = sorted({d for r in result.policies for d in (r.get("per_device") or {})}, key=int)
+    if len(devices) < 2:
+        return
+    rows = [{"policy": w["policy"], **{f"d{d}": (by_name[w["policy"]]["per_device"].get(d) or {}).get("peak_reserved_bytes")
+                                       for d in devices}} for w in result.whatif]
+    cap = result.params.get("capacity_bytes")
+    title = "Peak reserved per device" + (f" (capacity {fmt_bytes(cap)} each)" if cap else "")
+    table, _ = rows_table(title, rows, [("policy", "policy"), *((f"d{d}", f"device {d}") for d in devices)], max_rows=0,
+                          formatters={f"d{d}": fmt_bytes for d in devices})
+    console.print(table)
 
 
 def _render_validation(console: Console, v: dict) -> None:
