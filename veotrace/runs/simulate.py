@@ -34,7 +34,9 @@ class SimulateRun(RunResult):
         if "torch" in by_name and "ideal" in by_name:
             out.append(("torch vs ideal", next(w["vs_ideal"] for w in res.whatif if w["policy"] == "torch")))
         v = res.validation
-        if v is not None:
+        if v is not None and not v.get("recorded_segment_allocs"):  # nothing recorded to check against
+            out.append(("validation", v.get("note", "nothing to validate")))
+        elif v is not None:
             out += [("segment allocs reproduced", f"{100 * v['share']:.1f}%"),
                     ("extra segment allocs", f"{v['extra']} ({100 * v['extra_share']:.1f}%)")]
         return out
