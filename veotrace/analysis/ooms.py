@@ -14,7 +14,8 @@ import pyarrow as pa
 
 
 class OomTap:
-    """Collects the ``oom`` rows of the batches it passes on, and the first timestamp seen."""
+    """Collects the ``oom`` rows of the batches it passes on, and the start of the trace (the earliest
+    time of the first timed batch: readers give a log's batches in file order and a snapshot's by time)."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
@@ -34,10 +35,8 @@ class OomTap:
             return
         if not batch.num_rows or "op" not in batch.schema.names:
             return
-        if "ts_ns" in batch.schema.names:
-            low = pc.min(batch.column("ts_ns")).as_py()
-            if low is not None and (self.first_ns is None or low < self.first_ns):
-                self.first_ns = low
+        if self.first_ns is None and "ts_ns" in batch.schema.names:  # the first timed batch only: off the hot path
+            self.first_ns = pc.min(batch.column("ts_ns")).as_py()
         op = batch.column("op")
         values = op.dictionary if pa.types.is_dictionary(op.type) else None
         if values is not None and "oom" not in values.to_pylist():

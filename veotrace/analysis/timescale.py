@@ -106,6 +106,12 @@ def auto_window_events(n_events: int) -> int:
     return max(1, n_events // target_windows(n_events))
 
 
+def default_window_reason(default_s: float, first_ns: int, last_ns: int, spanned: int) -> str:
+    """Why a default window is replaced: "the default 300 s window gives 1 window over the 2.7 s span"."""
+    span = fmt_duration((last_ns - first_ns) / NS_PER_S)
+    return f"the default {fmt_duration(default_s)} window gives {plural(spanned, 'window')} over the {span} span"
+
+
 def windows_spanned(first_ns: int, last_ns: int, window_ns: int, step_ns: int) -> int:
     """Number of windows k with k*S <= last and k*S + W > first (the windows a span produces)."""
     return int(last_ns // step_ns - ((first_ns - window_ns) // step_ns + 1) + 1)

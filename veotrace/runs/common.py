@@ -40,19 +40,12 @@ def as_paths(paths: Any) -> list:
 
 
 def input_files(paths: Sequence[Any]) -> list:
-    """Every local file ``paths`` name (folders expanded), for the output guard; URLs are never outputs."""
-    from veotrace.sources.remote import local_path
+    """Every local file ``paths`` name, folders expanded as the readers expand them (``expand_paths``),
+    for the output guard; URLs other than ``file://`` are never outputs."""
+    from veotrace.sources.base import expand_paths, local_path
 
-    out = []
-    for p in paths:
-        local = p if isinstance(p, Path) else local_path(p)
-        if local is None:
-            continue
-        if local.is_dir():
-            out.extend(q for q in local.rglob("*") if q.is_file())
-        else:
-            out.append(local)
-    return out
+    local = [q for q in (p if isinstance(p, Path) else local_path(p) for p in paths) if q is not None]
+    return expand_paths(local)
 
 
 def seconds(value: str | float | None, option: str, bare_unit: str = "s") -> float | None:
@@ -112,23 +105,18 @@ def hours_list(text: str | Sequence[float] | None) -> list[float]:
 def oom_free(paths: Sequence[Any]) -> dict:
     """The device's free bytes at each OOM a snapshot (or its Parquet conversion) recorded, by (device,
     ts_ns, request); empty for other inputs, whose traces record no free bytes."""
+    from veotrace.sources.detect import sniff
     from veotrace.sources.snapshots.converted import converted_snapshot
     from veotrace.sources.snapshots.torch_snapshot import oom_free_bytes
 
     out: dict = {}
-    for p in paths:
-        if not isinstance(p, Path) or not p.is_file():
-            continue
-        converted = converted_snapshot(p) if p.suffix == ".parquet" else None
-        if converted is not None:
-            out.update(converted.oom_free or {})
-        elif p.suffix in (".pickle", ".pkl"):
-            from veotrace.errors import TraceFormatError
-
-            try:
-                out.update(oom_free_bytes(p))
-            except TraceFormatError:
-                pass  # not a snapshot after all: its reader reports it
+    for p in input_files(paths):
+        fmt = sniff(p)
+        if fmt is not None and fmt.name == "torch-snapshot":
+            out.update(oom_free_bytes(p))
+        elif fmt is not None and fmt.name == "parquet":
+            converted = converted_snapshot(p)
+            out.update((converted.oom_free or {}) if converted else {})
     return out
 
 

@@ -55,19 +55,19 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
     options, report = common.reading(time_unit, skip_bad_rows, format_hint)
     config = common.engine(engine, jobs, scheduler, workers)
     inputs = common.input_files(paths)
-    resolved = resolve_inputs(paths, "alloc_events", options=options, report=ReadReport())
-    snapshots = [path for path, fmt in resolved if "segments" in fmt.provides]
     notes: list[str] = []
-    if config.parallel and snapshots:
-        notes.append("a PyTorch snapshot is converted on one process (its segments, blocks and settings go with it)")
-    elif config.parallel:  # each file converted by a task into a part, the parts then joined in order
-        from veotrace.engine import run_convert
+    if config.parallel:  # each file converted by a task into a part, the parts then joined in order
+        if not any("segments" in fmt.provides
+                   for _, fmt in resolve_inputs(paths, "alloc_events", options=options, report=ReadReport())):
+            from veotrace.engine import run_convert
 
-        rows = run_convert(paths, output, config, options=options, report=report, on_progress=on_progress,
-                           inputs=inputs)
-        return ConvertRun({"alloc_events": (output, rows)}, list(report.messages()), inputs,
-                          closing=[f"wrote {rows:,} events to {output}"])
+            rows = run_convert(paths, output, config, options=options, report=report, on_progress=on_progress,
+                               inputs=inputs)
+            return ConvertRun({"alloc_events": (output, rows)}, list(report.messages()), inputs,
+                              closing=[f"wrote {rows:,} events to {output}"])
+        notes.append("a PyTorch snapshot is converted on one process (its segments, blocks and settings go with it)")
     resolved = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    snapshots = [path for path, fmt in resolved if "segments" in fmt.provides]
     meta = None
     if len(resolved) == 1 and snapshots:  # read back as this snapshot (sources.snapshots.converted)
         from veotrace.sources.snapshots.converted import metadata

@@ -15,9 +15,6 @@ from veotrace import defaults as _D
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
 
-#: Tables ``--table`` (``to_arrow(name)``) can give.
-TABLES = ("windows", "bins", "zones", "state")
-
 
 def size_text(n: int | None) -> str:
     """Exact option text of a default size: 2097152 -> '2MiB' (None -> '')."""
@@ -283,7 +280,6 @@ def _fitting_window(events, kw: dict, notes: list[str]) -> dict:
     w = timescale.choose_window_ns(np.asarray(ts.to_numpy(), dtype=np.int64), events.num_rows)
     if w is None:
         return {}
-    span = timescale.fmt_duration((last - first) / timescale.NS_PER_S)
-    notes.append(f"note: the default {FRAGMENTATION_WINDOW_S:g} s window gives {timescale.plural(spanned, 'window')} over "
-                 f"the {span} span: windows of {timescale.fmt_duration(w / timescale.NS_PER_S)} instead (--window sets one)")
+    why = timescale.default_window_reason(FRAGMENTATION_WINDOW_S, first, last, spanned)
+    notes.append(f"note: {why}: windows of {timescale.fmt_duration(w / timescale.NS_PER_S)} instead (--window sets one)")
     return {"window_s": w / timescale.NS_PER_S}

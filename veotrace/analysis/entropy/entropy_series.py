@@ -185,15 +185,13 @@ class EntropyPartial:
         if not self.auto or not self.buffering or self.n_counted == 0:
             return
         n, p = self.n_counted, self.pooled
-        default = timescale.fmt_duration(default_s)
         if self.has_null_ts:
             self.window_events = timescale.auto_window_events(n)
             self.choice = {"mode": "events", "window_events": self.window_events,
                            "reason": "the events have no timestamps"}
             return
         spanned = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns)
-        span = timescale.fmt_duration((p.last_ns - p.first_ns) / timescale.NS_PER_S)
-        why = f"the default {default} window gives {timescale.plural(spanned, 'window')} over the {span} span"
+        why = timescale.default_window_reason(default_s, p.first_ns, p.last_ns, spanned)
         ts = np.concatenate([e[0] for e in self.events])
         w = timescale.choose_window_ns(ts, n)
         if w is None:
