@@ -106,7 +106,7 @@ def test_usage_errors_exit_2(tmp_path):
 def test_time_unit_seconds(tmp_path):
     path = _write(tmp_path, "s.csv", HEADER + "0.5,alloc,4096,0x1\n400.25,alloc,8192,0x1\n")
     out = json.loads(run_cli("entropy", path, "--time-unit", "s", "-f", "json", "--window", "5m").stdout)
-    assert [w["start_ns"] for w in out["windows"]] == [0, 300_000_000_000]
+    assert [w["start_ns"] for w in out["windows"]] == [500_000_000, 300_500_000_000]  # from the first event, 0.5 s
 
 
 def test_convert_roundtrip_keeps_addresses(tmp_path):

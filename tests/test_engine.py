@@ -18,7 +18,7 @@ from tests.conftest import run_cli
 from veotrace.analysis.bursts.bursts import compute_bursts
 from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
 from veotrace.engine import EngineConfig, run_bursts, run_entropy
-from veotrace.engine.tasks import Job, Partial, merge_tree, run_piece
+from veotrace.engine.tasks import Job, Partial, merge_tree, run_piece, window_origin
 from veotrace.errors import TraceFormatError, UsageError
 from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
 from veotrace.sources.split import plan_pieces, read_piece
@@ -88,9 +88,12 @@ def test_jobs_give_the_same_windows_and_bursts(logs):
 
 def test_planted_entropy_recovered_through_pieces(logs):
     truth = regimes_log(seed=3, windows=30)
-    parts = [run_piece(p, Job("entropy", {"window_s": 300.0}, ReadOptions(), COLUMNS))
-             for p in plan_pieces([logs["plain"]], options=ReadOptions(), report=ReadReport(), split_bytes=2048,
-                                  columns=COLUMNS)]
+    pieces = plan_pieces([logs["plain"]], options=ReadOptions(), report=ReadReport(), split_bytes=2048,
+                         columns=COLUMNS)
+    origin = window_origin(pieces, ReadOptions())  # the rows are shuffled: the earliest of the first 1,024
+    assert origin == 0
+    parts = [run_piece(p, Job("entropy", {"window_s": 300.0, "origin_ns": origin}, ReadOptions(), COLUMNS))
+             for p in pieces]
     assert len(parts) > 5
     from veotrace.analysis.entropy.entropy import finish_entropy
 
@@ -101,7 +104,7 @@ def test_planted_entropy_recovered_through_pieces(logs):
 def test_merge_never_changes_its_inputs(logs):
     pieces = plan_pieces([logs["real"]], options=ReadOptions(), report=ReadReport(), split_bytes=500_000,
                          columns=COLUMNS)
-    job = Job("entropy", {"window_s": 60.0}, ReadOptions(), COLUMNS)
+    job = Job("entropy", {"window_s": 60.0, "origin_ns": window_origin(pieces, ReadOptions())}, ReadOptions(), COLUMNS)
     parts = [run_piece(p, job) for p in pieces]
     before = [pickle.dumps(p.value) for p in parts]
     merge_tree(list(parts), fan_in=2)
@@ -241,7 +244,9 @@ def test_default_window_is_settled_before_dispatch_when_the_pieces_span_it(tmp_p
     for folder, settled in ((long_dir, True), (short_dir, False)):
         pieces = plan_pieces([folder], options=ReadOptions(), report=ReadReport(), split_bytes=None, columns=COLUMNS)
         job = Job("entropy", {}, ReadOptions(), tuple(COLUMNS))
-        got = settle_window(job, pieces, lambda p: first_timestamp(p, ReadOptions()))
+        got = settle_window(job, pieces, lambda p: first_timestamp(p, ReadOptions()),
+                            lambda ps: window_origin(ps, ReadOptions()))
+        assert got.params["origin_ns"] == one_origin(folder)
         assert (got.params.get("window_s") == 300.0) is settled
         part = run_piece(pieces[0], got)
         assert (part.value.events == []) is settled  # the buffer a chosen window would need
@@ -249,7 +254,14 @@ def test_default_window_is_settled_before_dispatch_when_the_pieces_span_it(tmp_p
         par = run_entropy([folder], EngineConfig(jobs=2), options=ReadOptions(), report=ReadReport())
         assert par.windows.equals(one.windows) and par.to_dict() == one.to_dict()
     explicit = Job("entropy", {"window_s": 60.0}, ReadOptions(), tuple(COLUMNS))
-    assert settle_window(explicit, pieces, lambda p: 1 / 0) is explicit  # nothing probed
+    got = settle_window(explicit, pieces, lambda p: 1 / 0, lambda ps: 7)  # no first timestamps probed
+    assert got.params == {"window_s": 60.0, "origin_ns": 7}
+
+
+def one_origin(folder) -> int:
+    """The origin one process takes: the earliest of the first 1,024 timestamps read."""
+    ts = pa.Table.from_batches(list(iter_alloc_events([folder], columns=COLUMNS)))["ts_ns"].to_numpy()
+    return int(ts[:1024].min())
 
 
 def test_jobs_on_an_input_smaller_than_one_piece_says_one_process_is_faster(monkeypatch):

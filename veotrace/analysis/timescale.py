@@ -112,9 +112,9 @@ def default_window_reason(default_s: float, first_ns: int, last_ns: int, spanned
     return f"the default {fmt_duration(default_s)} window gives {plural(spanned, 'window')} over the {span} span"
 
 
-def windows_spanned(first_ns: int, last_ns: int, window_ns: int, step_ns: int) -> int:
-    """Number of windows k with k*S <= last and k*S + W > first (the windows a span produces)."""
-    return int(last_ns // step_ns - ((first_ns - window_ns) // step_ns + 1) + 1)
+def windows_spanned(first_ns: int, last_ns: int, window_ns: int, step_ns: int, origin_ns: int = 0) -> int:
+    """Number of windows k with O + k*S <= last and O + k*S + W > first (the windows a span produces)."""
+    return int((last_ns - origin_ns) // step_ns - ((first_ns - origin_ns - window_ns) // step_ns + 1) + 1)
 
 
 def implausible_span(n_windows: int, rows_read: int) -> bool:

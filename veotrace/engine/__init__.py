@@ -97,11 +97,12 @@ def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadRe
     Args:
         split: cut large files into pieces of about SPLIT_BYTES (else one piece per file).
     """
-    from veotrace.engine.tasks import first_timestamp, settle_window
+    from veotrace.engine.tasks import first_timestamp, settle_window, window_origin
 
     with _engine(paths, job.options, job.columns, SPLIT_BYTES if split else None, config) as (
             pieces, planned, run_pieces, on_worker):
-        job = settle_window(job, pieces, lambda p: on_worker(first_timestamp, p, job.options))
+        job = settle_window(job, pieces, lambda p: on_worker(first_timestamp, p, job.options),
+                            lambda ps: on_worker(window_origin, ps, job.options))
         part = run_pieces(pieces, job, on_progress)
     report.merge(planned)
     report.merge(part.report)

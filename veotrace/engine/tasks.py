@@ -99,7 +99,7 @@ def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
 
 
 def first_timestamp(piece: Piece, options: ReadOptions) -> int | None:
-    """The first row's timestamp of ``piece`` (reads its first small block only); None when it has
+    """The first timestamp of ``piece`` (reads its first small block only); None when that block has
     none or the read fails (the piece's task then meets the same problem and reports it)."""
     import dataclasses
 
@@ -109,8 +109,9 @@ def first_timestamp(piece: Piece, options: ReadOptions) -> int | None:
                          report=ReadReport(), columns=("ts_ns",))
     try:
         for batch in batches:
-            if batch.num_rows:
-                return batch.column("ts_ns")[0].as_py()
+            ts = batch.column("ts_ns")
+            if len(ts) > ts.null_count:
+                return (ts.drop_null() if ts.null_count else ts)[0].as_py()
         return None
     except VeotraceError:
         return None
@@ -118,12 +119,35 @@ def first_timestamp(piece: Piece, options: ReadOptions) -> int | None:
         batches.close()
 
 
+def window_origin(pieces: Sequence[Piece], options: ReadOptions) -> int | None:
+    """Entropy's window origin (``entropy_series.origin_of``) from the first rows of the pieces, in
+    input order, as one process reading the whole input finds it (usually in the first small block)."""
+    import dataclasses
+
+    from veotrace.analysis.entropy.entropy_series import origin_of
+
+    small = dataclasses.replace(options, block_bytes=PROBE_BYTES)
+
+    def batches():
+        for piece in pieces:
+            it = read_piece(piece, options=small, report=ReadReport(), columns=("ts_ns",))
+            try:
+                yield from it
+            finally:
+                it.close()
+
+    return origin_of(batches())
+
+
 #: Bytes read to find a piece's first timestamp.
 PROBE_BYTES = 256 << 10
 
 
-def settle_window(job: Job, pieces: Sequence[Piece], first_ts) -> Job:
-    """``job`` with entropy's default window fixed when the run is surely long enough to keep it.
+def settle_window(job: Job, pieces: Sequence[Piece], first_ts, origin_ts) -> Job:
+    """``job`` with entropy's window origin set and its default window fixed when the run is surely long enough to keep it.
+
+    The origin (window 0 starts at the run's first event) is ``origin_ts(pieces)`` (see
+    :func:`window_origin`), given to every piece so that their windows agree.
 
     On the default window, entropy replaces it by one chosen from the data when the run spans fewer
     than MIN_WINDOWS windows, so until a partial knows its span is longer it keeps its events (16
@@ -132,12 +156,15 @@ def settle_window(job: Job, pieces: Sequence[Piece], first_ts) -> Job:
     run's span is at least that, the default window stays whatever the rest holds, and the tasks
     are told so: same result, no buffer.
     """
-    params = job.params
-    if not TASKS[job.task].settle_window or len(pieces) < 2 or any(
-            params.get(k) is not None for k in ("window_s", "step_s", "window_events")):
-        return job
     import dataclasses
 
+    if not TASKS[job.task].settle_window or not pieces:
+        return job
+    origin = origin_ts(pieces)
+    job = dataclasses.replace(job, params={**job.params, "origin_ns": origin})
+    params = job.params
+    if len(pieces) < 2 or any(params.get(k) is not None for k in ("window_s", "step_s", "window_events")):
+        return job
     from veotrace.analysis import timescale
     from veotrace.defaults import ENTROPY_WINDOW_S
 
@@ -145,7 +172,7 @@ def settle_window(job: Job, pieces: Sequence[Piece], first_ts) -> Job:
     if None in ts:
         return job
     w = round(ENTROPY_WINDOW_S * 1e9)
-    if timescale.windows_spanned(min(ts), max(ts), w, w) < timescale.MIN_WINDOWS:
+    if timescale.windows_spanned(min(ts), max(ts), w, w, origin or 0) < timescale.MIN_WINDOWS:
         return job
     return dataclasses.replace(job, params={**params, "window_s": ENTROPY_WINDOW_S})
 

@@ -36,8 +36,9 @@ def regimes_log(
 ) -> Regimes:
     """A log whose window k holds ``per_class`` allocs in each of m_k classes, so H_k = log2(m_k) exactly.
 
-    m_k cycles through 1, 2, 4, 8 and 11 (or ``classes_per_window``); frees (not counted) are mixed in;
-    rows are shuffled so readers and analyses must not depend on order.
+    m_k cycles through 1, 2, 4, 8 and 11 (or ``classes_per_window``); frees (not counted) are mixed in,
+    one of them at time 0 so that the run's first event starts window 0; rows are shuffled so readers
+    and analyses must not depend on order.
     """
     rng = np.random.default_rng(seed)
     ms = classes_per_window or [[1, 2, 4, 8, 11][k % 5] for k in range(windows)]
@@ -49,8 +50,8 @@ def regimes_log(
         ts.append(t)
         op.append(np.full(cls.size, "alloc"))
         size.append(class_size(rng, cls))
-        nf = int(cls.size * free_ratio)
-        ts.append(k * w_ns + rng.integers(0, w_ns, nf))
+        nf = int(cls.size * free_ratio) + (k == 0)
+        ts.append(k * w_ns + rng.integers(0, w_ns, nf) * (np.arange(nf) > 0 if k == 0 else 1))
         op.append(np.full(nf, "free"))
         size.append(rng.integers(1, 1 << 24, nf))
         h.append(np.log2(m) if m else np.nan)

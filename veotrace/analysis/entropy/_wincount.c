@@ -39,15 +39,16 @@ static int get(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int writable
     return 0;
 }
 
-/* count(ts, size, mask, counts, k0, step_ns, window_ns, min_class, max_class, cap) -> rows counted.
+/* count(ts, size, mask, counts, k0, step_ns, window_ns, min_class, max_class, cap[, origin_ns]) -> rows counted.
+ * Window k starts at origin_ns + k*step_ns (default origin 0).
  * ts, size: int64; mask: 1-byte booleans; counts: writable int64 (rows x classes), rows from k0.
  * cap: sizes above it count as it (exactness bound of the class rule, see size_classes). */
 static PyObject *py_count(PyObject *self, PyObject *args)
 {
     PyObject *ts_o, *size_o, *mask_o, *counts_o;
-    long long k0, step, window, min_class, max_class, cap;
-    if (!PyArg_ParseTuple(args, "OOOOLLLLLL", &ts_o, &size_o, &mask_o, &counts_o, &k0, &step, &window,
-                          &min_class, &max_class, &cap))
+    long long k0, step, window, min_class, max_class, cap, origin = 0;
+    if (!PyArg_ParseTuple(args, "OOOOLLLLLL|L", &ts_o, &size_o, &mask_o, &counts_o, &k0, &step, &window,
+                          &min_class, &max_class, &cap, &origin))
         return NULL;
     if (step < 1 || window < 1 || max_class < min_class) {
         PyErr_SetString(PyExc_ValueError, "step and window must be positive, min_class <= max_class");
@@ -93,7 +94,7 @@ static PyObject *py_count(PyObject *self, PyObject *args)
             x = x < 0 ? 0 : x > cap ? cap : x;
             int64_t cls = (int64_t)bit_length((uint64_t)x) - 10;
             cls = (cls < min_class ? min_class : cls > max_class ? max_class : cls) - min_class;
-            int64_t r = floor_div(t[i], step, inv) - k0;
+            int64_t r = floor_div(t[i] - origin, step, inv) - k0;
             if ((uint64_t)r >= (uint64_t)rows) {
                 outside++;
                 continue;
@@ -108,11 +109,12 @@ static PyObject *py_count(PyObject *self, PyObject *args)
         x = x < 0 ? 0 : x > cap ? cap : x;
         int64_t cls = (int64_t)bit_length((uint64_t)x) - 10;
         cls = (cls < min_class ? min_class : cls > max_class ? max_class : cls) - min_class;
-        int64_t base = floor_div(t[i], step, inv);
+        int64_t ti = t[i] - origin;
+        int64_t base = floor_div(ti, step, inv);
         counted++;
         for (int64_t j = 0; j < span; j++) {
             int64_t k = base - j;
-            if (t[i] >= k * step + window) /* W < S: the gap after a window */
+            if (ti >= k * step + window) /* W < S: the gap after a window */
                 continue;
             int64_t r = k - k0;
             if (r < 0 || r >= rows) {
@@ -136,7 +138,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"count", py_count, METH_VARARGS, "count(ts, size, mask, counts, k0, step_ns, window_ns, min_class, max_class, cap) -> rows counted"},
+    {"count", py_count, METH_VARARGS, "count(ts, size, mask, counts, k0, step_ns, window_ns, min_class, max_class, cap[, origin_ns]) -> rows counted"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,8 @@
 
 Definition (fixed so results can be checked): counted events are ``op in ops`` (default alloc);
 class = ceil(log2(size_bytes / 1024)) clamped to [min_class, max_class] (4 KiB ... 4 MiB: 11 classes);
-window k covers [k*S, k*S + W) of the log's time base, numbered from 0 at the first window;
+window k covers [O + k*S, O + k*S + W), O the run's first event (the earliest of its first rows,
+``entropy_series.origin_of``), so that window 0 starts at the first event;
 H = -sum p_i log2 p_i over classes present; empty windows have H = null and are left out of fits.
 """
 
@@ -93,7 +94,7 @@ class EntropyResult:
     def slope_display(self) -> dict:
         """The trend's slopes in the unit that fits the span (``trend["display"]``), else per hour or window."""
         t = self.trend
-        return t.get("display") or {"unit": "bits/hour" if t.get("x") == "hours" else "bits/window",
+        return t.get("display") or {"unit": "bits/hour" if t.get("x") == "hours" else "bits/window", "per_unit": 1.0,
                                     "slope": t["slope"], "theil_sen_slope": t["theil_sen"]["slope"]}
 
     def headline(self) -> list[tuple[str, object]]:
@@ -177,9 +178,14 @@ def entropy_partial(
     window_events: int | None = None,
     by: str | None = None,
     device: int | None = None,
+    origin_ns: int | None = None,
     on_progress: Callable[[], None] | None = None,
 ) -> EntropyPartial:
-    """The mergeable partial of ``compute_entropy`` over some batches (same keywords); see finish_entropy."""
+    """The mergeable partial of ``compute_entropy`` over some batches (same keywords); see finish_entropy.
+
+    ``origin_ns``: the start of window 0 when known (the engines give every piece the run's origin);
+    by default ``origin_of`` these batches.
+    """
     _check(window_s, step_s, min_class, max_class, window_events, (), by)
     auto = window_s is None and step_s is None and window_events is None
     win_s = DEFAULT_WINDOW_S if window_s is None else window_s
@@ -188,11 +194,11 @@ def entropy_partial(
     step_ns = round((step_s if step_s is not None else win_s) * 1e9)
     if window_ns < 1 or step_ns < 1:
         raise UsageError("--window and --step must be at least 1 ns", hint="Timestamps are integer nanoseconds")
-    part = EntropyPartial(window_ns, step_ns, n_cls, window_events, auto, grouped=by is not None,
+    part = EntropyPartial(window_ns, step_ns, n_cls, window_events, auto, grouped=by is not None, origin_ns=origin_ns,
                           params={"ops": list(ops), "min_class": min_class, "max_class": max_class,
                                   "by": by, "device": device})
     classes = (min_class, max_class, class_cap(max_class))
-    for batch in batches:
+    for batch in part.with_origin(batches):  # window 0 starts at the run's first event, whatever its device
         part.n_read += batch.num_rows
         part.seen.add(batch.column("op"))  # before --device: an op elsewhere in the input is not a typo
         if device is not None:

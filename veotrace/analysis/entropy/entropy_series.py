@@ -9,6 +9,7 @@ batch, and nothing else changes on the streaming path.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +46,8 @@ class EntropyPartial:
         window_ns, step_ns: the time windows (ignored in event mode).
         window_events: N of event windows, or None for time windows.
         auto: the window is the default and may be replaced by one chosen from the data.
+        origin_ns: the start of window 0: the run's first event (:func:`origin_of`; given by the engines,
+            which find it before the pieces run so that they all agree).
         grouped: a group key array comes with every batch.
         params: the keyword parameters of the run (ops, classes, by, device), for finish_entropy.
         n_read, n_selected: rows read, and rows left after the --device filter.
@@ -56,6 +59,7 @@ class EntropyPartial:
     window_events: int | None
     auto: bool
     grouped: bool
+    origin_ns: int | None = None
     pooled: WindowCounts = field(init=False)
     groups: dict[int, WindowCounts] = field(default_factory=dict)
     events: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = field(default_factory=list)
@@ -72,8 +76,23 @@ class EntropyPartial:
     group_counted: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.pooled = WindowCounts(self.window_ns, self.step_ns, self.n_classes)
+        self.pooled = self._counts(self.window_ns, self.step_ns)
         self.buffering = self.auto or self.window_events is not None
+
+    def _counts(self, window_ns: int, step_ns: int) -> WindowCounts:
+        return WindowCounts(window_ns, step_ns, self.n_classes, self.origin_ns or 0)
+
+    def with_origin(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches`` unchanged, after setting the origin from their first rows when none is given."""
+        if self.origin_ns is not None:
+            yield from batches
+            return
+        it = iter(batches)
+        head = list(_head(it))
+        self.origin_ns = origin_of(head)
+        self.pooled.origin_ns = self.origin_ns or 0
+        yield from head
+        yield from it
 
     @property
     def event_mode(self) -> bool:
@@ -111,7 +130,7 @@ class EntropyPartial:
             self.events.append((cts, cls, gk))
             p = self.pooled
             if p.first_ns is not None and timescale.windows_spanned(
-                    p.first_ns, p.last_ns, self.window_ns, self.step_ns) >= timescale.MIN_WINDOWS:
+                    p.first_ns, p.last_ns, self.window_ns, self.step_ns, p.origin_ns) >= timescale.MIN_WINDOWS:
                 self.buffering, self.events = False, []  # the default window gives a usable series
 
     def add_sized(self, ts_arr: pa.Array, size_arr: pa.Array, mask: np.ndarray, span: tuple[int, int] | None,
@@ -128,7 +147,7 @@ class EntropyPartial:
         self.pooled.observe_span(np.array(span, np.int64))
         k0, counts = self.pooled.reserve(*span)
         self.n_counted += _wincount.count(np.asarray(ts_arr), np.asarray(size_arr), mask, counts, k0,
-                                          self.step_ns, self.window_ns, *classes)
+                                          self.step_ns, self.window_ns, *classes, self.pooled.origin_ns)
         return True
 
     def merge(self, other: EntropyPartial) -> EntropyPartial:
@@ -139,6 +158,10 @@ class EntropyPartial:
         """
         if (other.window_ns, other.step_ns, other.n_classes) != (self.window_ns, self.step_ns, self.n_classes):
             raise ValueError("cannot merge entropy partials with different windows")
+        if self.origin_ns is None and other.origin_ns is not None:  # nothing counted here yet
+            self.origin_ns = self.pooled.origin_ns = other.origin_ns
+        elif other.origin_ns is None:  # nothing counted there
+            other.pooled.origin_ns = self.pooled.origin_ns
         if other.has_null_ts and not self.has_null_ts:
             if not self.event_mode and not (self.auto and self.buffering):
                 raise AnalysisError("some events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
@@ -158,7 +181,8 @@ class EntropyPartial:
         keep = self.buffering and other.buffering
         if keep and not self.event_mode and self.pooled.first_ns is not None:
             p = self.pooled
-            keep = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns) < timescale.MIN_WINDOWS
+            keep = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns,
+                                             p.origin_ns) < timescale.MIN_WINDOWS
         self.events = self.events + other.events if keep or self.event_mode else []
         self.buffering = keep or self.event_mode
         self.n_counted += other.n_counted
@@ -177,7 +201,7 @@ class EntropyPartial:
         for key, sel in split(gk):
             acc = self.groups.get(key)
             if acc is None:
-                acc = self.groups[key] = WindowCounts(self.window_ns, self.step_ns, self.n_classes)
+                acc = self.groups[key] = self._counts(self.window_ns, self.step_ns)
             acc.add(cts[sel], cls[sel])
 
     def choose(self, default_s: float) -> None:
@@ -190,7 +214,7 @@ class EntropyPartial:
             self.choice = {"mode": "events", "window_events": self.window_events,
                            "reason": "the events have no timestamps"}
             return
-        spanned = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns)
+        spanned = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns, p.origin_ns)
         why = timescale.default_window_reason(default_s, p.first_ns, p.last_ns, spanned)
         ts = np.concatenate([e[0] for e in self.events])
         w = timescale.choose_window_ns(ts, n)
@@ -201,7 +225,7 @@ class EntropyPartial:
             return
         first, last = p.first_ns, p.last_ns
         self.window_ns = self.step_ns = w
-        self.pooled = WindowCounts(w, w, self.n_classes)
+        self.pooled = self._counts(w, w)
         self.pooled.observe_span(np.array([first, last], np.int64))
         self.groups = {}
         for cts, cls, gk in self.events:
@@ -224,14 +248,48 @@ class EntropyPartial:
                                                  self.n_classes, self.has_null_ts)
             return pooled, groups
         ks, counts = self.pooled.finish()
-        k0 = int(ks[0])
-        pooled = SeriesCounts(ks - k0, ks * self.step_ns, ks * self.step_ns + self.window_ns, counts)
+        k0, o = int(ks[0]), self.pooled.origin_ns
+        pooled = SeriesCounts(ks - k0, o + ks * self.step_ns, o + ks * self.step_ns + self.window_ns, counts)
         groups = {}
         for key, acc in sorted(self.groups.items()):
             acc.first_ns, acc.last_ns = self.pooled.first_ns, self.pooled.last_ns
             gks, gcounts = acc.finish()
-            groups[key] = SeriesCounts(gks - k0, gks * self.step_ns, gks * self.step_ns + self.window_ns, gcounts)
+            groups[key] = SeriesCounts(gks - k0, o + gks * self.step_ns, o + gks * self.step_ns + self.window_ns, gcounts)
         return pooled, groups
+
+
+#: The origin of the windows is the earliest of the first ORIGIN_ROWS timestamps in input order: the
+#: first event of a log written in time order, and the same on every route (one process reads them in
+#: its first batch, the engines before their pieces run) whatever the batch sizes. Rows out of order
+#: past these fall in windows before window 0 (negative k), counted like any other.
+ORIGIN_ROWS = 1024
+
+
+def _head(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The first batches of ``batches`` until they hold ORIGIN_ROWS timestamps (or the input ends)."""
+    n = 0
+    for batch in batches:
+        yield batch
+        ts = batch.column("ts_ns")
+        n += len(ts) - ts.null_count
+        if n >= ORIGIN_ROWS:
+            return
+
+
+def origin_of(batches: Iterable[pa.RecordBatch]) -> int | None:
+    """The earliest of the first ORIGIN_ROWS timestamps of ``batches`` (None when they hold none)."""
+    lows, n = [], 0
+    for batch in batches:
+        ts = batch.column("ts_ns")
+        if ts.null_count:
+            ts = ts.drop_null()
+        ts = np.asarray(ts)[: ORIGIN_ROWS - n]
+        if ts.size:
+            lows.append(int(ts.min()))
+        n += ts.size
+        if n >= ORIGIN_ROWS:
+            break
+    return min(lows) if lows else None
 
 
 def _event_windows(ev_ts, ev_cls, n, n_cls, has_null_ts) -> SeriesCounts:
@@ -264,7 +322,7 @@ def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> t
     name = _source_name(batch)
     base = rows_in_file.get(name, 0)
     rows_in_file[name] = base + batch.num_rows
-    n_win = timescale.windows_spanned(first, last, stream.window_ns, stream.step_ns)
+    n_win = timescale.windows_spanned(first, last, stream.window_ns, stream.step_ns, p.origin_ns)
     if not timescale.implausible_span(n_win, n_read):
         return lo, hi
     i = timescale.find_outlier(ts, p.first_ns, p.last_ns)

@@ -1,8 +1,10 @@
 """Mergeable per-window class counts: the partial aggregate behind sliding-window entropy.
 
-Window k covers [k*S, k*S + W) in the log's own time base. An event at t falls in every k with
-k*S <= t < k*S + W. Counts are kept densely for the k range seen so far; two partials (batches,
-files, processes, cluster workers) merge by aligning their k ranges.
+Window k covers [O + k*S, O + k*S + W), where the origin O is the run's first event (its first row with
+a timestamp, in input order: every route finds the same one), so that window 0 starts at the first
+event. An event at t falls in every k with O + k*S <= t < O + k*S + W. Counts are kept densely for the
+k range seen so far; two partials (batches, files, processes, cluster workers) of one origin merge by
+aligning their k ranges.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class WindowCounts:
 
     Attributes:
         window_ns, step_ns: W and S.
+        origin_ns: O, the start of window 0 (ns, the log's time base).
         n_classes: number of classes (columns of ``counts``).
         k0: window index of ``counts`` row 0 (None while empty).
         counts: int64 array (windows, classes).
@@ -32,6 +35,7 @@ class WindowCounts:
     window_ns: int
     step_ns: int
     n_classes: int
+    origin_ns: int = 0
     k0: int | None = None
     counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     first_ns: int | None = None
@@ -49,6 +53,8 @@ class WindowCounts:
         if ts.size == 0:
             return
         S, W, C = self.step_ns, self.window_ns, self.n_classes
+        if self.origin_ns:
+            ts = ts - self.origin_ns
         base = ts // S
         ks, cs = [], []
         for j in range(-(-W // S)):  # ceil(W / S) windows can hold one event
@@ -69,8 +75,8 @@ class WindowCounts:
 
     def reserve(self, first_ts: int, last_ts: int) -> tuple[int, np.ndarray]:
         """Rows for every window an event in [first_ts, last_ts] can fall in; returns (k0, counts) to fill."""
-        S = self.step_ns
-        self._ensure(first_ts // S - (-(-self.window_ns // S)) + 1, last_ts // S)
+        S, o = self.step_ns, self.origin_ns
+        self._ensure((first_ts - o) // S - (-(-self.window_ns // S)) + 1, (last_ts - o) // S)
         return self.k0, self.counts
 
     def _ensure(self, lo: int, hi: int) -> None:
@@ -97,7 +103,8 @@ class WindowCounts:
 
     def merge(self, other: WindowCounts) -> WindowCounts:
         """Combine with another partial of the same parameters (in place; returns self)."""
-        if (other.window_ns, other.step_ns, other.n_classes) != (self.window_ns, self.step_ns, self.n_classes):
+        if ((other.window_ns, other.step_ns, other.n_classes, other.origin_ns)
+                != (self.window_ns, self.step_ns, self.n_classes, self.origin_ns)):
             raise ValueError("cannot merge window counts with different parameters")
         for ts in (other.first_ns, other.last_ns):
             if ts is not None:
@@ -109,16 +116,16 @@ class WindowCounts:
         return self
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
-        """Window indices k and their counts for every k with k*S <= last and k*S + W > first.
+        """Window indices k and their counts for every k with O + k*S <= last and O + k*S + W > first.
 
         Raises:
             AnalysisError: no events were seen.
         """
         if self.first_ns is None:
             raise AnalysisError("no events with timestamps were read")
-        S, W = self.step_ns, self.window_ns
-        k_lo = (self.first_ns - W) // S + 1
-        k_hi = self.last_ns // S
+        S, W, o = self.step_ns, self.window_ns, self.origin_ns
+        k_lo = (self.first_ns - o - W) // S + 1
+        k_hi = (self.last_ns - o) // S
         self._check_size(k_hi - k_lo + 1)
         ks = np.arange(k_lo, k_hi + 1, dtype=np.int64)
         out = np.zeros((ks.size, self.n_classes), np.int64)
