@@ -236,3 +236,50 @@ def test_a_window_entropy_chose_itself_is_pinned_by_the_gate(tmp_path):
     r, out = gate_json(path, "--baseline", base)
     assert r.exit_code == 0, r.stderr
     assert out["params"]["entropy"]["window_s"] == chosen and out["run"]["nonempty_windows"] >= 20
+
+
+def _short(tmp_path, name, *, jitter_us=0, seed=1, **kw):
+    """A 2-second trace (100 windows of 20 ms), optionally its copy with timestamps jittered by microseconds."""
+    g = gate_log(seed=seed, windows=100, window_s=0.02, events_per_window=60, **kw)
+    if jitter_us:
+        import numpy as np
+        import pyarrow as pa
+
+        rng = np.random.default_rng(99)
+        ts = g.table["ts_ns"].to_numpy() + rng.integers(-jitter_us, jitter_us + 1, g.table.num_rows) * 1000
+        ts[0] = 0
+        g.table = g.table.set_column(0, "ts_ns", pa.array(np.maximum(ts, 0), pa.int64()))
+    return g.write_csv(tmp_path / f"{name}.csv")
+
+
+def test_strict_on_a_short_trace_ignores_timestamp_jitter_and_says_the_slope_unit(tmp_path):
+    """Issue 24: `gate --strict` failed a copy of a 1.85 s trace that differed by microseconds of
+    timestamp jitter (slope +1.261 bits/h, tolerance 0.002 bits/h). On a short run the slope is shown
+    in bits/second, and its tolerance is at least the mean tolerance spread over the run's span."""
+    a = _short(tmp_path, "a")
+    base = tmp_path / "short.json"
+    r = run_cli("entropy", a, "--window", "20ms", "--save-baseline", base, "-f", "json", "-o", tmp_path / "e.json")
+    assert r.exit_code == 0, r.stderr
+    copy = _short(tmp_path, "copy", jitter_us=50)
+    r, out = gate_json(copy, "--baseline", base, "--strict")
+    assert r.exit_code == 0, r.stderr
+    slope = next(c for c in out["checks"] if c["name"] == "slope")
+    assert slope["unit"] == "bits/second" and slope["verdict"] == "pass"
+    span_s = 1.98 + 0.02  # about; the least tolerance is 0.05 bits over the span
+    assert slope["tolerance"] == pytest.approx(0.05 / span_s, rel=0.05)
+    assert "tolerance raised from --max-slope-increase 0.002 bits/hour" in slope["message"]
+    text = run_cli("gate", copy, "--baseline", base, "--strict").stdout
+    assert "bits/second" in text and "bits/h " not in text and "tolerance raised" in text
+    # A real tilt on the same short run still fails: +1 bit over the run (0.5 bits/s), the mean unchanged.
+    tilted = _short(tmp_path, "tilted", seed=3, extra_slope_bits_per_hour=1.0 / (2.0 / 3600))
+    r, out = gate_json(tilted, "--baseline", base, "--strict")
+    slope = next(c for c in out["checks"] if c["name"] == "slope")
+    assert r.exit_code == EXIT_CHECK_FAILED and slope["verdict"] == "fail", slope
+    assert slope["change"] == pytest.approx(0.5, abs=0.15)  # bits/second
+
+
+def test_long_run_keeps_the_slope_in_bits_per_hour_and_the_given_tolerance(pair):
+    _, base, new = pair
+    _, out = gate_json(new, "--baseline", base)
+    slope = next(c for c in out["checks"] if c["name"] == "slope")
+    assert slope["unit"] == "bits/hour" and slope["tolerance"] == 0.002 and "raised" not in slope["message"]

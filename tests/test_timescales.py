@@ -42,14 +42,14 @@ def test_short_snapshot_gets_a_window_from_the_data_and_says_so():
     out, err = _json("entropy", real_trace(SNAP))
     p, s, t = out["params"], out["summary"], out["trend"]
     assert p["window_choice"]["auto"] and p["window_choice"]["mode"] == "time"
-    assert p["window_s"] == 0.01 and s["windows"] == 275 and s["windows"] >= 20
+    assert p["window_s"] == 0.01 and s["windows"] == 274 and s["windows"] >= 20
     assert "the default 5 min window gives 1 window over the 2.735 s span" in p["window_choice"]["reason"]
-    assert err.count("Note: using windows of 10 ms (275 windows)") == 1 and "Error" not in err
+    assert err.count("Note: using windows of 10 ms (274 windows)") == 1 and "Error" not in err
     assert s["notes"] == [err.strip()]
     w = out["windows"]
     assert [x["window"] for x in w[:3]] == [0, 1, 2]  # from the first window, not from 1970
-    assert w[0]["start_ns"] == 1_757_253_255_210_000_000  # absolute time kept in JSON
-    assert -0.01 < w[0]["start_s"] <= 0 and w[1]["start_s"] == pytest.approx(w[0]["start_s"] + 0.01)
+    assert w[0]["start_ns"] == s["first_ns"] == 1_757_253_255_215_904_000  # absolute time kept in JSON
+    assert w[0]["start_s"] == 0 and w[1]["start_s"] == pytest.approx(0.01)  # window 0 starts at the first event
     assert t["display"]["unit"] == "bits/second" and t["slope_bits_per_hour"] == t["slope"]
     assert t["display"]["slope"] == pytest.approx(t["slope"] / 3600)
 
@@ -303,6 +303,7 @@ def _batches(ts, sizes, device, chunk):
 ])
 def test_partials_merged_in_any_split_equal_one_pass(seed, span_ns, window_events):
     from veotrace.analysis.entropy.entropy import entropy_partial, finish_entropy
+    from veotrace.analysis.entropy.entropy_series import origin_of
 
     rng = np.random.default_rng(seed)
     n = 3000
@@ -311,6 +312,7 @@ def test_partials_merged_in_any_split_equal_one_pass(seed, span_ns, window_event
     device = rng.integers(0, 3, n)
     kw = {"by": "device", "window_events": window_events}
     one = finish_entropy(entropy_partial(_batches(ts, sizes, device, 512), **kw))
+    kw["origin_ns"] = origin_of(_batches(ts, sizes, device, 512))  # what the engines give every piece
     order = rng.permutation(n)
     parts = [entropy_partial(_batches(ts[idx], sizes[idx], device[idx], 256), **kw)
              for idx in np.array_split(order, [700, 2100])]
@@ -376,3 +378,77 @@ def test_segments_of_untimed_event_windows_are_labelled_in_windows():
     assert [(s["label"], s["windows"]) for s in out["segments"]] == [
         ("0-40 windows", 40), ("40-80 windows", 40), ("80-200 windows", 36), ("200 windows-end", 0)]
     assert "Warning: --segments window 200 lies beyond the end of the run (window 115)" in err
+
+
+def test_windows_start_at_the_first_event_on_every_route(tmp_path, monkeypatch):
+    """Issue 24: entropy's windows were aligned to multiples of the window since the epoch, so window 0
+    started before the first event (``-9.168e-08 h`` in the README's main command). Window 0 now starts
+    at the run's first event, on one process and on pieces (``--jobs``), and the table says 0."""
+    from veotrace import engine
+
+    rng = np.random.default_rng(7)
+    first, w = 1_700_000_123_456_789_123, 60 * 10**9
+    ts = np.sort(first + np.concatenate([[0], rng.integers(1, 40 * w, 4999)]))
+    sizes = 2 ** rng.integers(10, 22, ts.size)
+    path = _csv(tmp_path / "log.csv", ts, sizes)
+    k = (ts - first) // w  # the windows, from the first event
+    cls = size_classes(sizes)
+    want = [stats.entropy(np.bincount(cls[k == i]), base=2) for i in range(k.max() + 1)]
+    one, _ = _json("entropy", path, "--window", "60s")
+    monkeypatch.setattr(engine, "SPLIT_BYTES", 20_000)
+    par, _ = _json("entropy", path, "--window", "60s", "--jobs", "2")
+    for out in (one, par):
+        win = out["windows"]
+        assert win[0]["start_ns"] == first and win[0]["start_s"] == 0
+        assert [x["start_ns"] for x in win] == [first + i * w for i in range(len(want))]
+        assert [x["entropy_bits"] for x in win] == pytest.approx(want, abs=1e-12)
+    assert par["windows"] == one["windows"] and par["trend"] == one["trend"]
+    r = run_cli("entropy", path, "--window", "60s", "--no-progress")
+    row0 = next(line for line in r.stdout.splitlines() if line.startswith("│  0 "))
+    assert row0.split("│")[2].strip() == "0"  # start (min since the first event)
+
+
+def test_out_of_order_rows_count_before_window_zero(tmp_path):
+    """The origin is the earliest of the first 1,024 timestamps read (the first event of a log written
+    in time order); a row later in the file but earlier in time falls in a window before it, counted."""
+    ts = np.array([10_000, 10_500, 11_000, 12_500] * 300 + [9_000], np.int64) * 10**6  # one late row at 9 s
+    path = _csv(tmp_path / "late.csv", ts, [4096] * ts.size)
+    out, _ = _json("entropy", path, "--window", "1s")
+    assert out["summary"]["events_counted"] == ts.size and out["summary"]["first_ns"] == 9_000 * 10**6
+    assert [x["start_ns"] for x in out["windows"]] == [9_000 * 10**6, 10_000 * 10**6, 11_000 * 10**6, 12_000 * 10**6]
+    assert [x["events"] for x in out["windows"]] == [1, 600, 300, 300]
+
+
+def test_one_slope_unit_in_every_output_of_a_short_run(tmp_path):
+    """Issue 24: one slope was shown in four units (bits/second in the table, bits/ms in the report
+    figure, bits/hour in the report's trend table and in the gate). A 3-second run now says bits/second
+    in the table, the JSON display, the report's trend table and figure, and the gate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import veotrace
+    from veotrace.plot.entropy import plot_entropy
+
+    rng = np.random.default_rng(3)
+    ts = np.sort(rng.integers(0, 3 * 10**9, 3000))
+    ts[0] = 0
+    path = _csv(tmp_path / "short.csv", ts, 2 ** (10 + (rng.random(3000) * (1 + ts / 1e9)).astype(int)))
+    out, _ = _json("entropy", path)
+    d = out["trend"]["display"]
+    assert d["unit"] == "bits/second" and d["slope"] == pytest.approx(out["trend"]["slope"] / 3600)
+    text = run_cli("entropy", path, "--segments", "1s,2s", "--no-progress").stdout
+    assert "slope (bits/second)" in text and "bits/hour" not in text and "bits/h " not in text
+    run = veotrace.entropy(path, segments="1s,2s")
+    fig = plot_entropy(run.value, size=(800, 400))
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()] + [t.get_text() for t in fig.axes[0].texts]
+    assert any(f"{d['slope']:+.3g} bits/second" in s for s in labels)
+    assert all("bits/" not in s or "bits/second" in s for s in labels) and len(fig.axes[0].texts) == 3
+    html = tmp_path / "r.html"
+    assert run_cli("report", path, "-o", html).exit_code == 0
+    import re
+
+    assert set(re.findall(r"bits/[a-z]+", html.read_text())) == {"bits/second"}
+    base = tmp_path / "b.json"
+    assert run_cli("entropy", path, "--save-baseline", base, "-o", tmp_path / "e.txt").exit_code == 0
+    r = run_cli("gate", path, "--baseline", base, "-f", "json")
+    assert {c["unit"] for c in json.loads(r.stdout)["checks"]} == {"bits", "bits/second"}

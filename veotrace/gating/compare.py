@@ -4,7 +4,11 @@ A check fails only when the increase is above its tolerance **and** significant 
 (one-sided; ``strict`` drops the significance part). A decrease never fails. Checks:
 
 - ``mean``: mean entropy over the run (and ``mean A-B h`` per segment);
-- ``slope``: least-squares trend slope, bits/hour;
+- ``slope``: least-squares trend slope, in the unit that fits the run's span (bits/second on a
+  snapshot, bits/hour on a long log; ``--max-slope-increase`` is bits/hour and is converted). Its
+  tolerance is at least the mean tolerance spread over the run's span: a steeper rise that moves the
+  entropy by less than that over the whole run (microseconds of timestamp jitter on a 2 s snapshot
+  give bits per hour) is not a regression anyone can see;
 - ``aligned``: window-by-window difference at the same hour since start, when both runs have the
   same length within ``length_tolerance`` (a job compared with itself at the same age).
 """
@@ -26,6 +30,7 @@ from veotrace.defaults import (
     GATE_RESAMPLES,
     GATE_SEED,
 )
+from veotrace.analysis import timescale
 from veotrace.errors import UsageError
 from veotrace.gating import stats
 from veotrace.gating.baseline import Baseline, Series, require_windows  # noqa: F401 - require_windows: cli.gate's import
@@ -174,12 +179,17 @@ def skipped(name: str, unit: str, reason: str) -> Check:
     return Check(name, unit, None, None, None, None, None, "skipped", reason)
 
 
-def compare(run: Series, base: Baseline, opts: GateOptions, *, step_hours: float | None) -> list[Check]:
-    """Every check of ``run`` against ``base`` (both made with the same parameters)."""
+def compare(run: Series, base: Baseline, opts: GateOptions, *, step_hours: float | None,
+            span_s: float | None = None) -> list[Check]:
+    """Every check of ``run`` against ``base`` (both made with the same parameters).
+
+    ``span_s``: the run's span from its first to its last event (entropy's ``summary.span_s``), which
+    sets the slope's unit and its least tolerance; default: the span of its windows.
+    """
     opts.check()
     r, b = run.finite, base.series.finite
     checks = [_mean("mean", run.h[r], base.series.h[b], opts, seed=opts.seed)]
-    checks.append(_slope(run, base.series, opts))
+    checks.append(_slope(run, base.series, opts, run.span * 3600 if span_s is None else span_s))
     checks.append(_aligned(run, base.series, opts, step_hours))
     segments = _segments(opts.segments, max(run.span, base.series.span)) if opts.segments else []
     for i, (lo, hi) in enumerate(segments):
@@ -205,14 +215,25 @@ def _mean(name: str, yr: np.ndarray, yb: np.ndarray, opts: GateOptions, *, seed:
     return decide(name, "bits", float(yr.mean()), float(yb.mean()), t, tol, opts, windows=int(yr.size))
 
 
-def _slope(run: Series, base: Series, opts: GateOptions) -> Check:
+def _slope(run: Series, base: Series, opts: GateOptions, span_s: float) -> Check:
     if run.x_unit != "hours" or base.x_unit != "hours":
         return skipped("slope", "bits/hour", "windows without timestamps (--window-events): no slope per hour")
     r, b = run.finite, base.finite
     t = stats.slope_increase(run.x[r], run.h[r], base.x[b], base.h[b], block=opts.block_len,
                              resamples=opts.resamples, seed=opts.seed + 1)
-    return decide("slope", "bits/hour", stats.slope(run.x[r], run.h[r]), stats.slope(base.x[b], base.h[b]), t,
-                  opts.max_slope_increase, opts, windows=int(r.sum()))
+    name, per = timescale.slope_unit(span_s)  # hours per unit
+    unit = f"bits/{name}"
+    mean_tol = opts.max_increase.bits(float(base.h[b].mean()))
+    least = mean_tol / (span_s / 3600) if span_s > 0 else math.inf  # bits/hour
+    tol = max(opts.max_slope_increase, least)
+    scaled = stats.Test(t.change * per, t.p_value, t.ci_low * per, t.ci_high * per, t.block)
+    check = decide("slope", unit, stats.slope(run.x[r], run.h[r]) * per, stats.slope(base.x[b], base.h[b]) * per,
+                   scaled, tol * per, opts, windows=int(r.sum()))
+    if tol > opts.max_slope_increase:
+        check.message += (f"; tolerance raised from --max-slope-increase {opts.max_slope_increase:g} bits/hour "
+                          f"to {tol * per:.4g} {unit}: over the {timescale.fmt_duration(span_s)} run a smaller rise "
+                          f"moves the entropy by less than the mean tolerance ({mean_tol:.4g} bits)")
+    return check
 
 
 def _aligned(run: Series, base: Series, opts: GateOptions, step_hours: float | None) -> Check:

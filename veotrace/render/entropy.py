@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from veotrace.analysis.timescale import duration_unit, fmt_duration, plural, slope_unit
+from veotrace.analysis.timescale import duration_unit, fmt_duration, plural
 from veotrace.render.console import fmt_value, rows_table, summary_table
 from veotrace.render.sparkline import print_entropy_sparkline
 
@@ -34,7 +34,7 @@ def render_entropy(console: Console, result, *, max_rows: int) -> None:
     console.print(summary_table("Size-class entropy", items))
     print_entropy_sparkline(console, result)
     if result.segments:
-        per = 1.0 if s.get("span_s") is None or t.get("x") != "hours" else slope_unit(s["span_s"])[1]
+        per = d.get("per_unit", 1.0)
         seg_rows = [dict(seg, span=seg.get("label") or f"{fmt_value(seg['start_hours'])}-{fmt_value(seg['end_hours'])} h",
                          slope=None if seg["slope_bits_per_hour"] is None else seg["slope_bits_per_hour"] * per)
                     for seg in result.segments]

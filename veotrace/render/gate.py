@@ -23,8 +23,10 @@ def _p(c) -> str:
 
 
 def _explained(result) -> list:
-    """The checks whose message is shown: every one not passed, and passes above tolerance but not significant."""
-    return [c for c in result.checks if c.verdict != "pass" or "not significant" in c.message]
+    """The checks whose message is shown: every one not passed, passes above tolerance but not significant,
+    and a slope whose tolerance the run's short span raised."""
+    return [c for c in result.checks
+            if c.verdict != "pass" or "not significant" in c.message or "tolerance raised" in c.message]
 
 
 def render_gate(console: Console, result) -> None:

@@ -33,12 +33,13 @@ def entropy(job, section, reading, size) -> None:
     run = run_entropy(job.paths, **reading)
     res = run.value
     t, s = res.trend, res.summary
-    per = "hour" if t.get("x") == "hours" else "window"
+    d = res.slope_display()  # the one slope unit of every entropy output (bits/second on a snapshot)
+    unit = d["unit"]
     section.headline = run.headline()
-    ts = t["theil_sen"]
     _table(section, "Trend of H", ["statistic", "value"], [
-        ["least-squares slope (bits/" + per + ")", t["slope"]], ["intercept (bits)", t["intercept"]],
-        ["R²", t["r_squared"]], ["Theil-Sen slope", ts["slope"]], ["Theil-Sen 95% interval", _interval(ts["low"], ts["high"])],
+        [f"least-squares slope ({unit})", d["slope"]], ["intercept (bits)", t["intercept"]],
+        ["R²", t["r_squared"]], [f"Theil-Sen slope ({unit})", d["theil_sen_slope"]],
+        [f"Theil-Sen 95% interval ({unit})", _interval(d.get("theil_sen_low"), d.get("theil_sen_high"))],
         ["Kendall tau", t["kendall"]["tau"]], ["Kendall p", t["kendall"]["p_value"]], ["windows fitted", t["n"]],
         ["empty windows", s["empty_windows"]]])
     section.params = res.params

@@ -133,7 +133,8 @@ def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, for
     window_text = bl.window_text(p)
     require_windows(series, "the run", window_text)
     require_windows(base.series, f"the baseline {base.path}", window_text)
-    checks = compare(series, base, opts, step_hours=(p["step_s"] or 0) / 3600 or None)
+    checks = compare(series, base, opts, step_hours=(p["step_s"] or 0) / 3600 or None,
+                     span_s=run.summary.get("span_s"))
     fp = bl.input_fingerprint(list(paths), run.summary.get("first_ns"), run.summary.get("last_ns"))
     used = " ".join(f"--{k.removesuffix('_s').replace('_', '-')} {bl.show_param(k, p[k])}"
                     for k in bl.ENTROPY_PARAMS if p.get(k) is not None)

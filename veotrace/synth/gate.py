@@ -81,6 +81,7 @@ def gate_log(
     win = np.repeat(np.arange(windows), events_per_window)
     w_ns = int(window_s * NS)
     ts = win * w_ns + rng.integers(0, w_ns, win.size)
+    ts[0] = 0  # the first event opens window 0 (windows start at the run's first event)
     op = pa.DictionaryArray.from_arrays(pa.array(np.zeros(win.size, np.int32)), pa.array(["alloc"]))
     table = pa.table({"ts_ns": pa.array(ts, pa.int64()), "op": op,
                       "size_bytes": pa.array(class_size(rng, cls), pa.int64())})

@@ -12,10 +12,12 @@ NS_PER_HOUR = 3_600_000_000_000
 
 
 def display(trend: dict, span_s: float | None) -> dict:
-    """The slope in bits per hour (fixed key) and in the unit that fits the run's span."""
+    """The slope in bits per hour (fixed key) and in the unit that fits the run's span (``display``;
+    ``per_unit``: the x units (hours, or windows) in one unit of the display)."""
     per_hour = trend["slope"] if trend["x"] == "hours" else None
     if span_s is None:
-        return {"slope_bits_per_hour": per_hour, "display": {"unit": "bits/window", "slope": trend["slope"],
+        return {"slope_bits_per_hour": per_hour, "display": {"unit": "bits/window", "per_unit": 1.0,
+                                                             "slope": trend["slope"],
                                                              "theil_sen_slope": trend["theil_sen"]["slope"]}}
     name, hours_per = timescale.slope_unit(span_s)
 
@@ -24,7 +26,7 @@ def display(trend: dict, span_s: float | None) -> dict:
 
     ts = trend["theil_sen"]
     return {"slope_bits_per_hour": per_hour,
-            "display": {"unit": f"bits/{name}", "slope": scale(trend["slope"]), "theil_sen_slope": scale(ts["slope"]),
+            "display": {"unit": f"bits/{name}", "per_unit": hours_per, "slope": scale(trend["slope"]), "theil_sen_slope": scale(ts["slope"]),
                         "theil_sen_low": scale(ts["low"]), "theil_sen_high": scale(ts["high"])}}
 
 
