@@ -44,7 +44,7 @@ class OomTap:
         hits = batch.filter(pc.equal(op.cast(pa.string()) if values is not None else op, "oom"))
         cols = hits.schema.names
         for r in hits.to_pylist():
-            self.rows.append({"device": r.get("device"), "ts_ns": r.get("ts_ns"), "request_bytes": r.get("size_bytes"),
+            self.rows.append({"device": r.get("device") or 0, "ts_ns": r.get("ts_ns"), "request_bytes": r.get("size_bytes"),
                               "stream": r.get("stream") if "stream" in cols else None})
 
     def ooms(self, device_free: Mapping[tuple, int | None] | None = None) -> list[dict]:
@@ -81,3 +81,25 @@ def with_device_free(ooms: list[dict], device_free: Mapping[tuple, int | None]) 
     """``ooms`` with the device's free bytes filled in from a snapshot's entries (by device, ts_ns, request)."""
     return [dict(o, device_free_bytes=device_free.get((o["device"], o["ts_ns"], o["request_bytes"]),
                                                       o["device_free_bytes"])) for o in ooms]
+
+
+def oom_verdict(o: dict) -> str:
+    """Which policies would have served a recorded OOM's request (``allocators.oomprobe``), in words."""
+    w = o.get("what_if") or {}
+    if not w.get("evaluated"):
+        return "not replayed"
+    rows = w.get("policies") or []
+    if w.get("budget_bytes") is None or not rows:
+        return "no verdict (budget unknown)"
+    ok = [r["policy"] for r in rows if r["avoids"]]
+    if ok:
+        return f"avoided by {', '.join(ok)}"
+    ideal = next((r for r in rows if r["policy"] == "ideal"), None)
+    if ideal is None:
+        return f"no policy avoids it (of {len(rows)} replayed)"
+    return (f"no policy avoids it: the live bytes alone with the request need "
+            f"{_gib(ideal['reserved_with_request_bytes'])}, over the {_gib(w['budget_bytes'])} budget")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"

@@ -39,6 +39,8 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
     if footer:
         console.print(footer)
     _render_per_device(console, result, by_name)
+    for o in p.get("recorded_ooms") or []:
+        _render_recorded_oom(console, o)
     v = result.validation
     if v:
         _render_validation(console, v)
@@ -59,6 +61,27 @@ def _render_per_device(console: Console, result, by_name: dict) -> None:
     table, _ = rows_table(title, rows, [("policy", "policy"), *((f"d{d}", f"device {d}") for d in devices)], max_rows=0,
                           formatters={f"d{d}": fmt_bytes for d in devices})
     console.print(table)
+
+
+def _render_recorded_oom(console: Console, o: dict) -> None:
+    """A recorded OOM: what each policy held just before the failed request and with it, against the budget."""
+    from veotrace.analysis.ooms import oom_text, oom_verdict
+
+    w = o.get("what_if") or {}
+    if not w.get("evaluated"):
+        console.print(f"[dim]recorded OOM ({oom_text(o)}):[/] not replayed: {w.get('reason', '-')}")
+        return
+    budget = w["budget_bytes"]
+    rows = [{"policy": r["policy"], "before": r["reserved_before_bytes"], "with": r["reserved_with_request_bytes"],
+             "verdict": "-" if r["avoids"] is None else ("avoids it" if r["avoids"] else "OOM")} for r in w["policies"]]
+    title = f"Recorded OOM: {oom_text(o)}; budget {fmt_bytes(budget) if budget is not None else 'unknown'}"
+    table, _ = rows_table(title, rows, [("policy", "policy"), ("before", "reserved before"),
+                                        ("with", "with the request"), ("verdict", "verdict")],
+                          max_rows=0, formatters={"before": fmt_bytes, "with": fmt_bytes})
+    console.print(table)
+    console.print(f"[dim]budget:[/] {w['budget_rule']}; {oom_verdict(o)}", highlight=False)
+    if w.get("note"):
+        console.print(f"[yellow]note:[/] {w['note']}")
 
 
 def _render_validation(console: Console, v: dict) -> None:

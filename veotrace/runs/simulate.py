@@ -25,14 +25,26 @@ class SimulateRun(RunResult):
         return {"windows": self.value.windows}
 
     def headline(self) -> list[tuple[str, Any]]:
+        from veotrace.analysis.ooms import oom_verdict
+        from veotrace.render.console import fmt_bytes
+
         res = self.value
         by_name = {r["policy"]: r for r in res.policies}
         out = [("best policy", res.whatif[0]["policy"])]
         for name in ("torch", "ideal"):
-            if name in by_name:
+            if name not in by_name:
+                continue
+            per_device = by_name[name].get("per_device") or {}
+            if len(per_device) > 1:  # the pooled peak sums GPUs' peaks that no one GPU holds
+                out.append((f"{name} peak reserved per device",
+                            ", ".join(f"device {d}: {fmt_bytes(x['peak_reserved_bytes'])}"
+                                      for d, x in sorted(per_device.items(), key=lambda kv: int(kv[0])))))
+            else:
                 out.append((f"{name} peak reserved", by_name[name]["peak_reserved_bytes"]))
         if "torch" in by_name and "ideal" in by_name:
             out.append(("torch vs ideal", next(w["vs_ideal"] for w in res.whatif if w["policy"] == "torch")))
+        for o in res.params.get("recorded_ooms") or []:
+            out.append((f"recorded OOM (device {o['device']})", oom_verdict(o)))
         v = res.validation
         if v is not None and not v.get("recorded_segment_allocs"):  # nothing recorded to check against
             out.append(("validation", v.get("note", "nothing to validate")))
@@ -98,6 +110,12 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
         result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
                                      torch_core=torch_core)
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
+    if ooms:  # would each policy have served the request that failed?
+        from veotrace.allocators.oomprobe import probe_ooms
+        from veotrace.allocators.tiered import DEFAULT_TIERS
+
+        ooms = probe_ooms(req, ooms, policies=result.params["policies"], conf=torch_conf, seed=seed,
+                          tiers=tier_spec or DEFAULT_TIERS, core=torch_core, capacity=cap)
     run = SimulateRun(result, [*report.messages(), *oom_lines(ooms)], common.input_files(paths))
     result.params["recorded_ooms"] = ooms
     result.params["read"] = report.to_dict()
