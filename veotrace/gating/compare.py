@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from veotrace.analysis import timescale
 from veotrace.defaults import (
     GATE_ALPHA,
     GATE_BLOCK_LEN,
@@ -30,7 +31,6 @@ from veotrace.defaults import (
     GATE_RESAMPLES,
     GATE_SEED,
 )
-from veotrace.analysis import timescale
 from veotrace.errors import UsageError
 from veotrace.gating import stats
 from veotrace.gating.baseline import Baseline, Series, require_windows  # noqa: F401 - require_windows: cli.gate's import
