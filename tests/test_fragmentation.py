@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from tests.conftest import real_trace
+from tests.conftest import real_trace, run_cli
 from veotrace.frag import (
     TORCH_ROUND_BYTES,
     fragmentation_series,
@@ -103,3 +105,51 @@ def test_part_way_trace_counts_pre_existing():
     # 802 blocks live at the end, the trace allocates 180 of them: the rest were there before
     assert r.counters["pre_existing_blocks"] >= 802 - 180
     assert r.summary["windows"] == r.windows.num_rows > 0
+
+
+def _outside_snapshot(path):
+    """A snapshot whose trace allocated 100 x 20 MiB in segments released before it was taken, with no
+    segment events recorded: its one final segment (20 MiB, 4 MiB live) holds none of them."""
+    import pickle
+
+    t, seg, other, mib = 1_738_780_408_787_504, 0x7F0000000000, 0x7E0000000000, 1 << 20
+    blocks = [{"address": seg, "size": 4 * mib, "requested_size": 4 * mib, "state": "active_allocated"},
+              {"address": seg + 4 * mib, "size": 16 * mib, "requested_size": 0, "state": "inactive"}]
+    segments = [{"device": 0, "address": seg, "total_size": 20 * mib, "allocated_size": 4 * mib,
+                 "active_size": 4 * mib, "requested_size": 4 * mib, "stream": 0, "segment_type": "large",
+                 "blocks": blocks}]
+    trace = []
+    for i, action in [(i, "alloc") for i in range(100)] + [(i, a) for i in range(100)
+                                                           for a in ("free_requested", "free_completed")]:
+        t += 1000
+        trace.append({"action": action, "addr": other + i * 20 * mib, "size": 20 * mib, "stream": 0, "time_us": t})
+    trace.append({"action": "alloc", "addr": seg, "size": 4 * mib, "stream": 0, "time_us": t + 1000})
+    path.write_bytes(pickle.dumps({"segments": segments, "device_traces": [trace]}))
+    return path
+
+
+def test_a_trace_allocating_outside_its_final_segments_says_they_disagree(tmp_path):
+    """Issue 24: such a snapshot reported a reserved peak under its live peak with only a warning about
+    block sizes. Now: how many allocations lie outside, which figures hold, the same on every route."""
+    snap = _outside_snapshot(tmp_path / "outside.pickle")
+    r = run_cli("fragmentation", snap, "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    d = out["summary"]["segments_disagree"]
+    assert out["counters"]["allocs_outside_segments"] == d["allocations_outside"] == 100
+    assert d["live_peak_bytes"] == 100 * 20 << 20 and d["reserved_peak_bytes"] == 20 << 20
+    assert "Warning: 100 allocation(s) at addresses in no segment known by then" in r.stderr
+    assert "a reserved peak of 20.0 MiB under a live peak of 2.0 GiB" in r.stderr
+    assert "live bytes over time (from the trace alone) and the end state (from the segments) hold" in r.stderr
+    assert out["end"]["total"]["reserved_bytes"] == 20 << 20  # the end state holds
+    pq = tmp_path / "outside.parquet"
+    assert run_cli("convert", snap, "-o", pq).exit_code == 0
+    again = json.loads(run_cli("fragmentation", pq, "-f", "json").stdout)
+    assert again["summary"]["segments_disagree"] == d
+
+
+def test_real_snapshots_with_segment_events_allocate_inside_them():
+    """No false alarm: every allocation of the real snapshots lies in a segment known by then."""
+    for name in ("constructorsun_memory_snapshot.pickle", "magma27_memory_snapshot.pickle"):
+        out = json.loads(run_cli("fragmentation", real_trace(name), "-f", "json").stdout)
+        assert out["counters"]["allocs_outside_segments"] == 0 and out["summary"]["segments_disagree"] is None

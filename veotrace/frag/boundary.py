@@ -156,6 +156,7 @@ def start_states(bounds: list[Boundary], *, window_ns: int | None, window_events
 def _apply(st: DeviceState, b: DevBoundary) -> DeviceState:
     """The state after a piece with boundary ``b`` that started in ``st`` (segment counters left out)."""
     out = st.copy()
+    out.remember()  # the segments live at the piece's start count as known (allocs_outside_segments)
     new = b.is_alloc  # b.addr is sorted: the live set's sorted insert, as in the replay
     out._merge(~np.isin(st.addr, b.addr), b.addr[new], b.size[new], b.req[new])
     out.live_bytes = int(out.size.sum())

@@ -118,6 +118,17 @@ def describe(states: dict[int, DeviceState], *, max_gap: int, threshold: float) 
     return {"total": M.combine(per, threshold=threshold), "devices": {str(d): m for d, m in per.items()}}
 
 
+def _disagreement(outside: int, rows: list[dict]) -> dict | None:
+    """Allocations outside every known segment: which figures hold and which do not (None when none)."""
+    if not outside:
+        return None
+    return {"allocations_outside": outside,
+            "live_peak_bytes": max((r["live_bytes_peak"] or 0 for r in rows), default=0),
+            "reserved_peak_bytes": max((r["reserved_bytes"] or 0 for r in rows), default=0),
+            "hold": ["live bytes over time (from the trace alone)", "the end state (from the segments)"],
+            "do_not_hold": ["reserved, free and fragmentation over time (they count the known segments only)"]}
+
+
 def build_result(replay, params: dict, *, top_zones: int | None) -> FragmentationResult:
     rows = sorted(replay.rows, key=lambda r: (r["window"], r["device"]))
     windows = pa.Table.from_pylist(rows, schema=FRAGMENTATION_WINDOWS) if rows else FRAGMENTATION_WINDOWS.empty_table()
@@ -140,7 +151,8 @@ def build_result(replay, params: dict, *, top_zones: int | None) -> Fragmentatio
         at_state = state_table(replay.at_states, **kw)
     flagged = sum(1 for r in rows if r["fragmented"])
     summary = {"events_read": replay.n_read, "windows": windows.num_rows, "fragmented_windows": flagged,
-               "devices": sorted(replay.states), "has_time": replay.has_time and replay.window_events is None}
+               "devices": sorted(replay.states), "has_time": replay.has_time and replay.window_events is None,
+               "segments_disagree": _disagreement(counters.allocs_outside_segments, rows)}
     layout = {"alignment": replay.layout.alignment(), "strides": replay.layout.strides.summary(),
               "latency_by_size_bin": replay.layout.latency_by_bin(),
               "zones_touched": zz.touched(), "zone_kinds": sorted({r["zone_kind"] for r in zone_rows})}

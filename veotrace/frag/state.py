@@ -48,6 +48,7 @@ class ReplayCounters:
     pre_existing_segments: int = 0
     blocks_mismatch_segments: int = 0  # snapshot segments whose blocks do not add up to their size
     inconsistent_entries: int = 0  # trace entries the final snapshot contradicts (e.g. alloc of a dead block)
+    allocs_outside_segments: int = 0  # allocs at an address in no segment known by the end of their batch
 
     def merge(self, other: ReplayCounters) -> ReplayCounters:
         for f in fields(self):
@@ -78,6 +79,9 @@ class DeviceState:
     reserved_bytes: int = 0
     counters: ReplayCounters = field(default_factory=ReplayCounters)
     segmented: bool = False  # segments were known at some point: free space is found inside them
+    #: Every address range reserved so far (merged, sorted (starts, ends)), see count_outside.
+    known: tuple = field(default_factory=lambda: (np.zeros(0, np.uint64), np.zeros(0, np.uint64)))
+    known_add: list = field(default_factory=list)  # (start, end) reserved since the last fold
 
     # -- blocks ---------------------------------------------------------------------------------
     def match_run(self, sa: np.ndarray, first: np.ndarray, last: np.ndarray, is_alloc: np.ndarray,
@@ -111,6 +115,35 @@ class DeviceState:
                 keep[slots] = False
         new = last & is_alloc
         self._merge(keep, sa[new], bsz[new], req[new])
+
+    def count_outside(self, alloc_addr: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray) -> None:
+        """Count the allocations of a batch at addresses in no segment known by its end: none live now,
+        reserved before, nor reserved by the batch's own segment events (``seg_start``/``seg_end``).
+        A consistent trace has none; a snapshot whose trace allocated in segments released before it
+        was taken, with no segment events recorded, has them (the trace and the segments disagree)."""
+        self.remember(seg_start, seg_end)
+        if alloc_addr.size:
+            k0, k1 = self.known
+            i = np.searchsorted(k0, alloc_addr, side="right") - 1
+            inside = i >= 0
+            inside[inside] = alloc_addr[inside] < k1[i[inside]]
+            self.counters.allocs_outside_segments += int(alloc_addr.size - inside.sum())
+
+    def remember(self, seg_start: np.ndarray | None = None, seg_end: np.ndarray | None = None) -> None:
+        """Fold the live segments, those reserved since the last fold, and the given ranges into ``known``."""
+        starts, ends = self.segment_arrays()
+        add = np.array(self.known_add, np.uint64).reshape(-1, 2)
+        parts0 = [self.known[0], starts, add[:, 0]] + ([seg_start] if seg_start is not None else [])
+        parts1 = [self.known[1], ends, add[:, 1]] + ([seg_end] if seg_end is not None else [])
+        a0, a1 = np.concatenate(parts0), np.concatenate(parts1)
+        self.known_add = []
+        if not a0.size:
+            return
+        order = np.argsort(a0, kind="stable")
+        a0, a1 = a0[order], np.maximum.accumulate(a1[order])
+        new = np.r_[True, a0[1:] > a1[:-1]]  # overlapping or touching ranges merge
+        last = np.r_[np.flatnonzero(new)[1:] - 1, a0.size - 1]
+        self.known = (a0[new], a1[last])
 
     def _merge(self, keep: np.ndarray | None, a: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
         if keep is not None:
@@ -165,6 +198,7 @@ class DeviceState:
                 self.counters.duplicate_segments += 1
                 return 0
             self.segments.insert(i, Segment(address, address + size, code == OP_SEG_MAP))
+            self.known_add.append((address, address + size))
             self.segmented = True
             if code == OP_SEG_MAP:
                 self._coalesce(i)
@@ -203,4 +237,5 @@ class DeviceState:
     def copy(self) -> DeviceState:
         return DeviceState(self.addr.copy(), self.size.copy(), self.req.copy(), set(self.pending),
                            [Segment(s.start, s.end, s.expandable) for s in self.segments],
-                           self.live_bytes, self.reserved_bytes, ReplayCounters(), self.segmented)
+                           self.live_bytes, self.reserved_bytes, ReplayCounters(), self.segmented,
+                           (self.known[0].copy(), self.known[1].copy()), list(self.known_add))

@@ -159,6 +159,10 @@ class Replay:
         seg_pos = np.flatnonzero(code >= OP_SEG_ALLOC)
         if self.layout.by_segment:
             self.layout.zones.add_in_time(d, st, code, addr, size, lat, m.pos_time, seg_pos)
+        if st.segmented or seg_pos.size:  # allocations outside every segment known: trace and segments disagree
+            grow = seg_pos[(code[seg_pos] == OP_SEG_ALLOC) | (code[seg_pos] == OP_SEG_MAP)]
+            ga = addr[grow].astype(np.uint64)
+            st.count_outside(addr[code == OP_ALLOC].astype(np.uint64), ga, ga + size[grow].astype(np.uint64))
         has_req = bool((code == OP_FREE_REQ).any())
         snaps: list = [None] * nrun
         bl = bounds.tolist()

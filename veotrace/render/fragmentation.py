@@ -17,6 +17,9 @@ WARNINGS = {
     "out_of_order": "event(s) older than one already replayed on their device (replayed at the later time)",
     "blocks_mismatch_segments": "snapshot segment(s) whose blocks do not add up to the segment size",
     "inconsistent_entries": "trace entries the final snapshot contradicts",
+    "allocs_outside_segments": ("allocation(s) at addresses in no segment known by then: the trace and "
+                                "the segments disagree (segments released before the snapshot, with no segment events "
+                                "recorded)"),
 }
 
 _WINDOW_COLUMNS = [("window", "k"), ("device", "dev"), ("events", "events"), ("live_bytes_peak", "live peak"),
@@ -40,9 +43,14 @@ def _timed_rows(rows: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
     return out, [("since", f"start ({unit})"), *_WINDOW_COLUMNS[1:]]
 
 
-def warning_lines(counters: dict, end: dict | None = None) -> list[str]:
-    """One ``Warning:`` line per non-zero problem counter, and for overlapping blocks at the end."""
+def warning_lines(counters: dict, end: dict | None = None, disagree: dict | None = None) -> list[str]:
+    """One ``Warning:`` line per non-zero problem counter, and for overlapping blocks at the end; with
+    ``disagree`` (the summary's ``segments_disagree``), which figures still hold."""
     out = [f"Warning: {counters[k]:,} {text}" for k, text in WARNINGS.items() if counters.get(k)]
+    if disagree:
+        out.append(f"Warning: {' and '.join(disagree['hold'])} hold; {'; '.join(disagree['do_not_hold'])}: "
+                   f"a reserved peak of {fmt_bytes(disagree['reserved_peak_bytes'])} under a live peak of "
+                   f"{fmt_bytes(disagree['live_peak_bytes'])}")
     if end and end.get("overlaps"):
         out.append(f"Warning: {end['overlaps']:,} pair(s) of live blocks overlap at the end of the trace "
                    "(two allocations at overlapping addresses)")

@@ -128,7 +128,8 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
 
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
     messages = [*common.small_input_note(paths, config), *report.messages(), *notes,
-                *warning_lines(result.counters, result.end["total"]), *oom_lines(ooms)]
+                *warning_lines(result.counters, result.end["total"], result.summary.get("segments_disagree")),
+                *oom_lines(ooms)]
     result.summary["recorded_ooms"] = ooms
     result.summary.setdefault("window_choice", None)  # set when a snapshot's span chose the window
     result.summary["read"] = report.to_dict()
