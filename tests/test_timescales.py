@@ -45,7 +45,7 @@ def test_short_snapshot_gets_a_window_from_the_data_and_says_so():
     assert p["window_s"] == 0.01 and s["windows"] == 274 and s["windows"] >= 20
     assert "the default 5 min window gives 1 window over the 2.735 s span" in p["window_choice"]["reason"]
     assert err.count("Note: using windows of 10 ms (274 windows)") == 1 and "Error" not in err
-    assert s["notes"] == [err.strip()]
+    assert s["notes"] == err.strip().splitlines() and "3 phases of activity" in s["notes"][1]  # the idle gaps, said
     w = out["windows"]
     assert [x["window"] for x in w[:3]] == [0, 1, 2]  # from the first window, not from 1970
     assert w[0]["start_ns"] == s["first_ns"] == 1_757_253_255_215_904_000  # absolute time kept in JSON
@@ -452,3 +452,62 @@ def test_one_slope_unit_in_every_output_of_a_short_run(tmp_path):
     assert run_cli("entropy", path, "--save-baseline", base, "-o", tmp_path / "e.txt").exit_code == 0
     r = run_cli("gate", path, "--baseline", base, "-f", "json")
     assert {c["unit"] for c in json.loads(r.stdout)["checks"]} == {"bits", "bits/second"}
+
+
+def test_phases_are_the_stretches_between_long_idle_gaps():
+    from veotrace.analysis.timescale import phases
+
+    ev = np.array([3, 1, 0, 2] + [0] * 12 + [1, 1, 0, 0, 5] + [0] * 3 + [4] + [0] * 2)
+    assert phases(ev) == [(0, 4), (16, 25)]  # the 12-window gap splits; gaps of 2 and 3 do not; edges trimmed
+    assert phases(np.array([0, 0, 1, 1, 0])) == [(2, 4)] and phases(np.zeros(5)) == []
+
+
+def test_two_phases_around_an_idle_gap_are_said_with_their_own_trends(tmp_path):
+    """Issue 24: a 'significant' trend that was two phases around a gap. A log of one class mix, an idle
+    second, then a wider mix: the whole-run trend is significant, each phase is flat, and both are said."""
+    rng = np.random.default_rng(5)
+    a = np.sort(rng.integers(0, 10**9, 1500))
+    b = np.sort(rng.integers(2 * 10**9, 3 * 10**9, 1500))
+    a[0] = 0
+    sizes = np.r_[2 ** rng.integers(12, 14, a.size), 2 ** rng.integers(12, 20, b.size)]  # 2 classes, then 8
+    path = _csv(tmp_path / "phases.csv", np.r_[a, b], sizes)
+    out, err = _json("entropy", path)
+    ph = out["summary"]["phases"]
+    assert len(ph) == 2 and out["trend"]["kendall"]["p_value"] < 1e-6
+    assert ph[0]["start_s"] == 0 and ph[0]["end_s"] <= 1.0 + 1e-9 and 2.0 - 0.05 <= ph[1]["start_s"] <= 2.0
+    assert 0.85 < ph[0]["mean_entropy_bits"] <= 1.0 and 2.6 < ph[1]["mean_entropy_bits"] <= 3.0  # log2 2, log2 8, sampled
+    assert all(p["kendall"]["p_value"] > 0.01 for p in ph) and ph[0]["slope_unit"] == "bits/second"
+    assert "Note: the run is idle for" in err and "2 phases of activity" in err and err.count("idle") == 1
+    assert any("2 phases" in n for n in out["summary"]["notes"])
+    text = run_cli("entropy", path, "--no-progress").stdout
+    assert "Phases of activity (between idle gaps)" in text
+
+
+def test_magma27s_significant_trend_is_two_phases_around_its_gap():
+    out, err = _json("entropy", real_trace(MAGMA))
+    ph = out["summary"]["phases"]
+    assert out["trend"]["kendall"]["p_value"] < 0.05 and len(ph) == 2
+    assert all(p["kendall"]["p_value"] > 0.05 for p in ph)  # neither phase trends alone
+    assert "idle for 112.5 ms of its 248.2 ms" in err
+
+
+def test_one_window_rule_for_entropy_fragmentation_and_simulate_on_a_short_log(tmp_path):
+    """Issue 24: fragmentation kept 300 s windows on a 3 s log (one window) and simulate cut every trace
+    into ~50 windows: every timed analysis now takes the same rule, said on stderr and in the JSON."""
+    rng = np.random.default_rng(2)
+    ts = np.sort(rng.integers(0, 3 * 10**9, 2000))
+    ts[0] = 0
+    path = tmp_path / "short.csv"
+    rows = ["timestamp,op_type,size_bytes,address"] + [f"{t},alloc,4096,{0x10000 + i * 4096}" for i, t in enumerate(ts)]
+    path.write_text("\n".join(rows) + "\n")
+    ent, e_err = _json("entropy", path)
+    frag, f_err = _json("fragmentation", path)
+    sim, s_err = _json("simulate", path, "-p", "ideal")
+    w = ent["params"]["window_s"]
+    assert w == frag["summary"]["window_choice"]["window_s"] == sim["params"]["window_choice"]["window_s"] == 0.02
+    assert frag["summary"]["windows"] == 150 and sim["params"]["window_ns"] == 20_000_000
+    why = "Note: using windows of 20 ms{}: the default 5 min window gives 1 window over the 3 s span; give --window"
+    assert why.format(" (150 windows)") in e_err and why.format("") in f_err and why.format("") in s_err
+    for args in (("fragmentation", path, "--window", "1s"), ("simulate", path, "-p", "ideal", "--window", "1s")):
+        given, err = _json(*args)
+        assert "default 5 min window" not in err  # a window asked for is kept

@@ -78,7 +78,7 @@ BANKS_WARP = 32
 
 # simulate (veotrace/allocators)
 SIMULATE_MAX_UNKNOWN_FREES = 0.05  # share of frees naming no live allocation (ignored, counted) before refusing
-SIMULATE_AUTO_WINDOWS = 50  # without --window / --window-requests, the trace is cut into about this many windows
+SIMULATE_WINDOW_S = FRAGMENTATION_WINDOW_S  # each policy's fragmentation over time, windowed as fragmentation's
 SIMULATE_HOLD_REQUESTS = 1 << 20  # a log of up to this many requests (64 B each: 64 MiB) is held between passes, longer ones read again
 
 # replays (fragmentation, simulate): the largest block accepted, so that their int64 sums stay exact

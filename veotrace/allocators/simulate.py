@@ -21,13 +21,12 @@ from veotrace.allocators.policies import POLICIES
 from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.stream import RequestStream
-from veotrace.defaults import SIMULATE_AUTO_WINDOWS
+from veotrace.analysis import timescale
+from veotrace.defaults import SIMULATE_WINDOW_S
 from veotrace.errors import UsageError
 from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.simulate import SIMULATE_WINDOWS, WINDOW_COLUMNS
 
-#: Windows per trace when no window is given.
-AUTO_WINDOWS = SIMULATE_AUTO_WINDOWS
 EVENTS_SCHEMA = ALLOC_EVENTS.append(pa.field("block_bytes", pa.int64(), nullable=True))
 
 
@@ -148,7 +147,9 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
         policies: names from :data:`POLICIES`. conf: settings of the ``torch`` policy.
         capacity: bytes per device (None: unlimited). seed: starting state for ``torch`` (part-way traces).
         tiers: ``tiered`` bounds and granularities (default :data:`tiered.DEFAULT_TIERS`).
-        window_s / window_requests: window length; neither: the trace cut into ~50 windows.
+        window_s / window_requests: window length; neither: the one window rule of every timed analysis
+            (``timescale.fit_window``: 300 s unless that gives under 20 windows, then one from the data;
+            windows of events, as entropy counts them, without timestamps).
         torch_core: "auto" (the compiled core where it covers the run), "c" or "python" (see torchcore.choose_core).
     """
     from veotrace.allocators.tiered import DEFAULT_TIERS
@@ -159,21 +160,34 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
     streamed = isinstance(req, RequestStream)
     if streamed:
         has_time, releases = req.has_time, req.releases
-        span = req.t_last - req.t_first + 1 if has_time else len(req)
     else:
         has_time = req.has_time
         clock = req.clock(has_time)
-        span = int(clock[-1] - clock[0]) + 1 if len(clock) else 1
         releases = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == REQ_RELEASE))
     if not has_time and window_s is not None:
         raise UsageError("--window needs timestamps, and this trace has none", hint="Use --window-requests N")
     if has_time and window_requests is not None:
         raise UsageError("--window-requests is for traces without timestamps", hint="Use --window DURATION")
-    if has_time:
-        window_ns = round(window_s * 1e9) if window_s else max(span // AUTO_WINDOWS, 1_000_000)
-    else:
-        window_ns = window_requests or max(-(-len(req) // AUTO_WINDOWS), 1)
     rows, wins, notes = [], [], list(req.notes)
+    choice = {"auto": False, "mode": "given"}
+    if has_time and window_s:
+        window_ns = round(window_s * 1e9)
+    elif has_time:
+        def stamps():  # only when the span is short: the requests' times
+            return clock if not streamed else np.concatenate([req.clock(c) for c in req.chunks()])
+
+        first, last = (req.t_first, req.t_last) if streamed else (int(clock[0]), int(clock[-1]))
+        w, why = timescale.fit_window(first, last, SIMULATE_WINDOW_S, stamps, len(req))
+        window_ns = w or round(SIMULATE_WINDOW_S * 1e9)
+        if why is not None:
+            choice = {"auto": True, "mode": "time", "window_s": window_ns / 1e9, "reason": why}
+        else:
+            choice = {"auto": False, "mode": "default"}
+    else:
+        window_ns = window_requests or timescale.auto_window_events(len(req))
+        if not window_requests:
+            choice = {"auto": True, "mode": "requests", "window_requests": window_ns,
+                      "reason": "the trace has no timestamps"}
     core, core_why = choose_core(conf, capacity, torch_core)
     for name in policies:
         if name.startswith("tiered") and not has_time:
@@ -222,6 +236,7 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
     params = {"policies": [r["policy"] for r in rows], "torch_conf": conf.to_dict(), "capacity_bytes": capacity,
               "tiers": [{"max_lifetime_s": None if b == float("inf") else b, "granularity_bytes": g} for b, g in tiers],
               "window_ns": window_ns if has_time else None, "window_requests": None if has_time else window_ns,
+              "window_choice": choice,
               "requests": len(req), "counts": req.counts, "requests_streamed": streamed,
               "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
               "recorded_releases": releases}

@@ -27,6 +27,11 @@ OUTLIER_WINDOWS_PER_ROW = 10
 #: One timestamp is an outlier when the gap between it and the rest is this share of the whole span.
 OUTLIER_GAP_SHARE = 0.99
 
+#: A run of empty windows is an idle gap (the run falls into phases) when it is at least this many
+#: windows long and at least IDLE_GAP_SHARE of all windows.
+IDLE_GAP_MIN_WINDOWS = 5
+IDLE_GAP_SHARE = 0.1
+
 _UNITS = ((1e-9, "ns"), (1e-6, "us"), (1e-3, "ms"), (1.0, "s"), (60.0, "min"), (3600.0, "h"))
 
 
@@ -112,6 +117,31 @@ def default_window_reason(default_s: float, first_ns: int, last_ns: int, spanned
     return f"the default {fmt_duration(default_s)} window gives {plural(spanned, 'window')} over the {span} span"
 
 
+def fit_window(first_ns: int, last_ns: int, default_s: float, timestamps, n_events: int,
+               origin_ns: int = 0) -> tuple[int | None, str | None]:
+    """The one window rule of every timed analysis when no window is asked for.
+
+    The default window stays when the span gives it at least MIN_WINDOWS windows: (None, None).
+    Otherwise a round window from the data (:func:`choose_window_ns` on ``timestamps()``, called only
+    then) and the reason: (window_ns, why); (None, why) when the events fall at too few instants for
+    any time window (the caller then counts windows of events). Entropy, fragmentation (snapshots and
+    logs) and simulate all choose their window here; ``origin_ns`` is where window 0 starts.
+    """
+    default_ns = round(default_s * NS_PER_S)
+    spanned = windows_spanned(first_ns, last_ns, default_ns, default_ns, origin_ns)
+    if spanned >= MIN_WINDOWS:
+        return None, None
+    why = default_window_reason(default_s, first_ns, last_ns, spanned)
+    return choose_window_ns(np.asarray(timestamps(), dtype=np.int64), n_events), why
+
+
+def window_note(window_s: float, why: str, *, windows: int | None = None,
+                hint: str = "give --window to choose") -> str:
+    """The one wording of a window chosen from the data, on every command's stderr."""
+    count = f" ({plural(windows, 'window')})" if windows is not None else ""
+    return f"Note: using windows of {fmt_duration(window_s)}{count}: {why}; {hint}"
+
+
 def windows_spanned(first_ns: int, last_ns: int, window_ns: int, step_ns: int, origin_ns: int = 0) -> int:
     """Number of windows k with O + k*S <= last and O + k*S + W > first (the windows a span produces)."""
     return int((last_ns - origin_ns) // step_ns - ((first_ns - origin_ns - window_ns) // step_ns + 1) + 1)
@@ -144,3 +174,22 @@ def find_outlier(ts: np.ndarray, first_ns: int | None = None, last_ns: int | Non
         if gap >= OUTLIER_GAP_SHARE * span and order[pos] < ts.size:
             return int(order[pos])
     return None
+
+
+def phases(events_per_window: np.ndarray) -> list[tuple[int, int]]:
+    """The phases of activity of a run: [start, end) window ranges between idle gaps (runs of empty
+    windows at least IDLE_GAP_MIN_WINDOWS long and IDLE_GAP_SHARE of all windows). One phase when the
+    run has no such gap; none when every window is empty."""
+    busy = np.asarray(events_per_window) > 0
+    n = busy.size
+    if not busy.any():
+        return []
+    edges = np.flatnonzero(np.diff(np.r_[1, busy.astype(np.int8), 1]))  # starts and ends of empty runs
+    gaps = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])
+            if b - a >= max(IDLE_GAP_MIN_WINDOWS, IDLE_GAP_SHARE * n) and a > 0 and b < n]
+    cuts = [0, *[x for g in gaps for x in g], n]
+    out = []
+    for lo, hi in zip(cuts[::2], cuts[1::2]):
+        nz = np.flatnonzero(busy[lo:hi])
+        out.append((lo + int(nz[0]), lo + int(nz[-1]) + 1))
+    return out

@@ -43,7 +43,7 @@ def simulate_command(
     conf: Annotated[str | None, typer.Option("--conf", help="PYTORCH_CUDA_ALLOC_CONF for the torch policy, e.g. 'expandable_segments:True' [default: the snapshot's allocator_settings].")] = None,
     capacity: Annotated[str | None, typer.Option("--capacity", help="Device memory per GPU, e.g. 80GiB: allocations past it are reported (and make torch free cached blocks).")] = None,
     tiers: Annotated[str | None, typer.Option("--tiers", help="tiered pools as LIFETIME:GRANULARITY, lifetimes as durations (a bare number is seconds) [default: 10ms:4MiB,100ms:64MiB,inf:512MiB].")] = None,
-    window: Annotated[str | None, typer.Option("--window", help="Window length: 1s, 500ms (a bare number is seconds) [default: the trace in ~50 windows].")] = None,
+    window: Annotated[str | None, typer.Option("--window", help="Window length: 1s, 500ms (a bare number is seconds) [default: 5 min, or one that fits a shorter trace, said on stderr].")] = None,
     window_requests: Annotated[int | None, typer.Option("--window-requests", min=1, help="Windows of N requests (traces without timestamps).")] = None,
     max_unknown_frees: Annotated[float, typer.Option("--max-unknown-frees", min=0.0, max=1.0, help="Largest share of frees naming no live allocation (ignored, counted) before refusing the input.")] = _MAX_UNKNOWN_FREES,
     no_recorded_releases: Annotated[bool, typer.Option("--no-recorded-releases", help="Do not follow the trace's segment_free/segment_unmap (empty_cache, OOM retries); rely on --capacity.")] = False,

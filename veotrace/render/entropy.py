@@ -42,6 +42,15 @@ def render_entropy(console: Console, result, *, max_rows: int) -> None:
                               ("mean_bits", "mean H"), ("slope", f"slope ({unit})"),
                               ("r_squared", "R^2")], max_rows=0)
         console.print(table)
+    if s.get("phases"):
+        name, scale = duration_unit(s["span_s"])
+        rows = [dict(ph, span=f"{ph['start_s'] / scale:.4g}-{ph['end_s'] / scale:.4g} {name}",
+                     p=ph["kendall"]["p_value"]) for ph in s["phases"]]
+        table, _ = rows_table("Phases of activity (between idle gaps)", rows,
+                              [("span", "phase"), ("windows", "windows"), ("events", "events"),
+                               ("mean_entropy_bits", "mean H"), ("slope", f"slope ({unit})"), ("p", "Kendall p")],
+                              max_rows=0)
+        console.print(table)
     if getattr(result, "groups", None):
         console.print(_groups_table(result, unit))
     rows = result.windows.to_pylist()

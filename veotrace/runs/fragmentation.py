@@ -124,6 +124,14 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     tap = OomTap()
     result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
                              notes=notes, ooms=tap, **kw)
+    chosen = {} if result.summary.get("from_snapshot") else _log_window(paths, options, result, kw, notes)
+    if chosen:  # a short log: replayed again in windows that fit it (the first read told its span)
+        options, report = common.reading(time_unit, skip_bad_rows, format_hint,
+                                         extra_columns=(latency_col,) if latency_col is not None else ())
+        tap = OomTap()
+        result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
+                                 notes=[], ooms=tap, **{**kw, "window_s": chosen["window_s"]})
+        result.summary["window_choice"] = chosen
     from veotrace.render.fragmentation import warning_lines
 
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
@@ -131,7 +139,8 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
                 *warning_lines(result.counters, result.end["total"], result.summary.get("segments_disagree")),
                 *oom_lines(ooms)]
     result.summary["recorded_ooms"] = ooms
-    result.summary.setdefault("window_choice", None)  # set when a snapshot's span chose the window
+    result.summary.setdefault("window_choice", None)  # set when a short span chose the window
+    result.summary.setdefault("from_snapshot", False)
     result.summary["read"] = report.to_dict()
     return FragmentationRun(result, messages, inputs, at=None if at is None else str(at))
 
@@ -253,34 +262,55 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
         ooms.see(events)
     chosen = _fitting_window(events, kw, notes)
     initial, events = seed_from_final(events, final) if events.num_rows else (final, events)
-    result = fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **{**kw, **chosen})
+    window = {"window_s": chosen["window_s"]} if chosen else {}
+    result = fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **{**kw, **window})
+    result.summary["from_snapshot"] = True  # its final state seeded the replay (and chose its window)
     if chosen:
-        result.summary["window_choice"] = {"window_s": chosen["window_s"], "reason": notes[-1].removeprefix("note: ")}
+        result.summary["window_choice"] = chosen
     return result
 
 
 def _fitting_window(events, kw: dict, notes: list[str]) -> dict:
-    """A snapshot's window when the default one does not fit its span (as entropy chooses one): a 0.2-3 s
-    trace in one 300 s window has no "over time". Only when no window was asked for; said in ``notes``."""
-    import numpy as np
+    """A snapshot's window when the default one does not fit its span (the one window rule,
+    ``timescale.fit_window``): a 0.2-3 s trace in one 300 s window has no "over time". Only when no
+    window was asked for; said in ``notes``."""
     import pyarrow.compute as pc
-
-    from veotrace.analysis import timescale
-    from veotrace.defaults import FRAGMENTATION_WINDOW_S
 
     if kw.get("window_s") is not None or kw.get("window_events") is not None or not events.num_rows:
         return {}
     ts = events.column("ts_ns").drop_null() if events.column("ts_ns").null_count else events.column("ts_ns")
     if len(ts) < events.num_rows or not len(ts):
         return {}  # untimed events: the replay's own rule (windows of events)
-    first, last = pc.min(ts).as_py(), pc.max(ts).as_py()
-    default_ns = round(FRAGMENTATION_WINDOW_S * timescale.NS_PER_S)
-    spanned = timescale.windows_spanned(first, last, default_ns, default_ns)
-    if spanned >= timescale.MIN_WINDOWS:
+    return _chosen(pc.min(ts).as_py(), pc.max(ts).as_py(), lambda: ts.to_numpy(), events.num_rows, notes)
+
+
+def _log_window(paths, options, result, kw: dict, notes: list[str]) -> dict:
+    """A log's window when the default one gave it under MIN_WINDOWS windows (the one window rule, as
+    for snapshots): its timestamps read again (one column) to choose one; {} when it fits or was given."""
+    import numpy as np
+
+    from veotrace.analysis import timescale
+    from veotrace.sources import iter_alloc_events
+    from veotrace.sources.base import ReadReport
+
+    s = result.summary
+    if (kw.get("window_s") is not None or kw.get("window_events") is not None or s.get("window_choice")
+            or not s.get("has_time") or s["windows"] >= timescale.MIN_WINDOWS):
         return {}
-    w = timescale.choose_window_ns(np.asarray(ts.to_numpy(), dtype=np.int64), events.num_rows)
+    parts = [np.asarray(b.column("ts_ns").drop_null()) for b in
+             iter_alloc_events(paths, options=options, report=ReadReport(), columns=("ts_ns",))]
+    ts = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    if not ts.size:
+        return {}
+    return _chosen(int(ts.min()), int(ts.max()), lambda: ts, ts.size, notes)
+
+
+def _chosen(first: int, last: int, timestamps, n: int, notes: list[str]) -> dict:
+    from veotrace.analysis import timescale
+    from veotrace.defaults import FRAGMENTATION_WINDOW_S
+
+    w, why = timescale.fit_window(first, last, FRAGMENTATION_WINDOW_S, timestamps, n)
     if w is None:
         return {}
-    why = timescale.default_window_reason(FRAGMENTATION_WINDOW_S, first, last, spanned)
-    notes.append(f"note: {why}: windows of {timescale.fmt_duration(w / timescale.NS_PER_S)} instead (--window sets one)")
-    return {"window_s": w / timescale.NS_PER_S}
+    notes.append(timescale.window_note(w / timescale.NS_PER_S, why, hint="give --window or --window-events to choose"))
+    return {"window_s": w / timescale.NS_PER_S, "reason": why}

@@ -82,6 +82,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     from veotrace.allocators import simulate as sim
     from veotrace.allocators.stream import open_requests
     from veotrace.allocators.validation import validate
+    from veotrace.analysis import timescale
     from veotrace.analysis.ooms import OomTap, oom_lines, with_device_free
 
     paths = common.as_paths(paths)
@@ -116,7 +117,10 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
 
         ooms = probe_ooms(req, ooms, policies=result.params["policies"], conf=torch_conf, seed=seed,
                           tiers=tier_spec or DEFAULT_TIERS, core=torch_core, capacity=cap)
-    run = SimulateRun(result, [*report.messages(), *oom_lines(ooms)], common.input_files(paths))
+    choice = result.params["window_choice"]
+    window_note = ([timescale.window_note(choice["window_s"], choice["reason"])]
+                   if choice.get("mode") == "time" and choice.get("auto") else [])
+    run = SimulateRun(result, [*report.messages(), *window_note, *oom_lines(ooms)], common.input_files(paths))
     result.params["recorded_ooms"] = ooms
     result.params["read"] = report.to_dict()
     result.params["pair_by"] = key

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from veotrace.analysis.entropy.entropy_notes import display, series_summary
+from veotrace.analysis.entropy.entropy_notes import display, phase_note, series_summary
 from veotrace.analysis.entropy.entropy_notes import notes as notes_of
+from veotrace.analysis.entropy.entropy_notes import phases as phases_of
 from veotrace.analysis.entropy.entropy_series import EntropyPartial, check_span
 from veotrace.analysis.groups import check_by, device_rows, require_counted, stack_groups
 from veotrace.analysis.groups import keys as group_keys
@@ -243,10 +244,14 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
               "ops": list(ops), "min_class": p["min_class"], "max_class": p["max_class"], "classes": n_cls,
               "segments_hours": list(segments), "by": by, "device": device,
               "window_choice": {"auto": part.choice is not None, **(part.choice or {"mode": "given"})}}
+    span_s = (last_ns - first_ns) / 1e9 if first_ns is not None and x_unit == "hours" else None
+    ph = phases_of(table, h, span_s)
+    if ph:
+        notes.append(phase_note(ph, span_s))
     summary = {"events_read": part.n_read, "events_counted": part.n_counted, **series_summary(table, h),
                "first_ns": first_ns, "last_ns": last_ns,
                "span_s": (last_ns - first_ns) / 1e9 if first_ns is not None else None,
-               "events_left_out": pooled.left_out, "notes": notes}
+               "events_left_out": pooled.left_out, "phases": ph, "notes": notes}
     if device is not None:
         summary["events_on_device"] = part.n_selected
     out_groups = []

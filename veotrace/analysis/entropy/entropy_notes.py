@@ -36,15 +36,54 @@ def series_summary(table: pa.Table, h: np.ndarray) -> dict:
             "mean_entropy_bits": float(np.nanmean(h)) if np.isfinite(h).any() else None}
 
 
+def phases(table: pa.Table, h: np.ndarray, span_s: float | None) -> list[dict]:
+    """The run's phases of activity between idle gaps (``timescale.phases``), each with its own mean
+    and trend (slopes in the run's display unit), when time windows show two or more; else []."""
+    from veotrace.analysis.trend import fit_trend
+
+    if span_s is None or "start_s" not in table.column_names or not table.num_rows:
+        return []
+    ranges = timescale.phases(table.column("events").to_numpy())
+    if len(ranges) < 2:
+        return []
+    start = np.asarray(table.column("start_s").to_numpy(zero_copy_only=False), dtype=np.float64)
+    end = start + (table.column("end_ns").to_numpy() - table.column("start_ns").to_numpy()) / timescale.NS_PER_S
+    hours = np.asarray(table.column("hours").to_numpy(zero_copy_only=False), dtype=np.float64)
+    name, per = timescale.slope_unit(span_s)
+    out = []
+    for lo, hi in ranges:
+        fit = fit_trend(hours[lo:hi], h[lo:hi])
+        out.append({"start_s": float(start[lo]), "end_s": float(end[hi - 1]), "windows": hi - lo,
+                    "events": int(table.column("events").to_numpy()[lo:hi].sum()),
+                    "mean_entropy_bits": float(np.nanmean(h[lo:hi])) if np.isfinite(h[lo:hi]).any() else None,
+                    "slope": None if fit["slope"] is None else fit["slope"] * per, "slope_unit": f"bits/{name}",
+                    "kendall": fit["kendall"]})
+    return out
+
+
+def phase_note(ph: list[dict], span_s: float) -> str:
+    """The idle gaps and phases in words (stderr and JSON notes)."""
+    gaps = [(a["end_s"], b["start_s"]) for a, b in zip(ph, ph[1:])]
+    idle = sum(b - a for a, b in gaps)
+    lo, hi = max(gaps, key=lambda g: g[1] - g[0])
+    fmt = timescale.fmt_duration
+    return (f"Note: the run is idle for {fmt(idle)} of its {fmt(span_s)} ({timescale.plural(len(gaps), 'gap')}, the "
+            f"longest {fmt(hi - lo)} from {fmt(lo)}): {len(ph)} phases of activity, and the trend over the whole run "
+            "compares them; each phase's own mean and slope are in the JSON summary's 'phases' (--segments at the "
+            "gaps fits each alone)")
+
+
 def notes(stream, pooled, segments, x, first_ns, last_ns) -> list[str]:
     """What was chosen and what was left out, for stderr and the JSON summary."""
     out: list[str] = []
     c = stream.choice
     if c is not None:
-        what = (f"windows of {timescale.fmt_duration(c['window_s'])}" if c["mode"] == "time"
-                else f"windows of {timescale.plural(c['window_events'], 'event')}")
-        out.append(f"Note: using {what} ({timescale.plural(pooled.idx.size, 'window')}): {c['reason']}; "
-                     "give --window or --window-events to choose")
+        hint = "give --window or --window-events to choose"
+        if c["mode"] == "time":
+            out.append(timescale.window_note(c["window_s"], c["reason"], windows=pooled.idx.size, hint=hint))
+        else:
+            out.append(f"Note: using windows of {timescale.plural(c['window_events'], 'event')} "
+                       f"({timescale.plural(pooled.idx.size, 'window')}): {c['reason']}; {hint}")
     if stream.event_mode and pooled.left_out:
         out.append(f"Note: the last {timescale.plural(pooled.left_out, 'counted event')} do not fill a window of "
                      f"{timescale.plural(stream.window_events, 'event')} and are left out")

@@ -214,10 +214,10 @@ class EntropyPartial:
             self.choice = {"mode": "events", "window_events": self.window_events,
                            "reason": "the events have no timestamps"}
             return
-        spanned = timescale.windows_spanned(p.first_ns, p.last_ns, self.window_ns, self.step_ns, p.origin_ns)
-        why = timescale.default_window_reason(default_s, p.first_ns, p.last_ns, spanned)
-        ts = np.concatenate([e[0] for e in self.events])
-        w = timescale.choose_window_ns(ts, n)
+        w, why = timescale.fit_window(p.first_ns, p.last_ns, default_s,
+                                      lambda: np.concatenate([e[0] for e in self.events]), n, p.origin_ns)
+        if why is None:  # the default window fits after all
+            return
         if w is None:
             self.window_events = timescale.auto_window_events(n)
             self.choice = {"mode": "events", "window_events": self.window_events,
