@@ -38,6 +38,7 @@ CASES = [
     ("simulate", [SIM], {}, ["simulate", SIM]),
     ("simulate", [SNAP], {"policy": ["torch", "ideal"], "capacity": "1GiB"},
      ["simulate", SNAP, "--policy", "torch", "--policy", "ideal", "--capacity", "1GiB"]),
+    ("sites", [SNAP], {"site_depth": 2}, ["sites", SNAP, "--site-depth", "2"]),
     ("l2_breakpoints", [SAMPLES / "ncu" / "l2_details.csv"], {}, ["l2-breakpoints", SAMPLES / "ncu" / "l2_details.csv"]),
     ("l2_breakpoints", [SAMPLES / "ncu" / "l2_details.csv"], {"min_jump": "10%"},
      ["l2-breakpoints", SAMPLES / "ncu" / "l2_details.csv", "--min-jump", "10%"]),

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schemas",),
     ("synth",),
     ("sources",),
-    ("analysis",),
+    ("analysis", "attribution"),
     ("frag", "allocators"),
     ("engine",),
     ("gating",),

@@ -88,3 +88,7 @@ MAX_BLOCK_BYTES = 1 << 44  # 16 TiB; 2**19 such blocks live at once still sum be
 REPORT_MAX_ROWS = 30  # rows of a section's key table shown before "first N of M rows"
 REPORT_MAX_LAG = 3  # lags its correlate section draws, when the series is long enough (10x)
 REPORT_POLICIES = ("torch", "bestfit", "ideal")  # its simulate section (all seven take several times longer)
+
+# sites
+SITES_DEPTH = 1  # user frames that name an allocation site (--site-depth)
+SITES_TOP = 10  # sites shown per table in the terminal (JSON and CSV keep every one)

@@ -79,6 +79,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("coherence", "coherence", "veotrace.runs.coherence:coherence", "veotrace.cli.coherence",
           title="Coherence collapse", section="veotrace.reporting.sections:coherence",
           plot="veotrace.plot.coherence:plot_coherence", supports=f"{_INFO}:supports_coherence"),
+    Entry("sites", "sites", "veotrace.runs.sites:sites", "veotrace.cli.sites"),
     Entry("info", "info", "veotrace.runs.info:info", "veotrace.cli.info"),
     Entry("gate", "gate", "veotrace.runs.gate:gate", "veotrace.cli.gate"),
     Entry("report", "report", "veotrace.reporting.run:report", "veotrace.cli.report"),

@@ -10,7 +10,7 @@ not needed; the pickle is loaded by :mod:`veotrace.sources.snapshots.safe_pickle
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,6 +37,8 @@ class Snapshot:
     has_time: bool
     allocator_settings: dict | None
     annotations: int
+    #: ``external_annotations``: record_function START/END marks (``stage``, ``name``, ``device``, ``time_us``).
+    external_annotations: list = field(default_factory=list)
 
 
 class NoTraceEvents(TraceFormatError):
@@ -114,7 +116,8 @@ def _validate(obj: object, path: Path) -> Snapshot:
     settings = obj.get("allocator_settings") if isinstance(obj, dict) else None
     notes = obj.get("external_annotations") if isinstance(obj, dict) else None
     return Snapshot(segments, traces, layout, has_time, settings if isinstance(settings, dict) else None,
-                    len(notes) if isinstance(notes, list) else 0)
+                    len(notes) if isinstance(notes, list) else 0,
+                    [n for n in notes if isinstance(n, dict)] if isinstance(notes, list) else [])
 
 
 #: Largest value of each numeric field (exclusive): sizes and times are int64 in the tables (time_us

@@ -1,0 +1,146 @@
+"""`veotrace sites` (issue 26, first part): sites from stacks, who holds the peaks and the end, stranded
+free bytes, phases from record_function annotations. Hand-built snapshots with known answers, and the
+real snapshots' end state against their own blocks and frames."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections import Counter
+
+import pytest
+
+from tests.conftest import real_trace, run_cli
+from veotrace.attribution.stacks import ALL_INTERNAL, NO_FRAMES, SiteRule
+
+MIB = 1 << 20
+T0 = 1_757_000_000_000_000
+SEG = 0x7F0000000000
+
+
+def frames(*user):
+    """A stack as PyTorch records it: C++ and torch frames first, then the user's lines."""
+    return ([{"name": "torch::unwind::unwind()", "filename": "??", "line": 0},
+             {"name": "_call_impl", "filename": "/env/lib/python3.11/site-packages/torch/nn/modules/module.py",
+              "line": 1750}]
+            + [{"name": n, "filename": f, "line": ln} for f, ln, n in user])
+
+
+MODEL = ("/work/train/model.py", 10, "forward")
+CACHE = ("/work/train/cache.py", 42, "keep")
+
+
+def _snapshot(path, trace, segments, annotations=()):
+    path.write_bytes(pickle.dumps({"segments": segments, "device_traces": [trace],
+                                   "external_annotations": list(annotations)}))
+    return path
+
+
+def _entry(action, addr, size, t, stack=None):
+    e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": T0 + t}
+    if stack is not None:
+        e["frames"] = stack
+    return e
+
+
+def test_the_site_is_the_first_frame_outside_pytorch_and_python():
+    rule = SiteRule()
+    assert rule.site(frames(MODEL, CACHE)) == "/work/train/model.py:10 forward"
+    assert SiteRule(depth=2).site(frames(MODEL, CACHE)) == "/work/train/model.py:10 forward < /work/train/cache.py:42 keep"
+    stdlib = [{"name": "f", "filename": "/usr/lib/python3.11/threading.py", "line": 1}]
+    assert rule.site(stdlib + frames(MODEL)) == "/work/train/model.py:10 forward"
+    assert rule.site([]) == NO_FRAMES and rule.site(frames()) == ALL_INTERNAL
+    windows = [{"name": "f", "filename": "D:\\venv\\Lib\\site-packages\\torch\\nn\\x.py", "line": 3},
+               {"name": "forward", "filename": "D:\\proj\\model.py", "line": 54}]
+    assert rule.site(windows) == "D:\\proj\\model.py:54 forward"
+    assert SiteRule(internal=r"model\.py$").site(frames(MODEL, CACHE)).startswith("??:0")  # the rule is replaceable
+
+
+def test_a_live_block_at_the_start_of_a_segment_strands_its_free_bytes(tmp_path):
+    """Issue 26's hand-built case: a 2 MiB block left alive at the start of a 20 MiB large-pool segment
+    whose other 18 MiB were freed strands those 18 MiB, and its site is named."""
+    trace = [_entry("segment_alloc", SEG, 20 * MIB, 0),
+             _entry("alloc", SEG, 2 * MIB, 1, frames(CACHE)),
+             _entry("alloc", SEG + 2 * MIB, 18 * MIB, 2, frames(MODEL))]
+    trace += [_entry("free_requested", SEG + 2 * MIB, 18 * MIB, 3_000_000, frames(MODEL)),
+              _entry("free_completed", SEG + 2 * MIB, 18 * MIB, 3_000_000, frames(MODEL))]
+    segments = [{"device": 0, "address": SEG, "total_size": 20 * MIB, "allocated_size": 2 * MIB, "stream": 0,
+                 "segment_type": "large",
+                 "blocks": [{"address": SEG, "size": 2 * MIB, "requested_size": 2 * MIB, "state": "active_allocated",
+                             "frames": frames(CACHE)},
+                            {"address": SEG + 2 * MIB, "size": 18 * MIB, "requested_size": 0, "state": "inactive"}]}]
+    snap = _snapshot(tmp_path / "pin.pickle", trace, segments)
+    r = run_cli("sites", snap, "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    dev = json.loads(r.stdout)["devices"]["0"]
+    pin = dev["pinning"]
+    assert pin["stranded_bytes"] == 18 * MIB and pin["segments"] == 1
+    (row,) = pin["sites"]
+    assert row["site"] == "/work/train/cache.py:42 keep" and row["stranded_bytes"] == row["sole_bytes"] == 18 * MIB
+    assert row["blocks"] == 1 and row["block_bytes"] == 2 * MIB and row["age_s"]["max"] == pytest.approx(3.0, abs=1e-5)
+    peak = dev["peaks"]["allocated"]
+    assert peak["bytes"] == 20 * MIB and peak["cached_free_bytes"] == 0
+    assert {s["site"]: s["bytes"] for s in peak["sites"]} == {"/work/train/model.py:10 forward": 18 * MIB,
+                                                              "/work/train/cache.py:42 keep": 2 * MIB}
+    assert dev["end"]["sites"] == [{"site": "/work/train/cache.py:42 keep", "bytes": 2 * MIB, "blocks": 1,
+                                    "requested_bytes": 2 * MIB, "share": 1.0}]
+    text = run_cli("sites", snap).stdout
+    assert "cache.py:42 keep" in text and "18.0 MiB" in text
+
+
+def test_phases_from_nested_annotations_sum_to_the_total_and_unmatched_marks_are_counted(tmp_path):
+    marks = [{"stage": "START", "name": "step", "device": 0, "time_us": T0 + 10},
+             {"stage": "START", "name": "forward", "device": 0, "time_us": T0 + 20},
+             {"stage": "END", "name": "forward", "device": 0, "time_us": T0 + 40},
+             {"stage": "START", "name": "backward", "device": 0, "time_us": T0 + 50},
+             {"stage": "END", "name": "backward", "device": 0, "time_us": T0 + 70},
+             {"stage": "END", "name": "step", "device": 0, "time_us": T0 + 80},
+             {"stage": "END", "name": "orphan", "device": 0, "time_us": T0 + 85},
+             {"stage": "START", "name": "optimizer", "device": 0, "time_us": T0 + 90}]
+    times = {5: None, 15: "step", 25: "forward", 30: "forward", 55: "backward", 75: "step", 95: "optimizer"}
+    trace = [_entry("alloc", SEG + i * MIB, MIB, t, frames(MODEL)) for i, t in enumerate(times)]
+    segments = [{"device": 0, "address": SEG, "total_size": 20 * MIB, "stream": 0, "segment_type": "large",
+                 "blocks": [{"address": SEG + i * MIB, "size": MIB, "requested_size": MIB, "state": "active_allocated"}
+                            for i in range(len(times))]
+                 + [{"address": SEG + len(times) * MIB, "size": (20 - len(times)) * MIB, "state": "inactive"}]}]
+    out = json.loads(run_cli("sites", _snapshot(tmp_path / "ph.pickle", trace, segments, marks), "-f", "json").stdout)
+    a = out["summary"]["annotations"]
+    assert (a["given"], a["matched"], a["unmatched_start"], a["unmatched_end"]) == (8, 3, 1, 1)
+    got = {p["phase"]: p["allocations"] for p in out["phases"]}
+    want = Counter(v or "(no annotation open)" for v in times.values())
+    want.pop("optimizer")  # its START has no END: not a phase, counted unmatched
+    want["(no annotation open)"] += 1
+    assert got == dict(want) and sum(got.values()) == len(times)
+    assert "1 START and 1 END annotation(s) have no partner" in " ".join(out["summary"]["notes"])
+
+
+@pytest.mark.parametrize("name", ["constructorsun_memory_snapshot.pickle", "cranberrii_memory_snapshot.pickle",
+                                  "magma27_memory_snapshot.pickle", "maphsge4_snapshot.pickle"])
+def test_end_bytes_by_site_are_the_snapshots_own_blocks_and_frames(name):
+    """Every live block at the end, by the site of its own frames (blocks recorded without frames take
+    their alloc's stack from the trace, or 'allocated before the trace'): per device, the totals equal
+    the snapshot's, and every framed block's site holds at least its bytes (exactly, where all have frames)."""
+    path = real_trace(name)
+    snap = pickle.loads(path.read_bytes())
+    out = json.loads(run_cli("sites", path, "-f", "json").stdout)
+    rule = SiteRule()
+    for d, dev in out["devices"].items():
+        live = [b for s in snap["segments"] if (s.get("device") or 0) == int(d) for b in s["blocks"]
+                if b["state"] in ("active_allocated", "active_pending_free")]
+        ours = {r["site"]: r["bytes"] for r in dev["end"]["sites"]}
+        assert sum(ours.values()) == sum(b["size"] for b in live) == dev["end"]["allocated_bytes"]
+        framed = Counter()
+        for b in live:
+            if b.get("frames"):
+                framed[rule.site(b["frames"])] += b["size"]
+        for site, n in framed.items():
+            assert ours[site] >= n
+        if all(b.get("frames") for b in live):
+            assert ours == dict(framed)
+
+
+def test_sites_refuses_what_it_cannot_attribute(tmp_path):
+    r = run_cli("sites", real_trace("constructorsun_memory_snapshot.pickle"), "--site-filter", "(")
+    assert r.exit_code == 2 and r.stderr.startswith("Error: --site-filter is not a regular expression")
+    r = run_cli("sites", real_trace("constructorsun_memory_snapshot.pickle"), "--site-depth", "0")
+    assert r.exit_code == 2 and "--site-depth must be at least 1" in r.stderr

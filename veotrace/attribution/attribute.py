@@ -1,0 +1,377 @@
+"""A PyTorch snapshot by site and phase: who holds each device's peaks, the end state, and stranded free space.
+
+Per device, the trace is replayed in order over its live blocks (each with its site, ``stacks``):
+- blocks live before the trace started (its ring buffer dropped their allocs) are the final
+  snapshot's active blocks never allocated in the trace (with their own frames), and the blocks
+  freed in the trace without an alloc there (site ``BEFORE_TRACE``, size the request rounded up);
+- a trace alloc's block is the request rounded up to 512 bytes, or the snapshot's own block size
+  when it is still live at the end; memory returns at ``free_completed`` (``free_requested`` when the
+  trace records no completion);
+- reserved bytes follow the segment events when the trace has them (from the final segments back).
+At each device's peak allocated, peak requested and peak reserved (the first time each is reached)
+the live blocks are summed by site, with the cached-but-free bytes (reserved - allocated). The end
+state comes from the snapshot's own blocks and their frames (a block recorded without frames takes
+its alloc's stack from the trace, or ``BEFORE_TRACE`` when the trace does not hold its alloc). A live block pins its segment: the
+segment's free bytes can be neither released nor merged while any live block holds it, so each
+segment with free bytes strands them, and its live blocks' sites are ranked by the bytes they strand.
+Phases: ``external_annotations`` (record_function START/END per device, nested), an allocation's
+phase being the innermost range open at its time; unmatched marks are counted, not guessed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner, SiteRule
+
+ROUND = 512
+LIVE_STATES = ("active_allocated", "active_pending_free")
+NO_PHASE = "(no annotation open)"
+
+
+def _round(n: int) -> int:
+    return max(ROUND, -(-int(n) // ROUND) * ROUND)
+
+
+@dataclass
+class SitesResult:
+    """``sites/1``: per device the peaks, end and pinning by site; the phases; counts and notes."""
+
+    params: dict
+    summary: dict
+    devices: dict
+    phases: list
+
+    def to_dict(self) -> dict:
+        return {"schema": "sites/1", "params": self.params, "summary": self.summary,
+                "devices": self.devices, "phases": self.phases}
+
+
+def attribute(snap, rule: SiteRule | None = None) -> SitesResult:
+    """Attribute ``snap`` (a validated ``Snapshot``) to sites and phases (see the module docstring)."""
+    rule = rule or SiteRule()
+    names = Interner(rule)
+    final = _final_blocks(snap, names)
+    n_entries = sum(len(t) for t in snap.device_traces)
+    with_frames = sum(1 for t in snap.device_traces for e in t if e.get("frames"))
+    blocks_with_frames = sum(1 for s in snap.segments for b in s.get("blocks", ()) if b.get("frames"))
+    devices_seen = sorted({*(d for d, t in enumerate(snap.device_traces) if t), *final})
+    t0 = min((e["time_us"] for t in snap.device_traces for e in t[:1] if isinstance(e.get("time_us"), int)),
+             default=None)
+    intervals, counts = _annotation_ranges(snap.external_annotations)
+    devices, phase_rows = {}, []
+    for d in devices_seen:
+        trace = snap.device_traces[d] if d < len(snap.device_traces) else []
+        end_reserved = sum(seg["total_size"] for seg in snap.segments
+                           if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
+        replay = _replay(trace, final.get(d, {}), names, t0, end_reserved)
+        blank, before = names.code(NO_FRAMES), names.code(BEFORE_TRACE)
+        live = {a: v if v[2] != blank or not trace else (*v[:2], replay.alloc_site.get(a, before), v[3])
+                for a, v in final.get(d, {}).items()}  # a block recorded without frames: its alloc's stack
+        end = _end(live, names, replay.alloc_time, snap, d, t0)
+        devices[str(d)] = {"peaks": replay.peaks, "end": end["end"], "pinning": end["pinning"]}
+        phase_rows += _phases(trace, d, intervals.get(d, []), replay, t0)
+    notes = []
+    if n_entries and not with_frames:
+        notes.append("the trace entries carry no stacks: record with torch.cuda.memory._record_memory_history("
+                     "context='all', stacks='python') to see sites")
+    if not n_entries:
+        notes.append("the snapshot holds no trace: only the end state and its pinning are attributed "
+                     "(record history with torch.cuda.memory._record_memory_history() before _dump_snapshot())")
+    if not snap.external_annotations and n_entries:
+        notes.append("no external_annotations: wrap the step's parts in torch.profiler.record_function(...) "
+                     "while recording to see phases")
+    if counts["unmatched_start"] or counts["unmatched_end"]:
+        notes.append(f"{counts['unmatched_start']} START and {counts['unmatched_end']} END annotation(s) have no "
+                     "partner (counted, not guessed)")
+    summary = {"entries": n_entries, "entries_with_frames": with_frames, "blocks_with_frames": blocks_with_frames,
+               "stacks": names.stacks, "sites": len(names.sites), "devices": devices_seen,
+               "annotations": counts, "notes": notes}
+    params = {"site_filter": rule.internal, "site_depth": rule.depth}
+    return SitesResult(params, summary, devices, phase_rows)
+
+
+# -- the end state -----------------------------------------------------------------------------------
+
+def _final_blocks(snap, names: Interner) -> dict[int, dict[int, tuple]]:
+    """Per device, the live blocks of the final state: address -> (size, requested, site code, segment index)."""
+    out: dict[int, dict[int, tuple]] = defaultdict(dict)
+    for i, seg in enumerate(snap.segments):
+        d = seg.get("device") if isinstance(seg.get("device"), int) else 0
+        address = seg["address"]
+        for b in seg.get("blocks", ()):
+            a = b.get("address", address)
+            if b.get("state") in LIVE_STATES:
+                req = b.get("requested_size")
+                out[d][a] = (b["size"], req if isinstance(req, int) else b["size"], names.of(b.get("frames")), i)
+            address = a + b["size"]
+    return out
+
+
+def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], snap, d: int, t0) -> dict:
+    """End bytes by site, and each segment's stranded free bytes by the sites of its live blocks."""
+    by_site: dict[int, list] = defaultdict(lambda: [0, 0, 0])
+    for size, req, code, _ in live.values():
+        row = by_site[code]
+        row[0] += size
+        row[1] += 1
+        row[2] += req
+    total = sum(r[0] for r in by_site.values())
+    end = {"allocated_bytes": total, "sites": _rows(by_site, names, total)}
+    last_us = max((e["time_us"] for e in (snap.device_traces[d] if d < len(snap.device_traces) else ())
+                   if isinstance(e.get("time_us"), int)), default=None)
+    pins: dict[int, dict] = {}
+    segments, stranded_total = [], 0
+    for i, seg in enumerate(snap.segments):
+        if (seg.get("device") if isinstance(seg.get("device"), int) else 0) != d:
+            continue
+        free = sum(b["size"] for b in seg.get("blocks", ()) if b.get("state") not in LIVE_STATES)
+        held = [(a, v) for a, v in live.items() if v[3] == i]
+        if not free or not held:
+            continue
+        stranded_total += free
+        codes = {v[2] for _, v in held}
+        segments.append({"address": seg["address"], "total_bytes": seg["total_size"], "free_bytes": free,
+                         "segment_type": seg.get("segment_type"), "live_blocks": len(held),
+                         "live_bytes": sum(v[0] for _, v in held),
+                         "sites": sorted(names.sites[c] for c in codes)})
+        for a, (size, _req, code, _) in held:
+            p = pins.setdefault(code, {"stranded_bytes": 0, "sole_bytes": 0, "segments": set(), "blocks": 0,
+                                       "block_bytes": 0, "ages": [], "before_trace": 0})
+            p["blocks"] += 1
+            p["block_bytes"] += size
+            if i not in p["segments"]:
+                p["segments"].add(i)
+                p["stranded_bytes"] += free
+                if len(codes) == 1:
+                    p["sole_bytes"] += free
+            t = alloc_time.get(a)
+            if t is None or last_us is None:
+                p["before_trace"] += 1
+            else:
+                p["ages"].append((last_us - t) / 1e6)
+    rows = []
+    for code, p in pins.items():
+        ages = np.array(p["ages"]) if p["ages"] else None
+        rows.append({"site": names.sites[code], "stranded_bytes": p["stranded_bytes"], "sole_bytes": p["sole_bytes"],
+                     "segments": len(p["segments"]), "blocks": p["blocks"], "block_bytes": p["block_bytes"],
+                     "age_s": None if ages is None else {"min": float(ages.min()), "median": float(np.median(ages)),
+                                                        "max": float(ages.max())},
+                     "allocated_before_trace": p["before_trace"]})
+    rows.sort(key=lambda r: (-r["stranded_bytes"], -r["sole_bytes"], r["site"]))
+    segments.sort(key=lambda r: -r["free_bytes"])
+    return {"end": end, "pinning": {"stranded_bytes": stranded_total, "segments": len(segments),
+                                    "sites": rows, "top_segments": segments[:20]}}
+
+
+def _rows(by_site: dict[int, list], names: Interner, total: int) -> list[dict]:
+    rows = [{"site": names.sites[c], "bytes": v[0], "blocks": v[1], "requested_bytes": v[2],
+             "share": v[0] / total if total else None} for c, v in by_site.items() if v[1]]
+    rows.sort(key=lambda r: (-r["bytes"], r["site"]))
+    return rows
+
+
+# -- the trace ---------------------------------------------------------------------------------------
+
+@dataclass
+class _Replay:
+    peaks: dict
+    alloc_time: dict  # address -> time_us of the alloc of the block live there at the end
+    alloc_site: dict  # address -> site code of that alloc (for final blocks recorded without frames)
+    live_at: list  # per trace entry: allocated bytes after it (for the phases)
+    site_at: list  # per trace entry: the site code of an alloc (None otherwise)
+
+
+def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end_reserved: int) -> _Replay:
+    completes = any(e.get("action") == "free_completed" for e in trace)
+    free_op = "free_completed" if completes else "free_requested"
+    # pass 1: blocks live before the trace (freed without an alloc here, or live at the end, never allocated here)
+    seen, live, pre, last_alloc = set(), set(), {}, {}
+    for i, e in enumerate(trace):
+        a, act = e.get("addr"), e.get("action")
+        if act == "alloc":
+            seen.add(a)
+            live.add(a)
+            last_alloc[a] = i
+        elif act == free_op:
+            if a in live:
+                live.discard(a)
+            elif a not in seen and a not in pre and isinstance(a, int):
+                pre[a] = (_round(e.get("size") or 0), e.get("size") or 0, names.code(BEFORE_TRACE))
+    blank = names.code(NO_FRAMES)
+    for a, (size, req, code, _) in final.items():
+        if a not in seen:  # live from before the trace to its end
+            pre[a] = (size, req, names.code(BEFORE_TRACE) if code == blank and trace else code)
+    seg_net = sum((e.get("size") or 0) * (1 if e.get("action") in ("segment_alloc", "segment_map") else -1)
+                  for e in trace if e.get("action") in ("segment_alloc", "segment_map", "segment_free", "segment_unmap"))
+    has_segs = any(e.get("action", "").startswith("segment_") for e in trace)
+    # pass 2: the level after each entry, and where each peak is first reached
+    blocks = dict(pre)
+    alloc = sum(v[0] for v in pre.values())
+    req = sum(v[1] for v in pre.values())
+    live_at, site_at, alloc_time, alloc_site = [], [], {}, {}
+    levels = {"allocated": [alloc], "requested": [req]}
+    for i, e in enumerate(trace):
+        a, act = e.get("addr"), e.get("action")
+        code = None
+        if act == "alloc":
+            size = e.get("size") or 0
+            code = names.of(e.get("frames"))
+            bsize = final[a][0] if (a in final and last_alloc.get(a) == i) else _round(size)
+            old = blocks.pop(a, None)
+            if old is not None:
+                alloc -= old[0]
+                req -= old[1]
+            blocks[a] = (bsize, size, code)
+            alloc += bsize
+            req += size
+            if last_alloc.get(a) == i:
+                alloc_site[a] = code
+                if isinstance(e.get("time_us"), int):
+                    alloc_time[a] = e["time_us"]
+        elif act == free_op and a in blocks:
+            old = blocks.pop(a)
+            alloc -= old[0]
+            req -= old[1]
+        levels["allocated"].append(alloc)
+        levels["requested"].append(req)
+        live_at.append(alloc)
+        site_at.append(code)
+    reserved = None
+    if has_segs:  # reserved bytes from the final segments back through the trace's segment events
+        r = np.cumsum([0] + [(e.get("size") or 0) * (1 if e.get("action") in ("segment_alloc", "segment_map") else -1)
+                             if e.get("action", "").startswith("segment_") else 0 for e in trace])
+        reserved = (r + (end_reserved - seg_net)).tolist()
+        levels["reserved"] = reserved
+    at = {k: int(np.argmax(np.asarray(v))) for k, v in levels.items()}  # first index of the maximum (0 = before the trace)
+    # pass 3: the live blocks by site at each peak
+    by_peak = _by_site_at(trace, pre, final, last_alloc, names, free_op, sorted(set(at.values())))
+    peaks = {}
+    for kind, idx in at.items():
+        sites, total = by_peak[idx]
+        e = trace[idx - 1] if idx > 0 else None
+        t = e.get("time_us") if e is not None else None
+        res = reserved[idx] if reserved is not None else None
+        peaks[kind] = {"at_entry": idx - 1, "t_s": None if t is None or t0 is None else (t - t0) / 1e6,
+                       "bytes": levels[kind][idx], "allocated_bytes": levels["allocated"][idx],
+                       "requested_bytes": levels["requested"][idx], "reserved_bytes": res,
+                       "cached_free_bytes": None if res is None else res - levels["allocated"][idx],
+                       "sites": _rows(sites, names, total)}
+    return _Replay(peaks, alloc_time, alloc_site, live_at, site_at)
+
+
+def _by_site_at(trace, pre, final, last_alloc, names, free_op, indices: list[int]) -> dict[int, tuple]:
+    """Live blocks by site (code -> [bytes, blocks, requested]) after entry index-1, for each index."""
+    blocks = dict(pre)
+    by: dict[int, list] = defaultdict(lambda: [0, 0, 0])
+    for size, req, code in pre.values():
+        by[code][0] += size
+        by[code][1] += 1
+        by[code][2] += req
+    out = {}
+    want = set(indices)
+
+    def take(i):
+        out[i] = ({c: list(v) for c, v in by.items()}, sum(v[0] for v in by.values()))
+
+    if 0 in want:
+        take(0)
+    last = max(indices) if indices else 0
+    for i, e in enumerate(trace[:last], start=1):
+        a, act = e.get("addr"), e.get("action")
+        if act == "alloc":
+            size = e.get("size") or 0
+            code = names.of(e.get("frames"))
+            bsize = final[a][0] if (a in final and last_alloc.get(a) == i - 1) else _round(size)
+            old = blocks.pop(a, None)
+            if old is not None:
+                _sub(by, old)
+            blocks[a] = (bsize, size, code)
+            v = by[code]
+            v[0] += bsize
+            v[1] += 1
+            v[2] += size
+        elif act == free_op and a in blocks:
+            _sub(by, blocks.pop(a))
+        if i in want:
+            take(i)
+    return out
+
+
+def _sub(by, old) -> None:
+    v = by[old[2]]
+    v[0] -= old[0]
+    v[1] -= 1
+    v[2] -= old[1]
+
+
+# -- phases ------------------------------------------------------------------------------------------
+
+def _annotation_ranges(marks: list[dict]) -> tuple[dict[int, list], dict]:
+    """Per device, the (start_us, end_us, name, depth) ranges of matched START/END marks, and the counts."""
+    counts = {"given": len(marks), "matched": 0, "unmatched_start": 0, "unmatched_end": 0}
+    by_dev: dict[int, list] = defaultdict(list)
+    for m in marks:
+        if isinstance(m.get("time_us"), int) and m.get("stage") in ("START", "END"):
+            by_dev[m.get("device") if isinstance(m.get("device"), int) else 0].append(m)
+    out: dict[int, list] = {}
+    for d, ms in by_dev.items():
+        ms.sort(key=lambda m: m["time_us"])
+        stack, ranges = [], []
+        for m in ms:
+            if m["stage"] == "START":
+                stack.append((m.get("name"), m["time_us"]))
+                continue
+            for j in range(len(stack) - 1, -1, -1):
+                if stack[j][0] == m.get("name"):
+                    name, start = stack.pop(j)
+                    ranges.append((start, m["time_us"], str(name), j))
+                    counts["matched"] += 1
+                    break
+            else:
+                counts["unmatched_end"] += 1
+        counts["unmatched_start"] += len(stack)
+        out[d] = sorted(ranges)
+    return out, counts
+
+
+def _phases(trace: list[dict], d: int, ranges: list[tuple], replay: _Replay, t0) -> list[dict]:
+    """Per phase of device ``d``: allocations, bytes allocated, frees, peak live bytes while it is open.
+
+    One sweep in time order over the entries and the ranges' starts and ends (the trace is in time
+    order); an entry's phase is the innermost open range (latest start, then deepest)."""
+    if not trace or not ranges:  # no annotations on this device: one phase would only repeat the total
+        return []
+    free_op = "free_completed" if any(e.get("action") == "free_completed" for e in trace) else "free_requested"
+    bounds = sorted([(r[0], 1, k) for k, r in enumerate(ranges)] + [(r[1], 0, k) for k, r in enumerate(ranges)])
+    opened: dict[int, tuple] = {}
+    b = 0
+    rows: dict[str, dict] = {}
+    for i, e in enumerate(trace):
+        t = e.get("time_us")
+        if isinstance(t, int):
+            while b < len(bounds) and (bounds[b][0] < t or (bounds[b][0] == t and bounds[b][1] == 1)):
+                _, is_start, k = bounds[b]
+                if is_start:
+                    opened[k] = ranges[k]
+                else:
+                    opened.pop(k, None)
+                b += 1
+        name = max(opened.values(), key=lambda r: (r[0], r[3]))[2] if opened else NO_PHASE
+        row = rows.setdefault(name, {"device": d, "phase": name, "allocations": 0, "allocated_bytes": 0,
+                                     "frees": 0, "peak_live_bytes": 0, "entries": 0})
+        row["entries"] += 1
+        act = e.get("action")
+        if act == "alloc":
+            row["allocations"] += 1
+            row["allocated_bytes"] += e.get("size") or 0
+        elif act == free_op:
+            row["frees"] += 1
+        row["peak_live_bytes"] = max(row["peak_live_bytes"], replay.live_at[i])
+    out = sorted(rows.values(), key=lambda r: -r["allocated_bytes"])
+    for r in out:
+        r["intervals"] = sum(1 for x in ranges if x[2] == r["phase"])
+    return out

@@ -1,0 +1,91 @@
+"""An allocation's site: its first stack frame outside PyTorch and Python internals, interned per stack.
+
+PyTorch records a stack with each trace entry and each block (``_record_memory_history(stacks=
+"python")`` gives Python frames, ``"all"`` C++ ones too: ``torch::unwind::unwind()`` in ``??``). The
+frames run from the innermost call outwards: the first one that is neither PyTorch's own code, nor
+the Python standard library, nor C/C++ is the user's line that asked for the memory. ``--site-filter
+REGEX`` replaces the rule for what counts as internal (matched against ``filename``), and
+``--site-depth N`` keeps N user frames (``a.py:10 f < b.py:20 g``) to tell callers apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+#: Frames whose file matches this are internal: PyTorch's package, the standard library (a
+#: ``lib/pythonX.Y/`` not under site-packages), frozen and generated modules, C/C++ frames.
+DEFAULT_INTERNAL = (r"([\\/]torch[\\/]|[\\/]lib[\\/]python3\.\d+[\\/](?!site-packages)|^<|^\?\?$|"
+                    r"\.(c|cc|cpp|cu|cuh|h|hpp)$|^$)")
+#: The site of an entry without frames, and of one whose every frame is internal.
+NO_FRAMES = "(no stack recorded)"
+ALL_INTERNAL = "(only internal frames)"
+#: Blocks live before the trace started (its ring buffer dropped their alloc entries).
+BEFORE_TRACE = "(allocated before the trace)"
+
+
+@dataclass
+class SiteRule:
+    """Which frames are internal (``internal``, a regex on the frame's file) and how many user frames
+    name a site (``depth``)."""
+
+    internal: str = DEFAULT_INTERNAL
+    depth: int = 1
+    _re: re.Pattern = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._re = re.compile(self.internal)
+
+    def site(self, frames) -> str:
+        """The site of one stack (a list of ``{"filename", "line", "name"}`` dicts, innermost first)."""
+        if not frames:
+            return NO_FRAMES
+        user = []
+        for f in frames:
+            if not isinstance(f, dict):
+                continue
+            filename = str(f.get("filename", ""))
+            if self._re.search(filename):
+                continue
+            user.append(f"{filename}:{f.get('line', '?')} {f.get('name', '?')}")
+            if len(user) >= self.depth:
+                break
+        return " < ".join(user) if user else ALL_INTERNAL
+
+
+class Interner:
+    """Sites by stack: each distinct stack is matched once; memory grows with distinct stacks, not entries.
+
+    ``codes`` maps a site to its index in ``sites``; ``of(frames)`` returns that index.
+    """
+
+    def __init__(self, rule: SiteRule) -> None:
+        self.rule = rule
+        self.sites: list[str] = []
+        self.codes: dict[str, int] = {}
+        self._by_stack: dict = {}
+        self._by_id: dict[int, int] = {}
+
+    def code(self, site: str) -> int:
+        c = self.codes.get(site)
+        if c is None:
+            c = self.codes[site] = len(self.sites)
+            self.sites.append(site)
+        return c
+
+    def of(self, frames) -> int:
+        if not frames:
+            return self.code(NO_FRAMES)
+        c = self._by_id.get(id(frames))  # a stack shared by the pickle's memo: one lookup
+        if c is not None:
+            return c
+        key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in frames if isinstance(f, dict))
+        c = self._by_stack.get(key)
+        if c is None:
+            c = self._by_stack[key] = self.code(self.rule.site(frames))
+        self._by_id[id(frames)] = c
+        return c
+
+    @property
+    def stacks(self) -> int:
+        return len(self._by_stack)

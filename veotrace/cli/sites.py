@@ -1,0 +1,28 @@
+"""`veotrace sites`: who holds each device's peaks, the end state and stranded free space, by site and phase."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from veotrace.cli.app import app
+from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, RowsOpt, show, user_errors
+from veotrace.defaults import SITES_DEPTH
+
+
+@app.command("sites")
+def sites_command(
+    paths: Annotated[list[Path], typer.Argument(help="One PyTorch memory snapshot (_dump_snapshot), recorded with stacks.")],
+    site_filter: Annotated[str | None, typer.Option("--site-filter", help="Regex on a frame's file marking it internal [default: PyTorch, the standard library, C/C++ frames].")] = None,
+    site_depth: Annotated[int, typer.Option("--site-depth", help="User frames that name a site (2: a.py:10 f < b.py:20 g).")] = SITES_DEPTH,
+    fmt: FormatOpt = OutputFormat.table,
+    output: OutputOpt = None,
+    rows: RowsOpt = 40,
+) -> None:
+    """Who allocated what: live bytes by site at each device's peaks and at the end, free bytes stranded by live blocks, phases."""
+    with user_errors():
+        from veotrace.runs.sites import sites as run_sites
+
+        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth), fmt, output, rows=rows)

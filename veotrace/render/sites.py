@@ -1,0 +1,80 @@
+"""Terminal view of a sites result: per device, who holds the peaks and the end, who strands free bytes; the phases."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from veotrace.defaults import SITES_TOP
+from veotrace.render.console import fmt_bytes, rows_table, summary_table
+
+
+def _short(site: str, width: int = 70) -> str:
+    """A site's last path components when it is long (the JSON keeps the full path)."""
+    return site if len(site) <= width else "..." + site[-(width - 3):]
+
+
+def render_sites(console: Console, result, *, max_rows: int) -> None:
+    """Draw ``result`` (a SitesResult) on ``console``."""
+    s = result.summary
+    a = s["annotations"]
+    console.print(summary_table("Allocation sites", [
+        ("trace entries (with stacks)", f"{s['entries']:,} ({s['entries_with_frames']:,})"),
+        ("distinct stacks / sites", f"{s['stacks']:,} / {s['sites']:,}"),
+        ("devices", ", ".join(map(str, s["devices"])) or "-"),
+        ("annotations (matched, unmatched START/END)",
+         f"{a['given']:,} ({a['matched']:,}, {a['unmatched_start']:,}/{a['unmatched_end']:,})")]))
+    top = min(SITES_TOP, max_rows) if max_rows > 0 else 0
+    for d, v in result.devices.items():
+        shown: dict[int, list[str]] = {}  # peaks reached at the same entry share one table
+        for kind, peak in v["peaks"].items():
+            shown.setdefault(peak["at_entry"], []).append(kind)
+        for kinds in shown.values():
+            peak = v["peaks"][kinds[0]]
+            when = f" at {peak['t_s']:.4g} s" if peak.get("t_s") is not None else ""
+            cached = (f", {fmt_bytes(peak['cached_free_bytes'])} cached but free"
+                      if peak.get("cached_free_bytes") is not None else "")
+            sizes = ", ".join(f"{k} {fmt_bytes(v['peaks'][k]['bytes'])}" for k in kinds)
+            _table(console, f"Device {d}: live blocks at peak {' and '.join(kinds)} ({sizes}{when}{cached})",
+                   peak["sites"], top)
+        _table(console, f"Device {d}: live blocks at the end ({fmt_bytes(v['end']['allocated_bytes'])})",
+               v["end"]["sites"], top)
+        pin = v["pinning"]
+        rows = [dict(r, site=_short(r["site"]), age=_age(r)) for r in pin["sites"]]
+        table, footer = rows_table(
+            f"Device {d}: free bytes stranded in segments by their live blocks ({fmt_bytes(pin['stranded_bytes'])} "
+            f"in {pin['segments']} segments)", rows,
+            [("site", "site"), ("stranded_bytes", "strands"), ("sole_bytes", "alone"), ("segments", "segments"),
+             ("blocks", "blocks"), ("block_bytes", "block bytes"), ("age", "age at end")],
+            max_rows=top, formatters={"stranded_bytes": fmt_bytes, "sole_bytes": fmt_bytes, "block_bytes": fmt_bytes})
+        console.print(table)
+        if footer:
+            console.print(footer)
+    if result.phases:
+        table, footer = rows_table("Phases (record_function annotations)", result.phases,
+                                   [("device", "dev"), ("phase", "phase"), ("allocations", "allocs"),
+                                    ("allocated_bytes", "allocated"), ("frees", "frees"),
+                                    ("peak_live_bytes", "peak live"), ("intervals", "ranges")],
+                                   max_rows=max_rows, formatters={"allocated_bytes": fmt_bytes,
+                                                                  "peak_live_bytes": fmt_bytes})
+        console.print(table)
+        if footer:
+            console.print(footer)
+
+
+def _table(console: Console, title: str, sites: list[dict], top: int) -> None:
+    rows = [dict(r, site=_short(r["site"])) for r in sites]
+    table, footer = rows_table(title, rows, [("site", "site"), ("bytes", "bytes"), ("blocks", "blocks"),
+                                             ("share", "share")],
+                               max_rows=top, formatters={"bytes": fmt_bytes,
+                                                         "share": lambda v: "-" if v is None else f"{v:.1%}"})
+    console.print(table)
+    if footer:
+        console.print(footer)
+
+
+def _age(r: dict) -> str:
+    a = r.get("age_s")
+    parts = [] if a is None else [f"{a['min']:.3g}-{a['max']:.3g} s"]
+    if r.get("allocated_before_trace"):
+        parts.append(f"{r['allocated_before_trace']} from before the trace")
+    return ", ".join(parts) or "-"

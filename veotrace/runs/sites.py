@@ -1,0 +1,82 @@
+"""Run `sites`: a PyTorch snapshot -> who holds each device's peaks, the end state and stranded free space, by site and phase."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from veotrace.defaults import SITES_DEPTH
+from veotrace.runs import common
+from veotrace.runs.result import RunResult
+
+
+@dataclass
+class SitesRun(RunResult):
+    """``sites``' result: ``value`` is the ``SitesResult`` (``sites/1``)."""
+
+    command = "sites"
+
+    def tables(self) -> dict[str, Any]:
+        from veotrace.attribution.tables import sites_table
+
+        return {"sites": sites_table(self.value)}
+
+    def headline(self) -> list[tuple[str, Any]]:
+        out = []
+        for d, v in self.value.devices.items():
+            peak = v["peaks"].get("allocated")
+            if peak and peak["sites"]:
+                top = peak["sites"][0]
+                out.append((f"device {d}: top site at peak allocated",
+                            f"{top['site']} ({100 * (top['share'] or 0):.0f}% of {peak['bytes']:,} B)"))
+            pin = v["pinning"]["sites"]
+            if pin:
+                out.append((f"device {d}: strands most free bytes", f"{pin[0]['site']} ({pin[0]['stranded_bytes']:,} B)"))
+        return out
+
+    def render(self, console, *, max_rows: int = 40) -> None:
+        from veotrace.render.sites import render_sites
+
+        render_sites(console, self.value, max_rows=max_rows)
+
+
+def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPTH,
+          format_hint: str | None = None) -> SitesRun:
+    """Who allocated what: each device's peaks (allocated, requested, reserved), the end state and the
+    free bytes stranded in segments, by allocation site (first frame outside PyTorch and Python), and
+    the phases from the snapshot's record_function annotations.
+
+    Args:
+        paths: one PyTorch memory snapshot (``_dump_snapshot``), with stacks for sites.
+        site_filter: a regex on a frame's file marking it internal (default: PyTorch, the standard
+            library, C/C++ frames).
+        site_depth: user frames that name a site (2: ``a.py:10 f < b.py:20 g``).
+
+    Raises:
+        UsageError: bad options. VeotraceError: not a snapshot, or unreadable.
+    """
+    import re
+
+    from veotrace.attribution.attribute import attribute
+    from veotrace.attribution.stacks import DEFAULT_INTERNAL, SiteRule
+    from veotrace.errors import UsageError
+    from veotrace.sources import resolve_inputs
+    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+
+    if site_depth < 1:
+        raise UsageError(f"--site-depth must be at least 1, got {site_depth}")
+    if site_filter is not None:
+        try:
+            re.compile(site_filter)
+        except re.error as exc:
+            raise UsageError(f"--site-filter is not a regular expression: {exc}") from None
+    paths = common.as_paths(paths)
+    options, report = common.reading("ns", False, format_hint)
+    inputs = resolve_inputs(paths, "segments", options=options, report=report)
+    snaps = [p for p, fmt in inputs if fmt.name == "torch-snapshot"]
+    if len(snaps) != 1 or len(inputs) != 1:
+        raise UsageError("sites reads one PyTorch memory snapshot (torch.cuda.memory._dump_snapshot())",
+                         hint="Logs and Parquet files carry no stacks yet; give the snapshot itself")
+    result = attribute(load_snapshot(snaps[0]), SiteRule(site_filter or DEFAULT_INTERNAL, site_depth))
+    return SitesRun(result, [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])],
+                    common.input_files(paths))
