@@ -130,3 +130,45 @@ def _segment(dev: int, seg_addr: int, live: list, pending: list, expandable: boo
     if not legacy:
         seg.update({"segment_pool_id": (0, 0), "is_expandable": expandable, "frames": []})
     return seg
+
+
+def stacked_snapshot(*, events: int = 100_000, depth: int = 20, stacks: int = 200, seed: int = 0) -> dict:
+    """A one-device snapshot of ``events`` trace entries whose allocations carry ``depth``-frame stacks
+    (torch frames first, then user frames) drawn from ``stacks`` distinct ones, each entry with its
+    own list of frame dicts as PyTorch writes them; its final segments and blocks agree with the trace.
+    For the cost of attributing sites (benchmarks/bench_sites.py)."""
+    rng = np.random.default_rng(seed)
+    seg, seg_size = BASE_ADDRESS, 1 << 40
+    internal = [{"name": "_call_impl", "filename": "/env/lib/python3.11/site-packages/torch/nn/modules/module.py",
+                 "line": 1750}] * (depth // 2)
+    shapes = [internal + [{"name": f"f{k}_{j}", "filename": f"/work/model/layer{k % 17}.py", "line": 10 + j}
+                          for j in range(depth - len(internal))] for k in range(stacks)]
+    trace = [{"action": "segment_alloc", "addr": seg, "size": seg_size, "stream": 0, "time_us": T0_US}]
+    live: dict[int, int] = {}
+    cursor, t = seg, T0_US
+    while len(trace) < events:
+        t += int(rng.integers(1, 50))
+        if live and rng.random() < 0.45:
+            addr = next(iter(live)) if rng.random() < 0.5 else list(live)[int(rng.integers(0, len(live)))]
+            size = live.pop(addr)
+            frames = [dict(f) for f in shapes[0]]
+            for action in ("free_requested", "free_completed"):
+                trace.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames})
+            continue
+        size = int(rng.integers(1, 4096)) * 512
+        k = int(rng.integers(0, stacks))
+        trace.append({"action": "alloc", "addr": cursor, "size": size, "stream": 0, "time_us": t,
+                      "frames": [dict(f) for f in shapes[k]]})
+        live[cursor] = size
+        cursor += size
+    blocks, at = [], seg
+    for addr in sorted(live):
+        if addr > at:
+            blocks.append({"address": at, "size": addr - at, "requested_size": 0, "state": "inactive"})
+        blocks.append({"address": addr, "size": live[addr], "requested_size": live[addr], "state": "active_allocated"})
+        at = addr + live[addr]
+    if at < seg + seg_size:
+        blocks.append({"address": at, "size": seg + seg_size - at, "requested_size": 0, "state": "inactive"})
+    segment = {"device": 0, "address": seg, "total_size": seg_size, "stream": 0, "segment_type": "large",
+               "allocated_size": sum(live.values()), "blocks": blocks}
+    return {"segments": [segment], "device_traces": [trace]}

@@ -1,0 +1,68 @@
+"""Cost of `veotrace sites` against `veotrace fragmentation` on the same snapshot, in one run.
+
+Issue 26 asks that attributing sites cost at most 1.5x the same command without it, and memory that
+grows with distinct stacks, not events. `--by site` on fragmentation is not built yet, so this
+measures the `sites` command (read, intern stacks, replay three times, attribute) against
+`fragmentation` (read, replay, windows) on: the largest real snapshot in ../shared/real_traces, and a
+synthetic snapshot of --events entries with --depth-frame stacks (synth.torch.stacked_snapshot).
+
+    python3 benchmarks/bench_sites.py [--events 300000] [--depth 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REAL = HERE.parent.parent / "shared" / "real_traces"
+sys.path.insert(0, str(HERE.parent))  # this checkout's veotrace, for the generator and the runs below
+ENV = dict(os.environ, PYTHONPATH=str(HERE.parent))
+
+
+def run(args: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one veotrace process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "veotrace", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=ENV)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status:
+        raise SystemExit(f"veotrace {' '.join(args)} failed: {proc.stderr.read().decode()[-500:]}")
+    return time.perf_counter() - t0, usage.ru_maxrss / 1024
+
+
+def compare(path: Path, label: str) -> None:
+    base = min((run(["fragmentation", str(path), "-f", "json", "-o", os.devnull]) for _ in range(2)), key=lambda r: r[0])
+    sites = min((run(["sites", str(path), "-f", "json", "-o", os.devnull]) for _ in range(2)), key=lambda r: r[0])
+    print(f"{label}: fragmentation {base[0]:.2f} s / {base[1]:.0f} MiB, sites {sites[0]:.2f} s / {sites[1]:.0f} MiB, "
+          f"ratio {sites[0] / base[0]:.2f}x time, {sites[1] / base[1]:.2f}x memory")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--depth", type=int, default=20)
+    ap.add_argument("--stacks", type=int, default=200)
+    a = ap.parse_args()
+    sizes = sorted(REAL.glob("*.pickle"), key=lambda p: p.stat().st_size) if REAL.is_dir() else []
+    if sizes:
+        compare(sizes[-1], f"largest real snapshot ({sizes[-1].name}, {sizes[-1].stat().st_size / 2**20:.1f} MiB)")
+    from veotrace.synth.torch import stacked_snapshot
+
+    data = HERE / "data"
+    data.mkdir(exist_ok=True)
+    for stacks in (a.stacks, a.stacks * 10):
+        path = data / f"stacked_{a.events}_{a.depth}_{stacks}.pickle"
+        if not path.exists():
+            path.write_bytes(pickle.dumps(stacked_snapshot(events=a.events, depth=a.depth, stacks=stacks)))
+        compare(path, f"synthetic {a.events:,} entries, {a.depth}-frame stacks, {stacks} distinct "
+                      f"({path.stat().st_size / 2**20:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
