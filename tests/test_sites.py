@@ -144,3 +144,77 @@ def test_sites_refuses_what_it_cannot_attribute(tmp_path):
     assert r.exit_code == 2 and r.stderr.startswith("Error: --site-filter is not a regular expression")
     r = run_cli("sites", real_trace("constructorsun_memory_snapshot.pickle"), "--site-depth", "0")
     assert r.exit_code == 2 and "--site-depth must be at least 1" in r.stderr
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SITE_FILES = [("/work/a.py", 1, "a"), ("/work/b.py", 2, "b"), ("/work/c.py", 3, "c")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 8), st.integers(0, 2), st.booleans()), min_size=1,
+                max_size=40))
+def test_peaks_and_stranded_bytes_match_a_brute_force_replay(tmp_path_factory, ops):
+    """Random traces over 3 segments of 6 slots (allocate a slot with a size and a site, or free it):
+    the peak's live bytes by site, the end by site and the stranded bytes by site equal a replay
+    that recomputes the live set from scratch at every entry."""
+    slot, segs = 16 * 512, [SEG + i * (1 << 30) for i in range(3)]
+    trace, live, t = [], {}, 0
+    for s, units, site, free in ops:
+        seg = segs[s % 3]
+        addr = seg + (s // 3) * slot * 3
+        t += 1
+        if addr in live and free:
+            size = live.pop(addr)[0]
+            trace.append(_entry("free_requested", addr, size, t))
+            trace.append(_entry("free_completed", addr, size, t))
+        elif addr not in live:
+            live[addr] = (units * 512, site)
+            trace.append(_entry("alloc", addr, units * 512, t, frames(SITE_FILES[site])))
+    if not trace:
+        return
+    segments = []
+    for seg in segs:
+        blocks, at = [], seg
+        for a in sorted(x for x in live if seg <= x < seg + (1 << 30)):
+            if a > at:
+                blocks.append({"address": at, "size": a - at, "state": "inactive", "requested_size": 0})
+            blocks.append({"address": a, "size": live[a][0], "requested_size": live[a][0], "state": "active_allocated",
+                           "frames": frames(SITE_FILES[live[a][1]])})
+            at = a + live[a][0]
+        blocks.append({"address": at, "size": seg + 8 * slot * 3 - at, "state": "inactive", "requested_size": 0})
+        segments.append({"device": 0, "address": seg, "total_size": 8 * slot * 3, "stream": 0, "blocks": blocks})
+    path = _snapshot(tmp_path_factory.mktemp("h") / "s.pickle", trace, segments)
+    out = json.loads(run_cli("sites", path, "-f", "json").stdout)["devices"]["0"]
+    # brute force: the live set after every prefix of the trace, from scratch
+    name = {k: SiteRule().site(frames(f)) for k, f in enumerate(SITE_FILES)}
+    levels, states = [0], [{}]
+    for i in range(len(trace)):
+        state = {}
+        for e in trace[: i + 1]:
+            if e["action"] == "alloc":
+                state[e["addr"]] = (e["size"], name[SITE_FILES.index(next(
+                    f for f in SITE_FILES if f[0] == e["frames"][-1]["filename"]))])
+            elif e["action"] == "free_completed":
+                state.pop(e["addr"], None)
+        levels.append(sum(v[0] for v in state.values()))
+        states.append(state)
+    k = levels.index(max(levels))
+    want = Counter()
+    for size, s in states[k].values():
+        want[s] += size
+    assert out["peaks"]["allocated"]["bytes"] == max(levels)
+    assert {r["site"]: r["bytes"] for r in out["peaks"]["allocated"]["sites"]} == dict(want)
+    end = Counter()
+    for size, s in states[-1].values():
+        end[s] += size
+    assert {r["site"]: r["bytes"] for r in out["end"]["sites"]} == dict(end)
+    stranded = Counter()
+    for seg in segs:
+        inside = {a: v for a, v in states[-1].items() if seg <= a < seg + (1 << 30)}
+        free = 8 * slot * 3 - sum(v[0] for v in inside.values())
+        if inside and free:
+            for s in {v[1] for v in inside.values()}:
+                stranded[s] += free
+    assert {r["site"]: r["stranded_bytes"] for r in out["pinning"]["sites"]} == dict(stranded)
