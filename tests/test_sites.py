@@ -218,3 +218,23 @@ def test_peaks_and_stranded_bytes_match_a_brute_force_replay(tmp_path_factory, o
             for s in {v[1] for v in inside.values()}:
                 stranded[s] += free
     assert {r["site"]: r["stranded_bytes"] for r in out["pinning"]["sites"]} == dict(stranded)
+
+
+def test_the_timeline_stacks_to_the_live_bytes_and_the_picture_has_a_panel_per_device(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import veotrace
+    from veotrace.plot.sites import plot_sites
+
+    run = veotrace.sites(real_trace("constructorsun_memory_snapshot.pickle"))
+    for dev in run.value.devices.values():
+        tl = dev["timeline"]
+        totals = [sum(v[i] for v in tl["sites"].values()) for i in range(len(tl["x"]))]
+        assert max(totals) == dev["peaks"]["allocated"]["bytes"] and tl["x_unit"] == "s"
+    fig = plot_sites(run.value, size=(1200, 675))
+    assert len(fig.axes) == 3
+    assert any("models.py:174 update_nodes" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    out = tmp_path / "s.svg"
+    assert run_cli("sites", real_trace("constructorsun_memory_snapshot.pickle"), "--plot", out).exit_code == 0
+    assert out.stat().st_size > 0

@@ -116,6 +116,12 @@ def supports_entropy(info: FileInfo) -> str | None:
     return "entropy" if timed else "entropy --window-events N"
 
 
+def supports_sites(info: FileInfo) -> str | None:
+    """sites attributes a PyTorch snapshot: its segments and blocks (the end state and stranded bytes),
+    and its trace when it has one (the peaks and phases)."""
+    return "sites" if info.format == "torch-snapshot" and info.tables.get("segments") else None
+
+
 def supports_convert(info: FileInfo) -> str | None:
     """convert writes any file that holds alloc/free events."""
     return "convert" if _alloc(info)[0] is not None else None

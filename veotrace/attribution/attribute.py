@@ -72,7 +72,10 @@ def attribute(snap, rule: SiteRule | None = None) -> SitesResult:
         live = {a: v if v[2] != blank or not trace else (*v[:2], replay.alloc_site.get(a, before), v[3])
                 for a, v in final.get(d, {}).items()}  # a block recorded without frames: its alloc's stack
         end = _end(live, names, replay.alloc_time, snap, d, t0)
-        devices[str(d)] = {"peaks": replay.peaks, "end": end["end"], "pinning": end["pinning"]}
+        devices[str(d)] = {"peaks": replay.peaks, "end": end["end"], "pinning": end["pinning"],
+                           "timeline": _timeline(trace, replay, names, t0),
+                           "ranges": [{"start_s": (a - t0) / 1e6, "end_s": (b - t0) / 1e6, "name": n, "depth": k}
+                                      for a, b, n, k in intervals.get(d, [])] if t0 is not None else []}
         phase_rows += _phases(trace, d, intervals.get(d, []), replay, t0)
     notes = []
     if n_entries and not with_frames:
@@ -179,10 +182,14 @@ def _rows(by_site: dict[int, list], names: Interner, total: int) -> list[dict]:
 @dataclass
 class _Replay:
     peaks: dict
+    pre: dict  # address -> (size, requested, site code) of the blocks live before the trace
+    last_alloc: dict  # address -> index of its last alloc entry
+    free_op: str
     alloc_time: dict  # address -> time_us of the alloc of the block live there at the end
     alloc_site: dict  # address -> site code of that alloc (for final blocks recorded without frames)
     live_at: list  # per trace entry: allocated bytes after it (for the phases)
     site_at: list  # per trace entry: the site code of an alloc (None otherwise)
+    size_at: list  # per trace entry: the block size of an alloc (None otherwise)
 
 
 def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end_reserved: int) -> _Replay:
@@ -212,11 +219,11 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
     blocks = dict(pre)
     alloc = sum(v[0] for v in pre.values())
     req = sum(v[1] for v in pre.values())
-    live_at, site_at, alloc_time, alloc_site = [], [], {}, {}
+    live_at, site_at, size_at, alloc_time, alloc_site = [], [], [], {}, {}
     levels = {"allocated": [alloc], "requested": [req]}
     for i, e in enumerate(trace):
         a, act = e.get("addr"), e.get("action")
-        code = None
+        code = bsize = None
         if act == "alloc":
             size = e.get("size") or 0
             code = names.of(e.get("frames"))
@@ -240,6 +247,7 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
         levels["requested"].append(req)
         live_at.append(alloc)
         site_at.append(code)
+        size_at.append(bsize)
     reserved = None
     if has_segs:  # reserved bytes from the final segments back through the trace's segment events
         r = np.cumsum([0] + [(e.get("size") or 0) * (1 if e.get("action") in ("segment_alloc", "segment_map") else -1)
@@ -260,7 +268,7 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
                        "requested_bytes": levels["requested"][idx], "reserved_bytes": res,
                        "cached_free_bytes": None if res is None else res - levels["allocated"][idx],
                        "sites": _rows(sites, names, total)}
-    return _Replay(peaks, alloc_time, alloc_site, live_at, site_at)
+    return _Replay(peaks, pre, last_alloc, free_op, alloc_time, alloc_site, live_at, site_at, size_at)
 
 
 def _by_site_at(trace, pre, final, last_alloc, names, free_op, indices: list[int]) -> dict[int, tuple]:
@@ -306,6 +314,48 @@ def _sub(by, old) -> None:
     v[0] -= old[0]
     v[1] -= 1
     v[2] -= old[1]
+
+
+#: Points of a device's timeline, and the sites it draws apart (the rest are summed as "other").
+TIMELINE_POINTS = 200
+TIMELINE_SITES = 6
+OTHER = "(other sites)"
+
+
+def _timeline(trace: list[dict], replay: _Replay, names: Interner, t0) -> dict:
+    """Live bytes over the trace for the top sites at the peak allocated (the rest as ``OTHER``):
+    ``t_s`` (or the entry index without times) and one list per site, at most TIMELINE_POINTS."""
+    if not trace:
+        return {"x": [], "x_unit": None, "sites": {}}
+    top = [r["site"] for r in replay.peaks["allocated"]["sites"][:TIMELINE_SITES]]
+    keep = {names.codes[s]: s for s in top}
+    step = max(1, len(trace) // TIMELINE_POINTS)
+    want = set(range(step - 1, len(trace), step)) | {len(trace) - 1}
+    timed = all(isinstance(e.get("time_us"), int) for e in trace) and t0 is not None
+    blocks = dict(replay.pre)
+    by: dict[str, int] = defaultdict(int)
+    for size, _req, code in blocks.values():
+        by[keep.get(code, OTHER)] += size
+    xs, series = [], {s: [] for s in [*top, OTHER]}
+    for i, e in enumerate(trace):
+        a, act = e.get("addr"), e.get("action")
+        if act == "alloc":
+            code, size = replay.site_at[i], replay.size_at[i]
+            old = blocks.pop(a, None)
+            if old is not None:
+                by[keep.get(old[2], OTHER)] -= old[0]
+            blocks[a] = (size, 0, code)
+            by[keep.get(code, OTHER)] += size
+        elif act == replay.free_op and a in blocks:
+            old = blocks.pop(a)
+            by[keep.get(old[2], OTHER)] -= old[0]
+        if i in want:
+            xs.append((e["time_us"] - t0) / 1e6 if timed else i)
+            for s in series:
+                series[s].append(by.get(s, 0))
+    if not any(series[OTHER]):
+        series.pop(OTHER)
+    return {"x": xs, "x_unit": "s" if timed else "entry", "sites": series}
 
 
 # -- phases ------------------------------------------------------------------------------------------

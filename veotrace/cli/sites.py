@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from veotrace.cli.app import app
-from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, RowsOpt, show, user_errors
+from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, PlotOpt, PlotSizeOpt, RowsOpt, show, user_errors
 from veotrace.defaults import SITES_DEPTH
 
 
@@ -20,9 +20,12 @@ def sites_command(
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
 ) -> None:
     """Who allocated what: live bytes by site at each device's peaks and at the end, free bytes stranded by live blocks, phases."""
     with user_errors():
         from veotrace.runs.sites import sites as run_sites
 
-        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth), fmt, output, rows=rows)
+        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth), fmt, output, rows=rows, plot=plot,
+             plot_size=plot_size)

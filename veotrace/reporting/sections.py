@@ -154,6 +154,21 @@ def simulate(job, section, reading, size) -> None:
     _figure(section, run, size)
 
 
+def sites(job, section, reading, size) -> None:
+    from veotrace.runs.sites import sites as run_sites
+
+    run = run_sites(job.paths, format_hint=reading.get("format_hint"))
+    res = run.value
+    section.headline = run.headline()
+    rows = [[d, r["site"], r["stranded_bytes"], r["sole_bytes"], r["segments"], r["blocks"], r["block_bytes"]]
+            for d, v in res.devices.items() for r in v["pinning"]["sites"]]
+    rows.sort(key=lambda r: -r[2])
+    _table(section, "Free bytes stranded in segments by the sites of their live blocks",
+           ["device", "site", "strands", "alone", "segments", "blocks", "block bytes"], rows)
+    section.params = res.params
+    _figure(section, run, size)
+
+
 def _without_read(params: dict) -> dict:
     """A result's parameters without what reading reported (the report shows what it read elsewhere)."""
     return {k: v for k, v in params.items() if k != "read"}
