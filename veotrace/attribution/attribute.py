@@ -331,6 +331,7 @@ def _timeline(trace: list[dict], replay: _Replay, names: Interner, t0) -> dict:
     keep = {names.codes[s]: s for s in top}
     step = max(1, len(trace) // TIMELINE_POINTS)
     want = set(range(step - 1, len(trace), step)) | {len(trace) - 1}
+    want |= {p["at_entry"] for p in replay.peaks.values() if p["at_entry"] >= 0}  # the peaks are drawn, not sampled past
     timed = all(isinstance(e.get("time_us"), int) for e in trace) and t0 is not None
     blocks = dict(replay.pre)
     by: dict[str, int] = defaultdict(int)
