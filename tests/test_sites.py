@@ -238,3 +238,28 @@ def test_the_timeline_stacks_to_the_live_bytes_and_the_picture_has_a_panel_per_d
     out = tmp_path / "s.svg"
     assert run_cli("sites", real_trace("constructorsun_memory_snapshot.pickle"), "--plot", out).exit_code == 0
     assert out.stat().st_size > 0
+
+
+def test_stranded_bytes_at_a_time_use_the_segments_and_blocks_of_then(tmp_path):
+    """--at TIME: a second segment, reserved and released during the trace, strands 19 MiB at 1 s
+    (its 1 MiB block live) though the final snapshot no longer holds it; at 4 s the first segment's
+    18 MiB freed at 3 s are stranded by the 2 MiB block at its start."""
+    seg2 = SEG + (1 << 32)
+    trace = [_entry("segment_alloc", SEG, 20 * MIB, 0), _entry("alloc", SEG, 2 * MIB, 1, frames(CACHE)),
+             _entry("alloc", SEG + 2 * MIB, 18 * MIB, 2, frames(MODEL)),
+             _entry("segment_alloc", seg2, 20 * MIB, 5), _entry("alloc", seg2, MIB, 6, frames(MODEL)),
+             _entry("free_requested", SEG + 2 * MIB, 18 * MIB, 3_000_000),
+             _entry("free_completed", SEG + 2 * MIB, 18 * MIB, 3_000_000),
+             _entry("free_requested", seg2, MIB, 7_000_000), _entry("free_completed", seg2, MIB, 7_000_000),
+             _entry("segment_free", seg2, 20 * MIB, 7_000_001)]
+    segments = [{"device": 0, "address": SEG, "total_size": 20 * MIB, "stream": 0, "segment_type": "large",
+                 "blocks": [{"address": SEG, "size": 2 * MIB, "requested_size": 2 * MIB, "state": "active_allocated",
+                             "frames": frames(CACHE)},
+                            {"address": SEG + 2 * MIB, "size": 18 * MIB, "requested_size": 0, "state": "inactive"}]}]
+    snap = _snapshot(tmp_path / "at.pickle", trace, segments)
+    for at, stranded in (("1s", {"/work/train/model.py:10 forward": 19 * MIB}),
+                         ("4s", {"/work/train/cache.py:42 keep": 18 * MIB, "/work/train/model.py:10 forward": 19 * MIB}),
+                         ("8s", {"/work/train/cache.py:42 keep": 18 * MIB})):
+        out = json.loads(run_cli("sites", snap, "--at", at, "-f", "json").stdout)["devices"]["0"]["pinning_at"]
+        assert {r["site"]: r["stranded_bytes"] for r in out["sites"]} == stranded, at
+        assert out["stranded_bytes"] == sum(stranded.values())

@@ -20,6 +20,7 @@ phase being the innermost range open at its time; unmatched marks are counted, n
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -50,8 +51,12 @@ class SitesResult:
                 "devices": self.devices, "phases": self.phases}
 
 
-def attribute(snap, rule: SiteRule | None = None) -> SitesResult:
-    """Attribute ``snap`` (a validated ``Snapshot``) to sites and phases (see the module docstring)."""
+def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None) -> SitesResult:
+    """Attribute ``snap`` (a validated ``Snapshot``) to sites and phases (see the module docstring).
+
+    ``at_s``: also the stranded bytes at this time after the first event (``pinning_at``: the live
+    blocks replayed to then, in the segments of then, rebuilt from the final ones backwards through the
+    trace's segment events)."""
     rule = rule or SiteRule()
     names = Interner(rule)
     final = _final_blocks(snap, names)
@@ -76,6 +81,8 @@ def attribute(snap, rule: SiteRule | None = None) -> SitesResult:
                            "timeline": _timeline(trace, replay, names, t0),
                            "ranges": [{"start_s": (a - t0) / 1e6, "end_s": (b - t0) / 1e6, "name": n, "depth": k}
                                       for a, b, n, k in intervals.get(d, [])] if t0 is not None else []}
+        if at_s is not None:
+            devices[str(d)]["pinning_at"] = _pinning_at(trace, snap, d, replay, names, t0, at_s)
         phase_rows += _phases(trace, d, intervals.get(d, []), replay, t0)
     notes = []
     if n_entries and not with_frames:
@@ -93,7 +100,7 @@ def attribute(snap, rule: SiteRule | None = None) -> SitesResult:
     summary = {"entries": n_entries, "entries_with_frames": with_frames, "blocks_with_frames": blocks_with_frames,
                "stacks": names.stacks, "sites": len(names.sites), "devices": devices_seen,
                "annotations": counts, "notes": notes}
-    params = {"site_filter": rule.internal, "site_depth": rule.depth}
+    params = {"site_filter": rule.internal, "site_depth": rule.depth, "at_s": at_s}
     return SitesResult(params, summary, devices, phase_rows)
 
 
@@ -168,6 +175,79 @@ def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], sn
     segments.sort(key=lambda r: -r["free_bytes"])
     return {"end": end, "pinning": {"stranded_bytes": stranded_total, "segments": len(segments),
                                     "sites": rows, "top_segments": segments[:20]}}
+
+
+def _pinning_at(trace: list[dict], snap, d: int, replay: "_Replay", names: Interner, t0, at_s: float) -> dict:
+    """Stranded free bytes at ``at_s`` after the first event: the live blocks after the last entry at or
+    before then, inside the segments of then (the final segments, with the later segment events undone:
+    a later alloc/map removes its range, a later free/unmap puts it back). Expandable segments are
+    their mapped ranges (pages unmap one by one, so only whole free pages could be released)."""
+    if t0 is None:
+        return {"at_s": at_s, "note": "the trace has no times: --at needs time_us"}
+    cut = t0 + round(at_s * 1e6)
+    upto = sum(1 for e in trace if isinstance(e.get("time_us"), int) and e["time_us"] <= cut)
+    ranges = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
+                    if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
+    for e in reversed(trace[upto:]):
+        act, a, n = e.get("action"), e.get("addr"), e.get("size") or 0
+        if act in ("segment_alloc", "segment_map") and isinstance(a, int):
+            ranges = _cut(ranges, a, a + n)
+        elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
+            ranges = _cut(ranges, a, a + n) + [(a, a + n)]
+            ranges.sort()
+    blocks = dict(replay.pre)
+    alloc_time: dict[int, int] = {}
+    for i, e in enumerate(trace[:upto]):
+        a, act = e.get("addr"), e.get("action")
+        if act == "alloc":
+            blocks[a] = (replay.size_at[i], e.get("size") or 0, replay.site_at[i])
+            if isinstance(e.get("time_us"), int):
+                alloc_time[a] = e["time_us"]
+        elif act == replay.free_op:
+            blocks.pop(a, None)
+    starts = [r[0] for r in ranges]
+    held: dict[int, list] = defaultdict(list)
+    for a, v in blocks.items():
+        j = bisect.bisect_right(starts, a) - 1
+        if j >= 0 and a < ranges[j][1]:
+            held[j].append((a, v))
+    pins: dict[int, dict] = {}
+    total, segs = 0, 0
+    for j, inside in held.items():
+        free = (ranges[j][1] - ranges[j][0]) - sum(v[0] for _, v in inside)
+        if free <= 0:
+            continue
+        total += free
+        segs += 1
+        codes = {v[2] for _, v in inside}
+        for _a, v in inside:
+            p = pins.setdefault(v[2], {"stranded_bytes": 0, "sole_bytes": 0, "segments": set(), "blocks": 0,
+                                       "block_bytes": 0})
+            p["blocks"] += 1
+            p["block_bytes"] += v[0]
+            if j not in p["segments"]:
+                p["segments"].add(j)
+                p["stranded_bytes"] += free
+                p["sole_bytes"] += free if len(codes) == 1 else 0
+    rows = [{"site": names.sites[c], "stranded_bytes": p["stranded_bytes"], "sole_bytes": p["sole_bytes"],
+             "segments": len(p["segments"]), "blocks": p["blocks"], "block_bytes": p["block_bytes"]}
+            for c, p in pins.items()]
+    rows.sort(key=lambda r: (-r["stranded_bytes"], -r["sole_bytes"], r["site"]))
+    return {"at_s": at_s, "entries_replayed": upto, "stranded_bytes": total, "segments": segs, "sites": rows}
+
+
+def _cut(ranges: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """``ranges`` without [lo, hi)."""
+    out = []
+    for a, b in ranges:
+        if b <= lo or a >= hi:
+            out.append((a, b))
+            continue
+        if a < lo:
+            out.append((a, lo))
+        if b > hi:
+            out.append((hi, b))
+    return out
 
 
 def _rows(by_site: dict[int, list], names: Interner, total: int) -> list[dict]:

@@ -49,6 +49,20 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
         console.print(table)
         if footer:
             console.print(footer)
+        at = v.get("pinning_at")
+        if at and "sites" in at:
+            rows = [dict(r, site=_short(r["site"])) for r in at["sites"]]
+            table, footer = rows_table(
+                f"Device {d}: free bytes stranded at {at['at_s']:g} s ({fmt_bytes(at['stranded_bytes'])} in "
+                f"{at['segments']} segments)", rows,
+                [("site", "site"), ("stranded_bytes", "strands"), ("sole_bytes", "alone"), ("segments", "segments"),
+                 ("blocks", "blocks"), ("block_bytes", "block bytes")],
+                max_rows=top, formatters={"stranded_bytes": fmt_bytes, "sole_bytes": fmt_bytes, "block_bytes": fmt_bytes})
+            console.print(table)
+            if footer:
+                console.print(footer)
+        elif at:
+            console.print(f"[dim]--at:[/] {at['note']}")
     if result.phases:
         table, footer = rows_table("Phases (record_function annotations)", result.phases,
                                    [("device", "dev"), ("phase", "phase"), ("allocations", "allocs"),

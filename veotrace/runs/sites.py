@@ -40,7 +40,7 @@ class SitesRun(RunResult):
         render_sites(console, self.value, max_rows=max_rows)
 
 
-def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPTH,
+def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPTH, at: str | float | None = None,
           format_hint: str | None = None) -> SitesRun:
     """Who allocated what: each device's peaks (allocated, requested, reserved), the end state and the
     free bytes stranded in segments, by allocation site (first frame outside PyTorch and Python), and
@@ -51,6 +51,7 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
         site_filter: a regex on a frame's file marking it internal (default: PyTorch, the standard
             library, C/C++ frames).
         site_depth: user frames that name a site (2: ``a.py:10 f < b.py:20 g``).
+        at: also the free bytes stranded at this time after the first event (``"1.5s"``, seconds).
 
     Raises:
         UsageError: bad options. VeotraceError: not a snapshot, or unreadable.
@@ -77,6 +78,7 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     if len(snaps) != 1 or len(inputs) != 1:
         raise UsageError("sites reads one PyTorch memory snapshot (torch.cuda.memory._dump_snapshot())",
                          hint="Logs and Parquet files carry no stacks yet; give the snapshot itself")
-    result = attribute(load_snapshot(snaps[0]), SiteRule(site_filter or DEFAULT_INTERNAL, site_depth))
+    result = attribute(load_snapshot(snaps[0]), SiteRule(site_filter or DEFAULT_INTERNAL, site_depth),
+                       at_s=common.seconds(at, "--at"))
     return SitesRun(result, [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])],
                     common.input_files(paths))
