@@ -263,3 +263,8 @@ def test_stranded_bytes_at_a_time_use_the_segments_and_blocks_of_then(tmp_path):
         out = json.loads(run_cli("sites", snap, "--at", at, "-f", "json").stdout)["devices"]["0"]["pinning_at"]
         assert {r["site"]: r["stranded_bytes"] for r in out["sites"]} == stranded, at
         assert out["stranded_bytes"] == sum(stranded.values())
+
+
+def test_at_on_an_untimed_snapshot_is_one_error():
+    r = run_cli("sites", real_trace("cranberrii_memory_snapshot.pickle"), "--at", "1s")
+    assert r.exit_code == 2 and r.stderr.startswith("Error: --at needs times") and len(r.stderr.splitlines()) == 1

@@ -78,7 +78,11 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     if len(snaps) != 1 or len(inputs) != 1:
         raise UsageError("sites reads one PyTorch memory snapshot (torch.cuda.memory._dump_snapshot())",
                          hint="Logs and Parquet files carry no stacks yet; give the snapshot itself")
-    result = attribute(load_snapshot(snaps[0]), SiteRule(site_filter or DEFAULT_INTERNAL, site_depth),
-                       at_s=common.seconds(at, "--at"))
+    snap = load_snapshot(snaps[0])
+    at_s = common.seconds(at, "--at")
+    if at_s is not None and not snap.has_time:
+        raise UsageError(f"--at needs times, and {snaps[0]} records no time_us",
+                         hint="Leave out --at: the end state's stranded bytes are shown without it")
+    result = attribute(snap, SiteRule(site_filter or DEFAULT_INTERNAL, site_depth), at_s=at_s)
     return SitesRun(result, [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])],
                     common.input_files(paths))
