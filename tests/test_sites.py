@@ -268,3 +268,21 @@ def test_stranded_bytes_at_a_time_use_the_segments_and_blocks_of_then(tmp_path):
 def test_at_on_an_untimed_snapshot_is_one_error():
     r = run_cli("sites", real_trace("cranberrii_memory_snapshot.pickle"), "--at", "1s")
     assert r.exit_code == 2 and r.stderr.startswith("Error: --at needs times") and len(r.stderr.splitlines()) == 1
+
+
+def test_frames_and_annotations_of_the_wrong_shape_are_counted_not_fatal(tmp_path):
+    bad = [_entry("alloc", SEG, 512, 0), _entry("alloc", SEG + 512, 512, 1), _entry("alloc", SEG + 1024, 512, 2)]
+    bad[0]["frames"], bad[1]["frames"] = 7, "xyz"
+    bad[2]["frames"] = [{"filename": ["a"], "line": {"x": 1}, "name": None}, 5]
+    segments = [{"device": 0, "address": SEG, "total_size": 2 * MIB, "stream": 0,
+                 "blocks": [{"address": SEG, "size": 2 * MIB, "state": "inactive", "frames": {"a": 1}}]}]
+    marks = [{"stage": "END"}, {"stage": "START", "time_us": "x"}, {"stage": "BEGIN", "time_us": T0},
+             {"stage": "START", "name": "a", "device": "d", "time_us": T0}]
+    r = run_cli("sites", _snapshot(tmp_path / "bad.pickle", bad, segments, marks), "-f", "json")
+    assert r.exit_code == 0 and "Traceback" not in r.stderr
+    out = json.loads(r.stdout)
+    assert out["summary"]["annotations"] == {"given": 4, "matched": 0, "unmatched_start": 1, "unmatched_end": 0,
+                                             "unusable": 3}
+    assert "3 annotation(s) have no integer time_us" in r.stderr
+    sites = {s["site"] for s in out["devices"]["0"]["peaks"]["allocated"]["sites"]}
+    assert NO_FRAMES in sites and "['a']:{'x': 1} None" in sites

@@ -97,6 +97,9 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None) 
     if counts["unmatched_start"] or counts["unmatched_end"]:
         notes.append(f"{counts['unmatched_start']} START and {counts['unmatched_end']} END annotation(s) have no "
                      "partner (counted, not guessed)")
+    if counts["unusable"]:
+        notes.append(f"{counts['unusable']} annotation(s) have no integer time_us or a stage other than START/END "
+                     "(left out, counted)")
     summary = {"entries": n_entries, "entries_with_frames": with_frames, "blocks_with_frames": blocks_with_frames,
                "stacks": names.stacks, "sites": len(names.sites), "devices": devices_seen,
                "annotations": counts, "notes": notes}
@@ -443,11 +446,13 @@ def _timeline(trace: list[dict], replay: _Replay, names: Interner, t0) -> dict:
 
 def _annotation_ranges(marks: list[dict]) -> tuple[dict[int, list], dict]:
     """Per device, the (start_us, end_us, name, depth) ranges of matched START/END marks, and the counts."""
-    counts = {"given": len(marks), "matched": 0, "unmatched_start": 0, "unmatched_end": 0}
+    counts = {"given": len(marks), "matched": 0, "unmatched_start": 0, "unmatched_end": 0, "unusable": 0}
     by_dev: dict[int, list] = defaultdict(list)
     for m in marks:
         if isinstance(m.get("time_us"), int) and m.get("stage") in ("START", "END"):
             by_dev[m.get("device") if isinstance(m.get("device"), int) else 0].append(m)
+        else:  # no integer time_us, or a stage that is neither START nor END
+            counts["unusable"] += 1
     out: dict[int, list] = {}
     for d, ms in by_dev.items():
         ms.sort(key=lambda m: m["time_us"])

@@ -38,7 +38,7 @@ class SiteRule:
 
     def site(self, frames) -> str:
         """The site of one stack (a list of ``{"filename", "line", "name"}`` dicts, innermost first)."""
-        if not frames:
+        if not frames or not isinstance(frames, (list, tuple)):
             return NO_FRAMES
         user = []
         for f in frames:
@@ -74,12 +74,13 @@ class Interner:
         return c
 
     def of(self, frames) -> int:
-        if not frames:
+        if not frames or not isinstance(frames, (list, tuple)):  # absent, or not a stack at all
             return self.code(NO_FRAMES)
         c = self._by_id.get(id(frames))  # a stack shared by the pickle's memo: one lookup
         if c is not None:
             return c
-        key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in frames if isinstance(f, dict))
+        key = tuple((str(f.get("filename")), str(f.get("line")), str(f.get("name")))
+                    for f in frames if isinstance(f, dict))
         c = self._by_stack.get(key)
         if c is None:
             c = self._by_stack[key] = self.code(self.rule.site(frames))
