@@ -286,3 +286,40 @@ def test_frames_and_annotations_of_the_wrong_shape_are_counted_not_fatal(tmp_pat
     assert "3 annotation(s) have no integer time_us" in r.stderr
     sites = {s["site"] for s in out["devices"]["0"]["peaks"]["allocated"]["sites"]}
     assert NO_FRAMES in sites and "['a']:{'x': 1} None" in sites
+
+
+def test_entropy_and_bursts_by_site_count_each_sites_allocations():
+    """--by site: one series per allocation site; its counted events are the trace's allocs of that
+    site (checked against the entries' own frames), named by the site."""
+    path = real_trace("constructorsun_memory_snapshot.pickle")
+    snap = pickle.loads(path.read_bytes())
+    rule = SiteRule()
+    want = Counter(rule.site(e.get("frames")) for t in snap["device_traces"] for e in t if e["action"] == "alloc")
+    ent = json.loads(run_cli("entropy", path, "--by", "site", "-f", "json").stdout)
+    got = {g["group"]: g["summary"]["events_counted"] for g in ent["groups"]}
+    assert {k: v for k, v in got.items() if v} == dict(want)
+    bur = json.loads(run_cli("bursts", path, "--by", "site", "-f", "json").stdout)
+    assert {g["group"] for g in bur["groups"]} <= set(want) | {g for g in got}
+    assert sum(g["summary"]["events_counted"] for g in bur["groups"]) == sum(want.values())
+
+
+def test_entropy_by_phase_on_annotations_and_by_site_refused_on_a_log(tmp_path):
+    marks = [{"stage": "START", "name": "forward", "device": 0, "time_us": T0 + 10},
+             {"stage": "END", "name": "forward", "device": 0, "time_us": T0 + 1_000_000},
+             {"stage": "START", "name": "backward", "device": 0, "time_us": T0 + 1_000_001},
+             {"stage": "END", "name": "backward", "device": 0, "time_us": T0 + 3_000_000}]
+    trace = [_entry("alloc", SEG + i * MIB, (1 + i % 3) * 512, 20 + i * 20_000, frames(MODEL)) for i in range(120)]
+    segments = [{"device": 0, "address": SEG, "total_size": 128 * MIB, "stream": 0,
+                 "blocks": [{"address": SEG + i * MIB, "size": MIB, "requested_size": MIB, "state": "active_allocated"}
+                            for i in range(120)] + [{"address": SEG + 120 * MIB, "size": 8 * MIB, "state": "inactive"}]}]
+    snap = _snapshot(tmp_path / "ph.pickle", trace, segments, marks)
+    out = json.loads(run_cli("entropy", snap, "--by", "phase", "-f", "json").stdout)
+    got = {g["group"]: g["summary"]["events_counted"] for g in out["groups"]}
+    assert got == {"forward": 50, "backward": 70}  # allocs at 20 us + 20 ms steps: 50 before 1 s
+    r = run_cli("entropy", SAMPLES_LOG, "--by", "site")
+    assert r.exit_code == 2 and "--by site reads one PyTorch memory snapshot" in r.stderr
+
+
+from tests.conftest import SAMPLES  # noqa: E402
+
+SAMPLES_LOG = SAMPLES / "alloc_logs"

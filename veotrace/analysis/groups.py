@@ -14,8 +14,9 @@ import pyarrow as pa
 
 from veotrace.errors import AnalysisError, UsageError
 
-#: Values of --by.
-BY_CHOICES = ("device", "stream")
+#: Values of --by. "site" and "phase" key a PyTorch snapshot's rows by allocation site or annotation
+#: phase (``attribution.rows``): the run layer adds the key column and names the groups.
+BY_CHOICES = ("device", "stream", "site", "phase")
 #: Key of rows whose device/stream is null (int64 minimum: never a real device or stream).
 NULL_KEY = np.iinfo(np.int64).min
 #: Label of the pooled series in tables with a group column.
@@ -23,7 +24,7 @@ POOLED = "all"
 
 
 def check_by(by: str | None) -> None:
-    """Raises UsageError unless ``by`` is None, "device" or "stream"."""
+    """Raises UsageError unless ``by`` is None or one of BY_CHOICES."""
     if by is not None and by not in BY_CHOICES:
         raise UsageError(f"--by must be one of {', '.join(BY_CHOICES)}, got {by!r}")
 

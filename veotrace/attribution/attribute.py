@@ -474,19 +474,14 @@ def _annotation_ranges(marks: list[dict]) -> tuple[dict[int, list], dict]:
     return out, counts
 
 
-def _phases(trace: list[dict], d: int, ranges: list[tuple], replay: _Replay, t0) -> list[dict]:
-    """Per phase of device ``d``: allocations, bytes allocated, frees, peak live bytes while it is open.
-
-    One sweep in time order over the entries and the ranges' starts and ends (the trace is in time
-    order); an entry's phase is the innermost open range (latest start, then deepest)."""
-    if not trace or not ranges:  # no annotations on this device: one phase would only repeat the total
-        return []
-    free_op = "free_completed" if any(e.get("action") == "free_completed" for e in trace) else "free_requested"
+def entry_phases(trace: list[dict], ranges: list[tuple]) -> list[str]:
+    """The phase of each entry of one device's trace: the innermost annotation range open at its time
+    (latest start, then deepest), or NO_PHASE. One sweep in time order over the entries and the ranges'
+    starts and ends (the trace is in time order)."""
     bounds = sorted([(r[0], 1, k) for k, r in enumerate(ranges)] + [(r[1], 0, k) for k, r in enumerate(ranges)])
     opened: dict[int, tuple] = {}
-    b = 0
-    rows: dict[str, dict] = {}
-    for i, e in enumerate(trace):
+    b, out = 0, []
+    for e in trace:
         t = e.get("time_us")
         if isinstance(t, int):
             while b < len(bounds) and (bounds[b][0] < t or (bounds[b][0] == t and bounds[b][1] == 1)):
@@ -496,7 +491,17 @@ def _phases(trace: list[dict], d: int, ranges: list[tuple], replay: _Replay, t0)
                 else:
                     opened.pop(k, None)
                 b += 1
-        name = max(opened.values(), key=lambda r: (r[0], r[3]))[2] if opened else NO_PHASE
+        out.append(max(opened.values(), key=lambda r: (r[0], r[3]))[2] if opened else NO_PHASE)
+    return out
+
+
+def _phases(trace: list[dict], d: int, ranges: list[tuple], replay: _Replay, t0) -> list[dict]:
+    """Per phase of device ``d``: allocations, bytes allocated, frees, peak live bytes while it is open."""
+    if not trace or not ranges:  # no annotations on this device: one phase would only repeat the total
+        return []
+    free_op = replay.free_op
+    rows: dict[str, dict] = {}
+    for i, (e, name) in enumerate(zip(trace, entry_phases(trace, ranges))):
         row = rows.setdefault(name, {"device": d, "phase": name, "allocations": 0, "allocated_bytes": 0,
                                      "frees": 0, "peak_live_bytes": 0, "entries": 0})
         row["entries"] += 1

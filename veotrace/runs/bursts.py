@@ -73,7 +73,13 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
     else:
         columns = analysis.COLUMNS + columns_for(grouped.get("by"), device)
         try:
-            if config.parallel:  # pieces of the inputs as tasks; the same runs, merged
+            if grouped.get("by") in ("site", "phase"):  # a snapshot's rows keyed by site or phase, on one process
+                batches, names = common.keyed_read(paths, grouped["by"], options=options, report=report,
+                                                   columns=columns, on_progress=on_progress)
+                result = analysis.compute_bursts(batches, gap_ms=gap_ms, min_events=min_events,
+                                                 ops=common.ops_list(ops, BURSTS_OPS), **grouped)
+                common.name_groups(result.groups, names)
+            elif config.parallel:  # pieces of the inputs as tasks; the same runs, merged
                 from veotrace.engine import run_bursts
 
                 result = run_bursts(paths, config, options=options, report=report, gap_ms=gap_ms,

@@ -91,6 +91,41 @@ def grouping(by: str | None, device: int | None) -> dict:
     return out
 
 
+def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progress=None):
+    """``--by site|phase``: the one PyTorch snapshot's event batches with a ``by`` column of keys
+    (``attribution.rows``), and the text of each key.
+
+    Raises:
+        UsageError: the inputs are not one PyTorch snapshot.
+    """
+    import pyarrow as pa
+
+    from veotrace.attribution.rows import row_keys
+    from veotrace.errors import UsageError
+    from veotrace.sources import iter_alloc_events, resolve_inputs
+    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+
+    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    if len(inputs) != 1 or inputs[0][1].name != "torch-snapshot":
+        raise UsageError(f"--by {by} reads one PyTorch memory snapshot (its stacks and record_function annotations)",
+                         hint="Logs carry no stacks; --by device or --by stream group any input")
+    path = inputs[0][0]
+    keys, names = row_keys(load_snapshot(path), by)
+    wanted = [c for c in columns if c != by] + (["seq"] if "seq" not in columns else [])
+
+    def batches():
+        for b in iter_alloc_events([path], options=options, report=report, on_progress=on_progress, columns=wanted):
+            yield b.append_column(by, pa.array(keys[b.column("seq").to_numpy()], pa.int64()))
+
+    return batches(), names
+
+
+def name_groups(groups: list[dict], names: dict[int, str]) -> None:
+    """Give ``--by site|phase`` groups their text instead of their key."""
+    for g in groups:
+        g["group"] = names.get(int(g["group"]), g["group"]) if str(g["group"]).lstrip("-").isdigit() else g["group"]
+
+
 def hours_list(text: str | Sequence[float] | None) -> list[float]:
     """``--segments`` as hours: '48,120' (bare numbers are hours) or '30m,2h', or a list of hours."""
     from veotrace.units import parse_hours_list

@@ -44,7 +44,8 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
         window_events: windows of N consecutive counted events instead of time windows.
         ops: the ops counted (``"alloc"`` or ``["alloc", "free"]``).
         segments: split the trend at these times since the first window (``"48,120"`` hours, or a list).
-        by, device: also one series per ``"device"`` or ``"stream"``; only this device.
+        by, device: also one series per ``"device"``, ``"stream"``, ``"site"`` or ``"phase"`` (a snapshot's
+            allocation sites or record_function phases); only this device.
         save_baseline: also write the baseline ``gate`` compares with to this file.
         engine, jobs, scheduler, workers: where to run (``jobs > 1`` or ``engine="dask"`` splits the inputs).
 
@@ -67,8 +68,14 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
                   max_class=max_class, **common.grouping(by, device))
     hours = common.hours_list(segments)
     columns = COLUMNS + columns_for(params.get("by"), device)
+    names = None
     try:
-        if config.parallel:  # pieces of the inputs as tasks; the same partials, merged
+        if params.get("by") in ("site", "phase"):  # a snapshot's rows keyed by site or phase, on one process
+            batches, names = common.keyed_read(paths, params["by"], options=options, report=report, columns=columns,
+                                               on_progress=on_progress)
+            result = compute_entropy(batches, **params, segments=hours)
+            common.name_groups(result.groups, names)
+        elif config.parallel:  # pieces of the inputs as tasks; the same partials, merged
             from veotrace.engine import run_entropy
 
             result = run_entropy(paths, config, options=options, report=report, segments=hours, columns=columns,
