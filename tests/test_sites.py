@@ -323,3 +323,18 @@ def test_entropy_by_phase_on_annotations_and_by_site_refused_on_a_log(tmp_path):
 from tests.conftest import SAMPLES  # noqa: E402
 
 SAMPLES_LOG = SAMPLES / "alloc_logs"
+
+
+def test_by_site_and_phase_give_the_same_answer_from_the_parquet_conversion(tmp_path):
+    """Issue 24's rule for the new keys: convert keeps each event's site and phase (OUT.keys.parquet)."""
+    path = real_trace("constructorsun_memory_snapshot.pickle")
+    pq = tmp_path / "c.parquet"
+    r = run_cli("convert", path, "-o", pq)
+    assert r.exit_code == 0 and "7,923 keys" in r.stderr
+    for cmd in ("entropy", "bursts"):
+        for by in ("site", "phase"):
+            a = json.loads(run_cli(cmd, path, "--by", by, "-f", "json").stdout)
+            b = json.loads(run_cli(cmd, pq, "--by", by, "-f", "json").stdout)
+            for x in (a, b):
+                x["summary"].pop("read", None)
+            assert a["groups"] == b["groups"], (cmd, by)

@@ -28,7 +28,7 @@ from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, W
 def convert_command(
     paths: PathsArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Parquet file to write (snapshots: also "
-                                         "OUT.segments.parquet and OUT.blocks.parquet).", dir_okay=False,
+                                         "OUT.segments.parquet, OUT.blocks.parquet and OUT.keys.parquet (sites and phases)).", dir_okay=False,
                                          callback=local_output)],
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,

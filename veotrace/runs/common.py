@@ -98,19 +98,27 @@ def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progr
     Raises:
         UsageError: the inputs are not one PyTorch snapshot.
     """
+    import numpy as np
     import pyarrow as pa
 
     from veotrace.attribution.rows import row_keys
     from veotrace.errors import UsageError
     from veotrace.sources import iter_alloc_events, resolve_inputs
+    from veotrace.sources.snapshots.converted import converted_snapshot
     from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
-    if len(inputs) != 1 or inputs[0][1].name != "torch-snapshot":
-        raise UsageError(f"--by {by} reads one PyTorch memory snapshot (its stacks and record_function annotations)",
+    path = inputs[0][0] if len(inputs) == 1 else None
+    converted = converted_snapshot(path) if path is not None and inputs[0][1].name == "parquet" else None
+    if converted is not None and converted.keys is not None:  # convert wrote the snapshot's sites and phases
+        col = converted.read_keys().column(by).combine_chunks()
+        keys, names = col.indices.to_numpy().astype(np.int64), dict(enumerate(col.dictionary.to_pylist()))
+    elif path is not None and inputs[0][1].name == "torch-snapshot":
+        keys, names = row_keys(load_snapshot(path), by)
+    else:
+        raise UsageError(f"--by {by} reads one PyTorch memory snapshot (its stacks and record_function annotations), "
+                         "or its conversion by 'veotrace convert'",
                          hint="Logs carry no stacks; --by device or --by stream group any input")
-    path = inputs[0][0]
-    keys, names = row_keys(load_snapshot(path), by)
     wanted = [c for c in columns if c != by] + (["seq"] if "seq" not in columns else [])
 
     def batches():

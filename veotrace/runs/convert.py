@@ -39,7 +39,7 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
     """Convert logs, snapshots or exports to one Parquet table that every command accepts.
 
     Args:
-        output: the Parquet file to write (snapshots: also OUT.segments.parquet and OUT.blocks.parquet).
+        output: the Parquet file to write (snapshots: also OUT.segments.parquet, OUT.blocks.parquet and OUT.keys.parquet (sites and phases)).
 
     Returns:
         The tables written; ``closing`` holds the line the command prints ("wrote ...").
@@ -74,7 +74,8 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
         from veotrace.sources.snapshots.torch_snapshot import load_snapshot, oom_free_bytes
 
         meta = metadata(snapshots[0], table_path(output, "segments"), table_path(output, "blocks"),
-                        load_snapshot(snapshots[0]).allocator_settings, oom_free_bytes(snapshots[0]))
+                        load_snapshot(snapshots[0]).allocator_settings, oom_free_bytes(snapshots[0]),
+                        table_path(output, "keys"))
     with output_file(output, "wb", inputs=inputs) as sink:
         rows = write_parquet(_events(resolved, options, report, notes, on_progress), sink, metadata=meta)
     messages = list(report.messages())
@@ -83,10 +84,32 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
         table = read_table(snapshots, kind, options=options, report=report)
         write_table(table, "parquet", table_path(output, kind), inputs=inputs)
         written[kind] = (table_path(output, kind), table.num_rows)
+    if meta is not None and rows:  # the sites and phases of --by site|phase, for the Parquet route
+        table = _keys(snapshots[0])
+        write_table(table, "parquet", table_path(output, "keys"), inputs=inputs)
+        written["keys"] = (table_path(output, "keys"), table.num_rows)
     messages += [f"Note: {note}" for note in notes]
     line = "wrote " + ", ".join(f"{rows:,} {'events' if kind == 'alloc_events' else kind} to {path}"
                                 for kind, (path, rows) in written.items())
     return ConvertRun(written, messages, inputs, closing=[line])
+
+
+def _keys(snapshot: Path):
+    """Each event's site and phase (``attribution.rows``, the default site rule) by ``seq``."""
+    import numpy as np
+    import pyarrow as pa
+
+    from veotrace.attribution.rows import row_keys
+    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+
+    snap = load_snapshot(snapshot)
+    cols = {"seq": None}
+    for by in ("site", "phase"):
+        keys, names = row_keys(snap, by)
+        texts = pa.array([names[k] for k in range(len(names))], pa.string())
+        cols[by] = pa.DictionaryArray.from_arrays(pa.array(keys.astype(np.int32)), texts)
+        cols["seq"] = pa.array(np.arange(keys.size, dtype=np.int64))
+    return pa.table(cols)
 
 
 def _events(inputs, options, report, notes, on_progress):

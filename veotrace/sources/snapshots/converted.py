@@ -29,6 +29,11 @@ class ConvertedSnapshot:
     blocks: Path
     allocator_settings: dict | None
     oom_free: dict | None = None  # (device, ts_ns, request) -> the device's free bytes at each recorded OOM
+    keys: Path | None = None  # each event's allocation site and record_function phase (``seq``, ``site``, ``phase``)
+
+    def read_keys(self) -> pa.Table | None:
+        """The events' sites and phases (``--by site|phase``), or None when convert wrote none."""
+        return None if self.keys is None else _read(self.keys, self.path)
 
     def read_segments(self) -> pa.Table:
         return _read(self.segments, self.path)
@@ -47,12 +52,13 @@ class ConvertedSnapshot:
 
 
 def metadata(snapshot: Path, segments: Path, blocks: Path, allocator_settings: dict | None,
-             oom_free: dict | None = None) -> dict[bytes, bytes]:
+             oom_free: dict | None = None, keys: Path | None = None) -> dict[bytes, bytes]:
     """The schema metadata ``convert`` adds to the events file of ``snapshot`` (tables named relative to it;
-    ``oom_free``: ``torch_snapshot.oom_free_bytes``)."""
+    ``oom_free``: ``torch_snapshot.oom_free_bytes``; ``keys``: the events' sites and phases)."""
     doc = {"source": str(snapshot), "segments": segments.name, "blocks": blocks.name,
            "allocator_settings": allocator_settings,
-           "oom_free": [[*key, free] for key, free in (oom_free or {}).items()]}
+           "oom_free": [[*key, free] for key, free in (oom_free or {}).items()],
+           "keys": None if keys is None else keys.name}
     return {KEY: json.dumps(doc, default=str).encode()}
 
 
@@ -73,7 +79,8 @@ def converted_snapshot(path: Path) -> ConvertedSnapshot | None:
         doc = json.loads(raw)
         return ConvertedSnapshot(path, str(doc["source"]), path.with_name(doc["segments"]),
                                  path.with_name(doc["blocks"]), doc.get("allocator_settings"),
-                                 {(d, t, r): free for d, t, r, free in doc.get("oom_free") or ()})
+                                 {(d, t, r): free for d, t, r, free in doc.get("oom_free") or ()},
+                                 path.with_name(doc["keys"]) if doc.get("keys") else None)
     except (ValueError, KeyError, TypeError):
         from veotrace.errors import TraceFormatError
 
