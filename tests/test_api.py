@@ -101,7 +101,7 @@ def test_convert_api_writes_what_the_command_writes(tmp_path):
     result = veotrace.convert(SNAP, b)
     assert pq.read_table(a).equals(pq.read_table(b))
     assert result.to_dict()["written"]["alloc_events"]["rows"] == pq.read_table(b).num_rows
-    assert set(result.to_dict()["written"]) == {"alloc_events", "segments", "blocks"}
+    assert set(result.to_dict()["written"]) == {"alloc_events", "segments", "blocks", "keys"}
     assert res.stderr.splitlines()[-1] == result.closing[0].replace(str(tmp_path / "b."), str(tmp_path / "a."))
 
 
