@@ -338,3 +338,15 @@ def test_by_site_and_phase_give_the_same_answer_from_the_parquet_conversion(tmp_
             for x in (a, b):
                 x["summary"].pop("read", None)
             assert a["groups"] == b["groups"], (cmd, by)
+
+
+def test_stranded_bytes_per_window_follow_the_segments_and_blocks_of_each_moment(tmp_path):
+    """The --at test's trace in windows of 1 s: seg2 strands 19 MiB until its block goes at 7 s, the
+    first segment 18 MiB from the free at 3 s on; a window's state is taken before the entries at its end."""
+    test_stranded_bytes_at_a_time_use_the_segments_and_blocks_of_then(tmp_path)  # writes at.pickle
+    out = json.loads(run_cli("sites", tmp_path / "at.pickle", "--window", "1s", "-f", "json").stdout)
+    series = out["devices"]["0"]["stranded_windows"]
+    assert [w["end_s"] for w in series] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    assert [w["stranded_bytes"] // MIB for w in series] == [19, 19, 19, 37, 37, 37, 37, 18]
+    assert series[3]["sites"][0] == {"site": "/work/train/model.py:10 forward", "stranded_bytes": 19 * MIB}
+    assert out["params"]["window_s"] == 1.0 and out["params"]["window_choice"]["auto"] is False

@@ -51,12 +51,14 @@ class SitesResult:
                 "devices": self.devices, "phases": self.phases}
 
 
-def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None) -> SitesResult:
+def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
+              window_s: float | None = None) -> SitesResult:
     """Attribute ``snap`` (a validated ``Snapshot``) to sites and phases (see the module docstring).
 
     ``at_s``: also the stranded bytes at this time after the first event (``pinning_at``: the live
     blocks replayed to then, in the segments of then, rebuilt from the final ones backwards through the
-    trace's segment events)."""
+    trace's segment events). ``window_s``: also the stranded bytes at the end of every window of that
+    length (``stranded_series``)."""
     rule = rule or SiteRule()
     names = Interner(rule)
     final = _final_blocks(snap, names)
@@ -83,6 +85,8 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None) 
                                       for a, b, n, k in intervals.get(d, [])] if t0 is not None else []}
         if at_s is not None:
             devices[str(d)]["pinning_at"] = _pinning_at(trace, snap, d, replay, names, t0, at_s)
+        if window_s is not None and t0 is not None and trace:
+            devices[str(d)]["stranded_windows"] = stranded_series(trace, snap, d, replay, names, t0, window_s)
         phase_rows += _phases(trace, d, intervals.get(d, []), replay, t0)
     notes = []
     if n_entries and not with_frames:
@@ -103,7 +107,7 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None) 
     summary = {"entries": n_entries, "entries_with_frames": with_frames, "blocks_with_frames": blocks_with_frames,
                "stacks": names.stacks, "sites": len(names.sites), "devices": devices_seen,
                "annotations": counts, "notes": notes}
-    params = {"site_filter": rule.internal, "site_depth": rule.depth, "at_s": at_s}
+    params = {"site_filter": rule.internal, "site_depth": rule.depth, "at_s": at_s, "window_s": window_s}
     return SitesResult(params, summary, devices, phase_rows)
 
 
@@ -192,22 +196,19 @@ def _pinning_at(trace: list[dict], snap, d: int, replay: "_Replay", names: Inter
     ranges = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
                     if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
     for e in reversed(trace[upto:]):
-        act, a, n = e.get("action"), e.get("addr"), e.get("size") or 0
-        if act in ("segment_alloc", "segment_map") and isinstance(a, int):
-            ranges = _cut(ranges, a, a + n)
-        elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
-            ranges = _cut(ranges, a, a + n) + [(a, a + n)]
-            ranges.sort()
+        ranges = _undo(ranges, e)
     blocks = dict(replay.pre)
-    alloc_time: dict[int, int] = {}
     for i, e in enumerate(trace[:upto]):
         a, act = e.get("addr"), e.get("action")
         if act == "alloc":
             blocks[a] = (replay.size_at[i], e.get("size") or 0, replay.site_at[i])
-            if isinstance(e.get("time_us"), int):
-                alloc_time[a] = e["time_us"]
         elif act == replay.free_op:
             blocks.pop(a, None)
+    return {"at_s": at_s, "entries_replayed": upto, **_stranded(ranges, blocks, names)}
+
+
+def _stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Interner) -> dict:
+    """Free bytes of each range holding live blocks, by the sites of those blocks (see ``_end``)."""
     starts = [r[0] for r in ranges]
     held: dict[int, list] = defaultdict(list)
     for a, v in blocks.items():
@@ -236,7 +237,58 @@ def _pinning_at(trace: list[dict], snap, d: int, replay: "_Replay", names: Inter
              "segments": len(p["segments"]), "blocks": p["blocks"], "block_bytes": p["block_bytes"]}
             for c, p in pins.items()]
     rows.sort(key=lambda r: (-r["stranded_bytes"], -r["sole_bytes"], r["site"]))
-    return {"at_s": at_s, "entries_replayed": upto, "stranded_bytes": total, "segments": segs, "sites": rows}
+    return {"stranded_bytes": total, "segments": segs, "sites": rows}
+
+
+#: Sites named per window of the stranded-bytes series (the rest are in each window's total).
+SERIES_TOP = 5
+
+
+def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Interner, t0, window_s: float) -> list[dict]:
+    """The free bytes stranded at the end of each window of ``window_s`` from the first event, by site:
+    one forward sweep from the segments before the trace (the final ones with every segment event
+    undone) and the blocks live before it, so the cost is the trace plus blocks x windows."""
+    ranges = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
+                    if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
+    for e in reversed(trace):
+        ranges = _undo(ranges, e)
+    blocks = dict(replay.pre)
+    step = round(window_s * 1e6)
+    out: list[dict] = []
+    edge = t0 + step
+
+    def close(end_us: int) -> None:
+        st = _stranded(ranges, blocks, names)
+        out.append({"window": len(out), "end_s": (end_us - t0) / 1e6, "stranded_bytes": st["stranded_bytes"],
+                    "segments": st["segments"],
+                    "sites": [{"site": r["site"], "stranded_bytes": r["stranded_bytes"]} for r in st["sites"][:SERIES_TOP]]})
+
+    for i, e in enumerate(trace):
+        t = e.get("time_us")
+        while isinstance(t, int) and t >= edge:  # the windows that ended before this entry
+            close(edge)
+            edge += step
+        a, act, n = e.get("addr"), e.get("action"), e.get("size") or 0
+        if act == "alloc":
+            blocks[a] = (replay.size_at[i], n, replay.site_at[i])
+        elif act == replay.free_op:
+            blocks.pop(a, None)
+        elif act in ("segment_alloc", "segment_map") and isinstance(a, int):
+            ranges = sorted(_cut(ranges, a, a + n) + [(a, a + n)])
+        elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
+            ranges = _cut(ranges, a, a + n)
+    close(edge)
+    return out
+
+
+def _undo(ranges: list[tuple[int, int]], e: dict) -> list[tuple[int, int]]:
+    """``ranges`` before segment event ``e`` (an alloc/map removes its range, a free/unmap puts it back)."""
+    act, a, n = e.get("action"), e.get("addr"), e.get("size") or 0
+    if act in ("segment_alloc", "segment_map") and isinstance(a, int):
+        return _cut(ranges, a, a + n)
+    if act in ("segment_free", "segment_unmap") and isinstance(a, int):
+        return sorted(_cut(ranges, a, a + n) + [(a, a + n)])
+    return ranges
 
 
 def _cut(ranges: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:

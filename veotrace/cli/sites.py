@@ -17,6 +17,7 @@ def sites_command(
     paths: Annotated[list[Path], typer.Argument(help="One PyTorch memory snapshot (_dump_snapshot), recorded with stacks.")],
     site_filter: Annotated[str | None, typer.Option("--site-filter", help="Regex on a frame's file marking it internal [default: PyTorch, the standard library, C/C++ frames].")] = None,
     site_depth: Annotated[int, typer.Option("--site-depth", help="User frames that name a site (2: a.py:10 f < b.py:20 g).")] = SITES_DEPTH,
+    window: Annotated[str | None, typer.Option("--window", help="Stranded bytes at the end of each window of this length: 100ms, 5m (a bare number is seconds) [default: 5 min, or one that fits a shorter trace].")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Also the free bytes stranded at this time after the first event: 1.5s, 200ms (a bare number is seconds).")] = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
@@ -28,5 +29,5 @@ def sites_command(
     with user_errors():
         from veotrace.runs.sites import sites as run_sites
 
-        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth, at=at), fmt, output, rows=rows, plot=plot,
+        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth, at=at, window=window), fmt, output, rows=rows, plot=plot,
              plot_size=plot_size)

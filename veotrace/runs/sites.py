@@ -41,7 +41,7 @@ class SitesRun(RunResult):
 
 
 def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPTH, at: str | float | None = None,
-          format_hint: str | None = None) -> SitesRun:
+          window: str | float | None = None, format_hint: str | None = None) -> SitesRun:
     """Who allocated what: each device's peaks (allocated, requested, reserved), the end state and the
     free bytes stranded in segments, by allocation site (first frame outside PyTorch and Python), and
     the phases from the snapshot's record_function annotations.
@@ -52,6 +52,8 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
             library, C/C++ frames).
         site_depth: user frames that name a site (2: ``a.py:10 f < b.py:20 g``).
         at: also the free bytes stranded at this time after the first event (``"1.5s"``, seconds).
+        window: the stranded bytes at the end of each window of this length (default: the one window
+            rule of every timed analysis, ``timescale.fit_window``).
 
     Raises:
         UsageError: bad options. VeotraceError: not a snapshot, or unreadable.
@@ -83,6 +85,29 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     if at_s is not None and not snap.has_time:
         raise UsageError(f"--at needs times, and {snaps[0]} records no time_us",
                          hint="Leave out --at: the end state's stranded bytes are shown without it")
-    result = attribute(snap, SiteRule(site_filter or DEFAULT_INTERNAL, site_depth), at_s=at_s)
-    return SitesRun(result, [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])],
-                    common.input_files(paths))
+    window_s, why = common.seconds(window, "--window"), None
+    if window_s is None and snap.has_time:
+        window_s, why = _window(snap)
+    result = attribute(snap, SiteRule(site_filter or DEFAULT_INTERNAL, site_depth), at_s=at_s, window_s=window_s)
+    notes = [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])]
+    if why is not None:
+        from veotrace.analysis.timescale import window_note
+
+        notes.append(window_note(window_s, why))
+    result.params["window_choice"] = {"auto": why is not None, "reason": why}
+    return SitesRun(result, notes, common.input_files(paths))
+
+
+def _window(snap) -> tuple[float, str | None]:
+    """The stranded-bytes windows of a timed snapshot: the one window rule over its trace's times."""
+    import numpy as np
+
+    from veotrace.analysis import timescale
+    from veotrace.defaults import FRAGMENTATION_WINDOW_S
+
+    ts = np.array([e["time_us"] for t in snap.device_traces for e in t if isinstance(e.get("time_us"), int)],
+                  dtype=np.int64) * 1000
+    if not ts.size:
+        return FRAGMENTATION_WINDOW_S, None
+    w, why = timescale.fit_window(int(ts.min()), int(ts.max()), FRAGMENTATION_WINDOW_S, lambda: ts, ts.size)
+    return (w / timescale.NS_PER_S if w else FRAGMENTATION_WINDOW_S), why
