@@ -209,19 +209,28 @@ class RequestBuilder:
     def _resolve(self, found, device, is_alloc, row_req) -> None:
         """Name the op of each segment row and give it the request index of the next alloc of its device."""
         alloc_rows = np.flatnonzero(is_alloc)
-        firsts = {}
-        if self.pending and len(alloc_rows):
-            d_of = device[alloc_rows]
-            for d in list(self.pending):
-                hit = np.flatnonzero(d_of == d)
-                if len(hit):
-                    for entry in self.pending.pop(d):
-                        entry[1] = int(row_req[alloc_rows[hit[0]]])
+        if not (found or self.pending):
+            return
+        # the alloc rows grouped by device (one stable sort, rows ascending within a device), so each
+        # lookup is a bisection, not a pass over the batch per device
+        d_of = np.asarray(device)[alloc_rows]
+        order = np.argsort(d_of, kind="stable")
+        ds, rows = d_of[order], alloc_rows[order]
+        starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]]) if len(ds) else np.zeros(0, np.int64)
+        span = dict(zip(ds[starts].tolist(), zip(starts.tolist(), np.r_[starts[1:], len(ds)].tolist())))
+        empty = alloc_rows[:0]
+
+        def allocs_of(d: int) -> np.ndarray:
+            i, j = span.get(d, (0, 0))
+            return rows[i:j] if j > i else empty
+
+        for d in [d for d in self.pending if d in span]:
+            first = allocs_of(d)[0]
+            for entry in self.pending.pop(d):
+                entry[1] = int(row_req[first])
         for row, entry in found:
             d = entry[0]
-            if d not in firsts:
-                firsts[d] = alloc_rows[device[alloc_rows] == d]
-            later = firsts[d]
+            later = allocs_of(d)
             i = int(np.searchsorted(later, row))
             if i < len(later):
                 entry[1] = int(row_req[later[i]])

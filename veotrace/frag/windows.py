@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.frag import metrics as M
-from veotrace.frag.decode import decode, latency_values
+from veotrace.frag.decode import by_device, decode, latency_values
 from veotrace.frag.layout import Layout
 from veotrace.frag.match import match_batch
 from veotrace.frag.rows import _STATE_COLUMNS, bin_label, finish_row
@@ -113,10 +113,8 @@ class Replay:
         if self.latency_col is not None and self.latency_col in batch.schema.names:
             lat = latency_values(batch.column(self.latency_col), self.latency_col)
         cols = (code, addr, size, block, ts, k, lat)
-        devices = np.unique(dev) if dev.min() != dev.max() else dev[:1]
-        for d in devices.tolist():
-            sel = cols if devices.size == 1 else tuple(None if c is None else c[dev == d] for c in cols)
-            self._feed_device(int(d), *sel)
+        for d, sel in by_device(dev, cols):
+            self._feed_device(d, *sel)
 
     def _any_state(self) -> DeviceState:
         return self.states.setdefault(min(self.states) if self.states else 0, DeviceState())
