@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, REQ_RELEASE, REQ_SEED, Requests
 
 
@@ -12,8 +14,10 @@ def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16)
     its ``offset`` on, e.g. :meth:`veotrace.allocators.stream.RequestStream.chunks`), served in order.
     ``policy_for_device(device)`` makes a fresh policy (with ``malloc``, ``free``, ``rec`` and optionally
     ``release_cached_blocks``, ``arm_release`` and ``seeded(address)``) when its device first appears;
-    they are stored in ``policies``. Policies with ``run_chunk(req, device, start, end)`` (the compiled
-    torch core) serve a chunk per call. The pauses let a caller drain the recorder while the replay runs,
+    they are stored in ``policies``. Policies with ``run_chunk(req, device, start, end)`` and
+    ``run_rows(req, rows, lo, hi)`` (the compiled torch core) serve a chunk per call, or with several
+    devices, each device its own requests of the chunk (grouped by one sort, so the cost is the
+    requests', not devices x requests). The pauses let a caller drain the recorder while the replay runs,
     so memory stays bounded by the live set. Yields the chunk being served (requests up to the pause done).
     """
     whole = isinstance(req, Requests)
@@ -29,13 +33,28 @@ def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16)
         compiled = all(hasattr(p, "run_chunk") for p in policies.values())
         for start in range(off, n, chunk):
             end = min(start + chunk, n)
-            if compiled:  # compiled cores serve whole chunks
-                several = len(policies) > 1
-                for d, pol in policies.items():
-                    pol.run_chunk(part, d if several else None, start, end)
+            if compiled and len(policies) == 1:  # compiled cores serve whole chunks
+                next(iter(policies.values())).run_chunk(part, None, start, end)
+            elif compiled:
+                _serve_compiled(policies, part, start, end)
             else:
                 _serve(policies, handles, part, start, end)
             yield part
+
+
+def _serve_compiled(policies: dict, part: Requests, start: int, end: int) -> None:
+    """Requests ``start..end-1`` on compiled cores of several devices: each device's requests, grouped by
+    one stable sort of the chunk, in request order (a request touches one device only, so serving the
+    devices one after the other gives each core the requests it would see in a shared loop)."""
+    off = part.offset
+    dev = np.frombuffer(part.device, np.int64)[start - off:end - off]
+    order = np.argsort(dev, kind="stable")
+    rows = order.astype(np.int64) + (start - off)
+    ds = dev[order]
+    cuts = np.flatnonzero(ds[1:] != ds[:-1]) + 1
+    bounds = np.r_[0, cuts, ds.size].tolist()
+    for d, lo, hi in zip(ds[np.r_[0, cuts]].tolist() if ds.size else [], bounds[:-1], bounds[1:]):
+        policies[d].run_rows(part, rows, lo, hi)
 
 
 def _serve(policies: dict, handles: dict, part: Requests, start: int, end: int) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.allocators import replay as rp
-from veotrace.allocators.base import EV_NAMES, AddressSpace, PolicyCounters, Recorder
+from veotrace.allocators.base import EV_NAMES, EV_OOM, AddressSpace, PolicyCounters, Recorder
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.policies import POLICIES
 from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, Requests
@@ -96,14 +96,18 @@ def events_batch(ev: np.ndarray, req: Requests, name: str, clock: np.ndarray, se
     }, schema=EVENTS_SCHEMA)
 
 
-def _oom_context(models: dict, part: Requests, found: dict) -> None:
-    """Remember where each model's first OOM happened while its request is at hand (a chunk of a stream)."""
-    for m in models.values():
-        oom = m.c.first_oom
-        j = oom["request"] - part.offset if oom is not None else -1
-        if 0 <= j < len(part) and oom["request"] not in found:
-            found[oom["request"]] = {"device": part.device[j], "source_row": part.seq[j],
-                                     "ts_ns": None if part.ts_ns[j] == NO_TIME else part.ts_ns[j]}
+def _oom_context(ev: np.ndarray, part: Requests, found: dict, seen: set) -> None:
+    """Remember where each device's first OOM happened while its request is at hand (a chunk of a stream).
+
+    Read from the drained events (each OOM is an ``oom`` event naming its request), not by asking every
+    device's model: the cost is the chunk's, not the number of devices."""
+    hits = ev[ev[:, 1] == EV_OOM, 0] if len(ev) else ev[:0, 0]
+    for r in hits.tolist():
+        j = r - part.offset
+        if 0 <= j < len(part) and part.device[j] not in seen:  # ``seen``: devices whose first OOM is found
+            seen.add(part.device[j])
+            found[r] = {"device": part.device[j], "source_row": part.seq[j],
+                        "ts_ns": None if part.ts_ns[j] == NO_TIME else part.ts_ns[j]}
 
 
 def _policy_row(name: str, counters: PolicyCounters, oom_at: dict, frag, extra: dict) -> dict:
@@ -186,8 +190,9 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
             return make_policy(name, d, req, rec, conf=conf, capacity=capacity, seed=seed, tiers=tiers, core=core)
 
         oom_at: dict = {}
+        oom_seen: set = set()
 
-        def stream(name=name, rec=rec, models=models, make=make, oom_at=oom_at):
+        def stream(name=name, rec=rec, models=models, make=make, oom_at=oom_at, oom_seen=oom_seen):
             seq0 = 0
             for part in rp.iter_replay(make, req.chunks() if streamed else req, models):
                 ev = rec.drain()
@@ -195,7 +200,7 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
                     batch = events_batch(ev, part, name, req.clock(part) if streamed else clock, seq0)
                     seq0 += batch.num_rows
                     yield batch
-                _oom_context(models, part, oom_at)
+                _oom_context(ev, part, oom_at, oom_seen)
 
         frag = fragmentation_series(stream(), window_s=window_ns / 1e9)
         total = PolicyCounters()
