@@ -83,6 +83,11 @@ SIMULATE_HOLD_REQUESTS = 1 << 20  # a log of up to this many requests (64 B each
 
 # replays (fragmentation, simulate): the largest block accepted, so that their int64 sums stay exact
 MAX_BLOCK_BYTES = 1 << 44  # 16 TiB; 2**19 such blocks live at once still sum below 2**63
+# Distinct devices a replay accepts (fragmentation, simulate, the report's sections): each device has an
+# allocator state of its own, replayed apart (about 1 ms each per pass), so more is refused with one Error.
+# A node has at most 16 GPUs; a log that merges every rank of a job may have a few hundred.
+MAX_DEVICES = 1024
+PLOT_MAX_DEVICES = 8  # lines drawn per series in the fragmentation and simulate figures (the largest devices)
 
 # the HTML report (veotrace report)
 REPORT_MAX_ROWS = 30  # rows of a section's key table shown before "first N of M rows"

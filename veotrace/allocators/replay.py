@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, REQ_RELEASE, REQ_SEED, Requests
+from veotrace.replay_limits import check_devices
 
 
 def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16):
@@ -22,12 +23,14 @@ def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16)
     """
     whole = isinstance(req, Requests)
     if whole:
+        check_devices(len(req.devices))
         for d in req.devices:
             policies[d] = policy_for_device(d)
     handles: dict[int, object] = {}
     for part in ([req] if whole else req):
         for d in part.devices:
             if d not in policies:
+                check_devices(len(policies) + 1)
                 policies[d] = policy_for_device(d)
         off, n = part.offset, part.offset + len(part)
         compiled = all(hasattr(p, "run_chunk") for p in policies.values())

@@ -21,6 +21,7 @@ from veotrace.frag.state import (
     DeviceState,
     ReplayCounters,
 )
+from veotrace.replay_limits import check_devices
 
 
 @dataclass
@@ -61,7 +62,10 @@ def boundary_pass(batches, *, round_bytes: int, time_windows: bool) -> Boundary:
         row = out.rows + np.arange(n, dtype=np.int64)
         out.rows += n
         for d, sel in by_device(dev, (code, addr, size, block, ts, row)):
-            _device(out.devices.setdefault(d, DevBoundary()), *sel, time_windows)
+            if d not in out.devices:
+                check_devices(len(out.devices) + 1)
+                out.devices[d] = DevBoundary()
+            _device(out.devices[d], *sel, time_windows)
     return out
 
 

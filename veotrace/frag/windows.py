@@ -29,6 +29,7 @@ from veotrace.frag.state import (
     OP_SEG_MAP,
     DeviceState,
 )
+from veotrace.replay_limits import check_devices
 
 #: Refuse to materialise more window rows than this (a unit mistake, e.g. a tiny --window).
 MAX_WINDOWS = 5_000_000
@@ -68,6 +69,7 @@ class Replay:
                  max_gap: int, threshold: float, bins, layout: Layout, at_ns: int | None,
                  latency_col: str | None = None) -> None:
         self.window_ns, self.window_events = window_ns, window_events
+        check_devices(len(initial or {}))
         self.states: dict[int, DeviceState] = {d: s.copy() for d, s in (initial or {}).items()}
         for d, s in (initial or {}).items():
             self.states[d].counters = s.counters
@@ -120,7 +122,10 @@ class Replay:
         return self.states.setdefault(min(self.states) if self.states else 0, DeviceState())
 
     def _feed_device(self, d, code, addr, size, block, ts, k, lat=None) -> None:
-        st = self.states.setdefault(d, DeviceState())
+        st = self.states.get(d)
+        if st is None:
+            check_devices(len(self.states) + 1)
+            st = self.states[d] = DeviceState()
         if self.window_events is None:
             if ts.size > 1 and (np.diff(ts) < 0).any():
                 order = np.argsort(ts, kind="stable")
