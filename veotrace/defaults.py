@@ -88,6 +88,7 @@ MAX_BLOCK_BYTES = 1 << 44  # 16 TiB; 2**19 such blocks live at once still sum be
 # A node has at most 16 GPUs; a log that merges every rank of a job may have a few hundred.
 MAX_DEVICES = 1024
 PLOT_MAX_DEVICES = 8  # lines drawn per series in the fragmentation and simulate figures (the largest devices)
+TABLE_DEVICE_COLUMNS = 8  # simulate's peak per device: a column per device up to this many, else a row per device (--rows)
 
 # the HTML report (veotrace report)
 REPORT_MAX_ROWS = 30  # rows of a section's key table shown before "first N of M rows"
