@@ -79,6 +79,9 @@ BANKS_WARP = 32
 # simulate (veotrace/allocators)
 SIMULATE_MAX_UNKNOWN_FREES = 0.05  # share of frees naming no live allocation (ignored, counted) before refusing
 SIMULATE_AUTO_WINDOWS = 50  # without --window / --window-requests, the trace is cut into about this many windows
+# ... fewer with many devices, so that devices x windows (the rows of each policy's window table, each the
+# state of one device at a window's end) stays under this: 50 windows up to 40 devices, 2 for 1,024
+SIMULATE_AUTO_WINDOW_ROWS = 2000
 SIMULATE_HOLD_REQUESTS = 1 << 20  # a log of up to this many requests (64 B each: 64 MiB) is held between passes, longer ones read again
 
 # replays (fragmentation, simulate): the largest block accepted, so that their int64 sums stay exact

@@ -21,7 +21,7 @@ from veotrace.allocators.policies import POLICIES
 from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.stream import RequestStream
-from veotrace.defaults import SIMULATE_AUTO_WINDOWS
+from veotrace.defaults import SIMULATE_AUTO_WINDOW_ROWS, SIMULATE_AUTO_WINDOWS
 from veotrace.errors import UsageError
 from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.simulate import SIMULATE_WINDOWS, WINDOW_COLUMNS
@@ -173,11 +173,16 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
         raise UsageError("--window needs timestamps, and this trace has none", hint="Use --window-requests N")
     if has_time and window_requests is not None:
         raise UsageError("--window-requests is for traces without timestamps", hint="Use --window DURATION")
-    if has_time:
-        window_ns = round(window_s * 1e9) if window_s else max(span // AUTO_WINDOWS, 1_000_000)
-    else:
-        window_ns = window_requests or max(-(-len(req) // AUTO_WINDOWS), 1)
     rows, wins, notes = [], [], list(req.notes)
+    auto = max(1, min(AUTO_WINDOWS, SIMULATE_AUTO_WINDOW_ROWS // max(len(req.devices), 1)))
+    if auto < AUTO_WINDOWS and not (window_s or window_requests):
+        notes.append(f"{len(req.devices):,} devices: the trace is cut into about {auto} windows instead of "
+                     f"{AUTO_WINDOWS}, so each policy's window table stays near {SIMULATE_AUTO_WINDOW_ROWS:,} rows "
+                     "(--window or --window-requests sets the windows)")
+    if has_time:
+        window_ns = round(window_s * 1e9) if window_s else max(span // auto, 1_000_000)
+    else:
+        window_ns = window_requests or max(-(-len(req) // auto), 1)
     core, core_why = choose_core(conf, capacity, torch_core)
     for name in policies:
         if name.startswith("tiered") and not has_time:
