@@ -72,6 +72,10 @@ FRAGMENTATION_THRESHOLD = 0.65  # TF BFC / XProf: fragmented when the largest fr
 FRAGMENTATION_MAX_GAP_BYTES = 2 << 20  # without segments, gaps under 2 MiB are free space inside one range
 FRAGMENTATION_ZONE_BYTES = 2 << 20  # hot zones: 2 MiB, the large-page / large-segment granularity
 FRAGMENTATION_BINS = ((8 << 10, 32 << 10), (64 << 10, 128 << 10), (256 << 10, None))  # [lo, hi] bytes; None = open
+# Rows of a replay's window table (each device's windows from its first event to its last, empty ones
+# included; for simulate, per policy), past which the replay is refused: a row and its bins take ~2.5 KB
+# through the JSON output, so 200,000 rows (~30 s of windows x devices) stay near 1 GiB.
+FRAGMENTATION_MAX_WINDOW_ROWS = 200_000
 BANKS_COUNT = 32
 BANKS_BANK_BYTES = 4
 BANKS_WARP = 32

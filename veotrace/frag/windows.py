@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from veotrace.defaults import FRAGMENTATION_MAX_WINDOW_ROWS
 from veotrace.frag import metrics as M
 from veotrace.frag.decode import by_device, decode, latency_values
 from veotrace.frag.layout import Layout
@@ -31,16 +32,17 @@ from veotrace.frag.state import (
 )
 from veotrace.replay_limits import check_devices
 
-#: Refuse to materialise more window rows than this (a unit mistake, e.g. a tiny --window).
-MAX_WINDOWS = 5_000_000
+#: Refuse to materialise more window rows than this (windows x devices; a unit mistake, a tiny --window,
+#: or events far apart in time, whose empty windows in between each get a row).
+MAX_WINDOWS = FRAGMENTATION_MAX_WINDOW_ROWS
 
 
 def too_many_windows() -> Exception:
     """The error for a replay past MAX_WINDOWS rows (one process, or the pieces' rows joined)."""
     from veotrace.errors import AnalysisError
 
-    return AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows",
-                         hint="Use a longer --window, or check --time-unit")
+    return AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows (counted per device)",
+                         hint="Use a longer --window, or check --time-unit and the timestamps")
 
 
 @dataclass
