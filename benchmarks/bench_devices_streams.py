@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # veotrace.defaults only (it imports nothing); the inputs are written by children
 
 POLICIES = ("torch", "ideal", "tiered", "tiered-oracle", "reuse", "bestfit", "firstfit")
 
@@ -72,38 +72,59 @@ def run(path: Path, args: list[str], *, pythonpath: str, timeout: float, out: Pa
     return secs, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
 
 
+# Writes one input in a child process: this process stays small (no numpy, no pyarrow), because Linux
+# reports a child's peak RSS as at least its parent's at the fork.
+WRITE = """
+import sys
+from pathlib import Path
+from veotrace.synth import spread
+kind, n, extra, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+if kind == "snapshot":
+    spread.write_snapshot(spread.device_snapshot(n)[0], path)
+elif kind == "devices":
+    spread.write_csv(spread.device_log(n, devices=extra or None), path)
+else:
+    spread.write_csv(spread.stream_log(n, streams=extra or None), path)
+"""
+
+
+def write(kind: str, n: int, extra: int, path: Path) -> Path:
+    """The input ``kind`` (devices: ``n`` rows over ``extra`` devices; streams: ``n`` rows over ``extra``
+    streams; 0: one per row; snapshot: ``n`` devices) at ``path``."""
+    subprocess.run([sys.executable, "-c", WRITE, kind, str(n), str(extra), str(path)], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+    return path
+
+
 def inputs(sweep: str, quick: bool, folder: Path) -> list[tuple[str, str, int, Path]]:
     """(sweep name, point label, swept quantity, file) of one sweep, written under ``folder``."""
-    from veotrace.defaults import MAX_DEVICES
-    from veotrace.synth import spread
+    from veotrace.defaults import MAX_DEVICES  # imports nothing
 
     files = []
-
-    def csv(name: str, log) -> Path:
-        return spread.write_csv(log, folder / f"{name}.csv")
-
     if sweep == "devices":
         events = 20_000 if quick else 100_000
         for d in ((16, 128, 1024) if quick else (16, 128, MAX_DEVICES)):
-            files.append((f"devices, {events:,} events fixed", f"D={d}", d, csv(f"dev_fixed_{d}", spread.device_log(events, devices=d))))
+            files.append((f"devices, {events:,} events fixed", f"D={d}", d,
+                          write("devices", events, d, folder / f"dev_fixed_{d}.csv")))
         for d in ((100, 1000, 10_000) if quick else (100, 1000, 10_000, 100_000)):
-            files.append(("devices, a device per row", f"D={d}", d, csv(f"dev_row_{d}", spread.device_log(d))))
+            files.append(("devices, a device per row", f"D={d}", d, write("devices", d, 0, folder / f"dev_row_{d}.csv")))
     elif sweep == "streams":
         rows = 20_000 if quick else 200_000
         for s in (1000, 10_000) if quick else (1000, 10_000, 100_000):
-            files.append((f"streams, {rows:,} rows fixed", f"S={s}", s, csv(f"str_fixed_{s}", spread.stream_log(rows, streams=s))))
+            files.append((f"streams, {rows:,} rows fixed", f"S={s}", s,
+                          write("streams", rows, s, folder / f"str_fixed_{s}.csv")))
         for s in (2000, 20_000) if quick else (2000, 20_000, 200_000):
-            files.append(("streams, a stream per row", f"S={s}", s, csv(f"str_row_{s}", spread.stream_log(s))))
+            files.append(("streams, a stream per row", f"S={s}", s, write("streams", s, 0, folder / f"str_row_{s}.csv")))
     elif sweep == "snapshot":
         for d in (100, 1000) if quick else (100, 1000, 5000):
-            snap, _ = spread.device_snapshot(d)
-            files.append(("snapshot, devices", f"D={d}", d, spread.write_snapshot(snap, folder / f"snap_{d}.pickle")))
+            files.append(("snapshot, devices", f"D={d}", d, write("snapshot", d, 0, folder / f"snap_{d}.pickle")))
     elif sweep == "repro":
-        files.append(("issue 25 reproducers", "100k rows, a device each", 100_000, csv("repro_devices", spread.device_log(100_000))))
-        snap, _ = spread.device_snapshot(5000)
+        files.append(("issue 25 reproducers", "100k rows, a device each", 100_000,
+                      write("devices", 100_000, 0, folder / "repro_devices.csv")))
         files.append(("issue 25 reproducers", "snapshot of 5,000 devices", 5000,
-                      spread.write_snapshot(snap, folder / "repro_snapshot.pickle")))
-        files.append(("issue 25 reproducers", "200k rows, a stream each", 200_000, csv("repro_streams", spread.stream_log(200_000))))
+                      write("snapshot", 5000, 0, folder / "repro_snapshot.pickle")))
+        files.append(("issue 25 reproducers", "200k rows, a stream each", 200_000,
+                      write("streams", 200_000, 0, folder / "repro_streams.csv")))
     return files
 
 
