@@ -135,6 +135,30 @@ def test_a_segment_event_costs_a_bisection_not_a_pass_over_the_segments(monkeypa
     assert reads[0] <= 2 * segments * (np.log2(segments) + 2)
 
 
+@pytest.mark.parametrize("streams", [200, 800])
+def test_segment_zones_place_rows_without_a_pass_over_the_segments_per_event(monkeypatch, tmp_path, streams):
+    """--zone-bytes segment on a trace with a segment per stream and a segment event between every two
+    allocations: rows are placed by bisection, not by the segments' arrays rebuilt per segment event."""
+    import veotrace
+    from veotrace.frag.state import DeviceState
+
+    calls = [0]
+    real = DeviceState.segment_arrays
+
+    def counting(self):
+        calls[0] += 1
+        return real(self)
+
+    monkeypatch.setattr(DeviceState, "segment_arrays", counting)
+    path = spread.write_snapshot(spread.stream_snapshot(streams), tmp_path / "streams.pickle")
+    run = veotrace.fragmentation(path, zone_bytes="segment")
+    zones = run.value.zones.to_pylist()
+    assert len(zones) == min(streams, 100)  # the top 100
+    assert all(z["zone_kind"] == "segment" and z["allocs"] == 1 and z["zone_bytes"] == 2 * MiB for z in zones)
+    windows = run.value.summary["windows"]
+    assert calls[0] <= 4 * windows + 8  # the state metrics at each window's end, not one per segment event
+
+
 def test_seeding_every_device_reads_the_seed_once():
     """seed_chains for each of D devices: the seed is indexed by device once, not filtered per device."""
     from veotrace.allocators.conf import TorchConf

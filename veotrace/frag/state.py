@@ -70,6 +70,12 @@ def _start(seg: Segment) -> int:
     return seg.start
 
 
+def segment_at(segments: list, address: int) -> Segment | None:
+    """The segment of a sorted, disjoint list holding ``address``, or None (a bisection)."""
+    i = bisect.bisect_right(segments, address, key=_start) - 1
+    return segments[i] if i >= 0 and address < segments[i].end else None
+
+
 @dataclass
 class DeviceState:
     """State of one device. Addresses are uint64; sizes int64."""

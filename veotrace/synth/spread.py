@@ -6,7 +6,8 @@ cost that grows with devices x events or streams x events shows. Three shapes:
 - ``device_log(rows)``: every row an allocation on a device of its own (no frees);
 - ``stream_log(rows)``: allocation/free pairs, every row on a stream of its own (the free on another
   stream than its alloc, as a block freed by a later stream's kernel);
-- ``device_snapshot(devices)``: a PyTorch snapshot with one short trace and one segment per device.
+- ``device_snapshot(devices)``: a PyTorch snapshot with one short trace and one segment per device;
+- ``stream_snapshot(streams)``: a snapshot of one device with a segment per stream.
 
 Ground truth is computed here from the rows, independently of veotrace's replays: the peak of live
 requested bytes per device (what ``ideal`` reserves) and the sizes, from which a test derives what the
@@ -114,6 +115,25 @@ def device_snapshot(devices: int = 5_000, *, seed: int = 0) -> tuple[dict, dict[
                          "blocks": blocks})
         peaks[dev] = max(a, b)
     return {"segments": segments, "device_traces": traces}, peaks
+
+
+def stream_snapshot(streams: int = 2_000) -> dict:
+    """A snapshot of one device whose trace reserves a 2 MiB segment per stream and allocates 4 KiB in it
+    (segment_alloc, alloc, ...): a segment event between every two allocations, as many segments as
+    streams."""
+    base, t_us = 0x7F00_0000_0000, 1_738_780_408_787_504
+    trace, segments = [], []
+    for i in range(streams):
+        seg = base + i * (4 << 20)
+        for action, addr, size in (("segment_alloc", seg, 2 << 20), ("alloc", seg, 4096)):
+            t_us += 1
+            trace.append({"action": action, "addr": addr, "size": size, "stream": i, "time_us": t_us})
+        blocks = [{"address": seg, "size": 4096, "requested_size": 4096, "state": "active_allocated"},
+                  {"address": seg + 4096, "size": (2 << 20) - 4096, "requested_size": 0, "state": "inactive"}]
+        segments.append({"device": 0, "address": seg, "total_size": 2 << 20, "allocated_size": 4096,
+                         "active_size": 4096, "requested_size": 4096, "stream": i, "segment_type": "small",
+                         "blocks": blocks})
+    return {"segments": segments, "device_traces": [trace]}
 
 
 def write_csv(log: SpreadLog, path: Path) -> Path:
