@@ -27,6 +27,7 @@ from veotrace.allocators.requests import (
     Requests,
     check,
 )
+from veotrace.frag.decode import by_device
 from veotrace.replay_limits import check_block_sizes
 
 #: Row categories of the input (private to the builder; requests.REQ_* are what it makes of them): other (ignored,
@@ -213,24 +214,15 @@ class RequestBuilder:
             return
         # the alloc rows grouped by device (one stable sort, rows ascending within a device), so each
         # lookup is a bisection, not a pass over the batch per device
-        d_of = np.asarray(device)[alloc_rows]
-        order = np.argsort(d_of, kind="stable")
-        ds, rows = d_of[order], alloc_rows[order]
-        starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]]) if len(ds) else np.zeros(0, np.int64)
-        span = dict(zip(ds[starts].tolist(), zip(starts.tolist(), np.r_[starts[1:], len(ds)].tolist())))
+        allocs_of = {d: rows for d, (rows,) in by_device(np.asarray(device)[alloc_rows], (alloc_rows,))}
         empty = alloc_rows[:0]
-
-        def allocs_of(d: int) -> np.ndarray:
-            i, j = span.get(d, (0, 0))
-            return rows[i:j] if j > i else empty
-
-        for d in [d for d in self.pending if d in span]:
-            first = allocs_of(d)[0]
+        for d in [d for d in self.pending if d in allocs_of]:
+            first = allocs_of[d][0]
             for entry in self.pending.pop(d):
                 entry[1] = int(row_req[first])
         for row, entry in found:
             d = entry[0]
-            later = allocs_of(d)
+            later = allocs_of.get(d, empty)
             i = int(np.searchsorted(later, row))
             if i < len(later):
                 entry[1] = int(row_req[later[i]])

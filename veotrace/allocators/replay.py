@@ -47,17 +47,14 @@ def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16)
 
 def _serve_compiled(policies: dict, part: Requests, start: int, end: int) -> None:
     """Requests ``start..end-1`` on compiled cores of several devices: each device's requests, grouped by
-    one stable sort of the chunk, in request order (a request touches one device only, so serving the
-    devices one after the other gives each core the requests it would see in a shared loop)."""
+    one stable sort of the chunk (``frag.decode.by_device``), in request order (a request touches one
+    device only, so serving the devices one after the other gives each core what a shared loop would)."""
+    from veotrace.frag.decode import by_device
+
     off = part.offset
     dev = np.frombuffer(part.device, np.int64)[start - off:end - off]
-    order = np.argsort(dev, kind="stable")
-    rows = order.astype(np.int64) + (start - off)
-    ds = dev[order]
-    cuts = np.flatnonzero(ds[1:] != ds[:-1]) + 1
-    bounds = np.r_[0, cuts, ds.size].tolist()
-    for d, lo, hi in zip(ds[np.r_[0, cuts]].tolist() if ds.size else [], bounds[:-1], bounds[1:]):
-        policies[d].run_rows(part, rows, lo, hi)
+    for d, (rows,) in by_device(dev, (np.arange(start - off, end - off, dtype=np.int64),)):
+        policies[d].run_rows(part, rows, 0, rows.size)
 
 
 def _serve(policies: dict, handles: dict, part: Requests, start: int, end: int) -> None:
