@@ -88,7 +88,7 @@ def random_requests(seed: int, n: int, streams: int, devices: int, releases: boo
 
 @needs_c
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32), n=st.integers(1, 1500), streams=st.integers(1, 3), devices=st.integers(1, 2),
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 1500), streams=st.integers(1, 3), devices=st.integers(1, 5),
        releases=st.booleans(), conf=st.sampled_from(CONFS),
        capacity=st.sampled_from([None, 64 * MiB, 300 * MiB, 1 << 30]))
 def test_random_traces_give_the_same_events_on_both_cores(seed, n, streams, devices, releases, conf, capacity):

@@ -72,6 +72,10 @@ FRAGMENTATION_THRESHOLD = 0.65  # TF BFC / XProf: fragmented when the largest fr
 FRAGMENTATION_MAX_GAP_BYTES = 2 << 20  # without segments, gaps under 2 MiB are free space inside one range
 FRAGMENTATION_ZONE_BYTES = 2 << 20  # hot zones: 2 MiB, the large-page / large-segment granularity
 FRAGMENTATION_BINS = ((8 << 10, 32 << 10), (64 << 10, 128 << 10), (256 << 10, None))  # [lo, hi] bytes; None = open
+# Rows of a replay's window table (each device's windows from its first event to its last, empty ones
+# included; for simulate, per policy), past which the replay is refused: a row and its bins take ~2.5 KB
+# through the JSON output, so 200,000 rows (~30 s of windows x devices) stay near 1 GiB.
+FRAGMENTATION_MAX_WINDOW_ROWS = 200_000
 BANKS_COUNT = 32
 BANKS_BANK_BYTES = 4
 BANKS_WARP = 32
@@ -79,10 +83,19 @@ BANKS_WARP = 32
 # simulate (veotrace/allocators)
 SIMULATE_MAX_UNKNOWN_FREES = 0.05  # share of frees naming no live allocation (ignored, counted) before refusing
 SIMULATE_WINDOW_S = FRAGMENTATION_WINDOW_S  # each policy's fragmentation over time, windowed as fragmentation's
+# ... wider with several devices, so that devices x windows (the rows of each policy's window table, each the
+# state of one device at a window's end) stays under this: 50 windows for 40 devices, 2 for 1,024
+SIMULATE_AUTO_WINDOW_ROWS = 2000
 SIMULATE_HOLD_REQUESTS = 1 << 20  # a log of up to this many requests (64 B each: 64 MiB) is held between passes, longer ones read again
 
 # replays (fragmentation, simulate): the largest block accepted, so that their int64 sums stay exact
 MAX_BLOCK_BYTES = 1 << 44  # 16 TiB; 2**19 such blocks live at once still sum below 2**63
+# Distinct devices a replay accepts (fragmentation, simulate, the report's sections): each device has an
+# allocator state of its own, replayed apart (about 1 ms each per pass), so more is refused with one Error.
+# A node has at most 16 GPUs; a log that merges every rank of a job may have a few hundred.
+MAX_DEVICES = 1024
+PLOT_MAX_DEVICES = 8  # lines drawn per series in the fragmentation and simulate figures (the largest devices)
+TABLE_DEVICE_COLUMNS = 8  # simulate's peak per device: a column per device up to this many, else a row per device (--rows)
 
 # the HTML report (veotrace report)
 REPORT_MAX_ROWS = 30  # rows of a section's key table shown before "first N of M rows"

@@ -1,20 +1,34 @@
-"""The largest block the replays (``fragmentation``, ``simulate``) accept, so their sums stay exact.
+"""The largest block and the most devices the replays (``fragmentation``, ``simulate``) accept.
 
 Both replays add block sizes into int64 running totals (live, allocated, reserved bytes; the
 compiled allocator core rounds sizes up as well), and a size near 2**63 would wrap them silently or
 stop the run with an overflow. No real allocation comes near: 16 TiB is above any GPU's memory and
 any host's pinned or managed allocation; 2**19 such blocks live at once still sum below 2**63.
 ``entropy`` and ``bursts`` only count events and need no bound.
+
+Each device is replayed on its own allocator state (and, in ``simulate``, its own model per policy), so
+a replay's cost has a part per device; past MAX_DEVICES distinct devices (a device column holding
+something else, such as a rank times a stream, or a row number) it is refused as soon as it is seen.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from veotrace.defaults import MAX_BLOCK_BYTES
+from veotrace.defaults import MAX_BLOCK_BYTES, MAX_DEVICES
 from veotrace.errors import AnalysisError
 
-__all__ = ["MAX_BLOCK_BYTES", "check_block_sizes"]
+__all__ = ["MAX_BLOCK_BYTES", "MAX_DEVICES", "check_block_sizes", "check_devices"]
+
+
+def check_devices(n: int) -> None:
+    """Raise when a replay meets its ``n``-th distinct device and ``n`` is past MAX_DEVICES."""
+    if n > MAX_DEVICES:
+        raise AnalysisError(f"the trace has more than {MAX_DEVICES:,} devices; each is replayed on its own "
+                            "allocator state, so the replays stop there", field="device",
+                            hint="Check the device column (a GPU index: a node has at most 16); for a log that "
+                                 "merges many ranks, split it by device; 'veotrace entropy' and 'veotrace bursts' "
+                                 "need no replay")
 
 
 def check_block_sizes(size: np.ndarray, batch=None, column: str = "size_bytes") -> None:

@@ -123,7 +123,7 @@ static inline size_t slot_of(int64_t key, size_t cap)
 
 static int map_grow(HandleMap *m)
 {
-    size_t cap = m->cap ? m->cap * 2 : 1024;
+    size_t cap = m->cap ? m->cap * 2 : 16; /* small first: a trace may have a device per request */
     int64_t *keys = PyMem_Malloc(cap * sizeof(int64_t));
     Block **vals = PyMem_Malloc(cap * sizeof(Block *));
     if (!keys || !vals) {
@@ -185,7 +185,10 @@ static Block *map_pop(HandleMap *m, int64_t key)
 
 /* ---- the allocator of one device ---------------------------------------------------------------- */
 
+/* Blocks come from slabs of 16, 32, ... up to SLAB blocks: a device that holds a few blocks costs a few
+ * hundred bytes, not a full slab (a trace with a device per request makes one core per request). */
 #define SLAB 4096
+#define FIRST_SLAB 16
 
 typedef struct {
     PyObject_HEAD
@@ -215,7 +218,9 @@ typedef struct {
 static Block *new_block(Core *c, int64_t size, int64_t addr, int64_t stream, int is_small)
 {
     if (!c->spare) {
-        Block *slab = PyMem_Malloc(SLAB * sizeof(Block));
+        size_t n = c->n_slabs >= 8 ? SLAB : (size_t)FIRST_SLAB << c->n_slabs;
+        if (n > SLAB) n = SLAB;
+        Block *slab = PyMem_Malloc(n * sizeof(Block));
         Block **slabs = PyMem_Realloc(c->slabs, (c->n_slabs + 1) * sizeof(Block *));
         if (!slab || !slabs) {
             PyMem_Free(slab);
@@ -225,7 +230,7 @@ static Block *new_block(Core *c, int64_t size, int64_t addr, int64_t stream, int
         }
         c->slabs = slabs;
         c->slabs[c->n_slabs++] = slab;
-        for (int i = 0; i < SLAB; i++) {
+        for (size_t i = 0; i < n; i++) {
             slab[i].next = c->spare;
             c->spare = &slab[i];
         }
@@ -248,7 +253,7 @@ static inline void drop_block(Core *c, Block *b)
 static int emit(Core *c, int op, int64_t addr, int64_t size, int64_t stream, int64_t block)
 {
     if (c->n_ev + 6 > c->cap_ev) {
-        size_t cap = c->cap_ev ? c->cap_ev * 2 : 6 * 4096;
+        size_t cap = c->cap_ev ? c->cap_ev * 2 : 6 * 16; /* doubles: small for a device with few events */
         int64_t *ev = PyMem_Realloc(c->ev, cap * sizeof(int64_t));
         if (!ev) {
             PyErr_NoMemory();
@@ -599,6 +604,58 @@ static int get_q(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *name)
     return 0;
 }
 
+/* One request: request i, at position j of the arrays. 0, or -1 with an exception set. */
+static int serve_one(Core *c, Py_ssize_t i, Py_ssize_t j, const int64_t *kind, const int64_t *size,
+                     const int64_t *stream, const int64_t *pair, const int64_t *addr)
+{
+    c->req = i;
+    int64_t k = kind[j];
+    if (k == R_MALLOC || k == R_SEED) {
+        /* a SEED request takes its seeded block (seeded()), else it is a malloc */
+        Block *b = k == R_SEED && addr ? map_pop(&c->seeded, addr[j]) : NULL;
+        if (!b) b = core_malloc(c, size[j], stream[j]);
+        if (!b || map_put(&c->handles, i, b) < 0) return -1;
+    } else if (k == R_FREE) {
+        Block *b = map_pop(&c->handles, pair[j]);
+        if (!b) {
+            PyErr_Format(PyExc_KeyError, "request %zd frees request %lld, which holds no block", i,
+                         (long long)pair[j]);
+            return -1;
+        }
+        if (core_free(c, b) < 0) return -1;
+    } else if (k == R_RELEASE) {
+        if (size[j]) {
+            c->armed = 1; /* an OOM retry inside PyTorch's malloc: release if no cached block fits */
+        } else if (release_cached_blocks(c) < 0) { /* empty_cache() */
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* run and run_rows: the request arrays (kind, size, stream, pair, device, addr; device and addr optional,
+ * Py_None) as buffers of at least n 8-byte integers. Returns how many were got (all 6 on success). */
+static int get_arrays(PyObject **o, Py_buffer *v, int *has, Py_ssize_t n)
+{
+    static const char *names[] = {"kind", "size", "stream", "pair", "device", "addr"};
+    int got = 0;
+    for (; got < 6; got++) {
+        has[got] = got < 4 || o[got] != Py_None;
+        if (!has[got]) {
+            v[got].obj = NULL;
+            continue;
+        }
+        if (get_q(o[got], &v[got], n, names[got]) < 0) break;
+    }
+    return got;
+}
+
+static void release_arrays(Py_buffer *v, const int *has, int got)
+{
+    for (int i = 0; i < got; i++)
+        if (has[i]) PyBuffer_Release(&v[i]);
+}
+
 static PyObject *Core_run(Core *c, PyObject *args)
 {
     PyObject *o[6];
@@ -612,51 +669,68 @@ static PyObject *Core_run(Core *c, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "run: need offset <= start <= end");
         return NULL;
     }
-    static const char *names[] = {"kind", "size", "stream", "pair", "device", "addr"};
     Py_buffer v[6];
-    int got = 0, has[6] = {1, 1, 1, 1, o[4] != Py_None, o[5] != Py_None};
-    PyObject *result = NULL;
-    for (; got < 6; got++) {
-        if (!has[got]) {
-            v[got].obj = NULL;
-            continue;
-        }
-        if (get_q(o[got], &v[got], end - offset, names[got]) < 0) goto done;
+    int has[6];
+    int got = get_arrays(o, v, has, end - offset);
+    if (got < 6) {
+        release_arrays(v, has, got);
+        return NULL;
     }
-    {
-        /* the arrays hold requests offset..: request i is at j = i - offset */
-        const int64_t *kind = v[0].buf, *size = v[1].buf, *stream = v[2].buf, *pair = v[3].buf;
-        const int64_t *device = has[4] ? v[4].buf : NULL, *addr = has[5] ? v[5].buf : NULL;
-        for (Py_ssize_t i = start, j = start - offset; i < end; i++, j++) {
-            if (device && device[j] != dev) continue;
-            c->req = i;
-            int64_t k = kind[j];
-            if (k == R_MALLOC || k == R_SEED) {
-                /* a SEED request takes its seeded block (seeded()), else it is a malloc */
-                Block *b = k == R_SEED && addr ? map_pop(&c->seeded, addr[j]) : NULL;
-                if (!b) b = core_malloc(c, size[j], stream[j]);
-                if (!b || map_put(&c->handles, i, b) < 0) goto done;
-            } else if (k == R_FREE) {
-                Block *b = map_pop(&c->handles, pair[j]);
-                if (!b) {
-                    PyErr_Format(PyExc_KeyError, "request %zd frees request %lld, which holds no block", i,
-                                 (long long)pair[j]);
-                    goto done;
-                }
-                if (core_free(c, b) < 0) goto done;
-            } else if (k == R_RELEASE) {
-                if (size[j]) {
-                    c->armed = 1; /* an OOM retry inside PyTorch's malloc: release if no cached block fits */
-                } else if (release_cached_blocks(c) < 0) { /* empty_cache() */
-                    goto done;
-                }
-            }
-        }
+    /* the arrays hold requests offset..: request i is at j = i - offset */
+    const int64_t *kind = v[0].buf, *size = v[1].buf, *stream = v[2].buf, *pair = v[3].buf;
+    const int64_t *device = has[4] ? v[4].buf : NULL, *addr = has[5] ? v[5].buf : NULL;
+    PyObject *result = NULL;
+    for (Py_ssize_t i = start, j = start - offset; i < end; i++, j++) {
+        if (device && device[j] != dev) continue;
+        if (serve_one(c, i, j, kind, size, stream, pair, addr) < 0) goto done;
     }
     result = Py_NewRef(Py_None);
 done:
-    for (int i = 0; i < got; i++)
-        if (has[i]) PyBuffer_Release(&v[i]);
+    release_arrays(v, has, got);
+    return result;
+}
+
+/* Only the requests at the given positions: the replay groups a chunk by device once, so each device's
+ * core serves its own requests instead of scanning the chunk (O(devices x requests)). */
+static PyObject *Core_run_rows(Core *c, PyObject *args)
+{
+    PyObject *o[6], *rows_obj;
+    Py_ssize_t lo, hi, offset;
+    o[4] = Py_None;
+    o[5] = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOnnn|O", &o[0], &o[1], &o[2], &o[3], &rows_obj, &lo, &hi, &offset, &o[5]))
+        return NULL;
+    Py_buffer rv;
+    if (PyObject_GetBuffer(rows_obj, &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (rv.itemsize != 8 || lo < 0 || hi < lo || rv.len / 8 < hi) {
+        PyBuffer_Release(&rv);
+        PyErr_SetString(PyExc_ValueError, "run_rows: rows must be 8-byte integers and 0 <= lo <= hi <= len(rows)");
+        return NULL;
+    }
+    const int64_t *rows = rv.buf;
+    int64_t top = 0;
+    for (Py_ssize_t t = lo; t < hi; t++) {
+        if (rows[t] < 0 || (t > lo && rows[t] <= rows[t - 1])) {
+            PyBuffer_Release(&rv);
+            PyErr_SetString(PyExc_ValueError, "run_rows: rows must be ascending and not negative");
+            return NULL;
+        }
+        top = rows[t] + 1;
+    }
+    Py_buffer v[6];
+    int has[6];
+    int got = get_arrays(o, v, has, (Py_ssize_t)top);
+    PyObject *result = NULL;
+    if (got == 6) {
+        const int64_t *kind = v[0].buf, *size = v[1].buf, *stream = v[2].buf, *pair = v[3].buf;
+        const int64_t *addr = has[5] ? v[5].buf : NULL;
+        Py_ssize_t t = lo;
+        for (; t < hi; t++)
+            if (serve_one(c, offset + rows[t], rows[t], kind, size, stream, pair, addr) < 0) break;
+        if (t == hi) result = Py_NewRef(Py_None);
+    }
+    release_arrays(v, has, got);
+    PyBuffer_Release(&rv);
     return result;
 }
 
@@ -759,6 +833,9 @@ static PyMethodDef Core_methods[] = {
      "run(kind, size, stream, pair, device, dev, start, end, offset=0): serve requests start..end-1 (those of "
      "device dev when device is not None); arrays of 8-byte integers as in replay.Requests, holding the "
      "requests from offset on; addr (optional) lets SEED requests take their seeded blocks."},
+    {"run_rows", (PyCFunction)Core_run_rows, METH_VARARGS,
+     "run_rows(kind, size, stream, pair, rows, lo, hi, offset, addr=None): serve the requests at positions "
+     "rows[lo:hi] of the arrays (ascending; request offset + position), as run does."},
     {"seed", (PyCFunction)Core_seed, METH_VARARGS,
      "seed(device, chains): the seeded segments of a part-way trace, chains as seed.seed_chains gives them."},
     {"take_events", (PyCFunction)Core_take_events, METH_NOARGS,

@@ -27,6 +27,7 @@ from veotrace.allocators.requests import (
     Requests,
     check,
 )
+from veotrace.frag.decode import by_device
 from veotrace.replay_limits import check_block_sizes
 
 #: Row categories of the input (private to the builder; requests.REQ_* are what it makes of them): other (ignored,
@@ -209,19 +210,19 @@ class RequestBuilder:
     def _resolve(self, found, device, is_alloc, row_req) -> None:
         """Name the op of each segment row and give it the request index of the next alloc of its device."""
         alloc_rows = np.flatnonzero(is_alloc)
-        firsts = {}
-        if self.pending and len(alloc_rows):
-            d_of = device[alloc_rows]
-            for d in list(self.pending):
-                hit = np.flatnonzero(d_of == d)
-                if len(hit):
-                    for entry in self.pending.pop(d):
-                        entry[1] = int(row_req[alloc_rows[hit[0]]])
+        if not (found or self.pending):
+            return
+        # the alloc rows grouped by device (one stable sort, rows ascending within a device), so each
+        # lookup is a bisection, not a pass over the batch per device
+        allocs_of = {d: rows for d, (rows,) in by_device(np.asarray(device)[alloc_rows], (alloc_rows,))}
+        empty = alloc_rows[:0]
+        for d in [d for d in self.pending if d in allocs_of]:
+            first = allocs_of[d][0]
+            for entry in self.pending.pop(d):
+                entry[1] = int(row_req[first])
         for row, entry in found:
             d = entry[0]
-            if d not in firsts:
-                firsts[d] = alloc_rows[device[alloc_rows] == d]
-            later = firsts[d]
+            later = allocs_of.get(d, empty)
             i = int(np.searchsorted(later, row))
             if i < len(later):
                 entry[1] = int(row_req[later[i]])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, REQ_RELEASE, REQ_SEED, Requests
+from veotrace.replay_limits import check_devices
 
 
 def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16):
@@ -12,30 +15,46 @@ def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16)
     its ``offset`` on, e.g. :meth:`veotrace.allocators.stream.RequestStream.chunks`), served in order.
     ``policy_for_device(device)`` makes a fresh policy (with ``malloc``, ``free``, ``rec`` and optionally
     ``release_cached_blocks``, ``arm_release`` and ``seeded(address)``) when its device first appears;
-    they are stored in ``policies``. Policies with ``run_chunk(req, device, start, end)`` (the compiled
-    torch core) serve a chunk per call. The pauses let a caller drain the recorder while the replay runs,
+    they are stored in ``policies``. Policies with ``run_chunk(req, device, start, end)`` and
+    ``run_rows(req, rows, lo, hi)`` (the compiled torch core) serve a chunk per call, or with several
+    devices, each device its own requests of the chunk (grouped by one sort, so the cost is the
+    requests', not devices x requests). The pauses let a caller drain the recorder while the replay runs,
     so memory stays bounded by the live set. Yields the chunk being served (requests up to the pause done).
     """
     whole = isinstance(req, Requests)
     if whole:
+        check_devices(len(req.devices))
         for d in req.devices:
             policies[d] = policy_for_device(d)
     handles: dict[int, object] = {}
     for part in ([req] if whole else req):
         for d in part.devices:
             if d not in policies:
+                check_devices(len(policies) + 1)
                 policies[d] = policy_for_device(d)
         off, n = part.offset, part.offset + len(part)
         compiled = all(hasattr(p, "run_chunk") for p in policies.values())
         for start in range(off, n, chunk):
             end = min(start + chunk, n)
-            if compiled:  # compiled cores serve whole chunks
-                several = len(policies) > 1
-                for d, pol in policies.items():
-                    pol.run_chunk(part, d if several else None, start, end)
+            if compiled and len(policies) == 1:  # compiled cores serve whole chunks
+                next(iter(policies.values())).run_chunk(part, None, start, end)
+            elif compiled:
+                _serve_compiled(policies, part, start, end)
             else:
                 _serve(policies, handles, part, start, end)
             yield part
+
+
+def _serve_compiled(policies: dict, part: Requests, start: int, end: int) -> None:
+    """Requests ``start..end-1`` on compiled cores of several devices: each device's requests, grouped by
+    one stable sort of the chunk (``frag.decode.by_device``), in request order (a request touches one
+    device only, so serving the devices one after the other gives each core what a shared loop would)."""
+    from veotrace.frag.decode import by_device
+
+    off = part.offset
+    dev = np.frombuffer(part.device, np.int64)[start - off:end - off]
+    for d, (rows,) in by_device(dev, (np.arange(start - off, end - off, dtype=np.int64),)):
+        policies[d].run_rows(part, rows, 0, rows.size)
 
 
 def _serve(policies: dict, handles: dict, part: Requests, start: int, end: int) -> None:

@@ -58,6 +58,7 @@ class Requests:
     notes: list[str] = field(default_factory=list)
     #: Index of the first entry: a chunk of a streamed read holds requests offset..offset+len-1.
     offset: int = 0
+    _lifetimes: tuple | None = field(default=None, repr=False, compare=False)  # (length, lifetimes_ns())
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -103,7 +104,11 @@ class Requests:
         return np.arange(self.offset, self.offset + len(self), dtype=np.int64)
 
     def lifetimes_ns(self) -> array:
-        """Per request: for an allocation, ns until its free (-1 never freed); NO_TIME without times."""
+        """Per request: for an allocation, ns until its free (-1 never freed); NO_TIME without times.
+
+        Computed once and kept (each device's ``tiered-oracle`` model asks for the whole trace's)."""
+        if self._lifetimes is not None and self._lifetimes[0] == len(self.kind):
+            return self._lifetimes[1]
         ts, out = self.ts_ns, array("q", [NO_TIME]) * len(self.kind)
         for i, k in enumerate(self.kind):
             if k == REQ_MALLOC or k == REQ_SEED:
@@ -113,6 +118,7 @@ class Requests:
                 j = self.pair[i]
                 if ts[i] != NO_TIME and ts[j] != NO_TIME:
                     out[j] = max(ts[i] - ts[j], 0)
+        self._lifetimes = (len(self.kind), out)
         return out
 
 

@@ -19,6 +19,7 @@ are the allocator's, not the trace's.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,6 +38,22 @@ class Seed:
     live: list[tuple[int, int, int, int, int | None]] = field(default_factory=list)
     segments: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
     expandable: bool = False
+    _by_device: dict | None = field(default=None, repr=False, compare=False)
+
+    def of_device(self, device: int) -> tuple[list, list]:
+        """(segments, live blocks) of ``device``, each in address order; indexed once on the first call
+        (after :func:`rebuild`), so seeding every device costs the seed's size, not devices x size."""
+        if self._by_device is None:
+            index: dict[int, tuple[list, list]] = {}
+            for s in self.segments:
+                index.setdefault(s[0], ([], []))[0].append(s)
+            for s in self.live:
+                index.setdefault(s[0], ([], []))[1].append(s)
+            for segs, live in index.values():
+                segs.sort(key=lambda s: s[1])
+                live.sort(key=lambda s: s[1])
+            self._by_device = index
+        return self._by_device.get(device, ([], []))
 
     @property
     def used(self) -> bool:
@@ -90,15 +107,22 @@ def rebuild(events: pa.Table, segments: pa.Table, blocks: pa.Table) -> Seed:
     for key, (op, size, st) in first_seg.items():
         if op in ("segment_free", "segment_unmap") and not seed.expandable:
             seed.segments.append((key[0], key[1], size, st, size == kSmallBuffer))
+    seed.segments.sort()
+    seg_at = {}  # device -> (segment starts, segments), for the stream of a live block's segment
+    for seg in seed.segments:
+        starts, segs = seg_at.setdefault(seg[0], ([], []))
+        starts.append(seg[1])
+        segs.append(seg)
     for (d, a), (req, st) in live_at_start.items():
         exact = final_blocks.get((d, a))
         block_size = exact["size_bytes"] if exact is not None and exact["state"] == "active_allocated" \
             and (d, a) not in seen_alloc else None
-        if st is None:
-            st = next((s[3] for s in seed.segments if s[0] == d and s[1] <= a < s[1] + s[2]), 0)
+        if st is None:  # the stream of the segment holding it (segments overlap nowhere: checked below)
+            starts, segs = seg_at.get(d, ((), ()))
+            i = bisect_right(starts, a) - 1
+            st = segs[i][3] if i >= 0 and a < segs[i][1] + segs[i][2] else 0
         seed.live.append((d, a, req, st, block_size))
     seed.live.sort()
-    seed.segments.sort()
     for a, b in zip(seed.segments, seed.segments[1:]):  # the models' free lists need disjoint segments
         if a[0] == b[0] and b[1] < a[1] + a[2]:
             raise TraceFormatError(f"the snapshot's segments overlap on device {a[0]}: {a[2]:,} bytes at {a[1]:#x} "
@@ -112,9 +136,10 @@ def seed_chains(seed: Seed, device: int, conf: TorchConf) -> list[tuple[int, int
     size, requested size, allocated) in address order. Live blocks keep their exact size when known, else
     ``round_size`` grown to the next boundary where PyTorch would not split; gaps are free blocks."""
     out = []
-    live = sorted((s for s in seed.live if s[0] == device), key=lambda s: s[1])
-    for _, base, size, stream, is_small in (s for s in seed.segments if s[0] == device):
-        inside = [s for s in live if base <= s[1] < base + size]
+    segments, live = seed.of_device(device)
+    addrs = [s[1] for s in live]
+    for _, base, size, stream, is_small in segments:
+        inside = live[bisect_left(addrs, base):bisect_left(addrs, base + size)]
         chain, pos = [], base
         for k, (_, addr, req, _, exact) in enumerate(inside):
             if addr > pos:

@@ -15,14 +15,14 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.allocators import replay as rp
-from veotrace.allocators.base import EV_NAMES, AddressSpace, PolicyCounters, Recorder
+from veotrace.allocators.base import EV_NAMES, EV_OOM, AddressSpace, PolicyCounters, Recorder
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.policies import POLICIES
 from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.stream import RequestStream
 from veotrace.analysis import timescale
-from veotrace.defaults import SIMULATE_WINDOW_S
+from veotrace.defaults import SIMULATE_AUTO_WINDOW_ROWS, SIMULATE_WINDOW_S
 from veotrace.errors import UsageError
 from veotrace.schemas import ALLOC_EVENTS, repeated
 from veotrace.schemas.simulate import SIMULATE_WINDOWS, WINDOW_COLUMNS
@@ -95,14 +95,18 @@ def events_batch(ev: np.ndarray, req: Requests, name: str, clock: np.ndarray, se
     }, schema=EVENTS_SCHEMA)
 
 
-def _oom_context(models: dict, part: Requests, found: dict) -> None:
-    """Remember where each model's first OOM happened while its request is at hand (a chunk of a stream)."""
-    for m in models.values():
-        oom = m.c.first_oom
-        j = oom["request"] - part.offset if oom is not None else -1
-        if 0 <= j < len(part) and oom["request"] not in found:
-            found[oom["request"]] = {"device": part.device[j], "source_row": part.seq[j],
-                                     "ts_ns": None if part.ts_ns[j] == NO_TIME else part.ts_ns[j]}
+def _oom_context(ev: np.ndarray, part: Requests, found: dict, seen: set) -> None:
+    """Remember where each device's first OOM happened while its request is at hand (a chunk of a stream).
+
+    Read from the drained events (each OOM is an ``oom`` event naming its request), not by asking every
+    device's model: the cost is the chunk's, not the number of devices."""
+    hits = ev[ev[:, 1] == EV_OOM, 0] if len(ev) else ev[:0, 0]
+    for r in hits.tolist():
+        j = r - part.offset
+        if 0 <= j < len(part) and part.device[j] not in seen:  # ``seen``: devices whose first OOM is found
+            seen.add(part.device[j])
+            found[r] = {"device": part.device[j], "source_row": part.seq[j],
+                        "ts_ns": None if part.ts_ns[j] == NO_TIME else part.ts_ns[j]}
 
 
 def _policy_row(name: str, counters: PolicyCounters, oom_at: dict, frag, extra: dict) -> dict:
@@ -188,6 +192,17 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
         if not window_requests:
             choice = {"auto": True, "mode": "requests", "window_requests": window_ns,
                       "reason": "the trace has no timestamps"}
+    n_dev = len(req.devices)
+    if n_dev > 1 and not (window_s or window_requests):  # devices x windows: each a row of every policy's table
+        span = (int(req.t_last) - int(req.t_first) if streamed else int(clock[-1] - clock[0])) + 1 if has_time else len(req)
+        allowed = max(1, SIMULATE_AUTO_WINDOW_ROWS // n_dev)
+        if -(-span // window_ns) > allowed:
+            window_ns = timescale.round_up_window(-(-span // allowed)) if has_time else -(-span // allowed)
+            notes.append(f"{n_dev:,} devices: windows of {timescale.fmt_duration(window_ns / 1e9) if has_time else window_ns}"
+                         f"{'' if has_time else ' requests'}, about {allowed} per device, so each policy's window table "
+                         f"stays near {SIMULATE_AUTO_WINDOW_ROWS:,} rows (--window or --window-requests sets the windows)")
+            choice = {**choice, "auto": True, "devices_cap": allowed,
+                      **({"window_s": window_ns / 1e9} if has_time else {"window_requests": window_ns})}
     core, core_why = choose_core(conf, capacity, torch_core)
     for name in policies:
         if name.startswith("tiered") and not has_time:
@@ -200,8 +215,9 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
             return make_policy(name, d, req, rec, conf=conf, capacity=capacity, seed=seed, tiers=tiers, core=core)
 
         oom_at: dict = {}
+        oom_seen: set = set()
 
-        def stream(name=name, rec=rec, models=models, make=make, oom_at=oom_at):
+        def stream(name=name, rec=rec, models=models, make=make, oom_at=oom_at, oom_seen=oom_seen):
             seq0 = 0
             for part in rp.iter_replay(make, req.chunks() if streamed else req, models):
                 ev = rec.drain()
@@ -209,7 +225,7 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
                     batch = events_batch(ev, part, name, req.clock(part) if streamed else clock, seq0)
                     seq0 += batch.num_rows
                     yield batch
-                _oom_context(models, part, oom_at)
+                _oom_context(ev, part, oom_at, oom_seen)
 
         frag = fragmentation_series(stream(), window_s=window_ns / 1e9)
         total = PolicyCounters()

@@ -16,6 +16,7 @@ import numpy as np
 from veotrace.allocators.builder import RequestBuilder, build_requests
 from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, REQ_RELEASE, Requests
 from veotrace.defaults import SIMULATE_HOLD_REQUESTS as HOLD_REQUESTS
+from veotrace.replay_limits import check_devices
 
 
 class RequestStream:
@@ -48,6 +49,7 @@ class RequestStream:
                     self.t_first = int(ts[0]) if self.t_first is None else self.t_first
                     self.t_last = int(ts[-1])
             devices.update(chunk.devices)
+            check_devices(len(devices))  # before any replay
             self.releases += int(np.count_nonzero(np.frombuffer(chunk.kind, np.int64) == REQ_RELEASE))
         done = builder.finish(max_unknown_frees)
         self.counts, self.notes, self.devices = done.counts, done.notes, sorted(devices)

@@ -51,15 +51,25 @@ def recorder_for(policy: str, core: str, *, record: bool = True):
 class CoreRecorder:
     """The Recorder of compiled-core runs: its events are kept inside each device's core until drained."""
 
-    __slots__ = ("cores", "req")
+    __slots__ = ("cores", "req", "ran", "_ran_ids")
 
     def __init__(self) -> None:
         self.cores: list = []
         self.req = 0
+        self.ran: list = []  # the cores that served or seeded since the last drain, in first-touch order
+        self._ran_ids: set[int] = set()
+
+    def touch(self, core) -> None:
+        """``core`` may hold events: drain reads it (only those: a drain costs the devices that ran, not all)."""
+        if id(core) not in self._ran_ids:
+            self._ran_ids.add(id(core))
+            self.ran.append(core)
 
     def drain(self) -> np.ndarray:
         """Events since the last drain as an (n, 6) int64 array, in request order across devices."""
-        parts = [np.frombuffer(core.take_events(), dtype=np.int64).reshape(-1, 6) for core in self.cores]
+        ran, self.ran = self.ran, []
+        self._ran_ids.clear()
+        parts = [np.frombuffer(core.take_events(), dtype=np.int64).reshape(-1, 6) for core in ran]
         parts = [p for p in parts if len(p)]
         if not parts:
             return np.zeros((0, 6), np.int64)
@@ -67,7 +77,8 @@ class CoreRecorder:
             return parts[0]
         ev = np.concatenate(parts)
         # a request's events all come from one device; the seeding events (request -1 - device) keep the
-        # order of the cores, as the Python models emit them when made
+        # order of the cores (seeded as they are made, so first touched in that order), as the Python
+        # models emit them when made
         r = ev[:, 0]
         return ev[np.argsort(np.where(r < 0, -1, r), kind="stable")]
 
@@ -88,13 +99,20 @@ class CTorchAllocator:
     def run_chunk(self, req, device: int | None, start: int, end: int) -> None:
         """Serve requests ``start..end-1`` (only those of ``device`` unless it is None); ``req`` holds them
         from ``req.offset`` on."""
+        self.rec.touch(self.core)
         self.core.run(req.kind, req.size, req.stream, req.pair, None if device is None else req.device,
                       -1 if device is None else device, start, end, req.offset, req.addr)
+
+    def run_rows(self, req, rows: np.ndarray, lo: int, hi: int) -> None:
+        """Serve the requests at positions ``rows[lo:hi]`` of ``req`` (ascending, all of this device)."""
+        self.rec.touch(self.core)
+        self.core.run_rows(req.kind, req.size, req.stream, req.pair, rows, lo, hi, req.offset, req.addr)
 
     def seed(self, seed, device: int, conf: TorchConf) -> None:
         """The seeded segments and live blocks of a part-way trace (as :func:`seed.seed_state` does)."""
         from veotrace.allocators.seed import seed_chains
 
+        self.rec.touch(self.core)
         self.core.seed(device, seed_chains(seed, device, conf))
 
     @property

@@ -106,6 +106,14 @@ def choose_window_ns(ts: np.ndarray, n_events: int) -> int | None:
     return ROUND_WINDOWS_NS[lo - 1] if lo > 0 else None
 
 
+def round_up_window(ns: int) -> int:
+    """The smallest round window (1-2-5 steps, then minutes and hours) of at least ``ns``."""
+    for w in ROUND_WINDOWS_NS + tuple(m * 60 * NS_PER_S for m in (10, 20, 30, 60, 120, 300, 600, 1200, 3000)):
+        if w >= ns:
+            return w
+    return int(ns)
+
+
 def auto_window_events(n_events: int) -> int:
     """Events per window for an automatic event-count window (at least 1)."""
     return max(1, n_events // target_windows(n_events))

@@ -131,7 +131,7 @@ def err(message: str) -> None:
 def user_errors() -> Iterator[None]:
     """Turn user-facing errors into one ``Error:`` line on stderr and an exit code.
 
-    VeotraceError -> its exit code (1, or 2 for usage); missing/unreadable files -> 1.
+    VeotraceError -> its exit code (1, or 2 for usage); missing/unreadable files -> 1; out of memory -> 1.
     Anything else is a bug and propagates with a traceback.
     """
     try:
@@ -145,6 +145,10 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
     except BrokenPipeError:  # `veotrace ... | head`
         raise typer.Exit(0) from None
+    except MemoryError:  # the machine's memory, not a bug: the bounds keep honest inputs far below it
+        err("Error: out of memory. Run on a smaller piece of the trace (a time range, one device) or a machine "
+            "with more memory")
+        raise typer.Exit(1) from None
     except OSError as exc:  # stdout on a full disk (`> /dev/full`), an I/O error reading a file
         name = f"{exc.filename}: " if exc.filename is not None else ""
         err(f"Error: {name}{exc.strerror or exc}")

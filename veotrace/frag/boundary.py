@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from veotrace.frag.decode import decode
+from veotrace.frag.decode import by_device, decode
 from veotrace.frag.match import _sort_rows
 from veotrace.frag.state import (
     OP_ALLOC,
@@ -21,6 +21,7 @@ from veotrace.frag.state import (
     DeviceState,
     ReplayCounters,
 )
+from veotrace.replay_limits import check_devices
 
 
 @dataclass
@@ -60,11 +61,11 @@ def boundary_pass(batches, *, round_bytes: int, time_windows: bool) -> Boundary:
         out.free_requested |= bool((code == OP_FREE_REQ).any())
         row = out.rows + np.arange(n, dtype=np.int64)
         out.rows += n
-        devices = np.unique(dev) if dev.min() != dev.max() else dev[:1]
-        for d in devices.tolist():
-            sel = (lambda x: x) if devices.size == 1 else (lambda x, m=dev == d: x[m])
-            _device(out.devices.setdefault(int(d), DevBoundary()), sel(code), sel(addr), sel(size), sel(block),
-                    sel(ts), sel(row), time_windows)
+        for d, sel in by_device(dev, (code, addr, size, block, ts, row)):
+            if d not in out.devices:
+                check_devices(len(out.devices) + 1)
+                out.devices[d] = DevBoundary()
+            _device(out.devices[d], *sel, time_windows)
     return out
 
 

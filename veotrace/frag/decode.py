@@ -3,7 +3,7 @@
 Both passes over a log read their batches through ``decode``: the forward replay
 (``windows.Replay.feed``) and the engines' first pass (``boundary.boundary_pass``), so that the
 two agree on which rows are blocks (an event without an address is not), how sizes round to
-blocks and which device a row is on.
+blocks and which device a row is on; both split a batch by device with ``by_device``.
 """
 
 from __future__ import annotations
@@ -97,3 +97,22 @@ def column(batch, name: str, dtype, fill) -> np.ndarray | None:
     if arr.null_count:
         arr = arr.fill_null(fill)
     return np.asarray(arr).astype(dtype, copy=False)
+
+
+def by_device(dev: np.ndarray, cols: tuple):
+    """(device, the columns' rows of that device) per device, in device order, rows in batch order.
+
+    One stable sort of the batch, not a mask per device: a batch spread over many devices costs
+    O(n log n), not O(devices x n)."""
+    if dev.size == 0:
+        return
+    if dev.min() == dev.max():
+        yield int(dev[0]), cols
+        return
+    order = np.argsort(dev, kind="stable")
+    ds = dev[order]
+    starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+    ends = np.r_[starts[1:], ds.size]
+    cols = tuple(None if c is None else c[order] for c in cols)
+    for d, i, j in zip(ds[starts].tolist(), starts.tolist(), ends.tolist()):
+        yield d, tuple(None if c is None else c[i:j] for c in cols)

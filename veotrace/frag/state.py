@@ -3,7 +3,8 @@
 Live blocks are kept as address-sorted numpy arrays, so a run of events is applied with a handful of
 vectorised operations: alloc/free pairs are matched by address (sort by address, then time), and the
 live set is updated by one delete and one sorted insert per run. Segments (cudaMalloc'd or mapped
-ranges) are few and kept as a sorted Python list. Nothing here is ever fatal: a free of an unknown
+ranges) are kept as a sorted Python list, found by bisection (a caching allocator reserves a segment
+per stream, so a trace on many streams has many). Nothing here is ever fatal: a free of an unknown
 block, a second alloc at a live address or a segment event that does not fit is counted in
 :class:`ReplayCounters` and the replay goes on.
 
@@ -64,6 +65,16 @@ class Segment:
     start: int
     end: int
     expandable: bool = False
+
+
+def _start(seg: Segment) -> int:
+    return seg.start
+
+
+def segment_at(segments: list, address: int) -> Segment | None:
+    """The segment of a sorted, disjoint list holding ``address``, or None (a bisection)."""
+    i = bisect.bisect_right(segments, address, key=_start) - 1
+    return segments[i] if i >= 0 and address < segments[i].end else None
 
 
 @dataclass
@@ -190,11 +201,12 @@ class DeviceState:
 
     # -- segments -------------------------------------------------------------------------------
     def apply_segment(self, code: int, address: int, size: int) -> int:
-        """Apply one segment event; returns the change in reserved bytes."""
-        starts = [s.start for s in self.segments]
+        """Apply one segment event; returns the change in reserved bytes (O(log segments) to find its place:
+        a trace on many streams reserves a segment per stream)."""
+        segs = self.segments
         if code in (OP_SEG_ALLOC, OP_SEG_MAP):
-            i = bisect.bisect_right(starts, address)
-            if (i and self.segments[i - 1].end > address) or (i < len(starts) and starts[i] < address + size):
+            i = bisect.bisect_right(segs, address, key=_start)
+            if (i and segs[i - 1].end > address) or (i < len(segs) and segs[i].start < address + size):
                 self.counters.duplicate_segments += 1
                 return 0
             self.segments.insert(i, Segment(address, address + size, code == OP_SEG_MAP))
@@ -204,8 +216,8 @@ class DeviceState:
                 self._coalesce(i)
             self.reserved_bytes += size
             return size
-        i = bisect.bisect_right(starts, address) - 1
-        seg = self.segments[i] if i >= 0 else None
+        i = bisect.bisect_right(segs, address, key=_start) - 1
+        seg = segs[i] if i >= 0 else None
         if code == OP_SEG_FREE:
             if seg is None or seg.start != address:
                 self.counters.unknown_segment_frees += 1

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from veotrace.defaults import FRAGMENTATION_MAX_WINDOW_ROWS
 from veotrace.frag import metrics as M
-from veotrace.frag.decode import decode, latency_values
+from veotrace.frag.decode import by_device, decode, latency_values
 from veotrace.frag.layout import Layout
 from veotrace.frag.match import match_batch
 from veotrace.frag.rows import _STATE_COLUMNS, bin_label, finish_row
@@ -29,17 +30,19 @@ from veotrace.frag.state import (
     OP_SEG_MAP,
     DeviceState,
 )
+from veotrace.replay_limits import check_devices
 
-#: Refuse to materialise more window rows than this (a unit mistake, e.g. a tiny --window).
-MAX_WINDOWS = 5_000_000
+#: Refuse to materialise more window rows than this (windows x devices; a unit mistake, a tiny --window,
+#: or events far apart in time, whose empty windows in between each get a row).
+MAX_WINDOWS = FRAGMENTATION_MAX_WINDOW_ROWS
 
 
 def too_many_windows() -> Exception:
     """The error for a replay past MAX_WINDOWS rows (one process, or the pieces' rows joined)."""
     from veotrace.errors import AnalysisError
 
-    return AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows",
-                         hint="Use a longer --window, or check --time-unit")
+    return AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows (counted per device)",
+                         hint="Use a longer --window, or check --time-unit and the timestamps")
 
 
 @dataclass
@@ -68,6 +71,7 @@ class Replay:
                  max_gap: int, threshold: float, bins, layout: Layout, at_ns: int | None,
                  latency_col: str | None = None) -> None:
         self.window_ns, self.window_events = window_ns, window_events
+        check_devices(len(initial or {}))
         self.states: dict[int, DeviceState] = {d: s.copy() for d, s in (initial or {}).items()}
         for d, s in (initial or {}).items():
             self.states[d].counters = s.counters
@@ -113,16 +117,17 @@ class Replay:
         if self.latency_col is not None and self.latency_col in batch.schema.names:
             lat = latency_values(batch.column(self.latency_col), self.latency_col)
         cols = (code, addr, size, block, ts, k, lat)
-        devices = np.unique(dev) if dev.min() != dev.max() else dev[:1]
-        for d in devices.tolist():
-            sel = cols if devices.size == 1 else tuple(None if c is None else c[dev == d] for c in cols)
-            self._feed_device(int(d), *sel)
+        for d, sel in by_device(dev, cols):
+            self._feed_device(d, *sel)
 
     def _any_state(self) -> DeviceState:
         return self.states.setdefault(min(self.states) if self.states else 0, DeviceState())
 
     def _feed_device(self, d, code, addr, size, block, ts, k, lat=None) -> None:
-        st = self.states.setdefault(d, DeviceState())
+        st = self.states.get(d)
+        if st is None:
+            check_devices(len(self.states) + 1)
+            st = self.states[d] = DeviceState()
         if self.window_events is None:
             if ts.size > 1 and (np.diff(ts) < 0).any():
                 order = np.argsort(ts, kind="stable")

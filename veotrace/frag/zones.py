@@ -99,47 +99,63 @@ class SegmentZones:
     segs: dict = field(default_factory=dict)  # (device, start) -> [allocs, frees, bytes, size, hist or None]
     ranges: dict = field(default_factory=dict)  # device -> _Ranges
 
-    def add(self, device: int, addr: np.ndarray, is_alloc: np.ndarray, size: np.ndarray, lat,
-            seg_start: np.ndarray, seg_end: np.ndarray) -> None:
-        """Events of one device while its segments are ``seg_start``/``seg_end`` (sorted, may be empty)."""
-        if addr.size == 0:
-            return
-        outside = np.ones(addr.size, bool)
-        if seg_start.size:
-            a = addr.astype(np.int64)
-            i = np.searchsorted(seg_start, a, side="right") - 1
-            inside = (i >= 0) & (a < seg_end[np.maximum(i, 0)])
-            outside = ~inside
-            if inside.any():
-                self._add_segments(device, i[inside], is_alloc[inside], size[inside],
-                                   None if lat is None else lat[inside], seg_start, seg_end)
+    def add_in_time(self, d: int, st, code, addr, size, lat, p: np.ndarray, seg_pos: np.ndarray) -> None:
+        """The alloc/free rows ``p`` (time order) of one device's batch, each in the segment holding it at
+        its time: the batch's segment events ``seg_pos`` are applied in order to a scratch copy of the
+        segments of ``st`` (a ``DeviceState``, not changed).
+
+        A caching allocator reserves a segment per stream, so a trace may hold many segments and a
+        segment event between every two rows: the rows between two segment events are placed by a
+        bisection each when they are few next to the segments, by one search over the segments' arrays
+        when many (O(segments), paid for by as many rows); the counts are then added once per batch."""
+        from veotrace.frag.state import OP_ALLOC, DeviceState, Segment, segment_at
+
+        scratch = DeviceState(segments=[Segment(x.start, x.end, x.expandable) for x in st.segments])
+        a_all = addr[p].astype(np.int64)
+        lo, hi = np.full(p.size, -1, np.int64), np.full(p.size, -1, np.int64)  # the row's segment, or -1
+
+        def place(a: int, b: int) -> None:
+            segs = scratch.segments
+            if b <= a or not segs:
+                return
+            if (b - a) * 8 >= len(segs):
+                s, e = (x.astype(np.int64) for x in scratch.segment_arrays())
+                x = a_all[a:b]
+                i = np.maximum(np.searchsorted(s, x, side="right") - 1, 0)
+                ok = (x >= s[i]) & (x < e[i])
+                lo[a:b], hi[a:b] = np.where(ok, s[i], -1), np.where(ok, e[i], -1)
+                return
+            for k in range(a, b):
+                seg = segment_at(segs, int(a_all[k]))
+                if seg is not None:
+                    lo[k], hi[k] = seg.start, seg.end
+
+        prev = 0
+        for c, sp in zip(np.searchsorted(p, seg_pos).tolist(), seg_pos.tolist()):
+            place(prev, c)
+            scratch.apply_segment(int(code[sp]), int(addr[sp]), int(size[sp]))
+            prev = c
+        place(prev, p.size)
+        if p.size:
+            self._add_placed(d, addr[p], code[p] == OP_ALLOC, size[p], None if lat is None else lat[p], lo, hi)
+
+    def _add_placed(self, device, addr, is_alloc, size, lat, lo, hi) -> None:
+        """Rows (time order) whose segment is [lo, hi) (-1: none holds them)."""
+        inside = lo >= 0
+        if inside.any():
+            keys, idx = np.unique(lo[inside], return_inverse=True)
+            last = np.zeros(keys.size, np.int64)  # each segment's last row: its size when last touched
+            np.maximum.at(last, idx, np.arange(idx.size))
+            self._add_segments(device, idx, is_alloc[inside], size[inside], None if lat is None else lat[inside],
+                               keys, hi[inside][last])
+        outside = ~inside
         if outside.any():
             sel = (lambda x: x) if outside.all() else (lambda x: x[outside])
             self.ranges.setdefault(device, _Ranges()).add_events(
                 sel(addr), sel(is_alloc), sel(size), None if lat is None else sel(lat), self.max_gap)
 
-    def add_in_time(self, d: int, st, code, addr, size, lat, p: np.ndarray, seg_pos: np.ndarray) -> None:
-        """The alloc/free rows ``p`` (time order) of one device's batch, each in the segment holding it at
-        its time: the batch's segment events ``seg_pos`` are applied in order to a scratch copy of the
-        segments of ``st`` (a ``DeviceState``, not changed)."""
-        from veotrace.frag.state import OP_ALLOC, DeviceState, Segment
-
-        def add(a: int, b: int, segs: DeviceState) -> None:
-            if b > a:
-                s, e = (x.astype(np.int64) for x in segs.segment_arrays())
-                rows = p[a:b]
-                self.add(d, addr[rows], code[rows] == OP_ALLOC, size[rows], None if lat is None else lat[rows], s, e)
-
-        scratch = DeviceState(segments=[Segment(x.start, x.end, x.expandable) for x in st.segments])
-        prev = 0
-        for c, sp in zip(np.searchsorted(p, seg_pos).tolist(), seg_pos.tolist()):
-            add(prev, c, scratch)
-            scratch.apply_segment(int(code[sp]), int(addr[sp]), int(size[sp]))
-            prev = c
-        add(prev, p.size, scratch)
-
     def _add_segments(self, device, idx, is_alloc, size, lat, seg_start, seg_end) -> None:
-        n_seg = seg_start.size  # few: counts by segment index, no sort
+        n_seg = seg_start.size  # counts by segment index (the segments the rows touch), no sort
         n_all = np.bincount(idx, minlength=n_seg)
         n_alloc = np.bincount(idx, weights=is_alloc, minlength=n_seg)
         nbytes = np.bincount(idx, weights=size, minlength=n_seg)

@@ -58,3 +58,20 @@ def log_axis(axis: Any) -> None:
 
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def largest_groups(keys: np.ndarray, weight: np.ndarray, limit: int) -> tuple[list[tuple[Any, np.ndarray]], int]:
+    """The rows of each distinct key (key order; rows in table order), grouped by one stable sort, keeping
+    the ``limit`` keys whose largest ``weight`` is largest (NaN counts as smallest); and how many keys
+    were left out. A figure draws a line per device: past a few, the legend alone outweighs the data."""
+    order = np.argsort(keys, kind="stable")
+    ks = keys[order]
+    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]]) if ks.size else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], ks.size].astype(np.int64)
+    groups = [(ks[a].item(), order[a:b]) for a, b in zip(starts.tolist(), ends.tolist())]
+    if len(groups) <= limit:
+        return groups, 0
+    w = np.where(np.isnan(weight), -np.inf, weight)
+    peaks = np.maximum.reduceat(w[order], starts)
+    keep = np.sort(np.argsort(-peaks, kind="stable")[:limit])
+    return [groups[i] for i in keep.tolist()], len(groups) - limit

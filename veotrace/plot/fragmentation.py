@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from veotrace.defaults import PLOT_MAX_DEVICES
 from veotrace.plot.base import ALERT, MUTED, new_figure
-from veotrace.plot.common import NS_PER_S, binary_bytes, empty, floats, time_unit
+from veotrace.plot.common import NS_PER_S, binary_bytes, empty, floats, largest_groups, time_unit
 from veotrace.plot.reduce import minmax_indices, pixel_columns
 
 #: Per-window fragmentation columns of FRAGMENTATION_WINDOWS and how the README names them.
@@ -17,7 +18,7 @@ DEFINITIONS = {"external_frag": "external: 1 - largest free / free (TF BFC)",
 
 def plot_fragmentation(result: Any, *, size: tuple[int, int]):
     """Figure of a FragmentationResult: bytes per window on top, fragmentation per definition below,
-    one line per device; windows past the threshold shaded."""
+    one line per device (the PLOT_MAX_DEVICES of largest peak); windows past the threshold shaded."""
     fig, (top, bottom) = new_figure(size, nrows=2, sharex=True)
     w = result.windows
     if w.num_rows == 0:
@@ -40,11 +41,12 @@ def plot_fragmentation(result: Any, *, size: tuple[int, int]):
     div, bunit = binary_bytes(peak)
     cols = pixel_columns(size)
     fragmented = np.array([bool(v) for v in w.column("fragmented").to_pylist()])
-    unique = np.unique(devices)
-    for dev in unique:
-        sel = devices == dev
+    weight = np.fmax(series["reserved_bytes_peak"], series["live_bytes_peak"])
+    groups, left_out = largest_groups(devices, weight, PLOT_MAX_DEVICES)
+    first = groups[0][0] if groups else None
+    for dev, sel in groups:
         x = x_all[sel]
-        tag = f" (device {dev})" if unique.size > 1 else ""
+        tag = f" (device {dev})" if len(groups) + left_out > 1 else ""
         for col, label, style in (("live_bytes_peak", "live peak", "-"), ("reserved_bytes_peak", "reserved peak", "-"),
                                   ("internal_bytes", "internal (rounding)", ":")):
             y = series[col][sel] / div
@@ -59,7 +61,7 @@ def plot_fragmentation(result: Any, *, size: tuple[int, int]):
         flagged = fragmented[sel]
         if flagged.any():
             bottom.scatter(x[flagged], np.ones(flagged.sum()) * 1.02, marker="|", color=ALERT, s=30,
-                           label="past --threshold" if dev == unique[0] else None)
+                           label="past --threshold" if dev == first else None)
     top.set_ylabel(f"bytes ({bunit})")
     top.legend(loc="upper left", ncols=2)
     bottom.set_ylabel("fragmentation")
@@ -69,6 +71,7 @@ def plot_fragmentation(result: Any, *, size: tuple[int, int]):
     bottom.legend(loc="lower left")
     end = result.end.get("total", {}) if isinstance(result.end, dict) else {}
     frag = end.get("external_frag")
-    fig.suptitle("Fragmentation over time" + (f"; at the end: external {frag:.3g}" if isinstance(frag, float) else ""),
+    fig.suptitle("Fragmentation over time" + (f"; at the end: external {frag:.3g}" if isinstance(frag, float) else "")
+                 + (f"; the {len(groups)} devices of largest peak drawn, {left_out:,} more in the data" if left_out else ""),
                  fontsize=10)
     return fig

@@ -81,12 +81,15 @@ def render_fragmentation(console: Console, result, *, max_rows: int, at: str | N
     console.print(summary_table(title, items))
     if several:  # a free block never serves another device: each device's own numbers
         rows = [{"device": d, **v} for d, v in sorted(devices.items(), key=lambda kv: int(kv[0]))]
-        per, _ = rows_table("Per device (the totals above pool them)", rows, [
+        per, more = rows_table("Per device (the totals above pool them)", rows, [
             ("device", "device"), ("reserved_bytes", "reserved"), ("allocated_bytes", "allocated"),
             ("free_bytes", "free"), ("largest_free_bytes", "largest free"), ("external_frag", "ext frag")],
-            max_rows=0, formatters={k: fmt_bytes for k in ("reserved_bytes", "allocated_bytes", "free_bytes",
-                                                           "largest_free_bytes")})
+            max_rows=max_rows, formatters={k: fmt_bytes for k in ("reserved_bytes", "allocated_bytes", "free_bytes",
+                                                                  "largest_free_bytes")},
+            how_to_get_all="use --rows 0, or --format json")
         console.print(per)
+        if more:
+            console.print(more)
     fmts = {k: fmt_bytes for k in _BYTES}
     rows, columns = _timed_rows(result.windows.to_pylist())
     table, footer = rows_table("Windows", rows, columns, max_rows=max_rows,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from veotrace.defaults import TABLE_DEVICE_COLUMNS
 from veotrace.render.console import fmt_bytes, rows_table, summary_table
 
 
@@ -38,7 +39,7 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
     console.print(table)
     if footer:
         console.print(footer)
-    _render_per_device(console, result, by_name)
+    _render_per_device(console, result, by_name, max_rows)
     for o in p.get("recorded_ooms") or []:
         _render_recorded_oom(console, o)
     v = result.validation
@@ -48,19 +49,30 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
         console.print(f"[dim]note:[/] {note}")
 
 
-def _render_per_device(console: Console, result, by_name: dict) -> None:
+def _render_per_device(console: Console, result, by_name: dict, max_rows: int) -> None:
     """Several devices: each policy's peak reserved per device. The ranking's peak sums the devices'
     peaks, which no one device holds; a capacity applies to each device alone."""
     devices = sorted({d for r in result.policies for d in (r.get("per_device") or {})}, key=int)
     if len(devices) < 2:
         return
-    rows = [{"policy": w["policy"], **{f"d{d}": (by_name[w["policy"]]["per_device"].get(d) or {}).get("peak_reserved_bytes")
-                                       for d in devices}} for w in result.whatif]
     cap = result.params.get("capacity_bytes")
     title = "Peak reserved per device" + (f" (capacity {fmt_bytes(cap)} each)" if cap else "")
-    table, _ = rows_table(title, rows, [("policy", "policy"), *((f"d{d}", f"device {d}") for d in devices)], max_rows=0,
-                          formatters={f"d{d}": fmt_bytes for d in devices})
+    peak = lambda name, d: (by_name[name]["per_device"].get(d) or {}).get("peak_reserved_bytes")  # noqa: E731
+    names = [w["policy"] for w in result.whatif]
+    if len(devices) <= TABLE_DEVICE_COLUMNS:  # a column per device
+        rows = [{"policy": name, **{f"d{d}": peak(name, d) for d in devices}} for name in names]
+        table, _ = rows_table(title, rows, [("policy", "policy"), *((f"d{d}", f"device {d}") for d in devices)],
+                              max_rows=0, formatters={f"d{d}": fmt_bytes for d in devices})
+        console.print(table)
+        return
+    # many devices: a row per device (capped at --rows; -f json has them all), a column per policy
+    rows = [{"device": d, **{f"p{i}": peak(name, d) for i, name in enumerate(names)}} for d in devices]
+    table, footer = rows_table(title, rows, [("device", "device"), *((f"p{i}", name) for i, name in enumerate(names))],
+                               max_rows=max_rows, formatters={f"p{i}": fmt_bytes for i in range(len(names))},
+                               how_to_get_all="use --rows 0, or --format json")
     console.print(table)
+    if footer:
+        console.print(footer)
 
 
 def _render_recorded_oom(console: Console, o: dict) -> None:
