@@ -24,6 +24,11 @@ ROUND_WINDOWS_NS = tuple(int(m * 10**e) for e in range(3, 10) for m in (1, 2, 5)
 #: A span of more windows than this AND more than OUTLIER_WINDOWS_PER_ROW per row read is implausible.
 OUTLIER_MIN_WINDOWS = 100_000
 OUTLIER_WINDOWS_PER_ROW = 10
+#: ... and more than REFUSE_MIN_WINDOWS windows and REFUSE_WINDOWS_PER_ROW per row read is refused (a
+#: series nearly all empty, whose tables take minutes and gigabytes: two rows 28 years apart in 5 min
+#: windows make 2.9 million, 16 s and 2.9 GB before this bound).
+REFUSE_MIN_WINDOWS = 1_000_000
+REFUSE_WINDOWS_PER_ROW = 1000
 #: One timestamp is an outlier when the gap between it and the rest is this share of the whole span.
 OUTLIER_GAP_SHARE = 0.99
 

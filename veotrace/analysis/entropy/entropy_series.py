@@ -337,6 +337,11 @@ def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> t
             f"({rest[0]:,} .. {rest[1]:,} ns); with it the run would span {span}, "
             f"{timescale.plural(n_win, 'window')} for {timescale.plural(n_read, 'row')}",
             path=name, hint="Fix or remove that row (a timestamp in another unit?), or check --time-unit")
+    if n_win > timescale.REFUSE_MIN_WINDOWS and n_win > timescale.REFUSE_WINDOWS_PER_ROW * max(n_read, 1):
+        w = timescale.fmt_duration(stream.window_ns / timescale.NS_PER_S)
+        raise AnalysisError(f"the run spans {span}: {timescale.plural(n_win, 'window')} of {w} for "
+                            f"{timescale.plural(n_read, 'row')} read, nearly all empty", path=name,
+                            hint="Check --time-unit (the timestamps may not be nanoseconds), or give a longer --window")
     if not any(n.startswith("Warning: the run spans") for n in notes):
         notes.append(f"Warning: the run spans {span} ({timescale.plural(n_win, 'window')} for "
                      f"{timescale.plural(n_read, 'row')} read); check --time-unit or use a longer --window")
