@@ -350,3 +350,25 @@ def test_stranded_bytes_per_window_follow_the_segments_and_blocks_of_each_moment
     assert [w["stranded_bytes"] // MIB for w in series] == [19, 19, 19, 37, 37, 37, 37, 18]
     assert series[3]["sites"][0] == {"site": "/work/train/model.py:10 forward", "stranded_bytes": 19 * MIB}
     assert out["params"]["window_s"] == 1.0 and out["params"]["window_choice"]["auto"] is False
+
+
+def test_fragmentation_by_site_strands_at_the_replays_own_window_ends(tmp_path):
+    """fragmentation --by site: the stranded bytes by site at the end of each of fragmentation's windows
+    (aligned to multiples of the window as its windows are); the hand-built numbers of the sites test."""
+    test_stranded_bytes_at_a_time_use_the_segments_and_blocks_of_then(tmp_path)  # writes at.pickle
+    out = json.loads(run_cli("fragmentation", tmp_path / "at.pickle", "--window", "1s", "--by", "site",
+                             "-f", "json").stdout)
+    series = out["pinning"]["devices"]["0"]
+    assert [w["stranded_bytes"] // MIB for w in series] == [19, 19, 19, 37, 37, 37, 37, 18]
+    ends = {w["end_ns"] for w in out["windows"]}
+    assert {T0 * 1000 + round(w["end_s"] * 1e9) for w in series} <= ends | {max(ends) + 10**9}
+    real = json.loads(run_cli("fragmentation", real_trace("constructorsun_memory_snapshot.pickle"), "--by", "site",
+                              "-f", "json").stdout)
+    first = min(w["start_ns"] for w in real["windows"])
+    frag_ends = {w["end_ns"] for w in real["windows"]}
+    t0 = min(e["time_us"] for t in pickle.loads(real_trace("constructorsun_memory_snapshot.pickle").read_bytes())
+             ["device_traces"] for e in t[:1]) * 1000
+    for series in real["pinning"]["devices"].values():
+        assert all(t0 + round(w["end_s"] * 1e9) in frag_ends for w in series[:-1]) and first < t0
+    r = run_cli("fragmentation", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--by", "site")
+    assert r.exit_code == 2 and "--by site reads one PyTorch memory snapshot" in r.stderr

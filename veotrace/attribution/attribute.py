@@ -52,13 +52,13 @@ class SitesResult:
 
 
 def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
-              window_s: float | None = None) -> SitesResult:
+              window_s: float | None = None, aligned: bool = False) -> SitesResult:
     """Attribute ``snap`` (a validated ``Snapshot``) to sites and phases (see the module docstring).
 
     ``at_s``: also the stranded bytes at this time after the first event (``pinning_at``: the live
     blocks replayed to then, in the segments of then, rebuilt from the final ones backwards through the
     trace's segment events). ``window_s``: also the stranded bytes at the end of every window of that
-    length (``stranded_series``)."""
+    length (``stranded_series``; ``aligned``: ending at multiples of it, as fragmentation's windows)."""
     rule = rule or SiteRule()
     names = Interner(rule)
     final = _final_blocks(snap, names)
@@ -86,7 +86,7 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
         if at_s is not None:
             devices[str(d)]["pinning_at"] = _pinning_at(trace, snap, d, replay, names, t0, at_s)
         if window_s is not None and t0 is not None and trace:
-            devices[str(d)]["stranded_windows"] = stranded_series(trace, snap, d, replay, names, t0, window_s)
+            devices[str(d)]["stranded_windows"] = stranded_series(trace, snap, d, replay, names, t0, window_s, aligned)
         phase_rows += _phases(trace, d, intervals.get(d, []), replay, t0)
     notes = []
     if n_entries and not with_frames:
@@ -244,18 +244,20 @@ def _stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: In
 SERIES_TOP = 5
 
 
-def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Interner, t0, window_s: float) -> list[dict]:
+def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Interner, t0, window_s: float,
+                    aligned: bool = False) -> list[dict]:
     """The free bytes stranded at the end of each window of ``window_s`` from the first event, by site:
     one forward sweep from the segments before the trace (the final ones with every segment event
-    undone) and the blocks live before it, so the cost is the trace plus blocks x windows."""
+    undone) and the blocks live before it, so the cost is the trace plus blocks x windows.
+    ``aligned``: windows end at multiples of ``window_s`` of the time base, as fragmentation's do."""
     ranges = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
                     if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
     for e in reversed(trace):
         ranges = _undo(ranges, e)
     blocks = dict(replay.pre)
-    step = round(window_s * 1e6)
+    step = max(1, round(window_s * 1e6))
     out: list[dict] = []
-    edge = t0 + step
+    edge = (t0 // step + 1) * step if aligned else t0 + step
 
     def close(end_us: int) -> None:
         st = _stranded(ranges, blocks, names)

@@ -40,6 +40,10 @@ class Table(str, enum.Enum):
     state = "state"
 
 
+class BySite(str, enum.Enum):
+    site = "site"
+
+
 @app.command("fragmentation")
 def fragmentation_command(
     paths: PathsArg,
@@ -51,6 +55,7 @@ def fragmentation_command(
     zone_bytes: Annotated[str, typer.Option("--zone-bytes", help="Width of the address zones ranked by alloc/free activity, or 'segment': one zone per segment (else per address range joined under --max-gap).")] = _DEFAULTS["zone_bytes"],
     latency_col: Annotated[str | None, typer.Option("--latency-col", help="Column of the log holding each event's latency in microseconds (e.g. latency_us): P50/P99 per hot zone and per request-size bin.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event: 90s, 2h (a bare number is seconds).")] = None,
+    by: Annotated[BySite | None, typer.Option("--by", help="site: also the free bytes stranded at each window's end by allocation site (a PyTorch snapshot with stacks).")] = None,
     table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, bins, zones, or state (at --at, else at the end).")] = Table.windows,
     engine: EngineOpt = Engine.local,
     jobs: JobsOpt = 1,
@@ -74,5 +79,6 @@ def fragmentation_command(
             result = fragmentation(paths, window=window, window_events=window_events, threshold=threshold,
                                    max_gap=max_gap, bins=bins, zone_bytes=zone_bytes, latency_col=latency_col, at=at,
                                    time_unit=time_unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint,
-                                   engine=engine, jobs=jobs, scheduler=scheduler, workers=workers, on_progress=bar)
+                                   engine=engine, jobs=jobs, scheduler=scheduler, workers=workers,
+                                   by=None if by is None else by.value, on_progress=bar)
         show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size, table=table.value)

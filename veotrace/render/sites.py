@@ -49,22 +49,8 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
         console.print(table)
         if footer:
             console.print(footer)
-        series = v.get("stranded_windows")
-        if series:
-            rows = [{"end": w["end_s"], "stranded": w["stranded_bytes"], "segments": w["segments"],
-                     "top": _short(w["sites"][0]["site"], 50) if w["sites"] else "-",
-                     "top_bytes": w["sites"][0]["stranded_bytes"] if w["sites"] else None}
-                    for w in series if w["stranded_bytes"]]
-            rows.sort(key=lambda r: -r["stranded"])  # the windows that strand the most first (JSON: in time order)
-            title = (f"Device {d}: the windows whose end strands the most free bytes ({len(series)} windows of "
-                     f"{result.params['window_s']:g} s)")
-            table, footer = rows_table(title, rows, [("end", "end (s)"), ("stranded", "stranded"),
-                                                     ("segments", "segments"), ("top", "top site"),
-                                                     ("top_bytes", "it strands")],
-                                       max_rows=top, formatters={"stranded": fmt_bytes, "top_bytes": fmt_bytes})
-            console.print(table)
-            if footer:
-                console.print(footer)
+        if v.get("stranded_windows"):
+            render_stranded(console, d, v["stranded_windows"], result.params["window_s"], top)
         at = v.get("pinning_at")
         if at and "sites" in at:
             rows = [dict(r, site=_short(r["site"])) for r in at["sites"]]
@@ -89,6 +75,23 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
         console.print(table)
         if footer:
             console.print(footer)
+
+
+def render_stranded(console: Console, d: str, series: list[dict], window_s: float, top: int) -> None:
+    """The windows whose end strands the most free bytes on device ``d``, with the site that strands most."""
+    rows = [{"end": w["end_s"], "stranded": w["stranded_bytes"], "segments": w["segments"],
+             "top": _short(w["sites"][0]["site"], 50) if w["sites"] else "-",
+             "top_bytes": w["sites"][0]["stranded_bytes"] if w["sites"] else None}
+            for w in series if w["stranded_bytes"]]
+    rows.sort(key=lambda r: -r["stranded"])  # the windows that strand the most first (JSON: in time order)
+    title = (f"Device {d}: the windows whose end strands the most free bytes ({len(series)} windows of "
+             f"{window_s:g} s)")
+    table, footer = rows_table(title, rows, [("end", "end (s)"), ("stranded", "stranded"), ("segments", "segments"),
+                                             ("top", "top site"), ("top_bytes", "it strands")],
+                               max_rows=top, formatters={"stranded": fmt_bytes, "top_bytes": fmt_bytes})
+    console.print(table)
+    if footer:
+        console.print(footer)
 
 
 def _table(console: Console, title: str, sites: list[dict], top: int) -> None:

@@ -36,6 +36,8 @@ class FragmentationRun(RunResult):
     command = "fragmentation"
     at: str | None = None
     strides: dict | None = field(default=None)
+    #: ``--by site``: per device, the free bytes stranded at each window's end by site (``attribution``).
+    pinning: dict | None = field(default=None)
 
     def to_dict(self) -> dict:
         if self.strides is not None:
@@ -49,6 +51,8 @@ class FragmentationRun(RunResult):
                                                            max_gap=result.params["max_gap_bytes"]).to_pylist())
         elif result.at is not None:
             out["at"] = dict(result.at, state=result.at_state.to_pylist())
+        if self.pinning is not None:
+            out["pinning"] = self.pinning
         return out
 
     def tables(self) -> dict[str, Any]:
@@ -85,6 +89,12 @@ class FragmentationRun(RunResult):
             render_strides(console, self.strides)
         else:
             render_fragmentation(console, self.value, max_rows=max_rows, at=self.at)
+        if self.pinning is not None:
+            from veotrace.defaults import SITES_TOP
+            from veotrace.render.sites import render_stranded
+
+            for d, series in self.pinning["devices"].items():
+                render_stranded(console, d, series, self.pinning["window_s"], min(SITES_TOP, max_rows) if max_rows > 0 else 0)
 
 
 def fragmentation(paths, *, window: str | float | None = None, window_events: int | None = None,
@@ -92,7 +102,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
                   bins: str | list = DEFAULT_BINS_TEXT, zone_bytes: str | int = size_text(_D.FRAGMENTATION_ZONE_BYTES),
                   latency_col: str | None = None, at: str | float | None = None, time_unit: str = "ns",
                   skip_bad_rows: bool = False, format_hint: str | None = None, engine: str = "local", jobs: int = 1,
-                  scheduler: str | None = None, workers: int | None = None,
+                  scheduler: str | None = None, workers: int | None = None, by: str | None = None,
                   on_progress: common.Progress = None) -> FragmentationRun:
     """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and ``_memory_viz`` definitions.
 
@@ -104,6 +114,8 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         zone_bytes: width of the address zones ranked by activity, or ``"segment"``.
         latency_col: the log's column of per-event latencies (microseconds).
         at: the full state at ``"end"`` or at a time after the first event (``"90s"``).
+        by: ``"site"``: also the free bytes stranded at each window's end by allocation site (a PyTorch
+            snapshot with stacks; ``veotrace sites`` has the rest).
     """
     from veotrace.analysis.ooms import OomTap, oom_lines, with_device_free
 
@@ -142,7 +154,25 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     result.summary.setdefault("window_choice", None)  # set when a short span chose the window
     result.summary.setdefault("from_snapshot", False)
     result.summary["read"] = report.to_dict()
-    return FragmentationRun(result, messages, inputs, at=None if at is None else str(at))
+    pinning = _pinning_by_site(paths, result, options, report) if by is not None else None
+    return FragmentationRun(result, messages, inputs, at=None if at is None else str(at), pinning=pinning)
+
+
+def _pinning_by_site(paths, result, options, report) -> dict:
+    """``--by site``: per device, the free bytes stranded at the end of each of the replay's windows, by site."""
+    from veotrace.attribution.attribute import attribute
+    from veotrace.errors import UsageError
+    from veotrace.sources import resolve_inputs
+    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+
+    inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    window_s = result.params.get("window_s")
+    if len(inputs) != 1 or inputs[0][1].name != "torch-snapshot" or not result.summary.get("has_time") or not window_s:
+        raise UsageError("--by site reads one PyTorch memory snapshot with times (its stacks say the sites)",
+                         hint="'veotrace sites SNAPSHOT' shows the sites of a snapshot; logs carry no stacks")
+    res = attribute(load_snapshot(inputs[0][0]), window_s=window_s, aligned=True)
+    return {"by": "site", "window_s": window_s,
+            "devices": {d: v.get("stranded_windows", []) for d, v in res.devices.items()}}
 
 
 def parse_bins(text: str | list) -> list[tuple[int, int | None]]:
