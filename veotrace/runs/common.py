@@ -10,8 +10,13 @@ Progress = Callable[[int, int], None] | None
 
 
 def reading(time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
-            extra_columns: Sequence[str] = ()) -> tuple[Any, Any]:
-    """The ReadOptions of the shared reading options, and an empty ReadReport for what reading skips."""
+            extra_columns: Sequence[str] = (), option: str | None = None) -> tuple[Any, Any]:
+    """The ReadOptions of the shared reading options, and an empty ReadReport for what reading skips.
+
+    ``option`` names the option that gave ``extra_columns`` (``--latency-col``) in the UsageError for a
+    name the readers refuse (a column veotrace reads already, an empty name).
+    """
+    from veotrace.errors import UsageError
     from veotrace.sources import ReadOptions, ReadReport
 
     unit = getattr(time_unit, "value", time_unit)  # the CLI's enum, or its text
@@ -19,7 +24,11 @@ def reading(time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str
     if extra_columns:
         import dataclasses
 
-        options = dataclasses.replace(options, extra_columns=tuple(extra_columns))
+        try:
+            options = dataclasses.replace(options, extra_columns=tuple(extra_columns))
+        except ValueError as exc:  # ReadOptions' own check, a ValueError for the API's callers
+            shown = f"{option} {', '.join(map(str, extra_columns))}: " if option else ""
+            raise UsageError(f"{shown}{exc}") from None
     return options, ReadReport()
 
 

@@ -79,7 +79,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     window_s = common.seconds(window, "--window")
     tier_spec = parse_tiers(tiers)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
-                                     extra_columns=(id_col,) if id_col is not None else ())
+                                     extra_columns=(id_col,) if id_col is not None else (), option="--id-col")
     key = id_col or "address"
     tap = OomTap()
     table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False, ooms=tap)
