@@ -84,6 +84,10 @@ SIMULATE_HOLD_REQUESTS = 1 << 20  # a log of up to this many requests (64 B each
 # replays (fragmentation, simulate): the largest block accepted, so that their int64 sums stay exact
 MAX_BLOCK_BYTES = 1 << 44  # 16 TiB; 2**19 such blocks live at once still sum below 2**63
 
+# durations of every option (--window, --step, --gap, --at, --segments, --tiers): whole nanoseconds in int64
+MIN_DURATION_NS = 1  # timestamps are integer nanoseconds
+MAX_DURATION_NS = (1 << 63) - 1  # about 292 years
+
 # the HTML report (veotrace report)
 REPORT_MAX_ROWS = 30  # rows of a section's key table shown before "first N of M rows"
 REPORT_MAX_LAG = 3  # lags its correlate section draws, when the series is long enough (10x)
