@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from veotrace.errors import VeotraceError
 from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
 
 BAD = Path(__file__).parent / "bad_inputs"
+LOG = Path(__file__).parents[1] / "sample_traces" / "alloc_logs" / "alloc.log.1.csv"
 CASES = [line.split("\t") for line in (BAD / "EXPECTED.tsv").read_text().splitlines()
          if line.strip() and not line.startswith("#")]
 
@@ -24,7 +26,10 @@ CASES = [line.split("\t") for line in (BAD / "EXPECTED.tsv").read_text().splitli
 def test_bad_input_gives_its_one_error_line(name, command, code, message):
     path = BAD / name
     command, *extra = command.split()
-    args = [command, path, path] if command == "correlate" else [command, *extra, path]
+    if "{path}" in extra:  # the file goes where the command names it ({log}: a sample log), e.g. gate's --baseline
+        args = [command, *(path if a == "{path}" else LOG if a == "{log}" else a for a in extra)]
+    else:
+        args = [command, path, path] if command == "correlate" else [command, *extra, path]
     if command == "entropy":
         args += ["--window-events", "10"]
     r = run_cli(*args)
@@ -315,3 +320,65 @@ def test_fuzz_findings_stay_fixed(name, target, message):
         return
     with pytest.raises(VeotraceError, match=message):
         run(target, BAD / name)
+
+
+# ----------------------------------------------------------------------------- issue 25
+@pytest.mark.parametrize("change, message", [
+    ({"windows.entropy_bits": ["x", 1.0, 1.0]}, "windows.entropy_bits[0] = \"x\" is not a non-negative number of bits"),
+    ({"max_class": 400}, "params.max_class = 400 is not a size class from 0 to 42"),
+    ({"ops": 5}, "params.ops = 5 is not a list of op names"),
+    ({"window_events": 0, "window_s": None}, "params.window_events = 0 is not a whole number of events"),
+    ({"step_s": True}, "params.step_s = true is not a duration"),
+    ({"windows.start_ns": [-(2**62), 0, 2**62]}, "windows.start_ns spans more than 2**63 ns"),
+    ({"windows.window": [0, 1.5, 2]}, "windows.window[1] = 1.5 is not a window number"),
+])
+def test_baseline_fields_are_checked_on_load(tmp_path, change, message):
+    from tests.bad_inputs.make_issue25 import _baseline
+    from veotrace.gating.baseline import read_baseline
+
+    path = tmp_path / "b.json"
+    path.write_text(_baseline(**change))
+    with pytest.raises(VeotraceError, match=re.escape(message)) as exc:
+        read_baseline(path)
+    assert str(exc.value).startswith(f"{path}: baseline is damaged: metrics.entropy.")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{\"schema\": \"veotrace-baseline/1\", \"x\": " + "9" * 5000 + "}", "Exceeds the limit (4300 digits)"),
+    ("[" * 100000 + "]" * 100000, "JSON nested too deeply"),
+])
+def test_baseline_json_python_cannot_hold(tmp_path, text, message):
+    from veotrace.gating.baseline import read_baseline
+
+    path = tmp_path / "b.json"
+    path.write_text(text)
+    with pytest.raises(VeotraceError, match=re.escape(message)):
+        read_baseline(path)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"roundup_power2_divisions": {"1": 3}}, "['roundup_power2_divisions']['1'] = 3 must be a power of 2 or 0"),
+    ({"roundup_power2_divisions": {"3": 2}}, "['roundup_power2_divisions'] key = '3' must be an interval in MiB"),
+    ({"roundup_power2_divisions": [1, "2"]}, "['roundup_power2_divisions'][1] = '2' must be a power of 2 or 0"),
+    ({"garbage_collection_threshold": "0.5"}, "['garbage_collection_threshold'] = '0.5' must be a number in [0.0, 1.0)"),
+    ({"max_split_size": 1.5}, "['max_split_size'] = 1.5 must be a byte count, or -1 for no limit"),
+    ({"expandable_segments": "yes"}, "['expandable_segments'] = 'yes' must be True or False"),
+    (["max_split_size"], "allocator_settings = list must be a dict"),
+])
+def test_snapshot_allocator_settings_are_input(settings, message):
+    from veotrace.allocators.conf import from_settings
+
+    with pytest.raises(VeotraceError, match=re.escape(message)) as exc:
+        from_settings(settings, path="snap.pickle")
+    assert str(exc.value).startswith("snap.pickle: allocator_settings")
+
+
+def test_real_allocator_settings_still_read():
+    from veotrace.allocators.conf import NO_LIMIT, from_settings
+
+    table = {str(1 << i): 0 for i in range(16)} | {"64": 4}
+    conf = from_settings({"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1, "garbage_collection_threshold": 0.0,
+                          "expandable_segments": False, "pinned_num_register_threads": 1,
+                          "roundup_power2_divisions": table})
+    assert conf.max_split_size == NO_LIMIT and conf.roundup_power2_divisions[6] == 4 and not conf.expandable_segments
+    assert from_settings({"max_split_size": 200 << 20, "roundup_power2_divisions": [2] * 20}).roundup_power2_divisions == (2,) * 16

@@ -35,7 +35,7 @@ class Snapshot:
     device_traces: list[list[dict]]
     layout: str
     has_time: bool
-    allocator_settings: dict | None
+    allocator_settings: object  # a dict, or None when absent; anything else is refused by simulate
     annotations: int
 
 
@@ -113,7 +113,8 @@ def _validate(obj: object, path: Path) -> Snapshot:
     layout, has_time = _layout(obj, segments, traces)
     settings = obj.get("allocator_settings") if isinstance(obj, dict) else None
     notes = obj.get("external_annotations") if isinstance(obj, dict) else None
-    return Snapshot(segments, traces, layout, has_time, settings if isinstance(settings, dict) else None,
+    # settings as the file holds them, checked where used (allocators.conf.from_settings, for simulate)
+    return Snapshot(segments, traces, layout, has_time, settings,
                     len(notes) if isinstance(notes, list) else 0)
 
 
