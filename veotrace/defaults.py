@@ -75,6 +75,7 @@ FRAGMENTATION_BINS = ((8 << 10, 32 << 10), (64 << 10, 128 << 10), (256 << 10, No
 BANKS_COUNT = 32
 BANKS_BANK_BYTES = 4
 BANKS_WARP = 32
+BANKS_MAX_OPTION = 1 << 16  # largest --warp, --banks, --bank-bytes, --elem-bytes (real: 32, 32, 4-8, 1-16)
 
 # simulate (veotrace/allocators)
 SIMULATE_MAX_UNKNOWN_FREES = 0.05  # share of frees naming no live allocation (ignored, counted) before refusing
