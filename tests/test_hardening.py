@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def test_deep_tuple_pickle_does_not_kill_the_process():
 def test_pure_python_nesting_walk_agrees_with_the_c_one():
     from veotrace.sources.snapshots import safe_pickle
 
-    for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle"):
+    for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle", "pickle_int_5000_digits.pickle"):
         data = (BAD / name).read_bytes()
         assert safe_pickle._nesting_py(data, 100)[0] == safe_pickle.nesting(data)[0]
     for name in ("muduard_memory_snapshot.pkl",):
@@ -382,3 +383,21 @@ def test_real_allocator_settings_still_read():
                           "roundup_power2_divisions": table})
     assert conf.max_split_size == NO_LIMIT and conf.roundup_power2_divisions[6] == 4 and not conf.expandable_segments
     assert from_settings({"max_split_size": 200 << 20, "roundup_power2_divisions": [2] * 20}).roundup_power2_divisions == (2,) * 16
+
+
+@pytest.mark.parametrize("data, wide", [
+    (b"\x80\x02]I" + b"9" * 5000 + b"\na.", True),  # INT text past Python's 4,300-digit bound
+    (b"\x80\x02]L" + b"9" * 100 + b"L\na.", True),
+    (b"\x80\x02]I12345\na.", False),
+    (pickle.dumps([10**100], protocol=2), True),  # LONG1
+    (pickle.dumps({10**5000: 1}, protocol=4), True),  # LONG4
+    (pickle.dumps({"addr": 2**64 - 1, "t": -(2**63), "big": 2**200}, protocol=4), False),
+])
+def test_wide_integers_are_refused_alike_by_the_c_and_python_walks(data, wide):
+    from veotrace.sources.snapshots import safe_pickle
+
+    c, py = safe_pickle.nesting(data), safe_pickle._nesting_py(data, 100)
+    assert c == py and (c[0] == -7) == wide
+    if wide:
+        with pytest.raises(VeotraceError, match="an integer wider than 256 bits"):
+            safe_pickle.loads_plain(data, path="x.pickle")

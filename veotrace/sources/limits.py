@@ -22,6 +22,9 @@ DEFAULT_MAX_FILE_BYTES = 1 << 30
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 #: Deepest nesting of containers in a pickle or JSON document (real snapshots nest about 6 deep).
 MAX_NESTING = 100
+#: Widest integer in a pickle, in bytes (256 bits; a snapshot's addresses, sizes and times fit in 64): a
+#: 5,000-digit one is built by the unpickler, then any str() of it stops on Python's 4,300-digit bound.
+MAX_PICKLE_INT_BYTES = 32
 
 FILE_ENV = "VEOTRACE_MAX_FILE_BYTES"
 LINE_ENV = "VEOTRACE_MAX_LINE_BYTES"
