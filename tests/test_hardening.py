@@ -125,10 +125,10 @@ READ = ("import sys; from pathlib import Path; from veotrace.errors import Veotr
 
 BOMBS = [
     ("alloc_events", b"timestamp,op_type,size_bytes\n1,alloc,", b"1", "a line is longer than"),
-    ("segments", b"\x80\x04\x95", b"\x00", "larger than"),
+    ("segments", b"\x80\x04", b"N0", "larger than"),  # NONE POP: opcodes of a pickle to the end
     ("ncu_metrics", b'"ID","Process ID","Process Name"\n', b"x", "larger than"),
     ("gpu_activity", b"Start (ns),Duration (ns),CorrId,Name\n", b"x", "larger than"),
-    ("frames", b'{"frames": [', b" ", "larger than"),
+    ("frames", b'{"frames": [', b"0,", "larger than"),  # blank space is refused at the head (issue 25)
 ]
 
 
@@ -401,3 +401,37 @@ def test_wide_integers_are_refused_alike_by_the_c_and_python_walks(data, wide):
     if wide:
         with pytest.raises(VeotraceError, match="an integer wider than 256 bits"):
             safe_pickle.loads_plain(data, path="x.pickle")
+
+
+def _compressed(path: Path, kind: str, head: bytes, fill: bytes, total: int) -> Path:
+    import pyarrow as pa
+
+    with pa.CompressedOutputStream(str(path), kind) as out:
+        out.write(head)
+        block = fill * ((1 << 20) // len(fill))
+        for _ in range(total // len(block)):
+            out.write(block)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd"])
+@pytest.mark.parametrize("target, head, fill, expect", [
+    ("segments", b"\x80\x04\x95", b"\x00", "not a pickle: byte 11 holds 0x00, which is no pickle opcode"),
+    ("segments", b"", b"\x00", "not a format veotrace reads"),  # detection, on the same first bytes
+    ("ncu_metrics", b'"ID","Process ID","Process Name"\n', b"\x00", "holds a NUL byte at byte 33"),
+    ("frames", b'{"frames": [', b"\x00", "holds a NUL byte at byte 12"),
+    ("frames", b'{"frames": [', b" ", "holds 32 KiB of blank space from byte 12, which no exporter writes"),
+])
+def test_what_cannot_be_the_format_is_refused_at_its_first_bytes(tmp_path, monkeypatch, kind, target, head, fill,
+                                                                  expect):
+    """A compressed file whose first bytes cannot be the format is refused there (issue 25: a gzip'd 1 GiB of
+    zeros took info 19 s): with a 1 MiB limit and 8 MiB inside, reading to the limit would say 'larger than'."""
+    from fuzz.targets import run
+
+    monkeypatch.setenv("VEOTRACE_MAX_FILE_BYTES", "1M")
+    path = _compressed(tmp_path / f"bomb.{kind}", kind, head, fill, 8 << 20)
+    with pytest.raises(VeotraceError, match=re.escape(expect)):
+        run(target, path)
+    if target == "segments" and head:  # info says the same, as the problem of each table
+        r = run_cli("info", path)
+        assert r.exit_code == 0 and expect in r.stdout

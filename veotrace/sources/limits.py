@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 from veotrace.errors import TraceFormatError, UsageError
 from veotrace.sources.base import detail as _detail
@@ -77,19 +78,46 @@ def too_long_line(path, line: int | None = None) -> TraceFormatError:
     )
 
 
-def read_bounded(path, stream, what: str = "the file") -> bytes:
+#: Bytes of a file read whole that ``read_bounded`` hands to its ``head_check`` before reading on.
+HEAD_BYTES = 64 << 10
+
+
+def read_bounded(path, stream, what: str = "the file", head_check: Callable[[bytes], None] | None = None) -> bytes:
     """All of ``stream`` (a decompressing stream of ``path``), refused past ``max_file_bytes()``.
 
+    ``head_check(first HEAD_BYTES)`` raises for what cannot be this format, so that a compressed file of
+    zeros is refused at its first bytes, not after decompressing a gigabyte (``pickle_head``, ``text_head``).
+
     Raises:
-        TraceFormatError: more than the limit, or a truncated/corrupt compressed stream.
+        TraceFormatError: more than the limit, a truncated/corrupt compressed stream, or ``head_check``'s.
     """
     limit = max_file_bytes()
     try:
-        data = stream.read(limit + 1)
+        head = bytes(stream.read(min(HEAD_BYTES, limit + 1))) if head_check is not None else b""
+        if head_check is not None:
+            head_check(head)
+        data = stream.read(limit + 1 - len(head))
     except (OSError, EOFError) as exc:
         raise TraceFormatError(f"the compressed stream is truncated or corrupt ({_detail(exc)})", path=path,
                                hint="Re-copy the file, or decompress what remains and read that") from None
-    data = bytes(data)
-    if len(data) > limit:
+    if len(head) + len(data) > limit:  # before joining them: a bomb costs one copy of the limit, not two
         raise too_big(path, what)
-    return data
+    return head + bytes(data) if head else bytes(data)
+
+
+def text_head(path, what: str = "the file") -> Callable[[bytes], None]:
+    """A ``head_check`` for text formats (CSV, JSON): a NUL byte in the first bytes means binary data, and a
+    run of half of them in blank space (a JSON of '{"frames": [' and a gigabyte of spaces) no tool writes."""
+    def check(head: bytes) -> None:
+        at = head.find(b"\0")
+        if at >= 0:
+            raise TraceFormatError(f"{what} holds a NUL byte at byte {at:,}: binary data, not text", path=path,
+                                   hint="Is it compressed with a format veotrace does not read, or damaged?")
+        blank = _BLANK_RUN.search(head)
+        if blank is not None:
+            raise TraceFormatError(f"{what} holds {human(HEAD_BYTES // 2)} of blank space from byte {blank.start():,}, "
+                                   "which no exporter writes", path=path, hint="Is the file damaged?")
+    return check
+
+
+_BLANK_RUN = re.compile(rb"[ \t\r\n]{%d}" % (HEAD_BYTES // 2))

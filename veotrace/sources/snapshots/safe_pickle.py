@@ -233,11 +233,30 @@ def load_plain(path: Path) -> object:
 
     stream, _raw = open_decompressed(path)
     try:
-        data = read_bounded(path, stream, "the snapshot")
+        data = read_bounded(path, stream, "the snapshot", head_check=lambda head: pickle_head(head, path))
     finally:
         stream.close()
-    if len(data) < 2 or data[0] != 0x80 or data[1] not in PROTOCOLS:
+    return loads_plain(data, path=path)
+
+
+def pickle_head(head: bytes, path: str | Path | None = None) -> None:
+    """Refuse what cannot be a snapshot pickle from its first bytes (``limits.HEAD_BYTES``), before the
+    rest is decompressed: no PROTO 2-5 opcode first, or an opcode no pickle has within them."""
+    import pickletools
+
+    if len(head) < 2 or head[0] != 0x80 or head[1] not in PROTOCOLS:
         raise TraceFormatError(
             "not a pickle (protocol 2-5)", path=path, hint="Use --format-hint to read it as another format"
         )
-    return loads_plain(data, path=path)
+    stream = io.BytesIO(head)
+    at = 0
+    try:
+        for _op, _arg, _pos in pickletools.genops(stream):
+            at = stream.tell()
+    except ValueError:
+        if head[at:at + 1] and head[at] not in _OPCODE_BYTES:  # not a cut-off argument: an opcode that does not exist
+            raise TraceFormatError(f"not a pickle: byte {at:,} holds {head[at]:#04x}, which is no pickle opcode",
+                                   path=path, hint="Re-copy the file, or dump the snapshot again") from None
+
+
+_OPCODE_BYTES = frozenset(op.code.encode("latin-1")[0] for op in __import__("pickletools").opcodes)
