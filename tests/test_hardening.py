@@ -435,3 +435,45 @@ def test_what_cannot_be_the_format_is_refused_at_its_first_bytes(tmp_path, monke
     if target == "segments" and head:  # info says the same, as the problem of each table
         r = run_cli("info", path)
         assert r.exit_code == 0 and expect in r.stdout
+
+
+def test_one_size_bound_for_every_command(tmp_path):
+    """An event past 16 TiB (defaults.MAX_BLOCK_BYTES) is refused by every reader of alloc events, or left out
+    and counted with --skip-bad-rows; entropy, convert and report said nothing of it before (issue 25)."""
+    path = tmp_path / "log.csv"
+    path.write_text("timestamp,op_type,size_bytes,address\n" + "".join(
+        f"{i},alloc,{4611686018427387904 if i in (3, 7) else 4096},{4096 * (i + 1)}\n" for i in range(10)))
+    for args in (("entropy", "--window-events", "2"), ("bursts",), ("fragmentation",), ("simulate", "-p", "bestfit")):
+        r = run_cli(*args, path)
+        assert r.exit_code == 1 and r.stderr.startswith(f"Error: {path}: column 'size_bytes': an event's size_bytes"), r.stderr
+        r = run_cli(*args, "--skip-bad-rows", path)
+        assert r.exit_code in (0, 1) and "Traceback" not in r.stderr
+        assert "Warning: skipped 2 bad rows (--skip-bad-rows); first: " in r.stderr, r.stderr
+        assert "(size_bytes 4,611,686,018,427,387,904 above 2**44 (16 TiB))" in r.stderr
+    out = tmp_path / "out.parquet"
+    r = run_cli("convert", "--skip-bad-rows", path, "-o", out)
+    import pyarrow.parquet as pq
+
+    assert r.exit_code == 0 and pq.read_table(out).num_rows == 8
+
+
+def test_snapshot_time_running_backwards_is_a_counted_warning(tmp_path):
+    """As the logs' out-of-order events are counted: entropy and simulate said nothing before (issue 25)."""
+    from fuzz.targets import _snapshot_dict
+
+    doc = pickle.loads(_snapshot_dict())
+    doc["device_traces"][0][2]["time_us"] = 10
+    doc["device_traces"][0][3]["time_us"] = 5
+    path = tmp_path / "back.pickle"
+    path.write_bytes(pickle.dumps(doc, protocol=4))
+    for args in (("entropy", "--window-events", "1"), ("simulate", "-p", "bestfit"), ("fragmentation",)):
+        r = run_cli(*args, path)
+        assert "Traceback" not in r.stderr
+        warned = [ln for ln in r.stderr.splitlines() if "go back in time" in ln]
+        assert warned == [f"Warning: {path}: 2 trace entries go back in time (a time_us below one before it on its "
+                          "device; first device_traces[0][2], 991 us back); time windows hold such an entry where "
+                          "its time falls, not where the trace recorded it"], r.stderr
+    doc["device_traces"][0][2]["time_us"] = 1002
+    doc["device_traces"][0][3]["time_us"] = 1003
+    path.write_bytes(pickle.dumps(doc, protocol=4))
+    assert "back in time" not in run_cli("entropy", "--window-events", "1", path).stderr

@@ -121,3 +121,34 @@ def text_head(path, what: str = "the file") -> Callable[[bytes], None]:
 
 
 _BLANK_RUN = re.compile(rb"[ \t\r\n]{%d}" % (HEAD_BYTES // 2))
+
+
+def bounded_sizes(path, batches, *, skip_bad_rows: bool = False, report=None):
+    """``batches`` of alloc events, each event's ``size_bytes`` checked against ``defaults.MAX_BLOCK_BYTES``
+    (16 TiB) for every command alike: one Error naming the file (``replay_limits.check_block_sizes``), or
+    with ``skip_bad_rows`` the rows left out and counted in ``report``. No allocation comes near the bound;
+    a size past it is an address or a count in the wrong column, which the replays could not sum in int64
+    and the counting commands would put in a size class of its own without a word."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from veotrace.replay_limits import MAX_BLOCK_BYTES, check_block_sizes
+
+    for batch in batches:
+        if "size_bytes" not in batch.schema.names or not batch.num_rows:
+            yield batch
+            continue
+        column = batch.column("size_bytes")
+        top = pc.max(column).as_py()
+        if top is None or top <= MAX_BLOCK_BYTES:
+            yield batch
+            continue
+        size = column.to_numpy(zero_copy_only=False)
+        if not skip_bad_rows:
+            check_block_sizes(size, batch, path=str(path))
+        over = size > MAX_BLOCK_BYTES
+        if report is not None:
+            for value in size[over][:5]:
+                report.skip_row(path, None, f"size_bytes {int(value):,} above 2**44 (16 TiB)")
+            report.skipped_rows += int(over.sum()) - min(int(over.sum()), 5)
+        yield batch.filter(np.logical_not(over))
