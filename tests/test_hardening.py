@@ -477,3 +477,15 @@ def test_snapshot_time_running_backwards_is_a_counted_warning(tmp_path):
     doc["device_traces"][0][3]["time_us"] = 1003
     path.write_bytes(pickle.dumps(doc, protocol=4))
     assert "back in time" not in run_cli("entropy", "--window-events", "1", path).stderr
+
+
+@pytest.mark.parametrize("name, args", [
+    ("fuzz_trend_all_ties.csv", ("entropy",)),  # Theil-Sen's variance went negative: math domain error
+    ("fuzz_trend_all_ties.csv", ("report", "-o", "{out}")),
+    ("fuzz_kernel_names_null.sqlite", ("bursts", "--events", "kernels")),  # kernel names all null: IndexError
+])
+def test_command_fuzz_findings_now_run(tmp_path, name, args):
+    """Inputs the command targets of fuzz/ found crashing a run (issue 25); they are valid and now run."""
+    args = [str(tmp_path / "r.html") if a == "{out}" else a for a in args]
+    r = run_cli(args[0], BAD / name, *args[1:])
+    assert r.exit_code == 0 and "Traceback" not in r.stderr, r.stderr

@@ -219,7 +219,7 @@ def parse_baseline(data: bytes, path: Path | str, analysis: str = ENTROPY) -> Ba
         raise VeotraceError(f"is {what}", path=path, hint=_MAKE_ONE)
     schema = str(doc["schema"])
     name, _, version = schema.partition("/")
-    if name != SCHEMA_NAME or not version.isdigit():
+    if name != SCHEMA_NAME or not (version.isascii() and version.isdigit() and len(version) < 10):  # not '¹²'
         raise VeotraceError(f"is not a veotrace baseline (schema {schema!r}, expected {SCHEMA!r})", path=path,
                             hint=_MAKE_ONE)
     if int(version) > SCHEMA_VERSION:
