@@ -81,3 +81,28 @@ def test_parse_duration_bounds_in_the_api():
     for bad in (1e10, "1e10s", "0.5ns", 1e-10):
         with pytest.raises(UsageError):
             parse_duration(bad, option="--x")
+
+
+ARRAYS = SAMPLES / "arrays"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("entropy", LOG, "--window-events", str(10**20)), "--window-events must be between 1 and 2**63-1"),
+    (("fragmentation", LOG, "--window-events", str(10**20)), "--window-events must be between 1 and 2**63-1"),
+    (("correlate", ARRAYS / "addrs.npy", ARRAYS / "epe.npy", "--resamples", str(10**20)),
+     "--resamples must be between 1 and 100,000"),
+    (("correlate", ARRAYS / "addrs.npy", ARRAYS / "epe.npy", "--seed", "-1"), "--seed must not be negative"),
+])
+def test_integer_options_past_their_range(args, expected):
+    """Integers typer accepts at any size: 10**20 ended in OverflowError or 'Maximum allowed dimension
+    exceeded' deep in numpy, a negative seed in numpy's ValueError (issue 25)."""
+    _one_usage_error(run_cli(*args), expected)
+
+
+def test_gate_integer_options_past_their_range(tmp_path):
+    baseline = tmp_path / "b.json"
+    assert run_cli("entropy", TIMED, "--save-baseline", baseline).exit_code == 0
+    for option, value, expected in (("--resamples", str(10**20), "--resamples must be between 99 and 100,000"),
+                                    ("--seed", "-1", "--seed must not be negative"),
+                                    ("--window-events", str(10**20), "--window-events must be between 1")):
+        _one_usage_error(run_cli("gate", TIMED, "--baseline", baseline, option, value), expected)

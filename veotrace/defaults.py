@@ -49,6 +49,7 @@ CORRELATE_REDUCES = ("mean", "median", "p95")
 CORRELATE_TENSORS = "mean"  # how k tensors per frame become one jump
 CORRELATE_TENSOR_REDUCES = ("mean", "max")
 CORRELATE_RESAMPLES = 2000  # bootstrap resamples and permutations
+MAX_RESAMPLES = 100_000  # largest --resamples of correlate and gate (their index arrays grow with it)
 CORRELATE_SEED = 0
 CORRELATE_BLOCK_LEN = 0  # 0 = automatic, about n ** (1/3)
 CORRELATE_MAX_LAG = 0

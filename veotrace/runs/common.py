@@ -64,6 +64,16 @@ def seconds(value: str | float | None, option: str, bare_unit: str = "s") -> flo
     return None if value is None else parse_duration(value, option=option, bare_unit=bare_unit)
 
 
+def count(value: int | None, option: str) -> int | None:
+    """A count option (``--window-events``): None, or a whole number from 1 to 2**63-1 (int64, as the
+    analyses hold it; 10**20 ended in an OverflowError deep in numpy)."""
+    from veotrace.errors import UsageError
+
+    if value is not None and not 1 <= value < 1 << 63:
+        raise UsageError(f"{option} must be between 1 and 2**63-1, got {value}")
+    return value
+
+
 def nbytes(value: str | int | None, option: str) -> int | None:
     """A byte-size option: text such as ``80GiB``, or a number of bytes."""
     from veotrace.units import parse_bytes
