@@ -459,13 +459,7 @@ def test_one_size_bound_for_every_command(tmp_path):
 
 def test_snapshot_time_running_backwards_is_a_counted_warning(tmp_path):
     """As the logs' out-of-order events are counted: entropy and simulate said nothing before (issue 25)."""
-    from fuzz.targets import _snapshot_dict
-
-    doc = pickle.loads(_snapshot_dict())
-    doc["device_traces"][0][2]["time_us"] = 10
-    doc["device_traces"][0][3]["time_us"] = 5
-    path = tmp_path / "back.pickle"
-    path.write_bytes(pickle.dumps(doc, protocol=4))
+    path = BAD / "snapshot_time_backwards.pickle"
     for args in (("entropy", "--window-events", "1"), ("simulate", "-p", "bestfit"), ("fragmentation",)):
         r = run_cli(*args, path)
         assert "Traceback" not in r.stderr
@@ -473,8 +467,10 @@ def test_snapshot_time_running_backwards_is_a_counted_warning(tmp_path):
         assert warned == [f"Warning: {path}: 2 trace entries go back in time (a time_us below one before it on its "
                           "device; first device_traces[0][2], 991 us back); time windows hold such an entry where "
                           "its time falls, not where the trace recorded it"], r.stderr
+    doc = pickle.loads(path.read_bytes())
     doc["device_traces"][0][2]["time_us"] = 1002
     doc["device_traces"][0][3]["time_us"] = 1003
+    path = tmp_path / "forwards.pickle"
     path.write_bytes(pickle.dumps(doc, protocol=4))
     assert "back in time" not in run_cli("entropy", "--window-events", "1", path).stderr
 

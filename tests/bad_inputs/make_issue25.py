@@ -22,6 +22,13 @@ def _snapshot(**extra) -> dict:
     return {**pickle.loads(_snapshot_dict()), **extra}
 
 
+def _backwards() -> dict:
+    doc = _snapshot()
+    doc["device_traces"][0][2]["time_us"] = 10
+    doc["device_traces"][0][3]["time_us"] = 5
+    return doc
+
+
 def _baseline(**change) -> str:
     """A three-window entropy baseline (as 'entropy --save-baseline' writes it), with ``change`` applied
     to its params (keys as in params) or windows (``windows.<column>``: a list)."""
@@ -48,6 +55,8 @@ def files() -> dict[str, bytes]:
         # the snapshot's own settings hold garbage
         "snapshot_settings_garbage.pickle": pickle.dumps(
             _snapshot(allocator_settings={"max_split_size": -1, "roundup_power2_divisions": "x"}), protocol=4),
+        # trace entries 2 and 3 of device 0 go back in time (a Warning, counted: test_hardening.py)
+        "snapshot_time_backwards.pickle": pickle.dumps(_backwards(), protocol=4),
         "baseline_start_1e30.json": _baseline(**{"windows.start_ns": [0, 10**30, 600000000000]}).encode(),
         "baseline_window_1e30.json": _baseline(window_s=1e30).encode(),
         "baseline_time_unit.json": _baseline(time_unit="fortnights").encode(),
