@@ -64,7 +64,7 @@ def converted_snapshot(path: Path) -> ConvertedSnapshot | None:
         return None
     try:
         meta = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowException):  # not a readable Parquet file: its reader says why, naming it
+    except (OSError, pa.ArrowException, UnicodeError):  # not a readable Parquet file: its reader says why
         return None
     raw = meta.get(KEY)
     if raw is None:
