@@ -185,6 +185,9 @@ def _load_npz(path: Path, name: str | None) -> np.ndarray:
                 f"no array named {name!r}", path=path, hint=f"The archive holds: {', '.join(names)}"
             )
         info = members[name]
+        if info.flag_bits & 0x1:  # zipfile would ask for a password (RuntimeError); np.savez never encrypts
+            raise TraceFormatError(f"array {name!r} is encrypted in the archive", path=path,
+                                   hint="Re-save it with np.savez")
         try:
             with archive.open(info) as fh:
                 return _read_npy(fh, info.file_size, path, f"array {name!r}")
