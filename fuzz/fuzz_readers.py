@@ -1,8 +1,9 @@
-"""Coverage-guided fuzzing of every reader with atheris (libFuzzer), for a fixed time budget per reader.
+"""Coverage-guided fuzzing of every reader and command target with atheris (libFuzzer), for a fixed time budget each.
 
     pip install atheris                                    # not a test dependency
     python3 fuzz/fuzz_readers.py --seconds 60              # every reader, 60 s each, summary table
     python3 fuzz/fuzz_readers.py --target alloc_events --seconds 300
+    python3 fuzz/fuzz_readers.py --target fragmentation --target simulate --target banks --target gate_baseline --target report
 
 Each reader runs in its own process, starting from the valid seed files of ``fuzz/targets.py``;
 inputs are mutated by libFuzzer and by ``fuzz/mutate.py`` (truncation, huge numbers, stray quotes,
@@ -43,6 +44,14 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
         import veotrace.sources.parquet  # noqa: F401
         import veotrace.sources.probe  # noqa: F401
         import veotrace.sources.snapshots.torch_snapshot  # noqa: F401
+        if target in ("fragmentation", "simulate", "banks", "gate_baseline", "report"):
+            import veotrace.allocators  # noqa: F401
+            import veotrace.analysis.banks  # noqa: F401
+            import veotrace.frag  # noqa: F401
+            import veotrace.gating.baseline  # noqa: F401
+            import veotrace.reporting.run  # noqa: F401
+            import veotrace.runs.fragmentation  # noqa: F401
+            import veotrace.runs.simulate  # noqa: F401
     from fuzz.mutate import mutate
     from fuzz.targets import run
     from veotrace.errors import VeotraceError
@@ -66,12 +75,12 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
 
 
 def _corpus(target: str, workdir: Path) -> Path:
-    from fuzz.targets import SEED_TARGETS, seeds
+    from fuzz.targets import SEED_COMMANDS, SEED_TARGETS, seeds
 
     corpus = workdir / "corpus" / target
     corpus.mkdir(parents=True, exist_ok=True)
     for name, data in seeds(workdir).items():
-        if target in SEED_TARGETS[name] or target == "info":
+        if target in SEED_TARGETS[name] + SEED_COMMANDS.get(name, ()) or target == "info":
             (corpus / name).write_bytes(data)
     return corpus
 

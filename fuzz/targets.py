@@ -1,4 +1,5 @@
-"""Fuzz targets: every reader behind one call ``run(target, path)``, and small valid seed files.
+"""Fuzz targets: every reader, and the commands added since the readers were fuzzed (fragmentation,
+simulate, banks, gate's baselines, report), behind one call ``run(target, path)``; small valid seed files.
 
 Shared by the property tests (tests/test_hardening_fuzz.py) and the coverage-guided script
 (fuzz/fuzz_readers.py). A target either returns (a correct read) or raises ``VeotraceError``;
@@ -75,6 +76,45 @@ def _info(path: Path) -> None:
                 raise
 
 
+# ----------------------------------------------------------------------------- commands (issue 25)
+def _fragmentation(path: Path) -> None:
+    from veotrace.runs.fragmentation import fragmentation
+
+    fragmentation([path]).to_dict()
+
+
+def _simulate(path: Path) -> None:
+    from veotrace.runs.simulate import simulate
+
+    simulate([path], policy=["torch", "bestfit", "ideal"]).to_dict()
+
+
+def _banks(path: Path) -> None:
+    from veotrace.runs.banks import banks
+
+    banks(addresses=path, elem_bytes=8).to_dict()
+
+
+def _gate_baseline(path: Path) -> None:
+    """A baseline file (mutated) judged against a small log: reading, checking and the comparison."""
+    from veotrace.runs.gate import gate
+
+    log = path.with_name(path.name + ".log.csv")
+    if not log.exists():
+        log.write_bytes(GATE_LOG)
+    gate([log], baseline=path, resamples=99).to_dict()
+
+
+def _report(path: Path) -> None:
+    from veotrace.reporting.run import report
+
+    out = path.with_name(path.name + ".html")
+    try:
+        report([path], out)
+    finally:
+        out.unlink(missing_ok=True)
+
+
 #: target name -> the reader call it exercises.
 TARGETS: dict[str, Callable[[Path], None]] = {
     "alloc_events": _consume_alloc,
@@ -85,7 +125,15 @@ TARGETS: dict[str, Callable[[Path], None]] = {
     "arrays": _arrays,
     "frames": _frames,
     "info": _info,
+    # whole commands on the file, through their run functions (the CLI's path without the printing)
+    "fragmentation": _fragmentation,
+    "simulate": _simulate,
+    "banks": _banks,
+    "gate_baseline": _gate_baseline,
+    "report": _report,
 }
+#: The command targets: slower per input than the readers (a run each), fuzzed on fewer seeds.
+COMMAND_TARGETS = ("fragmentation", "simulate", "banks", "gate_baseline", "report")
 
 
 def run(target: str, path: Path) -> None:
@@ -191,6 +239,32 @@ FRAMES_JSON = json.dumps({"frames": [{"frame": i, "coherence_score": 0.9 - i / 1
 FRAMES_JSONL = b'{"frame": 0, "id_match_rate": 0.9}\n{"frame": 1, "id_match_rate": 0.5}\n'
 
 
+#: A log of 400 allocations over 40 s (gate's run against a baseline seed needs enough 1 s windows).
+GATE_LOG = b"timestamp,op_type,size_bytes\n" + b"".join(
+    b"%d,alloc,%d\n" % (i * 100_000_000, 4096 << (i * 7 % 9)) for i in range(400))
+
+
+def _baseline(tmp: Path) -> bytes:
+    """An entropy baseline of GATE_LOG with 1 s windows (as 'entropy --save-baseline' writes it)."""
+    from veotrace.runs.entropy import entropy
+
+    log, out = tmp / "gate-seed.csv", tmp / "gate-seed.json"
+    log.write_bytes(GATE_LOG)
+    entropy([log], window="1s", save_baseline=out)
+    data = out.read_bytes()
+    log.unlink()
+    out.unlink()
+    return data
+
+
+def _addresses() -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, (np.arange(64, dtype=np.uint64) * 8 + np.uint64(2**63)) ^ np.uint64(0x40))
+    return buf.getvalue()
+
+
 def seeds(tmp: Path) -> dict[str, bytes]:
     """Small valid files of every input kind, by a descriptive name (tmp: scratch folder for SQLite)."""
     out = {
@@ -207,6 +281,8 @@ def seeds(tmp: Path) -> dict[str, bytes]:
         "frames.json": FRAMES_JSON,
         "frames.jsonl": FRAMES_JSONL,
         "nsys.sqlite": _sqlite(tmp),
+        "baseline.json": _baseline(tmp),
+        "addresses.npy": _addresses(),
     }
     for name in ("nsys/cuda_gpu_trace.csv", "ncu/l2_details.csv"):
         path = SAMPLES / name
@@ -223,5 +299,12 @@ SEED_TARGETS = {
     "arrays.npz": ("arrays",), "array.npy": ("arrays",), "events.parquet": ("alloc_events",),
     "frames.parquet": ("frames",), "frames.csv": ("frames",), "frames.json": ("frames",), "frames.jsonl": ("frames",),
     "nsys.sqlite": ("gpu_activity", "alloc_events"), "cuda_gpu_trace.csv": ("gpu_activity",),
-    "l2_details.csv": ("ncu_metrics",),
+    "l2_details.csv": ("ncu_metrics",), "baseline.json": (), "addresses.npy": ("arrays",),
+}
+#: Which command targets each seed feeds (a subset of the seeds: a command run costs more than a read).
+SEED_COMMANDS = {
+    "alloc.csv": ("fragmentation", "simulate", "report"), "snapshot.pickle": ("fragmentation", "simulate", "report"),
+    "alloc.jsonl": ("fragmentation",), "events.parquet": ("simulate",), "nsys.sqlite": ("report",),
+    "addresses.npy": ("banks",), "array.npy": ("banks",), "arrays.npz": ("report",), "frames.csv": ("report",),
+    "baseline.json": ("gate_baseline",), "l2_details.csv": ("report",),
 }

@@ -92,3 +92,41 @@ def test_cli_bad_address_file(tmp_path):
     p.write_bytes(b"\x80\x04N.")
     r = run_cli("banks", "--addresses", p)
     assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "pickle" in r.stderr
+
+
+def _reference(addrs: list[int], elem: int, banks: int = 32, bank_bytes: int = 4) -> tuple:
+    """Bank words, sectors and bytes used by brute force over Python ints (no uint64 arithmetic)."""
+    words = {w for a in addrs for w in range(a // bank_bytes, (a + elem - 1) // bank_bytes + 1)}
+    per_bank = [0] * banks
+    for w in words:
+        per_bank[w % banks] += 1
+    sectors = {s for a in addrs for s in range(a // 32, (a + elem - 1) // 32 + 1)}
+    used = {b for a in addrs for b in range(a, a + elem)}
+    return per_bank, len(sectors), len(used)
+
+
+@pytest.mark.parametrize("base", [0, 2**47, 2**63 - 64, 2**63, 2**64 - 4096])
+@pytest.mark.parametrize("elem", [1, 4, 8, 16])
+def test_addresses_anywhere_in_uint64_agree_with_python_ints(base, elem):
+    """Addresses of the top half (>= 2**63) and up to the last byte of the address space (issue 25)."""
+    import random
+
+    rng = random.Random(base ^ elem)
+    addrs = [base + rng.randrange(0, 4096 - elem) for _ in range(31)] + [base + 4096 - elem]
+    r = warp_access(np.array(addrs, dtype=np.uint64), elem_bytes=elem)
+    per_bank, sectors, used = _reference(addrs, elem)
+    assert (r.bank_words, r.sectors, r.bytes_used) == (per_bank, sectors, used)
+
+
+def test_an_element_past_the_address_space_is_one_error(tmp_path):
+    path = tmp_path / "top.npy"
+    np.save(path, np.array([2**64 - 4], dtype=np.uint64))
+    assert run_cli("banks", "--addresses", path, "--elem-bytes", "4").exit_code == 0
+    r = run_cli("banks", "--addresses", path, "--elem-bytes", "8")
+    assert r.exit_code == 1 and r.stderr.startswith(f"Error: {path}: the address 0xfffffffffffffffc with 8-byte")
+
+
+@pytest.mark.parametrize("option", ["--elem-bytes", "--warp", "--banks", "--bank-bytes", "--base", "--offset", "--stride"])
+def test_integer_options_past_64_bits_are_usage_errors(option):
+    r = run_cli("banks", option, str(10**20))
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("Error: --"), r.stderr

@@ -228,7 +228,7 @@ def log(tmp_path) -> Path:
     (["--gap", "0"], "--gap must be a positive duration, got '0'"),
     (["--gap", "-3"], "--gap expects a duration such as 300s, 5m, 1h or 5ms, got '-3'"),
     (["--gap", "5 parsecs"], "--gap: unknown unit 'parsecs'"),
-    (["--gap", "1e-9"], "is below 1 ns"),
+    (["--gap", "1e-9"], "is shorter than 1 ns"),
     (["--min-events", "1"], "--min-events must be at least 2"),
     (["--events", "kernels", "--ops", "free"], "--ops applies to --events alloc only"),
     (["--ops", " , "], "--ops needs at least one op name"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from veotrace.errors import VeotraceError
 from veotrace.sources import ReadOptions, ReadReport, iter_alloc_events
 
 BAD = Path(__file__).parent / "bad_inputs"
+LOG = Path(__file__).parents[1] / "sample_traces" / "alloc_logs" / "alloc.log.1.csv"
 CASES = [line.split("\t") for line in (BAD / "EXPECTED.tsv").read_text().splitlines()
          if line.strip() and not line.startswith("#")]
 
@@ -24,7 +27,10 @@ CASES = [line.split("\t") for line in (BAD / "EXPECTED.tsv").read_text().splitli
 def test_bad_input_gives_its_one_error_line(name, command, code, message):
     path = BAD / name
     command, *extra = command.split()
-    args = [command, path, path] if command == "correlate" else [command, *extra, path]
+    if "{path}" in extra:  # the file goes where the command names it ({log}: a sample log), e.g. gate's --baseline
+        args = [command, *(path if a == "{path}" else LOG if a == "{log}" else a for a in extra)]
+    else:
+        args = [command, path, path] if command == "correlate" else [command, *extra, path]
     if command == "entropy":
         args += ["--window-events", "10"]
     r = run_cli(*args)
@@ -48,7 +54,7 @@ def test_deep_tuple_pickle_does_not_kill_the_process():
 def test_pure_python_nesting_walk_agrees_with_the_c_one():
     from veotrace.sources.snapshots import safe_pickle
 
-    for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle"):
+    for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle", "pickle_int_5000_digits.pickle"):
         data = (BAD / name).read_bytes()
         assert safe_pickle._nesting_py(data, 100)[0] == safe_pickle.nesting(data)[0]
     for name in ("muduard_memory_snapshot.pkl",):
@@ -119,10 +125,10 @@ READ = ("import sys; from pathlib import Path; from veotrace.errors import Veotr
 
 BOMBS = [
     ("alloc_events", b"timestamp,op_type,size_bytes\n1,alloc,", b"1", "a line is longer than"),
-    ("segments", b"\x80\x04\x95", b"\x00", "larger than"),
+    ("segments", b"\x80\x04", b"N0", "larger than"),  # NONE POP: opcodes of a pickle to the end
     ("ncu_metrics", b'"ID","Process ID","Process Name"\n', b"x", "larger than"),
     ("gpu_activity", b"Start (ns),Duration (ns),CorrId,Name\n", b"x", "larger than"),
-    ("frames", b'{"frames": [', b" ", "larger than"),
+    ("frames", b'{"frames": [', b"0,", "larger than"),  # blank space is refused at the head (issue 25)
 ]
 
 
@@ -315,3 +321,167 @@ def test_fuzz_findings_stay_fixed(name, target, message):
         return
     with pytest.raises(VeotraceError, match=message):
         run(target, BAD / name)
+
+
+# ----------------------------------------------------------------------------- issue 25
+@pytest.mark.parametrize("change, message", [
+    ({"windows.entropy_bits": ["x", 1.0, 1.0]}, "windows.entropy_bits[0] = \"x\" is not a non-negative number of bits"),
+    ({"max_class": 400}, "params.max_class = 400 is not a size class from 0 to 42"),
+    ({"ops": 5}, "params.ops = 5 is not a list of op names"),
+    ({"window_events": 0, "window_s": None}, "params.window_events = 0 is not a whole number of events"),
+    ({"step_s": True}, "params.step_s = true is not a duration"),
+    ({"windows.start_ns": [-(2**62), 0, 2**62]}, "windows.start_ns spans more than 2**63 ns"),
+    ({"windows.window": [0, 1.5, 2]}, "windows.window[1] = 1.5 is not a window number"),
+])
+def test_baseline_fields_are_checked_on_load(tmp_path, change, message):
+    from tests.bad_inputs.make_issue25 import _baseline
+    from veotrace.gating.baseline import read_baseline
+
+    path = tmp_path / "b.json"
+    path.write_text(_baseline(**change))
+    with pytest.raises(VeotraceError, match=re.escape(message)) as exc:
+        read_baseline(path)
+    assert str(exc.value).startswith(f"{path}: baseline is damaged: metrics.entropy.")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{\"schema\": \"veotrace-baseline/1\", \"x\": " + "9" * 5000 + "}", "Exceeds the limit (4300 digits)"),
+    ("[" * 100000 + "]" * 100000, "JSON nested too deeply"),
+])
+def test_baseline_json_python_cannot_hold(tmp_path, text, message):
+    from veotrace.gating.baseline import read_baseline
+
+    path = tmp_path / "b.json"
+    path.write_text(text)
+    with pytest.raises(VeotraceError, match=re.escape(message)):
+        read_baseline(path)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"roundup_power2_divisions": {"1": 3}}, "['roundup_power2_divisions']['1'] = 3 must be a power of 2 or 0"),
+    ({"roundup_power2_divisions": {"3": 2}}, "['roundup_power2_divisions'] key = '3' must be an interval in MiB"),
+    ({"roundup_power2_divisions": [1, "2"]}, "['roundup_power2_divisions'][1] = '2' must be a power of 2 or 0"),
+    ({"garbage_collection_threshold": "0.5"}, "['garbage_collection_threshold'] = '0.5' must be a number in [0.0, 1.0)"),
+    ({"max_split_size": 1.5}, "['max_split_size'] = 1.5 must be a byte count, or -1 for no limit"),
+    ({"expandable_segments": "yes"}, "['expandable_segments'] = 'yes' must be True or False"),
+    (["max_split_size"], "allocator_settings = list must be a dict"),
+])
+def test_snapshot_allocator_settings_are_input(settings, message):
+    from veotrace.allocators.conf import from_settings
+
+    with pytest.raises(VeotraceError, match=re.escape(message)) as exc:
+        from_settings(settings, path="snap.pickle")
+    assert str(exc.value).startswith("snap.pickle: allocator_settings")
+
+
+def test_real_allocator_settings_still_read():
+    from veotrace.allocators.conf import NO_LIMIT, from_settings
+
+    table = {str(1 << i): 0 for i in range(16)} | {"64": 4}
+    conf = from_settings({"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1, "garbage_collection_threshold": 0.0,
+                          "expandable_segments": False, "pinned_num_register_threads": 1,
+                          "roundup_power2_divisions": table})
+    assert conf.max_split_size == NO_LIMIT and conf.roundup_power2_divisions[6] == 4 and not conf.expandable_segments
+    assert from_settings({"max_split_size": 200 << 20, "roundup_power2_divisions": [2] * 20}).roundup_power2_divisions == (2,) * 16
+
+
+@pytest.mark.parametrize("data, wide", [
+    (b"\x80\x02]I" + b"9" * 5000 + b"\na.", True),  # INT text past Python's 4,300-digit bound
+    (b"\x80\x02]L" + b"9" * 100 + b"L\na.", True),
+    (b"\x80\x02]I12345\na.", False),
+    (pickle.dumps([10**100], protocol=2), True),  # LONG1
+    (pickle.dumps({10**5000: 1}, protocol=4), True),  # LONG4
+    (pickle.dumps({"addr": 2**64 - 1, "t": -(2**63), "big": 2**200}, protocol=4), False),
+])
+def test_wide_integers_are_refused_alike_by_the_c_and_python_walks(data, wide):
+    from veotrace.sources.snapshots import safe_pickle
+
+    c, py = safe_pickle.nesting(data), safe_pickle._nesting_py(data, 100)
+    assert c == py and (c[0] == -7) == wide
+    if wide:
+        with pytest.raises(VeotraceError, match="an integer wider than 256 bits"):
+            safe_pickle.loads_plain(data, path="x.pickle")
+
+
+def _compressed(path: Path, kind: str, head: bytes, fill: bytes, total: int) -> Path:
+    import pyarrow as pa
+
+    with pa.CompressedOutputStream(str(path), kind) as out:
+        out.write(head)
+        block = fill * ((1 << 20) // len(fill))
+        for _ in range(total // len(block)):
+            out.write(block)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd"])
+@pytest.mark.parametrize("target, head, fill, expect", [
+    ("segments", b"\x80\x04\x95", b"\x00", "not a pickle: byte 11 holds 0x00, which is no pickle opcode"),
+    ("segments", b"", b"\x00", "not a format veotrace reads"),  # detection, on the same first bytes
+    ("ncu_metrics", b'"ID","Process ID","Process Name"\n', b"\x00", "holds a NUL byte at byte 33"),
+    ("frames", b'{"frames": [', b"\x00", "holds a NUL byte at byte 12"),
+    ("frames", b'{"frames": [', b" ", "holds 32 KiB of blank space from byte 12, which no exporter writes"),
+])
+def test_what_cannot_be_the_format_is_refused_at_its_first_bytes(tmp_path, monkeypatch, kind, target, head, fill,
+                                                                  expect):
+    """A compressed file whose first bytes cannot be the format is refused there (issue 25: a gzip'd 1 GiB of
+    zeros took info 19 s): with a 1 MiB limit and 8 MiB inside, reading to the limit would say 'larger than'."""
+    from fuzz.targets import run
+
+    monkeypatch.setenv("VEOTRACE_MAX_FILE_BYTES", "1M")
+    path = _compressed(tmp_path / f"bomb.{kind}", kind, head, fill, 8 << 20)
+    with pytest.raises(VeotraceError, match=re.escape(expect)):
+        run(target, path)
+    if target == "segments" and head:  # info says the same, as the problem of each table
+        r = run_cli("info", path)
+        assert r.exit_code == 0 and expect in r.stdout
+
+
+def test_one_size_bound_for_every_command(tmp_path):
+    """An event past 16 TiB (defaults.MAX_BLOCK_BYTES) is refused by every reader of alloc events, or left out
+    and counted with --skip-bad-rows; entropy, convert and report said nothing of it before (issue 25)."""
+    path = tmp_path / "log.csv"
+    path.write_text("timestamp,op_type,size_bytes,address\n" + "".join(
+        f"{i},alloc,{4611686018427387904 if i in (3, 7) else 4096},{4096 * (i + 1)}\n" for i in range(10)))
+    for args in (("entropy", "--window-events", "2"), ("bursts",), ("fragmentation",), ("simulate", "-p", "bestfit")):
+        r = run_cli(*args, path)
+        assert r.exit_code == 1 and r.stderr.startswith(f"Error: {path}: column 'size_bytes': an event's size_bytes"), r.stderr
+        r = run_cli(*args, "--skip-bad-rows", path)
+        assert r.exit_code in (0, 1) and "Traceback" not in r.stderr
+        assert "Warning: skipped 2 bad rows (--skip-bad-rows); first: " in r.stderr, r.stderr
+        assert "(size_bytes 4,611,686,018,427,387,904 above 2**44 (16 TiB))" in r.stderr
+    out = tmp_path / "out.parquet"
+    r = run_cli("convert", "--skip-bad-rows", path, "-o", out)
+    import pyarrow.parquet as pq
+
+    assert r.exit_code == 0 and pq.read_table(out).num_rows == 8
+
+
+def test_snapshot_time_running_backwards_is_a_counted_warning(tmp_path):
+    """As the logs' out-of-order events are counted: entropy and simulate said nothing before (issue 25)."""
+    path = BAD / "snapshot_time_backwards.pickle"
+    for args in (("entropy", "--window-events", "1"), ("simulate", "-p", "bestfit"), ("fragmentation",)):
+        r = run_cli(*args, path)
+        assert "Traceback" not in r.stderr
+        warned = [ln for ln in r.stderr.splitlines() if "go back in time" in ln]
+        assert warned == [f"Warning: {path}: 2 trace entries go back in time (a time_us below one before it on its "
+                          "device; first device_traces[0][2], 991 us back); time windows hold such an entry where "
+                          "its time falls, not where the trace recorded it"], r.stderr
+    doc = pickle.loads(path.read_bytes())
+    doc["device_traces"][0][2]["time_us"] = 1002
+    doc["device_traces"][0][3]["time_us"] = 1003
+    path = tmp_path / "forwards.pickle"
+    path.write_bytes(pickle.dumps(doc, protocol=4))
+    assert "back in time" not in run_cli("entropy", "--window-events", "1", path).stderr
+
+
+@pytest.mark.parametrize("name, args", [
+    ("fuzz_trend_all_ties.csv", ("entropy",)),  # Theil-Sen's variance went negative: math domain error
+    ("fuzz_trend_all_ties.csv", ("report", "-o", "{out}")),
+    ("fuzz_kernel_names_null.sqlite", ("bursts", "--events", "kernels")),  # kernel names all null: IndexError
+])
+def test_command_fuzz_findings_now_run(tmp_path, name, args):
+    """Inputs the command targets of fuzz/ found crashing a run (issue 25); they are valid and now run."""
+    args = [str(tmp_path / "r.html") if a == "{out}" else a for a in args]
+    r = run_cli(args[0], BAD / name, *args[1:])
+    assert r.exit_code == 0 and "Traceback" not in r.stderr, r.stderr

@@ -49,6 +49,7 @@ CORRELATE_REDUCES = ("mean", "median", "p95")
 CORRELATE_TENSORS = "mean"  # how k tensors per frame become one jump
 CORRELATE_TENSOR_REDUCES = ("mean", "max")
 CORRELATE_RESAMPLES = 2000  # bootstrap resamples and permutations
+MAX_RESAMPLES = 100_000  # largest --resamples of correlate and gate (their index arrays grow with it)
 CORRELATE_SEED = 0
 CORRELATE_BLOCK_LEN = 0  # 0 = automatic, about n ** (1/3)
 CORRELATE_MAX_LAG = 0
@@ -79,6 +80,7 @@ FRAGMENTATION_MAX_WINDOW_ROWS = 200_000
 BANKS_COUNT = 32
 BANKS_BANK_BYTES = 4
 BANKS_WARP = 32
+BANKS_MAX_OPTION = 1 << 16  # largest --warp, --banks, --bank-bytes, --elem-bytes (real: 32, 32, 4-8, 1-16)
 
 # simulate (veotrace/allocators)
 SIMULATE_MAX_UNKNOWN_FREES = 0.05  # share of frees naming no live allocation (ignored, counted) before refusing
@@ -96,6 +98,10 @@ MAX_BLOCK_BYTES = 1 << 44  # 16 TiB; 2**19 such blocks live at once still sum be
 MAX_DEVICES = 1024
 PLOT_MAX_DEVICES = 8  # lines drawn per series in the fragmentation and simulate figures (the largest devices)
 TABLE_DEVICE_COLUMNS = 8  # simulate's peak per device: a column per device up to this many, else a row per device (--rows)
+
+# durations of every option (--window, --step, --gap, --at, --segments, --tiers): whole nanoseconds in int64
+MIN_DURATION_NS = 1  # timestamps are integer nanoseconds
+MAX_DURATION_NS = (1 << 63) - 1  # about 292 years
 
 # the HTML report (veotrace report)
 REPORT_MAX_ROWS = 30  # rows of a section's key table shown before "first N of M rows"

@@ -1,10 +1,12 @@
-"""The largest block and the most devices the replays (``fragmentation``, ``simulate``) accept.
+"""The largest block veotrace accepts (``defaults.MAX_BLOCK_BYTES``, 16 TiB), so the replays' sums stay exact.
 
-Both replays add block sizes into int64 running totals (live, allocated, reserved bytes; the
-compiled allocator core rounds sizes up as well), and a size near 2**63 would wrap them silently or
-stop the run with an overflow. No real allocation comes near: 16 TiB is above any GPU's memory and
-any host's pinned or managed allocation; 2**19 such blocks live at once still sum below 2**63.
-``entropy`` and ``bursts`` only count events and need no bound.
+Both replays (``fragmentation``, ``simulate``) add block sizes into int64 running totals (live,
+allocated, reserved bytes; the compiled allocator core rounds sizes up as well), and a size near
+2**63 would wrap them silently or stop the run with an overflow. No real allocation comes near:
+16 TiB is above any GPU's memory and any host's pinned or managed allocation; 2**19 such blocks live
+at once still sum below 2**63. One rule for every command: the alloc-event readers apply it
+(``sources.limits.bounded_sizes``: an Error, or rows skipped with --skip-bad-rows), and the replays
+check again the tables given to them through the API.
 
 Each device is replayed on its own allocator state (and, in ``simulate``, its own model per policy), so
 a replay's cost has a part per device; past MAX_DEVICES distinct devices (a device column holding
@@ -31,14 +33,13 @@ def check_devices(n: int) -> None:
                                  "need no replay")
 
 
-def check_block_sizes(size: np.ndarray, batch=None, column: str = "size_bytes") -> None:
+def check_block_sizes(size: np.ndarray, batch=None, column: str = "size_bytes", path=None) -> None:
     """Raise when a size in ``size`` (the ``column`` of ``batch``) is above MAX_BLOCK_BYTES: one Error
-    naming the value, and its file when the batch carries ``source_file``."""
+    naming the value, and its file (``path``, else the batch's ``source_file`` when it has one)."""
     if size.size and int(size.max()) > MAX_BLOCK_BYTES:
-        path = None
-        if batch is not None and "source_file" in batch.schema.names:
+        if path is None and batch is not None and "source_file" in batch.schema.names:
             path = batch.column("source_file")[int(np.argmax(size))].as_py()
         raise AnalysisError(path=path, message=f"an event's {column} is {int(size.max())} bytes, above 2**44 (16 TiB), more than any "
                             "device or host allocation", field=column,
-                            hint="Check that column (an address or a count in it, or a wrong unit); "
-                                 "'veotrace entropy' and 'veotrace bursts' count such events without replaying them")
+                            hint="Check that column (an address or a count in it, or a wrong unit), or leave such "
+                                 "rows out with --skip-bad-rows")

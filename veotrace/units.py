@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+from veotrace.defaults import MAX_DURATION_NS, MIN_DURATION_NS
 from veotrace.errors import UsageError
 
 #: Duration suffixes -> seconds.
@@ -35,7 +36,8 @@ def parse_duration(text: str | float, *, option: str, bare_unit: str = "s") -> f
         bare_unit: unit of a number given without one (the option's historical unit).
 
     Raises:
-        UsageError: not a positive finite duration, or an unknown unit.
+        UsageError: not a positive finite duration, an unknown unit, or outside 1 ns .. 2**63-1 ns (the
+            span int64 nanosecond timestamps hold: ``defaults.MIN_DURATION_NS``, ``MAX_DURATION_NS``).
     """
     if isinstance(text, (int, float)):
         value, unit = float(text), bare_unit
@@ -51,6 +53,12 @@ def parse_duration(text: str | float, *, option: str, bare_unit: str = "s") -> f
     seconds = value * factor
     if not math.isfinite(seconds) or seconds <= 0:
         raise UsageError(f"{option} must be a positive duration, got {text!r}")
+    if seconds * 1e9 < MIN_DURATION_NS:
+        raise UsageError(f"{option} {text!r} is shorter than 1 ns; timestamps are whole nanoseconds",
+                         hint="Give 1ns or more")
+    if seconds * 1e9 >= MAX_DURATION_NS:
+        raise UsageError(f"{option} {text!r} is longer than 2**63 ns (about 292 years), the longest span "
+                         "int64 nanosecond timestamps hold", hint="Give a shorter duration, e.g. 1d")
     return seconds
 
 

@@ -171,22 +171,72 @@ def parse_conf(text: str, *, base: TorchConf | None = None) -> TorchConf:
     return replace(conf, source=f"--conf {text!r}", **values)
 
 
-def from_settings(settings: dict) -> TorchConf:
-    """TorchConf from a snapshot's ``allocator_settings`` dict (FORMATS.md C.5)."""
+def from_settings(settings: object, *, path: object = None) -> TorchConf:
+    """TorchConf from a snapshot's ``allocator_settings`` dict (FORMATS.md C.5).
+
+    The settings are the file's input like any other field: a value PyTorch never writes there (a
+    string for a number, a division that is not a power of two) is refused, naming ``path`` and the key.
+
+    Raises:
+        TraceFormatError: settings that are not a dict, or a value of the wrong type or range.
+    """
+    if not isinstance(settings, dict):
+        raise _bad_setting(path, "", settings, "must be a dict of the allocator's settings")
     mss = settings.get("max_split_size", -1)
-    table = settings.get("roundup_power2_divisions") or {}
+    if not _whole(mss) or mss < -1:
+        raise _bad_setting(path, "['max_split_size']", mss, "must be a byte count, or -1 for no limit")
+    gc = settings.get("garbage_collection_threshold") or 0.0
+    if isinstance(gc, bool) or not isinstance(gc, (int, float)) or not 0.0 <= gc < 1.0:
+        raise _bad_setting(path, "['garbage_collection_threshold']", gc, "must be a number in [0.0, 1.0)")
+    expandable = settings.get("expandable_segments", False)
+    if not isinstance(expandable, bool) and expandable not in (0, 1):
+        raise _bad_setting(path, "['expandable_segments']", expandable, "must be True or False")
+    return TorchConf(
+        max_split_size=NO_LIMIT if mss < 0 or mss >= NO_LIMIT else mss,
+        garbage_collection_threshold=float(gc),
+        roundup_power2_divisions=_settings_divisions(settings.get("roundup_power2_divisions") or {}, path),
+        expandable_segments=bool(expandable),
+        source="snapshot allocator_settings",
+    )
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _settings_divisions(table: object, path: object) -> tuple[int, ...]:
+    """The divisions table of ``allocator_settings``: ``{'1': 0, '2': 0, ..., '32768': 0}`` (interval in MiB,
+    a power of two -> divisions, a power of two or 0), or a list of divisions per interval."""
+    key = "['roundup_power2_divisions']"
     divisions = [0] * ROUNDUP_INTERVALS
     if isinstance(table, dict):
         for k, v in table.items():
-            idx = int(k).bit_length() - 1
-            if 0 <= idx < ROUNDUP_INTERVALS and isinstance(v, int):
+            mb = int(k) if isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 20 else k
+            if not _whole(mb) or not _pow2(mb):
+                raise _bad_setting(path, f"{key} key", k, "must be an interval in MiB that is a power of two ('1', '2', ... '32768')")
+            if not _whole(v) or v < 0 or (v and not _pow2(v)):
+                raise _bad_setting(path, f"{key}[{k!r}]", v, "must be a power of 2 or 0")
+            idx = mb.bit_length() - 1
+            if idx < ROUNDUP_INTERVALS:
                 divisions[idx] = v
     elif isinstance(table, (list, tuple)):
-        divisions[:len(table)] = [int(v) for v in table[:ROUNDUP_INTERVALS]]
-    return TorchConf(
-        max_split_size=NO_LIMIT if not isinstance(mss, int) or mss < 0 or mss >= NO_LIMIT else mss,
-        garbage_collection_threshold=float(settings.get("garbage_collection_threshold") or 0.0),
-        roundup_power2_divisions=tuple(divisions),
-        expandable_segments=bool(settings.get("expandable_segments")),
-        source="snapshot allocator_settings",
-    )
+        for i, v in enumerate(table[:ROUNDUP_INTERVALS]):
+            if not _whole(v) or v < 0 or (v and not _pow2(v)):
+                raise _bad_setting(path, f"{key}[{i}]", v, "must be a power of 2 or 0")
+            divisions[i] = v
+    else:
+        raise _bad_setting(path, key, table, "must be a dict {interval MiB: divisions} or a list of divisions")
+    return tuple(divisions)
+
+
+def _bad_setting(path: object, where: str, value: object, expected: str):
+    """The error for the setting at ``allocator_settings{where}`` holding ``value``."""
+    from veotrace.errors import TraceFormatError
+
+    shown = repr(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        shown = f"an integer of {value.bit_length()} bits"
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return TraceFormatError(f"allocator_settings{where} = {shown} {expected}", path=None if path is None else str(path),
+                            hint="Fix that setting in the snapshot, or remove allocator_settings to assume "
+                                 "PyTorch's defaults")

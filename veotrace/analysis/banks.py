@@ -19,8 +19,9 @@ import numpy as np
 
 from veotrace.defaults import BANKS_BANK_BYTES as DEFAULT_BANK_BYTES
 from veotrace.defaults import BANKS_COUNT as DEFAULT_BANKS
+from veotrace.defaults import BANKS_MAX_OPTION
 from veotrace.defaults import BANKS_WARP as DEFAULT_WARP
-from veotrace.errors import UsageError
+from veotrace.errors import AnalysisError, UsageError
 
 SECTOR_BYTES = 32
 LINE_BYTES = 128
@@ -29,12 +30,28 @@ LINE_BYTES = 128
 def pattern_addresses(*, elem_bytes: int, stride: int, offset: int = 0, warp: int = DEFAULT_WARP,
                       base: int = 0) -> np.ndarray:
     """Byte address of thread t reading ``a[offset + t * stride]`` of ``elem_bytes`` elements at ``base``."""
-    if elem_bytes < 1 or warp < 1 or base < 0:
-        raise UsageError("--elem-bytes and --warp must be at least 1, and --base not negative")
-    idx = offset + stride * np.arange(warp, dtype=np.int64)
-    if (idx < 0).any():
+    check_sizes(elem_bytes=elem_bytes, warp=warp)
+    if base < 0:
+        raise UsageError("--base must not be negative")
+    lo, hi = offset + min(0, stride * (warp - 1)), offset + max(0, stride * (warp - 1))  # exact, in Python ints
+    if lo < 0:
         raise UsageError("offset + stride * thread must not be negative for any thread")
-    return (base + idx * elem_bytes).astype(np.uint64)
+    if base + (hi + 1) * elem_bytes > ADDRESS_END:
+        raise UsageError(f"--base {base:#x} with element {hi:,} of {elem_bytes} bytes reaches past 2**64, the end of "
+                         "the 64-bit address space", hint="Give a smaller --base, --offset or --stride")
+    return np.array([base + (offset + stride * t) * elem_bytes for t in range(warp)], dtype=np.uint64)
+
+
+#: One past the last byte address (addresses are uint64).
+ADDRESS_END = 1 << 64
+
+
+def check_sizes(**sizes: int) -> None:
+    """Refuse a --warp, --banks, --bank-bytes or --elem-bytes outside 1 .. BANKS_MAX_OPTION (memory grows with them)."""
+    for name, value in sizes.items():
+        if not 1 <= value <= BANKS_MAX_OPTION:
+            raise UsageError(f"--{name.replace('_', '-')} {value} is outside 1 .. {BANKS_MAX_OPTION:,}",
+                             hint="A warp has 32 threads, shared memory 32 banks of 4 bytes")
 
 
 @dataclass
@@ -64,11 +81,14 @@ def warp_access(addresses: np.ndarray, *, elem_bytes: int, banks: int = DEFAULT_
     Raises:
         UsageError: no address, or banks / bank_bytes / elem_bytes below 1.
     """
-    if banks < 1 or bank_bytes < 1 or elem_bytes < 1:
-        raise UsageError("--banks, --bank-bytes and --elem-bytes must be at least 1")
+    check_sizes(banks=banks, bank_bytes=bank_bytes, elem_bytes=elem_bytes)
     a = np.asarray(addresses, dtype=np.uint64)
     if a.size == 0:
         raise UsageError("no thread addresses were given")
+    top = int(a.max())
+    if top > ADDRESS_END - elem_bytes:  # the element would wrap past 2**64 (uint64 sums below would too)
+        raise AnalysisError(f"the address {top:#x} with {elem_bytes}-byte elements reaches past 2**64, the end of the "
+                            "64-bit address space", hint="Check the addresses, or give the right --elem-bytes")
     first = a // np.uint64(bank_bytes)
     last = (a + np.uint64(elem_bytes - 1)) // np.uint64(bank_bytes)
     span = (last - first).astype(np.int64) + 1
@@ -105,8 +125,8 @@ def _distinct_bytes(a: np.ndarray, elem_bytes: int) -> int:
     shares with the one before it.
     """
     s = np.unique(a)
-    ends = s + np.uint64(elem_bytes)
-    shared = np.where(ends[:-1] > s[1:], (ends[:-1] - s[1:]).astype(np.int64), 0)
+    gap = (s[1:] - s[:-1]).astype(np.uint64)  # no sum that could wrap at the top of the address space
+    shared = np.where(gap < np.uint64(elem_bytes), elem_bytes - np.minimum(gap, np.uint64(elem_bytes)).astype(np.int64), 0)
     return int(s.size * elem_bytes - shared.sum())
 
 

@@ -63,7 +63,9 @@ def theil_sen(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> tuple[f
     z = NormalDist().inv_cdf(alpha / 2.0)
     ny, nt = y.size, slopes.size
     rep = sum(int(k * (k - 1) * (2 * k + 5)) for v in (x, y) for k in _tie_counts(v))
-    sigma = math.sqrt((ny * (ny - 1) * (2 * ny + 5) - rep) / 18.0)
+    # Ties in x and in y both lower the variance; with (nearly) every value tied the sum passes the
+    # untied term and the variance is 0 (a series of 2-3 distinct points), not negative.
+    sigma = math.sqrt(max(ny * (ny - 1) * (2 * ny + 5) - rep, 0) / 18.0)
     hi_i = min(int(np.round((nt - z * sigma) / 2.0)), nt - 1)
     lo_i = max(int(np.round((nt + z * sigma) / 2.0)) - 1, 0)
     mid = [(nt - 1) // 2, nt // 2]

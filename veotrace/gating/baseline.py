@@ -209,13 +209,17 @@ def parse_baseline(data: bytes, path: Path | str, analysis: str = ENTROPY) -> Ba
         cut = " (the file ends early: truncated?)" if exc.pos >= len(data.rstrip()) else ""
         raise VeotraceError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}{cut}",
                             path=path, hint=_MAKE_ONE) from None
+    except ValueError as exc:  # Python's bound on integer digits (a 5,000-digit number)
+        raise VeotraceError(f"is not a baseline: {str(exc).split(';')[0]}", path=path, hint=_MAKE_ONE) from None
+    except RecursionError:
+        raise VeotraceError("is not a baseline: JSON nested too deeply", path=path, hint=_MAKE_ONE) from None
     if not isinstance(doc, dict) or "schema" not in doc:
         what = ("the JSON output of 'veotrace entropy', not a baseline" if isinstance(doc, dict)
                 and "windows" in doc and "trend" in doc else "not a veotrace baseline (no 'schema' key)")
         raise VeotraceError(f"is {what}", path=path, hint=_MAKE_ONE)
     schema = str(doc["schema"])
     name, _, version = schema.partition("/")
-    if name != SCHEMA_NAME or not version.isdigit():
+    if name != SCHEMA_NAME or not (version.isascii() and version.isdigit() and len(version) < 10):  # not '¹²'
         raise VeotraceError(f"is not a veotrace baseline (schema {schema!r}, expected {SCHEMA!r})", path=path,
                             hint=_MAKE_ONE)
     if int(version) > SCHEMA_VERSION:
@@ -246,13 +250,83 @@ def _entropy_baseline(doc: dict, m: Any, path: Path | str) -> Baseline:
     missing = [k for k in ENTROPY_PARAMS if k not in m["params"]]
     if missing:
         raise damaged(f"metrics.entropy.params lacks {', '.join(missing)}")
+    problem = _bad_params(m["params"]) or _bad_windows(*cols)
+    if problem:
+        raise damaged(problem)
     try:
         series = series_from_columns(*cols)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise damaged("metrics.entropy.windows holds non-numbers") from None
     return Baseline(str(path), ENTROPY, dict(m["params"]), series, m.get("trend") or {}, m.get("segments") or [],
                     m.get("summary") or {}, doc.get("fingerprint") or {}, str(doc.get("recorded_at") or ""),
                     str(doc.get("veotrace_version") or "?"))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+def _shown(v: Any) -> str:
+    text = f"an integer of {v.bit_length()} bits" if _is_int(v) and abs(v) >= 10**30 else json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bad_params(p: dict) -> str | None:
+    """What is wrong with a baseline's entropy parameters (types and ranges, as the options take them), or None.
+
+    The gate reruns entropy with them, so a value no option would accept (a window of 1e30 s, a class
+    past 42, an unknown time unit) is refused here, naming the field, rather than deep in the run.
+    """
+    from veotrace.analysis.entropy.entropy import MAX_CLASS_LIMIT
+    from veotrace.defaults import MAX_DURATION_NS, MIN_DURATION_NS
+    from veotrace.sources.base import TIME_UNIT_NS
+
+    where = "metrics.entropy.params."
+    for key in ("window_s", "step_s"):
+        v = p[key]
+        if v is not None and not (_is_number(v) and MIN_DURATION_NS <= v * 1e9 < MAX_DURATION_NS):
+            return f"{where}{key} = {_shown(v)} is not a duration of 1 ns .. 2**63 ns in seconds"
+    v = p["window_events"]
+    if v is not None and not (_is_int(v) and 1 <= v < 1 << 63):
+        return f"{where}window_events = {_shown(v)} is not a whole number of events from 1 to 2**63-1"
+    if p["window_s"] is None and p["window_events"] is None:
+        return f"{where} has neither window_s nor window_events"
+    if not (isinstance(p["ops"], list) and p["ops"] and all(isinstance(o, str) and o for o in p["ops"])):
+        return f"{where}ops = {_shown(p['ops'])} is not a list of op names"
+    for key in ("min_class", "max_class"):
+        if not (_is_int(p[key]) and 0 <= p[key] <= MAX_CLASS_LIMIT):
+            return f"{where}{key} = {_shown(p[key])} is not a size class from 0 to {MAX_CLASS_LIMIT}"
+    if p["min_class"] > p["max_class"]:
+        return f"{where}min_class {p['min_class']} is above max_class {p['max_class']}"
+    if p["time_unit"] not in TIME_UNIT_NS:
+        return f"{where}time_unit = {_shown(p['time_unit'])} is not one of {', '.join(TIME_UNIT_NS)}"
+    hours = p.get("segments_hours") or []
+    if not (isinstance(hours, list) and all(_is_number(h) and 0 < h < MAX_DURATION_NS / 3.6e12 for h in hours)):
+        return f"{where}segments_hours = {_shown(hours)} is not a list of positive hours"
+    return None
+
+
+def _bad_windows(window: list, start_ns: list, entropy_bits: list) -> str | None:
+    """What is wrong with a baseline's window columns, or None: window numbers and starts are integers of
+    int64 (starts all null for event windows), entropies finite non-negative bits or null."""
+    where = "metrics.entropy.windows."
+    for i, v in enumerate(window):
+        if not (_is_int(v) and 0 <= v < 1 << 63):
+            return f"{where}window[{i}] = {_shown(v)} is not a window number from 0 to 2**63-1"
+    for i, v in enumerate(start_ns):
+        if v is not None and not (_is_int(v) and -(1 << 63) <= v < 1 << 63):
+            return f"{where}start_ns[{i}] = {_shown(v)} is not a time in int64 nanoseconds"
+    starts = [v for v in start_ns if v is not None]
+    if starts and max(starts) - min(starts) >= 1 << 63:
+        return f"{where}start_ns spans more than 2**63 ns"
+    for i, v in enumerate(entropy_bits):
+        if v is not None and not (_is_number(v) and v >= 0):
+            return f"{where}entropy_bits[{i}] = {_shown(v)} is not a non-negative number of bits"
+    return None
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -30,6 +30,7 @@ from veotrace.defaults import (
     GATE_MIN_WINDOWS,
     GATE_RESAMPLES,
     GATE_SEED,
+    MAX_RESAMPLES,
 )
 from veotrace.errors import UsageError
 from veotrace.gating import stats
@@ -91,8 +92,10 @@ class GateOptions:
             raise UsageError(f"--alpha must be between 0 and 1, got {self.alpha}")
         if self.max_slope_increase < 0:
             raise UsageError(f"--max-slope-increase must be non-negative, got {self.max_slope_increase}")
-        if self.resamples < 99:
-            raise UsageError(f"--resamples must be at least 99, got {self.resamples}")
+        if not 99 <= self.resamples <= MAX_RESAMPLES:
+            raise UsageError(f"--resamples must be between 99 and {MAX_RESAMPLES:,}, got {self.resamples}")
+        if self.seed < 0:
+            raise UsageError(f"--seed must not be negative, got {self.seed}")
         if self.block_len < 0:
             raise UsageError(f"--block-len must be 0 (automatic) or positive, got {self.block_len}")
         if self.length_tolerance < 0:

@@ -40,7 +40,7 @@ def banks(*, elem_bytes: int = 4, stride: int = 1, offset: int = 0, warp: int = 
         addresses: a file of per-thread byte addresses instead of the pattern.
     """
     from veotrace.analysis import banks as analysis
-    from veotrace.errors import UsageError
+    from veotrace.errors import AnalysisError, UsageError
 
     try:
         base_addr = base if isinstance(base, int) else int(base, 0)
@@ -56,7 +56,12 @@ def banks(*, elem_bytes: int = 4, stride: int = 1, offset: int = 0, warp: int = 
     else:
         addr = analysis.pattern_addresses(elem_bytes=elem_bytes, stride=stride, offset=offset, warp=warp, base=base_addr)
         source = f"a[{offset} + tid * {stride}], {elem_bytes}-byte elements"
-    result = analysis.summarise(analysis.warps(addr, warp=warp, elem_bytes=elem_bytes, banks=banks, bank_bytes=bank_bytes),
-                                params={"source": source, "elem_bytes": elem_bytes, "warp": warp, "banks": banks,
-                                        "bank_bytes": bank_bytes})
+    analysis.check_sizes(warp=warp)
+    try:
+        per_warp = analysis.warps(addr, warp=warp, elem_bytes=elem_bytes, banks=banks, bank_bytes=bank_bytes)
+    except AnalysisError as exc:  # about the addresses: name their file
+        exc.path = exc.path or (str(addresses) if addresses is not None else None)
+        raise
+    result = analysis.summarise(per_warp, params={"source": source, "elem_bytes": elem_bytes, "warp": warp,
+                                                  "banks": banks, "bank_bytes": bank_bytes})
     return BanksRun(result, [], common.input_files([addresses]) if addresses is not None else [])

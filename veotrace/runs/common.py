@@ -10,8 +10,13 @@ Progress = Callable[[int, int], None] | None
 
 
 def reading(time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
-            extra_columns: Sequence[str] = ()) -> tuple[Any, Any]:
-    """The ReadOptions of the shared reading options, and an empty ReadReport for what reading skips."""
+            extra_columns: Sequence[str] = (), option: str | None = None) -> tuple[Any, Any]:
+    """The ReadOptions of the shared reading options, and an empty ReadReport for what reading skips.
+
+    ``option`` names the option that gave ``extra_columns`` (``--latency-col``) in the UsageError for a
+    name the readers refuse (a column veotrace reads already, an empty name).
+    """
+    from veotrace.errors import UsageError
     from veotrace.sources import ReadOptions, ReadReport
 
     unit = getattr(time_unit, "value", time_unit)  # the CLI's enum, or its text
@@ -19,7 +24,11 @@ def reading(time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str
     if extra_columns:
         import dataclasses
 
-        options = dataclasses.replace(options, extra_columns=tuple(extra_columns))
+        try:
+            options = dataclasses.replace(options, extra_columns=tuple(extra_columns))
+        except ValueError as exc:  # ReadOptions' own check, a ValueError for the API's callers
+            shown = f"{option} {', '.join(map(str, extra_columns))}: " if option else ""
+            raise UsageError(f"{shown}{exc}") from None
     return options, ReadReport()
 
 
@@ -53,6 +62,16 @@ def seconds(value: str | float | None, option: str, bare_unit: str = "s") -> flo
     from veotrace.units import parse_duration
 
     return None if value is None else parse_duration(value, option=option, bare_unit=bare_unit)
+
+
+def count(value: int | None, option: str) -> int | None:
+    """A count option (``--window-events``): None, or a whole number from 1 to 2**63-1 (int64, as the
+    analyses hold it; 10**20 ended in an OverflowError deep in numpy)."""
+    from veotrace.errors import UsageError
+
+    if value is not None and not 1 <= value < 1 << 63:
+        raise UsageError(f"{option} must be between 1 and 2**63-1, got {value}")
+    return value
 
 
 def nbytes(value: str | int | None, option: str) -> int | None:

@@ -64,7 +64,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
     if window_events is not None and (window is not None or step is not None):
         raise UsageError("--window-events counts events, not time: leave out --window and --step")
     params = dict(window_s=common.seconds(window, "--window"), step_s=common.seconds(step, "--step"),
-                  window_events=window_events, ops=common.ops_list(ops, ENTROPY_OPS), min_class=min_class,
+                  window_events=common.count(window_events, "--window-events"), ops=common.ops_list(ops, ENTROPY_OPS), min_class=min_class,
                   max_class=max_class, **common.grouping(by, device))
     hours = common.hours_list(segments)
     columns = COLUMNS + columns_for(params.get("by"), device)

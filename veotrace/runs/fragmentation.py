@@ -121,10 +121,10 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
 
     paths = common.as_paths(paths)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
-                                     extra_columns=(latency_col,) if latency_col is not None else ())
+                                     extra_columns=(latency_col,) if latency_col is not None else (), option="--latency-col")
     zone = zone_bytes if isinstance(zone_bytes, int) else (
         "segment" if zone_bytes.strip().lower() == "segment" else common.nbytes(zone_bytes, "--zone-bytes"))
-    kw = {"latency_col": latency_col, "window_s": common.seconds(window, "--window"), "window_events": window_events,
+    kw = {"latency_col": latency_col, "window_s": common.seconds(window, "--window"), "window_events": common.count(window_events, "--window-events"),
           "threshold": threshold, "max_gap": common.nbytes(max_gap, "--max-gap"), "bins": parse_bins(bins),
           "zone_bytes": zone, "at_offset_s": None if at in (None, "end") else common.seconds(at, "--at")}
     strides = array_strides(paths)

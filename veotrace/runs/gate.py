@@ -84,7 +84,7 @@ def gate(paths, *, baseline=None, history=None, max_increase: str | float = GATE
                        length_tolerance, resamples, seed, block_len)
     opts.check()
     requested = {"window_s": common.seconds(window, "--window"), "step_s": common.seconds(step, "--step"),
-                 "window_events": window_events, "ops": None if ops is None else common.ops_list(ops, ()),
+                 "window_events": common.count(window_events, "--window-events"), "ops": None if ops is None else common.ops_list(ops, ()),
                  "min_class": min_class, "max_class": max_class,
                  "time_unit": getattr(time_unit, "value", time_unit) if time_unit else None}
     result, messages, aux = _run(paths, None if baseline is None else Path(baseline),

@@ -92,7 +92,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     window_s = common.seconds(window, "--window")
     tier_spec = parse_tiers(tiers)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
-                                     extra_columns=(id_col,) if id_col is not None else ())
+                                     extra_columns=(id_col,) if id_col is not None else (), option="--id-col")
     key = id_col or "address"
     tap = OomTap()
     table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False, ooms=tap)
@@ -182,7 +182,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
     if snapshot:  # the snapshot itself, or its Parquet conversion with its tables and settings beside it
         path = inputs[0][0]
         settings = converted.allocator_settings if converted else ts.load_snapshot(path).allocator_settings
-        snap_conf = cf.from_settings(settings) if settings else cf.TorchConf(
+        snap_conf = cf.from_settings(settings, path=path) if settings else cf.TorchConf(
             source="PyTorch defaults (the snapshot has no allocator_settings)")
         segments, blocks = ((converted.read_segments(), converted.read_blocks()) if converted
                             else (ts.read_segments(path), ts.read_blocks(path)))

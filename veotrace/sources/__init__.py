@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from veotrace.errors import TraceFormatError
 from veotrace.sources.base import ReadOptions, ReadReport, call_guarded, expand_paths, guarded
 from veotrace.sources.detect import Format, detect, sniff
+from veotrace.sources.limits import bounded_sizes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -154,9 +155,9 @@ def iter_alloc_events(
             if on_progress is not None:
                 on_progress(_base + min(done, _size), total)
 
-        yield from guarded(path, _module(fmt, path).iter_alloc_events(
+        yield from bounded_sizes(path, guarded(path, _module(fmt, path).iter_alloc_events(
             path, options=options, report=report, columns=columns, on_progress=file_progress
-        ))
+        )), skip_bad_rows=options.skip_bad_rows, report=report)
         offset += size
         file_progress(size, offset - size)
 

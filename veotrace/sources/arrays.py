@@ -128,6 +128,9 @@ def _read_npy(fh, size: int, path: Path, what: str) -> np.ndarray:
                                hint="Re-save it with np.save") from None
     if dtype.hasobject:
         raise _object_error(path)
+    if dtype.itemsize == 0:  # '0<u8' (a sub-array of no elements): numpy cannot read an array of it
+        raise TraceFormatError(f"{what} declares elements of 0 bytes (dtype {dtype.str!r})", path=path,
+                               hint="Re-save it with np.save")
     if any(dim < 0 for dim in shape):
         raise TraceFormatError(f"{what} has a negative dimension in its shape {shape}", path=path,
                                hint="Re-save it with np.save")
@@ -182,6 +185,9 @@ def _load_npz(path: Path, name: str | None) -> np.ndarray:
                 f"no array named {name!r}", path=path, hint=f"The archive holds: {', '.join(names)}"
             )
         info = members[name]
+        if info.flag_bits & 0x1:  # zipfile would ask for a password (RuntimeError); np.savez never encrypts
+            raise TraceFormatError(f"array {name!r} is encrypted in the archive", path=path,
+                                   hint="Re-save it with np.savez")
         try:
             with archive.open(info) as fh:
                 return _read_npy(fh, info.file_size, path, f"array {name!r}")
@@ -288,7 +294,8 @@ def to_addresses(arr: np.ndarray, *, path: Path | None = None) -> tuple[np.ndarr
         return arr.astype(np.uint64), np.ones(arr.shape, dtype=bool)
     finite = np.isfinite(arr)
     vals = arr[finite]
-    bad = (vals < 0) | (vals != np.floor(vals)) | (vals >= 2.0**64)
+    with np.errstate(over="ignore"):  # float16 cannot hold 2**64: the comparison is still right (inf)
+        bad = (vals < 0) | (vals != np.floor(vals)) | (vals >= 2.0**64)
     if bad.any():
         raise TraceFormatError(
             f"addresses must be exact non-negative integers, found {float(vals[bad][0])!r}", path=path,

@@ -88,7 +88,7 @@ class ReadReport:
     #: Type of each extra column, fixed by its first values in this read (``veotrace.sources.logs.extra``).
     column_types: dict = field(default_factory=dict)
 
-    def skip_row(self, path: str | Path, line: int, reason: str) -> None:
+    def skip_row(self, path: str | Path, line: int | None, reason: str) -> None:
         self.skipped_rows += 1
         if len(self.first_skipped) < MAX_LISTED_SKIPS:
             self.first_skipped.append((str(path), line, reason))
@@ -112,7 +112,7 @@ class ReadReport:
             out.append(f"Warning: skipped {n} file{'' if n == 1 else 's'} that {'is' if n == 1 else 'are'} not "
                        f"{'a trace' if n == 1 else 'traces'}: {shown}{more}")
         if self.skipped_rows:
-            where = "; ".join(f"{p}:{ln} ({why})" for p, ln, why in self.first_skipped)
+            where = "; ".join(f"{p}{'' if ln is None else f':{ln}'} ({why})" for p, ln, why in self.first_skipped)
             n = self.skipped_rows
             out.append(f"Warning: skipped {n:,} bad row{'' if n == 1 else 's'} (--skip-bad-rows); first: {where}")
         return out

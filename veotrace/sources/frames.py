@@ -137,11 +137,11 @@ def _read_arrow(path: Path, kind: str):
 def _read_text(path: Path) -> str:
     """The whole file as text (gzip/zstd decompressed), bounded by ``limits.max_file_bytes()``."""
     from veotrace.sources.base import open_decompressed
-    from veotrace.sources.limits import read_bounded
+    from veotrace.sources.limits import read_bounded, text_head
 
     stream, _raw = open_decompressed(path)
     try:
-        data = read_bounded(path, stream)
+        data = read_bounded(path, stream, head_check=text_head(path))
     finally:
         stream.close()
     try:

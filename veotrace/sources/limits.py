@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 from veotrace.errors import TraceFormatError, UsageError
 from veotrace.sources.base import detail as _detail
@@ -22,6 +23,9 @@ DEFAULT_MAX_FILE_BYTES = 1 << 30
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 #: Deepest nesting of containers in a pickle or JSON document (real snapshots nest about 6 deep).
 MAX_NESTING = 100
+#: Widest integer in a pickle, in bytes (256 bits; a snapshot's addresses, sizes and times fit in 64): a
+#: 5,000-digit one is built by the unpickler, then any str() of it stops on Python's 4,300-digit bound.
+MAX_PICKLE_INT_BYTES = 32
 
 FILE_ENV = "VEOTRACE_MAX_FILE_BYTES"
 LINE_ENV = "VEOTRACE_MAX_LINE_BYTES"
@@ -74,19 +78,77 @@ def too_long_line(path, line: int | None = None) -> TraceFormatError:
     )
 
 
-def read_bounded(path, stream, what: str = "the file") -> bytes:
+#: Bytes of a file read whole that ``read_bounded`` hands to its ``head_check`` before reading on.
+HEAD_BYTES = 64 << 10
+
+
+def read_bounded(path, stream, what: str = "the file", head_check: Callable[[bytes], None] | None = None) -> bytes:
     """All of ``stream`` (a decompressing stream of ``path``), refused past ``max_file_bytes()``.
 
+    ``head_check(first HEAD_BYTES)`` raises for what cannot be this format, so that a compressed file of
+    zeros is refused at its first bytes, not after decompressing a gigabyte (``pickle_head``, ``text_head``).
+
     Raises:
-        TraceFormatError: more than the limit, or a truncated/corrupt compressed stream.
+        TraceFormatError: more than the limit, a truncated/corrupt compressed stream, or ``head_check``'s.
     """
     limit = max_file_bytes()
     try:
-        data = stream.read(limit + 1)
+        head = bytes(stream.read(min(HEAD_BYTES, limit + 1))) if head_check is not None else b""
+        if head_check is not None:
+            head_check(head)
+        data = stream.read(limit + 1 - len(head))
     except (OSError, EOFError) as exc:
         raise TraceFormatError(f"the compressed stream is truncated or corrupt ({_detail(exc)})", path=path,
                                hint="Re-copy the file, or decompress what remains and read that") from None
-    data = bytes(data)
-    if len(data) > limit:
+    if len(head) + len(data) > limit:  # before joining them: a bomb costs one copy of the limit, not two
         raise too_big(path, what)
-    return data
+    return head + bytes(data) if head else bytes(data)
+
+
+def text_head(path, what: str = "the file") -> Callable[[bytes], None]:
+    """A ``head_check`` for text formats (CSV, JSON): a NUL byte in the first bytes means binary data, and a
+    run of half of them in blank space (a JSON of '{"frames": [' and a gigabyte of spaces) no tool writes."""
+    def check(head: bytes) -> None:
+        at = head.find(b"\0")
+        if at >= 0:
+            raise TraceFormatError(f"{what} holds a NUL byte at byte {at:,}: binary data, not text", path=path,
+                                   hint="Is it compressed with a format veotrace does not read, or damaged?")
+        blank = _BLANK_RUN.search(head)
+        if blank is not None:
+            raise TraceFormatError(f"{what} holds {human(HEAD_BYTES // 2)} of blank space from byte {blank.start():,}, "
+                                   "which no exporter writes", path=path, hint="Is the file damaged?")
+    return check
+
+
+_BLANK_RUN = re.compile(rb"[ \t\r\n]{%d}" % (HEAD_BYTES // 2))
+
+
+def bounded_sizes(path, batches, *, skip_bad_rows: bool = False, report=None):
+    """``batches`` of alloc events, each event's ``size_bytes`` checked against ``defaults.MAX_BLOCK_BYTES``
+    (16 TiB) for every command alike: one Error naming the file (``replay_limits.check_block_sizes``), or
+    with ``skip_bad_rows`` the rows left out and counted in ``report``. No allocation comes near the bound;
+    a size past it is an address or a count in the wrong column, which the replays could not sum in int64
+    and the counting commands would put in a size class of its own without a word."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from veotrace.replay_limits import MAX_BLOCK_BYTES, check_block_sizes
+
+    for batch in batches:
+        if "size_bytes" not in batch.schema.names or not batch.num_rows:
+            yield batch
+            continue
+        column = batch.column("size_bytes")
+        top = pc.max(column).as_py()
+        if top is None or top <= MAX_BLOCK_BYTES:
+            yield batch
+            continue
+        size = column.to_numpy(zero_copy_only=False)
+        if not skip_bad_rows:
+            check_block_sizes(size, batch, path=str(path))
+        over = size > MAX_BLOCK_BYTES
+        if report is not None:
+            for value in size[over][:5]:
+                report.skip_row(path, None, f"size_bytes {int(value):,} above 2**44 (16 TiB)")
+            report.skipped_rows += int(over.sum()) - min(int(over.sum()), 5)
+        yield batch.filter(np.logical_not(over))

@@ -128,6 +128,7 @@ def read_piece(piece: Piece, *, options: ReadOptions, report: ReadReport,
         TraceFormatError: as the whole-file reader, with line numbers counted over the whole file.
     """
     from veotrace.sources.base import guarded  # data errors -> one TraceFormatError naming the file
+    from veotrace.sources.limits import bounded_sizes  # sizes past 16 TiB, as the whole-file read
     from veotrace.sources.logs.extra import check_source
     from veotrace.sources.remote import as_path
 
@@ -140,7 +141,7 @@ def read_piece(piece: Piece, *, options: ReadOptions, report: ReadReport,
     else:
         module = importlib.import_module(f"veotrace.sources.{BY_NAME[piece.fmt].module}")
         batches = module.iter_alloc_events(path, options=options, report=report, columns=columns)
-    yield from guarded(path, batches)
+    yield from bounded_sizes(path, guarded(path, batches), skip_bad_rows=options.skip_bad_rows, report=report)
 
 
 def _read_row_groups(path: Path, start: int, stop: int, columns, options: ReadOptions,

@@ -14,6 +14,9 @@ TOP_PER_BURST = 3
 #: ... and over all bursts (summary).
 TOP_OVERALL = 10
 
+#: The name shown for kernel launches whose name is missing.
+NO_NAME = "(no name)"
+
 
 def name_kernels(result, launches: pa.Table) -> None:
     """Fill ``result`` (a kernel BurstResult) with the top kernels per burst and overall, in place.
@@ -25,8 +28,11 @@ def name_kernels(result, launches: pa.Table) -> None:
     starts, ends = b.column("start_ns").to_numpy(), b.column("end_ns").to_numpy()
     names_col = launches.column("name").combine_chunks()
     if pa.types.is_dictionary(names_col.type):
-        names = np.asarray(names_col.dictionary.to_pylist(), dtype=object)
-        codes = np.asarray(names_col.indices.fill_null(0), dtype=np.int64)
+        # a launch without a name (null) gets one code of its own past the dictionary's, not the first name's
+        # (a dictionary of nothing but nulls is empty: code 0 named no kernel)
+        names = np.asarray([NO_NAME if v is None else v for v in names_col.dictionary.to_pylist()] + [NO_NAME],
+                           dtype=object)
+        codes = np.asarray(names_col.indices.fill_null(len(names) - 1), dtype=np.int64)
     else:
         names, codes = np.unique(np.asarray(names_col.to_pylist(), dtype=object).astype(str), return_inverse=True)
     ts = launches.column("start_ns").to_numpy()

@@ -17,6 +17,7 @@ from veotrace.defaults import (
     CORRELATE_MAX_LAG,
     CORRELATE_RESAMPLES,
     CORRELATE_SEED,
+    MAX_RESAMPLES,
 )
 from veotrace.errors import AnalysisError, UsageError
 
@@ -167,8 +168,10 @@ def correlate(
         AnalysisError: a constant series.
     """
     n = int(jump.size)
-    if resamples < 1:
-        raise UsageError(f"--resamples must be at least 1, got {resamples}")
+    if not 1 <= resamples <= MAX_RESAMPLES:
+        raise UsageError(f"--resamples must be between 1 and {MAX_RESAMPLES:,}, got {resamples}")
+    if seed < 0:
+        raise UsageError(f"--seed must not be negative, got {seed}")
     if block_len < 0 or block_len > n:
         raise UsageError(f"--block-len must be between 0 (auto) and the number of pairs ({n}), got {block_len}")
     if max_lag < 0 or n - max_lag < 3:

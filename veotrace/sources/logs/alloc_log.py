@@ -184,7 +184,10 @@ def _fast_loop(stream, raw, is_jsonl, present, read_cols, options, on_progress, 
         return
     keep = [present[c] for c in read_cols]
     for batch in reader:
-        batch = _checked(_rename(batch.select([k for k in keep if k in batch.schema.names]), present), options)
+        batch = batch.select([k for k in keep if k in batch.schema.names])
+        if not _valid_text(batch):  # pyarrow's JSON reader keeps bytes that are not UTF-8 in its strings
+            raise _BadBlock
+        batch = _checked(_rename(batch, present), options)
         if batch is None:
             raise _BadBlock
         if on_progress is not None:
@@ -329,6 +332,18 @@ def _chunks(stream, size: int, seekable: bool, *, carry: bytes, offset: int, pat
 def _rename(batch: pa.RecordBatch, present: dict[str, str]) -> pa.RecordBatch:
     back = {v: k for k, v in present.items()}
     return batch.rename_columns([back.get(n, n) for n in batch.schema.names])
+
+
+def _valid_text(batch: pa.RecordBatch) -> bool:
+    """Whether every string column of ``batch`` is valid UTF-8 (the exact path names the line that is not)."""
+    for col in batch.columns:
+        values = col.dictionary if pa.types.is_dictionary(col.type) else col
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            try:
+                values.validate(full=True)
+            except pa.ArrowInvalid:
+                return False
+    return True
 
 
 def _checked(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordBatch | None:

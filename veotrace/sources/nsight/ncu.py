@@ -23,7 +23,7 @@ from veotrace.sources.base import (
     ReadReport,
     open_decompressed,
 )
-from veotrace.sources.limits import read_bounded
+from veotrace.sources.limits import read_bounded, text_head
 
 # The page layout and the unit rules are shared with ncu_fast and ncu_rep; normalise_unit stays importable here.
 from veotrace.sources.nsight.ncu_common import DETAILS, LEADING, MISSING, normalise_unit
@@ -59,7 +59,7 @@ def read_metrics(path: Path, *, options: ReadOptions | None = None, report: Read
         return read_report(path, report=report)
     stream, raw = open_decompressed(path)
     try:
-        data = read_bounded(path, stream, "the ncu CSV file")
+        data = read_bounded(path, stream, "the ncu CSV file", head_check=text_head(path, "the ncu CSV file"))
     finally:
         raw.close()
     data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data

@@ -111,11 +111,11 @@ def _name_from_file(path: Path) -> str | None:
 
 def read_text_lines(path: Path) -> list[str]:
     """The file's lines (gzip/zstd decompressed, BOM stripped, undecodable bytes replaced)."""
-    from veotrace.sources.limits import read_bounded
+    from veotrace.sources.limits import read_bounded, text_head
 
     stream, raw = open_decompressed(path)
     try:
-        text = read_bounded(path, stream, "the nsys stats CSV file").decode("utf-8", errors="replace")
+        text = read_bounded(path, stream, "the nsys stats CSV file", head_check=text_head(path, "the nsys stats CSV file")).decode("utf-8", errors="replace")
     finally:
         raw.close()
     return text.lstrip("\ufeff").splitlines()

@@ -14,7 +14,9 @@
  * before it builds anything past it.  Opcodes that name a class or a callable end the walk with
  * -2 (the caller refuses the file without unpickling it); the protocol 5 buffer opcodes (bytearrays,
  * out-of-band buffers), which no snapshot holds, with -5; a memo index far past the entries so far
- * (which would make the unpickler allocate a table that large) with -6.
+ * (which would make the unpickler allocate a table that large) with -6; an integer wider than
+ * `int_bytes` bytes (LONG1/LONG4, or INT/LONG text of more digits than that many bytes hold) with -7:
+ * a 5,000-digit dict key is built, then any str() of it fails on Python's 4,300-digit bound.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -53,9 +55,16 @@ static uint64_t le(const unsigned char *p, int n)
 #define MEMO_MAX (1 << 26)
 #define MEMO_SLACK 4096
 
+/* Decimal digits (and a sign and 'L') an integer of `int_bytes` bytes can take in INT/LONG text. */
+static uint64_t text_digits(int int_bytes)
+{
+    return (uint64_t)int_bytes * 8 * 30103 / 100000 + 4;
+}
+
 /* Returns the deepest nesting seen (>= 0), -1 when it passes `limit` (*where = offset), -2 when an
- * opcode names a class or callable (*where = offset), -3 on out of memory. */
-static long long scan(const unsigned char *d, Py_ssize_t len, int limit, Py_ssize_t *where)
+ * opcode names a class or callable (*where = offset), -3 on out of memory, -7 at an integer wider
+ * than `int_bytes` (*where = offset). */
+static long long scan(const unsigned char *d, Py_ssize_t len, int limit, int int_bytes, Py_ssize_t *where)
 {
     Vec st = {0}, marks = {0}, memo = {0};
     const unsigned char *p = d, *end = d + len;
@@ -83,10 +92,13 @@ static long long scan(const unsigned char *d, Py_ssize_t len, int limit, Py_ssiz
             *where = op_at; result = -5; goto out;
         /* scalars: length-prefixed */
         case 0x8a: case 'U': case 0x8c: case 'C':             /* LONG1 SHORT_BINSTRING SHORT_BINUNICODE SHORT_BINBYTES */
-            NEED(1); n = p[0]; p += 1; NEED(n); p += n; PUSH(0); break;
+            NEED(1); n = p[0];
+            if (op == 0x8a && n > (uint64_t)int_bytes) { *where = op_at; result = -7; goto out; }
+            p += 1; NEED(n); p += n; PUSH(0); break;
         case 0x8b: case 'T': case 'X': case 'B':              /* LONG4 BINSTRING BINUNICODE BINBYTES */
             NEED(4); n = le(p, 4); p += 4;
             if (op == 0x8b || op == 'T') n = (uint64_t)(int64_t)(int32_t)n;
+            if (op == 0x8b && n > (uint64_t)int_bytes) { *where = op_at; result = -7; goto out; }
             NEED(n); p += n; PUSH(0); break;
         case 0x8d: case 0x8e:                                 /* BINUNICODE8 BINBYTES8 */
             NEED(8); n = le(p, 8); p += 8; NEED(n); p += n; PUSH(0); break;
@@ -94,6 +106,9 @@ static long long scan(const unsigned char *d, Py_ssize_t len, int limit, Py_ssiz
         case 'I': case 'L': case 'F': case 'S': case 'V': {
             const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
             if (!nl) goto done;
+            if ((op == 'I' || op == 'L') && (uint64_t)(nl - p) > text_digits(int_bytes)) {
+                *where = op_at; result = -7; goto out;
+            }
             p = nl + 1; PUSH(0); break;
         }
         /* framing and protocol */
@@ -184,13 +199,13 @@ out:
 static PyObject *py_depth(PyObject *self, PyObject *args)
 {
     Py_buffer buf;
-    int limit;
+    int limit, int_bytes = 1 << 30;
     Py_ssize_t where = -1;
     long long r;
-    if (!PyArg_ParseTuple(args, "y*i", &buf, &limit))
+    if (!PyArg_ParseTuple(args, "y*i|i", &buf, &limit, &int_bytes))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    r = scan((const unsigned char *)buf.buf, buf.len, limit, &where);
+    r = scan((const unsigned char *)buf.buf, buf.len, limit, int_bytes, &where);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     if (r == -3)
@@ -200,9 +215,10 @@ static PyObject *py_depth(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"depth", py_depth, METH_VARARGS,
-     "depth(data, limit) -> (depth, offset): the deepest container nesting (>= 0); -1 when it passes "
-     "limit, -2 when an opcode names a class or callable, -5 at a bytearray or out-of-band buffer opcode, "
-     "-6 at a memo index far past the entries so far, with the opcode's offset."},
+     "depth(data, limit, int_bytes=2**30) -> (depth, offset): the deepest container nesting (>= 0); -1 when "
+     "it passes limit, -2 when an opcode names a class or callable, -5 at a bytearray or out-of-band buffer "
+     "opcode, -6 at a memo index far past the entries so far, -7 at an integer wider than int_bytes, with "
+     "the opcode's offset."},
     {NULL, NULL, 0, NULL},
 };
 

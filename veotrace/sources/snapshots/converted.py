@@ -70,7 +70,7 @@ def converted_snapshot(path: Path) -> ConvertedSnapshot | None:
         return None
     try:
         meta = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowInvalid):
+    except (OSError, pa.ArrowException, UnicodeError):  # not a readable Parquet file: its reader says why
         return None
     raw = meta.get(KEY)
     if raw is None:
@@ -99,6 +99,6 @@ def _read(table: Path, events: Path, rows: int | None = None) -> pa.Table:
                                path=events, hint="Keep the files 'veotrace convert' wrote together, or convert again")
     try:
         return pq.read_schema(table).empty_table() if rows == 0 else pq.read_table(table)
-    except (OSError, pa.ArrowInvalid) as exc:
+    except (OSError, pa.ArrowException) as exc:
         raise TraceFormatError(f"cannot read {table.name}: {exc}", path=events,
                                hint="Convert the snapshot again with 'veotrace convert'") from None

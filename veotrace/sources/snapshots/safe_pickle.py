@@ -19,7 +19,7 @@ import pickle
 from pathlib import Path
 
 from veotrace.errors import TraceFormatError
-from veotrace.sources.limits import MAX_NESTING, read_bounded
+from veotrace.sources.limits import MAX_NESTING, MAX_PICKLE_INT_BYTES, read_bounded
 
 try:
     from veotrace.sources.snapshots import _picklescan
@@ -64,6 +64,11 @@ def loads_plain(data: bytes, *, path: str | Path | None = None) -> object:
         raise TraceFormatError(
             f"the pickle holds a bytearray or an out-of-band buffer (at byte {offset}), which a memory "
             "snapshot never does", path=path, hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()")
+    if depth == -7:
+        raise TraceFormatError(
+            f"the pickle holds an integer wider than {MAX_PICKLE_INT_BYTES * 8} bits (at byte {offset}); a memory "
+            "snapshot's numbers fit in 64 bits", path=path,
+            hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()")
     if depth == -1:
         raise TraceFormatError(
             f"the pickle nests containers more than {MAX_NESTING} deep (at byte {offset}); a memory "
@@ -95,13 +100,14 @@ def _refused(name: str, path: str | Path | None) -> TraceFormatError:
     )
 
 
-def nesting(data: bytes, limit: int = MAX_NESTING) -> tuple[int, int]:
+def nesting(data: bytes, limit: int = MAX_NESTING, int_bytes: int = MAX_PICKLE_INT_BYTES) -> tuple[int, int]:
     """(deepest container nesting, -1) of a pickle without unpickling it; (-1, offset) when deeper
     than ``limit``, (-2, offset) at the first opcode that names a class or callable, (-5, offset) at a
-    bytearray or out-of-band buffer."""
+    bytearray or out-of-band buffer, (-6, offset) at a memo index far out of sequence, (-7, offset) at
+    an integer wider than ``int_bytes`` bytes."""
     if _picklescan is not None:
-        return _picklescan.depth(data, limit)
-    return _nesting_py(data, limit)
+        return _picklescan.depth(data, limit, int_bytes)
+    return _nesting_py(data, limit, int_bytes)
 
 
 _SCALARS = frozenset({"BININT", "BININT1", "BININT2", "BINFLOAT", "NONE", "NEWTRUE", "NEWFALSE",
@@ -112,7 +118,21 @@ _CALLABLES = frozenset({"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "BUIL
                         "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID"})
 
 
-def _nesting_py(data: bytes, limit: int) -> tuple[int, int]:
+def _wide_int(data: bytes, pos: int, int_bytes: int) -> bool:
+    """Whether the opcode at ``pos`` is an integer wider than ``int_bytes`` (as ``_picklescan.c`` decides:
+    LONG1/LONG4 by their byte count, INT/LONG text by its digits), judged from the raw bytes."""
+    op = data[pos:pos + 1]
+    if op == b"\x8a":
+        return len(data) > pos + 1 and data[pos + 1] > int_bytes
+    if op == b"\x8b":
+        return len(data) >= pos + 5 and int.from_bytes(data[pos + 1:pos + 5], "little", signed=True) > int_bytes
+    if op in (b"I", b"L"):
+        end = data.find(b"\n", pos + 1)
+        return end >= 0 and end - (pos + 1) > int_bytes * 8 * 30103 // 100000 + 4
+    return False
+
+
+def _nesting_py(data: bytes, limit: int, int_bytes: int = MAX_PICKLE_INT_BYTES) -> tuple[int, int]:
     """The same walk as ``_picklescan.c`` (see its comment), with ``pickletools.genops``."""
     import pickletools
 
@@ -120,9 +140,14 @@ def _nesting_py(data: bytes, limit: int) -> tuple[int, int]:
     marks: list[int] = []
     memo: dict[int, int] = {}
     deepest = 0
+    stream = io.BytesIO(data)
+    at = 0  # where the next opcode starts: genops fails inside an opcode before yielding it
     try:
-        for op, arg, pos in pickletools.genops(data):
+        for op, arg, pos in pickletools.genops(stream):
             name = op.name
+            if _wide_int(data, pos, int_bytes):
+                return -7, pos
+            at = stream.tell()
             if name in _SCALARS:
                 stack.append(0)
             elif name in _CALLABLES:
@@ -176,7 +201,9 @@ def _nesting_py(data: bytes, limit: int) -> tuple[int, int]:
                 if deepest > limit:
                     return -1, pos
     except (ValueError, IndexError, KeyError, TypeError):
-        pass  # corrupt from here on: the unpickler fails at this same point
+        if _wide_int(data, at, int_bytes):  # INT/LONG text past Python's digit bound fails in genops itself
+            return -7, at
+        # corrupt from here on: the unpickler fails at this same point
     return deepest, -1
 
 
@@ -206,11 +233,30 @@ def load_plain(path: Path) -> object:
 
     stream, _raw = open_decompressed(path)
     try:
-        data = read_bounded(path, stream, "the snapshot")
+        data = read_bounded(path, stream, "the snapshot", head_check=lambda head: pickle_head(head, path))
     finally:
         stream.close()
-    if len(data) < 2 or data[0] != 0x80 or data[1] not in PROTOCOLS:
+    return loads_plain(data, path=path)
+
+
+def pickle_head(head: bytes, path: str | Path | None = None) -> None:
+    """Refuse what cannot be a snapshot pickle from its first bytes (``limits.HEAD_BYTES``), before the
+    rest is decompressed: no PROTO 2-5 opcode first, or an opcode no pickle has within them."""
+    import pickletools
+
+    if len(head) < 2 or head[0] != 0x80 or head[1] not in PROTOCOLS:
         raise TraceFormatError(
             "not a pickle (protocol 2-5)", path=path, hint="Use --format-hint to read it as another format"
         )
-    return loads_plain(data, path=path)
+    stream = io.BytesIO(head)
+    at = 0
+    try:
+        for _op, _arg, _pos in pickletools.genops(stream):
+            at = stream.tell()
+    except ValueError:
+        if head[at:at + 1] and head[at] not in _OPCODE_BYTES:  # not a cut-off argument: an opcode that does not exist
+            raise TraceFormatError(f"not a pickle: byte {at:,} holds {head[at]:#04x}, which is no pickle opcode",
+                                   path=path, hint="Re-copy the file, or dump the snapshot again") from None
+
+
+_OPCODE_BYTES = frozenset(op.code.encode("latin-1")[0] for op in __import__("pickletools").opcodes)

@@ -35,8 +35,12 @@ class Snapshot:
     device_traces: list[list[dict]]
     layout: str
     has_time: bool
-    allocator_settings: dict | None
+    allocator_settings: object  # a dict, or None when absent; anything else is refused by simulate
     annotations: int
+    #: Trace entries whose time_us is below one before them on their device, and the first as (device,
+    #: index, microseconds back); the logs' readers and the replays count the same (out of order).
+    time_back: int = 0
+    first_back: tuple[int, int, int] | None = None
     #: ``external_annotations``: record_function START/END marks (``stage``, ``name``, ``device``, ``time_us``).
     external_annotations: list = field(default_factory=list)
 
@@ -115,9 +119,27 @@ def _validate(obj: object, path: Path) -> Snapshot:
     layout, has_time = _layout(obj, segments, traces)
     settings = obj.get("allocator_settings") if isinstance(obj, dict) else None
     notes = obj.get("external_annotations") if isinstance(obj, dict) else None
-    return Snapshot(segments, traces, layout, has_time, settings if isinstance(settings, dict) else None,
-                    len(notes) if isinstance(notes, list) else 0,
-                    [n for n in notes if isinstance(n, dict)] if isinstance(notes, list) else [])
+    # settings as the file holds them, checked where used (allocators.conf.from_settings, for simulate)
+    return Snapshot(segments, traces, layout, has_time, settings,
+                    len(notes) if isinstance(notes, list) else 0, *_time_back(traces),
+                    external_annotations=[n for n in notes if isinstance(n, dict)] if isinstance(notes, list) else [])
+
+
+def _time_back(traces: list[list[dict]]) -> tuple[int, tuple[int, int, int] | None]:
+    """How many trace entries have a time_us below the latest one before them on their device, and the first."""
+    n, first = 0, None
+    for d, trace in enumerate(traces):
+        latest = None
+        for i, e in enumerate(trace):
+            t = e.get("time_us")
+            if type(t) is not int:
+                continue
+            if latest is not None and t < latest:
+                n += 1
+                first = first or (d, i, latest - t)
+            elif latest is None or t > latest:
+                latest = t
+    return n, first
 
 
 #: Largest value of each numeric field (exclusive): sizes and times are int64 in the tables (time_us
@@ -257,6 +279,12 @@ def iter_alloc_events(
         report.warnings.append(
             f"Warning: {path}: the snapshot has no time_us; events keep their order (seq) but have no timestamps"
         )
+    if report is not None and snap.time_back:
+        d, i, back = snap.first_back
+        report.warnings.append(
+            f"Warning: {path}: {snap.time_back:,} trace entr{'y goes' if snap.time_back == 1 else 'ies go'} back in "
+            f"time (a time_us below one before it on its device; first device_traces[{d}][{i}], {back:,} us back); "
+            "time windows hold such an entry where its time falls, not where the trace recorded it")
     table = events_table(snap, str(path))
     if columns is not None:
         table = table.select(list(columns))
