@@ -1,10 +1,10 @@
-"""Cost of `veotrace sites` against `veotrace fragmentation` on the same snapshot, in one run.
+"""Cost of sites against `veotrace fragmentation` on the same snapshot, in one run.
 
 Issue 26 asks that attributing sites cost at most 1.5x the same command without it, and memory that
-grows with distinct stacks, not events. `--by site` on fragmentation is not built yet, so this
-measures the `sites` command (read, intern stacks, replay three times, attribute) against
-`fragmentation` (read, replay, windows) on: the largest real snapshot in ../shared/real_traces, and a
-synthetic snapshot of --events entries with --depth-frame stacks (synth.torch.stacked_snapshot).
+grows with distinct stacks, not events. This measures `fragmentation --by site` (the replay, plus the
+stranded bytes by site at every window's end) and the `sites` command against `fragmentation`, on the
+largest real snapshot in ../shared/real_traces and on synthetic snapshots of --events entries with
+--depth-frame stacks of 200 and 2,000 distinct ones (synth.torch.stacked_snapshot).
 
     python3 benchmarks/bench_sites.py [--events 300000] [--depth 20]
 """
@@ -37,10 +37,13 @@ def run(args: list[str]) -> tuple[float, float]:
 
 
 def compare(path: Path, label: str) -> None:
-    base = min((run(["fragmentation", str(path), "-f", "json", "-o", os.devnull]) for _ in range(2)), key=lambda r: r[0])
-    sites = min((run(["sites", str(path), "-f", "json", "-o", os.devnull]) for _ in range(2)), key=lambda r: r[0])
-    print(f"{label}: fragmentation {base[0]:.2f} s / {base[1]:.0f} MiB, sites {sites[0]:.2f} s / {sites[1]:.0f} MiB, "
-          f"ratio {sites[0] / base[0]:.2f}x time, {sites[1] / base[1]:.2f}x memory")
+    def best(args):
+        return min((run([*args, str(path), "-f", "json", "-o", os.devnull]) for _ in range(2)), key=lambda r: r[0])
+
+    base, by_site, sites = best(["fragmentation"]), best(["fragmentation", "--by", "site"]), best(["sites"])
+    print(f"{label}: fragmentation {base[0]:.2f} s / {base[1]:.0f} MiB; fragmentation --by site "
+          f"{by_site[0]:.2f} s / {by_site[1]:.0f} MiB, ratio {by_site[0] / base[0]:.2f}x time, "
+          f"{by_site[1] / base[1]:.2f}x memory; sites {sites[0]:.2f} s / {sites[1]:.0f} MiB, ratio {sites[0] / base[0]:.2f}x")
 
 
 def main() -> None:

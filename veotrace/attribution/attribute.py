@@ -20,7 +20,6 @@ phase being the innermost range open at its time; unmatched marks are counted, n
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -52,13 +51,14 @@ class SitesResult:
 
 
 def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
-              window_s: float | None = None, aligned: bool = False) -> SitesResult:
+              window_s: float | None = None, aligned: bool = False, only_windows: bool = False) -> SitesResult:
     """Attribute ``snap`` (a validated ``Snapshot``) to sites and phases (see the module docstring).
 
     ``at_s``: also the stranded bytes at this time after the first event (``pinning_at``: the live
     blocks replayed to then, in the segments of then, rebuilt from the final ones backwards through the
     trace's segment events). ``window_s``: also the stranded bytes at the end of every window of that
-    length (``stranded_series``; ``aligned``: ending at multiples of it, as fragmentation's windows)."""
+    length (``stranded_series``; ``aligned``: ending at multiples of it, as fragmentation's windows).
+    ``only_windows``: that series alone (``fragmentation --by site``): no peaks, end, timeline or phases."""
     rule = rule or SiteRule()
     names = Interner(rule)
     final = _final_blocks(snap, names)
@@ -74,7 +74,12 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
         trace = snap.device_traces[d] if d < len(snap.device_traces) else []
         end_reserved = sum(seg["total_size"] for seg in snap.segments
                            if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
-        replay = _replay(trace, final.get(d, {}), names, t0, end_reserved)
+        replay = _replay(trace, final.get(d, {}), names, t0, end_reserved, peaks=not only_windows)
+        if only_windows:
+            if window_s is not None and t0 is not None and trace:
+                devices[str(d)] = {"stranded_windows": stranded_series(trace, snap, d, replay, names, t0, window_s,
+                                                                       aligned)}
+            continue
         blank, before = names.code(NO_FRAMES), names.code(BEFORE_TRACE)
         live = {a: v if v[2] != blank or not trace else (*v[:2], replay.alloc_site.get(a, before), v[3])
                 for a, v in final.get(d, {}).items()}  # a block recorded without frames: its alloc's stack
@@ -208,36 +213,48 @@ def _pinning_at(trace: list[dict], snap, d: int, replay: "_Replay", names: Inter
 
 
 def _stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Interner) -> dict:
-    """Free bytes of each range holding live blocks, by the sites of those blocks (see ``_end``)."""
-    starts = [r[0] for r in ranges]
-    held: dict[int, list] = defaultdict(list)
-    for a, v in blocks.items():
-        j = bisect.bisect_right(starts, a) - 1
-        if j >= 0 and a < ranges[j][1]:
-            held[j].append((a, v))
-    pins: dict[int, dict] = {}
-    total, segs = 0, 0
-    for j, inside in held.items():
-        free = (ranges[j][1] - ranges[j][0]) - sum(v[0] for _, v in inside)
-        if free <= 0:
-            continue
-        total += free
-        segs += 1
-        codes = {v[2] for _, v in inside}
-        for _a, v in inside:
-            p = pins.setdefault(v[2], {"stranded_bytes": 0, "sole_bytes": 0, "segments": set(), "blocks": 0,
-                                       "block_bytes": 0})
-            p["blocks"] += 1
-            p["block_bytes"] += v[0]
-            if j not in p["segments"]:
-                p["segments"].add(j)
-                p["stranded_bytes"] += free
-                p["sole_bytes"] += free if len(codes) == 1 else 0
-    rows = [{"site": names.sites[c], "stranded_bytes": p["stranded_bytes"], "sole_bytes": p["sole_bytes"],
-             "segments": len(p["segments"]), "blocks": p["blocks"], "block_bytes": p["block_bytes"]}
-            for c, p in pins.items()]
+    """Free bytes of each range holding live blocks, by the sites of those blocks (see ``_end``);
+    vectorised over the blocks, as the per-window series calls it once per window."""
+    empty = {"stranded_bytes": 0, "segments": 0, "sites": []}
+    if not ranges or not blocks:
+        return empty
+    starts = np.array([r[0] for r in ranges], dtype=np.uint64)
+    ends = np.array([r[1] for r in ranges], dtype=np.uint64)
+    addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks))
+    vals = np.array(list(blocks.values()), dtype=np.int64).reshape(-1, 3)  # size, requested, site code
+    j = np.searchsorted(starts, addr, side="right").astype(np.int64) - 1
+    ok = j >= 0
+    ok[ok] = addr[ok] < ends[j[ok]]
+    j, size, code = j[ok], vals[ok, 0], vals[ok, 2]
+    if not j.size:
+        return empty
+    live = np.zeros(len(ranges), np.int64)
+    np.add.at(live, j, size)
+    held = np.zeros(len(ranges), bool)
+    held[j] = True
+    free = (ends - starts).astype(np.int64) - live
+    stranded = held & (free > 0)
+    keep = stranded[j]
+    j, size, code = j[keep], size[keep], code[keep]
+    if not j.size:
+        return empty
+    n_sites = len(names.sites)
+    pairs = np.unique(j * n_sites + code)  # (segment, site) once each
+    pseg, psite = pairs // n_sites, pairs % n_sites
+    per_seg_sites = np.bincount(pseg, minlength=len(ranges))
+
+    def by_site(index, values=None):
+        out = np.zeros(n_sites, np.int64)
+        np.add.at(out, index, 1 if values is None else values)
+        return out
+
+    strands, sole = by_site(psite, free[pseg]), by_site(psite, np.where(per_seg_sites[pseg] == 1, free[pseg], 0))
+    n_segs, n_blocks, block_bytes = by_site(psite), by_site(code), by_site(code, size)
+    rows = [{"site": names.sites[c], "stranded_bytes": int(strands[c]), "sole_bytes": int(sole[c]),
+             "segments": int(n_segs[c]), "blocks": int(n_blocks[c]), "block_bytes": int(block_bytes[c])}
+            for c in np.flatnonzero(n_blocks).tolist()]
     rows.sort(key=lambda r: (-r["stranded_bytes"], -r["sole_bytes"], r["site"]))
-    return {"stranded_bytes": total, "segments": segs, "sites": rows}
+    return {"stranded_bytes": int(free[stranded].sum()), "segments": int(stranded.sum()), "sites": rows}
 
 
 #: Sites named per window of the stranded-bytes series (the rest are in each window's total).
@@ -329,7 +346,8 @@ class _Replay:
     size_at: list  # per trace entry: the block size of an alloc (None otherwise)
 
 
-def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end_reserved: int) -> _Replay:
+def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end_reserved: int,
+            peaks: bool = True) -> _Replay:
     completes = any(e.get("action") == "free_completed" for e in trace)
     free_op = "free_completed" if completes else "free_requested"
     # pass 1: blocks live before the trace (freed without an alloc here, or live at the end, never allocated here)
@@ -391,21 +409,21 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
                              if e.get("action", "").startswith("segment_") else 0 for e in trace])
         reserved = (r + (end_reserved - seg_net)).tolist()
         levels["reserved"] = reserved
-    at = {k: int(np.argmax(np.asarray(v))) for k, v in levels.items()}  # first index of the maximum (0 = before the trace)
+    at = {k: int(np.argmax(np.asarray(v))) for k, v in levels.items()} if peaks else {}  # first index of the maximum
     # pass 3: the live blocks by site at each peak
-    by_peak = _by_site_at(trace, pre, final, last_alloc, names, free_op, sorted(set(at.values())))
-    peaks = {}
+    by_peak = _by_site_at(trace, pre, final, last_alloc, names, free_op, sorted(set(at.values()))) if at else {}
+    found = {}
     for kind, idx in at.items():
         sites, total = by_peak[idx]
         e = trace[idx - 1] if idx > 0 else None
         t = e.get("time_us") if e is not None else None
         res = reserved[idx] if reserved is not None else None
-        peaks[kind] = {"at_entry": idx - 1, "t_s": None if t is None or t0 is None else (t - t0) / 1e6,
+        found[kind] = {"at_entry": idx - 1, "t_s": None if t is None or t0 is None else (t - t0) / 1e6,
                        "bytes": levels[kind][idx], "allocated_bytes": levels["allocated"][idx],
                        "requested_bytes": levels["requested"][idx], "reserved_bytes": res,
                        "cached_free_bytes": None if res is None else res - levels["allocated"][idx],
                        "sites": _rows(sites, names, total)}
-    return _Replay(peaks, pre, last_alloc, free_op, alloc_time, alloc_site, live_at, site_at, size_at)
+    return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, live_at, site_at, size_at)
 
 
 def _by_site_at(trace, pre, final, last_alloc, names, free_op, indices: list[int]) -> dict[int, tuple]:

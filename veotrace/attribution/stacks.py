@@ -79,9 +79,14 @@ class Interner:
         c = self._by_id.get(id(frames))  # a stack shared by the pickle's memo: one lookup
         if c is not None:
             return c
-        key = tuple((str(f.get("filename")), str(f.get("line")), str(f.get("name")))
-                    for f in frames if isinstance(f, dict))
-        c = self._by_stack.get(key)
+        key = tuple([(f.get("filename"), f.get("line"), f.get("name")) if f.__class__ is dict else None
+                     for f in frames])
+        try:
+            c = self._by_stack.get(key)
+        except TypeError:  # a frame field that is not hashable (a list where a name should be): its text
+            key = tuple((str(f.get("filename")), str(f.get("line")), str(f.get("name")))
+                        for f in frames if isinstance(f, dict))
+            c = self._by_stack.get(key)
         if c is None:
             c = self._by_stack[key] = self.code(self.rule.site(frames))
         self._by_id[id(frames)] = c

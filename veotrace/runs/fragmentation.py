@@ -170,7 +170,7 @@ def _pinning_by_site(paths, result, options, report) -> dict:
     if len(inputs) != 1 or inputs[0][1].name != "torch-snapshot" or not result.summary.get("has_time") or not window_s:
         raise UsageError("--by site reads one PyTorch memory snapshot with times (its stacks say the sites)",
                          hint="'veotrace sites SNAPSHOT' shows the sites of a snapshot; logs carry no stacks")
-    res = attribute(load_snapshot(inputs[0][0]), window_s=window_s, aligned=True)
+    res = attribute(load_snapshot(inputs[0][0]), window_s=window_s, aligned=True, only_windows=True)
     return {"by": "site", "window_s": window_s,
             "devices": {d: v.get("stranded_windows", []) for d, v in res.devices.items()}}
 
