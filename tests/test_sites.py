@@ -303,7 +303,7 @@ def test_entropy_and_bursts_by_site_count_each_sites_allocations():
     assert sum(g["summary"]["events_counted"] for g in bur["groups"]) == sum(want.values())
 
 
-def test_entropy_by_phase_on_annotations_and_by_site_refused_on_a_log(tmp_path):
+def test_entropy_by_phase_on_annotations(tmp_path):
     marks = [{"stage": "START", "name": "forward", "device": 0, "time_us": T0 + 10},
              {"stage": "END", "name": "forward", "device": 0, "time_us": T0 + 1_000_000},
              {"stage": "START", "name": "backward", "device": 0, "time_us": T0 + 1_000_001},
@@ -316,8 +316,6 @@ def test_entropy_by_phase_on_annotations_and_by_site_refused_on_a_log(tmp_path):
     out = json.loads(run_cli("entropy", snap, "--by", "phase", "-f", "json").stdout)
     got = {g["group"]: g["summary"]["events_counted"] for g in out["groups"]}
     assert got == {"forward": 50, "backward": 70}  # allocs at 20 us + 20 ms steps: 50 before 1 s
-    r = run_cli("entropy", SAMPLES_LOG, "--by", "site")
-    assert r.exit_code == 2 and "--by site reads one PyTorch memory snapshot" in r.stderr
 
 
 from tests.conftest import SAMPLES  # noqa: E402
@@ -372,3 +370,20 @@ def test_fragmentation_by_site_strands_at_the_replays_own_window_ends(tmp_path):
         assert all(t0 + round(w["end_s"] * 1e9) in frag_ends for w in series[:-1]) and first < t0
     r = run_cli("fragmentation", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--by", "site")
     assert r.exit_code == 2 and "--by site reads one PyTorch memory snapshot" in r.stderr
+
+
+def test_a_logs_own_site_column_groups_entropy_and_bursts(tmp_path):
+    """Issue 26: logs may carry a site (or phase) column, read as --id-col is; empty cells are '(no tag)'."""
+    import random
+
+    r = random.Random(1)
+    tags = [r.choice(["attn.py:10", "mlp.py:20", ""]) for _ in range(3000)]
+    rows = [f"{i * 1_000_000},alloc,{r.choice([4096, 8192, 1 << 20])},{0x1000 + i * 4096},{t}" for i, t in enumerate(tags)]
+    log = tmp_path / "tagged.csv"
+    log.write_text("timestamp,op_type,size_bytes,address,site\n" + "\n".join(rows) + "\n")
+    want = {("(no tag)" if t == "" else t): n for t, n in Counter(tags).items()}
+    for cmd in ("entropy", "bursts"):
+        out = json.loads(run_cli(cmd, log, "--by", "site", "-f", "json").stdout)
+        assert {g["group"]: g["summary"]["events_counted"] for g in out["groups"]} == want, cmd
+    r = run_cli("entropy", SAMPLES_LOG, "--by", "phase")
+    assert r.exit_code == 1 and "no column 'phase'" in r.stderr

@@ -111,8 +111,10 @@ def grouping(by: str | None, device: int | None) -> dict:
 
 
 def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progress=None):
-    """``--by site|phase``: the one PyTorch snapshot's event batches with a ``by`` column of keys
-    (``attribution.rows``), and the text of each key.
+    """``--by site|phase``: the event batches with a ``by`` column of keys, and the text of each key:
+    one PyTorch snapshot's sites or phases (``attribution.rows``), its Parquet conversion's, or the
+    tags of alloc/free logs' own ``site``/``phase`` column (read as ``--id-col`` is; empty cells are
+    "(no tag)").
 
     Raises:
         UsageError: the inputs are not one PyTorch snapshot.
@@ -134,15 +136,43 @@ def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progr
         keys, names = col.indices.to_numpy().astype(np.int64), dict(enumerate(col.dictionary.to_pylist()))
     elif path is not None and inputs[0][1].name == "torch-snapshot":
         keys, names = row_keys(load_snapshot(path), by)
+    elif all(fmt.name in ("alloc-csv", "alloc-jsonl", "parquet") for _, fmt in inputs):
+        return _tagged_read(paths, by, options=options, report=report, columns=columns, on_progress=on_progress)
     else:
-        raise UsageError(f"--by {by} reads one PyTorch memory snapshot (its stacks and record_function annotations), "
-                         "or its conversion by 'veotrace convert'",
-                         hint="Logs carry no stacks; --by device or --by stream group any input")
+        raise UsageError(f"--by {by} reads a PyTorch memory snapshot (its stacks and record_function annotations), "
+                         f"its conversion by 'veotrace convert', or alloc/free logs with a '{by}' column",
+                         hint="--by device or --by stream group any input")
     wanted = [c for c in columns if c != by] + (["seq"] if "seq" not in columns else [])
 
     def batches():
         for b in iter_alloc_events([path], options=options, report=report, on_progress=on_progress, columns=wanted):
             yield b.append_column(by, pa.array(keys[b.column("seq").to_numpy()], pa.int64()))
+
+    return batches(), names
+
+
+def _tagged_read(paths, by: str, *, options, report, columns, on_progress=None):
+    """Logs with a ``by`` column of text tags (read as ``--id-col`` is): batches keyed by tag, and the tags."""
+    import dataclasses
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from veotrace.sources import iter_alloc_events
+
+    tagged = dataclasses.replace(options, extra_columns=(*options.extra_columns, by))
+    wanted = [c for c in columns if c != by]
+    codes: dict[str, int] = {}
+    names: dict[int, str] = {}  # filled as the batches are read; the groups are named after the read
+
+    def batches():
+        for b in iter_alloc_events(paths, options=tagged, report=report, on_progress=on_progress, columns=wanted):
+            col = pc.fill_null(b.column(by).cast(pa.string()), "(no tag)").dictionary_encode()
+            remap = np.array([codes.setdefault(t, len(codes)) for t in col.dictionary.to_pylist()], np.int64)
+            names.update({c: t for t, c in codes.items()})
+            keys = remap[col.indices.to_numpy()] if remap.size else np.zeros(0, np.int64)
+            yield b.drop_columns([by]).append_column(by, pa.array(keys, pa.int64()))
 
     return batches(), names
 
