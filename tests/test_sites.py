@@ -387,3 +387,35 @@ def test_a_logs_own_site_column_groups_entropy_and_bursts(tmp_path):
         assert {g["group"]: g["summary"]["events_counted"] for g in out["groups"]} == want, cmd
     r = run_cli("entropy", SAMPLES_LOG, "--by", "phase")
     assert r.exit_code == 1 and "no column 'phase'" in r.stderr
+
+
+def test_each_phase_says_the_stranded_bytes_and_fragmentation_at_its_entry_and_exit(tmp_path):
+    """Phases ranked by the free bytes they strand: 'step' frees the 18 MiB after the 2 MiB block, so
+    at its exit 18 MiB of the 20 MiB segment are stranded (one free block: external fragmentation 0);
+    at its entry the segment was full (no free bytes)."""
+    trace = [_entry("segment_alloc", SEG, 20 * MIB, 0), _entry("alloc", SEG, 2 * MIB, 1, frames(CACHE)),
+             _entry("alloc", SEG + 2 * MIB, 18 * MIB, 2, frames(MODEL)),
+             _entry("free_requested", SEG + 2 * MIB, 18 * MIB, 3_000_000),
+             _entry("free_completed", SEG + 2 * MIB, 18 * MIB, 3_000_000)]
+    segments = [{"device": 0, "address": SEG, "total_size": 20 * MIB, "stream": 0, "segment_type": "large",
+                 "blocks": [{"address": SEG, "size": 2 * MIB, "requested_size": 2 * MIB, "state": "active_allocated",
+                             "frames": frames(CACHE)},
+                            {"address": SEG + 2 * MIB, "size": 18 * MIB, "requested_size": 0, "state": "inactive"}]}]
+    marks = [{"stage": "START", "name": "step", "device": 0, "time_us": T0 + 1_000_000},
+             {"stage": "END", "name": "step", "device": 0, "time_us": T0 + 4_000_000}]
+    out = json.loads(run_cli("sites", _snapshot(tmp_path / "p.pickle", trace, segments, marks), "-f", "json").stdout)
+    (step,) = [p for p in out["phases"] if p["phase"] == "step"]
+    assert (step["stranded_bytes_at_entry"], step["stranded_bytes_at_exit"]) == (0, 18 * MIB)
+    assert (step["free_bytes_at_entry"], step["free_bytes_at_exit"]) == (0, 18 * MIB)
+    assert step["external_frag_at_entry"] is None and step["external_frag_at_exit"] == 0
+    assert step["stranded_bytes_added"] == 18 * MIB and step["frees"] == 1
+
+
+def test_free_layout_finds_the_gaps_around_live_blocks():
+    from veotrace.attribution.attribute import free_layout
+
+    got = free_layout([(0, 100)], {50: (20, 20, 0), 10: (10, 10, 0)})
+    assert (got["free_bytes"], got["largest_free_bytes"]) == (70, 30) and got["external_frag"] == pytest.approx(1 - 30 / 70)
+    got = free_layout([(0, 100), (200, 300)], {10: (10, 10, 0), 50: (20, 20, 0), 999: (5, 5, 0)})
+    assert (got["free_bytes"], got["largest_free_bytes"]) == (170, 100)  # the empty range is one free block
+    assert free_layout([(0, 100)], {0: (100, 100, 0)})["external_frag"] is None

@@ -92,7 +92,12 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
             devices[str(d)]["pinning_at"] = _pinning_at(trace, snap, d, replay, names, t0, at_s)
         if window_s is not None and t0 is not None and trace:
             devices[str(d)]["stranded_windows"] = stranded_series(trace, snap, d, replay, names, t0, window_s, aligned)
-        phase_rows += _phases(trace, d, intervals.get(d, []), replay, t0)
+        rows = _phases(trace, d, intervals.get(d, []), replay, t0)
+        if rows:  # each phase's state at its entry and exit, joined to its allocation counts
+            states = {r["phase"]: r for r in phase_states(trace, snap, d, replay, names, t0, intervals.get(d, []))}
+            for r in rows:
+                r.update({k: v for k, v in states.get(r["phase"], {}).items() if k not in ("device", "phase")})
+        phase_rows += rows
     notes = []
     if n_entries and not with_frames:
         notes.append("the trace entries carry no stacks: record with torch.cuda.memory._record_memory_history("
@@ -298,6 +303,92 @@ def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Int
             ranges = _cut(ranges, a, a + n)
     close(edge)
     return out
+
+
+def free_layout(ranges: list[tuple[int, int]], blocks: dict[int, tuple]) -> dict:
+    """Free bytes, the largest free block and external fragmentation (1 - largest / free, as
+    ``fragmentation`` defines it) of the reserved ``ranges`` around the live ``blocks``."""
+    if not ranges:
+        return {"free_bytes": 0, "largest_free_bytes": 0, "external_frag": None}
+    starts = np.array([r[0] for r in ranges], dtype=np.int64)
+    ends = np.array([r[1] for r in ranges], dtype=np.int64)
+    addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks)).astype(np.int64)
+    size = np.array([v[0] for v in blocks.values()], dtype=np.int64)
+    j = np.searchsorted(starts, addr, side="right") - 1
+    ok = j >= 0
+    ok[ok] = addr[ok] < ends[j[ok]]
+    order = np.lexsort((addr[ok], j[ok]))
+    a, z, jj = addr[ok][order], size[ok][order], j[ok][order]
+    first = np.r_[True, jj[1:] != jj[:-1]] if jj.size else np.zeros(0, bool)
+    prev_end = np.where(first, starts[jj] if jj.size else 0, np.r_[0, (a + z)[:-1]] if jj.size else 0)
+    gaps = [np.maximum(a - prev_end, 0)]
+    last = np.r_[jj[1:] != jj[:-1], True] if jj.size else np.zeros(0, bool)
+    gaps.append(np.maximum(ends[jj[last]] - (a + z)[last], 0))
+    empty = np.ones(len(ranges), bool)
+    empty[jj] = False
+    gaps.append(ends[empty] - starts[empty])
+    g = np.concatenate(gaps)
+    free, largest = int(g.sum()), int(g.max()) if g.size else 0
+    return {"free_bytes": free, "largest_free_bytes": largest,
+            "external_frag": None if free == 0 else 1 - largest / free}
+
+
+def phase_states(trace: list[dict], snap, d: int, replay: _Replay, names: Interner, t0,
+                 ranges_of_phases: list[tuple]) -> list[dict]:
+    """Per annotation phase of device ``d``: the state at each range's entry and exit (free bytes,
+    largest free block, external fragmentation, stranded bytes), averaged over its ranges, and the rise
+    from entry to exit; ranked by the stranded bytes a phase adds. One forward sweep, the states taken
+    before the entries at each boundary time."""
+    if not ranges_of_phases or t0 is None:
+        return []
+    segs = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
+                  if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
+    for e in reversed(trace):
+        segs = _undo(segs, e)
+    blocks = dict(replay.pre)
+    marks = sorted({t for r in ranges_of_phases for t in (r[0], r[1])})
+    states: dict[int, dict] = {}
+    k = 0
+
+    def take(t):
+        st = free_layout(segs, blocks)
+        st["stranded_bytes"] = _stranded(segs, blocks, names)["stranded_bytes"]
+        states[t] = st
+
+    for i, e in enumerate(trace):
+        t = e.get("time_us")
+        while k < len(marks) and isinstance(t, int) and t >= marks[k]:
+            take(marks[k])
+            k += 1
+        a, act, n = e.get("addr"), e.get("action"), e.get("size") or 0
+        if act == "alloc":
+            blocks[a] = (replay.size_at[i], n, replay.site_at[i])
+        elif act == replay.free_op:
+            blocks.pop(a, None)
+        elif act in ("segment_alloc", "segment_map") and isinstance(a, int):
+            segs = sorted(_cut(segs, a, a + n) + [(a, a + n)])
+        elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
+            segs = _cut(segs, a, a + n)
+    while k < len(marks):
+        take(marks[k])
+        k += 1
+    by_name: dict[str, list] = defaultdict(list)
+    for start, end, name, _depth in ranges_of_phases:
+        by_name[name].append((states[start], states[end]))
+    out = []
+    for name, pairs in by_name.items():
+        row = {"device": d, "phase": name, "ranges": len(pairs)}
+        for key in ("stranded_bytes", "free_bytes", "external_frag"):
+            row[f"{key}_at_entry"], row[f"{key}_at_exit"] = _mean(pairs, key, 0), _mean(pairs, key, 1)
+        row["stranded_bytes_added"] = (row["stranded_bytes_at_exit"] or 0) - (row["stranded_bytes_at_entry"] or 0)
+        out.append(row)
+    out.sort(key=lambda r: -r["stranded_bytes_added"])
+    return out
+
+
+def _mean(pairs: list[tuple[dict, dict]], key: str, side: int) -> float | None:
+    vals = [p[side][key] for p in pairs if p[side][key] is not None]
+    return float(np.mean(vals)) if vals else None
 
 
 def _undo(ranges: list[tuple[int, int]], e: dict) -> list[tuple[int, int]]:

@@ -66,12 +66,16 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
         elif at:
             console.print(f"[dim]--at:[/] {at['note']}")
     if result.phases:
-        table, footer = rows_table("Phases (record_function annotations)", result.phases,
+        table, footer = rows_table("Phases (record_function annotations), by the free bytes they strand",
+                                   sorted(result.phases, key=lambda r: -(r.get("stranded_bytes_added") or 0)),
                                    [("device", "dev"), ("phase", "phase"), ("allocations", "allocs"),
                                     ("allocated_bytes", "allocated"), ("frees", "frees"),
-                                    ("peak_live_bytes", "peak live"), ("intervals", "ranges")],
+                                    ("peak_live_bytes", "peak live"), ("intervals", "ranges"),
+                                    ("stranded_bytes_added", "strands (exit - entry)"),
+                                    ("external_frag_at_exit", "ext. frag at exit")],
                                    max_rows=max_rows, formatters={"allocated_bytes": fmt_bytes,
-                                                                  "peak_live_bytes": fmt_bytes})
+                                                                  "peak_live_bytes": fmt_bytes,
+                                                                  "stranded_bytes_added": fmt_bytes})
         console.print(table)
         if footer:
             console.print(footer)
