@@ -419,3 +419,18 @@ def test_free_layout_finds_the_gaps_around_live_blocks():
     got = free_layout([(0, 100), (200, 300)], {10: (10, 10, 0), 50: (20, 20, 0), 999: (5, 5, 0)})
     assert (got["free_bytes"], got["largest_free_bytes"]) == (170, 100)  # the empty range is one free block
     assert free_layout([(0, 100)], {0: (100, 100, 0)})["external_frag"] is None
+
+
+def test_the_site_rule_reaches_every_by_site(tmp_path):
+    """--site-filter and --site-depth shape the sites of entropy, bursts and fragmentation --by site as
+    they do the sites command's, and a bad rule is the same one Error everywhere."""
+    path = real_trace("constructorsun_memory_snapshot.pickle")
+    two = json.loads(run_cli("entropy", path, "--by", "site", "--site-depth", "2", "-f", "json").stdout)
+    named = [g["group"] for g in two["groups"] if g["group"] != "all"]
+    assert named and all(" < " in g or g.startswith("(") for g in named)
+    sites = json.loads(run_cli("sites", path, "--site-depth", "2", "-f", "json").stdout)
+    at_peak = {r["site"] for d in sites["devices"].values() for r in d["peaks"]["allocated"]["sites"]}
+    assert at_peak <= set(named) | {"(allocated before the trace)"}
+    for cmd in ("entropy", "bursts", "fragmentation"):
+        r = run_cli(cmd, path, "--by", "site", "--site-filter", "(")
+        assert r.exit_code == 2 and r.stderr.startswith("Error: --site-filter is not a regular expression"), cmd

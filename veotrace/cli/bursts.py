@@ -26,10 +26,11 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.series_opts import ByOpt, DeviceOpt
+from veotrace.cli.series_opts import ByOpt, DeviceOpt, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import BURSTS_GAP_MS as _GAP_MS
 from veotrace.defaults import BURSTS_MIN_EVENTS as _MIN_EVENTS
 from veotrace.defaults import BURSTS_OPS as _OPS
+from veotrace.defaults import SITES_DEPTH
 
 
 class EventKind(str, enum.Enum):
@@ -46,6 +47,8 @@ def bursts_command(
     min_events: Annotated[int, typer.Option("--min-events", help="Fewest events in a burst (singletons never are).")] = _MIN_EVENTS,
     by: ByOpt = None,
     device: DeviceOpt = None,
+    site_filter: SiteFilterOpt = None,
+    site_depth: SiteDepthOpt = SITES_DEPTH,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
@@ -65,7 +68,7 @@ def bursts_command(
         from veotrace.runs.bursts import bursts
 
         with progress("reading", enabled=not no_progress and events is EventKind.alloc) as bar:
-            result = bursts(paths, gap=gap, events=events, ops=ops, min_events=min_events, by=by, device=device,
+            result = bursts(paths, gap=gap, events=events, ops=ops, min_events=min_events, by=by, device=device, site_filter=site_filter, site_depth=site_depth,
                             time_unit=time_unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint,
                             engine=engine, jobs=jobs, scheduler=scheduler, workers=workers, on_progress=bar)
         show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size)

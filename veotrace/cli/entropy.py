@@ -27,11 +27,12 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.series_opts import ByOpt, DeviceOpt
+from veotrace.cli.series_opts import ByOpt, DeviceOpt, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
 from veotrace.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
 from veotrace.defaults import ENTROPY_OPS as _OPS
 from veotrace.defaults import ENTROPY_WINDOW_S as _WINDOW_S
+from veotrace.defaults import SITES_DEPTH
 
 
 @app.command("entropy")
@@ -46,6 +47,8 @@ def entropy_command(
     segments: Annotated[str, typer.Option("--segments", help="Split the trend at these times since the first window: 48,120 (a bare number is hours), or 1s,2s.")] = "",
     by: ByOpt = None,
     device: DeviceOpt = None,
+    site_filter: SiteFilterOpt = None,
+    site_depth: SiteDepthOpt = SITES_DEPTH,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
@@ -67,7 +70,7 @@ def entropy_command(
 
         with progress("reading", enabled=not no_progress) as bar:
             result = entropy(paths, window=window, step=step, window_events=window_events, ops=ops,
-                             min_class=min_class, max_class=max_class, segments=segments, by=by, device=device,
+                             min_class=min_class, max_class=max_class, segments=segments, by=by, device=device, site_filter=site_filter, site_depth=site_depth,
                              time_unit=time_unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint,
                              save_baseline=save_baseline, engine=engine, jobs=jobs, scheduler=scheduler,
                              workers=workers, on_progress=bar)

@@ -27,6 +27,7 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
+from veotrace.cli.series_opts import SiteDepthOpt, SiteFilterOpt
 from veotrace.runs.fragmentation import DEFAULT_BINS_TEXT, size_text
 
 _DEFAULTS = {"threshold": _D.FRAGMENTATION_THRESHOLD, "max_gap": size_text(_D.FRAGMENTATION_MAX_GAP_BYTES),
@@ -56,6 +57,8 @@ def fragmentation_command(
     latency_col: Annotated[str | None, typer.Option("--latency-col", help="Column of the log holding each event's latency in microseconds (e.g. latency_us): P50/P99 per hot zone and per request-size bin.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event: 90s, 2h (a bare number is seconds).")] = None,
     by: Annotated[BySite | None, typer.Option("--by", help="site: also the free bytes stranded at each window's end by allocation site (a PyTorch snapshot with stacks).")] = None,
+    site_filter: SiteFilterOpt = None,
+    site_depth: SiteDepthOpt = _D.SITES_DEPTH,
     table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, bins, zones, or state (at --at, else at the end).")] = Table.windows,
     engine: EngineOpt = Engine.local,
     jobs: JobsOpt = 1,
@@ -80,5 +83,6 @@ def fragmentation_command(
                                    max_gap=max_gap, bins=bins, zone_bytes=zone_bytes, latency_col=latency_col, at=at,
                                    time_unit=time_unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint,
                                    engine=engine, jobs=jobs, scheduler=scheduler, workers=workers,
-                                   by=None if by is None else by.value, on_progress=bar)
+                                   by=None if by is None else by.value, site_filter=site_filter,
+                                   site_depth=site_depth, on_progress=bar)
         show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size, table=table.value)

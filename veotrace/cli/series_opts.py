@@ -21,3 +21,5 @@ ByOpt = Annotated[
                               "(site and phase: a PyTorch snapshot), beside the pooled one."),
 ]
 DeviceOpt = Annotated[int | None, typer.Option("--device", help="Count only the events of this device.")]
+SiteFilterOpt = Annotated[str | None, typer.Option("--site-filter", help="Regex on a frame's file marking it internal, for --by site [default: PyTorch, the standard library, C/C++ frames].")]
+SiteDepthOpt = Annotated[int, typer.Option("--site-depth", help="User frames that name a site, for --by site (2: a.py:10 f < b.py:20 g).")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from veotrace.defaults import BURSTS_GAP_MS, BURSTS_MIN_EVENTS, BURSTS_OPS
+from veotrace.defaults import BURSTS_GAP_MS, BURSTS_MIN_EVENTS, BURSTS_OPS, SITES_DEPTH
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
 
@@ -35,6 +35,7 @@ class BurstsRun(RunResult):
 def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "alloc", ops: str | list[str] | None = None,
            min_events: int = BURSTS_MIN_EVENTS, by: str | None = None, device: int | None = None,
            time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
+           site_filter: str | None = None, site_depth: int = SITES_DEPTH,
            engine: str = "local", jobs: int = 1, scheduler: str | None = None, workers: int | None = None,
            on_progress: common.Progress = None) -> BurstsRun:
     """Burst windows: maximal runs of events closer than ``gap``; sizes, durations, gaps and rates.
@@ -44,7 +45,7 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
         events: ``"alloc"`` (alloc/free events) or ``"kernels"`` (kernel launches of an Nsight Systems export).
         ops: the ops counted with ``events="alloc"``.
         min_events: fewest events in a burst.
-        by, device, engine, jobs, scheduler, workers: as for :func:`veotrace.entropy`.
+        by, device, site_filter, site_depth, engine, jobs, scheduler, workers: as for :func:`veotrace.entropy`.
     """
     from veotrace.analysis.bursts import bursts as analysis
     from veotrace.analysis.groups import columns_for
@@ -75,7 +76,8 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
         try:
             if grouped.get("by") in ("site", "phase"):  # a snapshot's rows keyed by site or phase, on one process
                 batches, names = common.keyed_read(paths, grouped["by"], options=options, report=report,
-                                                   columns=columns, on_progress=on_progress)
+                                                   columns=columns, on_progress=on_progress,
+                                                   rule=common.site_rule(site_filter, site_depth))
                 result = analysis.compute_bursts(batches, gap_ms=gap_ms, min_events=min_events,
                                                  ops=common.ops_list(ops, BURSTS_OPS), **grouped)
                 common.name_groups(result.groups, names)

@@ -110,7 +110,28 @@ def grouping(by: str | None, device: int | None) -> dict:
     return out
 
 
-def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progress=None):
+def site_rule(site_filter: str | None, site_depth: int):
+    """The ``--site-filter``/``--site-depth`` rule (``attribution.stacks.SiteRule``).
+
+    Raises:
+        UsageError: a filter that is not a regular expression, a depth under 1.
+    """
+    import re
+
+    from veotrace.attribution.stacks import DEFAULT_INTERNAL, SiteRule
+    from veotrace.errors import UsageError
+
+    if site_depth < 1:
+        raise UsageError(f"--site-depth must be at least 1, got {site_depth}")
+    if site_filter is not None:
+        try:
+            re.compile(site_filter)
+        except re.error as exc:
+            raise UsageError(f"--site-filter is not a regular expression: {exc}") from None
+    return SiteRule(site_filter or DEFAULT_INTERNAL, site_depth)
+
+
+def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progress=None, rule=None):
     """``--by site|phase``: the event batches with a ``by`` column of keys, and the text of each key:
     one PyTorch snapshot's sites or phases (``attribution.rows``), its Parquet conversion's, or the
     tags of alloc/free logs' own ``site``/``phase`` column (read as ``--id-col`` is; empty cells are
@@ -135,7 +156,7 @@ def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progr
         col = converted.read_keys().column(by).combine_chunks()
         keys, names = col.indices.to_numpy().astype(np.int64), dict(enumerate(col.dictionary.to_pylist()))
     elif path is not None and inputs[0][1].name == "torch-snapshot":
-        keys, names = row_keys(load_snapshot(path), by)
+        keys, names = row_keys(load_snapshot(path), by, rule)
     elif all(fmt.name in ("alloc-csv", "alloc-jsonl", "parquet") for _, fmt in inputs):
         return _tagged_read(paths, by, options=options, report=report, columns=columns, on_progress=on_progress)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from veotrace.defaults import ENTROPY_MAX_CLASS, ENTROPY_MIN_CLASS, ENTROPY_OPS
+from veotrace.defaults import ENTROPY_MAX_CLASS, ENTROPY_MIN_CLASS, ENTROPY_OPS, SITES_DEPTH
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
 
@@ -33,7 +33,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
             min_class: int = ENTROPY_MIN_CLASS, max_class: int = ENTROPY_MAX_CLASS,
             segments: str | list[float] | None = None, by: str | None = None, device: int | None = None,
             time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
-            save_baseline=None, engine: str = "local", jobs: int = 1, scheduler: str | None = None,
+            site_filter: str | None = None, site_depth: int = SITES_DEPTH, save_baseline=None, engine: str = "local", jobs: int = 1, scheduler: str | None = None,
             workers: int | None = None, on_progress: common.Progress = None) -> EntropyRun:
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments.
 
@@ -46,6 +46,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
         segments: split the trend at these times since the first window (``"48,120"`` hours, or a list).
         by, device: also one series per ``"device"``, ``"stream"``, ``"site"`` or ``"phase"`` (a snapshot's
             allocation sites or record_function phases); only this device.
+        site_filter, site_depth: the site rule of ``by="site"`` (as :func:`veotrace.sites` takes it).
         save_baseline: also write the baseline ``gate`` compares with to this file.
         engine, jobs, scheduler, workers: where to run (``jobs > 1`` or ``engine="dask"`` splits the inputs).
 
@@ -72,7 +73,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
     try:
         if params.get("by") in ("site", "phase"):  # a snapshot's rows keyed by site or phase, on one process
             batches, names = common.keyed_read(paths, params["by"], options=options, report=report, columns=columns,
-                                               on_progress=on_progress)
+                                               on_progress=on_progress, rule=common.site_rule(site_filter, site_depth))
             result = compute_entropy(batches, **params, segments=hours)
             common.name_groups(result.groups, names)
         elif config.parallel:  # pieces of the inputs as tasks; the same partials, merged

@@ -103,6 +103,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
                   latency_col: str | None = None, at: str | float | None = None, time_unit: str = "ns",
                   skip_bad_rows: bool = False, format_hint: str | None = None, engine: str = "local", jobs: int = 1,
                   scheduler: str | None = None, workers: int | None = None, by: str | None = None,
+                  site_filter: str | None = None, site_depth: int = _D.SITES_DEPTH,
                   on_progress: common.Progress = None) -> FragmentationRun:
     """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and ``_memory_viz`` definitions.
 
@@ -115,7 +116,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         latency_col: the log's column of per-event latencies (microseconds).
         at: the full state at ``"end"`` or at a time after the first event (``"90s"``).
         by: ``"site"``: also the free bytes stranded at each window's end by allocation site (a PyTorch
-            snapshot with stacks; ``veotrace sites`` has the rest).
+            snapshot with stacks; ``veotrace sites`` has the rest); ``site_filter``, ``site_depth``: its rule.
     """
     from veotrace.analysis.ooms import OomTap, oom_lines, with_device_free
 
@@ -154,11 +155,12 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     result.summary.setdefault("window_choice", None)  # set when a short span chose the window
     result.summary.setdefault("from_snapshot", False)
     result.summary["read"] = report.to_dict()
-    pinning = _pinning_by_site(paths, result, options, report) if by is not None else None
+    pinning = (_pinning_by_site(paths, result, options, report, common.site_rule(site_filter, site_depth))
+               if by is not None else None)
     return FragmentationRun(result, messages, inputs, at=None if at is None else str(at), pinning=pinning)
 
 
-def _pinning_by_site(paths, result, options, report) -> dict:
+def _pinning_by_site(paths, result, options, report, rule) -> dict:
     """``--by site``: per device, the free bytes stranded at the end of each of the replay's windows, by site."""
     from veotrace.attribution.attribute import attribute
     from veotrace.errors import UsageError
@@ -170,7 +172,7 @@ def _pinning_by_site(paths, result, options, report) -> dict:
     if len(inputs) != 1 or inputs[0][1].name != "torch-snapshot" or not result.summary.get("has_time") or not window_s:
         raise UsageError("--by site reads one PyTorch memory snapshot with times (its stacks say the sites)",
                          hint="'veotrace sites SNAPSHOT' shows the sites of a snapshot; logs carry no stacks")
-    res = attribute(load_snapshot(inputs[0][0]), window_s=window_s, aligned=True, only_windows=True)
+    res = attribute(load_snapshot(inputs[0][0]), rule, window_s=window_s, aligned=True, only_windows=True)
     return {"by": "site", "window_s": window_s,
             "devices": {d: v.get("stranded_windows", []) for d, v in res.devices.items()}}
 

@@ -58,21 +58,12 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     Raises:
         UsageError: bad options. VeotraceError: not a snapshot, or unreadable.
     """
-    import re
-
     from veotrace.attribution.attribute import attribute
-    from veotrace.attribution.stacks import DEFAULT_INTERNAL, SiteRule
     from veotrace.errors import UsageError
     from veotrace.sources import resolve_inputs
     from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
-    if site_depth < 1:
-        raise UsageError(f"--site-depth must be at least 1, got {site_depth}")
-    if site_filter is not None:
-        try:
-            re.compile(site_filter)
-        except re.error as exc:
-            raise UsageError(f"--site-filter is not a regular expression: {exc}") from None
+    rule = common.site_rule(site_filter, site_depth)
     paths = common.as_paths(paths)
     options, report = common.reading("ns", False, format_hint)
     inputs = resolve_inputs(paths, "segments", options=options, report=report)
@@ -88,7 +79,7 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     window_s, why = common.seconds(window, "--window"), None
     if window_s is None and snap.has_time:
         window_s, why = _window(snap)
-    result = attribute(snap, SiteRule(site_filter or DEFAULT_INTERNAL, site_depth), at_s=at_s, window_s=window_s)
+    result = attribute(snap, rule, at_s=at_s, window_s=window_s)
     notes = [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])]
     if why is not None:
         from veotrace.analysis.timescale import window_note
