@@ -99,12 +99,12 @@ def _keys(snapshot: Path):
     import numpy as np
     import pyarrow as pa
 
-    from veotrace.attribution.rows import row_keys
+    from veotrace.attribution.rows import KEYED, row_keys
     from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
     snap = load_snapshot(snapshot)
     cols = {"seq": None}
-    for by in ("site", "phase"):
+    for by in KEYED:
         keys, names = row_keys(snap, by)
         texts = pa.array([names[k] for k in range(len(names))], pa.string())
         cols[by] = pa.DictionaryArray.from_arrays(pa.array(keys.astype(np.int32)), texts)
