@@ -203,17 +203,8 @@ def _pinning_at(trace: list[dict], snap, d: int, replay: "_Replay", names: Inter
         return {"at_s": at_s, "note": "the trace has no times: --at needs time_us"}
     cut = t0 + round(at_s * 1e6)
     upto = sum(1 for e in trace if isinstance(e.get("time_us"), int) and e["time_us"] <= cut)
-    ranges = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
-                    if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
-    for e in reversed(trace[upto:]):
-        ranges = _undo(ranges, e)
-    blocks = dict(replay.pre)
-    for i, e in enumerate(trace[:upto]):
-        a, act = e.get("addr"), e.get("action")
-        if act == "alloc":
-            blocks[a] = (replay.size_at[i], e.get("size") or 0, replay.site_at[i])
-        elif act == replay.free_op:
-            blocks.pop(a, None)
+    # the entries at or before cut applied; the sweep stops there (its state is live, not a copy)
+    _, ranges, blocks = next(_states_at(trace, snap, d, replay, [cut + 1]))
     return {"at_s": at_s, "entries_replayed": upto, **_stranded(ranges, blocks, names)}
 
 
@@ -272,26 +263,36 @@ def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Int
     one forward sweep from the segments before the trace (the final ones with every segment event
     undone) and the blocks live before it, so the cost is the trace plus blocks x windows.
     ``aligned``: windows end at multiples of ``window_s`` of the time base, as fragmentation's do."""
+    step = max(1, round(window_s * 1e6))
+    edge = (t0 // step + 1) * step if aligned else t0 + step
+    last = max((e["time_us"] for e in trace if isinstance(e.get("time_us"), int)), default=t0)
+    edges = list(range(edge, last + 1, step))
+    edges.append(edges[-1] + step if edges else edge)  # the window holding the last entry
+    out: list[dict] = []
+    for end_us, ranges, blocks in _states_at(trace, snap, d, replay, edges):
+        st = _stranded(ranges, blocks, names)
+        out.append({"window": len(out), "end_s": (end_us - t0) / 1e6, "stranded_bytes": st["stranded_bytes"],
+                    "segments": st["segments"],
+                    "sites": [{"site": r["site"], "stranded_bytes": r["stranded_bytes"]} for r in st["sites"][:SERIES_TOP]]})
+    return out
+
+
+def _states_at(trace: list[dict], snap, d: int, replay: _Replay, times: list[int]):
+    """Device ``d``'s reserved ranges and live blocks at each of the sorted ``times`` (µs), taken before
+    the entries at or after it: one forward sweep from the segments before the trace (the final ones
+    with every segment event undone) and the blocks live before it. Yields (time, ranges, blocks): the
+    sweep's own state, to use before asking for the next one."""
     ranges = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
                     if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
     for e in reversed(trace):
         ranges = _undo(ranges, e)
     blocks = dict(replay.pre)
-    step = max(1, round(window_s * 1e6))
-    out: list[dict] = []
-    edge = (t0 // step + 1) * step if aligned else t0 + step
-
-    def close(end_us: int) -> None:
-        st = _stranded(ranges, blocks, names)
-        out.append({"window": len(out), "end_s": (end_us - t0) / 1e6, "stranded_bytes": st["stranded_bytes"],
-                    "segments": st["segments"],
-                    "sites": [{"site": r["site"], "stranded_bytes": r["stranded_bytes"]} for r in st["sites"][:SERIES_TOP]]})
-
+    k = 0
     for i, e in enumerate(trace):
         t = e.get("time_us")
-        while isinstance(t, int) and t >= edge:  # the windows that ended before this entry
-            close(edge)
-            edge += step
+        while k < len(times) and isinstance(t, int) and t >= times[k]:
+            yield times[k], ranges, blocks
+            k += 1
         a, act, n = e.get("addr"), e.get("action"), e.get("size") or 0
         if act == "alloc":
             blocks[a] = (replay.size_at[i], n, replay.site_at[i])
@@ -301,8 +302,8 @@ def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Int
             ranges = sorted(_cut(ranges, a, a + n) + [(a, a + n)])
         elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
             ranges = _cut(ranges, a, a + n)
-    close(edge)
-    return out
+    for t in times[k:]:
+        yield t, ranges, blocks
 
 
 def free_layout(ranges: list[tuple[int, int]], blocks: dict[int, tuple]) -> dict:
@@ -341,37 +342,10 @@ def phase_states(trace: list[dict], snap, d: int, replay: _Replay, names: Intern
     before the entries at each boundary time."""
     if not ranges_of_phases or t0 is None:
         return []
-    segs = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
-                  if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
-    for e in reversed(trace):
-        segs = _undo(segs, e)
-    blocks = dict(replay.pre)
     marks = sorted({t for r in ranges_of_phases for t in (r[0], r[1])})
     states: dict[int, dict] = {}
-    k = 0
-
-    def take(t):
-        st = free_layout(segs, blocks)
-        st["stranded_bytes"] = _stranded(segs, blocks, names)["stranded_bytes"]
-        states[t] = st
-
-    for i, e in enumerate(trace):
-        t = e.get("time_us")
-        while k < len(marks) and isinstance(t, int) and t >= marks[k]:
-            take(marks[k])
-            k += 1
-        a, act, n = e.get("addr"), e.get("action"), e.get("size") or 0
-        if act == "alloc":
-            blocks[a] = (replay.size_at[i], n, replay.site_at[i])
-        elif act == replay.free_op:
-            blocks.pop(a, None)
-        elif act in ("segment_alloc", "segment_map") and isinstance(a, int):
-            segs = sorted(_cut(segs, a, a + n) + [(a, a + n)])
-        elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
-            segs = _cut(segs, a, a + n)
-    while k < len(marks):
-        take(marks[k])
-        k += 1
+    for t, segs, blocks in _states_at(trace, snap, d, replay, marks):
+        states[t] = {**free_layout(segs, blocks), "stranded_bytes": _stranded(segs, blocks, names)["stranded_bytes"]}
     by_name: dict[str, list] = defaultdict(list)
     for start, end, name, _depth in ranges_of_phases:
         by_name[name].append((states[start], states[end]))
