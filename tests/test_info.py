@@ -387,3 +387,17 @@ def test_info_shows_a_snapshots_reserved_allocated_and_largest_free_as_fragmenta
     assert re.search(rf"^reserved +{re.escape(fmt_bytes(end['reserved_bytes']))} ", text, re.M)
     assert re.search(rf"^allocated +{re.escape(fmt_bytes(end['allocated_bytes']))} ", text, re.M)
     assert re.search(rf"^largest free block +{re.escape(fmt_bytes(end['largest_free_bytes']))} ", text, re.M)
+
+
+def test_info_does_not_list_the_replays_past_their_device_bound(tmp_path):
+    """Issue 25 (seen by the device/stream work): info listed fragmentation and simulate for a trace
+    past the 1,024 devices they replay, and both then refused it."""
+    rows = ["timestamp,op_type,size_bytes,address,device"]
+    rows += [f"{i * 1000},alloc,4096,{0x1000 + i * 4096},{i}" for i in range(1100)]
+    rows += [f"{2_000_000 + i * 1000},free,4096,{0x1000 + i * 4096},{i}" for i in range(1100)]
+    log = tmp_path / "many.csv"
+    log.write_text("\n".join(rows) + "\n")
+    f = _one(log)
+    assert "fragmentation" not in f["supports"] and "simulate" not in f["supports"] and "entropy" in f["supports"]
+    assert any("1,100 devices, past the 1,024" in p for p in f["problems"])
+    assert run_cli("fragmentation", log).exit_code == 1

@@ -166,12 +166,13 @@ def test_cli_bad_traces(tmp_path):
     pacsv.write_csv(pa.table({"timestamp": [1, 2], "op_type": ["alloc", "free"], "size_bytes": [0, 0],
                               "address": [1, 1]}), str(nosize))
     r = run_cli("simulate", nosize)
-    assert r.exit_code == 1 and "Error:" in r.stderr and "no allocation with a size" in r.stderr
+    assert r.exit_code == 1 and r.stderr.startswith(f"Error: {nosize}: ") and "no allocation with a size" in r.stderr
     unknown = tmp_path / "unknown.csv"
     pacsv.write_csv(pa.table({"timestamp": [1, 2, 3], "op_type": ["alloc", "free", "free"],
                               "size_bytes": [10, 10, 10], "address": [1, 2, 3]}), str(unknown))
     r = run_cli("simulate", unknown)
     assert r.exit_code == 1 and "2 of 2 frees (100.0%) name no live allocation" in r.stderr
+    assert r.stderr.startswith(f"Error: {unknown}: ")  # the file whose frees do not pair
     r = run_cli("simulate", unknown, "--max-unknown-frees", "1", "-f", "json")
     assert r.exit_code == 0 and json.loads(r.stdout)["params"]["counts"]["unknown_frees"] == 2
 

@@ -61,6 +61,11 @@ def describe(probe: Any) -> FileInfo:
     info.span = span_of(info)
     info.devices, info.streams = devices_and_streams(info)
     info.supports = supported_commands(info)
+    if _too_many_devices(info):
+        from veotrace.defaults import MAX_DEVICES
+
+        info.problems.append(f"{len(info.devices):,} devices, past the {MAX_DEVICES:,} that fragmentation and "
+                             "simulate replay (each device on its own allocator state): they refuse this file")
     return info
 
 
@@ -183,9 +188,18 @@ def supports_fragmentation(info: FileInfo) -> str | None:
     arrays = (info.details.get("arrays") or {}).get("arrays", {})
     strides = len(arrays) == 1 and all(a["dtype"][1] == "u" or (a["dtype"][1] == "i" and (a["min"] is None or a["min"] >= 0))
                                        for a in arrays.values())
+    if (placed or snapshot) and _too_many_devices(info):
+        return None
     if placed or snapshot or strides:
         return "fragmentation (address strides)" if strides and not (placed or snapshot) else "fragmentation"
     return None
+
+
+def _too_many_devices(info: FileInfo) -> bool:
+    """More devices than the replays take (``defaults.MAX_DEVICES``): fragmentation and simulate refuse."""
+    from veotrace.defaults import MAX_DEVICES
+
+    return len(info.devices) > MAX_DEVICES
 
 
 def supports_simulate(info: FileInfo) -> str | None:
@@ -196,7 +210,7 @@ def supports_simulate(info: FileInfo) -> str | None:
 
     alloc, checked, paired = _pairing(info)
     sized = alloc is not None and (alloc["alloc_size_bytes"]["max"] or 0) > 0
-    if sized and checked and checked - paired <= SIMULATE_MAX_UNKNOWN_FREES * checked:
+    if sized and checked and checked - paired <= SIMULATE_MAX_UNKNOWN_FREES * checked and not _too_many_devices(info):
         return "simulate"
     return None
 

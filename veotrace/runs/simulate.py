@@ -96,13 +96,18 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     key = id_col or "address"
     tap = OomTap()
     table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False, ooms=tap)
-    req = open_requests(table, names, seed, max_unknown_frees=max_unknown_frees,
-                        use_releases=not no_recorded_releases, key=key)
+    from veotrace.errors import AnalysisError
+
+    try:
+        req = open_requests(table, names, seed, max_unknown_frees=max_unknown_frees,
+                            use_releases=not no_recorded_releases, key=key)
+    except AnalysisError as exc:  # the trace's own pairing: name its file when there is one
+        if exc.path is None and len(paths) == 1:
+            exc.path = str(paths[0])
+        raise
     result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
                           window_s=window_s, window_requests=window_requests, torch_core=torch_core)
     if not result.params["counts"]["allocs"]:  # only a snapshot's seeded blocks: every policy would tie at 1.00x
-        from veotrace.errors import AnalysisError
-
         raise AnalysisError("the trace holds no allocation to replay (a snapshot's live blocks alone rank no allocator)",
                             path=paths[0] if len(paths) == 1 else None,
                             hint="Record the steps to study with torch.cuda.memory._record_memory_history() before "
