@@ -434,3 +434,13 @@ def test_the_site_rule_reaches_every_by_site(tmp_path):
     for cmd in ("entropy", "bursts", "fragmentation"):
         r = run_cli(cmd, path, "--by", "site", "--site-filter", "(")
         assert r.exit_code == 2 and r.stderr.startswith("Error: --site-filter is not a regular expression"), cmd
+
+
+def test_fragmentation_by_phase_gives_the_phases_states_of_sites(tmp_path):
+    test_each_phase_says_the_stranded_bytes_and_fragmentation_at_its_entry_and_exit(tmp_path)  # writes p.pickle
+    frag = json.loads(run_cli("fragmentation", tmp_path / "p.pickle", "--by", "phase", "-f", "json").stdout)
+    sites = json.loads(run_cli("sites", tmp_path / "p.pickle", "-f", "json").stdout)
+    assert frag["phases"] == sites["phases"] and "pinning" not in frag
+    assert "Phases (record_function annotations)" in run_cli("fragmentation", tmp_path / "p.pickle", "--by", "phase").stdout
+    r = run_cli("fragmentation", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--by", "phase")
+    assert r.exit_code == 2 and "--by phase reads one PyTorch memory snapshot" in r.stderr

@@ -43,6 +43,7 @@ class Table(str, enum.Enum):
 
 class BySite(str, enum.Enum):
     site = "site"
+    phase = "phase"
 
 
 @app.command("fragmentation")
@@ -56,7 +57,7 @@ def fragmentation_command(
     zone_bytes: Annotated[str, typer.Option("--zone-bytes", help="Width of the address zones ranked by alloc/free activity, or 'segment': one zone per segment (else per address range joined under --max-gap).")] = _DEFAULTS["zone_bytes"],
     latency_col: Annotated[str | None, typer.Option("--latency-col", help="Column of the log holding each event's latency in microseconds (e.g. latency_us): P50/P99 per hot zone and per request-size bin.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Full state (segments, blocks, free blocks) at 'end' or at a time after the first event: 90s, 2h (a bare number is seconds).")] = None,
-    by: Annotated[BySite | None, typer.Option("--by", help="site: also the free bytes stranded at each window's end by allocation site (a PyTorch snapshot with stacks).")] = None,
+    by: Annotated[BySite | None, typer.Option("--by", help="site: also the free bytes stranded at each window's end by allocation site; phase: each record_function phase's stranded bytes and fragmentation at its entry and exit (a PyTorch snapshot).")] = None,
     site_filter: SiteFilterOpt = None,
     site_depth: SiteDepthOpt = _D.SITES_DEPTH,
     table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, bins, zones, or state (at --at, else at the end).")] = Table.windows,

@@ -66,19 +66,24 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
         elif at:
             console.print(f"[dim]--at:[/] {at['note']}")
     if result.phases:
-        table, footer = rows_table("Phases (record_function annotations), by the free bytes they strand",
-                                   sorted(result.phases, key=lambda r: -(r.get("stranded_bytes_added") or 0)),
-                                   [("device", "dev"), ("phase", "phase"), ("allocations", "allocs"),
-                                    ("allocated_bytes", "allocated"), ("frees", "frees"),
-                                    ("peak_live_bytes", "peak live"), ("intervals", "ranges"),
-                                    ("stranded_bytes_added", "strands (exit - entry)"),
-                                    ("external_frag_at_exit", "ext. frag at exit")],
-                                   max_rows=max_rows, formatters={"allocated_bytes": fmt_bytes,
-                                                                  "peak_live_bytes": fmt_bytes,
-                                                                  "stranded_bytes_added": fmt_bytes})
-        console.print(table)
-        if footer:
-            console.print(footer)
+        render_phases(console, result.phases, max_rows)
+
+
+def render_phases(console: Console, phases: list[dict], max_rows: int) -> None:
+    """The record_function phases, by the free bytes each strands from its entry to its exit."""
+    table, footer = rows_table("Phases (record_function annotations), by the free bytes they strand",
+                               sorted(phases, key=lambda r: -(r.get("stranded_bytes_added") or 0)),
+                               [("device", "dev"), ("phase", "phase"), ("allocations", "allocs"),
+                                ("allocated_bytes", "allocated"), ("frees", "frees"),
+                                ("peak_live_bytes", "peak live"), ("intervals", "ranges"),
+                                ("stranded_bytes_added", "strands (exit - entry)"),
+                                ("external_frag_at_exit", "ext. frag at exit")],
+                               max_rows=max_rows, formatters={"allocated_bytes": fmt_bytes,
+                                                              "peak_live_bytes": fmt_bytes,
+                                                              "stranded_bytes_added": fmt_bytes})
+    console.print(table)
+    if footer:
+        console.print(footer)
 
 
 def render_stranded(console: Console, d: str, series: list[dict], window_s: float, top: int) -> None:

@@ -36,7 +36,8 @@ class FragmentationRun(RunResult):
     command = "fragmentation"
     at: str | None = None
     strides: dict | None = field(default=None)
-    #: ``--by site``: per device, the free bytes stranded at each window's end by site (``attribution``).
+    #: ``--by site``: per device, the free bytes stranded at each window's end by site; ``--by phase``: the
+    #: phases' states at entry and exit (``attribution``).
     pinning: dict | None = field(default=None)
 
     def to_dict(self) -> dict:
@@ -51,8 +52,9 @@ class FragmentationRun(RunResult):
                                                            max_gap=result.params["max_gap_bytes"]).to_pylist())
         elif result.at is not None:
             out["at"] = dict(result.at, state=result.at_state.to_pylist())
-        if self.pinning is not None:
-            out["pinning"] = self.pinning
+        if self.pinning is not None:  # --by site: "pinning"; --by phase: "phases"
+            out["phases" if self.pinning["by"] == "phase" else "pinning"] = (
+                self.pinning["phases"] if self.pinning["by"] == "phase" else self.pinning)
         return out
 
     def tables(self) -> dict[str, Any]:
@@ -89,7 +91,14 @@ class FragmentationRun(RunResult):
             render_strides(console, self.strides)
         else:
             render_fragmentation(console, self.value, max_rows=max_rows, at=self.at)
-        if self.pinning is not None:
+        if self.pinning is not None and self.pinning["by"] == "phase":
+            from veotrace.render.sites import render_phases
+
+            if self.pinning["phases"]:
+                render_phases(console, self.pinning["phases"], max_rows)
+            else:
+                console.print("[dim]phases:[/] the snapshot records no record_function annotations")
+        elif self.pinning is not None:
             from veotrace.defaults import SITES_TOP
             from veotrace.render.sites import render_stranded
 
@@ -115,8 +124,9 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         zone_bytes: width of the address zones ranked by activity, or ``"segment"``.
         latency_col: the log's column of per-event latencies (microseconds).
         at: the full state at ``"end"`` or at a time after the first event (``"90s"``).
-        by: ``"site"``: also the free bytes stranded at each window's end by allocation site (a PyTorch
-            snapshot with stacks; ``veotrace sites`` has the rest); ``site_filter``, ``site_depth``: its rule.
+        by: ``"site"``: also the free bytes stranded at each window's end by allocation site; ``"phase"``:
+            each record_function phase's stranded bytes and fragmentation at its entry and exit (a PyTorch
+            snapshot; ``veotrace sites`` has the rest); ``site_filter``, ``site_depth``: the site rule.
     """
     from veotrace.analysis.ooms import OomTap, oom_lines, with_device_free
 
@@ -155,13 +165,15 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     result.summary.setdefault("window_choice", None)  # set when a short span chose the window
     result.summary.setdefault("from_snapshot", False)
     result.summary["read"] = report.to_dict()
-    pinning = (_pinning_by_site(paths, result, options, report, common.site_rule(site_filter, site_depth))
+    pinning = (_pinning_by(by, paths, result, options, report, common.site_rule(site_filter, site_depth))
                if by is not None else None)
     return FragmentationRun(result, messages, inputs, at=None if at is None else str(at), pinning=pinning)
 
 
-def _pinning_by_site(paths, result, options, report, rule) -> dict:
-    """``--by site``: per device, the free bytes stranded at the end of each of the replay's windows, by site."""
+def _pinning_by(by: str, paths, result, options, report, rule) -> dict:
+    """``--by site``: per device, the free bytes stranded at the end of each of the replay's windows, by
+    site; ``--by phase``: each record_function phase's stranded bytes and fragmentation at its entry
+    and exit (``attribution``)."""
     from veotrace.attribution.attribute import attribute
     from veotrace.errors import UsageError
     from veotrace.sources import resolve_inputs
@@ -170,9 +182,13 @@ def _pinning_by_site(paths, result, options, report, rule) -> dict:
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     window_s = result.params.get("window_s")
     if len(inputs) != 1 or inputs[0][1].name != "torch-snapshot" or not result.summary.get("has_time") or not window_s:
-        raise UsageError("--by site reads one PyTorch memory snapshot with times (its stacks say the sites)",
-                         hint="'veotrace sites SNAPSHOT' shows the sites of a snapshot; logs carry no stacks")
-    res = attribute(load_snapshot(inputs[0][0]), rule, window_s=window_s, aligned=True, only_windows=True)
+        what = "its stacks say the sites" if by == "site" else "its record_function annotations say the phases"
+        raise UsageError(f"--by {by} reads one PyTorch memory snapshot with times ({what})",
+                         hint="'veotrace sites SNAPSHOT' shows a snapshot's sites and phases; logs carry neither")
+    snap = load_snapshot(inputs[0][0])
+    if by == "phase":
+        return {"by": "phase", "phases": attribute(snap, rule).phases}
+    res = attribute(snap, rule, window_s=window_s, aligned=True, only_windows=True)
     return {"by": "site", "window_s": window_s,
             "devices": {d: v.get("stranded_windows", []) for d, v in res.devices.items()}}
 
