@@ -277,6 +277,29 @@ def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Int
     return out
 
 
+def _walk(trace: list[dict], pre: dict, size_at: list, site_at: list, free_op: str):
+    """The trace's allocs and frees applied to the blocks live before it (``pre``), the one place that
+    does so after the first replay (which fixed each alloc's block size and site: ``size_at``,
+    ``site_at``). Yields (i, entry, blocks, removed, added) before entry i is applied, ``removed`` and
+    ``added`` being the block tuples (size, requested, site) it takes out and puts in; then
+    (len(trace), None, blocks, None, None) for the state after the last entry. ``blocks`` is the walk's
+    own dict: use it before asking for the next step."""
+    blocks = dict(pre)
+    for i, e in enumerate(trace):
+        a, act = e.get("addr"), e.get("action")
+        removed = added = None
+        if act == "alloc":
+            removed, added = blocks.get(a), (size_at[i], e.get("size") or 0, site_at[i])
+        elif act == free_op:
+            removed = blocks.get(a)
+        yield i, e, blocks, removed, added
+        if added is not None:
+            blocks[a] = added
+        elif removed is not None:
+            del blocks[a]
+    yield len(trace), None, blocks, None, None
+
+
 def _states_at(trace: list[dict], snap, d: int, replay: _Replay, times: list[int]):
     """Device ``d``'s reserved ranges and live blocks at each of the sorted ``times`` (µs), taken before
     the entries at or after it: one forward sweep from the segments before the trace (the final ones
@@ -286,24 +309,17 @@ def _states_at(trace: list[dict], snap, d: int, replay: _Replay, times: list[int
                     if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
     for e in reversed(trace):
         ranges = _undo(ranges, e)
-    blocks = dict(replay.pre)
     k = 0
-    for i, e in enumerate(trace):
-        t = e.get("time_us")
-        while k < len(times) and isinstance(t, int) and t >= times[k]:
+    for _i, e, blocks, _out, _in in _walk(trace, replay.pre, replay.size_at, replay.site_at, replay.free_op):
+        t = e.get("time_us") if e is not None else None
+        while k < len(times) and (e is None or (isinstance(t, int) and t >= times[k])):
             yield times[k], ranges, blocks
             k += 1
-        a, act, n = e.get("addr"), e.get("action"), e.get("size") or 0
-        if act == "alloc":
-            blocks[a] = (replay.size_at[i], n, replay.site_at[i])
-        elif act == replay.free_op:
-            blocks.pop(a, None)
-        elif act in ("segment_alloc", "segment_map") and isinstance(a, int):
+        act, a, n = (e.get("action"), e.get("addr"), e.get("size") or 0) if e is not None else (None, None, 0)
+        if act in ("segment_alloc", "segment_map") and isinstance(a, int):
             ranges = sorted(_cut(ranges, a, a + n) + [(a, a + n)])
         elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
             ranges = _cut(ranges, a, a + n)
-    for t in times[k:]:
-        yield t, ranges, blocks
 
 
 def free_layout(ranges: list[tuple[int, int]], blocks: dict[int, tuple]) -> dict:
@@ -476,7 +492,7 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
         levels["reserved"] = reserved
     at = {k: int(np.argmax(np.asarray(v))) for k, v in levels.items()} if peaks else {}  # first index of the maximum
     # pass 3: the live blocks by site at each peak
-    by_peak = _by_site_at(trace, pre, final, last_alloc, names, free_op, sorted(set(at.values()))) if at else {}
+    by_peak = _by_site_at(trace, pre, size_at, site_at, free_op, sorted(set(at.values()))) if at else {}
     found = {}
     for kind, idx in at.items():
         sites, total = by_peak[idx]
@@ -491,49 +507,30 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
     return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, live_at, site_at, size_at)
 
 
-def _by_site_at(trace, pre, final, last_alloc, names, free_op, indices: list[int]) -> dict[int, tuple]:
+def _by_site_at(trace, pre, size_at, site_at, free_op, indices: list[int]) -> dict[int, tuple]:
     """Live blocks by site (code -> [bytes, blocks, requested]) after entry index-1, for each index."""
-    blocks = dict(pre)
     by: dict[int, list] = defaultdict(lambda: [0, 0, 0])
-    for size, req, code in pre.values():
-        by[code][0] += size
-        by[code][1] += 1
-        by[code][2] += req
-    out = {}
-    want = set(indices)
-
-    def take(i):
-        out[i] = ({c: list(v) for c, v in by.items()}, sum(v[0] for v in by.values()))
-
-    if 0 in want:
-        take(0)
-    last = max(indices) if indices else 0
-    for i, e in enumerate(trace[:last], start=1):
-        a, act = e.get("addr"), e.get("action")
-        if act == "alloc":
-            size = e.get("size") or 0
-            code = names.of(e.get("frames"))
-            bsize = final[a][0] if (a in final and last_alloc.get(a) == i - 1) else _round(size)
-            old = blocks.pop(a, None)
-            if old is not None:
-                _sub(by, old)
-            blocks[a] = (bsize, size, code)
-            v = by[code]
-            v[0] += bsize
-            v[1] += 1
-            v[2] += size
-        elif act == free_op and a in blocks:
-            _sub(by, blocks.pop(a))
+    for block in pre.values():
+        _add(by, block, 1)
+    out, want = {}, set(indices)
+    for i, _e, _blocks, removed, added in _walk(trace, pre, size_at, site_at, free_op):
         if i in want:
-            take(i)
+            out[i] = ({c: list(v) for c, v in by.items()}, sum(v[0] for v in by.values()))
+            if len(out) == len(want):
+                break
+        if removed is not None:
+            _add(by, removed, -1)
+        if added is not None:
+            _add(by, added, 1)
     return out
 
 
-def _sub(by, old) -> None:
-    v = by[old[2]]
-    v[0] -= old[0]
-    v[1] -= 1
-    v[2] -= old[1]
+def _add(by, block: tuple, sign: int) -> None:
+    """Count ``block`` (size, requested, site) in (sign 1) or out of (-1) its site's totals."""
+    v = by[block[2]]
+    v[0] += sign * block[0]
+    v[1] += sign
+    v[2] += sign * block[1]
 
 
 #: Points of a device's timeline, and the sites it draws apart (the rest are summed as "other").
@@ -553,27 +550,20 @@ def _timeline(trace: list[dict], replay: _Replay, names: Interner, t0) -> dict:
     want = set(range(step - 1, len(trace), step)) | {len(trace) - 1}
     want |= {p["at_entry"] for p in replay.peaks.values() if p["at_entry"] >= 0}  # the peaks are drawn, not sampled past
     timed = all(isinstance(e.get("time_us"), int) for e in trace) and t0 is not None
-    blocks = dict(replay.pre)
     by: dict[str, int] = defaultdict(int)
-    for size, _req, code in blocks.values():
+    for size, _req, code in replay.pre.values():
         by[keep.get(code, OTHER)] += size
     xs, series = [], {s: [] for s in [*top, OTHER]}
-    for i, e in enumerate(trace):
-        a, act = e.get("addr"), e.get("action")
-        if act == "alloc":
-            code, size = replay.site_at[i], replay.size_at[i]
-            old = blocks.pop(a, None)
-            if old is not None:
-                by[keep.get(old[2], OTHER)] -= old[0]
-            blocks[a] = (size, 0, code)
-            by[keep.get(code, OTHER)] += size
-        elif act == replay.free_op and a in blocks:
-            old = blocks.pop(a)
-            by[keep.get(old[2], OTHER)] -= old[0]
-        if i in want:
-            xs.append((e["time_us"] - t0) / 1e6 if timed else i)
+    for i, _e, _blocks, removed, added in _walk(trace, replay.pre, replay.size_at, replay.site_at, replay.free_op):
+        if i - 1 in want:  # the state after entry i - 1
+            prev = trace[i - 1]
+            xs.append((prev["time_us"] - t0) / 1e6 if timed else i - 1)
             for s in series:
                 series[s].append(by.get(s, 0))
+        if removed is not None:
+            by[keep.get(removed[2], OTHER)] -= removed[0]
+        if added is not None:
+            by[keep.get(added[2], OTHER)] += added[0]
     if not any(series[OTHER]):
         series.pop(OTHER)
     return {"x": xs, "x_unit": "s" if timed else "entry", "sites": series}
