@@ -141,11 +141,10 @@ def _final_blocks(snap, names: Interner) -> dict[int, dict[int, tuple]]:
 def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], snap, d: int, t0) -> dict:
     """End bytes by site, and each segment's stranded free bytes by the sites of its live blocks."""
     by_site: dict[int, list] = defaultdict(lambda: [0, 0, 0])
-    for size, req, code, _ in live.values():
-        row = by_site[code]
-        row[0] += size
-        row[1] += 1
-        row[2] += req
+    held_by: dict[int, list] = defaultdict(list)  # segment index -> its live blocks
+    for a, v in live.items():
+        _add(by_site, v[:3], 1)
+        held_by[v[3]].append((a, v))
     total = sum(r[0] for r in by_site.values())
     end = {"allocated_bytes": total, "sites": _rows(by_site, names, total)}
     last_us = max((e["time_us"] for e in (snap.device_traces[d] if d < len(snap.device_traces) else ())
@@ -156,7 +155,7 @@ def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], sn
         if (seg.get("device") if isinstance(seg.get("device"), int) else 0) != d:
             continue
         free = sum(b["size"] for b in seg.get("blocks", ()) if b.get("state") not in LIVE_STATES)
-        held = [(a, v) for a, v in live.items() if v[3] == i]
+        held = held_by.get(i, [])
         if not free or not held:
             continue
         stranded_total += free
