@@ -2,7 +2,8 @@
 
 Issue 26 asks that attributing sites cost at most 1.5x the same command without it, and memory that
 grows with distinct stacks, not events. This measures `fragmentation --by site` (the replay, plus the
-stranded bytes by site at every window's end) and the `sites` command against `fragmentation`, on the
+stranded bytes by site at every window's end) and the `sites` command against `fragmentation`, and
+`simulate --by site` (each policy's states by site) against `simulate`, on the
 largest real snapshot in ../shared/real_traces and on synthetic snapshots of --events entries with
 --depth-frame stacks of 200 and 2,000 distinct ones (synth.torch.stacked_snapshot).
 
@@ -36,7 +37,7 @@ def run(args: list[str]) -> tuple[float, float]:
     return time.perf_counter() - t0, usage.ru_maxrss / 1024
 
 
-def compare(path: Path, label: str) -> None:
+def compare(path: Path, label: str, policies: list[str]) -> None:
     def best(args):
         return min((run([*args, str(path), "-f", "json", "-o", os.devnull]) for _ in range(2)), key=lambda r: r[0])
 
@@ -44,6 +45,11 @@ def compare(path: Path, label: str) -> None:
     print(f"{label}: fragmentation {base[0]:.2f} s / {base[1]:.0f} MiB; fragmentation --by site "
           f"{by_site[0]:.2f} s / {by_site[1]:.0f} MiB, ratio {by_site[0] / base[0]:.2f}x time, "
           f"{by_site[1] / base[1]:.2f}x memory; sites {sites[0]:.2f} s / {sites[1]:.0f} MiB, ratio {sites[0] / base[0]:.2f}x")
+    sim = ["simulate", *(x for p in policies for x in ("-p", p))]
+    base, by_site = best(sim), best([*sim, "--by", "site"])
+    print(f"{label}: {' '.join(sim) if policies else 'simulate (every policy)'} {base[0]:.2f} s / {base[1]:.0f} MiB; "
+          f"--by site {by_site[0]:.2f} s / {by_site[1]:.0f} MiB, ratio {by_site[0] / base[0]:.2f}x time, "
+          f"{by_site[1] / base[1]:.2f}x memory")
 
 
 def main() -> None:
@@ -51,10 +57,12 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--stacks", type=int, default=200)
+    ap.add_argument("--policy", action="append", help="simulate's policies on the synthetic snapshots [default: torch; "
+                                                       "the real snapshot replays every policy]")
     a = ap.parse_args()
     sizes = sorted(REAL.glob("*.pickle"), key=lambda p: p.stat().st_size) if REAL.is_dir() else []
     if sizes:
-        compare(sizes[-1], f"largest real snapshot ({sizes[-1].name}, {sizes[-1].stat().st_size / 2**20:.1f} MiB)")
+        compare(sizes[-1], f"largest real snapshot ({sizes[-1].name}, {sizes[-1].stat().st_size / 2**20:.1f} MiB)", [])
     from veotrace.synth.torch import stacked_snapshot
 
     data = HERE / "data"
@@ -64,7 +72,7 @@ def main() -> None:
         if not path.exists():
             path.write_bytes(pickle.dumps(stacked_snapshot(events=a.events, depth=a.depth, stacks=stacks)))
         compare(path, f"synthetic {a.events:,} entries, {a.depth}-frame stacks, {stacks} distinct "
-                      f"({path.stat().st_size / 2**20:.0f} MiB)")
+                      f"({path.stat().st_size / 2**20:.0f} MiB)", a.policy or ["torch"])
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ import pyarrow as pa
 
 from veotrace.allocators import replay as rp
 from veotrace.allocators.base import EV_NAMES, EV_OOM, AddressSpace, PolicyCounters, Recorder
+from veotrace.allocators.bykey import KeyTap
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.policies import POLICIES
-from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, Requests
+from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, REQ_SEED, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.stream import RequestStream
 from veotrace.analysis import timescale
@@ -38,6 +39,8 @@ class SimulateResult:
     params: dict
     validation: dict | None = None
     notes: list[str] = field(default_factory=list)
+    #: ``by`` given: per policy, per device, the states by key at the peak and the end (``bykey.KeyTap``).
+    keyed: dict | None = None
 
     @property
     def first_oom(self) -> dict | None:
@@ -45,8 +48,11 @@ class SimulateResult:
         return min(hits, key=lambda h: h["request"]) if hits else None
 
     def to_dict(self) -> dict:
-        return {"params": self.params, "policies": self.policies, "whatif": self.whatif,
-                "validation": self.validation, "notes": self.notes, "windows": self.windows.to_pylist()}
+        out = {"params": self.params, "policies": self.policies, "whatif": self.whatif,
+               "validation": self.validation, "notes": self.notes, "windows": self.windows.to_pylist()}
+        if self.keyed is not None:  # --by site: "sites"; --by phase: "phases"
+            out[f"{self.keyed['by']}s"] = self.keyed
+        return out
 
 
 def check_policies(names: list[str]) -> list[str]:
@@ -142,7 +148,8 @@ def whatif_table(rows: list[dict]) -> list[dict]:
 
 def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchConf, capacity: int | None = None,
              seed: Seed | None = None, tiers=None, window_s: float | None = None,
-             window_requests: int | None = None, on_progress=None, torch_core: str = "auto") -> SimulateResult:
+             window_requests: int | None = None, on_progress=None, torch_core: str = "auto",
+             by: tuple[np.ndarray, dict[int, str]] | None = None) -> SimulateResult:
     """Replay ``req`` through each policy (one instance per device) and measure each over windows.
 
     Args:
@@ -155,6 +162,9 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
             (``timescale.fit_window``: 300 s unless that gives under 20 windows, then one from the data;
             windows of events, as entropy counts them, without timestamps).
         torch_core: "auto" (the compiled core where it covers the run), "c" or "python" (see torchcore.choose_core).
+        by: (a key code per request of the whole ``req``, the text of each code): each policy's live and
+            stranded bytes by key at each device's peak reserved, at the moment the first policy peaks,
+            and at the end (``bykey.KeyTap``).
     """
     from veotrace.allocators.tiered import DEFAULT_TIERS
     from veotrace.allocators.torchcore import choose_core, recorder_for
@@ -162,6 +172,10 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
 
     tiers = tiers or DEFAULT_TIERS
     streamed = isinstance(req, RequestStream)
+    if by is not None and streamed:
+        raise ValueError("keys per request need the whole requests, not a RequestStream")
+    keyed: dict | None = {} if by is not None else None
+    reference_at: dict | None = None  # with ``by``: per device, the request where the first policy peaks
     if streamed:
         has_time, releases = req.has_time, req.releases
     else:
@@ -216,11 +230,14 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
 
         oom_at: dict = {}
         oom_seen: set = set()
+        tap = KeyTap(*by, at=reference_at) if by is not None else None
 
-        def stream(name=name, rec=rec, models=models, make=make, oom_at=oom_at, oom_seen=oom_seen):
+        def stream(name=name, rec=rec, models=models, make=make, oom_at=oom_at, oom_seen=oom_seen, tap=tap):
             seq0 = 0
             for part in rp.iter_replay(make, req.chunks() if streamed else req, models):
                 ev = rec.drain()
+                if tap is not None:
+                    tap.feed(ev, np.frombuffer(part.device, np.int64), part.offset)
                 if len(ev):
                     batch = events_batch(ev, part, name, req.clock(part) if streamed else clock, seq0)
                     seq0 += batch.num_rows
@@ -241,6 +258,11 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
                                             "device_allocs": m.c.device_allocs, "ooms": m.c.ooms}
                                    for d, m in sorted(models.items())}
         rows.append(_policy_row(name, total, oom_at, frag, extra))
+        if tap is not None:
+            keyed[name] = tap.result()
+            if reference_at is None:  # the others' states at the same moments (None: once seeded)
+                seeded = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == REQ_SEED))
+                reference_at = {d: seeded - 1 if q is None else q for d, q in tap.peak_requests().items()}
         w = frag.windows.select(WINDOW_COLUMNS)
         if not has_time:  # the request index stood in for the clock
             nulls = pa.nulls(w.num_rows, pa.int64())
@@ -258,4 +280,4 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
               "recorded_releases": releases}
     if "torch" in params["policies"]:
         params["torch_core"], params["torch_core_why"] = core, core_why
-    return SimulateResult(rows, whatif_table(rows), windows, params, notes=notes)
+    return SimulateResult(rows, whatif_table(rows), windows, params, notes=notes, keyed=keyed)

@@ -204,10 +204,10 @@ def _pinning_at(trace: list[dict], snap, d: int, replay: "_Replay", names: Inter
     upto = sum(1 for e in trace if isinstance(e.get("time_us"), int) and e["time_us"] <= cut)
     # the entries at or before cut applied; the sweep stops there (its state is live, not a copy)
     _, ranges, blocks = next(_states_at(trace, snap, d, replay, [cut + 1]))
-    return {"at_s": at_s, "entries_replayed": upto, **_stranded(ranges, blocks, names)}
+    return {"at_s": at_s, "entries_replayed": upto, **stranded(ranges, blocks, names)}
 
 
-def _stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Interner) -> dict:
+def stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Interner) -> dict:
     """Free bytes of each range holding live blocks, by the sites of those blocks (see ``_end``);
     vectorised over the blocks, as the per-window series calls it once per window."""
     empty = {"stranded_bytes": 0, "segments": 0, "sites": []}
@@ -269,7 +269,7 @@ def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Int
     edges.append(edges[-1] + step if edges else edge)  # the window holding the last entry
     out: list[dict] = []
     for end_us, ranges, blocks in _states_at(trace, snap, d, replay, edges):
-        st = _stranded(ranges, blocks, names)
+        st = stranded(ranges, blocks, names)
         out.append({"window": len(out), "end_s": (end_us - t0) / 1e6, "stranded_bytes": st["stranded_bytes"],
                     "segments": st["segments"],
                     "sites": [{"site": r["site"], "stranded_bytes": r["stranded_bytes"]} for r in st["sites"][:SERIES_TOP]]})
@@ -316,9 +316,9 @@ def _states_at(trace: list[dict], snap, d: int, replay: _Replay, times: list[int
             k += 1
         act, a, n = (e.get("action"), e.get("addr"), e.get("size") or 0) if e is not None else (None, None, 0)
         if act in ("segment_alloc", "segment_map") and isinstance(a, int):
-            ranges = sorted(_cut(ranges, a, a + n) + [(a, a + n)])
+            ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
         elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
-            ranges = _cut(ranges, a, a + n)
+            ranges = cut(ranges, a, a + n)
 
 
 def free_layout(ranges: list[tuple[int, int]], blocks: dict[int, tuple]) -> dict:
@@ -360,7 +360,7 @@ def phase_states(trace: list[dict], snap, d: int, replay: _Replay, names: Intern
     marks = sorted({t for r in ranges_of_phases for t in (r[0], r[1])})
     states: dict[int, dict] = {}
     for t, segs, blocks in _states_at(trace, snap, d, replay, marks):
-        states[t] = {**free_layout(segs, blocks), "stranded_bytes": _stranded(segs, blocks, names)["stranded_bytes"]}
+        states[t] = {**free_layout(segs, blocks), "stranded_bytes": stranded(segs, blocks, names)["stranded_bytes"]}
     by_name: dict[str, list] = defaultdict(list)
     for start, end, name, _depth in ranges_of_phases:
         by_name[name].append((states[start], states[end]))
@@ -384,13 +384,13 @@ def _undo(ranges: list[tuple[int, int]], e: dict) -> list[tuple[int, int]]:
     """``ranges`` before segment event ``e`` (an alloc/map removes its range, a free/unmap puts it back)."""
     act, a, n = e.get("action"), e.get("addr"), e.get("size") or 0
     if act in ("segment_alloc", "segment_map") and isinstance(a, int):
-        return _cut(ranges, a, a + n)
+        return cut(ranges, a, a + n)
     if act in ("segment_free", "segment_unmap") and isinstance(a, int):
-        return sorted(_cut(ranges, a, a + n) + [(a, a + n)])
+        return sorted(cut(ranges, a, a + n) + [(a, a + n)])
     return ranges
 
 
-def _cut(ranges: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+def cut(ranges: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
     """``ranges`` without [lo, hi)."""
     out = []
     for a, b in ranges:

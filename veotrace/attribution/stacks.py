@@ -10,6 +10,7 @@ REGEX`` replaces the rule for what counts as internal (matched against ``filenam
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -53,6 +54,9 @@ class SiteRule:
         return " < ".join(user) if user else ALL_INTERNAL
 
 
+_FIELDS = operator.itemgetter("filename", "line", "name")
+
+
 class Interner:
     """Sites by stack: each distinct stack is matched once; memory grows with distinct stacks, not entries.
 
@@ -79,11 +83,10 @@ class Interner:
         c = self._by_id.get(id(frames))  # a stack shared by the pickle's memo: one lookup
         if c is not None:
             return c
-        key = tuple([(f.get("filename"), f.get("line"), f.get("name")) if f.__class__ is dict else None
-                     for f in frames])
-        try:
+        try:  # the usual stack: dicts with all three fields, hashable
+            key = tuple(map(_FIELDS, frames))
             c = self._by_stack.get(key)
-        except TypeError:  # a frame field that is not hashable (a list where a name should be): its text
+        except (TypeError, KeyError):  # a field missing or not hashable (a list where a name should be): its text
             key = tuple((str(f.get("filename")), str(f.get("line")), str(f.get("name")))
                         for f in frames if isinstance(f, dict))
             c = self._by_stack.get(key)

@@ -27,7 +27,7 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.series_opts import SiteDepthOpt, SiteFilterOpt
+from veotrace.cli.series_opts import BySite, SiteDepthOpt, SiteFilterOpt
 from veotrace.runs.fragmentation import DEFAULT_BINS_TEXT, size_text
 
 _DEFAULTS = {"threshold": _D.FRAGMENTATION_THRESHOLD, "max_gap": size_text(_D.FRAGMENTATION_MAX_GAP_BYTES),
@@ -39,11 +39,6 @@ class Table(str, enum.Enum):
     bins = "bins"
     zones = "zones"
     state = "state"
-
-
-class BySite(str, enum.Enum):
-    site = "site"
-    phase = "phase"
 
 
 @app.command("fragmentation")

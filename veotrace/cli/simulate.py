@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated
 
 import typer
@@ -23,7 +24,9 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
+from veotrace.cli.series_opts import BySite, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
+from veotrace.defaults import SITES_DEPTH
 from veotrace.errors import EXIT_CHECK_FAILED
 
 
@@ -34,6 +37,11 @@ def _policy_help() -> str:
 
 
 _POLICY_HELP = _policy_help()
+
+
+class Table(str, enum.Enum):
+    windows = "windows"
+    by_key = "by_key"
 
 
 @app.command("simulate")
@@ -49,6 +57,10 @@ def simulate_command(
     no_recorded_releases: Annotated[bool, typer.Option("--no-recorded-releases", help="Do not follow the trace's segment_free/segment_unmap (empty_cache, OOM retries); rely on --capacity.")] = False,
     id_col: Annotated[str | None, typer.Option("--id-col", help="Pair allocs and frees by this column of the log (an allocation id) instead of the address.")] = None,
     torch_core: Annotated[str, typer.Option("--torch-core", help="Core of the torch policy: auto (compiled where it covers the run), c, or python (the reference model); params.torch_core says which ran.")] = "auto",
+    by: Annotated[BySite | None, typer.Option("--by", help="site (or phase): which policy helps which site: each policy's live and stranded bytes by allocation site (or record_function phase) at its peak reserved and at the end (a PyTorch snapshot, its conversion, or logs with a site/phase column).")] = None,
+    site_filter: SiteFilterOpt = None,
+    site_depth: SiteDepthOpt = SITES_DEPTH,
+    table: Annotated[Table, typer.Option("--table", help="Which table --format csv/parquet writes: windows, or by_key (with --by: each policy's bytes held and stranded by site or phase, at its peak, at the first policy's peak and at the end).")] = Table.windows,
     fail_on_oom: Annotated[bool, typer.Option("--fail-on-oom", help=f"Exit {EXIT_CHECK_FAILED} when a policy's allocation does not fit --capacity.")] = False,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
@@ -68,5 +80,5 @@ def simulate_command(
                           window_requests=window_requests, max_unknown_frees=max_unknown_frees,
                           no_recorded_releases=no_recorded_releases, id_col=id_col, torch_core=torch_core,
                           fail_on_oom=fail_on_oom, time_unit=time_unit, skip_bad_rows=skip_bad_rows,
-                          format_hint=format_hint)
-        show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size)
+                          format_hint=format_hint, by=by, site_filter=site_filter, site_depth=site_depth)
+        show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size, table=table.value)

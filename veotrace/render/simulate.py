@@ -42,6 +42,8 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
     _render_per_device(console, result, by_name, max_rows)
     for o in p.get("recorded_ooms") or []:
         _render_recorded_oom(console, o)
+    if result.keyed is not None:
+        _render_keyed(console, result.keyed, max_rows)
     v = result.validation
     if v:
         _render_validation(console, v)
@@ -73,6 +75,33 @@ def _render_per_device(console: Console, result, by_name: dict, max_rows: int) -
     console.print(table)
     if footer:
         console.print(footer)
+
+
+def _render_keyed(console: Console, keyed: dict, max_rows: int) -> None:
+    """``--by site|phase``: which policy helps which key, at the moment the reference policy peaks."""
+    from veotrace.defaults import SITES_TOP
+
+    by, ref = keyed["by"], keyed["reference"]
+    several = len({r["device"] for r in keyed["helps"]}) > 1
+    rows = []
+    for r in keyed["helps"]:
+        state = next(k for k in keyed["policies"][ref][r["device"]]["peak"]["keys"] if k["key"] == r["key"]) \
+            if r["reference_bytes"] else None
+        rows.append({"device": r["device"], "key": r["key"], "held": state["block_bytes"] if state else 0,
+                     "stranded": state["stranded_bytes"] if state else 0, "best": r["best_policy"],
+                     "best_bytes": r["best_bytes"], "saving": r["saving_bytes"]})
+    columns = [*([("device", "dev")] if several else []), ("key", by), ("held", f"{ref}: held"),
+               ("stranded", f"{ref}: stranded"), ("best", "least under"), ("best_bytes", "its bytes"),
+               ("saving", f"saving vs {ref}")]
+    top = min(SITES_TOP, max_rows) if max_rows > 0 else 0
+    table, footer = rows_table(f"Which policy helps which {by}: bytes held and stranded when {ref} peaks", rows, columns,
+                               max_rows=top, formatters={k: fmt_bytes for k in ("held", "stranded", "best_bytes", "saving")},
+                               how_to_get_all="use --rows 0, or --format json")
+    console.print(table)
+    if footer:
+        console.print(footer)
+    console.print(f"[dim]{by}s:[/] held = the live blocks' bytes; stranded = free bytes of the segments those blocks "
+                  f"pin; each policy at the moment {ref} reaches its peak reserved on that device", highlight=False)
 
 
 def _render_recorded_oom(console: Console, o: dict) -> None:

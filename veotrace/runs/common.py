@@ -140,12 +140,35 @@ def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progr
     Raises:
         UsageError: the inputs are not one PyTorch snapshot.
     """
-    import numpy as np
     import pyarrow as pa
+
+    from veotrace.sources import iter_alloc_events
+
+    keyed = snapshot_keys(paths, by, options=options, report=report, rule=rule)
+    if keyed is None:
+        return _tagged_read(paths, by, options=options, report=report, columns=columns, on_progress=on_progress)
+    path, keys, names = keyed
+    wanted = [c for c in columns if c != by] + (["seq"] if "seq" not in columns else [])
+
+    def batches():
+        for b in iter_alloc_events([path], options=options, report=report, on_progress=on_progress, columns=wanted):
+            yield b.append_column(by, pa.array(keys[b.column("seq").to_numpy()], pa.int64()))
+
+    return batches(), names
+
+
+def snapshot_keys(paths: list[Path], by: str, *, options, report, rule=None):
+    """``--by site|phase`` on one PyTorch snapshot or its Parquet conversion: (its path, the key of each
+    row by ``seq``, the text of each key); None for alloc/free logs (their own column keys them).
+
+    Raises:
+        UsageError: inputs that are neither.
+    """
+    import numpy as np
 
     from veotrace.attribution.rows import row_keys
     from veotrace.errors import UsageError
-    from veotrace.sources import iter_alloc_events, resolve_inputs
+    from veotrace.sources import resolve_inputs
     from veotrace.sources.snapshots.converted import converted_snapshot
     from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
@@ -154,22 +177,14 @@ def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progr
     converted = converted_snapshot(path) if path is not None and inputs[0][1].name == "parquet" else None
     if converted is not None and converted.keys is not None:  # convert wrote the snapshot's sites and phases
         col = converted.read_keys().column(by).combine_chunks()
-        keys, names = col.indices.to_numpy().astype(np.int64), dict(enumerate(col.dictionary.to_pylist()))
-    elif path is not None and inputs[0][1].name == "torch-snapshot":
-        keys, names = row_keys(load_snapshot(path), by, rule)
-    elif all(fmt.name in ("alloc-csv", "alloc-jsonl", "parquet") for _, fmt in inputs):
-        return _tagged_read(paths, by, options=options, report=report, columns=columns, on_progress=on_progress)
-    else:
-        raise UsageError(f"--by {by} reads a PyTorch memory snapshot (its stacks and record_function annotations), "
-                         f"its conversion by 'veotrace convert', or alloc/free logs with a '{by}' column",
-                         hint="--by device or --by stream group any input")
-    wanted = [c for c in columns if c != by] + (["seq"] if "seq" not in columns else [])
-
-    def batches():
-        for b in iter_alloc_events([path], options=options, report=report, on_progress=on_progress, columns=wanted):
-            yield b.append_column(by, pa.array(keys[b.column("seq").to_numpy()], pa.int64()))
-
-    return batches(), names
+        return path, col.indices.to_numpy().astype(np.int64), dict(enumerate(col.dictionary.to_pylist()))
+    if path is not None and inputs[0][1].name == "torch-snapshot":
+        return (path, *row_keys(load_snapshot(path), by, rule))
+    if all(fmt.name in ("alloc-csv", "alloc-jsonl", "parquet") for _, fmt in inputs):
+        return None
+    raise UsageError(f"--by {by} reads a PyTorch memory snapshot (its stacks and record_function annotations), "
+                     f"its conversion by 'veotrace convert', or alloc/free logs with a '{by}' column",
+                     hint="--by device or --by stream group any input")
 
 
 def _tagged_read(paths, by: str, *, options, report, columns, on_progress=None):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
+from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES, SITES_DEPTH
 from veotrace.errors import EXIT_CHECK_FAILED
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
@@ -22,7 +22,11 @@ class SimulateRun(RunResult):
     command = "simulate"
 
     def tables(self) -> dict[str, Any]:
-        return {"windows": self.value.windows}
+        if self.value.keyed is None:
+            return {"windows": self.value.windows}
+        from veotrace.allocators.bykey import keyed_table
+
+        return {"windows": self.value.windows, "by_key": keyed_table(self.value.keyed["policies"])}
 
     def headline(self) -> list[tuple[str, Any]]:
         from veotrace.analysis.ooms import oom_verdict
@@ -63,7 +67,8 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
              tiers: str | None = None, window: str | float | None = None, window_requests: int | None = None,
              max_unknown_frees: float = SIMULATE_MAX_UNKNOWN_FREES, no_recorded_releases: bool = False,
              id_col: str | None = None, torch_core: str = "auto", fail_on_oom: bool = False, time_unit: str = "ns",
-             skip_bad_rows: bool = False, format_hint: str | None = None,
+             skip_bad_rows: bool = False, format_hint: str | None = None, by: str | None = None,
+             site_filter: str | None = None, site_depth: int = SITES_DEPTH,
              on_progress: common.Progress = None) -> SimulateRun:
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them.
 
@@ -78,6 +83,10 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
         id_col: pair allocs and frees by this column instead of the address.
         torch_core: ``"auto"``, ``"c"`` or ``"python"``.
         fail_on_oom: exit code 3 when a policy's allocation does not fit ``capacity``.
+        by: ``"site"`` or ``"phase"``: which policy helps which site (or phase): each policy's live and
+            stranded bytes by key at each device's peak reserved and at the end (JSON ``sites`` or
+            ``phases``), for a PyTorch snapshot, its conversion, or logs with a ``site``/``phase`` column.
+        site_filter, site_depth: the site rule (``--site-filter``, ``--site-depth``).
     """
     from veotrace.allocators import simulate as sim
     from veotrace.allocators.stream import open_requests
@@ -95,7 +104,9 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
                                      extra_columns=(id_col,) if id_col is not None else (), option="--id-col")
     key = id_col or "address"
     tap = OomTap()
-    table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=False, ooms=tap)
+    by = getattr(by, "value", by)
+    rule = common.site_rule(site_filter, site_depth) if by == "site" else None
+    table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=by is not None, ooms=tap)
     from veotrace.errors import AnalysisError
 
     try:
@@ -105,8 +116,15 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
         if exc.path is None and len(paths) == 1:
             exc.path = str(paths[0])
         raise
+    keys = _request_keys(paths, by, req, options, rule) if by is not None else None
     result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
-                          window_s=window_s, window_requests=window_requests, torch_core=torch_core)
+                          window_s=window_s, window_requests=window_requests, torch_core=torch_core, by=keys)
+    if by is not None:
+        from veotrace.allocators.bykey import helps
+
+        reference = next(iter(result.keyed), None)  # the first replayed: torch unless --policy says otherwise
+        result.keyed = {"by": by, "reference": reference, "helps": helps(result.keyed, reference),
+                        "policies": result.keyed, **({"site_filter": rule.internal, "site_depth": rule.depth} if rule is not None else {})}
     if not result.params["counts"]["allocs"]:  # only a snapshot's seeded blocks: every policy would tie at 1.00x
         raise AnalysisError("the trace holds no allocation to replay (a snapshot's live blocks alone rank no allocator)",
                             path=paths[0] if len(paths) == 1 else None,
@@ -137,6 +155,32 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
         if fail_on_oom:
             run.exit_code = EXIT_CHECK_FAILED
     return run
+
+
+def _request_keys(paths, by: str, req, options, rule):
+    """(the key code of every request of ``req``, the text of each code): a snapshot's sites or phases by
+    row (``common.snapshot_keys``), or the logs' own ``by`` column read once more; the blocks a
+    snapshot's seed holds (no source row) are keyed ``bykey.BEFORE``."""
+    import numpy as np
+
+    from veotrace.allocators.bykey import BEFORE
+    from veotrace.sources import ReadReport
+
+    keyed = common.snapshot_keys(paths, by, options=options, report=ReadReport(), rule=rule)
+    if keyed is not None:
+        _, by_row, names = keyed
+    else:
+        batches, names = common.keyed_read(paths, by, options=options, report=ReadReport(), columns=["seq"])
+        seqs, keys = [], []
+        for b in batches:
+            seqs.append(b.column("seq").to_numpy())
+            keys.append(b.column(by).to_numpy())
+        seq = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
+        by_row = np.full(int(seq.max()) + 1 if seq.size else 0, BEFORE, np.int64)
+        by_row[seq] = np.concatenate(keys) if keys else by_row[:0]
+    rows = np.frombuffer(req.seq, np.int64)
+    inside = (rows >= 0) & (rows < by_row.size)
+    return np.where(inside, by_row[np.clip(rows, 0, max(by_row.size - 1, 0))] if by_row.size else BEFORE, BEFORE), names
 
 
 def parse_tiers(text: str | None):

@@ -39,3 +39,23 @@ SIMULATE_WINDOWS = tagged(
         pa.field("policy", DICT_STR, nullable=False),
     ],
 )
+
+#: ``simulate --by site|phase``: one row per (policy, device, state, key): the live blocks a key holds and
+#: the free bytes they strand at the policy's peak reserved on that device (``at`` = "peak") and at the
+#: end of the replay ("end"). ``key`` is the site or the phase; ``stranded_bytes`` counts a range's free
+#: bytes for every key whose blocks pin it (``sole_bytes``: ranges only this key pins).
+SIMULATE_BY_KEY = tagged(
+    "simulate_by_key/1",
+    [
+        pa.field("policy", DICT_STR, nullable=False),
+        pa.field("device", pa.int32(), nullable=False),
+        pa.field("at", DICT_STR, nullable=False),
+        pa.field("key", DICT_STR, nullable=False),
+        pa.field("blocks", pa.int64(), nullable=False),
+        pa.field("block_bytes", pa.int64(), nullable=False),
+        pa.field("requested_bytes", pa.int64(), nullable=False),
+        pa.field("stranded_bytes", pa.int64(), nullable=False),
+        pa.field("sole_bytes", pa.int64(), nullable=False),
+        pa.field("segments", pa.int64(), nullable=False),
+    ],
+)
