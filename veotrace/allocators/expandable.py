@@ -45,7 +45,8 @@ class Expandable:
         self.a = owner
 
     def get_free_block_expandable(self, pool, lst, i):
-        """Best fit counts the unmapped space after a block as its size (``expandable_size``)."""
+        """Best fit counts the unmapped space after a block as its size (``expandable_size``): the position
+        in ``lst`` of the block chosen (PyTorch advances its iterator, then erases the block there)."""
         free = pool.free
 
         def expandable_size(b):
@@ -56,8 +57,8 @@ class Expandable:
         j = i + 1
         while block.seg is not None and j < len(lst) and expandable_size(free[lst[j][1]]) < expandable_size(block):
             block = free[lst[j][1]]
-            j += 1
-        return block
+            i, j = j, j + 1
+        return i
 
     def find_expandable_block(self, pool, size: int, stream: int):
         """The lowest-address unmapped range (with the free block before it) that can hold ``size``."""

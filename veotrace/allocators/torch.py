@@ -118,10 +118,9 @@ class TorchAllocator:
         if i == len(lst):
             return None
         block = pool.free[lst[i][1]]
-        if block.seg is not None:
-            block = self.es.get_free_block_expandable(pool, lst, i)
-            if block is None:
-                return None
+        if block.seg is not None:  # the block chosen may be a later one, of any kind (a seeded segment's)
+            i = self.es.get_free_block_expandable(pool, lst, i)
+            block = pool.free[lst[i][1]]
         mss = self.mss
         if size < mss:
             if mss <= block.size:  # do not return an oversized block for a small request
