@@ -65,8 +65,8 @@ def _brute(events: np.ndarray, keys: np.ndarray, devices: np.ndarray, at: int | 
     for d in sorted({int(devices[r]) if r >= 0 else -1 - int(r) for r in events[:, 0]}):
         mine = [e for e in events.tolist() if (devices[e[0]] if e[0] >= 0 else -1 - e[0]) == d]
 
-        def state(upto):
-            live, pages, reserved = {}, set(), 0
+        def state(upto, mine=mine):
+            live, reserved = {}, 0
             segs = {}
             for q, o, a, n, _s, b in mine[:upto]:
                 if o == EV_ALLOC:
@@ -79,7 +79,6 @@ def _brute(events: np.ndarray, keys: np.ndarray, devices: np.ndarray, at: int | 
                 elif o in (EV_SEGMENT_FREE, EV_SEGMENT_UNMAP):
                     segs.pop(a, None)
                     reserved -= n
-            del pages
             held, stranded = defaultdict(int), defaultdict(int)
             for b, k in live.values():
                 held[k] += b

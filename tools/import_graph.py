@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sources",),
     ("analysis", "attribution"),
     ("frag", "allocators"),
+    ("tuning",),
     ("engine",),
     ("gating",),
     ("render", "plot"),

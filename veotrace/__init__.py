@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 #: The API functions: one per command (``l2_breakpoints`` for ``l2-breakpoints``).
 __all__ = ["banks", "bursts", "coherence", "convert", "correlate", "entropy", "formats", "fragmentation", "gate",
-           "info", "l2_breakpoints", "report", "simulate", "sites"]
+           "info", "l2_breakpoints", "report", "simulate", "sites", "tune"]
 
 
 def __getattr__(name: str):

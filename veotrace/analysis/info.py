@@ -215,6 +215,11 @@ def supports_simulate(info: FileInfo) -> str | None:
     return None
 
 
+def supports_tune(info: FileInfo) -> str | None:
+    """tune replays what simulate replays (the torch model, once per setting)."""
+    return "tune" if supports_simulate(info) else None
+
+
 TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays", "frames")
 
 

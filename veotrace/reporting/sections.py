@@ -154,6 +154,23 @@ def simulate(job, section, reading, size) -> None:
     _figure(section, run, size)
 
 
+def tune(job, section, reading, size) -> None:
+    from veotrace.runs.tune import tune as run_tune
+
+    run = run_tune(job.paths, **reading)
+    res = run.value
+    section.headline = run.headline()
+    front = set(res.pareto)
+    rows = [[r["id"], r["conf"] or "(PyTorch defaults)", r["status"] + (" (front)" if r["id"] in front else ""),
+             r["peak_reserved_bytes"], r["device_allocs"], r["flushes"], r["ooms"]]
+            for r in sorted(res.candidates, key=lambda r: (r["status"] != "finished", r["peak_reserved_bytes"]))]
+    _table(section, "Candidate settings by peak reserved (the torch model's replay of this trace)",
+           ["#", "PYTORCH_CUDA_ALLOC_CONF", "status", "peak reserved", "device allocs", "flushes", "OOMs"], rows)
+    section.params = {k: v for k, v in _without_read(res.params).items() if k not in ("counts", "grid")}
+    section.command = job.cli
+    _figure(section, run, size)
+
+
 def sites(job, section, reading, size) -> None:
     from veotrace.runs.sites import sites as run_sites
 

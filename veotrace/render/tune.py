@@ -1,0 +1,66 @@
+"""Terminal view of a tune result: the recommendation with its trust and robustness, then the candidates."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from veotrace.render.console import fmt_bytes, rows_table, summary_table
+
+
+def render_tune(console: Console, result, *, max_rows: int) -> None:
+    """Draw ``result`` (a TuneResult) on ``console``."""
+    p, rec = result.params, result.recommendation
+    items = [("requests", p["requests"]), ("seeding", p["seed"]), ("objective", p["objective"]),
+             ("capacity", p["capacity_rule"] if p["capacity"] is None else
+              (fmt_bytes(p["capacity"]) if isinstance(p["capacity"], int) else
+               ", ".join(f"device {d}: {fmt_bytes(v)}" for d, v in p["capacity"].items())) + f" ({p['capacity_rule']})"),
+             ("candidates", f"{p['candidates']}: {p['evaluated']} run to the end, {p['pruned']} stopped once they "
+                            "could not win" if p["pruning"] else f"{p['candidates']}, every one run to the end")]
+    console.print(summary_table("Tune", items))
+    _render_recommendation(console, rec)
+    front = set(result.pareto)
+    rows = sorted(result.candidates, key=lambda r: (r["status"] != "finished", r["peak_reserved_bytes"], r["id"]))
+    table_rows = [{"id": r["id"], "conf": r["conf"] or "(PyTorch defaults)", "status": r["status"]
+                   + (" *" if r["id"] in front else "") + (" !" if r.get("misbehaves") else ""),
+                   "peak": r["peak_reserved_bytes"], "allocs": r["device_allocs"], "frees": r["device_frees"],
+                   "flushes": r["flushes"], "ooms": r["ooms"]} for r in rows]
+    table, footer = rows_table("Candidates (* on the Pareto front: peak reserved vs device allocations; ! known to "
+                               "misbehave; a pruned one's numbers are when it stopped)", table_rows,
+                               [("id", "#"), ("conf", "PYTORCH_CUDA_ALLOC_CONF"), ("status", "status"),
+                                ("peak", "peak reserved"), ("allocs", "dev allocs"), ("frees", "dev frees"),
+                                ("flushes", "flushes"), ("ooms", "OOMs")],
+                               max_rows=max_rows, formatters={"peak": fmt_bytes},
+                               how_to_get_all="use --rows 0, or --format json")
+    console.print(table)
+    if footer:
+        console.print(footer)
+    for r in result.candidates:
+        if r.get("misbehaves") and r["id"] in front:
+            console.print(f"[yellow]not recommended:[/] {r['conf']}: {r['misbehaves']['reason']} "
+                          f"({r['misbehaves']['source']})", highlight=False)
+    for note in result.notes:
+        console.print(f"[dim]note:[/] {note}", highlight=False)
+
+
+def _render_recommendation(console: Console, rec: dict) -> None:
+    if rec.get("conf") is None:
+        console.print(f"[bold red]No recommendation:[/] {rec['why']}", highlight=False)
+        return
+    console.print(f"[bold]Recommended[/] (predicted peak reserved {fmt_bytes(rec['peak_reserved_bytes'])}, "
+                  f"{rec['device_allocs']:,} device allocations):", highlight=False)
+    console.print(f"  {rec['export']}", highlight=False, soft_wrap=True)
+    for s in rec["savings"]:
+        share = "" if s["peak_reserved_share"] is None else f" ({s['peak_reserved_share']:.1%})"
+        console.print(f"  against {s['baseline']} ({s['against']}): peak reserved {fmt_bytes(s['peak_reserved_bytes'])}"
+                      f"{share} less, {s['device_allocs']:+,} fewer device allocations", highlight=False)
+    t = rec["trust"]
+    if t["validated"]:
+        console.print(f"  trust: the torch model reproduces {t['share_reproduced']:.1%} of this trace's device "
+                      f"allocations ({t['extra']} extra)", highlight=False)
+    else:
+        console.print(f"  trust: {t['note']}", highlight=False)
+    for r in rec.get("robustness", []):
+        flag = "  [yellow]wins on part of the trace only[/]" if r["wins_on_part_only"] else ""
+        console.print(f"  halves against {r['baseline']}: {fmt_bytes(r['first_half_saving_bytes'])} then "
+                      f"{fmt_bytes(r['second_half_saving_bytes'])} saved{flag}", highlight=False)
+    console.print(f"  [dim]rule: {rec['rule']}[/]", highlight=False)

@@ -1,0 +1,267 @@
+"""Run `tune`: read a trace once, decode its requests once, replay every candidate setting through the torch
+model (pruned, on the engines), and recommend one, with its trust and robustness."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
+from veotrace.runs import common
+from veotrace.runs.result import RunResult
+
+
+@dataclass
+class TuneResult:
+    """``tune/1``: every candidate's numbers, the Pareto front, the recommendation, the validation."""
+
+    params: dict
+    candidates: list[dict]
+    pareto: list[int]
+    recommendation: dict
+    validation: dict | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"schema": "tune/1", "params": self.params, "candidates": self.candidates, "pareto": self.pareto,
+                "recommendation": self.recommendation, "validation": self.validation, "notes": self.notes}
+
+
+@dataclass
+class TuneRun(RunResult):
+    """``tune``'s result: ``value`` is the ``TuneResult``."""
+
+    command = "tune"
+
+    def tables(self) -> dict[str, Any]:
+        from veotrace.schemas.tune import candidates_table
+
+        return {"candidates": candidates_table(self.value.candidates, self.value.pareto)}
+
+    def headline(self) -> list[tuple[str, Any]]:
+        rec = self.value.recommendation
+        if rec.get("conf") is None:
+            return [("recommendation", f"none: {rec['why']}")]
+        out = [("recommendation", rec["export"]), ("predicted peak reserved", rec["peak_reserved_bytes"])]
+        for s in rec["savings"]:
+            out.append((f"saves against {s['against']}", s["peak_reserved_bytes"]))
+        return out
+
+    def render(self, console, *, max_rows: int = 40) -> None:
+        from veotrace.render.tune import render_tune
+
+        render_tune(console, self.value, max_rows=max_rows)
+
+
+def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-reserved", tries: list[str] | None = None,
+         space: str | None = None, exhaustive: bool = False, torch_core: str = "auto",
+         max_unknown_frees: float = SIMULATE_MAX_UNKNOWN_FREES, no_recorded_releases: bool = False,
+         id_col: str | None = None, engine: str = "local", jobs: int = 1, scheduler: str | None = None,
+         workers: int | None = None, time_unit: str = "ns", skip_bad_rows: bool = False,
+         format_hint: str | None = None, on_progress: common.Progress = None) -> TuneRun:
+    """Which PYTORCH_CUDA_ALLOC_CONF for this trace: every candidate replayed through the torch model, the
+    Pareto front (peak reserved against device allocations) and one recommendation.
+
+    Args:
+        capacity: device memory per GPU; without it, a recorded OOM's budget (the torch model's reserved
+            bytes before the failed request plus the free bytes the trace recorded) on its device.
+        objective: ``peak-reserved`` (default), ``device-allocs`` or ``flushes``: what the rule minimises.
+        tries: ``KEY=V1,V2`` values replacing a knob's in the grid. space: a TOML file replacing the grid.
+        exhaustive: run every candidate to the end (no pruning; the front then covers all).
+        engine, jobs, scheduler, workers: where the candidates run (each candidate a task).
+
+    Raises:
+        UsageError: an unknown knob or value, an unknown objective. VeotraceError: unreadable input, no
+        allocation to replay, a capacity no candidate fits.
+    """
+    from veotrace.allocators.conf import TorchConf
+    from veotrace.allocators.simulate import check_core
+    from veotrace.allocators.stream import open_requests
+    from veotrace.analysis.ooms import OomTap, with_device_free
+    from veotrace.errors import AnalysisError, UsageError
+    from veotrace.runs.simulate import load_trace
+    from veotrace.tuning import space as sp
+    from veotrace.tuning.evaluate import OBJECTIVES
+
+    paths = common.as_paths(paths)
+    if objective not in OBJECTIVES:
+        raise UsageError(f"unknown --objective {objective!r}", hint=f"Objectives are {', '.join(OBJECTIVES)}")
+    check_core(torch_core)
+    config = common.engine(engine, jobs, scheduler, workers)
+    cap = common.nbytes(capacity, "--capacity")
+    options, report = common.reading(time_unit, skip_bad_rows, format_hint,
+                                     extra_columns=(id_col,) if id_col is not None else (), option="--id-col")
+    tap = OomTap()
+    table, _, snap_conf, seed = load_trace(paths, options, report, None, whole=True, ooms=tap)
+    try:
+        req = open_requests(table, ["torch"], seed, max_unknown_frees=max_unknown_frees,
+                            use_releases=not no_recorded_releases, key=id_col or "address")
+    except AnalysisError as exc:
+        if exc.path is None and len(paths) == 1:
+            exc.path = str(paths[0])
+        raise
+    if not req.counts["allocs"]:
+        raise AnalysisError("the trace holds no allocation to replay", path=paths[0] if len(paths) == 1 else None,
+                            hint="Record the steps to study with torch.cuda.memory._record_memory_history()")
+    notes: list[str] = []
+    ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
+    limit, limit_rule = _capacity(cap, ooms, req, seed, snap_conf, torch_core)
+    values = sp.grid(tries=tries or [], space=space, capacity=limit is not None)
+    cands = sp.candidates(values)
+    first = []
+    for label, conf in (("the trace's allocator_settings", snap_conf if _has_settings(snap_conf) else None),
+                        ("PyTorch defaults", TorchConf(source="PyTorch defaults"))):
+        if conf is None:
+            continue
+        hit = next((c for c in cands if sp.same_conf(c.conf, conf)), None)
+        if hit is None:
+            hit = sp.candidate_of(len(cands), conf)
+            cands.append(hit)
+        same = next((k for k, (_, i) in enumerate(first) if i == hit.index), None)
+        if same is None:
+            first.append((label, hit.index))
+        else:  # the trace's own setting is PyTorch's defaults: one baseline, both names
+            first[same] = (f"{first[same][0]} (= {label})", hit.index)
+    if seed is not None and not _has_settings(snap_conf):
+        notes.append("the snapshot has no allocator_settings: PyTorch defaults are assumed as the trace's own setting")
+    elif seed is None:
+        notes.append("the trace carries no allocator settings: savings are against PyTorch defaults")
+    validation = None
+    if seed is not None:
+        from veotrace.allocators.validation import validate
+
+        validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
+                              torch_core=torch_core)
+    del table
+    rows = _search(req, cands, [i for _, i in first], seed, limit, torch_core, objective,
+                   not exhaustive, config, on_progress)
+    from veotrace.tuning.search import pareto, recommend
+
+    rec = recommend(rows, objective=objective, capacity=limit)
+    if rec is None and limit is not None:
+        _none_fits(req, cands, seed, torch_core, limit, limit_rule, paths)
+    result = TuneResult(
+        params={"objective": objective, "capacity_bytes": cap, "capacity": _cap_dict(limit), "capacity_rule": limit_rule,
+                "grid": {k: [v if v is not None else sp.UNSET for v in vals] for k, vals in values.items()},
+                "candidates": len(cands), "pruning": not exhaustive,
+                "evaluated": sum(r["status"] == "finished" for r in rows),
+                "pruned": sum(r["status"] == "pruned" for r in rows),
+                "requests": len(req), "counts": req.counts,
+                "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
+                "baselines": {label: i for label, i in first}, "read": report.to_dict(),
+                "engine": config.kind, "jobs": config.jobs},
+        candidates=rows, pareto=pareto(rows), validation=validation, notes=notes,
+        recommendation=_recommendation(rec, rows, first, validation, req, seed, limit, torch_core, cands))
+    run = TuneRun(result, [*report.messages(), *(f"Note: {n}" for n in notes)], common.input_files(paths))
+    return run
+
+
+def _has_settings(conf) -> bool:
+    return conf is not None and conf.source == "snapshot allocator_settings"
+
+
+def _cap_dict(limit):
+    if isinstance(limit, dict):
+        return {str(d): v for d, v in limit.items()}
+    return limit
+
+
+def _capacity(cap, ooms, req, seed, snap_conf, core):
+    """The capacity the candidates must fit: --capacity per device, or each recorded OOM's budget on its
+    device (``allocators.oomprobe``); None when there is neither."""
+    if cap is not None:
+        return cap, "--capacity (per device)"
+    if not ooms:
+        return None, "none: no --capacity and no recorded OOM"
+    from veotrace.allocators.conf import TorchConf
+    from veotrace.allocators.oomprobe import probe_ooms
+    from veotrace.allocators.tiered import DEFAULT_TIERS
+
+    probed = probe_ooms(req, ooms, policies=["torch"], conf=snap_conf or TorchConf(), seed=seed, tiers=DEFAULT_TIERS,
+                        core=core, capacity=None)
+    budgets = {}
+    for o in probed:
+        b = (o.get("what_if") or {}).get("budget_bytes")
+        if b is not None:
+            budgets[o["device"]] = min(b, budgets.get(o["device"], b))
+    if not budgets:
+        return None, "none: the recorded OOM has no free bytes to set a budget; give --capacity"
+    return budgets, ("each recorded OOM's budget on its device: the torch model's reserved bytes before the failed "
+                     "request plus the free bytes the trace recorded")
+
+
+def _search(req, cands, first, seed, limit, core, objective, prune, config, on_progress):
+    from veotrace.tuning.search import search
+
+    kw = {"seed": seed, "capacity": limit, "core": core, "objective": objective, "prune": prune}
+    run_many = None
+    if config.parallel:
+        from veotrace.engine.calls import run_calls
+        from veotrace.tuning.evaluate import evaluate_call
+
+        def run_many(calls):
+            return run_calls(evaluate_call, (req, kw), calls, config)
+
+    done = [0]
+
+    def step(row):
+        done[0] += 1
+        if on_progress is not None:
+            on_progress(done[0], len(cands))
+
+    return search(req, cands, first=first, run_many=run_many, on_progress=step, **kw)
+
+
+def _none_fits(req, cands, seed, core, limit, rule, paths):
+    """No candidate fits: the smallest peak any reaches without a limit, and by how much it is over."""
+    from veotrace.errors import AnalysisError
+    from veotrace.render.console import fmt_bytes
+    from veotrace.tuning.search import recommend, search
+
+    rows = search(req, cands, seed=seed, capacity=None, core=core)
+    best = recommend(rows)
+    per = best["per_device"]
+    over = {d: v["peak_reserved_bytes"] - (limit.get(int(d)) if isinstance(limit, dict) else limit)
+            for d, v in per.items() if (limit.get(int(d)) if isinstance(limit, dict) else limit) is not None}
+    d, worst = max(over.items(), key=lambda kv: kv[1])
+    raise AnalysisError(f"no candidate fits the capacity ({rule}): the smallest peak reserved, "
+                        f"{fmt_bytes(per[d]['peak_reserved_bytes'])} on device {d} with "
+                        f"{best['conf'] or 'PyTorch defaults'!r}, is {fmt_bytes(worst)} over",
+                        path=paths[0] if len(paths) == 1 else None,
+                        hint="Give a larger --capacity, or widen the search with --try/--space")
+
+
+def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands) -> dict:
+    """The chosen setting with its export line, predicted savings against the baselines, trust and
+    robustness; or why there is none."""
+    from veotrace.tuning.evaluate import half_peaks
+    from veotrace.tuning.search import robustness, savings
+
+    if rec is None:
+        return {"conf": None, "why": "no finished candidate that fits and is not known to misbehave"}
+    trust = {"validated": validation is not None and bool(validation.get("recorded_segment_allocs"))}
+    if trust["validated"]:
+        trust.update(share_reproduced=validation["share"], extra=validation["extra"],
+                     extra_share=validation["extra_share"], meets_targets=validation["meets_targets"])
+    else:
+        trust["note"] = "not validated: the trace records no device allocations to check the torch model against"
+    if trust["validated"] and not validation["meets_targets"]:
+        return {"conf": None, "trust": trust,
+                "why": (f"the torch model misses its validation targets on this trace (reproduced "
+                        f"{validation['share']:.1%} of the recorded device allocations, {validation['extra']} extra; "
+                        "targets >= 95% and <= 5%): its predictions are not trusted here"),
+                "best_candidate": rec["id"]}
+    by_id = {r["id"]: r for r in rows}
+    base_rows = [(label, by_id[i]) for label, i in first]
+    out = {"conf": rec["conf"], "id": rec["id"],
+           "export": f"export PYTORCH_CUDA_ALLOC_CONF={rec['conf']}" if rec["conf"] else "unset PYTORCH_CUDA_ALLOC_CONF",
+           "rule": "least peak reserved that fits, ties by fewest device allocations, then fewest flushes, then fewest "
+                   "knobs changed; never a combination known to misbehave",
+           **{k: rec[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},
+           "savings": [dict(savings(rec, b), baseline=label) for label, b in base_rows if b["status"] == "finished"],
+           "trust": trust}
+    rec_halves = half_peaks(req, cands[rec["id"]], seed=seed, capacity=limit, core=core)
+    out["robustness"] = [dict(robustness(rec_halves, half_peaks(req, cands[b["id"]], seed=seed, capacity=limit, core=core),
+                                         b["conf"] or "(PyTorch defaults)"), baseline=label)
+                         for label, b in base_rows if b["id"] != rec["id"]]
+    return out

@@ -1,0 +1,43 @@
+"""Schema of the ``tune`` table: one row per candidate setting, with the numbers ``simulate --policy torch
+--conf CONF`` gives for it (summed over devices), its status and whether it is on the Pareto front."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from veotrace.schemas.base import tagged
+
+TUNE_CANDIDATES = tagged(
+    "tune_candidates/1",
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("conf", pa.string(), nullable=False),  # PYTORCH_CUDA_ALLOC_CONF text ("" = PyTorch defaults)
+        pa.field("status", pa.string(), nullable=False),  # "finished" or "pruned" (stopped: it could not win)
+        pa.field("pareto", pa.bool_(), nullable=False),  # peak reserved vs device allocations, finished ones
+        pa.field("misbehaves", pa.string(), nullable=True),  # a known-bad combination: reason (source)
+        pa.field("peak_reserved_bytes", pa.int64(), nullable=False),  # pruned: when it stopped
+        pa.field("peak_allocated_bytes", pa.int64(), nullable=False),
+        pa.field("device_allocs", pa.int64(), nullable=False),
+        pa.field("device_frees", pa.int64(), nullable=False),
+        pa.field("flushes", pa.int64(), nullable=False),
+        pa.field("alloc_retries", pa.int64(), nullable=False),
+        pa.field("ooms", pa.int64(), nullable=False),
+        pa.field("pruned_at", pa.int64(), nullable=True),  # the request it stopped after
+    ],
+)
+
+
+def candidates_table(rows: list[dict], front: list[int]) -> pa.Table:
+    """The candidates as ``tune_candidates/1`` rows."""
+    on = set(front)
+    cols = {f.name: [] for f in TUNE_CANDIDATES}
+    for r in rows:
+        m = r.get("misbehaves")
+        for name in cols:
+            if name == "pareto":
+                cols[name].append(r["id"] in on)
+            elif name == "misbehaves":
+                cols[name].append(f"{m['reason']} ({m['source']})" if m else None)
+            else:
+                cols[name].append(r.get(name))
+    return pa.table({f.name: pa.array(cols[f.name], f.type) for f in TUNE_CANDIDATES}, schema=TUNE_CANDIDATES)

@@ -1,0 +1,137 @@
+"""One candidate setting replayed through the torch model on the shared requests, stopped early when it
+can no longer win.
+
+The replay is ``simulate``'s (the same requests, seed, capacity and core, ``allocators.torchcore.
+choose_core``), so every number equals what ``simulate --policy torch --conf TEXT`` prints for that
+setting. The objective is a counter that only grows during a replay (peak reserved, device
+allocations, flushes: :data:`OBJECTIVES`), as are the tie-breakers after it; at every pause of the
+replay (``replay.iter_replay``'s chunks) a candidate whose (objective, device allocations, flushes)
+already exceed ``bound`` (the best finished candidate's, compared in that order) cannot win and stops
+(``pruned``); with a capacity, one that has failed an allocation cannot fit and stops too.
+Pruning never changes the recommendation: it only stops candidates that could not have been chosen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from veotrace.allocators import replay as rp
+from veotrace.allocators.base import PolicyCounters
+
+#: Objectives: the counter each minimises (summed over devices), all non-decreasing during a replay.
+OBJECTIVES = {"peak-reserved": "peak_reserved", "device-allocs": "device_allocs", "flushes": "flushes"}
+#: Requests served between two checks of the bound.
+CHUNK = 1 << 15
+
+
+def evaluate(req, cand, *, seed=None, capacity=None, core: str = "auto", objective: str = "peak-reserved",
+             bound: tuple | None = None, prune: bool = True, chunk: int = CHUNK) -> dict:
+    """Replay ``req`` (whole ``Requests``) through the torch model with ``cand``'s settings (a
+    ``space.Candidate``). ``capacity``: bytes per device, a dict {device: bytes}, or None.
+
+    Returns a dict: ``status`` ("finished" or "pruned"), the counters summed over devices (as
+    ``simulate``'s torch row (``prune=False``: never stopped early): ``peak_reserved_bytes``, ``peak_allocated_bytes``, ``device_allocs``,
+    ``device_frees``, ``flushes``, ``alloc_retries``, ``ooms``, ``first_oom``), ``per_device``, the core that
+    ran, and for a pruned one ``pruned_at`` (the request) and ``why``.
+    """
+    from veotrace.allocators.simulate import make_policy
+    from veotrace.allocators.torchcore import choose_core, recorder_for
+
+    cap_of = capacity.get if isinstance(capacity, dict) else (lambda d: capacity)
+    caps = [v for v in (capacity.values() if isinstance(capacity, dict) else [capacity]) if v is not None]
+    ran, why_core = choose_core(cand.conf, max(caps) if caps else None, core)
+    rec = recorder_for("torch", ran, record=False)
+    models: dict = {}
+
+    def make(d):
+        return make_policy("torch", d, req, rec, conf=cand.conf, capacity=cap_of(d), seed=seed, tiers=None, core=ran)
+
+    for part in rp.iter_replay(make, req, models, chunk=chunk):
+        rec.drain()  # counters only: the events are not kept
+        total = _total(models)
+        if not prune:
+            continue
+        if capacity is not None and total.ooms:
+            return _row(cand, models, ran, why_core, "pruned", part, "an allocation did not fit the capacity")
+        if bound is not None and ranked(total, objective) > bound:
+            return _row(cand, models, ran, why_core, "pruned", part,
+                        f"{objective} (then device allocations, flushes) {ranked(total, objective)} already past the "
+                        f"best finished {bound}")
+    return _row(cand, models, ran, why_core, "finished", None, None)
+
+
+def ranked(c, objective: str) -> tuple[int, int, int]:
+    """The counters the recommendation rule compares first, in its order (``search.rank_key``), from
+    counters (running or final) or a row: each only grows during a replay, so a running tuple already
+    past the best finished one's can only end past it."""
+    get = (lambda k: c[k]) if isinstance(c, dict) else (lambda k: getattr(c, k.removesuffix("_bytes")))
+    first = "peak_reserved_bytes" if objective == "peak-reserved" else OBJECTIVES[objective]
+    return (get(first), get("device_allocs"), get("flushes"))
+
+
+def _total(models: dict) -> PolicyCounters:
+    total = PolicyCounters()
+    for m in models.values():
+        total.merge(m.c)
+    return total
+
+
+def _row(cand, models: dict, core: str, why_core: str, status: str, part, why: str | None) -> dict:
+    t = _total(models)
+    row = {**cand.to_dict(), "status": status, "core": core, "core_why": why_core,
+           "peak_reserved_bytes": t.peak_reserved, "peak_allocated_bytes": t.peak_allocated,
+           "device_allocs": t.device_allocs, "device_frees": t.device_frees, "flushes": t.flushes,
+           "alloc_retries": t.alloc_retries, "ooms": t.ooms, "first_oom": t.first_oom,
+           "per_device": {str(d): {"peak_reserved_bytes": m.c.peak_reserved, "peak_allocated_bytes": m.c.peak_allocated,
+                                   "device_allocs": m.c.device_allocs, "ooms": m.c.ooms}
+                          for d, m in sorted(models.items())}}
+    if status == "pruned":
+        row["pruned_at"] = int(part.offset + len(part)) if part is not None else 0
+        row["why"] = why
+    return row
+
+
+def half_peaks(req, cand, *, seed=None, capacity=None, core: str = "auto") -> dict[str, list[int]]:
+    """Per device, the peak reserved bytes in the first and in the second half of the requests (by
+    request index) of one replay with ``cand``'s settings, read from its device allocation events."""
+    from veotrace.allocators.base import EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, EV_SEGMENT_MAP, EV_SEGMENT_UNMAP
+    from veotrace.allocators.simulate import make_policy
+    from veotrace.allocators.torchcore import choose_core, recorder_for
+
+    cap_of = capacity.get if isinstance(capacity, dict) else (lambda d: capacity)
+    caps = [v for v in (capacity.values() if isinstance(capacity, dict) else [capacity]) if v is not None]
+    ran, _ = choose_core(cand.conf, max(caps) if caps else None, core)
+    rec = recorder_for("torch", ran)
+    models: dict = {}
+
+    def make(d):
+        return make_policy("torch", d, req, rec, conf=cand.conf, capacity=cap_of(d), seed=seed, tiers=None, core=ran)
+
+    parts = []
+    for _ in rp.iter_replay(make, req, models):
+        ev = rec.drain()
+        op = ev[:, 1]
+        keep = np.isin(op, (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP, EV_SEGMENT_FREE, EV_SEGMENT_UNMAP))
+        parts.append(ev[keep][:, [0, 1, 3]])
+    ev = np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
+    devices = np.frombuffer(req.device, np.int64)
+    r = ev[:, 0]
+    dev = np.where(r >= 0, devices[np.clip(r, 0, max(len(devices) - 1, 0))] if len(devices) else 0, -1 - r)
+    delta = np.where(np.isin(ev[:, 1], (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP)), ev[:, 2], -ev[:, 2])
+    mid = len(req) // 2
+    out = {}
+    for d in sorted(models):
+        mine = dev == d
+        level = np.cumsum(delta[mine])
+        first = r[mine] < mid
+        at_mid = int(level[first][-1]) if first.any() else 0
+        out[str(d)] = [int(level[first].max()) if first.any() else 0,
+                       max(at_mid, int(level[~first].max()) if (~first).any() else at_mid)]
+    return out
+
+
+def evaluate_call(shared: tuple, cand, bound: tuple | None) -> dict:
+    """:func:`evaluate` as an engine call (``engine.calls.run_calls``): ``shared`` is (requests, keywords),
+    sent to each worker once."""
+    req, kw = shared
+    return evaluate(req, cand, bound=bound, **kw)

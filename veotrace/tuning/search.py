@@ -1,0 +1,108 @@
+"""The search: baselines first, then every candidate against the best finished one; the Pareto front;
+the recommendation by a stated rule; and its robustness over the two halves of the trace.
+
+Rule (``recommend``): among finished candidates that fit (no allocation over the capacity) and are not
+known to misbehave, the least objective (default peak reserved bytes, summed over devices); ties by
+fewest device allocations, then fewest flushes, then the shorter setting (fewer knobs changed).
+The front is over finished candidates: peak reserved against device allocations (each
+``cudaMalloc``/``cudaFree`` synchronises the device: a speed cost), both minimised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from veotrace.tuning.evaluate import OBJECTIVES, evaluate, ranked
+
+#: A winner whose saving on one half of the trace is at most this share of its saving overall is
+#: flagged as winning only on part of it.
+PART_SHARE = 0.0
+
+
+def rank_key(row: dict, objective: str) -> tuple:
+    """The recommendation rule's order (least first)."""
+    return (row[f"{OBJECTIVES[objective]}_bytes" if objective == "peak-reserved" else OBJECTIVES[objective]],
+            row["device_allocs"], row["flushes"], len(row["settings"]), row["id"])
+
+
+def choosable(row: dict, capacity) -> bool:
+    """Finished, fits the capacity (when there is one), and not known to misbehave."""
+    return row["status"] == "finished" and "misbehaves" not in row and (capacity is None or not row["ooms"])
+
+
+def search(req, cands: Sequence, *, first: Sequence[int] = (), seed=None, capacity=None, core: str = "auto",
+           objective: str = "peak-reserved", prune: bool = True,
+           run_many: Callable | None = None, on_progress: Callable | None = None) -> list[dict]:
+    """Evaluate every candidate; returns one row per candidate, in candidate order.
+
+    ``first``: indices run first and never pruned (the trace's own setting, PyTorch's defaults): their
+    results set the first bound. ``run_many(calls)``: runs ``[(candidate, bound), ...]`` elsewhere (a
+    pool of processes, a Dask cluster) and returns their rows; the rest then run with the bound set
+    by the first ones (each still stops as soon as it cannot win). Without it, candidates run here one
+    after another, each against the best finished so far.
+    """
+    rows: dict[int, dict] = {}
+    best: tuple | None = None
+
+    def done(row):
+        nonlocal best
+        rows[row["id"]] = row
+        if prune and choosable(row, capacity):
+            value = ranked(row, objective)
+            best = value if best is None else min(best, value)
+        if on_progress is not None:
+            on_progress(row)
+
+    kw = {"seed": seed, "capacity": capacity, "core": core, "objective": objective, "prune": prune}
+    for i in first:
+        done(evaluate(req, cands[i], **{**kw, "prune": False}))
+    rest = [c for c in cands if c.index not in rows]
+    if run_many is not None and rest:
+        for row in run_many([(c, best) for c in rest]):
+            done(row)
+    else:
+        for c in rest:
+            done(evaluate(req, c, bound=best, **kw))
+    return [rows[c.index] for c in cands]
+
+
+def pareto(rows: list[dict]) -> list[int]:
+    """Ids of the finished candidates no other finished one beats on both peak reserved and device
+    allocations (ties on both: the lower id stands for them)."""
+    done = [r for r in rows if r["status"] == "finished"]
+    front = []
+    for r in done:
+        a = (r["peak_reserved_bytes"], r["device_allocs"])
+        if not any((o["peak_reserved_bytes"], o["device_allocs"]) <= a and
+                   ((o["peak_reserved_bytes"], o["device_allocs"]) != a or o["id"] < r["id"]) for o in done):
+            front.append(r["id"])
+    return sorted(front, key=lambda i: next(r["peak_reserved_bytes"] for r in done if r["id"] == i))
+
+
+def recommend(rows: list[dict], *, objective: str = "peak-reserved", capacity=None) -> dict | None:
+    """The row the rule picks (see the module docstring), or None when no candidate can be chosen."""
+    ok = [r for r in rows if choosable(r, capacity)]
+    return min(ok, key=lambda r: rank_key(r, objective)) if ok else None
+
+
+def savings(rec: dict, base: dict | None) -> dict | None:
+    """What ``rec`` saves against ``base`` (positive: less), for the headline numbers."""
+    if base is None:
+        return None
+    out = {"against": base["conf"] or "(PyTorch defaults)"}
+    for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes"):
+        out[k] = base[k] - rec[k]
+    out["peak_reserved_share"] = (out["peak_reserved_bytes"] / base["peak_reserved_bytes"]
+                                  if base["peak_reserved_bytes"] else None)
+    return out
+
+
+def robustness(rec_halves: dict, base_halves: dict, against: str) -> dict:
+    """The recommendation's saving in peak reserved on each half of the trace (summed over devices)
+    against one baseline's, flagged when it wins only on part of it (saves nothing, or loses, on a half
+    while it saves overall)."""
+    saved = [sum(base_halves[d][h] - rec_halves.get(d, [0, 0])[h] for d in base_halves) for h in (0, 1)]
+    overall = sum(saved)
+    part_only = overall > 0 and min(saved) <= PART_SHARE * overall
+    return {"against": against, "first_half_saving_bytes": saved[0], "second_half_saving_bytes": saved[1],
+            "wins_on_part_only": part_only}
