@@ -7,9 +7,9 @@ as soon as it can no longer win. Printed: both wall times, their ratio (issue 27
 cores), the candidates evaluated and pruned, and `--jobs 2`.
 
 The log is the seeded training-loop log of bench_simulate (every free pairs with its alloc), of about
---events rows (2 per request: 2,000,000 rows are 1M requests).
+--events rows (one request each: an alloc or a free).
 
-    python3 benchmarks/bench_tune.py [--events 2000000]
+    python3 benchmarks/bench_tune.py [--events 1000000]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> None:
     from bench_simulate import training_csv
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--events", type=int, default=1_000_000)
     a = ap.parse_args()
     log = training_csv(a.events)
     one, sim = run(["simulate", str(log), "--policy", "torch", "--conf", ""])

@@ -44,6 +44,7 @@ def test_every_candidate_equals_simulate_with_its_conf(path):
             continue
         sim = json.loads(run_cli(*args).stdout)["policies"][0]
         assert {k: c[k] for k in COUNTERS} == {k: sim[k] for k in COUNTERS}, c["conf"]
+        assert c["gmlake_frag"] == pytest.approx(1 - sim["peak_allocated_bytes"] / sim["peak_reserved_bytes"])
         if "per_device" in sim:
             assert {d: v["peak_reserved_bytes"] for d, v in c["per_device"].items()} == \
                 {d: v["peak_reserved_bytes"] for d, v in sim["per_device"].items()}
@@ -141,6 +142,9 @@ def test_parallel_and_dask_give_the_same_answer():
     assert two["recommendation"] == one["recommendation"]
     finished = {c["id"]: c for c in one["candidates"] if c["status"] == "finished"}
     assert all(c == finished[c["id"]] for c in two["candidates"] if c["id"] in finished and c["status"] == "finished")
+    pytest.importorskip("distributed")
+    dask = _tune(real_trace("maphsge4_snapshot.pickle"), "--engine", "dask", "--workers", "2")
+    assert dask["recommendation"] == one["recommendation"] and dask["params"]["engine"] == "dask"
 
 
 @pytest.mark.parametrize(("args", "code", "text"), [
@@ -152,18 +156,30 @@ def test_parallel_and_dask_give_the_same_answer():
     (["--capacity", "100MiB"], 1, "no candidate fits the capacity"),
 ])
 def test_bad_requests_are_one_line(args, code, text):
+    """An unknown knob or value (naming it and what it accepts), an unknown objective, a capacity no
+    candidate fits (the smallest peak and by how much it is over)."""
     r = run_cli("tune", LOG, *args)
     assert r.exit_code == code, r.stderr
     assert r.stderr.count("Error:") == 1 and text in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_trace_without_pairs_is_refused_as_simulate_refuses_it(tmp_path):
+    log = tmp_path / "frees.csv"
+    log.write_text("timestamp,op_type,size_bytes,address,stream,device\n" + "".join(
+        f"{i},free,512,{4096 * (i + 1)},0,0\n" for i in range(20)))
+    r = run_cli("tune", log)
+    assert r.exit_code == 1 and r.stderr.count("Error:") == 1 and str(log) in r.stderr
 
 
 def test_a_space_file_replaces_the_grid(tmp_path):
     space = tmp_path / "space.toml"
     space.write_text('[space]\nexpandable_segments = [false, true]\nmax_split_size_mb = ["unset", 256]\n')
     out = _tune(LOG, "--space", str(space))
-    assert sorted(c["conf"] for c in out["candidates"]) == sorted(
-        ["", "expandable_segments:False,max_split_size_mb:256", "expandable_segments:True",
-         "expandable_segments:True,max_split_size_mb:256"]) or len(out["candidates"]) == 4
+    # expandable_segments:False is PyTorch's defaults: one candidate (the first text kept), also the baseline
+    assert [c["conf"] for c in out["candidates"]] == [
+        "expandable_segments:False", "expandable_segments:False,max_split_size_mb:256", "expandable_segments:True",
+        "expandable_segments:True,max_split_size_mb:256"]
+    assert out["params"]["baselines"] == {"PyTorch defaults": 0}
     (tmp_path / "bad.toml").write_text("[space]\nsplit = [1]\n")
     r = run_cli("tune", LOG, "--space", str(tmp_path / "bad.toml"))
     assert r.exit_code == 2 and "unknown knob 'split'" in r.stderr

@@ -59,6 +59,7 @@ class Requests:
     #: Index of the first entry: a chunk of a streamed read holds requests offset..offset+len-1.
     offset: int = 0
     _lifetimes: tuple | None = field(default=None, repr=False, compare=False)  # (length, lifetimes_ns())
+    _devices: tuple | None = field(default=None, repr=False, compare=False)  # (length, devices)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -91,7 +92,11 @@ class Requests:
 
     @property
     def devices(self) -> list[int]:
-        return np.unique(np.frombuffer(self.device, np.int64)).tolist() if len(self.device) else []
+        """The devices, sorted (kept while no request is added: every replay of the same requests asks)."""
+        n = len(self.device)
+        if self._devices is None or self._devices[0] != n:
+            self._devices = (n, np.unique(np.frombuffer(self.device, np.int64)).tolist() if n else [])
+        return list(self._devices[1])
 
     @property
     def has_time(self) -> bool:

@@ -23,12 +23,13 @@ def render_tune(console: Console, result, *, max_rows: int) -> None:
     table_rows = [{"id": r["id"], "conf": r["conf"] or "(PyTorch defaults)", "status": r["status"]
                    + (" *" if r["id"] in front else "") + (" !" if r.get("misbehaves") else ""),
                    "peak": r["peak_reserved_bytes"], "allocs": r["device_allocs"], "frees": r["device_frees"],
-                   "flushes": r["flushes"], "ooms": r["ooms"]} for r in rows]
+                   "flushes": r["flushes"], "ooms": r["ooms"],
+                   "frag": None if r["gmlake_frag"] is None else f"{r['gmlake_frag']:.3f}"} for r in rows]
     table, footer = rows_table("Candidates (* on the Pareto front: peak reserved vs device allocations; ! known to "
                                "misbehave; a pruned one's numbers are when it stopped)", table_rows,
                                [("id", "#"), ("conf", "PYTORCH_CUDA_ALLOC_CONF"), ("status", "status"),
                                 ("peak", "peak reserved"), ("allocs", "dev allocs"), ("frees", "dev frees"),
-                                ("flushes", "flushes"), ("ooms", "OOMs")],
+                                ("flushes", "flushes"), ("ooms", "OOMs"), ("frag", "frag. at peak")],
                                max_rows=max_rows, formatters={"peak": fmt_bytes},
                                how_to_get_all="use --rows 0, or --format json")
     console.print(table)

@@ -193,15 +193,7 @@ def _capacity(cap, ooms, req, seed, snap_conf, core):
 def _search(req, cands, first, seed, limit, core, objective, prune, config, on_progress):
     from veotrace.tuning.search import search
 
-    kw = {"seed": seed, "capacity": limit, "core": core, "objective": objective, "prune": prune}
-    run_many = None
-    if config.parallel:
-        from veotrace.engine.calls import run_calls
-        from veotrace.tuning.evaluate import evaluate_call
-
-        def run_many(calls):
-            return run_calls(evaluate_call, (req, kw), calls, config)
-
+    kw = {"seed": seed, "capacity": limit, "core": core, "objective": objective}
     done = [0]
 
     def step(row):
@@ -209,7 +201,14 @@ def _search(req, cands, first, seed, limit, core, objective, prune, config, on_p
         if on_progress is not None:
             on_progress(done[0], len(cands))
 
-    return search(req, cands, first=first, run_many=run_many, on_progress=step, **kw)
+    if not config.parallel:
+        return search(req, cands, first=first, prune=prune, on_progress=step, **kw)
+    from veotrace.engine.calls import call_pool, width
+    from veotrace.tuning.evaluate import evaluate_call
+
+    with call_pool(evaluate_call, (req, kw), config) as run_many:
+        return search(req, cands, first=first, prune=prune, run_many=run_many, wave=width(config), on_progress=step,
+                      **kw)
 
 
 def _none_fits(req, cands, seed, core, limit, rule, paths):

@@ -22,6 +22,7 @@ TUNE_CANDIDATES = tagged(
         pa.field("flushes", pa.int64(), nullable=False),
         pa.field("alloc_retries", pa.int64(), nullable=False),
         pa.field("ooms", pa.int64(), nullable=False),
+        pa.field("gmlake_frag", pa.float64(), nullable=True),  # 1 - peak allocated / peak reserved (GMLake)
         pa.field("pruned_at", pa.int64(), nullable=True),  # the request it stopped after
     ],
 )

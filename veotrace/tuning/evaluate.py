@@ -25,14 +25,15 @@ CHUNK = 1 << 15
 
 
 def evaluate(req, cand, *, seed=None, capacity=None, core: str = "auto", objective: str = "peak-reserved",
-             bound: tuple | None = None, prune: bool = True, chunk: int = CHUNK) -> dict:
+             bound: tuple | None = None, prune: bool = True, chunk: int = CHUNK, stop: int | None = None) -> dict:
     """Replay ``req`` (whole ``Requests``) through the torch model with ``cand``'s settings (a
     ``space.Candidate``). ``capacity``: bytes per device, a dict {device: bytes}, or None.
 
     Returns a dict: ``status`` ("finished" or "pruned"), the counters summed over devices (as
     ``simulate``'s torch row (``prune=False``: never stopped early): ``peak_reserved_bytes``, ``peak_allocated_bytes``, ``device_allocs``,
     ``device_frees``, ``flushes``, ``alloc_retries``, ``ooms``, ``first_oom``), ``per_device``, the core that
-    ran, and for a pruned one ``pruned_at`` (the request) and ``why``.
+    ran, and for a pruned one ``pruned_at`` (the request) and ``why``. ``stop``: replay only the first
+    ``stop`` requests (``status`` "probe").
     """
     from veotrace.allocators.simulate import make_policy
     from veotrace.allocators.torchcore import choose_core, recorder_for
@@ -46,8 +47,10 @@ def evaluate(req, cand, *, seed=None, capacity=None, core: str = "auto", objecti
     def make(d):
         return make_policy("torch", d, req, rec, conf=cand.conf, capacity=cap_of(d), seed=seed, tiers=None, core=ran)
 
-    for part in rp.iter_replay(make, req, models, chunk=chunk):
+    for part in rp.iter_replay(make, req, models, chunk=chunk if stop is None else max(stop, 1)):
         rec.drain()  # counters only: the events are not kept
+        if stop is not None:  # the first ``stop`` requests only: a probe (its counters bound the whole run's from below)
+            return _row(cand, models, ran, why_core, "probe", part, None, served=min(stop, len(req)))
         total = _total(models)
         if not prune:
             continue
@@ -76,17 +79,20 @@ def _total(models: dict) -> PolicyCounters:
     return total
 
 
-def _row(cand, models: dict, core: str, why_core: str, status: str, part, why: str | None) -> dict:
+def _row(cand, models: dict, core: str, why_core: str, status: str, part, why: str | None,
+         served: int | None = None) -> dict:
     t = _total(models)
     row = {**cand.to_dict(), "status": status, "core": core, "core_why": why_core,
            "peak_reserved_bytes": t.peak_reserved, "peak_allocated_bytes": t.peak_allocated,
            "device_allocs": t.device_allocs, "device_frees": t.device_frees, "flushes": t.flushes,
            "alloc_retries": t.alloc_retries, "ooms": t.ooms, "first_oom": t.first_oom,
+           # GMLake's fragmentation at the peak: the share of the peak reserved bytes never live at once
+           "gmlake_frag": 1 - t.peak_allocated / t.peak_reserved if t.peak_reserved else None,
            "per_device": {str(d): {"peak_reserved_bytes": m.c.peak_reserved, "peak_allocated_bytes": m.c.peak_allocated,
                                    "device_allocs": m.c.device_allocs, "ooms": m.c.ooms}
                           for d, m in sorted(models.items())}}
-    if status == "pruned":
-        row["pruned_at"] = int(part.offset + len(part)) if part is not None else 0
+    if status in ("pruned", "probe"):
+        row["pruned_at"] = served if served is not None else int(part.offset + len(part)) if part is not None else 0
         row["why"] = why
     return row
 
@@ -130,8 +136,8 @@ def half_peaks(req, cand, *, seed=None, capacity=None, core: str = "auto") -> di
     return out
 
 
-def evaluate_call(shared: tuple, cand, bound: tuple | None) -> dict:
-    """:func:`evaluate` as an engine call (``engine.calls.run_calls``): ``shared`` is (requests, keywords),
+def evaluate_call(shared: tuple, cand, bound: tuple | None, stop: int | None = None, prune: bool = True) -> dict:
+    """:func:`evaluate` as an engine call (``engine.calls.call_pool``): ``shared`` is (requests, keywords),
     sent to each worker once."""
     req, kw = shared
-    return evaluate(req, cand, bound=bound, **kw)
+    return evaluate(req, cand, bound=bound, stop=stop, **{**kw, "prune": prune})

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 
 from veotrace.tuning.evaluate import OBJECTIVES, evaluate, ranked
 
+#: Candidates are first replayed on 1/PROBE_DIV of the requests, to order (and prune) the full runs.
+PROBE_DIV = 16
 #: A winner whose saving on one half of the trace is at most this share of its saving overall is
 #: flagged as winning only on part of it.
 PART_SHARE = 0.0
@@ -31,15 +33,16 @@ def choosable(row: dict, capacity) -> bool:
 
 
 def search(req, cands: Sequence, *, first: Sequence[int] = (), seed=None, capacity=None, core: str = "auto",
-           objective: str = "peak-reserved", prune: bool = True,
-           run_many: Callable | None = None, on_progress: Callable | None = None) -> list[dict]:
+           objective: str = "peak-reserved", prune: bool = True, run_many: Callable | None = None, wave: int = 1,
+           on_progress: Callable | None = None) -> list[dict]:
     """Evaluate every candidate; returns one row per candidate, in candidate order.
 
     ``first``: indices run first and never pruned (the trace's own setting, PyTorch's defaults): their
-    results set the first bound. ``run_many(calls)``: runs ``[(candidate, bound), ...]`` elsewhere (a
-    pool of processes, a Dask cluster) and returns their rows; the rest then run with the bound set
-    by the first ones (each still stops as soon as it cannot win). Without it, candidates run here one
-    after another, each against the best finished so far.
+    results set the first bound. With pruning, every other candidate is then probed on the first
+    1/PROBE_DIV of the requests (those already past the bound there are pruned) and the rest run least
+    probe first, each against the best finished so far. ``run_many(calls)``: runs ``[(candidate, bound,
+    stop, prune), ...]`` elsewhere (a pool of processes, a Dask cluster) and returns their rows; candidates then
+    go in waves of ``wave``, each wave against the best finished before it.
     """
     rows: dict[int, dict] = {}
     best: tuple | None = None
@@ -54,16 +57,40 @@ def search(req, cands: Sequence, *, first: Sequence[int] = (), seed=None, capaci
             on_progress(row)
 
     kw = {"seed": seed, "capacity": capacity, "core": core, "objective": objective, "prune": prune}
-    for i in first:
-        done(evaluate(req, cands[i], **{**kw, "prune": False}))
+
+    def many(calls):  # [(candidate, bound, stop, prune)] -> rows, here or on the engine
+        if run_many is not None:
+            return run_many(calls)
+        return [evaluate(req, c, bound=b, stop=stop, **{**kw, "prune": p}) for c, b, stop, p in calls]
+
+    for row in many([(cands[i], None, None, False) for i in first]):  # the baselines: never stopped early
+        done(row)
     rest = [c for c in cands if c.index not in rows]
-    if run_many is not None and rest:
-        for row in run_many([(c, best) for c in rest]):
+    if prune and len(rest) > 1 and len(req) >= PROBE_DIV * 64:
+        rest = _probe_order(rest, best, done, many, len(req) // PROBE_DIV, objective, capacity)
+    step = max(1, wave) if run_many is not None else 1
+    for k in range(0, len(rest), step):
+        for row in many([(c, best, None, prune) for c in rest[k:k + step]]):
             done(row)
-    else:
-        for c in rest:
-            done(evaluate(req, c, bound=best, **kw))
     return [rows[c.index] for c in cands]
+
+
+def _probe_order(rest: list, best, done, many, stop: int, objective: str, capacity) -> list:
+    """Every candidate on the first ``stop`` requests: those already past ``best`` there are pruned (a
+    prefix's counters bound the whole run's from below), as are those over the capacity; the others,
+    least first, so that the likely winner finishes early and prunes the rest sooner. Returns the order
+    to run them in."""
+    probes = []
+    for c, row in zip(rest, many([(c, None, stop, True) for c in rest]), strict=True):
+        if best is not None and ranked(row, objective) > best:
+            row.update(status="pruned", why=f"past the best finished after the first {stop:,} requests")
+            done(row)
+        elif capacity is not None and row["ooms"]:
+            row.update(status="pruned", why="an allocation did not fit the capacity")
+            done(row)
+        else:
+            probes.append((ranked(row, objective), c.index, c))
+    return [c for _, _, c in sorted(probes, key=lambda p: (p[0], p[1]))]
 
 
 def pareto(rows: list[dict]) -> list[int]:
