@@ -113,7 +113,7 @@ def test_real_snapshot_without_time_us():
     assert d["events_without_time"] == 10_307 and d["first_ns"] is None
     assert f["details"]["blocks"]["states"] == {"active_allocated": 802, "inactive": 277}
     # untimed, but its frees pair with its allocs: fragmentation and simulate window by events
-    assert f["supports"] == ["entropy --window-events N", "convert", "fragmentation", "simulate", "sites"]
+    assert f["supports"] == ["entropy --window-events N", "convert", "fragmentation", "simulate", "tune", "sites"]
 
 
 def test_real_snapshots_of_other_layouts():
@@ -299,11 +299,11 @@ def test_frame_tables_are_recognised_for_coherence(tmp_path):
 
 
 @pytest.mark.parametrize("path, addressed, checked, paired, listed", [
-    ("alloc_addr/alloc_addr.csv", 1514, 1486, 1486, ["fragmentation", "simulate"]),
-    ("simulate/training_log.csv", 756, 720, 720, ["fragmentation", "simulate"]),
+    ("alloc_addr/alloc_addr.csv", 1514, 1486, 1486, ["fragmentation", "simulate", "tune"]),
+    ("simulate/training_log.csv", 756, 720, 720, ["fragmentation", "simulate", "tune"]),
     # the snapshot pairs free_completed (314), not free_requested (370), with its 600 allocs
-    ("snapshots/memory_snapshot.pickle", 600, 314, 314, ["fragmentation", "simulate"]),
-    ("nsys/synthetic_memory.sqlite", 2000, 2000, 2000, ["fragmentation", "simulate"]),
+    ("snapshots/memory_snapshot.pickle", 600, 314, 314, ["fragmentation", "simulate", "tune"]),
+    ("nsys/synthetic_memory.sqlite", 2000, 2000, 2000, ["fragmentation", "simulate", "tune"]),
     # addresses that no free names again (per-tensor views): every free unknown, so neither runs usefully
     ("alloc_logs/alloc.log.1.csv", 5213, 4786, 0, []),
 ])
@@ -311,7 +311,7 @@ def test_fragmentation_and_simulate_follow_free_pairing(path, addressed, checked
     f = _one(SAMPLES / path)
     assert f["details"]["alloc_events"]["addresses"] == {"addressed_allocs": addressed, "frees_checked": checked,
                                                          "frees_paired": paired}
-    assert [c for c in f["supports"] if c.startswith(("fragmentation", "simulate"))] == listed
+    assert [c for c in f["supports"] if c.startswith(("fragmentation", "simulate", "tune"))] == listed
     for cmd in listed:  # what info lists runs
         r = run_cli(cmd, SAMPLES / path, "--format", "json")
         assert r.exit_code == 0, r.stderr

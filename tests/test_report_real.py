@@ -26,4 +26,5 @@ def test_a_snapshot_without_segment_events_gets_a_simulate_section_saying_there_
     assert res.exit_code == 0, res.stderr
     html = out.read_text()
     assert "Allocator what-if" in html and "nothing to validate against" in html
-    assert res.stderr.splitlines()[-1].endswith(" 5 of 5 analyses)")
+    assert "Allocator settings recommended (tune)" in html  # tune's section: the same replay, per setting
+    assert res.stderr.splitlines()[-1].endswith(" 6 of 6 analyses)")
