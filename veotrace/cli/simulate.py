@@ -24,6 +24,7 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
+from veotrace.cli.replay_opts import IdColOpt, MaxUnknownFreesOpt, NoRecordedReleasesOpt, TorchCoreOpt
 from veotrace.cli.series_opts import BySite, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 from veotrace.defaults import SITES_DEPTH
@@ -53,10 +54,10 @@ def simulate_command(
     tiers: Annotated[str | None, typer.Option("--tiers", help="tiered pools as LIFETIME:GRANULARITY, lifetimes as durations (a bare number is seconds) [default: 10ms:4MiB,100ms:64MiB,inf:512MiB].")] = None,
     window: Annotated[str | None, typer.Option("--window", help="Window length: 1s, 500ms (a bare number is seconds) [default: 5 min, or one that fits a shorter trace, said on stderr].")] = None,
     window_requests: Annotated[int | None, typer.Option("--window-requests", min=1, help="Windows of N requests (traces without timestamps).")] = None,
-    max_unknown_frees: Annotated[float, typer.Option("--max-unknown-frees", min=0.0, max=1.0, help="Largest share of frees naming no live allocation (ignored, counted) before refusing the input.")] = _MAX_UNKNOWN_FREES,
-    no_recorded_releases: Annotated[bool, typer.Option("--no-recorded-releases", help="Do not follow the trace's segment_free/segment_unmap (empty_cache, OOM retries); rely on --capacity.")] = False,
-    id_col: Annotated[str | None, typer.Option("--id-col", help="Pair allocs and frees by this column of the log (an allocation id) instead of the address.")] = None,
-    torch_core: Annotated[str, typer.Option("--torch-core", help="Core of the torch policy: auto (compiled where it covers the run), c, or python (the reference model); params.torch_core says which ran.")] = "auto",
+    max_unknown_frees: MaxUnknownFreesOpt = _MAX_UNKNOWN_FREES,
+    no_recorded_releases: NoRecordedReleasesOpt = False,
+    id_col: IdColOpt = None,
+    torch_core: TorchCoreOpt = "auto",
     by: Annotated[BySite | None, typer.Option("--by", help="site (or phase): which policy helps which site: each policy's live and stranded bytes by allocation site (or record_function phase) at its peak reserved and at the end (a PyTorch snapshot, its conversion, or logs with a site/phase column).")] = None,
     site_filter: SiteFilterOpt = None,
     site_depth: SiteDepthOpt = SITES_DEPTH,

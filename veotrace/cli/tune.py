@@ -26,6 +26,7 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
+from veotrace.cli.replay_opts import IdColOpt, MaxUnknownFreesOpt, NoRecordedReleasesOpt, TorchCoreOpt
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 
 
@@ -43,10 +44,10 @@ def tune_command(
     tries: Annotated[list[str] | None, typer.Option("--try", help="KEY=V1,V2 replacing one knob's values in the grid, e.g. max_split_size_mb=unset,64,256 (repeatable).")] = None,
     space: Annotated[str | None, typer.Option("--space", help="A TOML file whose [space] table of lists replaces the grid.")] = None,
     exhaustive: Annotated[bool, typer.Option("--exhaustive", help="Run every candidate to the end (no pruning): slower, and the Pareto front covers them all.")] = False,
-    torch_core: Annotated[str, typer.Option("--torch-core", help="Core of the torch model: auto, c, or python.")] = "auto",
-    max_unknown_frees: Annotated[float, typer.Option("--max-unknown-frees", min=0.0, max=1.0, help="Largest share of frees naming no live allocation before refusing the input.")] = _MAX_UNKNOWN_FREES,
-    no_recorded_releases: Annotated[bool, typer.Option("--no-recorded-releases", help="Do not follow the trace's segment_free/segment_unmap (empty_cache, OOM retries).")] = False,
-    id_col: Annotated[str | None, typer.Option("--id-col", help="Pair allocs and frees by this column of the log instead of the address.")] = None,
+    torch_core: TorchCoreOpt = "auto",
+    max_unknown_frees: MaxUnknownFreesOpt = _MAX_UNKNOWN_FREES,
+    no_recorded_releases: NoRecordedReleasesOpt = False,
+    id_col: IdColOpt = None,
     engine: EngineOpt = Engine.local,
     jobs: JobsOpt = 1,
     scheduler: SchedulerOpt = None,
