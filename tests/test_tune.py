@@ -124,8 +124,70 @@ def test_the_recommendation_has_its_savings_trust_and_halves():
     assert rec["trust"]["validated"] is False and "not validated" in rec["trust"]["note"]
     if rec["id"] != defaults["id"]:
         (half,) = rec["robustness"]
-        assert half["wins_on_part_only"] == (min(half["first_half_saving_bytes"], half["second_half_saving_bytes"]) <= 0)
+        saved = half["savings_bytes"]
+        assert half["parts"] == "halves" and set(saved) == {"first half", "second half"}
+        assert half["wins_on_part_only"] == (max(saved.values()) > 0 and min(saved.values()) <= 0)
     assert out["pareto"] and all(out["candidates"][i]["status"] == "finished" for i in out["pareto"])
+
+
+def _phased_snapshot(path):
+    """Two record_function phases: 'forward' allocates 25 MiB of 5 MiB blocks and frees them, then
+    'backward' allocates 3 blocks of 7 MiB and frees them (one device, no allocator_settings)."""
+    import pickle
+
+    t0, trace, marks, addr = 1_757_000_000_000_000, [], [], 1 << 40
+    t = t0
+    for name, count, mib in (("forward", 5, 5), ("backward", 3, 7)):
+        marks.append({"name": name, "stage": "START", "time_us": t, "device": 0})
+        live = []
+        for _ in range(count):
+            t += 10
+            trace.append({"action": "alloc", "addr": addr, "size": mib * MIB, "stream": 0, "time_us": t})
+            live.append(addr)
+            addr += 64 * MIB
+        for a in live:
+            t += 10
+            trace.append({"action": "free_requested", "addr": a, "size": mib * MIB, "stream": 0, "time_us": t})
+            trace.append({"action": "free_completed", "addr": a, "size": mib * MIB, "stream": 0, "time_us": t})
+        t += 10
+        marks.append({"name": name, "stage": "END", "time_us": t, "device": 0})
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [trace], "external_annotations": marks}))
+    return path
+
+
+def test_the_recommendation_is_checked_on_each_record_function_phase(tmp_path):
+    """A snapshot with record_function phases: the recommendation's saving on each phase against the
+    defaults (a phase's peak: the highest reserved level while its requests ran), beside the halves;
+    the parts' peaks are the replay's (the highest is the candidate's peak reserved)."""
+    import numpy as np
+
+    import veotrace
+    from veotrace.allocators.stream import open_requests
+    from veotrace.runs import common
+    from veotrace.runs.simulate import load_trace
+    from veotrace.tuning import space
+    from veotrace.tuning.evaluate import part_peaks
+
+    path = _phased_snapshot(tmp_path / "phases.pickle")
+    out = _tune(path, "--try", "expandable_segments=unset,True", "--try", "max_split_size_mb=unset",
+                "--try", "roundup_power2_divisions=unset", "--try", "max_non_split_rounding_mb=unset")
+    rec = out["recommendation"]
+    assert rec["conf"] is not None, rec
+    if rec["conf"]:  # not the defaults: checked against them on the halves and the phases
+        by = {r["parts"]: r for r in rec["robustness"]}
+        assert set(by) == {"halves", "phases"} and set(by["phases"]["savings_bytes"]) == {"forward", "backward"}
+    options, report = common.reading()
+    table, _, _, seed = load_trace([path], options, report, None)
+    req = open_requests(table, ["torch"], seed)
+    keys = common.snapshot_keys([path], "phase", options=options, report=report)
+    by_row, names = keys[1], keys[2]
+    parts = by_row[np.frombuffer(req.seq, np.int64)]
+    for conf in ("", "expandable_segments:True"):
+        cand = space.candidate_of(0, space.parse_conf(conf) if conf else space.TorchConf())
+        peaks = part_peaks(req, cand, parts, seed=seed)["0"]
+        sim = veotrace.simulate(path, policy="torch", conf=conf).to_dict()["policies"][0]
+        assert max(peaks.values()) == sim["peak_reserved_bytes"]
+        assert {names[k] for k in peaks} == {"forward", "backward"}
 
 
 def test_a_trace_whose_validation_fails_gets_no_recommendation_and_says_why():

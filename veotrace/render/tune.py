@@ -62,6 +62,7 @@ def _render_recommendation(console: Console, rec: dict) -> None:
         console.print(f"  trust: {t['note']}", highlight=False)
     for r in rec.get("robustness", []):
         flag = "  [yellow]wins on part of the trace only[/]" if r["wins_on_part_only"] else ""
-        console.print(f"  halves against {r['baseline']}: {fmt_bytes(r['first_half_saving_bytes'])} then "
-                      f"{fmt_bytes(r['second_half_saving_bytes'])} saved{flag}", highlight=False)
+        parts = ", ".join(f"{name} {fmt_bytes(v)}" for name, v in list(r["savings_bytes"].items())[:8])
+        more = f" (+{len(r['savings_bytes']) - 8} more in JSON)" if len(r["savings_bytes"]) > 8 else ""
+        console.print(f"  saved on the {r['parts']} against {r['baseline']}: {parts}{more}{flag}", highlight=False)
     console.print(f"  [dim]rule: {rec['rule']}[/]", highlight=False)

@@ -151,7 +151,7 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
                 "baselines": {label: i for label, i in first}, "read": report.to_dict(),
                 "engine": config.kind, "jobs": config.jobs},
         candidates=rows, pareto=pareto(rows), validation=validation, notes=notes,
-        recommendation=_recommendation(rec, rows, first, validation, req, seed, limit, torch_core, cands))
+        recommendation=_recommendation(rec, rows, first, validation, req, seed, limit, torch_core, cands, paths, options))
     run = TuneRun(result, [*report.messages(), *(f"Note: {n}" for n in notes)], common.input_files(paths))
     return run
 
@@ -230,10 +230,33 @@ def _none_fits(req, cands, seed, core, limit, rule, paths):
                         hint="Give a larger --capacity, or widen the search with --try/--space")
 
 
-def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands) -> dict:
+def _parts(req, paths, options):
+    """The parts the recommendation is checked on: the two halves of the requests, and the snapshot's
+    record_function phases when it has them (the requests of a phase; seeded ones in none)."""
+    import numpy as np
+
+    from veotrace.errors import UsageError
+    from veotrace.sources import ReadReport
+    from veotrace.tuning.evaluate import halves
+
+    out = [("halves", halves(req), {0: "first half", 1: "second half"})]
+    try:
+        keyed = common.snapshot_keys(paths, "phase", options=options, report=ReadReport())
+    except UsageError:  # several snapshots, nsys exports: no phases to check on, the halves only
+        keyed = None
+    if keyed is not None:
+        _, by_row, names = keyed
+        rows = np.frombuffer(req.seq, np.int64)
+        parts = np.where((rows >= 0) & (rows < by_row.size), by_row[np.clip(rows, 0, max(by_row.size - 1, 0))], -1)
+        if len(names) > 1:
+            out.append(("phases", parts, dict(names)))
+    return out
+
+
+def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands, paths, options) -> dict:
     """The chosen setting with its export line, predicted savings against the baselines, trust and
     robustness; or why there is none."""
-    from veotrace.tuning.evaluate import half_peaks
+    from veotrace.tuning.evaluate import part_peaks
     from veotrace.tuning.search import robustness, savings
 
     if rec is None:
@@ -259,8 +282,12 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands)
            **{k: rec[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},
            "savings": [dict(savings(rec, b), baseline=label) for label, b in base_rows if b["status"] == "finished"],
            "trust": trust}
-    rec_halves = half_peaks(req, cands[rec["id"]], seed=seed, capacity=limit, core=core)
-    out["robustness"] = [dict(robustness(rec_halves, half_peaks(req, cands[b["id"]], seed=seed, capacity=limit, core=core),
-                                         b["conf"] or "(PyTorch defaults)"), baseline=label)
-                         for label, b in base_rows if b["id"] != rec["id"]]
+    out["robustness"] = []
+    for what, parts, names in _parts(req, paths, options):
+        rec_peaks = part_peaks(req, cands[rec["id"]], parts, seed=seed, capacity=limit, core=core)
+        for label, b in base_rows:
+            if b["id"] != rec["id"]:
+                base_peaks = part_peaks(req, cands[b["id"]], parts, seed=seed, capacity=limit, core=core)
+                out["robustness"].append(dict(robustness(rec_peaks, base_peaks, names, b["conf"] or "(PyTorch defaults)"),
+                                              baseline=label, parts=what))
     return out

@@ -97,9 +97,11 @@ def _row(cand, models: dict, core: str, why_core: str, status: str, part, why: s
     return row
 
 
-def half_peaks(req, cand, *, seed=None, capacity=None, core: str = "auto") -> dict[str, list[int]]:
-    """Per device, the peak reserved bytes in the first and in the second half of the requests (by
-    request index) of one replay with ``cand``'s settings, read from its device allocation events."""
+def part_peaks(req, cand, parts: np.ndarray, *, seed=None, capacity=None, core: str = "auto") -> dict[str, dict]:
+    """Per device, the peak reserved bytes during each part of the trace, from one replay with ``cand``'s
+    settings: ``parts`` gives each request's part (a small int; -1: none), and a part's peak is the
+    highest reserved level after an event of one of its requests (the first half's includes the seeded
+    state). Read from the replay's device allocation events. Returns {device: {part: bytes}}."""
     from veotrace.allocators.base import EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, EV_SEGMENT_MAP, EV_SEGMENT_UNMAP
     from veotrace.allocators.simulate import make_policy
     from veotrace.allocators.torchcore import choose_core, recorder_for
@@ -113,27 +115,38 @@ def half_peaks(req, cand, *, seed=None, capacity=None, core: str = "auto") -> di
     def make(d):
         return make_policy("torch", d, req, rec, conf=cand.conf, capacity=cap_of(d), seed=seed, tiers=None, core=ran)
 
-    parts = []
+    pieces = []
     for _ in rp.iter_replay(make, req, models):
         ev = rec.drain()
-        op = ev[:, 1]
-        keep = np.isin(op, (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP, EV_SEGMENT_FREE, EV_SEGMENT_UNMAP))
-        parts.append(ev[keep][:, [0, 1, 3]])
-    ev = np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
+        keep = np.isin(ev[:, 1], (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP, EV_SEGMENT_FREE, EV_SEGMENT_UNMAP))
+        pieces.append(ev[keep][:, [0, 1, 3]])
+    ev = np.concatenate(pieces) if pieces else np.zeros((0, 3), np.int64)
     devices = np.frombuffer(req.device, np.int64)
     r = ev[:, 0]
-    dev = np.where(r >= 0, devices[np.clip(r, 0, max(len(devices) - 1, 0))] if len(devices) else 0, -1 - r)
+    inside = np.clip(r, 0, max(len(devices) - 1, 0))
+    dev = np.where(r >= 0, devices[inside] if len(devices) else 0, -1 - r)
+    part = np.where(r >= 0, parts[inside] if len(parts) else -1, parts[0] if len(parts) else -1)  # seeded: the first part
     delta = np.where(np.isin(ev[:, 1], (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP)), ev[:, 2], -ev[:, 2])
-    mid = len(req) // 2
-    out = {}
+    out: dict[str, dict] = {}
     for d in sorted(models):
         mine = dev == d
-        level = np.cumsum(delta[mine])
-        first = r[mine] < mid
-        at_mid = int(level[first][-1]) if first.any() else 0
-        out[str(d)] = [int(level[first].max()) if first.any() else 0,
-                       max(at_mid, int(level[~first].max()) if (~first).any() else at_mid)]
+        level, labels = np.cumsum(delta[mine]), part[mine]
+        peaks: dict[int, int] = {}
+        for k in np.unique(labels[labels >= 0]).tolist():
+            peaks[k] = int(level[labels == k].max())
+        # a part with no device allocation of its own holds what was reserved when it began
+        for k in np.unique(parts[(devices == d) & (parts >= 0)]).tolist() if len(parts) else []:
+            if k not in peaks:
+                first = int(np.flatnonzero((devices == d) & (parts == k))[0])
+                before = level[r[mine] < first]
+                peaks[k] = int(before[-1]) if before.size else 0
+        out[str(d)] = peaks
     return out
+
+
+def halves(req) -> np.ndarray:
+    """Each request's half of the trace (0, then 1 from the middle request on)."""
+    return (np.arange(len(req)) >= len(req) // 2).astype(np.int64)
 
 
 def evaluate_call(shared: tuple, cand, bound: tuple | None, stop: int | None = None, prune: bool = True) -> dict:

@@ -16,9 +16,6 @@ from veotrace.tuning.evaluate import OBJECTIVES, evaluate, ranked
 
 #: Candidates are first replayed on 1/PROBE_DIV of the requests, to order (and prune) the full runs.
 PROBE_DIV = 16
-#: A winner whose saving on one half of the trace is at most this share of its saving overall is
-#: flagged as winning only on part of it.
-PART_SHARE = 0.0
 
 
 def rank_key(row: dict, objective: str) -> tuple:
@@ -124,12 +121,12 @@ def savings(rec: dict, base: dict | None) -> dict | None:
     return out
 
 
-def robustness(rec_halves: dict, base_halves: dict, against: str) -> dict:
-    """The recommendation's saving in peak reserved on each half of the trace (summed over devices)
-    against one baseline's, flagged when it wins only on part of it (saves nothing, or loses, on a half
-    while it saves overall)."""
-    saved = [sum(base_halves[d][h] - rec_halves.get(d, [0, 0])[h] for d in base_halves) for h in (0, 1)]
-    overall = sum(saved)
-    part_only = overall > 0 and min(saved) <= PART_SHARE * overall
-    return {"against": against, "first_half_saving_bytes": saved[0], "second_half_saving_bytes": saved[1],
-            "wins_on_part_only": part_only}
+def robustness(rec_peaks: dict, base_peaks: dict, names: dict[int, str], against: str) -> dict:
+    """The recommendation's saving in peak reserved bytes on each part of the trace (the halves, or the
+    record_function phases) against one baseline's, summed over devices, flagged when it wins on part of
+    the trace only (saves nothing, or loses, on a part while it saves on another)."""
+    saved = {}
+    for k, name in names.items():
+        saved[name] = sum(base_peaks[d].get(k, 0) - rec_peaks.get(d, {}).get(k, 0) for d in base_peaks)
+    part_only = any(v > 0 for v in saved.values()) and any(v <= 0 for v in saved.values())
+    return {"against": against, "savings_bytes": saved, "wins_on_part_only": part_only}
