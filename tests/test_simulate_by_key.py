@@ -65,7 +65,7 @@ def _brute(events: np.ndarray, keys: np.ndarray, devices: np.ndarray, at: int | 
     for d in sorted({int(devices[r]) if r >= 0 else -1 - int(r) for r in events[:, 0]}):
         mine = [e for e in events.tolist() if (devices[e[0]] if e[0] >= 0 else -1 - e[0]) == d]
 
-        def state(upto):
+        def state(upto, mine=mine):
             live, pages, reserved = {}, set(), 0
             segs = {}
             for q, o, a, n, _s, b in mine[:upto]:
