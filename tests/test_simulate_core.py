@@ -206,3 +206,24 @@ def test_divisions_beyond_a_c_int_run_the_python_core():
     assert choose_core(big, None)[0] == "python"
     fits = dataclasses.replace(TorchConf(), roundup_power2_divisions=(C_INT_MAX,) + (0,) * 15)
     assert choose_core(fits, None)[0] == ("c" if choose_core(TorchConf(), None)[0] == "c" else "python")
+
+
+def test_python_model_keeps_its_pools_whole_with_seeded_and_expandable_segments():
+    """Best fit with expandable segments may walk from the first fitting block to a later one; the Python
+    model then erased the first one's entry instead (KeyError later) when the later block was a seeded,
+    non-expandable one. Every cached block stays listed once, under its own (size, address)."""
+    from veotrace.allocators.seed import Seed
+
+    seed = Seed(segments=[(0, 1 << 40, 20 * MiB, 0, False), (0, (1 << 40) + 64 * MiB, 2 * MiB, 0, True)])
+    conf = parse_conf("expandable_segments:True")
+    for s in range(4):
+        req = random_requests(s, 800, 2, 1, True)
+        models, rec = {}, Recorder()
+        for _ in rp.iter_replay(lambda d, req=req, rec=rec: make_policy("torch", d, req, rec, conf=conf, capacity=None,
+                                                                        seed=seed, tiers=None, core="python"),
+                                req, models):
+            rec.drain()
+        for pool in (models[0].large_blocks, models[0].small_blocks):
+            listed = sorted(a for lst in pool.keys.values() for _, a in lst)
+            assert listed == sorted(pool.free)
+            assert all((b.size, b.addr) in pool.keys[b.stream] for b in pool.free.values())

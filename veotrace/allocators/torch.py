@@ -128,7 +128,7 @@ class TorchAllocator:
                 return None
         elif block.size >= size + self.max_non_split_rounding_size:
             return None
-        if block.seg is None:  # pool.erase, with the position already known
+        if lst[i][1] == block.addr:  # pool.erase, with the position already known (the walk may have moved on)
             del lst[i]
             del pool.free[block.addr]
         else:
