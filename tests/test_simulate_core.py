@@ -125,6 +125,31 @@ def test_random_traces_with_a_gc_threshold_give_the_same_events_on_both_cores(se
 
 
 @needs_c
+@pytest.mark.slow
+def test_many_seeded_traces_with_expandable_segments_and_gc_give_the_same_events_on_both_cores():
+    """A longer sweep (about 40 s): 2,000 seeded cases over every expandable and GC setting and some
+    mixed ones, growing and steady-state sequences, capacities from 32 MiB (requests past the segment's
+    range) to none, some seeded with snapshot segments on two devices."""
+    from veotrace.allocators.seed import Seed
+
+    rng = random.Random(27)
+    confs = ES_CONFS + GC_CONFS + ["expandable_segments:True,garbage_collection_threshold:0.5,max_split_size_mb:20",
+                                   "garbage_collection_threshold:0.9,max_split_size_mb:100,max_non_split_rounding_mb:40,"
+                                   "roundup_power2_divisions:[1:2,16:4,>:8]"]
+    seeded = Seed(segments=[(0, 1 << 40, 20 * MiB, 0, False), (0, (1 << 40) + 64 * MiB, 2 * MiB, 1, True),
+                            (1, 1 << 41, 40 * MiB, 0, False)])
+    for _ in range(2000):
+        conf = parse_conf(rng.choice(confs))
+        cap = rng.choice([None, 32 * MiB, 64 * MiB, 200 * MiB, 512 * MiB, 1 << 30, 3 << 30])
+        s = rng.randrange(2**32)
+        if rng.random() < 0.5:
+            req = random_requests(s, rng.randint(1, 4000), rng.randint(1, 4), rng.randint(1, 4), rng.random() < 0.5)
+        else:
+            req = bounded_requests(s, rng.randint(1, 4000), rng.randint(1, 40), rng.randint(1, 3))
+        assert_same(req, conf, cap, seed=seeded if rng.random() < 0.2 else None)
+
+
+@needs_c
 @pytest.mark.parametrize("conf", ["", "max_split_size_mb:20", "expandable_segments:True",
                                   "expandable_segments:True,max_split_size_mb:20,roundup_power2_divisions:4",
                                   "garbage_collection_threshold:0.5",
@@ -285,6 +310,27 @@ def test_cli_says_which_core_ran_and_both_give_the_same_result():
     assert runs["auto"]["params"]["torch_core"] == ("c" if _torchcore is not None else "python")
     assert runs["auto"]["policies"] == runs["python"]["policies"]
     assert runs["auto"]["windows"] == runs["python"]["windows"]
+
+
+@needs_c
+def test_cli_on_the_expandable_snapshot_with_its_oom_is_the_same_on_both_cores():
+    """constructorsun was recorded with expandable_segments:True on 3 devices and ends in an OOM: simulate
+    under its own settings (validation, the recorded OOM's what-if, windows) runs compiled and prints what
+    the Python model prints."""
+    runs = {}
+    for core in ("auto", "python"):
+        r = run_cli("simulate", real_trace("constructorsun_memory_snapshot.pickle"), "-p", "torch", "-f", "json",
+                    "--torch-core", core)
+        assert r.exit_code == 0, r.stderr
+        runs[core] = json.loads(r.stdout)
+    auto, python = runs["auto"], runs["python"]
+    assert auto["params"]["torch_conf"]["expandable_segments"] is True
+    assert auto["params"]["torch_core"] == auto["validation"]["torch_core"] == "c"
+    assert python["params"]["torch_core"] == python["validation"]["torch_core"] == "python"
+    assert auto["params"]["recorded_ooms"] and auto["params"]["recorded_ooms"] == python["params"]["recorded_ooms"]
+    for key in ("policies", "whatif", "windows", "notes"):
+        assert auto[key] == python[key], key
+    assert {**auto["validation"], "torch_core": None} == {**python["validation"], "torch_core": None}
 
 
 def test_cli_unknown_core_is_one_error_line():
