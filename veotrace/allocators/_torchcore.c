@@ -4,14 +4,17 @@
  * veotrace.allocators.torch is the readable reference and this file follows it rule by rule, with
  * PyTorch's function names: round_size (with roundup_power2_next_division), get_allocation_size,
  * get_free_block, alloc_block, should_split, alloc_found_block, free_block, try_merge_blocks,
- * release_block, release_available_cached_blocks, release_cached_blocks, and the seeding of a part-way
- * trace (seed.seed_state, from the same chains).  Not ported (the Python model runs instead;
- * veotrace.allocators.torchcore.choose_core decides): expandable segments and garbage_collection_threshold.
+ * release_block, release_available_cached_blocks, release_blocks, release_cached_blocks,
+ * garbage_collect_cached_blocks (garbage_collection_threshold with a capacity), expandable segments
+ * (expandable.py: find_expandable_block, map_block, try_allocate_expandable_block, unmap_block, best fit by
+ * expandable_size), and the seeding of a part-way trace (seed.seed_state, from the same chains).
+ * veotrace.allocators.torchcore.choose_core decides which core runs.
  *
  * It emits the same events as the Python Recorder, (request, op, address, size, stream, block bytes)
  * as int64, drained by take_events(), so fragmentation windows and validation see the same stream.
  * Free blocks of a pool are kept in a treap ordered as BlockComparatorSize (stream, size, address):
- * best fit, insert and erase are O(log n) for any free-list length.
+ * best fit, insert and erase are O(log n) for any free-list length; the unmapped ranges of expandable
+ * segments in another, ordered as BlockComparatorAddress (stream, address).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,24 +34,32 @@
 
 /* Request kinds (requests.REQ_*) and event op codes (base.EV_*). */
 enum { R_MALLOC = 0, R_FREE = 1, R_RELEASE = 2, R_SEED = 3 };
-enum { E_ALLOC = 0, E_FREE = 1, E_SEGMENT_ALLOC = 2, E_SEGMENT_FREE = 3, E_OOM = 6 };
+enum { E_ALLOC = 0, E_FREE = 1, E_SEGMENT_ALLOC = 2, E_SEGMENT_FREE = 3, E_SEGMENT_MAP = 4, E_SEGMENT_UNMAP = 5, E_OOM = 6 };
 
 typedef struct Block {
     int64_t size, addr, stream, requested;
+    int64_t seg_base, seg_page;  /* the expandable segment holding it (seg_page 0: none) */
+    int64_t gc_base;             /* get_free_blocks_call_count when it was last cached (gc_count_base) */
     struct Block *prev, *next;   /* neighbours inside the segment */
-    struct Block *left, *right;  /* treap children while the block is free and cached */
+    struct Block *left, *right;  /* treap children while free: cached (mapped) or unmapped */
     uint32_t prio;
-    unsigned char is_small, allocated;
+    unsigned char is_small, allocated, mapped;
 } Block;
 
 /* ---- treap of free blocks ordered by (stream, size, address): BlockComparatorSize ---------------- */
 
-static inline int key_cmp(const Block *b, int64_t stream, int64_t size, int64_t addr)
+static inline int key_cmp_by(const Block *b, int64_t stream, int64_t size, int64_t addr, int by_addr)
 {
     if (b->stream != stream) return b->stream < stream ? -1 : 1;
-    if (b->size != size) return b->size < size ? -1 : 1;
+    if (!by_addr && b->size != size) return b->size < size ? -1 : 1;
     if (b->addr != addr) return b->addr < addr ? -1 : 1;
     return 0;
+}
+
+/* free blocks: (stream, size, address); unmapped ranges of expandable segments: (stream, address) */
+static inline int key_cmp(const Block *b, int64_t stream, int64_t size, int64_t addr)
+{
+    return key_cmp_by(b, stream, size, addr, 0);
 }
 
 static Block *treap_merge(Block *a, Block *b) /* every key of a < every key of b */
@@ -63,27 +74,27 @@ static Block *treap_merge(Block *a, Block *b) /* every key of a < every key of b
     return b;
 }
 
-static void treap_split(Block *t, const Block *k, Block **l, Block **r) /* l < k <= r */
+static void treap_split(Block *t, const Block *k, Block **l, Block **r, int by_addr) /* l < k <= r */
 {
     if (!t) {
         *l = *r = NULL;
         return;
     }
-    if (key_cmp(t, k->stream, k->size, k->addr) < 0) {
-        treap_split(t->right, k, &t->right, r);
+    if (key_cmp_by(t, k->stream, k->size, k->addr, by_addr) < 0) {
+        treap_split(t->right, k, &t->right, r, by_addr);
         *l = t;
     } else {
-        treap_split(t->left, k, l, &t->left);
+        treap_split(t->left, k, l, &t->left, by_addr);
         *r = t;
     }
 }
 
-/* The first block >= (stream, size, addr), or NULL. */
-static Block *lower_bound(Block *t, int64_t stream, int64_t size, int64_t addr)
+/* The first block >= (stream, size, addr) (> with strict), or NULL. */
+static Block *first_from(Block *t, int64_t stream, int64_t size, int64_t addr, int by_addr, int strict)
 {
     Block *best = NULL;
     while (t) {
-        if (key_cmp(t, stream, size, addr) >= 0) {
+        if (key_cmp_by(t, stream, size, addr, by_addr) >= strict) {
             best = t;
             t = t->left;
         } else {
@@ -91,6 +102,17 @@ static Block *lower_bound(Block *t, int64_t stream, int64_t size, int64_t addr)
         }
     }
     return best;
+}
+
+static inline Block *lower_bound(Block *t, int64_t stream, int64_t size, int64_t addr)
+{
+    return first_from(t, stream, size, addr, 0, 0);
+}
+
+/* The block after b in its tree's order, or NULL. */
+static inline Block *successor(Block *root, const Block *b, int by_addr)
+{
+    return first_from(root, b->stream, b->size, b->addr, by_addr, 1);
 }
 
 /* The last block < (stream, size, addr), or NULL. */
@@ -193,6 +215,15 @@ static Block *map_pop(HandleMap *m, int64_t key)
 typedef struct {
     PyObject_HEAD
     Block *pools[2];          /* free-block treaps: [0] large_blocks, [1] small_blocks */
+    Block *unmapped[2];       /* unmapped ranges of expandable segments, by (stream, address), per pool */
+    int64_t call_count[2];    /* get_free_blocks_call_count of each pool */
+    int expandable;           /* expandable_segments:True */
+    int64_t es_memory;        /* an expandable segment reserves 1 1/8 of this (expandable.find_expandable_block) */
+    int gc_on;                /* garbage_collection_threshold with a capacity */
+    int64_t gc_threshold;     /* its bytes (torch.gc_threshold_bytes) */
+    int broken;               /* a block was not where the model keeps it: RuntimeError, never a crash */
+    Block **scratch;          /* blocks to unmap or to garbage collect, in set order */
+    size_t cap_scratch;
     uint64_t max_split_size;  /* NO_LIMIT when unset */
     int64_t max_non_split_rounding_size;
     int divisions[ROUNDUP_INTERVALS];
@@ -238,7 +269,7 @@ static Block *new_block(Core *c, int64_t size, int64_t addr, int64_t stream, int
     Block *b = c->spare;
     c->spare = b->next;
     memset(b, 0, sizeof(Block));
-    b->size = size, b->addr = addr, b->stream = stream, b->is_small = (unsigned char)is_small;
+    b->size = size, b->addr = addr, b->stream = stream, b->is_small = (unsigned char)is_small, b->mapped = 1;
     c->rng ^= c->rng << 13, c->rng ^= c->rng >> 17, c->rng ^= c->rng << 5; /* xorshift32 */
     b->prio = c->rng;
     return b;
@@ -269,25 +300,56 @@ static int emit(Core *c, int op, int64_t addr, int64_t size, int64_t stream, int
 
 static inline Block **pool_of(Core *c, int is_small) { return &c->pools[is_small ? 1 : 0]; }
 
-/* BlockPool.insert_into_blocks */
-static void insert_into_blocks(Core *c, Block *b)
+static void tree_insert(Block **root, Block *b, int by_addr)
 {
-    Block **root = pool_of(c, b->is_small), *l, *r;
+    Block *l, *r;
     b->left = b->right = NULL;
-    treap_split(*root, b, &l, &r);
+    treap_split(*root, b, &l, &r, by_addr);
     *root = treap_merge(treap_merge(l, b), r);
 }
 
-/* BlockPool.erase */
-static void pool_erase(Core *c, Block *b)
+static void tree_erase(Core *c, Block **link, Block *b, int by_addr)
 {
-    Block **link = pool_of(c, b->is_small);
     while (*link != b) {
-        int d = key_cmp(*link, b->stream, b->size, b->addr);
+        if (!*link) { /* not in its tree: the model's invariants broke (never seen); report, do not crash */
+            c->broken = 1;
+            return;
+        }
+        int d = key_cmp_by(*link, b->stream, b->size, b->addr, by_addr);
         link = d < 0 ? &(*link)->right : &(*link)->left;
     }
     *link = treap_merge(b->left, b->right);
     b->left = b->right = NULL;
+}
+
+/* BlockPool.insert_into_blocks */
+static void insert_into_blocks(Core *c, Block *b)
+{
+    b->gc_base = c->call_count[b->is_small ? 1 : 0];
+    tree_insert(pool_of(c, b->is_small), b, 0);
+}
+
+/* BlockPool.erase */
+static void pool_erase(Core *c, Block *b) { tree_erase(c, pool_of(c, b->is_small), b, 0); }
+
+/* BlockPool.insert_unmapped, BlockPool.erase_unmapped */
+static void insert_unmapped(Core *c, Block *b) { tree_insert(&c->unmapped[b->is_small ? 1 : 0], b, 1); }
+
+static void erase_unmapped(Core *c, Block *b) { tree_erase(c, &c->unmapped[b->is_small ? 1 : 0], b, 1); }
+
+/* The scratch list holds n blocks (grown as needed): 0, or -1 with MemoryError. */
+static int scratch_fit(Core *c, size_t n)
+{
+    if (n <= c->cap_scratch) return 0;
+    size_t cap = c->cap_scratch ? c->cap_scratch * 2 : 64;
+    while (cap < n) cap *= 2;
+    Block **s = PyMem_Realloc(c->scratch, cap * sizeof(Block *));
+    if (!s) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->scratch = s, c->cap_scratch = cap;
+    return 0;
 }
 
 static inline int bit_length(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
@@ -327,13 +389,26 @@ static int64_t get_allocation_size(int64_t size)
     return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
 }
 
-/* Best fit: the first free block of the stream at least `size`, in (size, address) order; an
- * oversize block (>= max_split_size) only for a request that is itself oversize, and then not one
- * max_non_split_rounding_size or more too large. */
+static inline int64_t expandable_size(const Block *b)
+{
+    return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+}
+
+/* Best fit: the first free block of the stream at least `size`, in (size, address) order (with expandable
+ * segments, the following ones while the unmapped space after them makes them a closer fit:
+ * Expandable.get_free_block_expandable); an oversize block (>= max_split_size) only for a request that
+ * is itself oversize, and then not one max_non_split_rounding_size or more too large. */
 static Block *get_free_block(Core *c, int is_small, int64_t size, int64_t stream)
 {
-    Block *block = lower_bound(*pool_of(c, is_small), stream, size, INT64_MIN);
+    if (c->gc_on) c->call_count[is_small ? 1 : 0]++;
+    Block *root = *pool_of(c, is_small);
+    Block *block = lower_bound(root, stream, size, INT64_MIN);
     if (!block || block->stream != stream) return NULL;
+    while (block->seg_page) {
+        Block *next = successor(root, block, 0);
+        if (!next || next->stream != stream || expandable_size(next) >= expandable_size(block)) break;
+        block = next;
+    }
     if ((uint64_t)size < c->max_split_size) {
         if (c->max_split_size <= (uint64_t)block->size) return NULL; /* do not return an oversized block for a small request */
     } else if (block->size >= size + c->max_non_split_rounding_size) {
@@ -343,12 +418,172 @@ static Block *get_free_block(Core *c, int is_small, int64_t size, int64_t stream
     return block;
 }
 
-/* A new segment (cudaMalloc of alloc_size); NULL with no error set when it does not fit the capacity. */
-static Block *alloc_block(Core *c, int is_small, int64_t alloc_size, int64_t stream, int force)
+/* ---- expandable segments (expandable.py) ----------------------------------------------------------- */
+
+static inline int allocatable(const Block *b) { return b && !b->allocated; }
+
+static void splice(Block *block, Block *before, Block *after)
+{
+    block->prev = before;
+    if (before) before->next = block;
+    block->next = after;
+    if (after) after->prev = block;
+}
+
+/* Take span bytes of model address space (AddressSpace.take); -1 with OverflowError past int64. */
+static int64_t va_take(Core *c, int64_t span)
+{
+    int64_t addr = c->va_next, step = (span > 1 ? span : 1) + VA_ALIGN - 1, next;
+    if (step < 0 || __builtin_add_overflow(addr, step / VA_ALIGN * VA_ALIGN, &next)) {
+        PyErr_SetString(PyExc_OverflowError, "the model's address space passed 2^63 bytes");
+        return -1;
+    }
+    c->va_next = next;
+    return addr;
+}
+
+/* Absorb a free neighbour of the same mapping into dst; returns the subsumed size (0 when not merged). */
+static int64_t try_merge_blocks(Core *c, Block *dst, Block *src)
+{
+    if (!src || src->allocated || dst->mapped != src->mapped) return 0;
+    if (src->mapped)
+        pool_erase(c, src);
+    else
+        erase_unmapped(c, src);
+    if (dst->prev == src) {
+        dst->addr = src->addr;
+        dst->prev = src->prev;
+        if (dst->prev) dst->prev->next = dst;
+    } else {
+        dst->next = src->next;
+        if (dst->next) dst->next->prev = dst;
+    }
+    int64_t subsumed = src->size;
+    dst->size += subsumed;
+    drop_block(c, src);
+    return subsumed;
+}
+
+/* The lowest-address unmapped range of the stream (with the free block before it) that can hold size,
+ * else a new segment's range (NULL with an exception set on error). */
+static Block *find_expandable_block(Core *c, int is_small, int64_t size, int64_t stream)
+{
+    Block *root = c->unmapped[is_small ? 1 : 0];
+    for (Block *u = first_from(root, stream, 0, INT64_MIN, 1, 0); u && u->stream == stream; u = successor(root, u, 1)) {
+        Block *cand = allocatable(u->prev) ? u->prev : u, *b = cand;
+        int64_t room = 0;
+        while (room < size && allocatable(b)) {
+            room += b->size;
+            b = b->next;
+        }
+        if (room >= size) return cand;
+    }
+    int64_t page = is_small ? kSmallBuffer : kLargeBuffer, memory = c->es_memory;
+    int64_t want = memory + memory / 8 > size ? memory + memory / 8 : size;
+    if (want > INT64_MAX - page) {
+        PyErr_SetString(PyExc_OverflowError, "an expandable segment past 2^63 bytes");
+        return NULL;
+    }
+    int64_t span = (want + page - 1) / page * page;
+    int64_t base = va_take(c, span);
+    if (base < 0) return NULL;
+    Block *cand = new_block(c, span, base, stream, is_small);
+    if (!cand) return NULL;
+    cand->seg_base = base, cand->seg_page = page, cand->mapped = 0;
+    insert_unmapped(c, cand);
+    return cand;
+}
+
+/* Map the pages under the first size bytes of an unmapped range. 1, 0 over capacity, -1 on error. */
+static int map_block(Core *c, Block *to_map, int64_t size, int force)
+{
+    int64_t page = to_map->seg_page, base = to_map->seg_base;
+    int64_t begin = (to_map->addr - base) / page, end = (to_map->addr + size - base + page - 1) / page;
+    int64_t mapped = (end - begin) * page;
+    if (!force && c->has_capacity && c->reserved + mapped > c->capacity) return 0;
+    erase_unmapped(c, to_map);
+    to_map->mapped = 1;
+    int64_t ptr = to_map->addr;
+    if (mapped < to_map->size) {
+        Block *remaining = new_block(c, to_map->size - mapped, ptr + mapped, to_map->stream, to_map->is_small);
+        if (!remaining) return -1;
+        remaining->seg_base = base, remaining->seg_page = page, remaining->mapped = 0;
+        splice(remaining, to_map, to_map->next);
+        insert_unmapped(c, remaining);
+        to_map->size = mapped;
+    }
+    try_merge_blocks(c, to_map, to_map->prev);
+    try_merge_blocks(c, to_map, to_map->next);
+    insert_into_blocks(c, to_map);
+    c->reserved += mapped;
+    if (c->reserved > c->peak_reserved) c->peak_reserved = c->reserved;
+    c->device_allocs++;
+    return emit(c, E_SEGMENT_MAP, ptr, mapped, to_map->stream, mapped) < 0 ? -1 : 1;
+}
+
+/* NULL: no block (an exception set on error). */
+static Block *try_allocate_expandable_block(Core *c, int is_small, int64_t size, int64_t stream, int force)
+{
+    Block *cand = find_expandable_block(c, is_small, size, stream);
+    if (!cand) return NULL;
+    if (!cand->mapped) {
+        int ok = map_block(c, cand, cand->size < size ? cand->size : size, force);
+        if (ok <= 0) return NULL;
+    }
+    while (cand->size < size) {
+        Block *next = cand->next;
+        if (!next) return NULL; /* the segment cannot grow (see expandable.py) */
+        int64_t want = size - cand->size;
+        int ok = map_block(c, next, want < next->size ? want : next->size, force);
+        if (ok <= 0) return NULL;
+        cand = next;
+    }
+    pool_erase(c, cand);
+    return cand;
+}
+
+/* Unmap the whole pages inside a free block; the partial pages at its ends stay mapped. */
+static int unmap_block(Core *c, Block *block)
+{
+    int64_t page = block->seg_page, base = block->seg_base;
+    int64_t begin = (block->addr - base + page - 1) / page, end = (block->addr + block->size - base) / page;
+    if (begin >= end) return 0;
+    pool_erase(c, block);
+    int64_t start = base + begin * page, length = (end - begin) * page;
+    int64_t before = start - block->addr, after = block->size - before - length;
+    if (before > 0) {
+        Block *head = new_block(c, before, block->addr, block->stream, block->is_small);
+        if (!head) return -1;
+        head->seg_base = base, head->seg_page = page;
+        splice(head, block->prev, block);
+        insert_into_blocks(c, head);
+    }
+    if (after > 0) {
+        Block *tail = new_block(c, after, start + length, block->stream, block->is_small);
+        if (!tail) return -1;
+        tail->seg_base = base, tail->seg_page = page;
+        splice(tail, block, block->next);
+        insert_into_blocks(c, tail);
+    }
+    block->addr = start, block->size = length, block->mapped = 0;
+    try_merge_blocks(c, block, block->prev);
+    try_merge_blocks(c, block, block->next);
+    insert_unmapped(c, block);
+    c->reserved -= length;
+    c->device_frees++;
+    return emit(c, E_SEGMENT_UNMAP, start, length, block->stream, length);
+}
+
+/* ---- segments ------------------------------------------------------------------------------------- */
+
+/* A new segment (cudaMalloc of alloc_size) or expandable pages for size; NULL with no error set when it
+ * does not fit the capacity. */
+static Block *alloc_block(Core *c, int is_small, int64_t size, int64_t alloc_size, int64_t stream, int force)
 {
     if (!force && c->has_capacity && c->reserved + alloc_size > c->capacity) return NULL;
-    int64_t addr = c->va_next, span = alloc_size > 1 ? alloc_size : 1;
-    c->va_next = addr + (span + VA_ALIGN - 1) / VA_ALIGN * VA_ALIGN; /* AddressSpace.take */
+    if (c->expandable) return try_allocate_expandable_block(c, is_small, size, stream, force);
+    int64_t addr = va_take(c, alloc_size);
+    if (addr < 0) return NULL;
     Block *block = new_block(c, alloc_size, addr, stream, is_small);
     if (!block) return NULL;
     c->reserved += alloc_size;
@@ -371,8 +606,8 @@ static int release_block(Core *c, Block *block)
     return 0;
 }
 
-/* With max_split_size set: free one oversize cached block big enough, or several, largest first.
- * Returns 1 when enough was freed, 0 when not, -1 on error. */
+/* With max_split_size set: free one oversize cached block big enough, or several, largest first (never
+ * blocks of expandable segments). Returns 1 when enough was freed, 0 when not, -1 on error. */
 static int release_available_cached_blocks(Core *c, int is_small, int64_t size, int64_t stream)
 {
     if (c->max_split_size == NO_LIMIT) return 0;
@@ -380,7 +615,7 @@ static int release_available_cached_blocks(Core *c, int is_small, int64_t size, 
     int64_t key = size > mss ? size : mss;
     Block *block = lower_bound(*pool_of(c, is_small), stream, key, INT64_MIN);
     if (block && block->stream == stream) {
-        if (is_split(block)) return 0;
+        if (is_split(block) || block->seg_page) return 0;
         return release_block(c, block) < 0 ? -1 : 1;
     }
     /* no single block is big enough: free the largest unsplit oversize ones until key bytes are freed */
@@ -389,7 +624,7 @@ static int release_available_cached_blocks(Core *c, int is_small, int64_t size, 
     while (cur && cur->stream == stream) {
         if (released >= key || cur->size < mss) break;
         Block *below = last_below(*pool_of(c, is_small), cur->stream, cur->size, cur->addr);
-        if (!is_split(cur)) {
+        if (!is_split(cur) && !cur->seg_page) {
             released += cur->size;
             if (release_block(c, cur) < 0) return -1;
         }
@@ -398,27 +633,73 @@ static int release_available_cached_blocks(Core *c, int is_small, int64_t size, 
     return released >= key;
 }
 
-/* emptyCache and the last retry of malloc: free every unsplit cached block of both pools, in set order. */
+/* release_blocks of one pool: free every unsplit cached segment in set order, then unmap the whole pages
+ * of the free blocks of expandable segments (and drop a segment left wholly unmapped). */
+static int release_blocks(Core *c, int small)
+{
+    size_t n = 0;
+    Block *root = *pool_of(c, small);
+    Block *cur = lower_bound(root, INT64_MIN, INT64_MIN, INT64_MIN);
+    while (cur) {
+        Block *after = successor(*pool_of(c, small), cur, 0);
+        if (cur->seg_page) {
+            if (scratch_fit(c, n + 1) < 0) return -1;
+            c->scratch[n++] = cur;
+        } else if (!is_split(cur) && release_block(c, cur) < 0) {
+            return -1;
+        }
+        cur = after;
+    }
+    for (size_t k = 0; k < n; k++) {
+        Block *b = c->scratch[k];
+        if (unmap_block(c, b) < 0) return -1;
+        if (!is_split(b) && !b->mapped) { /* release_expandable_segment */
+            erase_unmapped(c, b);
+            drop_block(c, b);
+        }
+    }
+    return 0;
+}
+
+/* emptyCache and the last retry of malloc: release_blocks of both pools. */
 static int release_cached_blocks(Core *c)
 {
     c->flushes++;
-    for (int small = 0; small < 2; small++) {
-        Block *cur = lower_bound(*pool_of(c, small), INT64_MIN, INT64_MIN, INT64_MIN);
-        while (cur) {
-            Block *after = NULL;
-            /* the next block in set order: the first key above cur's */
-            Block *t = *pool_of(c, small);
-            while (t) {
-                if (key_cmp(t, cur->stream, cur->size, cur->addr) > 0) {
-                    after = t;
-                    t = t->left;
-                } else {
-                    t = t->right;
-                }
+    for (int small = 0; small < 2; small++)
+        if (release_blocks(c, small) < 0) return -1;
+    return 0;
+}
+
+/* Free unsplit large cached blocks older than average until reserved <= the threshold. */
+static int garbage_collect_cached_blocks(Core *c)
+{
+    if (c->reserved <= c->gc_threshold) return 0;
+    int64_t target = c->reserved - c->gc_threshold, reclaimed = 0, count = c->call_count[0], total_age = 0;
+    size_t n = 0;
+    for (Block *b = lower_bound(c->pools[0], INT64_MIN, INT64_MIN, INT64_MIN); b; b = successor(c->pools[0], b, 0)) {
+        if (is_split(b) || b->seg_page) continue;
+        if (scratch_fit(c, n + 1) < 0) return -1;
+        c->scratch[n++] = b;
+        total_age += count - b->gc_base;
+    }
+    int freed = 1;
+    while (reclaimed < target && freed && n) {
+        double age_threshold = (double)total_age / (double)n;
+        size_t kept = 0;
+        freed = 0;
+        for (size_t k = 0; k < n; k++) {
+            Block *b = c->scratch[k];
+            int64_t age = count - b->gc_base;
+            if ((double)age >= age_threshold) {
+                freed = 1;
+                reclaimed += b->size;
+                total_age -= age;
+                if (release_block(c, b) < 0) return -1;
+            } else {
+                c->scratch[kept++] = b;
             }
-            if (cur->prev == NULL && cur->next == NULL && release_block(c, cur) < 0) return -1;
-            cur = after;
         }
+        n = kept;
     }
     return 0;
 }
@@ -433,9 +714,9 @@ static int oom(Core *c, int64_t size, int64_t stream)
     return emit(c, E_OOM, 0, size, stream, 0);
 }
 
-/* malloc after no cached block fits: the recorded release, a new segment and the retries
- * (release_available_cached_blocks, then release_cached_blocks); past them an OOM, counted, and the
- * replay goes on with the segment forced. */
+/* malloc after no cached block fits: the recorded release, garbage collection, a new segment and the
+ * retries (release_available_cached_blocks, then release_cached_blocks); past them an OOM, counted, and
+ * the replay goes on with the segment forced. */
 static Block *malloc_new_block(Core *c, int is_small, int64_t orig_size, int64_t size, int64_t alloc_size,
                                int64_t stream)
 {
@@ -444,25 +725,28 @@ static Block *malloc_new_block(Core *c, int is_small, int64_t orig_size, int64_t
         c->alloc_retries++;
     }
     c->armed = 0;
-    Block *block = alloc_block(c, is_small, alloc_size, stream, 0);
+    if (c->gc_on && garbage_collect_cached_blocks(c) < 0) return NULL;
+    Block *block = alloc_block(c, is_small, size, alloc_size, stream, 0);
     if (!block && PyErr_Occurred()) return NULL;
     if (!block) {
         int freed = release_available_cached_blocks(c, is_small, size, stream);
         if (freed < 0) return NULL;
         if (freed) {
-            block = alloc_block(c, is_small, alloc_size, stream, 0);
+            block = alloc_block(c, is_small, size, alloc_size, stream, 0);
             if (!block && PyErr_Occurred()) return NULL;
         }
     }
     if (!block) {
         if (release_cached_blocks(c) < 0) return NULL;
         c->alloc_retries++;
-        block = alloc_block(c, is_small, alloc_size, stream, 0);
+        block = alloc_block(c, is_small, size, alloc_size, stream, 0);
         if (!block && PyErr_Occurred()) return NULL;
     }
     if (!block) {
         if (oom(c, orig_size, stream) < 0) return NULL;
-        block = alloc_block(c, is_small, alloc_size, stream, 1);
+        block = alloc_block(c, is_small, size, alloc_size, stream, 1);
+        if (!block && !PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "an expandable segment could not grow past an OOM");
     }
     return block;
 }
@@ -470,7 +754,7 @@ static Block *malloc_new_block(Core *c, int is_small, int64_t orig_size, int64_t
 static inline int should_split(const Core *c, const Block *block, int64_t size)
 {
     int64_t remaining = block->size - size;
-    if (block->is_small) return remaining >= kMinBlockSize;
+    if (block->is_small || c->expandable) return remaining >= kMinBlockSize;
     return (uint64_t)size < c->max_split_size && remaining > kSmallSize;
 }
 
@@ -480,6 +764,7 @@ static Block *alloc_found_block(Core *c, Block *block, int64_t size, int64_t ori
         Block *remaining = block;
         block = new_block(c, size, remaining->addr, remaining->stream, remaining->is_small);
         if (!block) return NULL;
+        block->seg_base = remaining->seg_base, block->seg_page = remaining->seg_page;
         block->prev = remaining->prev;
         if (block->prev) block->prev->next = block;
         block->next = remaining;
@@ -511,27 +796,10 @@ static Block *core_malloc(Core *c, int64_t orig_size, int64_t stream)
     return alloc_found_block(c, block, size, orig_size, should_split(c, block, size));
 }
 
-/* Absorb a free neighbour into dst. */
-static void try_merge_blocks(Core *c, Block *dst, Block *src)
-{
-    pool_erase(c, src);
-    if (dst->prev == src) {
-        dst->addr = src->addr;
-        dst->prev = src->prev;
-        if (dst->prev) dst->prev->next = dst;
-    } else {
-        dst->next = src->next;
-        if (dst->next) dst->next->prev = dst;
-    }
-    dst->size += src->size;
-    drop_block(c, src);
-}
-
 static void free_block(Core *c, Block *block)
 {
-    Block *prev = block->prev, *next = block->next;
-    if (prev && !prev->allocated) try_merge_blocks(c, block, prev);
-    if (next && !next->allocated) try_merge_blocks(c, block, next);
+    try_merge_blocks(c, block, block->prev);
+    try_merge_blocks(c, block, block->next);
     insert_into_blocks(c, block);
 }
 
@@ -549,12 +817,23 @@ static int core_free(Core *c, Block *block)
 static int Core_init(Core *c, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"max_split_size", "max_non_split_rounding_size", "divisions", "capacity", "va_start",
-                            NULL};
+                            "expandable_memory", "gc_threshold", NULL};
     unsigned long long mss;
-    long long mnsrs, va;
-    PyObject *divisions, *capacity;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLOOL", names, &mss, &mnsrs, &divisions, &capacity, &va))
+    long long mnsrs, va, es_memory = 0;
+    PyObject *divisions, *capacity, *gc_threshold = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLOOL|LO", names, &mss, &mnsrs, &divisions, &capacity, &va,
+                                     &es_memory, &gc_threshold))
         return -1;
+    if (es_memory < 0 || es_memory > INT64_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "expandable_memory must be in 0..2^62");
+        return -1;
+    }
+    c->expandable = es_memory > 0, c->es_memory = es_memory;
+    c->gc_on = gc_threshold != Py_None;
+    if (c->gc_on) {
+        c->gc_threshold = PyLong_AsLongLong(gc_threshold);
+        if (c->gc_threshold == -1 && PyErr_Occurred()) return -1;
+    }
     PyObject *seq = PySequence_Fast(divisions, "divisions must be a sequence");
     if (!seq) return -1;
     if (PySequence_Fast_GET_SIZE(seq) != ROUNDUP_INTERVALS) {
@@ -590,6 +869,7 @@ static void Core_dealloc(Core *c)
     PyMem_Free(c->seeded.keys);
     PyMem_Free(c->seeded.vals);
     PyMem_Free(c->ev);
+    PyMem_Free(c->scratch);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -629,6 +909,10 @@ static int serve_one(Core *c, Py_ssize_t i, Py_ssize_t j, const int64_t *kind, c
         } else if (release_cached_blocks(c) < 0) { /* empty_cache() */
             return -1;
         }
+    }
+    if (c->broken) {
+        PyErr_Format(PyExc_RuntimeError, "request %zd: a block was not in the pool the model keeps it in", i);
+        return -1;
     }
     return 0;
 }
@@ -849,8 +1133,9 @@ static PyTypeObject CoreType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "veotrace.allocators._torchcore.Core",
     .tp_basicsize = sizeof(Core),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Core(max_split_size, max_non_split_rounding_size, divisions, capacity, va_start): "
-              "DeviceCachingAllocator of one device.",
+    .tp_doc = "Core(max_split_size, max_non_split_rounding_size, divisions, capacity, va_start, expandable_memory=0, "
+              "gc_threshold=None): DeviceCachingAllocator of one device; expandable_memory > 0 turns expandable "
+              "segments on (each reserves 1 1/8 of it), gc_threshold (bytes) garbage_collection_threshold.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Core_init,
     .tp_dealloc = (destructor)Core_dealloc,

@@ -43,6 +43,14 @@ from veotrace.allocators.expandable import Expandable
 SIZE_CACHE = 1 << 16
 
 
+def gc_threshold_bytes(conf: TorchConf, capacity: int | None) -> int | None:
+    """The reserved bytes past which garbage_collection_threshold frees cached blocks: the threshold times
+    the capacity (``allowed_memory_maximum``); None when it is off (no threshold, or no capacity)."""
+    if conf.garbage_collection_threshold > 0 and capacity is not None:
+        return int(conf.garbage_collection_threshold * capacity)
+    return None
+
+
 class TorchAllocator:
     """``DeviceCachingAllocator`` for one device: ``malloc(size, stream) -> Block``, ``free(Block)``.
 
@@ -63,7 +71,7 @@ class TorchAllocator:
         self.mss = conf.max_split_size
         self.max_non_split_rounding_size = conf.max_non_split_rounding_size
         self.emit = self.rec.emit
-        self.gc_on = conf.garbage_collection_threshold > 0 and capacity is not None
+        self.gc_on = gc_threshold_bytes(conf, capacity) is not None
         self.es = Expandable(self) if conf.expandable_segments else None
         self.armed = False
         self.seeded_blocks: dict[int, Block] = {}
@@ -127,11 +135,8 @@ class TorchAllocator:
                 return None
         elif block.size >= size + self.max_non_split_rounding_size:
             return None
-        if block.seg is None:  # pool.erase, with the position already known
-            del lst[i]
-            del pool.free[block.addr]
-        else:
-            pool.erase(block)
+        del lst[i]  # pool.erase, with the position known (the walk's, where it moved on: PyTorch's iterator)
+        del pool.free[block.addr]
         return block
 
     def alloc_block(self, pool: BlockPool, size: int, alloc_size: int, stream: int, *, force: bool = False):
@@ -273,7 +278,7 @@ class TorchAllocator:
 
     def garbage_collect_cached_blocks(self) -> None:
         """Free unsplit large cached blocks older than average until reserved <= threshold * capacity."""
-        threshold = int(self.conf.garbage_collection_threshold * self.capacity)
+        threshold = gc_threshold_bytes(self.conf, self.capacity)
         if self.c.reserved <= threshold:
             return
         target, reclaimed = self.c.reserved - threshold, 0

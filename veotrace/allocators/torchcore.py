@@ -1,10 +1,14 @@
 """The compiled core of the ``torch`` policy (``_torchcore.c``) and the one place that decides which core runs.
 
-``_torchcore.c`` ports :class:`veotrace.allocators.torch.TorchAllocator` rule by rule (same PyTorch names)
-for the common case, and serves a whole range of replay requests per call, so the per-request cost is
-C's. The Python model stays the reference and runs whenever the C core does not cover the run:
-expandable segments, ``garbage_collection_threshold`` with a capacity, or an install built without a
-C compiler (a model seeded from a snapshot runs in C from the same :func:`seed.seed_chains`). :func:`choose_core` says which core ran and why (``params``).
+``_torchcore.c`` ports :class:`veotrace.allocators.torch.TorchAllocator` rule by rule (same PyTorch names),
+expandable segments (:mod:`veotrace.allocators.expandable`) and ``garbage_collection_threshold`` with a
+capacity included, and serves a whole range of replay requests per call, so the per-request cost is C's
+(a model seeded from a snapshot runs in C from the same :func:`seed.seed_chains`). The Python model stays
+the reference (``--torch-core python``; both give the same events, tests/test_simulate_core.py) and runs
+where the C core does not cover the run: an install built without a C compiler, a
+roundup_power2_divisions entry past a C int, or expandable segments with a capacity past 2^50 bytes
+(each segment reserves 1 1/8 of it in the model's int64 address space). :func:`choose_core` says which
+core ran and why (``params``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import numpy as np
 
 from veotrace.allocators.base import AddressSpace, PolicyCounters
 from veotrace.allocators.conf import NO_LIMIT, TorchConf
+from veotrace.allocators.expandable import DEFAULT_DEVICE_MEMORY
+from veotrace.allocators.torch import gc_threshold_bytes
 
 try:
     from veotrace.allocators import _torchcore
@@ -22,17 +28,19 @@ except ImportError:  # built without a C compiler (setup.py marks the extension 
 CORES = ("auto", "c", "python")
 #: The compiled core keeps roundup_power2_divisions entries as C ints.
 C_INT_MAX = 2**31 - 1
+#: Each expandable segment reserves 1 1/8 of the capacity in the model's int64 address space.
+ES_CAPACITY_MAX = 1 << 50
 
 
-def choose_core(conf: TorchConf, capacity: int | None, wanted: str = "auto") -> tuple[str, str]:
-    """("c" | "python", why) for one torch run. ``wanted="python"`` forces the reference model;
-    ``"c"`` asks for the compiled core and still gets Python, with the reason, where it cannot run."""
+def choose_core(conf: TorchConf, capacity: int | dict[int, int] | None, wanted: str = "auto") -> tuple[str, str]:
+    """("c" | "python", why) for one torch run (``capacity``: bytes, per device or for all, or None).
+    ``wanted="python"`` forces the reference model; ``"c"`` asks for the compiled core and still gets
+    Python, with the reason, where it cannot run."""
     if wanted == "python":
         return "python", "asked for (--torch-core python)"
-    if conf.expandable_segments:
-        return "python", "expandable_segments is modelled by the Python core only"
-    if conf.garbage_collection_threshold > 0 and capacity is not None:
-        return "python", "garbage_collection_threshold is modelled by the Python core only"
+    caps = capacity.values() if isinstance(capacity, dict) else () if capacity is None else (capacity,)
+    if conf.expandable_segments and any(c > ES_CAPACITY_MAX for c in caps):
+        return "python", "expandable segments with a capacity past 2^50 bytes pass the compiled core's int64 addresses"
     if any(d > C_INT_MAX for d in conf.roundup_power2_divisions):
         return "python", "a roundup_power2_divisions entry is above the compiled core's int range"
     if _torchcore is None:
@@ -90,9 +98,12 @@ class CTorchAllocator:
         # limits past what any size reaches act as no limit (the same decisions), so they fit C's integers;
         # a max_split_size past 2^63 is NO_LIMIT too (release_available_cached_blocks reads it as int64)
         mss = conf.max_split_size if conf.max_split_size < 1 << 63 else NO_LIMIT
+        gc = gc_threshold_bytes(conf, capacity)
         self.core = _torchcore.Core(mss, min(conf.max_non_split_rounding_size, 1 << 62),
                                     list(conf.roundup_power2_divisions), None if capacity is None else min(capacity, 1 << 62),
-                                    (va or AddressSpace()).next)
+                                    (va or AddressSpace()).next,
+                                    expandable_memory=(capacity or DEFAULT_DEVICE_MEMORY) if conf.expandable_segments else 0,
+                                    gc_threshold=None if gc is None else min(gc, 1 << 62))
         self.rec = rec
         rec.cores.append(self.core)
 

@@ -109,8 +109,8 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
                 "nothing to validate against"}
     inferred = capacity is None
     cap = capacity if capacity is not None else recorded_peaks(with_rel, seed)
-    # one core for both runs, chosen with the capacity the run without releases has (given or inferred), so
-    # garbage_collection_threshold, active with a capacity, runs on the core that models it
+    # one core for both runs, chosen with the capacity the run without releases has (given or inferred): the
+    # core must cover that run too (expandable segments past a 2^50-byte capacity run in Python)
     core = choose_core(conf, cap, torch_core)[0]
     _, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
