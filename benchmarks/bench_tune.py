@@ -4,7 +4,8 @@ One default replay is `veotrace simulate LOG --policy torch` (PyTorch's defaults
 runs today, read, pairing and fragmentation windows included); `tune` reads and decodes the trace once,
 runs every candidate of the default grid through the torch model, counters only, and stops each one
 as soon as it can no longer win. Printed: both wall times, their ratio (issue 27: at most 10x on 2
-cores), the candidates evaluated and pruned, and `--jobs 2`.
+cores), the candidates evaluated and pruned; then `--jobs 2`, `--exhaustive` (no pruning) and a
+capacity of the defaults' own peak (72 candidates: the GC threshold joins the grid).
 
 The log is the seeded training-loop log of bench_simulate (every free pairs with its alloc), of about
 --events rows (one request each: an alloc or a free).
@@ -46,11 +47,12 @@ def main() -> None:
     one, sim = run(["simulate", str(log), "--policy", "torch", "--conf", ""])
     print(f"log {log.name}: {sim['params']['requests']:,} requests")
     print(f"one default replay (simulate --policy torch): {one:.1f} s, core {sim['params'].get('torch_core')}")
-    for jobs in (1, 2):
-        t, out = run(["tune", str(log), "--jobs", str(jobs)])
+    peak = sim["policies"][0]["peak_reserved_bytes"]
+    for extra in (["--jobs", "1"], ["--jobs", "2"], ["--exhaustive"], ["--capacity", str(peak)]):
+        t, out = run(["tune", str(log), *extra])
         p = out["params"]
         cores = {c["core"] for c in out["candidates"]}
-        print(f"tune --jobs {jobs}: {t:.1f} s = {t / one:.2f}x one default replay; {p['candidates']} candidates, "
+        print(f"tune {' '.join(extra)}: {t:.1f} s = {t / one:.2f}x one default replay; {p['candidates']} candidates, "
               f"{p['evaluated']} run to the end, {p['pruned']} pruned; cores {sorted(cores)}; "
               f"recommended {out['recommendation'].get('export')}")
 
