@@ -117,6 +117,16 @@ def test_formats_and_banks_alone():
         assert r.exit_code == 0
 
 
+def test_diagnose_over_every_real_file_at_once():
+    """diagnose plans and runs every analysis each real file feeds, and refuses none of them with a traceback."""
+    if not REAL:
+        pytest.skip(REAL_SKIP.format(name="(any)", folder=REAL_TRACES))
+    r = run_cli("diagnose", REAL_TRACES, "-f", "json")
+    _clean(r, ("diagnose", REAL_TRACES))
+    out = json.loads(r.stdout)
+    assert r.exit_code == 0 and out["findings"] and all(a["status"] == "ran" for a in out["analyses"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=[str(p.relative_to(SAMPLES)) for p in SAMPLE_FILES])
 def test_report_on_each_sample(path, tmp_path):
@@ -127,7 +137,7 @@ def test_report_on_each_sample(path, tmp_path):
 
 def test_every_registry_command_is_exercised_here():
     """A command added to the registry must be run by this file (or by test_report_real.py for report)."""
-    covered = {*FILE_COMMANDS, "convert", "correlate", "info", "gate", "banks", "formats", "report"}
+    covered = {*FILE_COMMANDS, "convert", "correlate", "info", "gate", "banks", "formats", "report", "diagnose"}
     assert {e.command for e in registry.commands()} <= covered
 
 

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schemas",),
     ("synth",),
     ("sources",),
-    ("analysis", "attribution"),
+    ("analysis", "attribution", "findings"),
     ("frag", "allocators"),
     ("tuning",),
     ("engine",),

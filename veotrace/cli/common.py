@@ -25,6 +25,10 @@ class OutputFormat(str, enum.Enum):
     parquet = "parquet"
 
 
+#: The output formats, and markdown for a pull-request comment (commands whose result has ``markdown()``).
+ReportFormat = enum.Enum("ReportFormat", {**{f.name: f.value for f in OutputFormat}, "markdown": "markdown"}, type=str)
+
+
 class TimeUnit(str, enum.Enum):
     s = "s"
     ms = "ms"
@@ -231,8 +235,13 @@ def show(result: Any, fmt: OutputFormat, output: Path | None, *, rows: int = 40,
         err(line)
     if plot is not None:
         err(f"wrote {plot} ({result.plot(plot, plot_size):,} bytes)")
-    emit(fmt, output, as_json=result.to_dict, as_table=lambda: result.to_arrow(table),
-         render_terminal=lambda con: result.render(con, max_rows=rows), inputs=result.inputs)
+    if getattr(fmt, "value", fmt) == "markdown":  # a pull-request comment (ReportFormat): the result's markdown()
+        from veotrace import outputs
+
+        outputs.write_text(result.markdown(), output, inputs=result.inputs)
+    else:
+        emit(OutputFormat(getattr(fmt, "value", fmt)), output, as_json=result.to_dict, as_table=lambda: result.to_arrow(table),
+             render_terminal=lambda con: result.render(con, max_rows=rows), inputs=result.inputs)
     for line in result.closing:
         err(line)
     if result.exit_code:

@@ -1,7 +1,9 @@
 """Report layer: per analysis, run it on a job's files (``veotrace.runs``) and fill a section: headline, key table, params, figure.
 
 Each function here is the ``section`` of its registry entry (``veotrace.registry``); the headline is
-the run result's own (``RunResult.headline``), the same numbers a notebook shows first.
+the run result's own (``RunResult.headline``), the same numbers a notebook shows first. Each returns
+its run (``RunResult``), so ``diagnose`` runs an analysis exactly as the report does (``size`` None:
+no figure).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from veotrace.reporting.html import inline_svg
 
 
 def _figure(section, run: Any, size) -> None:
+    """The section's picture (none when ``size`` is None: the run only, as ``diagnose`` asks)."""
+    if size is None:
+        return
     from veotrace.plot import figure_bytes
 
     section.figure_svg = inline_svg(figure_bytes(run.command, run.value, "svg", size=size, **run.plot_data()),
@@ -27,7 +32,7 @@ def _table(section, title: str, columns: list[str], rows: list[list[Any]]) -> No
         section.table_note = f"first {MAX_ROWS} of {len(rows):,} rows; run the command above with --format csv for all"
 
 
-def entropy(job, section, reading, size) -> None:
+def entropy(job, section, reading, size):
     from veotrace.runs.entropy import entropy as run_entropy
 
     run = run_entropy(job.paths, **reading)
@@ -44,9 +49,10 @@ def entropy(job, section, reading, size) -> None:
         ["empty windows", s["empty_windows"]]])
     section.params = res.params
     _figure(section, run, size)
+    return run
 
 
-def bursts(job, section, reading, size) -> None:
+def bursts(job, section, reading, size):
     from veotrace.runs.bursts import bursts as run_bursts
 
     kernels = job.command == "bursts --events kernels"
@@ -63,9 +69,10 @@ def bursts(job, section, reading, size) -> None:
     section.params = run.value.params
     if run.value.bursts.num_rows:
         _figure(section, run, size)
+    return run
 
 
-def l2(job, section, reading, size) -> None:
+def l2(job, section, reading, size):
     from veotrace.runs.l2 import l2_breakpoints
 
     run = l2_breakpoints(job.paths, skip_bad_rows=reading["skip_bad_rows"], format_hint=reading["format_hint"])
@@ -76,9 +83,10 @@ def l2(job, section, reading, size) -> None:
     _table(section, "Breakpoints", ["kernel", "launch", "ncu ID", "mean before", "mean after", "jump", "z", "rules"], rows)
     section.params = _without_read(res.params)
     _figure(section, run, size)
+    return run
 
 
-def correlate(job, section, reading, size) -> None:
+def correlate(job, section, reading, size):
     from veotrace.runs.correlate import aligned_pairs
     from veotrace.runs.correlate import correlate as run_correlate
 
@@ -97,9 +105,10 @@ def correlate(job, section, reading, size) -> None:
     section.params = {"resamples": res.resamples, "seed": res.seed, "block_len": res.block_len, "max_lag": lag,
                       **{k: v for k, v in job.params.items() if k.endswith("_name")}}
     _figure(section, run, size)
+    return run
 
 
-def coherence(job, section, reading, size) -> None:
+def coherence(job, section, reading, size):
     from veotrace.runs.coherence import coherence as run_coherence
 
     run = run_coherence(job.paths[0])
@@ -112,9 +121,10 @@ def coherence(job, section, reading, size) -> None:
                       **{f"{s}_threshold": d["threshold"] for s, d in res.signs.items()},
                       "score_drop": res.signs["score_collapse"].get("drop_factor")}
     _figure(section, run, size)
+    return run
 
 
-def fragmentation(job, section, reading, size) -> None:
+def fragmentation(job, section, reading, size):
     from veotrace.runs.fragmentation import fragmentation as run_fragmentation
 
     run = run_fragmentation(job.paths, **reading)
@@ -130,9 +140,10 @@ def fragmentation(job, section, reading, size) -> None:
     section.params = {k: v for k, v in res.params.items() if v is not None}
     if res.windows.num_rows:
         _figure(section, run, size)
+    return run
 
 
-def simulate(job, section, reading, size) -> None:
+def simulate(job, section, reading, size):
     from veotrace.runs.simulate import simulate as run_simulate
 
     run = run_simulate(job.paths, policy=list(REPORT_POLICIES), **reading)
@@ -152,9 +163,10 @@ def simulate(job, section, reading, size) -> None:
                       "recorded releases followed": p["recorded_releases"], "unknown frees": p["counts"]["unknown_frees"]}
     section.command = job.cli + "".join(f" --policy {n}" for n in REPORT_POLICIES)
     _figure(section, run, size)
+    return run
 
 
-def tune(job, section, reading, size) -> None:
+def tune(job, section, reading, size):
     from veotrace.runs.tune import tune as run_tune
 
     run = run_tune(job.paths, **reading)
@@ -169,9 +181,10 @@ def tune(job, section, reading, size) -> None:
     section.params = {k: v for k, v in _without_read(res.params).items() if k not in ("counts", "grid")}
     section.command = job.cli
     _figure(section, run, size)
+    return run
 
 
-def sites(job, section, reading, size) -> None:
+def sites(job, section, reading, size):
     from veotrace.runs.sites import sites as run_sites
 
     run = run_sites(job.paths, format_hint=reading.get("format_hint"))
@@ -184,6 +197,7 @@ def sites(job, section, reading, size) -> None:
            ["device", "site", "strands", "alone", "segments", "blocks", "block bytes"], rows)
     section.params = res.params
     _figure(section, run, size)
+    return run
 
 
 def _without_read(params: dict) -> dict:

@@ -1,0 +1,101 @@
+"""`veotrace diagnose` (issue 31, first part): findings from every analysis on one time axis, ranked.
+
+A seeded scenario (synth.scenario: an alloc log whose entropy steps up at a known hour, an ncu export
+with planted L2 breaks, a frame table that loses coherence at a known frame): every planted event is
+found in the right place, a clean scenario gives nothing above low severity, a larger step ranks
+higher; the real constructorsun snapshot's findings carry the single-run commands' own numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import veotrace
+from tests.conftest import real_trace, run_cli
+from veotrace.synth.scenario import write_scenario
+
+
+def _findings(path, **kw) -> list[dict]:
+    return veotrace.diagnose(path, **kw).to_dict()["findings"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_planted_event_is_found_in_its_place(tmp_path, seed):
+    s = write_scenario(tmp_path / "run", seed=seed)
+    found = _findings(s.folder)
+    (ent,) = [f for f in found if f["kind"] == "entropy_trend"]
+    assert ent["axis"] == "time" and abs(ent["start"] - s.step_hour * 3600) <= 3600  # within one window
+    assert ent["evidence"]["slope_bits_per_hour"] > 0
+    breaks = {(f["evidence"]["kernel"], f["start"]) for f in found if f["kind"] == "l2_break"}
+    assert breaks == {(k, p) for k, ps in s.l2_breaks.items() for p in ps}
+    (coh,) = [f for f in found if f["kind"] == "coherence_onset"]
+    assert coh["axis"] == "frame" and coh["start"] == s.onset_frame
+
+
+def test_a_clean_scenario_gives_nothing_above_low_in_19_of_20_seeds(tmp_path):
+    noisy = 0
+    for seed in range(20):
+        s = write_scenario(tmp_path / f"clean{seed}", seed=seed, step_hour=None, l2_breaks=0, onset_frame=None)
+        if any(f["severity"] != "low" for f in _findings(s.folder)):
+            noisy += 1
+    assert noisy <= 1
+
+
+def test_the_ranking_follows_the_planted_sizes(tmp_path):
+    small = write_scenario(tmp_path / "small", seed=3, entropy_step_bits=0.2, l2_breaks=0, onset_frame=None)
+    large = write_scenario(tmp_path / "large", seed=3, entropy_step_bits=0.6, l2_breaks=0, onset_frame=None)
+    s, lg = _findings(small.folder), _findings(large.folder)
+    assert s[0]["kind"] == lg[0]["kind"] == "entropy_trend" and lg[0]["score"] > s[0]["score"]
+    # ranked: scores never rise down the list
+    both = _findings(write_scenario(tmp_path / "both", seed=3).folder)
+    assert [f["score"] for f in both] == sorted((f["score"] for f in both), reverse=True)
+
+
+def test_align_puts_the_frames_on_the_time_axis_and_links_by_time_only(tmp_path):
+    s = write_scenario(tmp_path / "run", seed=0, l2_breaks=0)
+    out = veotrace.diagnose(s.folder, align=["frames.csv=101h"], frame_period="1h").to_dict()
+    (coh,) = [f for f in out["findings"] if f["kind"] == "coherence_onset"]
+    assert coh["axis"] == "time" and coh["start"] == pytest.approx((101 + s.onset_frame) * 3600)
+    (ent,) = [f for f in out["findings"] if f["kind"] == "entropy_trend"]
+    assert any(link.endswith(coh["title"]) and " before: " in link for link in ent["links"])
+    assert all("cause" not in link for f in out["findings"] for link in f["links"])
+    frames = next(x for x in out["sources"] if x["name"].endswith("frames.csv"))
+    assert frames["offset_s"] == 101 * 3600
+
+
+def test_fail_on_markdown_and_bad_options(tmp_path):
+    s = write_scenario(tmp_path / "run", seed=0)
+    r = run_cli("diagnose", s.folder, "--fail-on", "high")
+    assert r.exit_code == 3 and "--fail-on" in r.stderr
+    assert run_cli("diagnose", write_scenario(tmp_path / "clean", seed=0, step_hour=None, l2_breaks=0,
+                                               onset_frame=None).folder, "--fail-on", "medium").exit_code == 0
+    md = run_cli("diagnose", s.folder, "-f", "markdown").stdout
+    assert md.startswith("### veotrace diagnose") and "| 1 | high | frame 17 |" in md
+    table = run_cli("diagnose", s.folder, "-f", "csv").stdout
+    assert table.splitlines()[0].replace('"', "").startswith("rank,kind,severity,score")
+    for args, text in ((["--fail-on", "bad"], "--fail-on must be one of"), (["--align", "nothing.csv=1s"], "not one of the inputs"),
+                       (["--align", "frames.csv"], "expected SOURCE=OFFSET")):
+        r = run_cli("diagnose", s.folder, *args)
+        assert r.exit_code == 2 and r.stderr.count("Error:") == 1 and text in r.stderr
+
+
+def test_real_findings_carry_the_single_commands_numbers():
+    """constructorsun: its recorded OOM (simulate's), the site pinning the most free space (sites'),
+    the cached-but-free bytes at each peak (sites'), the setting tune recommends (tune's)."""
+    path = real_trace("constructorsun_memory_snapshot.pickle")
+    found = _findings(path)
+    sim = json.loads(run_cli("simulate", path, "-p", "torch", "-f", "json").stdout)
+    sites = json.loads(run_cli("sites", path, "-f", "json").stdout)
+    tune = json.loads(run_cli("tune", path, "-f", "json").stdout)
+    (oom,) = [f for f in found if f["kind"] == "recorded_oom"]
+    (want,) = sim["params"]["recorded_ooms"]
+    assert oom["severity"] == "high" and oom["evidence"]["request_bytes"] == want["request_bytes"]
+    pins = {f["evidence"]["device"]: f["evidence"] for f in found if f["kind"] == "pinning_site"}
+    for d, ev in pins.items():
+        top = sites["devices"][d]["pinning"]["sites"][0]
+        assert (ev["site"], ev["stranded_bytes"]) == (top["site"], top["stranded_bytes"])
+    cached = {f["evidence"]["device"]: f["evidence"]["cached_free_bytes"] for f in found if f["kind"] == "cached_free_at_peak"}
+    assert cached and all(v == sites["devices"][d]["peaks"]["reserved"]["cached_free_bytes"] for d, v in cached.items())
+    setting = [f for f in found if f["kind"] == "allocator_setting"]
+    assert all(f["evidence"]["conf"] == tune["recommendation"]["conf"] for f in setting)

@@ -1,0 +1,55 @@
+"""Terminal and markdown views of a diagnose result: the ranked findings, one line each with its time."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from veotrace.findings.model import fmt_at
+from veotrace.render.console import rows_table
+
+_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
+
+
+def render_findings(console: Console, result, *, max_rows: int) -> None:
+    """Draw ``result`` (a DiagnoseResult) on ``console``."""
+    f = result.findings
+    counts = ", ".join(f"{sum(x.severity == s for x in f)} {s}" for s in ("high", "medium", "low"))
+    console.print(f"[bold]Findings[/] ({counts}; ranked by impact x confidence)", highlight=False)
+    rows = [{"n": i + 1, "sev": x.severity, "at": fmt_at(x.axis, x.start), "title": x.title, "score": f"{x.score:.2f}",
+             "src": x.source} for i, x in enumerate(f)]
+    table, footer = rows_table("", rows, [("n", "#"), ("sev", "severity"), ("at", "at"), ("title", "finding"),
+                                          ("score", "score"), ("src", "source")],
+                               max_rows=max_rows, how_to_get_all="use --rows 0, or --format json")
+    console.print(table)
+    if footer:
+        console.print(footer)
+    for x in f[: min(5, len(f))]:
+        if x.links:
+            console.print(f"[dim]{x.title}:[/] " + "; ".join(x.links), highlight=False)
+        if x.suggestion:
+            console.print(f"  [dim]what to try:[/] {x.suggestion}  [dim]({x.command})[/]", highlight=False)
+    for s in result.sources:
+        if s.get("mapping") != "the shared clock":
+            console.print(f"[dim]clock:[/] {s['name']}: {s.get('mapping')}", highlight=False)
+    for a in result.analyses:
+        if a["status"] != "ran":
+            console.print(f"[yellow]not run:[/] {a['command']}: {a['why']}", highlight=False)
+    for note in result.notes:
+        console.print(f"[dim]note:[/] {note}", highlight=False)
+
+
+def findings_markdown(result) -> str:
+    """The findings as a pull-request comment: a table of the ranked findings, then what to try."""
+    lines = ["### veotrace diagnose", ""]
+    if not result.findings:
+        lines.append("No findings.")
+        return "\n".join(lines) + "\n"
+    lines += ["| # | severity | at | finding | source |", "|---|---|---|---|---|"]
+    for i, x in enumerate(result.findings, 1):
+        title = x.title.replace("|", "\\|")
+        lines.append(f"| {i} | {x.severity} | {fmt_at(x.axis, x.start)} | {title} | `{x.source}` |")
+    lines.append("")
+    for x in result.findings:
+        if x.suggestion and x.severity != "low":  # low ones are in the table; their advice would drown the rest
+            lines.append(f"- **{x.title}**: {x.suggestion} (`{x.command}`)")
+    return "\n".join(lines) + "\n"
