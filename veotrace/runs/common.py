@@ -143,11 +143,10 @@ def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progr
     import numpy as np
     import pyarrow as pa
 
-    from veotrace.attribution.rows import row_keys
+    from veotrace.attribution.rows import snapshot_row_keys
     from veotrace.errors import UsageError
     from veotrace.sources import iter_alloc_events, resolve_inputs
     from veotrace.sources.snapshots.converted import converted_snapshot
-    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     path = inputs[0][0] if len(inputs) == 1 else None
@@ -156,7 +155,7 @@ def keyed_read(paths: list[Path], by: str, *, options, report, columns, on_progr
         col = converted.read_keys().column(by).combine_chunks()
         keys, names = col.indices.to_numpy().astype(np.int64), dict(enumerate(col.dictionary.to_pylist()))
     elif path is not None and inputs[0][1].name == "torch-snapshot":
-        keys, names = row_keys(load_snapshot(path), by, rule)
+        keys, names = snapshot_row_keys(path, by, rule)
     elif all(fmt.name in ("alloc-csv", "alloc-jsonl", "parquet") for _, fmt in inputs):
         return _tagged_read(paths, by, options=options, report=report, columns=columns, on_progress=on_progress)
     else:

@@ -99,13 +99,11 @@ def _keys(snapshot: Path):
     import numpy as np
     import pyarrow as pa
 
-    from veotrace.attribution.rows import KEYED, row_keys
-    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+    from veotrace.attribution.rows import KEYED, snapshot_row_keys
 
-    snap = load_snapshot(snapshot)
     cols = {"seq": None}
     for by in KEYED:
-        keys, names = row_keys(snap, by)
+        keys, names = snapshot_row_keys(snapshot, by)
         texts = pa.array([names[k] for k in range(len(names))], pa.string())
         cols[by] = pa.DictionaryArray.from_arrays(pa.array(keys.astype(np.int32)), texts)
         cols["seq"] = pa.array(np.arange(keys.size, dtype=np.int64))

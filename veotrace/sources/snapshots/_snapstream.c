@@ -227,9 +227,9 @@ static int32_t new_stack(Decoder *d, PyObject *frames)
 static int32_t intern_stack(Decoder *d, PyObject *frames)
 {
     if (!frames || frames == Py_None) return -1;
-    if (!PyList_CheckExact(frames)) return -1; /* not a list of frames: no stack, as attribution counts it */
-    Py_ssize_t n = PyList_GET_SIZE(frames);
-    PyObject **items = ((PyListObject *)frames)->ob_item;
+    if (!PyList_CheckExact(frames) && !PyTuple_CheckExact(frames)) return -1; /* not a stack, as attribution counts it */
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(frames);
+    PyObject **items = PySequence_Fast_ITEMS(frames);
     int held = 1;
     for (Py_ssize_t i = 0; i < n && held; i++) held = Py_REFCNT(items[i]) > 1;
     if (held) { /* every frame dict is kept by the memo: its address names it for the whole read */
@@ -239,8 +239,8 @@ static int32_t intern_stack(Decoder *d, PyObject *frames)
         while (d->ident_hash[j]) {
             if (d->ident_hash[j] == h) {
                 PyObject *seen = PyList_GET_ITEM(d->stack_list, d->ident_id[j]);
-                if (PyList_GET_SIZE(seen) == n
-                    && !memcmp(((PyListObject *)seen)->ob_item, items, (size_t)n * sizeof(PyObject *)))
+                if (PySequence_Fast_GET_SIZE(seen) == n
+                    && !memcmp(PySequence_Fast_ITEMS(seen), items, (size_t)n * sizeof(PyObject *)))
                     return d->ident_id[j];
             }
             j = (j + 1) & (d->ident_cap - 1);

@@ -64,18 +64,18 @@ def info(path: Path) -> ts.Snapshot:
     return summary(path)[0]
 
 
-def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterator[pa.RecordBatch]:
-    """The entries as ``ALLOC_EVENTS`` batches (``columns`` of them), in the whole read's order.
-
-    Raises:
-        TraceFormatError: refused by pass 1 (before any batch), an entry refused (the whole read's message),
-            no trace entries, or the file cut short (after the entries before the cut, unless ``skip_bad_rows``:
-            then a counted warning in ``report``).
-    """
+def _spilled(path: Path) -> tuple[ts.Snapshot, stream.Decoded, stream.Spill]:
+    """Both passes over ``path`` with the entries' columns in a spill file, kept for the next read of the same
+    file (``row_columns`` after ``alloc_events``: convert's sites and phases). Refused before any row when pass 1
+    refuses the file."""
+    key = _key(path)
+    if _SPILL.get("key") == key:
+        return _SPILL["value"]
     first = stream.scan(path)
     spill = stream.Spill()
     try:
         decoded = stream.decode(path, first, spill.write)
+        spill.finish()
     except BaseException:
         spill.close()
         raise
@@ -85,22 +85,41 @@ def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterato
         segments = decoded.top if isinstance(decoded.top, list) else []
         snap = ts.Snapshot(segments, [[] for _ in range(decoded.devices)], "", decoded.has_time, None, 0,
                            decoded.time_back, decoded.first_back)
+    if _SPILL.get("value") is not None:
+        _SPILL["value"][2].close()
+    _SPILL.update(key=key, value=(snap, decoded, spill))
+    return snap, decoded, spill
+
+
+_SPILL: dict = {}
+
+
+def _rows(snap: ts.Snapshot, decoded: stream.Decoded, spill: stream.Spill) -> Iterator[pa.RecordBatch]:
+    """The spilled rows in the whole read's order: file order, or merged by time as ``events_table`` merges
+    whenever there are several device lists (unless one device's rows, in time order already, are all)."""
+    merge = snap.has_time and decoded.devices > 1 and not (
+        decoded.devices_with_rows == 1 and decoded.time_back == 0 and decoded.untimed_rows == 0)
+    return _merged(spill.batches()) if merge else spill.batches()
+
+
+def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterator[pa.RecordBatch]:
+    """The entries as ``ALLOC_EVENTS`` batches (``columns`` of them), in the whole read's order.
+
+    Raises:
+        TraceFormatError: refused by pass 1 (before any batch), an entry refused (the whole read's message),
+            no trace entries, or the file cut short (after the entries before the cut, unless ``skip_bad_rows``:
+            then a counted warning in ``report``).
+    """
+    snap, decoded, spill = _spilled(path)
     if not decoded.rows:
-        spill.close()
         if decoded.cut is not None:
             raise decoded.cut
         raise ts.no_trace_events(path, len(snap.segments), sum(len(s.get("blocks", ())) for s in snap.segments))
     if report is not None:
         report.warnings.extend(ts.time_warnings(path, snap))
     actions = pa.array([str(a) for a in decoded.actions], pa.string())
-    # events_table sorts whenever there are several device lists; one device's rows in time order already are
-    merge = snap.has_time and decoded.devices > 1 and not (
-        decoded.devices_with_rows == 1 and decoded.time_back == 0 and decoded.untimed_rows == 0)
-    batches = spill.batches()
-    if merge:
-        batches = _merged(batches)
     seq = 0
-    for raw in batches:
+    for raw in _rows(snap, decoded, spill):
         n = raw.num_rows
         table = pa.table({
             "ts_ns": pc.multiply(raw.column("time_us"), 1000),
@@ -122,6 +141,22 @@ def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterato
             raise decoded.cut
         if report is not None:
             report.skip_row(path, None, decoded.cut.message)
+
+
+def row_columns(path: Path) -> tuple[ts.Snapshot, list, dict[str, np.ndarray]]:
+    """For ``--by site|phase`` on a streamed snapshot: the snapshot (no entries), each stack id's frames, and
+    per row in file order (device-major) its ``device``, ``time_us`` (``time_valid``) and ``stack`` (-1: no
+    frames list); ``merge``: whether the rows are then merged by time (see ``_rows``)."""
+    snap, decoded, spill = _spilled(path)
+    if decoded.cut is not None:
+        raise decoded.cut
+    table = pa.Table.from_batches(list(spill.batches()), schema=stream._RAW)
+    cols = {"device": table.column("device").to_numpy(),
+            "time_valid": table.column("time_us").is_valid().to_numpy(zero_copy_only=False),
+            "time_us": table.column("time_us").fill_null(0).to_numpy(),
+            "stack": table.column("stack").to_numpy()}
+    cols["merge"] = np.array(snap.has_time and decoded.devices > 1)
+    return snap, decoded.stacks, cols
 
 
 def _merged(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

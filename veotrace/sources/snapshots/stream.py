@@ -272,24 +272,22 @@ def raw_batch(cols: dict) -> pa.RecordBatch:
 
 
 class Spill:
-    """The decoded columns in an anonymous temporary Arrow stream file, read back in order once."""
+    """The decoded columns in an anonymous temporary Arrow stream file, read back (in order) as often as needed."""
 
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="veotrace-snapshot-")
-        self._sink = pa.PythonFile(self._file, mode="w")
-        self._writer = pa.ipc.new_stream(self._sink, _RAW)
+        self._writer = pa.ipc.new_stream(pa.PythonFile(self._file, mode="w"), _RAW)
 
     def write(self, cols: dict) -> None:
         self._writer.write_batch(raw_batch(cols))
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def finish(self) -> None:
         self._writer.close()
         self._file.flush()
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
         self._file.seek(0)
-        try:
-            yield from pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
-        finally:
-            self._file.close()
+        yield from pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
 
     def close(self) -> None:
         self._file.close()
