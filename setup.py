@@ -16,7 +16,7 @@ setup(ext_modules=[Extension("veotrace.sources.logs._csvscan", ["veotrace/source
                              extra_compile_args=["-O2"], optional=True),
                    # The streaming snapshot decoder (snapshots/stream.py); without it snapshots are read whole.
                    Extension("veotrace.sources.snapshots._snapstream", ["veotrace/sources/snapshots/_snapstream.c"],
-                             extra_compile_args=["-O2"], optional=True),
+                             extra_compile_args=["-O3"], optional=True),
                    # Entropy's class x window count in one pass (analysis.entropy_series); without it numpy does the same.
                    Extension("veotrace.analysis.entropy._wincount", ["veotrace/analysis/entropy/_wincount.c"],
                              extra_compile_args=["-O3"], optional=True),

@@ -28,11 +28,14 @@ static uint64_t le(const unsigned char *p, int n)
     return x;
 }
 
-enum { T_OBJ, T_INT, T_UINT, T_ENTRY };
+/* T_BORROWED: an object the memo holds (pushed by GET without a reference of its own); T_FRAMES: an
+ * entry's frames list, kept as pointers in `fptr` (no list is built unless the stack is new). */
+enum { T_OBJ, T_INT, T_UINT, T_ENTRY, T_BORROWED, T_FRAMES };
+#define IS_OBJ(v) ((v)->tag == T_OBJ || (v)->tag == T_BORROWED)
 enum { R_NONE, R_ROOT, R_OUTER, R_INNER };
 
 typedef struct {
-    PyObject *o; /* T_OBJ: owned */
+    PyObject *o; /* T_OBJ: owned; T_BORROWED: the memo's */
     int64_t i;   /* T_INT value, T_UINT bits, T_ENTRY pool index, R_INNER: entries sunk */
     uint8_t tag, role;
     int32_t dev; /* R_INNER: device ordinal */
@@ -50,6 +53,8 @@ typedef struct {
     uint8_t set[NKEYS]; /* 0 absent, 1 valid int, 2 None, 3 other */
     uint8_t uaddr;      /* addr >= 2**63 */
     uint8_t shared;     /* the memo keeps it: never sunk */
+    uint8_t has_fr;     /* frames given as fptr[fstart:fstart+flen] */
+    Py_ssize_t fstart, flen;
 } Entry;
 
 typedef struct {
@@ -93,6 +98,8 @@ typedef struct {
     PyObject *stack_list;        /* list: each id's frames list */
     /* identity table of stacks: open addressing on a hash of the frame dicts' addresses */
     int64_t *ident_hash; int32_t *ident_id; Py_ssize_t ident_cap, ident_n;
+    PyObject **fptr; uint8_t *fown; Py_ssize_t fn, fcap; /* frames of the entries on the stack; fown: owned */
+    PyObject *graveyard; /* objects a PUT replaced in the memo while GETs may still lend them */
     PyObject *result, *odd;
     int64_t odd_dev, odd_index;
     int has_time, has_meta, stopped;
@@ -118,7 +125,7 @@ static PyObject *int_obj(const Val *v)
  * entry (never built as an object: the caller says why). */
 static PyObject *materialize(Val *v)
 {
-    if (v->tag == T_OBJ) { Py_INCREF(v->o); return v->o; }
+    if (IS_OBJ(v)) { Py_INCREF(v->o); return v->o; }
     if (v->tag == T_INT || v->tag == T_UINT) return int_obj(v);
     return NULL;
 }
@@ -162,6 +169,9 @@ static int new_inner(Decoder *d)
     return m >= 1 && m <= d->n && d->st[m - 1].role == R_OUTER && (m == d->n || d->st[d->n - 1].role == R_INNER);
 }
 
+/* A list created now is an entry's frames: its key is on top, in the entry's SETITEMS run. */
+static int new_frames(Decoder *d);
+
 static int new_entry(Decoder *d)
 {
     Py_ssize_t m = top_mark(d);
@@ -186,10 +196,18 @@ static int outer_here(Decoder *d)
 {
     if (d->n < 2) return 0;
     Val *k = &d->st[d->n - 1];
-    if (k->tag != T_OBJ || !PyUnicode_CheckExact(k->o) || PyUnicode_Compare(k->o, DEVICE_TRACES) != 0) return 0;
+    if (!IS_OBJ(k) || !PyUnicode_CheckExact(k->o) || PyUnicode_Compare(k->o, DEVICE_TRACES) != 0) return 0;
     Py_ssize_t m = top_mark(d);
     if (m == 1 && d->st[0].role == R_ROOT && (d->n - 1 - m) % 2 == 0) return 1;
     return d->n == 2 && d->st[0].role == R_ROOT && m < 1;
+}
+
+static int new_frames(Decoder *d)
+{
+    Py_ssize_t m = top_mark(d);
+    if (m < 1 || m > d->n || d->st[m - 1].tag != T_ENTRY || (d->n - m) % 2 != 1) return 0;
+    Val *k = &d->st[d->n - 1];
+    return IS_OBJ(k) && is_key(d, k->o, K_FRAMES);
 }
 
 static int64_t hash_ptrs(PyObject **items, Py_ssize_t n)
@@ -216,14 +234,50 @@ static int ident_grow(Decoder *d)
     return 0;
 }
 
-static int32_t new_stack(Decoder *d, PyObject *frames)
+static int32_t intern_items(Decoder *d, PyObject **items, Py_ssize_t n, int held, PyObject *list);
+
+static int32_t new_stack(Decoder *d, PyObject **items, Py_ssize_t n, PyObject *list)
 {
     int32_t id = (int32_t)PyList_GET_SIZE(d->stack_list);
-    if (PyList_Append(d->stack_list, frames) < 0) return -2;
-    return id;
+    PyObject *frames = list;
+    if (frames && !PyList_CheckExact(frames)) frames = NULL;
+    if (frames) Py_INCREF(frames);
+    else {
+        frames = PyList_New(n);
+        if (!frames) return -2;
+        for (Py_ssize_t i = 0; i < n; i++) { Py_INCREF(items[i]); PyList_SET_ITEM(frames, i, items[i]); }
+    }
+    int r = PyList_Append(d->stack_list, frames);
+    Py_DECREF(frames);
+    return r < 0 ? -2 : id;
 }
 
-/* The stack id of an entry's frames (-1: none, -2: error). */
+/* Whether every frame of the entry is one the memo keeps (pushed by GET, not owned). */
+static int frames_held(Decoder *d, Entry *e)
+{
+    for (Py_ssize_t i = 0; i < e->flen; i++) if (d->fown[e->fstart + i]) return 0;
+    return 1;
+}
+
+static int frames_add(Decoder *d, Val *v)
+{
+    if (d->fn == d->fcap) {
+        Py_ssize_t cap = d->fcap ? d->fcap * 2 : 4096;
+        PyObject **p = PyMem_Realloc(d->fptr, (size_t)cap * sizeof(PyObject *));
+        if (!p) { PyErr_NoMemory(); return -1; }
+        d->fptr = p;
+        uint8_t *o = PyMem_Realloc(d->fown, (size_t)cap);
+        if (!o) { PyErr_NoMemory(); return -1; }
+        d->fown = o; d->fcap = cap;
+    }
+    if (v->tag == T_BORROWED) { d->fptr[d->fn] = v->o; d->fown[d->fn++] = 0; return 0; }
+    PyObject *o = materialize(v);
+    if (!o) return PyErr_Occurred() ? -1 : -10;
+    d->fptr[d->fn] = o; d->fown[d->fn++] = 1;
+    return 0;
+}
+
+/* An entry's frames given as an object (a list shared by the memo, or None, or not a list). */
 static int32_t intern_stack(Decoder *d, PyObject *frames)
 {
     if (!frames || frames == Py_None) return -1;
@@ -232,6 +286,11 @@ static int32_t intern_stack(Decoder *d, PyObject *frames)
     PyObject **items = PySequence_Fast_ITEMS(frames);
     int held = 1;
     for (Py_ssize_t i = 0; i < n && held; i++) held = Py_REFCNT(items[i]) > 1;
+    return intern_items(d, items, n, held, frames);
+}
+
+static int32_t intern_items(Decoder *d, PyObject **items, Py_ssize_t n, int held, PyObject *list)
+{
     if (held) { /* every frame dict is kept by the memo: its address names it for the whole read */
         if (d->ident_n * 2 >= d->ident_cap && ident_grow(d) < 0) return -2;
         int64_t h = hash_ptrs(items, n);
@@ -245,7 +304,7 @@ static int32_t intern_stack(Decoder *d, PyObject *frames)
             }
             j = (j + 1) & (d->ident_cap - 1);
         }
-        int32_t id = new_stack(d, frames);
+        int32_t id = new_stack(d, items, n, list);
         if (id < 0) return id;
         d->ident_hash[j] = h; d->ident_id[j] = id; d->ident_n++;
         return id;
@@ -268,9 +327,9 @@ static int32_t intern_stack(Decoder *d, PyObject *frames)
     PyObject *found = PyDict_GetItemWithError(d->stacks_by_content, key);
     if (found) { Py_DECREF(key); return (int32_t)PyLong_AsLong(found); }
     if (PyErr_Occurred()) { /* an unhashable frame: no stack id of its own */
-        PyErr_Clear(); Py_DECREF(key); return new_stack(d, frames);
+        PyErr_Clear(); Py_DECREF(key); return new_stack(d, items, n, list);
     }
-    int32_t id = new_stack(d, frames);
+    int32_t id = new_stack(d, items, n, list);
     if (id >= 0) {
         PyObject *o = PyLong_FromLong(id);
         if (!o || PyDict_SetItem(d->stacks_by_content, key, o) < 0) { Py_XDECREF(o); Py_DECREF(key); return -2; }
@@ -298,13 +357,24 @@ static int memo_put(Decoder *d, uint64_t n)
     if (slot < 0) return 0; /* never read again: not kept */
     Val *t = &d->st[d->n - 1];
     if (t->tag == T_ENTRY) { d->pool[t->i].shared = 1; return 0; }
-    if (t->tag != T_OBJ) { /* an int read again later: made an object once, here */
+    if (t->tag == T_FRAMES) { /* a frames list read again later: built as a list after all */
+        if (d->fn != t->i) return -10;
+        PyObject *l = PyList_New(0);
+        if (!l) return -1;
+        t->o = l; t->tag = T_OBJ;
+    }
+    if (!IS_OBJ(t)) { /* an int read again later: made an object once, here */
         PyObject *o = int_obj(t);
         if (!o) return -1;
         t->o = o; t->tag = T_OBJ;
     }
     Py_INCREF(t->o);
-    Py_XSETREF(d->memo[slot], t->o);
+    if (d->memo[slot]) { /* GETs may have lent the old object to the stack: it lives on */
+        int r = PyList_Append(d->graveyard, d->memo[slot]);
+        Py_DECREF(d->memo[slot]);
+        if (r < 0) return -1;
+    }
+    d->memo[slot] = t->o;
     return 0;
 }
 
@@ -315,8 +385,25 @@ static int memo_get(Decoder *d, uint64_t n)
         /* a GET of an entry dict the memo does not keep (sunk into columns) */
         return -10;
     }
-    Py_INCREF(d->memo[slot]);
-    return push_obj(d, d->memo[slot], R_NONE);
+    Val v = {d->memo[slot], 0, T_BORROWED, R_NONE, 0};
+    return push(d, v);
+}
+
+static int frames_add(Decoder *d, Val *v);
+
+/* Inside the MARK run of an entry's frames list: a GET's object goes to `fptr` straight away, not via the
+ * stack (APPENDS then finds no items above its mark). Most of a snapshot's opcodes are these GETs. */
+static inline int frames_open(Decoder *d)
+{
+    return d->mn && d->marks[d->mn - 1] == d->n && d->n && d->st[d->n - 1].tag == T_FRAMES;
+}
+
+static int frame_get(Decoder *d, uint64_t n)
+{
+    Py_ssize_t slot = memo_slot(d, n);
+    if (slot < 0 || !d->memo[slot]) return -10;
+    Val v = {d->memo[slot], 0, T_BORROWED, R_NONE, 0};
+    return frames_add(d, &v);
 }
 
 /* ---- entries ---- */
@@ -335,22 +422,23 @@ static int entry_bad(Entry *e, PyObject *key, Val *v)
 static int entry_set(Decoder *d, Entry *e, Val *kv, Val *v)
 {
     int r = 0, k;
-    if (kv->tag != T_OBJ) goto drop; /* an integer key: no field of a snapshot */
+    if (!IS_OBJ(kv)) goto drop; /* an integer key: no field of a snapshot */
     PyObject *key = kv->o;
     for (k = 0; k < NKEYS; k++) if (is_key(d, key, k)) break;
     if (k == NKEYS) goto drop;
     if (k == K_META) { d->has_meta = 1; goto drop; }
     if (k == K_TIME) d->has_time = 1;
     if (k == K_ACTION) {
-        if (v->tag == T_OBJ && PyUnicode_Check(v->o)) { Py_XSETREF(e->action, v->o); v->o = NULL; e->set[k] = 1; }
+        if (IS_OBJ(v) && PyUnicode_Check(v->o)) { Py_INCREF(v->o); Py_XSETREF(e->action, v->o); e->set[k] = 1; }
         else { e->set[k] = 3; r = entry_bad(e, key, v); }
         goto drop;
     }
     if (k == K_FRAMES) {
-        if (v->tag == T_OBJ) { Py_XSETREF(e->frames, v->o); v->o = NULL; }
+        if (v->tag == T_FRAMES) { e->has_fr = 1; e->fstart = v->i; e->flen = d->fn - v->i; Py_CLEAR(e->frames); }
+        else if (IS_OBJ(v)) { Py_INCREF(v->o); Py_XSETREF(e->frames, v->o); e->has_fr = 0; }
         goto drop;
     }
-    if (v->tag == T_OBJ && v->o == Py_None) { e->set[k] = 2; goto drop; }
+    if (IS_OBJ(v) && v->o == Py_None) { e->set[k] = 2; goto drop; }
     if (v->tag == T_INT || v->tag == T_UINT) {
         int ok = v->tag == T_INT ? v->i >= 0 && (k != K_TIME || v->i < TIME_US_MAX) : k == K_ADDR;
         if (k == K_DEVFREE) { e->set[k] = v->tag == T_INT ? 1 : 3; e->v[k] = v->i; goto drop; }
@@ -424,7 +512,9 @@ static int sink(Decoder *d, Val *inner, Val *item)
         if (!PyDict_GET_SIZE(e->bad)) Py_CLEAR(e->bad);
     }
     if (!e->action || e->bad || e->shared) return odd_item(d, item, dev, index);
-    int32_t dv = (int32_t)dev, act = action_id(d, e->action), stack = intern_stack(d, e->frames);
+    int32_t dv = (int32_t)dev, act = action_id(d, e->action);
+    int32_t stack = e->has_fr ? intern_items(d, d->fptr + e->fstart, e->flen, frames_held(d, e), NULL)
+                              : intern_stack(d, e->frames);
     if (act < 0 || stack == -2) return -1;
     uint8_t tv = e->set[K_TIME] == 1, av = e->set[K_ADDR] == 1 && !oom, sv = e->set[K_STREAM] == 1, fv = 0;
     int64_t size = e->set[K_SIZE] == 1 ? e->v[K_SIZE] : 0, free_bytes = 0;
@@ -449,6 +539,8 @@ static void pool_trim(Decoder *d)
         if (used) return;
         for (Py_ssize_t i = 0; i < d->pn; i++) entry_clear(&d->pool[i]);
         d->pn = 0;
+        for (Py_ssize_t i = 0; i < d->fn; i++) if (d->fown[i]) Py_DECREF(d->fptr[i]);
+        d->fn = 0;
     }
 }
 
@@ -476,15 +568,16 @@ static int fill(Decoder *d, Py_ssize_t base, int pairs)
         if ((d->n - base) % 2) return -10;
         for (i = base; i < d->n && !r; i += 2) {
             if (c->tag == T_ENTRY) { r = entry_set(d, &d->pool[c->i], &d->st[i], &d->st[i + 1]); continue; }
-            if (c->tag != T_OBJ || !PyDict_Check(c->o)) { r = -10; break; }
+            if (!IS_OBJ(c) || !PyDict_Check(c->o)) { r = -10; break; }
             PyObject *k = materialize(&d->st[i]), *v = k ? materialize(&d->st[i + 1]) : NULL;
             r = (!k || !v) ? (PyErr_Occurred() ? -1 : -10) : PyDict_SetItem(c->o, k, v);
             Py_XDECREF(k); Py_XDECREF(v);
         }
     } else {
         for (i = base; i < d->n && !r; i++) {
-            if (c->role == R_INNER && c->tag == T_OBJ) { r = sink(d, c, &d->st[i]); continue; }
-            if (c->tag != T_OBJ || !(PyList_Check(c->o) || PySet_Check(c->o))) { r = -10; break; }
+            if (c->role == R_INNER && IS_OBJ(c)) { r = sink(d, c, &d->st[i]); continue; }
+            if (c->tag == T_FRAMES) { r = frames_add(d, &d->st[i]); continue; }
+            if (!IS_OBJ(c) || !(PyList_Check(c->o) || PySet_Check(c->o))) { r = -10; break; }
             PyObject *v = materialize(&d->st[i]);
             r = !v ? (PyErr_Occurred() ? -1 : -10) : PyList_Check(c->o) ? PyList_Append(c->o, v) : PySet_Add(c->o, v);
             Py_XDECREF(v);
@@ -612,6 +705,7 @@ static int decode(Decoder *d, const unsigned char *buf, Py_ssize_t len, Py_ssize
             if (new_entry(d)) { CHECK(new_pool_entry(d)); break; }
             CHECK(push_obj(d, PyDict_New(), R_NONE)); break;
         case ']': {
+            if (new_frames(d)) { Val v = {NULL, d->fn, T_FRAMES, R_NONE, 0}; CHECK(push(d, v)); break; }
             int role = new_inner(d) ? R_INNER : outer_here(d) ? R_OUTER : R_NONE;
             CHECK(push_obj(d, PyList_New(0), role));
             if (role == R_INNER) d->st[d->n - 1].dev = (int32_t)d->devices++;
@@ -633,8 +727,8 @@ static int decode(Decoder *d, const unsigned char *buf, Py_ssize_t len, Py_ssize
         case 0x94: CHECK(memo_put(d, (uint64_t)d->memo_n)); break;
         case 'q': NEED(1); CHECK(memo_put(d, p[0])); p += 1; break;
         case 'r': NEED(4); CHECK(memo_put(d, le(p, 4))); p += 4; break;
-        case 'h': NEED(1); CHECK(memo_get(d, p[0])); p += 1; break;
-        case 'j': NEED(4); CHECK(memo_get(d, le(p, 4))); p += 4; break;
+        case 'h': NEED(1); CHECK(frames_open(d) ? frame_get(d, p[0]) : memo_get(d, p[0])); p += 1; break;
+        case 'j': NEED(4); CHECK(frames_open(d) ? frame_get(d, le(p, 4)) : memo_get(d, le(p, 4))); p += 4; break;
         default: r = -10; goto out; /* protocol 0 text, POP_MARK, DUP, ...: no snapshot writer uses them */
         }
     }
@@ -653,7 +747,7 @@ static int flush(Decoder *d, Py_ssize_t *count)
 {
     Py_ssize_t j = -1, i, stop = d->n;
     *count = 0;
-    for (i = d->n - 1; i >= 0; i--) if (d->st[i].role == R_INNER && d->st[i].tag == T_OBJ) { j = i; break; }
+    for (i = d->n - 1; i >= 0; i--) if (d->st[i].role == R_INNER && IS_OBJ(&d->st[i])) { j = i; break; }
     if (j < 0) return 0;
     for (i = 0; i < d->mn; i++) if (d->marks[i] > j + 1) { stop = d->marks[i] - 1; break; }
     for (i = j + 1; i < stop; i++) {
@@ -671,6 +765,9 @@ static void Decoder_dealloc(Decoder *d)
 {
     for (Py_ssize_t i = 0; i < d->n; i++) val_clear(&d->st[i]);
     for (Py_ssize_t i = 0; i < d->pn; i++) entry_clear(&d->pool[i]);
+    for (Py_ssize_t i = 0; i < d->fn; i++) if (d->fown[i]) Py_DECREF(d->fptr[i]);
+    PyMem_Free(d->fptr); PyMem_Free(d->fown);
+    Py_XDECREF(d->graveyard);
     PyMem_Free(d->st); PyMem_Free(d->marks); PyMem_Free(d->pool);
     if (d->memo) {
         Py_ssize_t kept = d->nwords ? (Py_ssize_t)d->rank[d->nwords - 1] + __builtin_popcountll(d->words[d->nwords - 1]) : 0;
@@ -705,8 +802,8 @@ static int Decoder_init(Decoder *d, PyObject *args, PyObject *kw)
     for (int c = 0; c < NCOLS; c++) d->cols[c].item = COL_ITEM[c];
     for (int k = 0; k < NKEYS; k++) if (!(d->keys[k] = PyUnicode_InternFromString(KEY_NAMES[k]))) return -1;
     d->actions = PyDict_New(); d->action_list = PyList_New(0);
-    d->stacks_by_content = PyDict_New(); d->stack_list = PyList_New(0);
-    if (!d->actions || !d->action_list || !d->stacks_by_content || !d->stack_list) return -1;
+    d->stacks_by_content = PyDict_New(); d->stack_list = PyList_New(0); d->graveyard = PyList_New(0);
+    if (!d->actions || !d->action_list || !d->stacks_by_content || !d->stack_list || !d->graveyard) return -1;
     return 0;
 }
 

@@ -96,13 +96,14 @@ def _chunks(path: Path) -> Iterator[bytes]:
         stream.close()
 
 
-def _fed(path: Path, step: Callable[[bytes, int, bool], tuple[int, bool]]) -> int:
+def _fed(path: Path, step: Callable[[bytes, int, bool], tuple[int, bool]], *, head: bool = False) -> int:
     """Feeds the file's chunks to ``step(data, base, final) -> (offset to resume from, done)``, keeping the
-    bytes of an opcode cut by a chunk's end for the next; returns the bytes read."""
+    bytes of an opcode cut by a chunk's end for the next; returns the bytes read. ``head``: refuse what cannot
+    be a snapshot from its first bytes first (``safe_pickle.pickle_head``)."""
     pending, base, total = b"", 0, 0
     chunks = _chunks(path)
     chunk = next(chunks, b"")
-    if chunk:
+    if chunk and head:
         safe_pickle.pickle_head(chunk[:HEAD_BYTES], path)
     while chunk:
         total += len(chunk)
@@ -135,7 +136,7 @@ def scan(path: Path) -> Pass1:
         out.update(end=at, stopped=bool(stopped))
         return at, True
 
-    size = _fed(path, step)
+    size = _fed(path, step, head=True)
     needed, count = scan_mod.stream_needed(state)
     return Pass1(needed, count, out["end"], out["stopped"], size)
 
