@@ -251,9 +251,11 @@ static long long scan(ScanState *s, const unsigned char *d, Py_ssize_t len, Py_s
     }
     op_at = p - d;
     if (!final) { *where = base + op_at; result = -8; goto out; }
+    s->stopped = 2; /* the data ends between opcodes, before STOP */
     goto done;
 more:
     if (!final) { *where = base + op_at; result = -8; goto out; }
+    s->stopped = 2; /* the data ends inside this opcode: cut short */
 done:
     *where = base + op_at;
     result = s->deepest;
@@ -348,7 +350,8 @@ static PyMethodDef methods[] = {
     {"stream_feed", py_stream_feed, METH_VARARGS,
      "stream_feed(state, data, base, final) -> (result, offset, stopped): depth's result over data (the file's "
      "bytes from offset base), or -8 with the offset of an opcode that runs past data's end when not final "
-     "(feed again from there with more bytes); stopped: the STOP opcode was seen."},
+     "(feed again from there with more bytes); stopped: 1 the STOP opcode was seen, 2 the data ended before it (cut "
+     "short), 0 the walk stopped at an opcode the unpickler fails at."},
     {"stream_needed", py_stream_needed, METH_VARARGS,
      "stream_needed(state) -> (bitset, memo_count): a bit per memo index that a GET reads."},
     {NULL, NULL, 0, NULL},

@@ -79,7 +79,9 @@ def scan_error(depth: int, offset: int, path: str | Path | None, window: bytes =
     streaming read, which passes the bytes from ``offset`` as ``window`` instead of the whole ``data``)."""
     hint = "Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()"
     if depth == -2:
-        return _refused(_named_at(data, offset) if data is not None else _named_in(window, offset), path)
+        if data is not None:
+            return _refused(_named_at(data, offset), path)
+        return _refused(_named_in(window), path, offset)
     if depth == -6:
         return TraceFormatError(f"the pickle is corrupt (a memo index far out of sequence at byte {offset})",
                                 path=path, hint="Re-copy the file, or dump the snapshot again")
@@ -94,9 +96,9 @@ def scan_error(depth: int, offset: int, path: str | Path | None, window: bytes =
         "snapshot nests about 6 deep, and unpickling this one could crash the interpreter", path=path, hint=hint)
 
 
-def _named_in(window: bytes, offset: int) -> str:
-    """What the opcode at the start of ``window`` (byte ``offset``) names, from its own bytes (GLOBAL and INST
-    carry it; STACK_GLOBAL's strings came before it, so it is named by its opcode and offset)."""
+def _named_in(window: bytes) -> str:
+    """What the opcode at the start of ``window`` names, from its own bytes (GLOBAL and INST carry it;
+    STACK_GLOBAL's strings came before it, so it is named by its opcode)."""
     import pickletools
 
     op = window[:1]
@@ -104,12 +106,13 @@ def _named_in(window: bytes, offset: int) -> str:
         parts = window[1:].split(b"\n")[:2]
         return ".".join(x.decode("latin-1") for x in parts)[:120]
     names = {o.code.encode("latin-1"): o.name for o in pickletools.opcodes}
-    return f"<{names.get(op, 'unknown')} opcode at byte {offset:,}>"
+    return f"<{names.get(op, 'unknown')} opcode>"
 
 
-def _refused(name: str, path: str | Path | None) -> TraceFormatError:
+def _refused(name: str, path: str | Path | None, offset: int | None = None) -> TraceFormatError:
+    at = "" if offset is None else f" at byte {offset:,}"
     return TraceFormatError(
-        f"refused to load a pickle that names the class or callable '{name}'; a memory snapshot "
+        f"refused to load a pickle that names the class or callable '{name}'{at}; a memory snapshot "
         "holds only plain data, and loading this one could run code",
         path=path,
         hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()",

@@ -57,6 +57,7 @@ class Pass1:
     end: int  # offset where the walk stopped: after STOP, or at the opcode the file is cut or corrupt at
     stopped: bool
     size: int  # decompressed bytes read
+    cut: bool = False  # the data ended before STOP (a partial copy), not at a corrupt opcode
 
 
 @dataclass
@@ -125,7 +126,7 @@ def scan(path: Path) -> Pass1:
     """Pass 1: refuse the file (``safe_pickle``'s errors, with the byte offset) or say what pass 2 needs."""
     scan_mod = safe_pickle._picklescan
     state = scan_mod.stream_new(MAX_NESTING, MAX_PICKLE_INT_BYTES)
-    out = {"end": 0, "stopped": False}
+    out = {"end": 0, "stopped": 0}
 
     def step(data: bytes, base: int, final: bool) -> tuple[int, bool]:
         result, at, stopped = scan_mod.stream_feed(state, data, base, final)
@@ -133,12 +134,12 @@ def scan(path: Path) -> Pass1:
             return at, False
         if result < 0:
             raise safe_pickle.scan_error(result, at, path, data[at - base:at - base + 512])
-        out.update(end=at, stopped=bool(stopped))
+        out.update(end=at, stopped=stopped)
         return at, True
 
     size = _fed(path, step, head=True)
     needed, count = scan_mod.stream_needed(state)
-    return Pass1(needed, count, out["end"], out["stopped"], size)
+    return Pass1(needed, count, out["end"], out["stopped"] == 1, size, cut=out["stopped"] == 2)
 
 
 def decode(path: Path, first: Pass1, on_rows: Callable[[dict], None] | None = None) -> Decoded:
@@ -158,20 +159,21 @@ def decode(path: Path, first: Pass1, on_rows: Callable[[dict], None] | None = No
     if status == -9:
         obj, d, i = dec.odd
         _refuse_entry(obj, d, i, path)
-    if status == -10:
+    if status == -10 and not (state["at"] == first.end and not first.stopped):
         raise TraceFormatError(f"byte {state['at']:,} holds an opcode that a memory snapshot never holds (or one of its "
                                "trace entries is referred to twice), which the streaming read does not take", path=path,
                                hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()")
     flags = dec.flags
     cut = None
-    if status != 1:  # cut short, or corrupt past the last opcode pass 1 could walk
+    if status != 1:  # cut short, or corrupt at the opcode pass 1 stopped at
         dec.flush()
         tracker.take(dec, on_rows)
-        where = "ends" if first.end >= first.size else "is corrupt"
-        cut = TraceFormatError(
-            f"the snapshot {where} at byte {first.end:,} of {first.size:,} (no pickle STOP); "
-            f"{tracker.rows:,} trace entr{'y' if tracker.rows == 1 else 'ies'} read before it",
-            path=path, hint="Re-copy the file (a partial download?), or --skip-bad-rows to use the entries read")
+        read = f"{tracker.rows:,} trace entr{'y' if tracker.rows == 1 else 'ies'} read before it"
+        what = (f"the snapshot is cut short: its {first.size:,} bytes end before the pickle's STOP (the last complete "
+                f"opcode ends at byte {first.end:,}); {read}" if first.cut else
+                f"the snapshot is corrupt at byte {first.end:,} (no pickle can go on from there); {read}")
+        cut = TraceFormatError(what, path=path,
+                               hint="Re-copy the file (a partial download?), or --skip-bad-rows to use the entries read")
     return Decoded(dec.result, flags["devices"], tracker.rows, flags["has_time"], flags["has_user_metadata"],
                    tracker.back, tracker.first_back, tracker.oom, dec.stacks, list(dec.actions), cut=cut,
                    devices_with_rows=len(tracker.per_device), untimed_rows=tracker.untimed)
