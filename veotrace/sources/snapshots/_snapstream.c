@@ -252,10 +252,12 @@ static int32_t new_stack(Decoder *d, PyObject **items, Py_ssize_t n, PyObject *l
     return r < 0 ? -2 : id;
 }
 
-/* Whether every frame of the entry is one the memo keeps (pushed by GET, not owned). */
+/* Whether the memo keeps every frame of the entry: pushed by GET, or built here and memoised (a frame's
+ * first sight, whose later sights are GETs of the same object). */
 static int frames_held(Decoder *d, Entry *e)
 {
-    for (Py_ssize_t i = 0; i < e->flen; i++) if (d->fown[e->fstart + i]) return 0;
+    for (Py_ssize_t i = 0; i < e->flen; i++)
+        if (d->fown[e->fstart + i] && Py_REFCNT(d->fptr[e->fstart + i]) < 2) return 0;
     return 1;
 }
 

@@ -38,7 +38,14 @@ def _key(path: Path) -> tuple:
 
 
 def _remember(path: Path, decoded: stream.Decoded) -> tuple[ts.Snapshot, stream.Decoded]:
-    segments, _traces = ts._checked_top(decoded.top, path)
+    segments, traces = ts._checked_top(decoded.top, path)
+    if any(traces):  # entries the decoder did not recognise as device_traces' (not the layout PyTorch writes)
+        from veotrace.errors import TraceFormatError
+        from veotrace.sources.limits import STREAM_ENV
+
+        raise TraceFormatError("its device_traces are not laid out as torch.cuda.memory._dump_snapshot() writes them, "
+                               "so the streaming read cannot take their entries", path=path,
+                               hint=f"Read it whole: {STREAM_ENV}= a size above the file's (within VEOTRACE_MAX_FILE_BYTES)")
     snap = ts._snapshot_of(decoded.top, segments, [[] for _ in range(decoded.devices)], decoded.has_time,
                            decoded.has_user_metadata, (decoded.time_back, decoded.first_back))
     if len(_CACHE) >= _CACHE_FILES:

@@ -9,7 +9,8 @@ callable, and here it always raises. ``REDUCE``/``BUILD``/``NEWOBJ`` need such a
 Before unpickling, the opcode stream is walked (``_picklescan``, or ``pickletools`` without the C
 build) to refuse containers nested deeper than ``limits.MAX_NESTING``: CPython's unpickler hashes
 a deeply nested tuple key without a recursion guard and dies with SIGSEGV. Files are read whole, up
-to ``limits.max_file_bytes()`` after decompression.
+to ``limits.max_file_bytes()`` after decompression; large snapshots are streamed instead (``stream``:
+the same walk, fed in chunks, and the same errors from ``scan_error``).
 """
 
 from __future__ import annotations
