@@ -52,45 +52,62 @@ def snapshot_row_keys(path, by: str, rule: SiteRule | None = None) -> tuple[np.n
 
 def streamed_row_keys(path, by: str, rule: SiteRule | None = None) -> tuple[np.ndarray, dict[int, str]]:
     """``row_keys`` of a snapshot the reader streams (``sources.snapshots.large``): sites from the stacks the
-    read interned (each distinct stack named once), phases from each row's time; the same keys and texts."""
-    from veotrace.sources.snapshots.large import row_columns
+    read interned (each distinct stack named once), phases from each row's time; the same keys and texts,
+    computed batch by batch (a key per row is what is held)."""
+    from veotrace.sources.snapshots.large import row_batches
 
-    snap, stacks, cols = row_columns(path)
-    stack = cols["stack"]
+    snap, stacks, merge, batches = row_batches(path)
     if by == "site":
-        names = Interner(rule or SiteRule())
-        # codes go to sites in the order rows first show them: stack ids are numbered in that order, and the
-        # rows without a stack (-1) take theirs where the first such row is
-        first_none = np.flatnonzero(stack < 0)
-        firsts = np.full(len(stacks), -1, np.int64)
-        if stack.size:
-            order = np.flatnonzero(np.r_[True, stack[1:] != stack[:-1]])  # run starts
-            seen = stack[order]
-            keep = seen >= 0
-            uniq, at = np.unique(seen[keep], return_index=True)
-            firsts[uniq] = order[keep][at]
-        none_at = int(first_none[0]) if first_none.size else None
-        site = np.empty(len(stacks) + 1, np.int64)  # the last slot: rows without a stack
-        for k, frames in enumerate(stacks):
-            if none_at is not None and firsts[k] > none_at:
-                site[-1] = names.of(None)
-                none_at = None
-            site[k] = names.of(frames)
-        if none_at is not None:
-            site[-1] = names.of(None)
-        keys = site[stack] if stack.size else np.zeros(0, np.int64)
-        labels = dict(enumerate(names.sites))
+        keys, labels = _site_keys(stacks, rule, batches)
     else:
-        ranges, _ = _annotation_ranges(snap.external_annotations)
-        device, valid, time_us = cols["device"], cols["time_valid"], cols["time_us"]
-        texts: list[str] = []
-        for d in (np.unique(device) if device.size else ()):
-            rows = np.flatnonzero(device == d)
-            texts += entry_phases(({"time_us": int(t)} if v else {} for t, v in zip(time_us[rows], valid[rows])),
-                                  ranges.get(int(d), []))
-        codes: dict[str, int] = {}
-        keys = np.asarray([codes.setdefault(t, len(codes)) for t in texts], dtype=np.int64)
-        labels = {c: t for t, c in codes.items()}
-    if bool(cols["merge"]) and keys.size:
-        keys = _merged(keys, np.where(cols["time_valid"], cols["time_us"], np.iinfo(np.int64).max))
+        keys, labels = _phase_keys(snap, batches)
+    if merge and keys.size:
+        big = np.iinfo(np.int64).max
+        ts = np.concatenate([b.column("time_us").fill_null(big).to_numpy() for b in batches()])
+        keys = _merged(keys, ts)
     return keys, labels
+
+
+def _site_keys(stacks: list, rule: SiteRule | None, batches) -> tuple[np.ndarray, dict[int, str]]:
+    """Codes go to sites in the order rows first show them: stack ids are numbered in that order, and the
+    rows without a stack (-1) take theirs where the first such row is (after the stacks first seen before it)."""
+    names = Interner(rule or SiteRule())
+    before_none, seen = None, 0  # stack ids seen before the first row without a stack
+    for b in batches():
+        stack = b.column("stack").to_numpy()
+        none = np.flatnonzero(stack < 0)
+        if none.size:
+            head = stack[:none[0]]
+            before_none = max(seen, int(head.max()) + 1 if head.size else 0)
+            break
+        seen = max(seen, int(stack.max()) + 1 if stack.size else 0)
+    site = np.empty(len(stacks) + 1, np.int32)  # the last slot: rows without a stack
+    for k, frames in enumerate(stacks):
+        if k == before_none:
+            site[-1] = names.of(None)
+        site[k] = names.of(frames)
+    if before_none is not None and before_none >= len(stacks):
+        site[-1] = names.of(None)
+    parts = [site[b.column("stack").to_numpy()] for b in batches()]
+    keys = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    return keys, dict(enumerate(names.sites))
+
+
+def _phase_keys(snap, batches) -> tuple[np.ndarray, dict[int, str]]:
+    """Each row's phase (``entry_phases`` per device, in file order), as codes in first-seen order."""
+    import itertools
+
+    ranges, _ = _annotation_ranges(snap.external_annotations)
+
+    def rows():
+        for b in batches():
+            device = b.column("device").to_numpy()
+            yield from zip(device.tolist(), b.column("time_us").to_pylist())
+
+    codes: dict[str, int] = {}
+    parts = []
+    for d, group in itertools.groupby(rows(), key=lambda r: r[0]):
+        texts = entry_phases(({"time_us": t} for _, t in group), ranges.get(d, []))
+        parts.append(np.fromiter((codes.setdefault(t, len(codes)) for t in texts), np.int32, len(texts)))
+    keys = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    return keys, {c: t for t, c in codes.items()}

@@ -10,7 +10,7 @@ the tests do to compare both reads). ``info(path)`` is the file's ``Snapshot`` w
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -150,20 +150,15 @@ def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterato
             report.skip_row(path, None, decoded.cut.message)
 
 
-def row_columns(path: Path) -> tuple[ts.Snapshot, list, dict[str, np.ndarray]]:
-    """For ``--by site|phase`` on a streamed snapshot: the snapshot (no entries), each stack id's frames, and
-    per row in file order (device-major) its ``device``, ``time_us`` (``time_valid``) and ``stack`` (-1: no
-    frames list); ``merge``: whether the rows are then merged by time (see ``_rows``)."""
+def row_batches(path: Path) -> tuple[ts.Snapshot, list, bool, Callable[[], Iterator[pa.RecordBatch]]]:
+    """For ``--by site|phase`` on a streamed snapshot: the snapshot (no entries), each stack id's frames,
+    whether the rows are merged by time (as ``events_table`` merges), and a function giving the rows in file
+    order (device-major) as batches of ``device``, ``time_us`` (null when absent) and ``stack`` (-1: no
+    frames list), read from the spill as often as asked."""
     snap, decoded, spill = _spilled(path)
     if decoded.cut is not None:
         raise decoded.cut
-    table = pa.Table.from_batches(list(spill.batches()), schema=stream._RAW)
-    cols = {"device": table.column("device").to_numpy(),
-            "time_valid": table.column("time_us").is_valid().to_numpy(zero_copy_only=False),
-            "time_us": table.column("time_us").fill_null(0).to_numpy(),
-            "stack": table.column("stack").to_numpy()}
-    cols["merge"] = np.array(snap.has_time and decoded.devices > 1)
-    return snap, decoded.stacks, cols
+    return snap, decoded.stacks, bool(snap.has_time and decoded.devices > 1), spill.batches
 
 
 def _merged(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
