@@ -246,10 +246,13 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
             (``fragmentation.parallel``). What cannot be (a snapshot, ``--at TIME``, ...) is replayed
             here, with the reason appended to ``notes``.
     """
+    import pyarrow as pa
+
     from veotrace.errors import TraceFormatError, UsageError
     from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
     from veotrace.frag.decode import COLUMNS
     from veotrace.schemas import ALLOC_EVENTS
+    from veotrace.schemas.events import alloc_events_schema
     from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
     from veotrace.sources.base import ReadReport
     from veotrace.sources.snapshots.converted import converted_snapshot
@@ -299,8 +302,10 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     else:
         final = initial_from_tables(read_table([path], "segments", options=options, report=report),
                                     read_table([path], "blocks", options=options, report=report))
-    try:
-        events = read_table([path], "alloc_events", options=options, report=report)
+    try:  # the replay's columns only (and stream for the OOMs): it holds every event of the trace
+        wanted = alloc_events_schema((*COLUMNS, "stream"))
+        events = pa.Table.from_batches(list(iter_alloc_events([path], options=options, report=report,
+                                                              columns=wanted.names)), schema=wanted)
         if not events.num_rows:
             raise TraceFormatError("no trace entries", path=path)
     except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
