@@ -91,14 +91,22 @@ _SEED_ROWS = 1 << 16
 
 def seed_from_final(events: pa.Table, final: dict[int, DeviceState], *,
                     round_bytes: int = TORCH_ROUND_BYTES) -> tuple[dict[int, DeviceState], pa.Table]:
-    """The state before the first event, and ``events`` with a ``block_bytes`` column for the replay.
+    """The state before the first event, and ``events`` with a ``block_bytes`` column for the replay
+    (``seed_blocks``, whose column this appends)."""
+    initial, block = seed_blocks(events, final, round_bytes=round_bytes)
+    return initial, events.append_column("block_bytes", block)
+
+
+def seed_blocks(events: pa.Table, final: dict[int, DeviceState], *,
+                round_bytes: int = TORCH_ROUND_BYTES) -> tuple[dict[int, DeviceState], pa.Array]:
+    """The state before the first event, and each event's ``block_bytes`` for the replay (null where none).
 
     Args:
-        events: the whole trace (ALLOC_EVENTS), in replay order.
+        events: the whole trace (ALLOC_EVENTS: op, address, size_bytes and device are read), in replay order.
         final: the state after the last event (``initial_from_tables`` of the snapshot).
 
     Returns:
-        (initial state per device, events + ``block_bytes``). Inconsistencies met going backwards
+        (initial state per device, ``block_bytes`` per event). Inconsistencies met going backwards
         (an alloc of a block that is not live after it, ...) are counted in the states' counters.
     """
     live = {d: {int(a): [int(s), int(r)] for a, s, r in zip(st.addr.tolist(), st.size.tolist(), st.req.tolist())}
@@ -149,7 +157,7 @@ def seed_from_final(events: pa.Table, final: dict[int, DeviceState], *,
         if d in final:
             st.counters.blocks_mismatch_segments += final[d].counters.blocks_mismatch_segments
         out[d] = st
-    return out, events.append_column("block_bytes", pa.array(block, pa.int64(), mask=~known))
+    return out, pa.array(block, pa.int64(), mask=~known)
 
 
 def _round(n: int, r: int) -> int:

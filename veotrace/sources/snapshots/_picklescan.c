@@ -57,6 +57,9 @@ static uint64_t le(const unsigned char *p, int n)
 /* Largest memo index accepted: valid pickles number memo entries from 0 in order. */
 #define MEMO_MAX (1 << 26)
 #define MEMO_SLACK 4096
+/* The chunked walk keeps one byte per memo entry and the decoder a bit, so it takes more: a pickle of
+ * 2**28 memo entries is some 30 GB of snapshot. */
+#define STREAM_MEMO_MAX (1 << 28)
 
 /* Decimal digits (and a sign and 'L') an integer of `int_bytes` bytes can take in INT/LONG text. */
 static uint64_t text_digits(int int_bytes)
@@ -76,6 +79,7 @@ typedef struct {
     Py_ssize_t needed_cap;
     int32_t deepest;
     int limit, int_bytes;
+    uint64_t memo_max; /* largest memo index accepted (MEMO_MAX; STREAM_MEMO_MAX for the chunked walk) */
     int stopped; /* STOP seen */
 } ScanState;
 
@@ -227,7 +231,7 @@ static long long scan(ScanState *s, const unsigned char *d, Py_ssize_t len, Py_s
             if (!s->st.n) goto done;
             /* The pickler numbers memo entries in order; a far index makes the C unpickler size its
              * memo table to it (gigabytes for an index near 2**32): refused. */
-            if (n > (uint64_t)s->memo_n + MEMO_SLACK || n > MEMO_MAX) { *where = base + op_at; result = -6; goto out; }
+            if (n > (uint64_t)s->memo_n + MEMO_SLACK || n > s->memo_max) { *where = base + op_at; result = -6; goto out; }
             if (memo_set(s, n, TOP) < 0) { result = -3; goto out; }
             break;
         case 'h': case 'j': case 'g':                         /* BINGET LONG_BINGET GET */
@@ -276,7 +280,7 @@ static PyObject *py_depth(PyObject *self, PyObject *args)
     ScanState s = {0};
     if (!PyArg_ParseTuple(args, "y*i|i", &buf, &limit, &int_bytes))
         return NULL;
-    s.limit = limit; s.int_bytes = int_bytes;
+    s.limit = limit; s.int_bytes = int_bytes; s.memo_max = MEMO_MAX;
     Py_BEGIN_ALLOW_THREADS
     r = scan(&s, (const unsigned char *)buf.buf, buf.len, 0, 1, &where);
     Py_END_ALLOW_THREADS
@@ -301,7 +305,7 @@ static PyObject *py_stream_new(PyObject *self, PyObject *args)
         return NULL;
     ScanState *s = calloc(1, sizeof(ScanState));
     if (!s) return PyErr_NoMemory();
-    s->limit = limit; s->int_bytes = int_bytes;
+    s->limit = limit; s->int_bytes = int_bytes; s->memo_max = STREAM_MEMO_MAX;
     s->needed = calloc(1024, 1); s->needed_cap = 1024;
     if (!s->needed) { free(s); return PyErr_NoMemory(); }
     return PyCapsule_New(s, "veotrace.picklescan", capsule_free);
