@@ -126,16 +126,21 @@ def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterato
         report.warnings.extend(ts.time_warnings(path, snap))
     actions = pa.array([str(a) for a in decoded.actions], pa.string())
     seq = 0
+    def own(name: str) -> pa.Array:
+        # a copy: the columns of a batch read back share one buffer (the message's body), which a caller
+        # holding a few columns of every batch (fragmentation's seeding) would keep whole
+        return pa.concat_arrays([raw.column(name)])
+
     for raw in _rows(snap, decoded, spill):
         n = raw.num_rows
         table = pa.table({
             "ts_ns": pc.multiply(raw.column("time_us"), 1000),
             "seq": pa.array(np.arange(seq, seq + n, dtype=np.int64)),
-            "op": pa.DictionaryArray.from_arrays(raw.column("action"), actions),
-            "size_bytes": raw.column("size"),
-            "address": raw.column("addr"),
-            "stream": raw.column("stream"),
-            "device": raw.column("device"),
+            "op": pa.DictionaryArray.from_arrays(own("action"), actions),
+            "size_bytes": own("size"),
+            "address": own("addr"),
+            "stream": own("stream"),
+            "device": own("device"),
             "source_file": repeated(str(path), n),
         })
         seq += n
