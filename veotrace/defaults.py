@@ -111,3 +111,8 @@ REPORT_POLICIES = ("torch", "bestfit", "ideal")  # its simulate section (all sev
 # sites
 SITES_DEPTH = 1  # user frames that name an allocation site (--site-depth)
 SITES_TOP = 10  # sites shown per table in the terminal (JSON and CSV keep every one)
+
+# snapshots (sources/snapshots/large.py)
+# Snapshot pickles at least this large on disk are streamed in two passes in flat memory instead of loaded whole
+# (VEOTRACE_SNAPSHOT_STREAM_BYTES overrides it; the whole-file bound then does not apply, per-value bounds do).
+SNAPSHOT_STREAM_BYTES = 64 << 20

@@ -85,48 +85,68 @@ def _set_live(st: DeviceState, blocks: list) -> None:
     st.live_bytes = int(st.size.sum())
 
 
+#: Events turned into Python values at a time by ``seed_from_final``.
+_SEED_ROWS = 1 << 16
+
+
 def seed_from_final(events: pa.Table, final: dict[int, DeviceState], *,
                     round_bytes: int = TORCH_ROUND_BYTES) -> tuple[dict[int, DeviceState], pa.Table]:
-    """The state before the first event, and ``events`` with a ``block_bytes`` column for the replay.
+    """The state before the first event, and ``events`` with a ``block_bytes`` column for the replay
+    (``seed_blocks``, whose column this appends)."""
+    initial, block = seed_blocks(events, final, round_bytes=round_bytes)
+    return initial, events.append_column("block_bytes", block)
+
+
+def seed_blocks(events: pa.Table, final: dict[int, DeviceState], *,
+                round_bytes: int = TORCH_ROUND_BYTES) -> tuple[dict[int, DeviceState], pa.Array]:
+    """The state before the first event, and each event's ``block_bytes`` for the replay (null where none).
 
     Args:
-        events: the whole trace (ALLOC_EVENTS), in replay order.
+        events: the whole trace (ALLOC_EVENTS: op, address, size_bytes and device are read), in replay order.
         final: the state after the last event (``initial_from_tables`` of the snapshot).
 
     Returns:
-        (initial state per device, events + ``block_bytes``). Inconsistencies met going backwards
+        (initial state per device, ``block_bytes`` per event). Inconsistencies met going backwards
         (an alloc of a block that is not live after it, ...) are counted in the states' counters.
     """
-    ops = events.column("op").to_pylist()
-    addr = events.column("address").to_pylist()
-    size = events.column("size_bytes").to_pylist()
-    dev = [d or 0 for d in events.column("device").to_pylist()]
     live = {d: {int(a): [int(s), int(r)] for a, s, r in zip(st.addr.tolist(), st.size.tolist(), st.req.tolist())}
             for d, st in final.items()}
     pending = {d: set(st.pending) for d, st in final.items()}
     segs = {d: DeviceState(segments=[Segment(s.start, s.end, s.expandable) for s in st.segments],
                            reserved_bytes=st.reserved_bytes, counters=ReplayCounters(), segmented=st.segmented)
             for d, st in final.items()}
-    block = [None] * len(ops)
-    for i in range(len(ops) - 1, -1, -1):
-        code, a, d = OP_CODES.get(ops[i]), addr[i], dev[i]
-        if code is None or a is None:
-            continue
-        lv = live.setdefault(d, {})
-        if code == OP_ALLOC:
-            blk = lv.pop(a, None)
-            pending.setdefault(d, set()).discard(a)
-            block[i] = blk[0] if blk is not None else _round(size[i], round_bytes)
-            if blk is None:
-                segs.setdefault(d, DeviceState()).counters.inconsistent_entries += 1
-        elif code == OP_FREE:
-            lv[a] = [_round(size[i], round_bytes), size[i]]
-            if ops[i] == "free_completed":  # between free_requested and free_completed it was pending
-                pending.setdefault(d, set()).add(a)
-        elif code == OP_FREE_REQ:
-            pending.setdefault(d, set()).discard(a)
-        else:
-            segs.setdefault(d, DeviceState()).apply_segment(_UNDO[code], a, size[i])
+    n = events.num_rows
+    block = np.zeros(n, np.int64)
+    known = np.zeros(n, np.bool_)
+    # backwards a slice at a time: Python values for one slice, not for the whole trace (a streamed
+    # snapshot's 15M entries as lists cost gigabytes)
+    for stop in range(n, 0, -_SEED_ROWS):
+        lo = max(0, stop - _SEED_ROWS)
+        part = events.slice(lo, stop - lo)
+        ops = part.column("op").to_pylist()
+        addr = part.column("address").to_pylist()
+        size = part.column("size_bytes").to_pylist()
+        dev = [d or 0 for d in part.column("device").to_pylist()]
+        for j in range(len(ops) - 1, -1, -1):
+            code, a, d = OP_CODES.get(ops[j]), addr[j], dev[j]
+            if code is None or a is None:
+                continue
+            lv = live.setdefault(d, {})
+            if code == OP_ALLOC:
+                blk = lv.pop(a, None)
+                pending.setdefault(d, set()).discard(a)
+                block[lo + j] = blk[0] if blk is not None else _round(size[j], round_bytes)
+                known[lo + j] = True
+                if blk is None:
+                    segs.setdefault(d, DeviceState()).counters.inconsistent_entries += 1
+            elif code == OP_FREE:
+                lv[a] = [_round(size[j], round_bytes), size[j]]
+                if ops[j] == "free_completed":  # between free_requested and free_completed it was pending
+                    pending.setdefault(d, set()).add(a)
+            elif code == OP_FREE_REQ:
+                pending.setdefault(d, set()).discard(a)
+            else:
+                segs.setdefault(d, DeviceState()).apply_segment(_UNDO[code], a, size[j])
     out: dict[int, DeviceState] = {}
     for d in set(live) | set(segs):
         st = segs.get(d) or DeviceState()
@@ -137,7 +157,7 @@ def seed_from_final(events: pa.Table, final: dict[int, DeviceState], *,
         if d in final:
             st.counters.blocks_mismatch_segments += final[d].counters.blocks_mismatch_segments
         out[d] = st
-    return out, events.append_column("block_bytes", pa.array(block, pa.int64()))
+    return out, pa.array(block, pa.int64(), mask=~known)
 
 
 def _round(n: int, r: int) -> int:

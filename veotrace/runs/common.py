@@ -166,11 +166,10 @@ def snapshot_keys(paths: list[Path], by: str, *, options, report, rule=None):
     """
     import numpy as np
 
-    from veotrace.attribution.rows import row_keys
+    from veotrace.attribution.rows import snapshot_row_keys
     from veotrace.errors import UsageError
     from veotrace.sources import resolve_inputs
     from veotrace.sources.snapshots.converted import converted_snapshot
-    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     path = inputs[0][0] if len(inputs) == 1 else None
@@ -179,7 +178,7 @@ def snapshot_keys(paths: list[Path], by: str, *, options, report, rule=None):
         col = converted.read_keys().column(by).combine_chunks()
         return path, col.indices.to_numpy().astype(np.int64), dict(enumerate(col.dictionary.to_pylist()))
     if path is not None and inputs[0][1].name == "torch-snapshot":
-        return (path, *row_keys(load_snapshot(path), by, rule))
+        return (path, *snapshot_row_keys(path, by, rule))
     if all(fmt.name in ("alloc-csv", "alloc-jsonl", "parquet") for _, fmt in inputs):
         return None
     raise UsageError(f"--by {by} reads a PyTorch memory snapshot (its stacks and record_function annotations), "

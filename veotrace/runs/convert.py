@@ -71,10 +71,10 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
     meta = None
     if len(resolved) == 1 and snapshots:  # read back as this snapshot (sources.snapshots.converted)
         from veotrace.sources.snapshots.converted import metadata
-        from veotrace.sources.snapshots.torch_snapshot import load_snapshot, oom_free_bytes
+        from veotrace.sources.snapshots.torch_snapshot import oom_free_bytes, snapshot_info
 
         meta = metadata(snapshots[0], table_path(output, "segments"), table_path(output, "blocks"),
-                        load_snapshot(snapshots[0]).allocator_settings, oom_free_bytes(snapshots[0]),
+                        snapshot_info(snapshots[0]).allocator_settings, oom_free_bytes(snapshots[0]),
                         table_path(output, "keys"))
     with output_file(output, "wb", inputs=inputs) as sink:
         rows = write_parquet(_events(resolved, options, report, notes, on_progress), sink, metadata=meta)
@@ -99,13 +99,11 @@ def _keys(snapshot: Path):
     import numpy as np
     import pyarrow as pa
 
-    from veotrace.attribution.rows import KEYED, row_keys
-    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+    from veotrace.attribution.rows import KEYED, snapshot_row_keys
 
-    snap = load_snapshot(snapshot)
     cols = {"seq": None}
     for by in KEYED:
-        keys, names = row_keys(snap, by)
+        keys, names = snapshot_row_keys(snapshot, by)
         texts = pa.array([names[k] for k in range(len(names))], pa.string())
         cols[by] = pa.DictionaryArray.from_arrays(pa.array(keys.astype(np.int32)), texts)
         cols["seq"] = pa.array(np.arange(keys.size, dtype=np.int64))

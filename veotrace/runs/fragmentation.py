@@ -246,10 +246,14 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
             (``fragmentation.parallel``). What cannot be (a snapshot, ``--at TIME``, ...) is replayed
             here, with the reason appended to ``notes``.
     """
+    import pyarrow as pa
+
     from veotrace.errors import TraceFormatError, UsageError
-    from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables, seed_from_final
+    from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables
     from veotrace.frag.decode import COLUMNS
+    from veotrace.frag.initial_state import seed_blocks
     from veotrace.schemas import ALLOC_EVENTS
+    from veotrace.schemas.events import alloc_events_schema
     from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
     from veotrace.sources.base import ReadReport
     from veotrace.sources.snapshots.converted import converted_snapshot
@@ -299,8 +303,14 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     else:
         final = initial_from_tables(read_table([path], "segments", options=options, report=report),
                                     read_table([path], "blocks", options=options, report=report))
+    # Every event is held for the backward seeding, but only the columns it and the window choice read
+    # (32 B an event); the replay then reads the events again (a streamed snapshot from its spill file, a
+    # small one from the cache), each batch with its slice of the seeded block sizes.
+    seeding = ("ts_ns", "op", "size_bytes", "address", "device")
     try:
-        events = read_table([path], "alloc_events", options=options, report=report)
+        wanted = alloc_events_schema(seeding)
+        events = pa.Table.from_batches(list(iter_alloc_events([path], options=options, report=report,
+                                                              columns=seeding)), schema=wanted)
         if not events.num_rows:
             raise TraceFormatError("no trace entries", path=path)
     except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
@@ -309,13 +319,26 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     if ooms is not None:
         ooms.see(events)
     chosen = _fitting_window(events, kw, notes)
-    initial, events = seed_from_final(events, final) if events.num_rows else (final, events)
     window = {"window_s": chosen["window_s"]} if chosen else {}
-    result = fragmentation_series(events, initial=initial, round_bytes=TORCH_ROUND_BYTES, **{**kw, **window})
+    if events.num_rows:
+        initial, block = seed_blocks(events, final)
+        del events
+        data = _with_blocks(iter_alloc_events([path], options=options, report=ReadReport(), columns=COLUMNS), block)
+    else:
+        initial, data = final, events
+    result = fragmentation_series(data, initial=initial, round_bytes=TORCH_ROUND_BYTES, **{**kw, **window})
     result.summary["from_snapshot"] = True  # its final state seeded the replay (and chose its window)
     if chosen:
         result.summary["window_choice"] = chosen
     return result
+
+
+def _with_blocks(batches, block):
+    """``batches`` with their slice of ``block`` (the seeded block sizes, one per event) as ``block_bytes``."""
+    at = 0
+    for b in batches:
+        yield b.append_column("block_bytes", block.slice(at, b.num_rows))
+        at += b.num_rows
 
 
 def _fitting_window(events, kw: dict, notes: list[str]) -> dict:

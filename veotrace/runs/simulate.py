@@ -230,7 +230,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
     snap_conf = seed = None
     if snapshot:  # the snapshot itself, or its Parquet conversion with its tables and settings beside it
         path = inputs[0][0]
-        settings = converted.allocator_settings if converted else ts.load_snapshot(path).allocator_settings
+        settings = converted.allocator_settings if converted else ts.snapshot_info(path).allocator_settings
         snap_conf = cf.from_settings(settings, path=path) if settings else cf.TorchConf(
             source="PyTorch defaults (the snapshot has no allocator_settings)")
         segments, blocks = ((converted.read_segments(), converted.read_blocks()) if converted

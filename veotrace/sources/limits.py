@@ -27,14 +27,21 @@ MAX_NESTING = 100
 #: 5,000-digit one is built by the unpickler, then any str() of it stops on Python's 4,300-digit bound.
 MAX_PICKLE_INT_BYTES = 32
 
+#: Largest single value (one opcode's argument) of a snapshot read in chunks by the streaming reader,
+#: which the whole-file bound does not cover (a snapshot's strings are names and paths).
+MAX_OPCODE_BYTES = 64 << 20
+
 FILE_ENV = "VEOTRACE_MAX_FILE_BYTES"
 LINE_ENV = "VEOTRACE_MAX_LINE_BYTES"
+#: Snapshots at least this large on disk are streamed (snapshots/large.py); default defaults.SNAPSHOT_STREAM_BYTES.
+STREAM_ENV = "VEOTRACE_SNAPSHOT_STREAM_BYTES"
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 _FACTOR = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def _from_env(name: str, default: int) -> int:
+def from_env(name: str, default: int) -> int:
+    """A byte count from environment variable ``name`` (K/M/G/T suffixes), or ``default`` when unset."""
     text = os.environ.get(name)
     if text is None or not text.strip():
         return default
@@ -46,12 +53,12 @@ def _from_env(name: str, default: int) -> int:
 
 def max_file_bytes() -> int:
     """Largest decompressed size of a file read whole (``VEOTRACE_MAX_FILE_BYTES``, default 1 GiB)."""
-    return _from_env(FILE_ENV, DEFAULT_MAX_FILE_BYTES)
+    return from_env(FILE_ENV, DEFAULT_MAX_FILE_BYTES)
 
 
 def max_line_bytes() -> int:
     """Longest line of a CSV/JSONL log (``VEOTRACE_MAX_LINE_BYTES``, default 1 MiB)."""
-    return _from_env(LINE_ENV, DEFAULT_MAX_LINE_BYTES)
+    return from_env(LINE_ENV, DEFAULT_MAX_LINE_BYTES)
 
 
 def human(n: int) -> str:

@@ -109,9 +109,9 @@ def probe_paths(paths: list[Path], options: ReadOptions | None = None) -> tuple[
 
 
 def _torch(path: Path) -> dict[str, Any]:
-    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+    from veotrace.sources.snapshots.torch_snapshot import snapshot_info
 
-    snap = load_snapshot(path)
+    snap = snapshot_info(path)
     return {"layout": snap.layout, "has_time_us": snap.has_time, "device_traces": len(snap.device_traces),
             "allocator_settings": snap.allocator_settings is not None, "external_annotations": snap.annotations}
 

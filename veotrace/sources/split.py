@@ -10,6 +10,10 @@ A byte range [a, b) owns the lines that *start* in it (a line starts at the firs
 after a newline), so neighbouring ranges cut at any byte partition the lines without a shared
 boundary. Byte ranges are used for uncompressed CSV only (gzip and zstd streams cannot be entered in
 the middle) and not when the ``seq`` column (the row number in the file) is wanted.
+
+A PyTorch snapshot pickle is one piece: its entries refer by memo index to strings and frame dicts
+pickled once anywhere before them, so no piece after the first can be decoded without decoding all
+that precedes it (the streaming reader, ``snapshots/stream.py``, reads it in flat memory on one process).
 """
 
 from __future__ import annotations

@@ -132,6 +132,15 @@ def _segment(dev: int, seg_addr: int, live: list, pending: list, expandable: boo
     return seg
 
 
+def stack_shapes(depth: int, stacks: int) -> list[list[dict]]:
+    """``stacks`` distinct stacks of ``depth`` frame dicts: torch's own frames first (the same in every stack),
+    then user frames of one of 17 layer files."""
+    internal = [{"name": "_call_impl", "filename": "/env/lib/python3.11/site-packages/torch/nn/modules/module.py",
+                 "line": 1750}] * (depth // 2)
+    return [internal + [{"name": f"f{k}_{j}", "filename": f"/work/model/layer{k % 17}.py", "line": 10 + j}
+                        for j in range(depth - len(internal))] for k in range(stacks)]
+
+
 def stacked_snapshot(*, events: int = 100_000, depth: int = 20, stacks: int = 200, seed: int = 0) -> dict:
     """A one-device snapshot of ``events`` trace entries whose allocations carry ``depth``-frame stacks
     (torch frames first, then user frames) drawn from ``stacks`` distinct ones, each entry with its
@@ -139,10 +148,7 @@ def stacked_snapshot(*, events: int = 100_000, depth: int = 20, stacks: int = 20
     For the cost of attributing sites (benchmarks/bench_sites.py)."""
     rng = np.random.default_rng(seed)
     seg, seg_size = BASE_ADDRESS, 1 << 40
-    internal = [{"name": "_call_impl", "filename": "/env/lib/python3.11/site-packages/torch/nn/modules/module.py",
-                 "line": 1750}] * (depth // 2)
-    shapes = [internal + [{"name": f"f{k}_{j}", "filename": f"/work/model/layer{k % 17}.py", "line": 10 + j}
-                          for j in range(depth - len(internal))] for k in range(stacks)]
+    shapes = stack_shapes(depth, stacks)
     trace = [{"action": "segment_alloc", "addr": seg, "size": seg_size, "stream": 0, "time_us": T0_US}]
     live: dict[int, int] = {}
     cursor, t = seg, T0_US

@@ -9,7 +9,8 @@ callable, and here it always raises. ``REDUCE``/``BUILD``/``NEWOBJ`` need such a
 Before unpickling, the opcode stream is walked (``_picklescan``, or ``pickletools`` without the C
 build) to refuse containers nested deeper than ``limits.MAX_NESTING``: CPython's unpickler hashes
 a deeply nested tuple key without a recursion guard and dies with SIGSEGV. Files are read whole, up
-to ``limits.max_file_bytes()`` after decompression.
+to ``limits.max_file_bytes()`` after decompression; large snapshots are streamed instead (``stream``:
+the same walk, fed in chunks, and the same errors from ``scan_error``).
 """
 
 from __future__ import annotations
@@ -55,26 +56,8 @@ def loads_plain(data: bytes, *, path: str | Path | None = None) -> object:
             truncated or corrupt.
     """
     depth, offset = nesting(data)
-    if depth == -2:
-        raise _refused(_named_at(data, offset), path) from None
-    if depth == -6:
-        raise TraceFormatError(f"the pickle is corrupt (a memo index far out of sequence at byte {offset})",
-                               path=path, hint="Re-copy the file, or dump the snapshot again")
-    if depth == -5:
-        raise TraceFormatError(
-            f"the pickle holds a bytearray or an out-of-band buffer (at byte {offset}), which a memory "
-            "snapshot never does", path=path, hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()")
-    if depth == -7:
-        raise TraceFormatError(
-            f"the pickle holds an integer wider than {MAX_PICKLE_INT_BYTES * 8} bits (at byte {offset}); a memory "
-            "snapshot's numbers fit in 64 bits", path=path,
-            hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()")
-    if depth == -1:
-        raise TraceFormatError(
-            f"the pickle nests containers more than {MAX_NESTING} deep (at byte {offset}); a memory "
-            "snapshot nests about 6 deep, and unpickling this one could crash the interpreter",
-            path=path, hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()",
-        )
+    if depth < 0:
+        raise scan_error(depth, offset, path, data=data)
     try:
         return _PlainUnpickler(io.BytesIO(data)).load()
     except _RefusedGlobal as exc:
@@ -91,9 +74,46 @@ def loads_plain(data: bytes, *, path: str | Path | None = None) -> object:
         ) from None
 
 
-def _refused(name: str, path: str | Path | None) -> TraceFormatError:
+def scan_error(depth: int, offset: int, path: str | Path | None, window: bytes = b"", *,
+               data: bytes | None = None) -> TraceFormatError:
+    """The error for a negative result of the opcode walk (:func:`nesting`, or the chunked walk of the
+    streaming read, which passes the bytes from ``offset`` as ``window`` instead of the whole ``data``)."""
+    hint = "Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()"
+    if depth == -2:
+        if data is not None:
+            return _refused(_named_at(data, offset), path)
+        return _refused(_named_in(window), path, offset)
+    if depth == -6:
+        return TraceFormatError(f"the pickle is corrupt (a memo index far out of sequence at byte {offset})",
+                                path=path, hint="Re-copy the file, or dump the snapshot again")
+    if depth == -5:
+        return TraceFormatError(f"the pickle holds a bytearray or an out-of-band buffer (at byte {offset}), which a "
+                                "memory snapshot never does", path=path, hint=hint)
+    if depth == -7:
+        return TraceFormatError(f"the pickle holds an integer wider than {MAX_PICKLE_INT_BYTES * 8} bits (at byte "
+                                f"{offset}); a memory snapshot's numbers fit in 64 bits", path=path, hint=hint)
     return TraceFormatError(
-        f"refused to load a pickle that names the class or callable '{name}'; a memory snapshot "
+        f"the pickle nests containers more than {MAX_NESTING} deep (at byte {offset}); a memory "
+        "snapshot nests about 6 deep, and unpickling this one could crash the interpreter", path=path, hint=hint)
+
+
+def _named_in(window: bytes) -> str:
+    """What the opcode at the start of ``window`` names, from its own bytes (GLOBAL and INST carry it;
+    STACK_GLOBAL's strings came before it, so it is named by its opcode)."""
+    import pickletools
+
+    op = window[:1]
+    if op in (b"c", b"i"):
+        parts = window[1:].split(b"\n")[:2]
+        return ".".join(x.decode("latin-1") for x in parts)[:120]
+    names = {o.code.encode("latin-1"): o.name for o in pickletools.opcodes}
+    return f"<{names.get(op, 'unknown')} opcode>"
+
+
+def _refused(name: str, path: str | Path | None, offset: int | None = None) -> TraceFormatError:
+    at = "" if offset is None else f" at byte {offset:,}"
+    return TraceFormatError(
+        f"refused to load a pickle that names the class or callable '{name}'{at}; a memory snapshot "
         "holds only plain data, and loading this one could run code",
         path=path,
         hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()",

@@ -1,0 +1,201 @@
+"""The streaming read of snapshot pickles (sources.snapshots.stream, large): the same results as the whole
+read for every command, ground truth from synth.snapshot_file, files cut short, hostile and odd input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import REAL_TRACES, SAMPLES, run_cli
+from veotrace.sources.snapshots import large, stream
+from veotrace.sources.snapshots import torch_snapshot as ts
+from veotrace.synth.snapshot_file import write_snapshot
+
+pytestmark = pytest.mark.skipif(not stream.available(), reason="the streaming read needs the C parts built")
+
+REAL = sorted(p for p in REAL_TRACES.glob("*") if p.suffix in (".pickle", ".pkl")) if REAL_TRACES.is_dir() else []
+SAMPLE = sorted((SAMPLES / "snapshots").glob("*.pickle"))
+#: Every command that reads a snapshot, as one JSON (or file) result each.
+COMMANDS = (("info",), ("entropy",), ("entropy", "--by", "site"), ("entropy", "--by", "phase"), ("bursts",),
+            ("bursts", "--by", "site"), ("fragmentation",), ("simulate", "-p", "torch", "-p", "bestfit"), ("sites",))
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> tuple[Path, object]:
+    path = tmp_path_factory.mktemp("snap") / "two_devices.pickle"
+    return path, write_snapshot(path, steps=40, devices=2, seed=7, depth=12, stacks=30, annotate_every=10)
+
+
+def _both(monkeypatch, *args) -> tuple:
+    """(whole read's result, streamed read's result) of one command: exit code, stdout, stderr."""
+    monkeypatch.delenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", raising=False)
+    whole = run_cli(*args)
+    monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", "1")
+    streamed = run_cli(*args)
+    monkeypatch.delenv("VEOTRACE_SNAPSHOT_STREAM_BYTES")
+    return (whole.exit_code, whole.stdout, whole.stderr), (streamed.exit_code, streamed.stdout, streamed.stderr)
+
+
+def _same_everywhere(monkeypatch, path: Path, tmp_path: Path, commands=COMMANDS) -> None:
+    for command in commands:
+        whole, streamed = _both(monkeypatch, *command, path, "-f", "json")
+        assert whole == streamed, (command, whole[2][-500:], streamed[2][-500:])
+    tables = []
+    for env in (None, "1"):
+        if env:
+            monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", env)
+        out = tmp_path / ("s" if env else "w") / "out.parquet"
+        out.parent.mkdir()
+        r = run_cli("convert", path, "-o", out)
+        tables.append((r.exit_code, {p.name: pq.read_table(p) for p in sorted(out.parent.glob("*.parquet"))}))
+        monkeypatch.delenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", raising=False)
+    (rc_w, whole), (rc_s, streamed) = tables
+    assert rc_w == rc_s and whole.keys() == streamed.keys()
+    for name in whole:  # metadata names the segments/blocks/keys files by path: the same names in each folder
+        assert whole[name].equals(streamed[name]), name
+        meta_w, meta_s = whole[name].schema.metadata or {}, streamed[name].schema.metadata or {}
+        assert {k: v.replace(b"/w/", b"/s/") for k, v in meta_w.items()} == meta_s, name
+
+
+def test_streamed_read_gives_the_same_json_for_every_command_on_a_generated_snapshot(monkeypatch, tmp_path, generated):
+    _same_everywhere(monkeypatch, generated[0], tmp_path)
+
+
+@pytest.mark.parametrize("path", [*REAL[:1], *SAMPLE], ids=lambda p: p.name)
+def test_streamed_read_gives_the_same_json_on_a_real_and_the_sample_snapshot(monkeypatch, tmp_path, path):
+    _same_everywhere(monkeypatch, path, tmp_path, commands=COMMANDS[:3] + COMMANDS[6:8])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_streamed_read_gives_the_same_json_for_every_command_on_every_real_snapshot(monkeypatch, tmp_path, path):
+    _same_everywhere(monkeypatch, path, tmp_path)
+    whole, streamed = _both(monkeypatch, "report", path, "-o", tmp_path / "r.html")
+    assert whole[0] == streamed[0]
+
+
+def test_generated_snapshot_has_pytorchs_layout_and_its_ground_truth(generated):
+    path, truth = generated
+    obj = pickle.loads(path.read_bytes())
+    assert list(obj) == ["segments", "device_traces", "allocator_settings", "external_annotations"]
+    traces = obj["device_traces"]
+    assert sum(len(t) for t in traces) == truth.entries == 3 * 40 * 0 + truth.entries
+    entry = next(e for e in traces[0] if e["action"] == "alloc")
+    assert list(entry) == ["action", "addr", "size", "stream", "time_us", "compile_context", "user_metadata", "frames"]
+    later = [e for e in traces[0] if e["action"] == "alloc" and e["frames"][-1] == entry["frames"][-1]]
+    assert later[-1]["frames"][-1] is entry["frames"][-1]  # frame dicts pickled once, shared as PyTorch shares them
+    assert len(obj["external_annotations"]) == truth.annotations == 2 * 2 * 4  # 2 devices, steps 0, 10, 20, 30
+    counts = {}
+    for t in traces:
+        for e in t:
+            counts[e["action"]] = counts.get(e["action"], 0) + 1
+    assert counts == truth.actions and counts["free_requested"] == counts["free_completed"]
+    assert counts["alloc"] - counts["free_completed"] == truth.final_live_blocks == 2 * 50
+
+
+def test_streamed_events_recover_the_ground_truth(generated):
+    path, truth = generated
+    table = pa.Table.from_batches(list(large.alloc_events(path, skip_bad_rows=False, report=None, columns=None)))
+    assert table.num_rows == truth.entries
+    ops = table.column("op").to_pylist()
+    assert {op: ops.count(op) for op in set(ops)} == truth.actions
+    size = table.column("size_bytes").to_numpy()
+    assert int(size[np.array(ops) == "alloc"].sum()) == truth.alloc_bytes
+    assert table.column("seq").to_pylist() == list(range(truth.entries))
+    ts_ns = table.column("ts_ns").to_numpy()
+    assert (np.diff(ts_ns) >= 0).all()  # two devices merged by time
+    snap, decoded = large.summary(path)
+    assert len(decoded.stacks) == truth.stacks_used  # one per distinct stack, not per entry
+    assert snap.annotations == truth.annotations and snap.allocator_settings["max_split_size"] == -1
+    blocks = ts.read_blocks(path)
+    active = pa.compute.equal(blocks.column("state"), "active_allocated")
+    assert pa.compute.sum(blocks.filter(active).column("size_bytes")).as_py() == truth.final_live_bytes
+
+
+def test_chunk_boundaries_anywhere_give_the_same_rows(monkeypatch, generated, tmp_path):
+    path = generated[0]
+    whole = ts.events_table(ts.load_snapshot(path), str(path))
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 997)  # opcodes cut by every chunk's end
+    gz = tmp_path / "g.pickle.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    for p in (path, gz):
+        large._SPILL.clear()
+        got = pa.Table.from_batches(list(large.alloc_events(p, skip_bad_rows=False, report=None, columns=None)))
+        assert got.drop_columns(["source_file"]).equals(whole.drop_columns(["source_file"]))
+
+
+def test_a_snapshot_cut_short_gives_the_entries_read_then_one_error_naming_the_byte(monkeypatch, generated, tmp_path):
+    data = generated[0].read_bytes()
+    cut = tmp_path / "cut.pickle"
+    cut.write_bytes(data[: len(data) // 2])
+    monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", "1")
+    got = []
+    with pytest.raises(Exception) as err:
+        for b in large.alloc_events(cut, skip_bad_rows=False, report=None, columns=("op",)):
+            got.append(b.num_rows)
+    assert sum(got) > 0 and f"its {len(data) // 2:,} bytes end before the pickle's STOP" in str(err.value)
+    assert f"{sum(got):,} trace entries read before it" in str(err.value)
+    r = run_cli("entropy", cut, "-f", "json")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("Error: ")] == [ln for ln in r.stderr.splitlines() if ln]
+    assert "is cut short" in r.stderr and "byte" in r.stderr
+    r = run_cli("entropy", cut, "-f", "json", "--skip-bad-rows", "--window-events", "100")
+    assert r.exit_code == 0, r.stderr
+    assert "Warning: skipped 1 bad row (--skip-bad-rows)" in r.stderr and "cut short" in r.stderr
+    assert json.loads(r.stdout)
+
+
+def test_a_hostile_opcode_at_the_end_is_refused_before_any_output(monkeypatch, generated, tmp_path):
+    data = generated[0].read_bytes()
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(data[:-1] + b"cos\nsystem\n.")  # a GLOBAL where STOP was, after every entry
+    monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", "1")
+    rows = []
+    with pytest.raises(Exception, match=f"'os.system' at byte {len(data) - 1:,}"):
+        rows.extend(large.alloc_events(bad, skip_bad_rows=True, report=None, columns=None))
+    assert rows == []
+    r = run_cli("convert", bad, "-o", tmp_path / "o.parquet")
+    assert r.exit_code == 1 and "refused to load a pickle" in r.stderr and not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"size": 4096.0}, "device_traces[0][1]['size'] must be an integer, got 4096.0"),
+    ({"addr": -5}, "device_traces[0][1]['addr'] = -5 is outside 0 .. 2**64-1"),
+    ({"action": 7}, "device_traces[0][1]['action'] must be a string, got 7"),
+    ({"time_us": True}, "device_traces[0][1]['time_us'] must be an integer, got True"),
+    ({"action": None, "drop": "action"}, "device_traces[0][1] has no 'action'"),
+])
+def test_an_odd_entry_gets_the_whole_reads_error(monkeypatch, tmp_path, change, message):
+    from veotrace.synth.torch import synthetic_snapshot
+
+    obj, _ = synthetic_snapshot(seed=1, n_allocs=20)
+    entry = obj["device_traces"][0][1]
+    entry.update({k: v for k, v in change.items() if k != "drop"})
+    entry.pop(change.get("drop"), None)
+    path = tmp_path / "odd.pickle"
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    whole, streamed = _both(monkeypatch, "entropy", path)
+    assert whole == streamed and whole[0] == 1 and message in whole[2]
+
+
+def test_oom_free_bytes_and_time_warnings_match(monkeypatch, tmp_path):
+    from veotrace.synth.torch import synthetic_snapshot
+
+    obj, _ = synthetic_snapshot(seed=3, n_allocs=60, devices=3)
+    obj["device_traces"][1][5]["time_us"] -= 10**6  # an entry back in time
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(obj, protocol=5))
+    monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", "1")
+    streamed = ts.oom_free_bytes(path), ts.snapshot_info(path)
+    monkeypatch.delenv("VEOTRACE_SNAPSHOT_STREAM_BYTES")
+    assert streamed[0] == ts.oom_free_bytes(path) and len(streamed[0]) == 3
+    whole = ts.load_snapshot(path)
+    assert (streamed[1].time_back, streamed[1].first_back) == (whole.time_back, whole.first_back) == (1, (1, 5, whole.first_back[2]))
+    assert streamed[1].layout == whole.layout and streamed[1].segments == whole.segments
