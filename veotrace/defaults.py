@@ -111,3 +111,10 @@ REPORT_POLICIES = ("torch", "bestfit", "ideal")  # its simulate section (all sev
 # sites
 SITES_DEPTH = 1  # user frames that name an allocation site (--site-depth)
 SITES_TOP = 10  # sites shown per table in the terminal (JSON and CSV keep every one)
+
+# diff (two runs side by side); its noise tests reuse the gate's bootstrap (GATE_RESAMPLES, GATE_SEED, GATE_BLOCK_LEN)
+DIFF_ALPHA = 0.05  # two-sided: a change is beyond run-to-run noise when its 95% bootstrap interval excludes 0
+DIFF_MIN_WINDOWS = 8  # fewest non-empty windows on each side for a noise test (fewer: the change alone, untested)
+DIFF_TOP_CLASSES = 3  # size classes listed as the ones that moved most
+DIFF_TOP_SITES = 10  # sites per device shown in the terminal and markdown (JSON keeps every one)
+DIFF_ALIGN = "time"  # --align: time since start, step (record_function steps) or events

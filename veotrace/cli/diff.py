@@ -1,0 +1,84 @@
+"""`veotrace diff BEFORE AFTER`: two runs side by side, their deltas beyond run-to-run noise, sites and series."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from veotrace.cli.app import app
+from veotrace.cli.common import (
+    FormatHintOpt,
+    OutputFormat,
+    OutputOpt,
+    PlotOpt,
+    PlotSizeOpt,
+    RowsOpt,
+    SkipBadRowsOpt,
+    TimeUnit,
+    TimeUnitOpt,
+    err,
+    path_or_url,
+    show,
+    user_errors,
+)
+
+
+class DiffFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    parquet = "parquet"
+    markdown = "markdown"
+
+
+class Align(str, enum.Enum):
+    time = "time"
+    step = "step"
+    events = "events"
+
+
+_SIDE = "a file, a folder of rotated logs, or a Parquet file from 'veotrace convert'"
+
+
+@app.command("diff")
+def diff_command(
+    before: Annotated[object, typer.Argument(help=f"The earlier run: {_SIDE}.", parser=path_or_url)],
+    after: Annotated[object, typer.Argument(help=f"The later run, of the same kind (or a snapshot against a log): {_SIDE}.", parser=path_or_url)],
+    align: Annotated[Align, typer.Option("--align", help="The series' axis: time since each run's first event, step (record_function steps of a snapshot), events (untimed traces).")] = Align.time,
+    fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="Exit 3 when a change meets this condition: 'peak_reserved>+5%', 'entropy_mean>0.1', 'ooms>0' (repeat, or comma-separate).")] = None,
+    time_unit: TimeUnitOpt = TimeUnit.ns,
+    skip_bad_rows: SkipBadRowsOpt = False,
+    format_hint: FormatHintOpt = None,
+    fmt: Annotated[DiffFormat, typer.Option("--format", "-f", help="table (default), json (diff/1), csv/parquet (the deltas), markdown (a pull-request comment).")] = DiffFormat.table,
+    output: OutputOpt = None,
+    rows: RowsOpt = 40,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
+) -> None:
+    """Two runs side by side: headline deltas with run-to-run noise, size classes, settings, sites, series on one axis."""
+    with user_errors():
+        from veotrace.comparison.run import diff
+
+        result = diff(before, after, align=align.value, fail_on=fail_on, time_unit=time_unit.value,
+                      skip_bad_rows=skip_bad_rows, format_hint=format_hint)
+        if fmt is not DiffFormat.markdown:
+            show(result, OutputFormat(fmt.value), output, rows=rows, plot=plot, plot_size=plot_size)
+            return
+        _markdown(result, output, plot, plot_size)
+
+
+def _markdown(result, output: Path | None, plot: Path | None, plot_size: str | None) -> None:
+    from veotrace import outputs
+
+    for line in result.messages:
+        err(line)
+    if plot is not None:
+        err(f"wrote {plot} ({result.plot(plot, plot_size):,} bytes)")
+    outputs.write_text(result.markdown(), output, inputs=result.inputs)
+    for line in result.closing:
+        err(line)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)

@@ -1,0 +1,144 @@
+"""Comparison layer: two sides read and measured concurrently, then compared (``DiffResult``, JSON ``diff/1``)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from veotrace.comparison import deltas as D
+from veotrace.comparison.measure import ANALYSES, Measures, measure
+from veotrace.comparison.sides import Side, check_comparable, holds, read_side
+from veotrace.errors import TraceFormatError
+from veotrace.schemas.diff import DELTA_NAMES, SCHEMA
+
+
+@dataclass
+class DiffResult:
+    """Two runs compared (``diff/1``, see ``schemas.diff``); ``series`` is the ``DIFF_SERIES`` table."""
+
+    before: Measures
+    after: Measures
+    devices: dict
+    deltas: list[dict]
+    size_classes: dict
+    settings: dict
+    sites: dict | None
+    series: pa.Table
+    align: str
+    fail_on: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        """No delta changed, nothing is on one side only, no setting differs."""
+        return (all(d["change"] in (0, None) and not (d["before"] is None) ^ (d["after"] is None) for d in self.deltas)
+                and not self.devices["only_before"] and not self.devices["only_after"] and not self.settings["differ"]
+                and not any(v["changed"] or v["only_before"] or v["only_after"] for v in (self.sites or {}).values()))
+
+    def to_dict(self) -> dict:
+        from veotrace.comparison.series import X_UNIT
+
+        return {"schema": SCHEMA, "before": _side(self.before), "after": _side(self.after), "same": self.same,
+                "devices": self.devices, "deltas": self.deltas, "size_classes": self.size_classes,
+                "settings": self.settings, "sites": self.sites,
+                "series": {"align": self.align, "x_unit": X_UNIT[self.align], "rows": self.series.to_pylist()},
+                "fail_on": self.fail_on,
+                "unavailable": {"before": self.before.unavailable, "after": self.after.unavailable},
+                "params": {"test": D.METHOD, "delta_names": list(DELTA_NAMES)}, "notes": self.notes}
+
+
+def _side(m: Measures) -> dict:
+    import pyarrow.compute as pc
+
+    s, ev = m.side, m.side.events
+    ts = ev.column("ts_ns")
+    lo, hi = (pc.min(ts).as_py(), pc.max(ts).as_py()) if ev.num_rows else (None, None)
+    return {"paths": [str(p) for p in s.paths], "kind": s.kind, "formats": sorted(set(s.formats)),
+            "events": ev.num_rows, "devices": side_devices(m),
+            "span_s": None if lo is None or hi is None else (hi - lo) / 1e9,
+            "analyses": {name: [[k, v] for k, v in run.headline()] for name, run in m.runs.items()}}
+
+
+def side_devices(m: Measures) -> list[int]:
+    """The devices a side's fragmentation replay saw (else its events')."""
+    frag = m.value("fragmentation")
+    if frag is not None:
+        return sorted(D.per_device(frag))
+    import pyarrow.compute as pc
+
+    col = m.side.events.column("device")
+    return sorted(int(d) for d in pc.unique(col).to_pylist() if d is not None)
+
+
+def compare(before: Any, after: Any, *, align: str = "time", conditions: list | None = None, time_unit: str = "ns",
+            skip_bad_rows: bool = False, format_hint: str | None = None) -> DiffResult:
+    """Read and measure both sides concurrently (each read once), then every delta, the sites and the series.
+
+    Raises:
+        TraceFormatError: a side missing, holding no alloc/free events, or of a kind the other does not compare with.
+        UsageError: ``align`` the sides cannot give.
+    """
+    from veotrace.comparison import conditions as C
+    from veotrace.comparison.series import check_align, series
+    from veotrace.runs import common
+
+    for name, path, other in (("before", before, after), ("after", after, before)):
+        if isinstance(path, Path) and not path.exists():
+            raise TraceFormatError(f"{name.upper()} {path} does not exist ({'AFTER' if name == 'before' else 'BEFORE'} "
+                                   f"{other} {_held(other)})", hint="Give two existing runs: files, folders of "
+                                                                     "rotated logs or Parquet files from 'veotrace convert'")
+
+    def one(name: str, path: Any) -> Side:
+        options, report = common.reading(time_unit, skip_bad_rows, format_hint)
+        return read_side(name, path, options=options, report=report)
+
+    with ThreadPoolExecutor(2) as pool:  # both sides at once: the readers and kernels release the GIL
+        sides = [pool.submit(one, n, p) for n, p in (("before", before), ("after", after))]
+        b_side, a_side = (f.result() for f in sides)
+        check_comparable(b_side, a_side)
+        align = check_align(align, b_side, a_side)
+        runs = [pool.submit(measure, s, time_unit=getattr(time_unit, "value", time_unit), skip_bad_rows=skip_bad_rows)
+                for s in (b_side, a_side)]
+        b, a = (f.result() for f in runs)
+    db, da = side_devices(b), side_devices(a)
+    devices = {"compared": sorted(set(db) & set(da)), "only_before": sorted(set(db) - set(da)),
+               "only_after": sorted(set(da) - set(db))}
+    classes = D.size_classes(b, a)
+    out = [*D.entropy_deltas(b, a), *D.device_deltas(b, a, devices["compared"]),
+           *D.run_deltas(b, a, classes["js_distance"])]
+    out.sort(key=lambda d: DELTA_NAMES.index(d["name"]))
+    result = DiffResult(b, a, devices, out, classes, D.settings(b, a), D.sites(b, a, devices["compared"]),
+                        pa.concat_tables([series(m, align, devices["compared"]) for m in (b, a)]), align)
+    result.fail_on = C.check(conditions or [], out)
+    result.notes = _notes(result)
+    return result
+
+
+def _held(path: Any) -> str:
+    try:
+        return holds(Path(str(path)))
+    except OSError:
+        return "cannot be read"
+
+
+def _notes(r: DiffResult) -> list[str]:
+    """What the outputs say besides the numbers: devices not compared, analyses a side does not feed."""
+    notes = []
+    for name, devs in (("BEFORE", r.devices["only_before"]), ("AFTER", r.devices["only_after"])):
+        if devs:
+            notes.append(f"Note: device{'s' if len(devs) > 1 else ''} {', '.join(map(str, devs))} only in {name}: not "
+                         f"compared (compared: {', '.join(map(str, r.devices['compared'])) or 'none'})")
+    for analysis in ANALYSES:
+        why = {s: m.unavailable.get(analysis) for s, m in (("BEFORE", r.before), ("AFTER", r.after))}
+        if any(why.values()):
+            sides = " and ".join(s for s, w in why.items() if w)
+            reason = next(w for w in why.values() if w)
+            notes.append(f"Note: {analysis} not compared ({sides}: {reason.split('. ')[0]})")
+    if r.before.side.settings is None or r.after.side.settings is None:
+        notes.append("Note: allocator settings not compared (" + " and ".join(
+            s for s, m in (("BEFORE", r.before), ("AFTER", r.after)) if m.side.settings is None) + " recorded none)")
+    return notes
