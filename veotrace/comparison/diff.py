@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 
 from veotrace.comparison import deltas as D
-from veotrace.comparison.measure import ANALYSES, Measures, measure
-from veotrace.comparison.sides import Side, check_comparable, holds, read_side
+from veotrace.comparison.measure import ANALYSES, Measures, measure_side
+from veotrace.comparison.sides import Side, check_comparable, holds, inspect
 from veotrace.errors import TraceFormatError
 from veotrace.schemas.diff import DELTA_NAMES, SCHEMA
 
@@ -52,13 +52,10 @@ class DiffResult:
 
 
 def _side(m: Measures) -> dict:
-    import pyarrow.compute as pc
-
-    s, ev = m.side, m.side.events
-    ts = ev.column("ts_ns")
-    lo, hi = (pc.min(ts).as_py(), pc.max(ts).as_py()) if ev.num_rows else (None, None)
+    s = m.side
+    lo, hi = s.first_ns, s.last_ns
     return {"paths": [str(p) for p in s.paths], "kind": s.kind, "formats": sorted(set(s.formats)),
-            "events": ev.num_rows, "devices": side_devices(m),
+            "events": s.rows, "devices": side_devices(m),
             "span_s": None if lo is None or hi is None else (hi - lo) / 1e9,
             "analyses": {name: [[k, v] for k, v in run.headline()] for name, run in m.runs.items()}}
 
@@ -66,12 +63,7 @@ def _side(m: Measures) -> dict:
 def side_devices(m: Measures) -> list[int]:
     """The devices a side's fragmentation replay saw (else its events')."""
     frag = m.value("fragmentation")
-    if frag is not None:
-        return sorted(D.per_device(frag))
-    import pyarrow.compute as pc
-
-    col = m.side.events.column("device")
-    return sorted(int(d) for d in pc.unique(col).to_pylist() if d is not None)
+    return sorted(D.per_device(frag)) if frag is not None else m.side.devices
 
 
 def compare(before: Any, after: Any, *, align: str = "time", conditions: list | None = None, time_unit: str = "ns",
@@ -83,7 +75,7 @@ def compare(before: Any, after: Any, *, align: str = "time", conditions: list | 
         UsageError: ``align`` the sides cannot give.
     """
     from veotrace.comparison import conditions as C
-    from veotrace.comparison.series import check_align, series
+    from veotrace.comparison.series import check_align, check_steps, series
     from veotrace.runs import common
 
     for name, path, other in (("before", before, after), ("after", after, before)):
@@ -94,16 +86,14 @@ def compare(before: Any, after: Any, *, align: str = "time", conditions: list | 
 
     def one(name: str, path: Any) -> Side:
         options, report = common.reading(time_unit, skip_bad_rows, format_hint)
-        return read_side(name, path, options=options, report=report)
+        return inspect(name, path, options=options, report=report)
 
-    with ThreadPoolExecutor(2) as pool:  # both sides at once: the readers and kernels release the GIL
-        sides = [pool.submit(one, n, p) for n, p in (("before", before), ("after", after))]
-        b_side, a_side = (f.result() for f in sides)
-        check_comparable(b_side, a_side)
-        align = check_align(align, b_side, a_side)
-        runs = [pool.submit(measure, s, time_unit=getattr(time_unit, "value", time_unit), skip_bad_rows=skip_bad_rows)
-                for s in (b_side, a_side)]
-        b, a = (f.result() for f in runs)
+    b_side, a_side = one("before", before), one("after", after)
+    check_comparable(b_side, a_side)
+    align = check_align(align, b_side, a_side)
+    b, a = measure_both([b_side, a_side], time_unit=getattr(time_unit, "value", time_unit),
+                        skip_bad_rows=skip_bad_rows, format_hint=format_hint)
+    check_steps(align, b.side, a.side)
     db, da = side_devices(b), side_devices(a)
     devices = {"compared": sorted(set(db) & set(da)), "only_before": sorted(set(db) - set(da)),
                "only_after": sorted(set(da) - set(db))}
@@ -116,6 +106,14 @@ def compare(before: Any, after: Any, *, align: str = "time", conditions: list | 
     result.fail_on = C.check(conditions or [], out)
     result.notes = _notes(result)
     return result
+
+
+def measure_both(sides: list[Side], **reading: Any) -> list[Measures]:
+    """Both sides read and measured at once, on two threads: the readers and the analyses' numpy and Arrow
+    kernels release the GIL for most of their time (worker processes measured no faster on two 10M-event
+    logs, and cost a start-up on small ones)."""
+    with ThreadPoolExecutor(2) as threads:
+        return [f.result() for f in [threads.submit(measure_side, s, **reading) for s in sides]]
 
 
 def _held(path: Any) -> str:

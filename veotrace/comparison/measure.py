@@ -31,8 +31,31 @@ class Measures:
         return None if run is None else run.value
 
 
+def measure_side(side: Side, *, time_unit: str = "ns", skip_bad_rows: bool = False,
+                 format_hint: str | None = None) -> Measures:
+    """Read ``side`` once (``sides.load``) and measure it; the events are dropped before the measures are
+    returned (from a worker process they would be pickled back)."""
+    from veotrace.comparison.sides import load
+    from veotrace.runs import common
+
+    options, _ = common.reading(time_unit, skip_bad_rows, format_hint)
+    out = measure(load(side, options=options, columns=columns()), time_unit=time_unit, skip_bad_rows=skip_bad_rows)
+    side.events = None
+    return out
+
+
+def columns() -> tuple[str, ...]:
+    """The event columns the analyses read (entropy's, bursts', fragmentation's), and the devices'."""
+    from veotrace.analysis.bursts.bursts import COLUMNS as BURSTS
+    from veotrace.analysis.entropy.entropy import COLUMNS as ENTROPY
+    from veotrace.frag.decode import COLUMNS as FRAGMENTATION
+
+    return tuple(dict.fromkeys((*ENTROPY, *BURSTS, *FRAGMENTATION, "device")))
+
+
 def measure(side: Side, *, time_unit: str = "ns", skip_bad_rows: bool = False) -> Measures:
     """Run every analysis of the diff on ``side``'s events (read once, never again)."""
+    from veotrace.analysis.bursts.bursts import COLUMNS as BURSTS
     from veotrace.runs.bursts import bursts
     from veotrace.runs.entropy import entropy
     from veotrace.runs.fragmentation import fragmentation
@@ -40,8 +63,10 @@ def measure(side: Side, *, time_unit: str = "ns", skip_bad_rows: bool = False) -
 
     out = Measures(side)
     reading = {"time_unit": time_unit, "skip_bad_rows": skip_bad_rows, "events_table": side.events}
-    calls = {"entropy": lambda: entropy(side.paths, **reading), "bursts": lambda: bursts(side.paths, **reading),
+    calls = {"entropy": lambda: entropy(side.paths, **reading),
              "fragmentation": lambda: fragmentation(side.paths, **reading),
+             # one batch: bursts merges the runs of each batch it is given, exactly, at a cost growing with batches
+             "bursts": lambda: bursts(side.paths, **{**reading, "events_table": _one_chunk(side.events, BURSTS)}),
              "sites": lambda: sites([side.snapshot]) if side.snapshot is not None else _no_sites(side)}
     for name in ANALYSES:
         try:
@@ -50,6 +75,10 @@ def measure(side: Side, *, time_unit: str = "ns", skip_bad_rows: bool = False) -
             out.unavailable[name] = str(exc)
     out.class_counts = class_counts(side.events, out.value("entropy"))
     return out
+
+
+def _one_chunk(events: Any, columns: tuple[str, ...]) -> Any:
+    return events.select([c for c in events.column_names if c in columns]).combine_chunks()
 
 
 def _no_sites(side: Side):

@@ -30,11 +30,25 @@ def check_align(align: str, before: Any, after: Any) -> str:
         raise UsageError(f"--align must be one of {', '.join(ALIGNS)}, got {align!r}")
     if align == "step":
         for side in (before, after):
-            if not steps(side.annotations):
+            if side.snapshot is None:
                 raise UsageError(f"--align step needs record_function steps (a PyTorch snapshot's annotations), and "
-                                 f"{side.describe()} records none", hint="Use --align time, or --align events for "
-                                                                         "untimed traces")
+                                 f"{side.describe()} has none", hint=_OTHER_ALIGN)
     return align
+
+
+_OTHER_ALIGN = "Use --align time, or --align events for untimed traces"
+
+
+def check_steps(align: str, before: Any, after: Any) -> None:
+    """``--align step`` once the sides are read: each must hold two or more steps.
+
+    Raises:
+        UsageError: a side whose annotations name no step that starts twice.
+    """
+    for side in (before, after) if align == "step" else ():
+        if not steps(side.annotations).size:
+            raise UsageError(f"--align step needs record_function steps, and {side.describe()} records no "
+                             "annotation that starts twice", hint=_OTHER_ALIGN)
 
 
 def steps(annotations: list) -> np.ndarray:
@@ -61,7 +75,7 @@ def _to_steps(t_ns: np.ndarray, marks: np.ndarray) -> np.ndarray:
 def series(m: Measures, align: str, devices: list[int]) -> pa.Table:
     """One side's DIFF_SERIES rows: entropy per window and, per device compared, the fragmentation windows."""
     parts = []
-    first = _first_ns(m.side.events)
+    first = m.side.first_ns
     marks = steps(m.side.annotations) if align == "step" else None
     ent = m.value("entropy")
     if ent is not None and ent.windows.num_rows:
@@ -90,12 +104,6 @@ def _x(align: str, start_ns: np.ndarray, first: int | None, events: np.ndarray, 
     if align == "step":
         return _to_steps(start_ns, marks)
     return (start_ns - first) / 1e9
-
-
-def _first_ns(events: Any) -> int | None:
-    import pyarrow.compute as pc
-
-    return pc.min(events.column("ts_ns")).as_py() if events.num_rows else None
 
 
 def _col(table: pa.Table, name: str) -> np.ndarray:

@@ -30,9 +30,12 @@ class Side:
         paths: the paths as given (one file or folder), as the readers take them.
         formats: the format of each file read.
         kind: "log", "snapshot" (a snapshot or its Parquet conversion) or "nsys".
-        events: all of the side's alloc/free events (``ALLOC_EVENTS``).
         report: what reading skipped (``sources.ReadReport``).
         snapshot: the snapshot file itself, when the side is one (sites read its stacks).
+        converted: the side is a snapshot's Parquet conversion (``sources.snapshots.converted``).
+        events: all of the side's alloc/free events (``ALLOC_EVENTS``), once :func:`load` read them; None
+            again when the side's measures are done (they never travel between processes).
+        rows, first_ns, last_ns, devices: the events' count, first and last time, and devices.
         settings: the allocator settings the side recorded (a snapshot's ``allocator_settings``), or None.
         annotations: record_function START/END marks (a snapshot's ``external_annotations``).
     """
@@ -41,9 +44,14 @@ class Side:
     paths: list
     formats: list[str]
     kind: str
-    events: Any
     report: Any
     snapshot: Path | None = None
+    converted: Any = None
+    events: Any = None
+    rows: int = 0
+    first_ns: int | None = None
+    last_ns: int | None = None
+    devices: list = field(default_factory=list)
     settings: dict | None = None
     annotations: list = field(default_factory=list)
 
@@ -69,16 +77,14 @@ def _kind(formats: list[str], path: Path, converted: bool) -> str:
     return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
-def read_side(name: str, path: Any, *, options: Any, report: Any) -> Side:
-    """Read side ``name`` at ``path`` once: every event, the settings and annotations it recorded.
+def inspect(name: str, path: Any, *, options: Any, report: Any) -> Side:
+    """What side ``name`` at ``path`` is (its files and their formats), before reading any event.
 
     Raises:
-        TraceFormatError: the side holds no alloc/free events (what it holds is said).
+        TraceFormatError: the side holds no alloc/free events (what it holds is said), or files of two kinds.
     """
-    from veotrace.schemas import ALLOC_EVENTS
-    from veotrace.sources import read_table, resolve_inputs
+    from veotrace.sources import resolve_inputs
     from veotrace.sources.snapshots.converted import converted_snapshot
-    from veotrace.sources.snapshots.torch_snapshot import NoTraceEvents, load_snapshot
 
     paths = [path]
     try:
@@ -90,22 +96,45 @@ def read_side(name: str, path: Any, *, options: Any, report: Any) -> Side:
     single = inputs[0][0] if len(inputs) == 1 else None
     converted = converted_snapshot(single) if single is not None and formats[0] == "parquet" else None
     snapshot = single if formats == ["torch-snapshot"] else None
-    try:
-        events = read_table(paths, "alloc_events", options=options, report=report)
-    except NoTraceEvents:  # segments and blocks only: fragmentation still reports the state
-        events = ALLOC_EVENTS.empty_table()
-    settings, annotations = None, []
-    if snapshot is not None:
-        snap = load_snapshot(snapshot)  # cached: the read above loaded it
-        settings = snap.allocator_settings if isinstance(snap.allocator_settings, dict) else None
-        annotations = snap.external_annotations
-    elif converted is not None:
-        settings = converted.allocator_settings
     kind = _kind(formats, Path(str(path)), converted is not None)
     if kind == "mixed":
         raise TraceFormatError(f"{name.upper()} {path} holds {', '.join(sorted(set(formats)))} files: one side is "
                                "one run of one kind", hint="Put each run's files in a folder of their own")
-    return Side(name, paths, formats, kind, events, report, snapshot, settings, annotations)
+    return Side(name, paths, formats, kind, report, snapshot, converted)
+
+
+def load(side: Side, *, options: Any, columns: Any = None) -> Side:
+    """Read ``side``'s events once (of a log, only ``columns``), with the settings and annotations it
+    recorded (fills ``side`` in place)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from veotrace.schemas import ALLOC_EVENTS
+    from veotrace.schemas.events import alloc_events_schema
+    from veotrace.sources import iter_alloc_events, read_table
+    from veotrace.sources.snapshots.torch_snapshot import NoTraceEvents, load_snapshot
+
+    try:
+        if side.snapshot is not None or side.converted is not None:  # small: every column, as fragmentation reads it
+            side.events = read_table(side.paths, "alloc_events", options=options, report=side.report)
+        else:  # only the columns the analyses read (a log's addresses and devices cost half of its read)
+            batches = list(iter_alloc_events(side.paths, options=options, report=side.report, columns=columns))
+            side.events = (pa.Table.from_batches(batches) if batches
+                           else alloc_events_schema(columns).empty_table())
+    except NoTraceEvents:  # segments and blocks only: fragmentation still reports the state
+        side.events = ALLOC_EVENTS.empty_table()
+    if side.snapshot is not None:
+        snap = load_snapshot(side.snapshot)  # cached: the read above loaded it
+        side.settings = snap.allocator_settings if isinstance(snap.allocator_settings, dict) else None
+        side.annotations = snap.external_annotations
+    elif side.converted is not None:
+        side.settings = side.converted.allocator_settings
+    ev = side.events
+    side.rows = ev.num_rows
+    if ev.num_rows:
+        side.first_ns, side.last_ns = pc.min(ev.column("ts_ns")).as_py(), pc.max(ev.column("ts_ns")).as_py()
+        side.devices = sorted(int(d) for d in pc.unique(ev.column("device")).to_pylist() if d is not None)
+    return side
 
 
 def _held(path: Any) -> str:

@@ -181,8 +181,8 @@ def _interval(lo, hi) -> str:
 
 
 def diff(job, section, reading, size) -> None:
-    from veotrace.render.diff import delta_cells
     from veotrace.comparison.run import diff as run_diff
+    from veotrace.render.diff import delta_cells
 
     run = run_diff(job.paths[0], job.paths[1], **reading)
     section.headline = run.headline()

@@ -57,10 +57,8 @@ def event_batches(paths, *, options, report, columns, on_progress: Progress = No
     if events is None:
         return iter_alloc_events(paths, options=options, report=report, on_progress=on_progress, columns=columns,
                                  inputs=inputs)
-    from veotrace.sources.snapshots.torch_snapshot import BATCH_ROWS
-
     wanted = [c for c in events.column_names if c in columns] if columns is not None else events.column_names
-    return iter(events.select(wanted).to_batches(max_chunksize=BATCH_ROWS))
+    return iter(events.select(wanted).to_batches())  # the table's chunks: the batches its read yielded
 
 
 def input_files(paths: Sequence[Any]) -> list:
