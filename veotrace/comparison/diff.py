@@ -130,7 +130,8 @@ def _notes(r: DiffResult) -> list[str]:
         if devs:
             notes.append(f"Note: device{'s' if len(devs) > 1 else ''} {', '.join(map(str, devs))} only in {name}: not "
                          f"compared (compared: {', '.join(map(str, r.devices['compared'])) or 'none'})")
-    for analysis in ANALYSES:
+    snapshots = "snapshot" in (r.before.side.kind, r.after.side.kind)
+    for analysis in (a for a in ANALYSES if a != "sites" or snapshots):  # logs never have sites
         why = {s: m.unavailable.get(analysis) for s, m in (("BEFORE", r.before), ("AFTER", r.after))}
         if any(why.values()):
             sides = " and ".join(s for s, w in why.items() if w)

@@ -9,7 +9,7 @@ import numpy as np
 from rich.console import Console
 from rich.text import Text
 
-from veotrace.defaults import DIFF_TOP_SITES
+from veotrace.defaults import DIFF_ALPHA, DIFF_TOP_SITES
 from veotrace.render.console import fmt_bytes, fmt_value, rows_table, summary_table
 from veotrace.render.sparkline import BLOCKS
 
@@ -39,7 +39,8 @@ def delta_cells(d: dict) -> list[str]:
     if t is None:
         verdict = "not tested" if d["change"] is not None else "-"
     else:
-        verdict = (f"{'beyond' if d['significant'] else 'within'} noise (95% CI {_signed(t['ci_low'], d['unit'])}.."
+        verdict = (f"{'beyond' if d['significant'] else 'within'} noise ({100 * (1 - DIFF_ALPHA):g}% CI "
+                   f"{_signed(t['ci_low'], d['unit'])}.."
                    f"{_signed(t['ci_high'], d['unit'])}, p {t['p_value']:.3g})")
     return [_num(d["before"], d["unit"]), _num(d["after"], d["unit"]), change, verdict]
 
