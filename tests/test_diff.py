@@ -211,3 +211,16 @@ def test_align_events_and_the_plot_and_series_table(tmp_path):
     assert ent[-1]["x"] == result.value.before.value("entropy").summary["events_counted"]
     assert result.plot(tmp_path / "d.png") > 1000
     assert result.to_dict()["series"]["x_unit"] == "events"
+
+
+def test_report_of_two_runs_has_a_diff_section(tmp_path):
+    from veotrace.reporting.run import build_report
+
+    report = build_report([LOG, ROTATED])
+    (section,) = [s for s in report.sections if s.title == "Two runs compared"]
+    assert section.error is None and section.figure_svg
+    assert section.command == f"veotrace diff {LOG} {ROTATED}"
+    expected = diff(LOG, ROTATED).value.deltas
+    assert [r[0] for r in section.rows] == [d["label"] for d in expected]
+    single = build_report([LOG])
+    assert not [s for s in single.sections if s.title == "Two runs compared"]  # one PATH: nothing to compare

@@ -117,4 +117,5 @@ DIFF_ALPHA = 0.01  # two-sided: a change is beyond run-to-run noise when its 99%
 DIFF_MIN_WINDOWS = 8  # fewest non-empty windows on each side for a noise test (fewer: the change alone, untested)
 DIFF_TOP_CLASSES = 3  # size classes listed as the ones that moved most
 DIFF_TOP_SITES = 10  # sites per device shown in the terminal and markdown (JSON keeps every one)
-DIFF_ALIGN = "time"  # --align: time since start, step (record_function steps) or events
+DIFF_ALIGNS = ("time", "step", "events")  # --align: time since start, record_function steps, events
+DIFF_ALIGN = "time"

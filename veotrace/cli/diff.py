@@ -24,20 +24,12 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
+from veotrace.defaults import DIFF_ALIGN, DIFF_ALIGNS
 
-
-class DiffFormat(str, enum.Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-    parquet = "parquet"
-    markdown = "markdown"
-
-
-class Align(str, enum.Enum):
-    time = "time"
-    step = "step"
-    events = "events"
+#: The shared output formats, and markdown for a pull-request comment.
+DiffFormat = enum.Enum("DiffFormat", {**{f.name: f.value for f in OutputFormat}, "markdown": "markdown"}, type=str)
+Align = enum.Enum("Align", {a: a for a in DIFF_ALIGNS}, type=str)
+_TABLE, _ALIGN = DiffFormat("table"), Align(DIFF_ALIGN)
 
 
 _SIDE = "a file, a folder of rotated logs, or a Parquet file from 'veotrace convert'"
@@ -45,14 +37,14 @@ _SIDE = "a file, a folder of rotated logs, or a Parquet file from 'veotrace conv
 
 @app.command("diff")
 def diff_command(
-    before: Annotated[object, typer.Argument(help=f"The earlier run: {_SIDE}.", parser=path_or_url)],
-    after: Annotated[object, typer.Argument(help=f"The later run, of the same kind (or a snapshot against a log): {_SIDE}.", parser=path_or_url)],
-    align: Annotated[Align, typer.Option("--align", help="The series' axis: time since each run's first event, step (record_function steps of a snapshot), events (untimed traces).")] = Align.time,
+    before: Annotated[object, typer.Argument(help=f"The earlier run: {_SIDE}.", parser=path_or_url, metavar="BEFORE")],
+    after: Annotated[object, typer.Argument(help=f"The later run, of the same kind (or a snapshot against a log): {_SIDE}.", parser=path_or_url, metavar="AFTER")],
+    align: Annotated[Align, typer.Option("--align", help="The series' axis: time since each run's first event, step (record_function steps of a snapshot), events (untimed traces).")] = _ALIGN,
     fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="Exit 3 when a change meets this condition: 'peak_reserved>+5%', 'entropy_mean>0.1', 'ooms>0' (repeat, or comma-separate).")] = None,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
-    fmt: Annotated[DiffFormat, typer.Option("--format", "-f", help="table (default), json (diff/1), csv/parquet (the deltas), markdown (a pull-request comment).")] = DiffFormat.table,
+    fmt: Annotated[DiffFormat, typer.Option("--format", "-f", help="table (default), json (diff/1), csv/parquet (the deltas), markdown (a pull-request comment).")] = _TABLE,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
     plot: PlotOpt = None,
@@ -64,7 +56,7 @@ def diff_command(
 
         result = diff(before, after, align=align.value, fail_on=fail_on, time_unit=time_unit.value,
                       skip_bad_rows=skip_bad_rows, format_hint=format_hint)
-        if fmt is not DiffFormat.markdown:
+        if fmt.value != "markdown":
             show(result, OutputFormat(fmt.value), output, rows=rows, plot=plot, plot_size=plot_size)
             return
         _markdown(result, output, plot, plot_size)

@@ -9,10 +9,11 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.comparison.measure import Measures
+from veotrace.defaults import DIFF_ALIGNS
 from veotrace.errors import UsageError
 from veotrace.schemas.diff import DIFF_SERIES
 
-ALIGNS = ("time", "step", "events")
+ALIGNS = DIFF_ALIGNS
 X_UNIT = {"time": "s", "step": "steps", "events": "events"}
 #: (metric, fragmentation window column) drawn per device.
 FRAG_METRICS = (("live_bytes_peak", "live_bytes_peak"), ("reserved_bytes_peak", "reserved_bytes_peak"),

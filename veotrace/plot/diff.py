@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,8 +11,8 @@ from veotrace.plot.base import DATA, TREND, new_figure
 from veotrace.plot.common import binary_bytes, empty
 from veotrace.plot.reduce import minmax_indices, pixel_columns
 
-PANELS = (("entropy_bits", "entropy H (bits)"), ("live_bytes_peak", "live bytes (window peak)"),
-          ("reserved_bytes_peak", "reserved bytes (window peak)"), ("external_frag", "external fragmentation"))
+PANELS = (("entropy_bits", "H (bits)"), ("live_bytes_peak", "live peak"), ("reserved_bytes_peak", "reserved peak"),
+          ("external_frag", "ext. frag"))
 X_LABEL = {"time": "seconds since the run's first event", "step": "steps since the first step",
            "events": "events up to the window's end"}
 COLOURS = {"before": DATA, "after": TREND}
@@ -23,7 +24,9 @@ def plot_diff(result: Any, *, size: tuple[int, int]):
     shown = [(m, label) for m, label in PANELS if any(r["metric"] == m for r in rows)] or [PANELS[0]]
     fig, axes = new_figure(size, nrows=len(shown), sharex=True)
     axes = np.atleast_1d(axes)
-    fig.suptitle(f"BEFORE {result.before.side.paths[0]} vs AFTER {result.after.side.paths[0]}", fontsize=10)
+    names = [Path(str(m.side.paths[0])).name for m in (result.before, result.after)]
+    fig.suptitle(f"BEFORE {names[0]} vs AFTER {names[1]}: entropy per window; per device the windows' live and "
+                 "reserved peaks and external fragmentation", fontsize=10)
     styles = ("-", "--", ":", "-.")
     for ax, (metric, label) in zip(axes, shown):
         mine = [r for r in rows if r["metric"] == metric and r["x"] is not None and r["value"] is not None]
