@@ -131,7 +131,7 @@ def supports_diff(info: FileInfo) -> str | None:
     """diff compares two runs of alloc/free events (a snapshot's state alone too: its fragmentation and sites)."""
     if _alloc(info)[0] is None and info.format != "torch-snapshot":
         return None
-    return "diff BEFORE AFTER (against another run of this kind, or a snapshot against a log)"
+    return "diff"
 
 
 def supports_convert(info: FileInfo) -> str | None:
