@@ -166,7 +166,7 @@ def test_fail_on_exits_3_and_a_condition_that_does_not_parse_exits_2_listing_the
     assert "--fail-on peak_reserved>+5%: failed (peak_reserved (device 0))" in r.stderr
     assert run_cli("diff", a, b, "--fail-on", "peak_reserved>+500%").exit_code == 0
     assert run_cli("diff", a, b, "--fail-on", "peak_allocated>1GiB").exit_code == 3  # +5.1 GiB on device 0
-    for bad in ("peak_reservd>+5%", "peak_reserved>>5", "peak_reserved"):
+    for bad in ("peak_reservd>+5%", "peak_reserved>>5", "peak_reserved", "peak_reserved>+5x", "entropy_mean>1GiB"):
         r = run_cli("diff", LOG, LOG, "--fail-on", bad)
         assert r.exit_code == 2
         errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error: ")]

@@ -12,6 +12,8 @@ from veotrace.schemas.diff import DELTA_NAMES
 
 _COND = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*([A-Za-z%]*)\s*$")
 _OPS = {">": lambda v, t: v > t, ">=": lambda v, t: v >= t, "<": lambda v, t: v < t, "<=": lambda v, t: v <= t}
+#: The deltas in bytes, whose thresholds may carry a unit (1GiB).
+BYTE_NAMES = ("peak_reserved", "peak_allocated")
 EXAMPLE = "e.g. 'peak_reserved>+5%', 'entropy_mean>0.1', 'peak_allocated>1GiB', 'ooms>0'"
 
 
@@ -57,7 +59,13 @@ def parse(texts: list[str] | str | None) -> list[Condition]:
         if unit == "%":
             out.append(Condition(text.strip(), name, op, float(number), True))
         elif unit and unit.lower() not in ("bits", "bit"):
-            value = parse_bytes(number.lstrip("+-") + unit, option=f"--fail-on {text.strip()!r}")
+            if name not in BYTE_NAMES:
+                raise UsageError(f"--fail-on {text!r}: {name} is not in bytes; give a number in its unit or a percentage "
+                                 f"({EXAMPLE}); the names are {', '.join(DELTA_NAMES)}")
+            try:
+                value = parse_bytes(number.lstrip("+-") + unit, option=f"--fail-on {text.strip()!r}")
+            except UsageError as exc:
+                raise UsageError(f"{exc.message}; the names are {', '.join(DELTA_NAMES)} ({EXAMPLE})") from None
             out.append(Condition(text.strip(), name, op, -value if number.startswith("-") else value, False))
         else:
             out.append(Condition(text.strip(), name, op, float(number), False))

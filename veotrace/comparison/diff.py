@@ -154,7 +154,7 @@ def _notes(r: DiffResult) -> list[str]:
         if any(why.values()):
             sides = " and ".join(s for s, w in why.items() if w)
             reason = next(w for w in why.values() if w)
-            notes.append(f"Note: {analysis} not compared ({sides}: {reason.split('. ')[0]})")
+            notes.append(f"Note: {analysis} not compared ({sides}: {reason.rstrip('.')})")
     if r.before.side.settings is None or r.after.side.settings is None:
         notes.append("Note: allocator settings not compared (" + " and ".join(
             s for s, m in (("BEFORE", r.before), ("AFTER", r.after)) if m.side.settings is None) + " recorded none)")
