@@ -238,3 +238,42 @@ def test_large_sides_on_two_processes_give_the_same_result_and_errors(monkeypatc
     with pytest.raises(Exception) as info:  # raised in the worker, shown as the reader's own error
         diff(bad, LOG)
     assert "bad.csv" in str(info.value) and type(info.value).__name__ == "TraceFormatError"
+
+
+def _stepped_snapshot(path: Path, step_us: int, steps: int = 12) -> Path:
+    """A snapshot of ``steps`` training steps of ``step_us`` each (ProfilerStep#k annotations), each step
+    allocating and freeing the same three blocks in one 8 MiB segment."""
+    import pickle
+
+    t0, seg, mib = 1_700_000_000_000_000, 0x7F0000000000, 1 << 20
+    trace = [{"action": "segment_alloc", "addr": seg, "size": 8 * mib, "stream": 0, "time_us": t0}]
+    notes = []
+    for k in range(steps):
+        t = t0 + k * step_us + 1
+        notes.append({"stage": "START", "name": f"ProfilerStep#{k}", "device": 0, "time_us": t})
+        for i, size in enumerate((mib, 2 * mib, 512 << 10)):
+            trace.append({"action": "alloc", "addr": seg + i * 3 * mib, "size": size, "stream": 0, "time_us": t + 1 + i})
+        for i, size in enumerate((mib, 2 * mib, 512 << 10)):
+            for action in ("free_requested", "free_completed"):
+                trace.append({"action": action, "addr": seg + i * 3 * mib, "size": size, "stream": 0,
+                              "time_us": t + step_us // 2 + i})
+        notes.append({"stage": "END", "name": f"ProfilerStep#{k}", "device": 0, "time_us": t + step_us - 2})
+    segments = [{"device": 0, "address": seg, "total_size": 8 * mib, "stream": 0, "segment_type": "large",
+                 "allocated_size": 0, "active_size": 0,
+                 "blocks": [{"address": seg, "size": 8 * mib, "requested_size": 0, "state": "inactive"}]}]
+    path.write_bytes(pickle.dumps({"segments": segments, "device_traces": [trace], "external_annotations": notes}))
+    return path
+
+
+def test_align_step_puts_a_slower_run_on_the_same_steps(tmp_path):
+    fast = _stepped_snapshot(tmp_path / "fast.pickle", 100_000)
+    slow = _stepped_snapshot(tmp_path / "slow.pickle", 200_000)  # the same steps, twice as long each
+    result = diff(fast, slow, align="step")
+    assert result.value.align == "step" and result.value.to_dict()["series"]["x_unit"] == "steps"
+    rows = [r for r in result.value.series.to_pylist() if r["metric"] == "live_bytes_peak"]
+    for side in ("before", "after"):
+        xs = [r["x"] for r in rows if r["side"] == side]
+        assert min(xs) < 0.5 and 11 <= max(xs) <= 12.5  # 12 steps on both sides, whatever their length
+    by_time = diff(fast, slow)
+    span = {s: max(r["x"] for r in by_time.value.series.to_pylist() if r["side"] == s) for s in ("before", "after")}
+    assert span["after"] == pytest.approx(2 * span["before"], rel=0.1)

@@ -53,11 +53,14 @@ def check_steps(align: str, before: Any, after: Any) -> None:
 
 
 def steps(annotations: list) -> np.ndarray:
-    """The start times (ns) of the steps: the START marks of the annotation named most often."""
+    """The start times (ns) of the steps: the START marks of the annotation named most often (a trailing
+    ``#N``, as in the profiler's ``ProfilerStep#12``, is not part of the name)."""
+    import re
+
     starts: dict[str, list[int]] = {}
     for a in annotations:
         if a.get("stage") == "START" and isinstance(a.get("time_us"), int):
-            starts.setdefault(str(a.get("name")), []).append(a["time_us"] * 1000)
+            starts.setdefault(re.sub(r"#\d+$", "", str(a.get("name"))), []).append(a["time_us"] * 1000)
     if not starts:
         return np.zeros(0, np.int64)
     name = max(sorted(starts), key=lambda k: len(starts[k]))
