@@ -25,15 +25,16 @@ ENV = dict(os.environ, PYTHONPATH=str(HERE.parent))
 SINGLE = ("entropy", "bursts", "fragmentation")
 
 
-def run(args: list) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one veotrace process."""
+def run(args: list) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system, with the processes it waited for) of one
+    veotrace process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "veotrace", *map(str, args)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=ENV)
     _, status, usage = os.wait4(proc.pid, 0)
     if status >> 8 not in (0, 3):
         raise SystemExit(f"veotrace {' '.join(map(str, args))} failed: {proc.stderr.read().decode()[-500:]}")
-    return time.perf_counter() - t0, usage.ru_maxrss / 1024
+    return time.perf_counter() - t0, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def inputs(events: int) -> tuple[Path, Path]:
@@ -66,10 +67,14 @@ def main() -> None:
         for side in (before, after):
             singles[(cmd, side.name)] = min(run([cmd, side, "-f", "json", "-o", os.devnull]) for _ in range(a.repeat))
             print(f"  {cmd} {side.name}: {singles[(cmd, side.name)][0]:.2f} s, {singles[(cmd, side.name)][1]:.0f} MiB")
-    total = sum(t for t, _ in singles.values())
+    total = sum(t for t, _, _ in singles.values())
+    cpu = sum(c for _, _, c in singles.values())
     diff = min(run(["diff", before, after, "-f", "json", "-o", os.devnull]) for _ in range(a.repeat))
-    print(f"single-run commands one after another on both sides: {total:.2f} s (largest {max(m for _, m in singles.values()):.0f} MiB)")
-    print(f"diff: {diff[0]:.2f} s, {diff[1]:.0f} MiB")
+    print(f"single-run commands one after another on both sides: {total:.2f} s, {cpu:.2f} CPU s "
+          f"(largest {max(m for _, m, _ in singles.values()):.0f} MiB)")
+    print(f"diff: {diff[0]:.2f} s, {diff[1]:.0f} MiB (the diff process; its worker's CPU and memory are not counted)")
+    print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (other work slows both sides "
+          "of the ratio, the diff's two processes more)")
     print(f"ratio diff / single runs: {diff[0] / total:.2f}x (issue 28 asks at most 0.60x)")
 
 
