@@ -55,7 +55,6 @@ def columns() -> tuple[str, ...]:
 
 def measure(side: Side, *, time_unit: str = "ns", skip_bad_rows: bool = False) -> Measures:
     """Run every analysis of the diff on ``side``'s events (read once, never again)."""
-    from veotrace.analysis.bursts.bursts import COLUMNS as BURSTS
     from veotrace.runs.bursts import bursts
     from veotrace.runs.entropy import entropy
     from veotrace.runs.fragmentation import fragmentation
@@ -65,8 +64,7 @@ def measure(side: Side, *, time_unit: str = "ns", skip_bad_rows: bool = False) -
     reading = {"time_unit": time_unit, "skip_bad_rows": skip_bad_rows, "events_table": side.events}
     calls = {"entropy": lambda: entropy(side.paths, **reading),
              "fragmentation": lambda: fragmentation(side.paths, **reading),
-             # one batch: bursts merges the runs of each batch it is given, exactly, at a cost growing with batches
-             "bursts": lambda: bursts(side.paths, **{**reading, "events_table": _one_chunk(side.events, BURSTS)}),
+             "bursts": lambda: bursts(side.paths, **reading),
              "sites": lambda: sites([side.snapshot]) if side.snapshot is not None else _no_sites(side)}
     for name in ANALYSES:
         try:
@@ -75,10 +73,6 @@ def measure(side: Side, *, time_unit: str = "ns", skip_bad_rows: bool = False) -
             out.unavailable[name] = str(exc)
     out.class_counts = class_counts(side.events, out.value("entropy"))
     return out
-
-
-def _one_chunk(events: Any, columns: tuple[str, ...]) -> Any:
-    return events.select([c for c in events.column_names if c in columns]).combine_chunks()
 
 
 def _no_sites(side: Side):
