@@ -227,18 +227,12 @@ def test_report_of_two_runs_has_a_diff_section(tmp_path):
     assert not [s for s in single.sections if s.title == "Two runs compared"]  # one PATH: nothing to compare
 
 
-def test_large_sides_on_two_processes_give_the_same_result_and_errors(monkeypatch, tmp_path):
-    import veotrace.engine
-    from veotrace.render.export import dumps_json
-
-    serial = diff(LOG, ROTATED).to_dict()
-    monkeypatch.setattr(veotrace.engine, "SPLIT_BYTES", 0)  # every side "large": BEFORE on a worker process
-    assert dumps_json(diff(LOG, ROTATED).to_dict(), pretty=False) == dumps_json(serial, pretty=False)
+def test_a_reader_error_on_one_side_is_the_readers_own_error(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("timestamp,op_type,size_bytes\n1,alloc,10\n2,alloc,oops\n")
-    with pytest.raises(Exception) as info:  # raised in the worker, shown as the reader's own error
-        diff(bad, LOG)
-    assert "bad.csv" in str(info.value) and type(info.value).__name__ == "TraceFormatError"
+    r = run_cli("diff", bad, LOG)
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"Error: {bad}:3: column 'size_bytes': expected a non-negative integer byte count")
 
 
 def _stepped_snapshot(path: Path, step_us: int, steps: int = 12) -> Path:
