@@ -247,11 +247,12 @@ def _stepped_snapshot(path: Path, step_us: int, steps: int = 12) -> Path:
         t = t0 + k * step_us + 1
         notes.append({"stage": "START", "name": f"ProfilerStep#{k}", "device": 0, "time_us": t})
         for i, size in enumerate((mib, 2 * mib, 512 << 10)):
-            trace.append({"action": "alloc", "addr": seg + i * 3 * mib, "size": size, "stream": 0, "time_us": t + 1 + i})
+            trace.append({"action": "alloc", "addr": seg + i * 3 * mib, "size": size, "stream": 0,
+                          "time_us": t + 1 + i * step_us // 8})
         for i, size in enumerate((mib, 2 * mib, 512 << 10)):
             for action in ("free_requested", "free_completed"):
                 trace.append({"action": action, "addr": seg + i * 3 * mib, "size": size, "stream": 0,
-                              "time_us": t + step_us // 2 + i})
+                              "time_us": t + step_us // 2 + i * step_us // 8})
         notes.append({"stage": "END", "name": f"ProfilerStep#{k}", "device": 0, "time_us": t + step_us - 2})
     segments = [{"device": 0, "address": seg, "total_size": 8 * mib, "stream": 0, "segment_type": "large",
                  "allocated_size": 0, "active_size": 0,
