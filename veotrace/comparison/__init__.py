@@ -7,7 +7,7 @@ run functions on what was read (``measure``: entropy, bursts, fragmentation, sit
 is the one those commands print), the headline deltas with their units and run-to-run noise tests
 (``deltas``: the gate's circular block bootstrap; the size-class distribution's Jensen-Shannon
 distance; allocator settings; sites), the two runs' series on one axis (``series``), the
-``--fail-on`` conditions (``conditions``), the whole result (``diff``: both sides concurrently) and the
+``--fail-on`` conditions (``conditions``), the whole result (``diff``: each side read and measured once) and the
 command's run (``run``: registered in ``veotrace.registry``; it sits above ``veotrace.runs``, whose
 functions it calls, as the report does).
 """

@@ -1,4 +1,4 @@
-"""Comparison layer: two sides read and measured concurrently, then compared (``DiffResult``, JSON ``diff/1``)."""
+"""Comparison layer: two sides each read and measured once, then compared (``DiffResult``, JSON ``diff/1``)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def side_devices(m: Measures) -> list[int]:
 
 def compare(before: Any, after: Any, *, align: str = "time", conditions: list | None = None, time_unit: str = "ns",
             skip_bad_rows: bool = False, format_hint: str | None = None) -> DiffResult:
-    """Read and measure both sides concurrently (each read once), then every delta, the sites and the series.
+    """Read and measure both sides (each read once), then every delta, the sites and the series.
 
     Raises:
         TraceFormatError: a side missing, holding no alloc/free events, or of a kind the other does not compare with.
