@@ -63,6 +63,8 @@ def _args(line: str, path: Path, tmp_path: Path) -> list[list]:
         return [[*args, path, ARRAYS / "epe.npy", *names], [*args, ARRAYS / "addrs.npy", path, *names]]
     if entry.command == "convert":
         return [[*args, path, "-o", tmp_path / "out.parquet"]]
+    if entry.command == "diff":  # the file against itself, and against the sample log
+        return [[*args, path, path], [*args, path, LOG]]
     if "--window-events" in line:
         args += ["--window-events", "100"]
     if entry.command == "simulate":
@@ -76,7 +78,8 @@ def test_every_command_a_file_feeds_ends_cleanly(path, tmp_path):
         for args in _args(line, path, tmp_path):
             r = run_cli(*args)
             _clean(r, args)
-            if args[0] != "correlate":  # a pair may not match: one Error; else info said it feeds this analysis
+            paired = args[0] == "correlate" or (args[0] == "diff" and args[1] != args[2])
+            if not paired:  # a pair may not match (an Nsight export against a log): one Error; else info said it feeds this
                 assert r.exit_code in (0, 3), (args, r.stderr[-2000:])
 
 
@@ -137,7 +140,7 @@ def test_report_on_each_sample(path, tmp_path):
 
 def test_every_registry_command_is_exercised_here():
     """A command added to the registry must be run by this file (or by test_report_real.py for report)."""
-    covered = {*FILE_COMMANDS, "convert", "correlate", "info", "gate", "banks", "formats", "report", "diagnose"}
+    covered = {*FILE_COMMANDS, "convert", "correlate", "info", "gate", "banks", "formats", "report", "diagnose", "diff"}
     assert {e.command for e in registry.commands()} <= covered
 
 

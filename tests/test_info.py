@@ -43,7 +43,7 @@ def test_sample_alloc_logs_folder(tmp_path):
     assert [f["version"]["compression"] for f in files] == [None, "gzip", "zstd"]
     for f in files:
         assert f["format"] == "alloc-csv" and f["tables"] == {"alloc_events": 10_000}
-        assert f["supports"] == ["entropy", "convert", "bursts"] and f["problems"] == []
+        assert f["supports"] == ["entropy", "convert", "bursts", "diff"] and f["problems"] == []
         d = f["details"]["alloc_events"]
         assert sum(d["ops"].values()) == 10_000 and d["streams"] == [0, 1, 2, 3] and d["devices"] == [0]
     first = files[0]["span"]
@@ -113,7 +113,7 @@ def test_real_snapshot_without_time_us():
     assert d["events_without_time"] == 10_307 and d["first_ns"] is None
     assert f["details"]["blocks"]["states"] == {"active_allocated": 802, "inactive": 277}
     # untimed, but its frees pair with its allocs: fragmentation and simulate window by events
-    assert f["supports"] == ["entropy --window-events N", "convert", "fragmentation", "simulate", "tune", "sites"]
+    assert f["supports"] == ["entropy --window-events N", "convert", "fragmentation", "simulate", "tune", "sites", "diff"]
 
 
 def test_real_snapshots_of_other_layouts():
@@ -131,7 +131,7 @@ def test_real_snapshots_of_other_layouts():
     # no alloc event in its trace: entropy and bursts (which count allocs) would find nothing to count
     assert not any(c.startswith(("entropy", "bursts")) for c in yiyi["supports"] + muduard["supports"])
     # segments and blocks alone feed fragmentation (the state at the snapshot); no alloc to simulate
-    assert muduard["supports"] == ["fragmentation", "sites"] and "simulate" not in yiyi["supports"]
+    assert muduard["supports"] == ["fragmentation", "sites", "diff"] and "simulate" not in yiyi["supports"]
     r = run_cli("entropy", real_trace("yiyi_oom_snapshot.pickle"), "--window-events", "10")
     assert r.exit_code != 0
 
@@ -215,7 +215,7 @@ def test_table_and_csv_views(tmp_path):
     assert r.exit_code == 0 and "alloc-csv" in r.stdout and "10,000" in r.stdout and "l2-breakpoints" in r.stdout
     r = run_cli("info", SAMPLES / "alloc_logs", "--format", "csv")
     rows = list(pacsv.read_csv(pa.py_buffer(r.stdout.encode())).to_pylist())
-    assert [row["alloc_events"] for row in rows] == [10_000] * 3 and rows[0]["supports"] == "entropy; convert; bursts"
+    assert [row["alloc_events"] for row in rows] == [10_000] * 3 and rows[0]["supports"] == "entropy; convert; bursts; diff"
 
 
 # -- bad input ------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gating",),
     ("render", "plot"),
     ("runs",),
+    ("comparison",),
     ("reporting",),
     ("cli", "__main__", "__init__"),
 )

@@ -17,8 +17,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 #: The API functions: one per command (``l2_breakpoints`` for ``l2-breakpoints``).
-__all__ = ["banks", "bursts", "coherence", "convert", "correlate", "diagnose", "entropy", "formats", "fragmentation", "gate",
-           "info", "l2_breakpoints", "report", "simulate", "sites", "tune"]
+__all__ = ["banks", "bursts", "coherence", "convert", "correlate", "diagnose", "diff", "entropy", "formats",
+           "fragmentation", "gate", "info", "l2_breakpoints", "report", "simulate", "sites", "tune"]
 
 
 def __getattr__(name: str):

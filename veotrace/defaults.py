@@ -116,3 +116,11 @@ SITES_TOP = 10  # sites shown per table in the terminal (JSON and CSV keep every
 # Snapshot pickles at least this large on disk are streamed in two passes in flat memory instead of loaded whole
 # (VEOTRACE_SNAPSHOT_STREAM_BYTES overrides it; the whole-file bound then does not apply, per-value bounds do).
 SNAPSHOT_STREAM_BYTES = 64 << 20
+
+# diff (two runs side by side); its noise tests reuse the gate's bootstrap (GATE_RESAMPLES, GATE_SEED, GATE_BLOCK_LEN)
+DIFF_ALPHA = 0.01  # two-sided: a change is beyond run-to-run noise when its 99% bootstrap interval excludes 0 (comparison.deltas says why)
+DIFF_MIN_WINDOWS = 8  # fewest non-empty windows on each side for a noise test (fewer: the change alone, untested)
+DIFF_TOP_CLASSES = 3  # size classes listed as the ones that moved most
+DIFF_TOP_SITES = 10  # sites per device shown in the terminal and markdown (JSON keeps every one)
+DIFF_ALIGNS = ("time", "step", "events")  # --align: time since start, record_function steps, events
+DIFF_ALIGN = "time"

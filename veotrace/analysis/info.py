@@ -127,6 +127,13 @@ def supports_sites(info: FileInfo) -> str | None:
     return "sites" if info.format == "torch-snapshot" and info.tables.get("segments") else None
 
 
+def supports_diff(info: FileInfo) -> str | None:
+    """diff compares two runs of alloc/free events (a snapshot's state alone too: its fragmentation and sites)."""
+    if _alloc(info)[0] is None and info.format != "torch-snapshot":
+        return None
+    return "diff"
+
+
 def supports_convert(info: FileInfo) -> str | None:
     """convert writes any file that holds alloc/free events."""
     return "convert" if _alloc(info)[0] is not None else None

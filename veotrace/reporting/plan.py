@@ -34,10 +34,12 @@ def plan(infos: list, groups: list[list[int]]) -> list[Job]:
     """The jobs for ``infos`` (analysis.info.FileInfo), files grouped by the PATH that named them.
 
     Inside a group, alloc logs of one folder and format are read together (rotated logs); every other
-    file is its own run; correlate pairs ADDRS with EPE arrays by name.
+    file is its own run; correlate pairs ADDRS with EPE arrays by name; two PATHs that diff compares
+    (each one run) are also compared.
     """
     jobs: list[Job] = []
-    for group in groups:
+    runs: dict[int, list] = {}  # per group, the files diff reads as one run
+    for g, group in enumerate(groups):
         sets: dict[tuple, list] = {}
         for i in group:
             info = infos[i]
@@ -46,6 +48,9 @@ def plan(infos: list, groups: list[list[int]]) -> list[Job]:
             for cmd in info.supports:
                 base = _base(cmd)
                 if base is None or cmd.endswith("(address strides)"):  # convert, strides of an array
+                    continue
+                if base == "diff":  # of two PATHs, not of one file
+                    runs.setdefault(g, []).append(info)
                     continue
                 together = info.format in ROTATED and base != "coherence"
                 key = (base, str(Path(info.path).parent), info.format) if together else (base, info.path)
@@ -57,12 +62,26 @@ def plan(infos: list, groups: list[list[int]]) -> list[Job]:
             else:
                 jobs.append(_job(base, members))
         jobs.extend(_correlate_jobs(arrays))
+    jobs.extend(_diff_job(list(runs.values())))
     in_folder = Counter(str(Path(i.path).parent) for i in infos)
     for job in jobs:
         folders = {str(p.parent) for p in job.paths}
         if len(job.paths) > 1 and len(folders) == 1 and in_folder[next(iter(folders))] == len(job.paths):
             job.shown = [str(job.paths[0].parent) + "/"]
     return jobs
+
+
+def _diff_job(runs: list[list]) -> list[Job]:
+    """diff BEFORE AFTER when the report was given two PATHs that are each one run (a file, or one folder's logs)."""
+    if len(runs) != 2:
+        return []
+    sides = []
+    for members in runs:
+        folders = {str(Path(m.path).parent) for m in members}
+        if len(members) > 1 and len(folders) > 1:
+            return []
+        sides.append(Path(members[0].path) if len(members) == 1 else Path(folders.pop()))
+    return [Job("diff", sides)]
 
 
 def _base(cmd: str) -> str | None:

@@ -209,3 +209,16 @@ def _interval(lo, hi) -> str:
     from veotrace.plot.common import fmt
 
     return f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+def diff(job, section, reading, size):
+    from veotrace.comparison.run import diff as run_diff
+    from veotrace.render.diff import delta_cells
+
+    run = run_diff(job.paths[0], job.paths[1], **reading)
+    section.headline = run.headline()
+    _table(section, "Headline deltas (after - before)", ["metric", "device", "before", "after", "change", "run-to-run noise"],
+           [[d["label"], d["device"], *delta_cells(d)] for d in run.value.deltas])
+    section.params = {"align": run.value.align, "test": run.value.to_dict()["params"]["test"]}
+    _figure(section, run, size)
+    return run

@@ -37,7 +37,7 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
            time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
            site_filter: str | None = None, site_depth: int = SITES_DEPTH,
            engine: str = "local", jobs: int = 1, scheduler: str | None = None, workers: int | None = None,
-           on_progress: common.Progress = None) -> BurstsRun:
+           on_progress: common.Progress = None, events_table=None) -> BurstsRun:
     """Burst windows: maximal runs of events closer than ``gap``; sizes, durations, gaps and rates.
 
     Args:
@@ -45,14 +45,14 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
         events: ``"alloc"`` (alloc/free events) or ``"kernels"`` (kernel launches of an Nsight Systems export).
         ops: the ops counted with ``events="alloc"``.
         min_events: fewest events in a burst.
-        by, device, site_filter, site_depth, engine, jobs, scheduler, workers: as for :func:`veotrace.entropy`.
+        by, device, site_filter, site_depth, engine, jobs, scheduler, workers, events_table: as for :func:`veotrace.entropy`.
     """
     from veotrace.analysis.bursts import bursts as analysis
     from veotrace.analysis.groups import columns_for
     from veotrace.analysis.ops import OpsMissing
     from veotrace.attribution.rows import KEYED
     from veotrace.errors import UsageError
-    from veotrace.sources import iter_alloc_events, read_table
+    from veotrace.sources import read_table
 
     paths = common.as_paths(paths)
     kind = getattr(events, "value", events)
@@ -82,15 +82,15 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
                 result = analysis.compute_bursts(batches, gap_ms=gap_ms, min_events=min_events,
                                                  ops=common.ops_list(ops, BURSTS_OPS), **grouped)
                 common.name_groups(result.groups, names)
-            elif config.parallel:  # pieces of the inputs as tasks; the same runs, merged
+            elif config.parallel and events_table is None:  # pieces of the inputs as tasks; the same runs, merged
                 from veotrace.engine import run_bursts
 
                 result = run_bursts(paths, config, options=options, report=report, gap_ms=gap_ms,
                                     min_events=min_events, ops=common.ops_list(ops, BURSTS_OPS),
                                     on_progress=on_progress, columns=columns, **grouped)
             else:
-                batches = iter_alloc_events(paths, options=options, report=report, on_progress=on_progress,
-                                            columns=columns)
+                batches = common.event_batches(paths, options=options, report=report, on_progress=on_progress,
+                                               columns=columns, events=events_table)
                 result = analysis.compute_bursts(batches, gap_ms=gap_ms, min_events=min_events,
                                                  ops=common.ops_list(ops, BURSTS_OPS), **grouped)
         except OpsMissing as exc:  # the default ops, which the user never named

@@ -48,6 +48,19 @@ def as_paths(paths: Any) -> list:
     return [as_path(p) for p in paths]
 
 
+def event_batches(paths, *, options, report, columns, on_progress: Progress = None, inputs=None, events=None):
+    """The alloc/free event batches of ``paths`` with ``columns``: read now, or taken from ``events``, the
+    ``ALLOC_EVENTS`` table of those same paths read already (``veotrace diff`` reads each side once for
+    every analysis it reports, which then see exactly the batches a read would give them)."""
+    from veotrace.sources import iter_alloc_events
+
+    if events is None:
+        return iter_alloc_events(paths, options=options, report=report, on_progress=on_progress, columns=columns,
+                                 inputs=inputs)
+    wanted = [c for c in events.column_names if c in columns] if columns is not None else events.column_names
+    return iter(events.select(wanted).to_batches())  # the table's chunks: the batches its read yielded
+
+
 def input_files(paths: Sequence[Any]) -> list:
     """Every local file ``paths`` name, folders expanded as the readers expand them (``expand_paths``),
     for the output guard; URLs other than ``file://`` are never outputs."""

@@ -34,7 +34,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
             segments: str | list[float] | None = None, by: str | None = None, device: int | None = None,
             time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
             site_filter: str | None = None, site_depth: int = SITES_DEPTH, save_baseline=None, engine: str = "local", jobs: int = 1, scheduler: str | None = None,
-            workers: int | None = None, on_progress: common.Progress = None) -> EntropyRun:
+            workers: int | None = None, on_progress: common.Progress = None, events_table=None) -> EntropyRun:
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments.
 
     Args:
@@ -49,6 +49,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
         site_filter, site_depth: the site rule of ``by="site"`` (as :func:`veotrace.sites` takes it).
         save_baseline: also write the baseline ``gate`` compares with to this file.
         engine, jobs, scheduler, workers: where to run (``jobs > 1`` or ``engine="dask"`` splits the inputs).
+        events_table: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (one process; ``diff``).
 
     Raises:
         UsageError: impossible options. VeotraceError: unreadable input.
@@ -58,7 +59,6 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
     from veotrace.analysis.ops import OpsMissing
     from veotrace.attribution.rows import KEYED
     from veotrace.errors import UsageError
-    from veotrace.sources import iter_alloc_events
 
     paths = common.as_paths(paths)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint)
@@ -77,14 +77,14 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
                                                on_progress=on_progress, rule=common.site_rule(site_filter, site_depth))
             result = compute_entropy(batches, **params, segments=hours)
             common.name_groups(result.groups, names)
-        elif config.parallel:  # pieces of the inputs as tasks; the same partials, merged
+        elif config.parallel and events_table is None:  # pieces of the inputs as tasks; the same partials, merged
             from veotrace.engine import run_entropy
 
             result = run_entropy(paths, config, options=options, report=report, segments=hours, columns=columns,
                                  on_progress=on_progress, **params)
         else:
-            batches = iter_alloc_events(paths, options=options, report=report, on_progress=on_progress,
-                                        columns=columns)
+            batches = common.event_batches(paths, options=options, report=report, on_progress=on_progress,
+                                           columns=columns, events=events_table)
             result = compute_entropy(batches, **params, segments=hours)
     except OpsMissing as exc:  # the default ops, which the user never named
         raise exc if ops is not None else exc.as_default("entropy") from None

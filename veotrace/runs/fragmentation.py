@@ -113,7 +113,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
                   skip_bad_rows: bool = False, format_hint: str | None = None, engine: str = "local", jobs: int = 1,
                   scheduler: str | None = None, workers: int | None = None, by: str | None = None,
                   site_filter: str | None = None, site_depth: int = _D.SITES_DEPTH,
-                  on_progress: common.Progress = None) -> FragmentationRun:
+                  on_progress: common.Progress = None, events_table=None) -> FragmentationRun:
     """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and ``_memory_viz`` definitions.
 
     Args:
@@ -127,6 +127,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         by: ``"site"``: also the free bytes stranded at each window's end by allocation site; ``"phase"``:
             each record_function phase's stranded bytes and fragmentation at its entry and exit (a PyTorch
             snapshot; ``veotrace sites`` has the rest); ``site_filter``, ``site_depth``: the site rule.
+        events_table: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (one process; ``diff``).
     """
     from veotrace.analysis.ooms import OomTap, oom_lines, with_device_free
 
@@ -144,16 +145,17 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         return FragmentationRun(None, [], inputs, strides=strides)
     notes: list[str] = []
     config = common.engine(engine, jobs, scheduler, workers)
+    config = config if events_table is None else common.engine()
     tap = OomTap()
     result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
-                             notes=notes, ooms=tap, **kw)
-    chosen = {} if result.summary.get("from_snapshot") else _log_window(paths, options, result, kw, notes)
+                             notes=notes, ooms=tap, events=events_table, **kw)
+    chosen = {} if result.summary.get("from_snapshot") else _log_window(paths, options, result, kw, notes, events_table)
     if chosen:  # a short log: replayed again in windows that fit it (the first read told its span)
         options, report = common.reading(time_unit, skip_bad_rows, format_hint,
                                          extra_columns=(latency_col,) if latency_col is not None else ())
         tap = OomTap()
         result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
-                                 notes=[], ooms=tap, **{**kw, "window_s": chosen["window_s"]})
+                                 notes=[], ooms=tap, events=events_table, **{**kw, "window_s": chosen["window_s"]})
         result.summary["window_choice"] = chosen
     from veotrace.render.fragmentation import warning_lines
 
@@ -237,7 +239,7 @@ def array_strides(paths: list) -> dict | None:
 
 
 def read_and_replay(paths: list[Path], *, options, report, on_progress=None, config=None, notes=None, ooms=None,
-                    **kw):
+                    events=None, **kw):
     """Read ``paths`` and replay them: one snapshot (seeded from its final state), or alloc/free logs.
 
     Args:
@@ -245,6 +247,7 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
         config: an ``engine.EngineConfig``; when parallel, alloc/free logs are replayed in pieces
             (``fragmentation.parallel``). What cannot be (a snapshot, ``--at TIME``, ...) is replayed
             here, with the reason appended to ``notes``.
+        events: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (``diff``).
     """
     import pyarrow as pa
 
@@ -287,8 +290,8 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
             notes.append(why)
     report.merge(resolved)
     if not snaps:
-        batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS,
-                                    on_progress=on_progress, inputs=inputs)
+        batches = common.event_batches(paths, options=options, report=report, columns=COLUMNS,
+                                       on_progress=on_progress, inputs=inputs, events=events)
         return fragmentation_series(ooms.tap(batches) if ooms is not None else batches, **kw)
     if len(inputs) > 1:
         raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
@@ -308,9 +311,12 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     # small one from the cache), each batch with its slice of the seeded block sizes.
     seeding = ("ts_ns", "op", "size_bytes", "address", "device")
     try:
-        wanted = alloc_events_schema(seeding)
-        events = pa.Table.from_batches(list(iter_alloc_events([path], options=options, report=report,
-                                                              columns=seeding)), schema=wanted)
+        if events is None:
+            wanted = alloc_events_schema(seeding)
+            events = pa.Table.from_batches(list(iter_alloc_events([path], options=options, report=report,
+                                                                  columns=seeding)), schema=wanted)
+        else:  # read already (diff reads each side once): the seeding's columns of it
+            events = events.select(list(seeding))
         if not events.num_rows:
             raise TraceFormatError("no trace entries", path=path)
     except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
@@ -355,13 +361,12 @@ def _fitting_window(events, kw: dict, notes: list[str]) -> dict:
     return _chosen(pc.min(ts).as_py(), pc.max(ts).as_py(), lambda: ts.to_numpy(), events.num_rows, notes)
 
 
-def _log_window(paths, options, result, kw: dict, notes: list[str]) -> dict:
+def _log_window(paths, options, result, kw: dict, notes: list[str], events=None) -> dict:
     """A log's window when the default one gave it under MIN_WINDOWS windows (the one window rule, as
     for snapshots): its timestamps read again (one column) to choose one; {} when it fits or was given."""
     import numpy as np
 
     from veotrace.analysis import timescale
-    from veotrace.sources import iter_alloc_events
     from veotrace.sources.base import ReadReport
 
     s = result.summary
@@ -369,7 +374,7 @@ def _log_window(paths, options, result, kw: dict, notes: list[str]) -> dict:
             or not s.get("has_time") or s["windows"] >= timescale.MIN_WINDOWS):
         return {}
     parts = [np.asarray(b.column("ts_ns").drop_null()) for b in
-             iter_alloc_events(paths, options=options, report=ReadReport(), columns=("ts_ns",))]
+             common.event_batches(paths, options=options, report=ReadReport(), columns=("ts_ns",), events=events)]
     ts = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     if not ts.size:
         return {}

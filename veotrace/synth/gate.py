@@ -5,7 +5,7 @@ whose width gives entropy ``target_bits[k]``:
 
     target = base + shift + drift * t + extra_slope * (t - T/2) + AR(1) noise,   t = hours since start
 
-so ``shift`` moves the mean, ``extra_slope`` tilts the trend about the middle of the run without
+so ``shift`` moves the mean (from hour ``shift_from_hour`` on: a step), ``extra_slope`` tilts the trend about the middle of the run without
 moving the mean, and the AR(1) noise (lag-1 correlation ``ar``, standard deviation ``noise_bits``)
 makes consecutive windows dependent, as in real jobs. Two logs with different seeds and the same
 other arguments are "the same process"; ``events_per_window`` sets the multinomial sampling noise.
@@ -60,7 +60,7 @@ class GateLog:
 def gate_log(
     *, seed: int = 0, windows: int = 240, window_s: float = 3600.0, events_per_window: int = 300,
     base_bits: float = 2.0, shift_bits: float = 0.0, drift_bits_per_hour: float = 0.0,
-    extra_slope_bits_per_hour: float = 0.0, ar: float = 0.5, noise_bits: float = 0.08,
+    extra_slope_bits_per_hour: float = 0.0, ar: float = 0.5, noise_bits: float = 0.08, shift_from_hour: float = 0.0,
 ) -> GateLog:
     """A seeded log of ``windows`` windows of ``window_s`` seconds (see the module docstring)."""
     rng = np.random.default_rng(seed)
@@ -71,7 +71,7 @@ def gate_log(
     for k in range(1, windows):
         noise[k] = ar * noise[k - 1] + innov[k]
     span = hours[-1] if windows > 1 else 0.0
-    target = (base_bits + shift_bits + drift_bits_per_hour * hours
+    target = (base_bits + shift_bits * (hours >= shift_from_hour) + drift_bits_per_hour * hours
               + extra_slope_bits_per_hour * (hours - span / 2) + noise)
     target = np.clip(target, _H_OF_SIGMA[0], _H_OF_SIGMA[-1])
     sigma = np.interp(target, _H_OF_SIGMA, _SIGMAS)
