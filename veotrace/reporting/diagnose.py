@@ -81,12 +81,7 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     Raises:
         UsageError: an unknown severity or a bad --align. VeotraceError: no input feeds an analysis.
     """
-    from veotrace.analysis.info import describe_all
-    from veotrace.reporting.plan import plan
-    from veotrace.reporting.run import _why_not
-    from veotrace.sources.frames import frames_or_none
-    from veotrace.sources.probe import probe_paths
-    from veotrace.sources.remote import as_path
+    from veotrace.reporting.run import planned
 
     if fail_on is not None and fail_on not in [s for s, _ in SEVERITIES]:
         raise UsageError(f"--fail-on must be one of {', '.join(s for s, _ in SEVERITIES)}, got {fail_on!r}")
@@ -94,19 +89,7 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     offsets = _offsets(align or [])
     period = common.seconds(frame_period, "--frame-period")
     options, report = common.reading(time_unit, skip_bad_rows, format_hint)
-    infos, groups, skipped = [], [], []
-    for given in paths:
-        probes, skip = probe_paths([as_path(given)], options)
-        described, skip = describe_all(probes, skip, frames_or_none)
-        groups.append(list(range(len(infos), len(infos) + len(described))))
-        infos.extend(described)
-        skipped.extend(skip)
-    jobs = plan(infos, groups)
-    if not any(j.note is None for j in jobs):
-        from veotrace.errors import AnalysisError
-
-        raise AnalysisError("none of the inputs feeds an analysis: " + _why_not(infos, skipped, jobs),
-                            hint="Run 'veotrace info PATH' to see what each file holds")
+    infos, _, jobs = planned(paths, options)
     first = {str(i.path): (i.span or {}).get("first_ns") for i in infos}
     runnable = [j for j in jobs if j.note is None and j.command in RULES]
     sources = _sources(runnable, first, offsets)

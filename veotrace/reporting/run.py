@@ -60,13 +60,30 @@ def build_report(paths: list[Path], *, options: Any = None,
         FileNotFoundError: a path does not exist.
     """
     from veotrace import __version__
-    from veotrace.analysis.info import describe_all
     from veotrace.sources import ReadOptions
+
+    options = options if options is not None else ReadOptions()
+    infos, skipped, jobs = planned(paths, options)
+    out = []
+    for n, job in enumerate(jobs):
+        if on_section is not None:
+            on_section(job.cli)
+        out.append(run_job(job, n, options))
+    return Report(infos, skipped, out, __version__)
+
+
+def planned(paths: list[Path], options: Any) -> tuple[list, list[str], list[Job]]:
+    """Describe ``paths`` (as ``veotrace info``) and plan the analyses each feeds (``plan``): the files'
+    FileInfos, the files that are not traces, the jobs. The report and ``diagnose`` start here.
+
+    Raises:
+        AnalysisError: no input feeds any analysis (each input and why is named).
+    """
+    from veotrace.analysis.info import describe_all
     from veotrace.sources.frames import frames_or_none
     from veotrace.sources.probe import probe_paths
     from veotrace.sources.remote import as_path
 
-    options = options if options is not None else ReadOptions()
     infos, groups, skipped = [], [], []
     for given in paths:
         probes, skip = probe_paths([as_path(given)], options)  # a Path, or a URL (sources.remote)
@@ -78,12 +95,7 @@ def build_report(paths: list[Path], *, options: Any = None,
     if not any(j.note is None for j in jobs):
         raise AnalysisError("none of the inputs feeds an analysis: " + _why_not(infos, skipped, jobs),
                             hint="Run 'veotrace info PATH' to see what each file holds")
-    out = []
-    for n, job in enumerate(jobs):
-        if on_section is not None:
-            on_section(job.cli)
-        out.append(run_job(job, n, options))
-    return Report(infos, skipped, out, __version__)
+    return infos, skipped, jobs
 
 
 def _why_not(infos: list, skipped: list[str], jobs: list[Job]) -> str:
