@@ -111,3 +111,7 @@ REPORT_POLICIES = ("torch", "bestfit", "ideal")  # its simulate section (all sev
 # sites
 SITES_DEPTH = 1  # user frames that name an allocation site (--site-depth)
 SITES_TOP = 10  # sites shown per table in the terminal (JSON and CSV keep every one)
+
+# following a growing log (--follow; veotrace/live)
+FOLLOW_POLL_S = 0.5  # seconds between two looks at the followed files (--poll)
+FOLLOW_IDLE_S = None  # stop after this many seconds without a new line (--idle-timeout); None: never
