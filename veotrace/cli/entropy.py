@@ -10,9 +10,7 @@ import typer
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
-    FormatOpt,
     NoProgressOpt,
-    OutputFormat,
     OutputOpt,
     PathsArg,
     PlotOpt,
@@ -21,12 +19,27 @@ from veotrace.cli.common import (
     SkipBadRowsOpt,
     TimeUnit,
     TimeUnitOpt,
+    err,
     local_output,
     progress,
     show,
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
+from veotrace.cli.follow_opts import (
+    POLL_DEFAULT,
+    FollowFormat,
+    FollowFormatOpt,
+    FollowOpt,
+    IdleTimeoutOpt,
+    PollOpt,
+    StateOpt,
+    UntilOpt,
+    follow_only,
+    offline_format,
+    refuse_with_follow,
+    writer,
+)
 from veotrace.cli.series_opts import ByOpt, DeviceOpt, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
 from veotrace.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
@@ -52,7 +65,7 @@ def entropy_command(
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
-    fmt: FormatOpt = OutputFormat.table,
+    fmt: FollowFormatOpt = FollowFormat.table,
     output: OutputOpt = None,
     save_baseline: Annotated[Path | None, typer.Option("--save-baseline", help="Also write the baseline that 'veotrace gate' compares runs with.", dir_okay=False, callback=local_output)] = None,
     rows: RowsOpt = 40,
@@ -63,10 +76,30 @@ def entropy_command(
     workers: WorkersOpt = None,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
+    follow: FollowOpt = False,
+    until: UntilOpt = None,
+    idle_timeout: IdleTimeoutOpt = None,
+    poll: PollOpt = POLL_DEFAULT,
+    state: StateOpt = None,
 ) -> None:
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments."""
     with user_errors():
         from veotrace.runs.entropy import entropy
+
+        follow_only(follow, **{"--until": until is not None, "--idle-timeout": idle_timeout is not None,
+                               "--poll": poll != POLL_DEFAULT, "--state": state is not None})
+        refuse_with_follow(follow, paths, **{"--window-events": window_events is not None, "--segments": bool(segments),
+                                             "--by": by is not None, "--save-baseline": save_baseline is not None,
+                                             "--output": output is not None, "--plot": plot is not None,
+                                             "--jobs/--engine": jobs != 1 or engine is not Engine.local})
+        if follow:
+            from veotrace.runs.follow import follow_entropy
+
+            follow_entropy(paths[0], emit=writer(fmt), note=err, window=window, step=step, ops=ops, min_class=min_class,
+                           max_class=max_class, device=device, time_unit=time_unit, skip_bad_rows=skip_bad_rows,
+                           until=until, idle_timeout=idle_timeout, poll=poll, state=state)
+            return
+        fmt = offline_format(fmt, follow)
 
         with progress("reading", enabled=not no_progress) as bar:
             result = entropy(paths, window=window, step=step, window_events=window_events, ops=ops,

@@ -85,7 +85,7 @@ def load_state(path: Path, expected: dict) -> dict | None:
         if state.get(key) != expected[key]:
             raise VeotraceError(
                 f"the checkpoint is of {key} {json.dumps(state.get(key))}, this run's is {json.dumps(expected[key])}",
-                path=path, field=key,
+                path=path,
                 hint="Give another --state file, or remove this one to start from the beginning")
     return state
 

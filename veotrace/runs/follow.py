@@ -137,8 +137,6 @@ def run_follow(command: str, target, windows, params: dict, columns, *, emit: Em
     until_s = common.seconds(until, "--until")
     if poll_s is None or poll_s <= 0:
         raise UsageError("--poll must be positive")
-    if idle_s is not None and idle_s < 0:
-        raise UsageError("--idle-timeout must be zero or positive")
     options, report = common.reading(time_unit, skip_bad_rows)
     ident = identity(command, target, params)
     known = []
