@@ -7,29 +7,12 @@ import json
 
 import pytest
 
-from veotrace.live.follow import Clock
 from veotrace.runs.entropy import entropy
 from veotrace.runs.follow import follow_entropy
-from veotrace.synth.live import RotatingWriter, feed_rows, steps
+from veotrace.synth.live import FeedClock, RotatingWriter, feed_rows, steps
 
 ROW_KEYS = ("window", "start_ns", "end_ns", "hours", "events", "classes_present", "entropy_bits",
             "normalized_entropy", "start_s")
-
-
-class FeedClock(Clock):
-    """Simulated time: each sleep writes the log's next step; once it is all written, time only passes."""
-
-    def __init__(self, writer, parts):
-        self.t = 0.0
-        self.parts = iter(parts)
-        self.writer = writer
-        super().__init__(now=lambda: self.t, sleep=self._sleep)
-
-    def _sleep(self, s):
-        self.t += s
-        part = next(self.parts, None)
-        if part is not None:
-            self.writer.write(part[1])
 
 
 def _follow(target, clock, **kw):

@@ -22,8 +22,8 @@ class Consumer(Protocol):
 
     def feed(self, lines: Lines) -> None: ...
 
-    def after_poll(self) -> bool:
-        """Emit what completed and checkpoint; True to stop (``--until`` reached)."""
+    def after_poll(self) -> str | None:
+        """Emit what completed and checkpoint; why to stop (``"until"``, gate's ``"failed"``), else None."""
         ...
 
     def finish(self, reason: str) -> None:
@@ -41,7 +41,7 @@ class Clock:
 
 def follow(tail: Tail, consumer: Consumer, *, poll_s: float, idle_s: float | None,
            note: Callable[[str], None], clock: Clock | None = None) -> str:
-    """Follow until stopped; returns why: ``"until"``, ``"idle"`` or ``"interrupted"``.
+    """Follow until stopped; returns why: ``"idle"``, ``"interrupted"`` or the consumer's reason (``"until"``).
 
     Raises:
         VeotraceError: the target did not appear within ``idle_s``.
@@ -60,8 +60,9 @@ def follow(tail: Tail, consumer: Consumer, *, poll_s: float, idle_s: float | Non
             for lines in tail.poll():
                 got = True
                 consumer.feed(lines)
-            if consumer.after_poll():
-                reason = "until"
+            stop = consumer.after_poll()
+            if stop:
+                reason = stop
                 break
             now = clock.now()
             if got:

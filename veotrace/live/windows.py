@@ -29,10 +29,12 @@ class EntropyWindows:
     Args:
         window_s, step_s: W and S in seconds (S defaults to W), as ``compute_entropy`` takes them.
         ops, min_class, max_class, device: as ``compute_entropy``.
+        track_last: give each row ``_last_ns``, the last event before its end (the log cut there ends at
+            it: the span the gate's slope is measured over); kept per step, forgotten with the windows.
     """
 
     def __init__(self, *, window_s: float, step_s: float | None, ops: Sequence[str], min_class: int,
-                 max_class: int, device: int | None = None) -> None:
+                 max_class: int, device: int | None = None, track_last: bool = False) -> None:
         self.kw = dict(window_s=window_s, step_s=step_s, ops=list(ops), min_class=min_class, max_class=max_class,
                        device=device)
         probe = entropy_partial([], **self.kw)  # checks the options before any reading
@@ -45,6 +47,9 @@ class EntropyWindows:
         self.next_k: int | None = None  # the first window not printed yet
         self.acc: WindowCounts | None = None
         self.events_read = self.events_counted = self.late_rows = 0
+        self.track_last = track_last
+        self.step_last: dict[int, int] = {}  # step j -> the last event in [O + j*S, O + (j+1)*S)
+        self.prefix_last: int | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
         """Count a batch of ALLOC_EVENTS rows (columns ts_ns, op, size_bytes, and device with ``device``)."""
@@ -82,9 +87,26 @@ class EntropyWindows:
             if n_late:
                 self.late_rows += n_late
                 batch = batch.filter(pc.invert(late))
+        if self.track_last and batch.num_rows:
+            self._track(np.asarray(batch.column("ts_ns")))
         part = entropy_partial([batch], origin_ns=self.origin, **self.kw)
         self.events_counted += part.n_counted
         self.acc.merge(part.pooled)
+
+    def _track(self, ts: np.ndarray) -> None:
+        j = (ts - self.origin) // self.step_ns
+        order = np.argsort(j, kind="stable")
+        js, tss = j[order], ts[order]
+        cuts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+        for jj, m in zip(js[cuts].tolist(), np.maximum.reduceat(tss, cuts).tolist()):
+            self.step_last[jj] = max(self.step_last.get(jj, m), m)
+
+    def _last_before(self, end: int) -> int | None:
+        """The last event before ``end`` (steps wholly before it; a step across it counts as before)."""
+        for j in [j for j in self.step_last if self.origin + j * self.step_ns < end]:
+            m = self.step_last.pop(j)
+            self.prefix_last = m if self.prefix_last is None else max(self.prefix_last, m)
+        return self.prefix_last
 
     def complete(self) -> list[dict]:
         """The windows completed since the last call (an event at or past each one's end was read)."""
@@ -129,6 +151,8 @@ class EntropyWindows:
                          "hours": (start - start0) / NS_PER_HOUR, "events": int(n[i]),
                          "classes_present": int((counts[i] > 0).sum()), "entropy_bits": bits,
                          "normalized_entropy": norm, "start_s": (start - self.first_ns) / 1e9})
+            if self.track_last:
+                rows[-1]["_last_ns"] = self._last_before(start + self.window_ns)
         self.next_k = k_end + 1
         self.acc.drop_before(self.next_k)
         return rows
@@ -140,7 +164,8 @@ class EntropyWindows:
         a = self.acc
         return {"origin": self.origin, "first_ns": self.first_ns, "k_lo": self.k_lo, "next_k": self.next_k,
                 "k0": a.k0, "counts": a.counts.tolist(), "span": [a.first_ns, a.last_ns],
-                "events_read": self.events_read, "events_counted": self.events_counted, "late_rows": self.late_rows}
+                "events_read": self.events_read, "events_counted": self.events_counted, "late_rows": self.late_rows,
+                "step_last": [[j, m] for j, m in self.step_last.items()], "prefix_last": self.prefix_last}
 
     def from_state(self, s: dict) -> None:
         self.origin, self.first_ns, self.k_lo, self.next_k = s["origin"], s["first_ns"], s["k_lo"], s["next_k"]
@@ -149,3 +174,5 @@ class EntropyWindows:
         a.counts = np.array(s["counts"], np.int64).reshape(-1, self.n_classes)
         a.first_ns, a.last_ns = s["span"]
         self.events_read, self.events_counted, self.late_rows = s["events_read"], s["events_counted"], s["late_rows"]
+        self.step_last = {int(j): int(m) for j, m in s["step_last"]}
+        self.prefix_last = s["prefix_last"]

@@ -29,7 +29,11 @@ class Follower:
         self.state, self.ident, self.until_ns, self.columns = state, ident, until_ns, columns
         self.fed = False
         self.printed = 0
-        self.on_window: Callable[[dict], None] | None = None
+        #: The gate's hooks: called with each window's record (may return a reason to stop), and
+        #: (state to keep, restore from it) for the checkpoint.
+        self.on_window: Callable[[dict], str | None] | None = None
+        self.stop: str | None = None
+        self.extra: tuple[Callable[[], dict], Callable[[dict], None]] | None = None
 
     def feed(self, lines) -> None:
         from veotrace.sources.logs.lines import parse_lines
@@ -45,17 +49,22 @@ class Follower:
 
         for row in rows:
             rec = record("window", self.command, complete=complete, **row)
-            if self.on_window is not None:
-                self.on_window(rec)
+            hidden = {k: rec.pop(k) for k in [k for k in rec if k.startswith("_")]}
             self.emit(rec)
             self.printed += 1
+            if self.on_window is not None:
+                self.stop = self.on_window({**rec, **hidden})
+                if self.stop is not None:  # the gate failed with --exit-on-fail: nothing after this window
+                    return
 
-    def after_poll(self) -> bool:
+    def after_poll(self) -> str | None:
         self._print(self.windows.complete(), True)
         if self.fed:
             self.checkpoint()
             self.fed = False
-        return self.until_ns is not None and self.windows.reached(self.until_ns)
+        if self.stop is not None:
+            return self.stop
+        return "until" if self.until_ns is not None and self.windows.reached(self.until_ns) else None
 
     def checkpoint(self) -> None:
         """Write the tail's generations and the open windows to ``--state`` (once the origin is settled)."""
@@ -65,13 +74,14 @@ class Follower:
         if self.state is None or open_windows is None:
             return
         save_state(self.state, {**self.ident, "tail": [generation_to_json(g) for g in self.tail.generations()],
-                                "windows": open_windows})
+                                "windows": open_windows, **({"extra": self.extra[0]()} if self.extra else {})})
 
     def finish(self, reason: str) -> None:
         from veotrace.live.contract import record
 
         until = reason == "until"
-        self._print(self.windows.rest(self.until_ns if until else None), until)
+        if reason != "failed":  # the gate stopped at its failing window: nothing after it
+            self._print(self.windows.rest(self.until_ns if until else None), until)
         w = self.windows
         for line in self.report.messages():
             self.note(line)
@@ -124,7 +134,7 @@ def follow_entropy(target, *, emit: Emit, note: Note, window: str | float | None
 
 
 def run_follow(command: str, target, windows, params: dict, columns, *, emit: Emit, note: Note, time_unit,
-               skip_bad_rows: bool, until, idle_timeout, poll, state, clock, on_window=None) -> str:
+               skip_bad_rows: bool, until, idle_timeout, poll, state, clock, on_window=None, extra=None) -> str:
     """The follow loop of ``command`` over its open ``windows`` (resumed from ``state`` when it exists)."""
     from veotrace.errors import UsageError
     from veotrace.live.contract import generation_from_json, identity, load_state
@@ -145,9 +155,11 @@ def run_follow(command: str, target, windows, params: dict, columns, *, emit: Em
         if saved is not None:
             known = [generation_from_json(g, target) for g in saved["tail"]]
             windows.from_state(saved["windows"])
+            if extra is not None:
+                extra[1](saved.get("extra") or {})
             note(f"Resuming from {state}: {windows.events_read:,} events read before")
     tail = Tail(target, known=known)
     consumer = Follower(command, windows, tail, options=options, report=report, emit=emit, note=note, state=state,
                         ident=ident, until_ns=None if until_s is None else round(until_s * 1e9), columns=columns)
-    consumer.on_window = on_window
+    consumer.on_window, consumer.extra = on_window, extra
     return follow(tail, consumer, poll_s=poll_s, idle_s=idle_s, note=note, clock=clock)

@@ -128,3 +128,22 @@ def steps(rows: np.ndarray, *, seconds_per_step: float, jsonl: bool = False) -> 
     cuts = np.flatnonzero(np.diff(k)) + 1
     for part in np.split(rows, cuts):
         yield (int(part[0, 0]) - t0) / 1e9, lines(part, jsonl=jsonl)
+
+
+class FeedClock:
+    """Simulated time for ``live.follow`` (its ``now`` and ``sleep``): each sleep writes the next of ``parts``
+    ((time, lines), as ``steps`` gives them) with ``writer``; once all are written, time only passes."""
+
+    def __init__(self, writer: RotatingWriter | None, parts) -> None:
+        self.t = 0.0
+        self.parts = iter(parts)
+        self.writer = writer
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+        part = next(self.parts, None)
+        if part is not None:
+            self.writer.write(part[1])
