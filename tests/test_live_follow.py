@@ -144,3 +144,24 @@ def test_time_going_backwards_is_counted(tmp_path):
     follow_entropy(log, emit=out.append, note=notes.append, window="1s", poll=1, idle_timeout=3, clock=clock)
     assert out[-1]["late_rows"] == 3
     assert any("3 rows were earlier than windows already printed" in n for n in notes)
+
+
+def test_bursts_equal_one_read_of_the_finished_folder(tmp_path):
+    from veotrace.runs.bursts import bursts
+    from veotrace.runs.follow import follow_bursts
+
+    rows = feed_rows(seconds=200, seed=11)
+    writer = RotatingWriter(tmp_path / "logs", rotate_bytes=40_000)
+    out, state = [], tmp_path / "b.state"
+    parts = list(steps(rows, seconds_per_step=0.5))
+    reason = follow_bursts(writer.folder, emit=out.append, note=lambda m: None, gap="20ms", poll=0.5,
+                           idle_timeout=3, state=state, clock=FeedClock(writer, parts[:200]))
+    first = [r for r in out if r["record"] == "burst" and r["complete"]]
+    out2 = []
+    follow_bursts(writer.folder, emit=out2.append, note=lambda m: None, gap="20ms", poll=0.5, idle_timeout=3,
+                  state=state, clock=FeedClock(writer, parts[200:]))
+    offline = bursts(writer.files(), gap="20ms").to_dict()
+    keys = list(offline["bursts"][0])
+    got = [{k: r[k] for k in keys} for r in first + out2 if r["record"] == "burst"]
+    assert reason == "idle" and len(offline["bursts"]) > 20 and got == offline["bursts"]
+    assert out2[-1]["events_counted"] == offline["summary"]["events_counted"]

@@ -35,9 +35,8 @@ from veotrace.cli.follow_opts import (
     PollOpt,
     StateOpt,
     UntilOpt,
-    follow_only,
+    check_follow,
     offline_format,
-    refuse_with_follow,
     writer,
 )
 from veotrace.cli.series_opts import ByOpt, DeviceOpt, SiteDepthOpt, SiteFilterOpt
@@ -86,12 +85,10 @@ def entropy_command(
     with user_errors():
         from veotrace.runs.entropy import entropy
 
-        follow_only(follow, **{"--until": until is not None, "--idle-timeout": idle_timeout is not None,
-                               "--poll": poll != POLL_DEFAULT, "--state": state is not None})
-        refuse_with_follow(follow, paths, **{"--window-events": window_events is not None, "--segments": bool(segments),
-                                             "--by": by is not None, "--save-baseline": save_baseline is not None,
-                                             "--output": output is not None, "--plot": plot is not None,
-                                             "--jobs/--engine": jobs != 1 or engine is not Engine.local})
+        check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+                     **{"--window-events": window_events is not None, "--segments": bool(segments), "--by": by is not None,
+                        "--save-baseline": save_baseline is not None, "--output": output is not None,
+                        "--plot": plot is not None, "--jobs/--engine": jobs != 1 or engine is not Engine.local})
         if follow:
             from veotrace.runs.follow import follow_entropy
 

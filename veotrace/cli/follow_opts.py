@@ -79,6 +79,19 @@ def follow_only(follow: bool, **given: bool) -> None:
         raise UsageError(f"{', '.join(bad)} only applies with --follow")
 
 
+def check_follow(follow: bool, paths: list, *, until, idle_timeout, poll: str, state, only: dict | None = None,
+                 **incompatible: bool) -> None:
+    """The checks of a command with --follow: its own options (and ``only``: the command's) need it; with it,
+    one input and none of ``incompatible`` (option name with dashes as keys of a dict, or underscores here).
+
+    Raises:
+        UsageError: naming the options.
+    """
+    follow_only(follow, **{"--until": until is not None, "--idle-timeout": idle_timeout is not None,
+                           "--poll": poll != POLL_DEFAULT, "--state": state is not None, **(only or {})})
+    refuse_with_follow(follow, paths, **incompatible)
+
+
 def writer(fmt):
     """The record writer of ``-f jsonl`` or the terminal table (stdout)."""
     from veotrace.errors import UsageError

@@ -28,8 +28,7 @@ from veotrace.cli.follow_opts import (
     PollOpt,
     StateOpt,
     UntilOpt,
-    follow_only,
-    refuse_with_follow,
+    check_follow,
     writer,
 )
 from veotrace.defaults import (
@@ -93,12 +92,11 @@ def gate_command(
     with user_errors():
         from veotrace.runs.gate import gate
 
-        follow_only(follow, **{"--until": until is not None, "--idle-timeout": idle_timeout is not None,
-                               "--poll": poll != POLL_DEFAULT, "--state": state is not None,
-                               "--on-fail": on_fail is not None, "--exit-on-fail": exit_on_fail,
-                               "--format jsonl": fmt is GateFormat.jsonl})
-        refuse_with_follow(follow, paths, **{"--history": history is not None, "--window-events": window_events is not None,
-                                             "--output": output is not None, "--junit": junit is not None})
+        check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+                     only={"--on-fail": on_fail is not None, "--exit-on-fail": exit_on_fail,
+                           "--format jsonl": fmt is GateFormat.jsonl},
+                     **{"--history": history is not None, "--window-events": window_events is not None,
+                        "--output": output is not None, "--junit": junit is not None})
         if follow:
             _follow(paths[0], fmt, baseline=baseline, on_fail=on_fail, exit_on_fail=exit_on_fail,
                     max_increase=max_increase, max_slope_increase=max_slope_increase, alpha=alpha, strict=strict,

@@ -33,6 +33,8 @@ class EntropyWindows:
             it: the span the gate's slope is measured over); kept per step, forgotten with the windows.
     """
 
+    record_kind = "window"
+
     def __init__(self, *, window_s: float, step_s: float | None, ops: Sequence[str], min_class: int,
                  max_class: int, device: int | None = None, track_last: bool = False) -> None:
         self.kw = dict(window_s=window_s, step_s=step_s, ops=list(ops), min_class=min_class, max_class=max_class,

@@ -6,7 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from veotrace.defaults import ENTROPY_MAX_CLASS, ENTROPY_MIN_CLASS, ENTROPY_OPS, ENTROPY_WINDOW_S, FOLLOW_POLL_S
+from veotrace.defaults import (
+    BURSTS_GAP_MS,
+    BURSTS_MIN_EVENTS,
+    BURSTS_OPS,
+    ENTROPY_MAX_CLASS,
+    ENTROPY_MIN_CLASS,
+    ENTROPY_OPS,
+    ENTROPY_WINDOW_S,
+    FOLLOW_POLL_S,
+)
 from veotrace.runs import common
 
 Emit = Callable[[dict], None]
@@ -48,7 +57,7 @@ class Follower:
         from veotrace.live.contract import record
 
         for row in rows:
-            rec = record("window", self.command, complete=complete, **row)
+            rec = record(self.windows.record_kind, self.command, complete=complete, **row)
             hidden = {k: rec.pop(k) for k in [k for k in rec if k.startswith("_")]}
             self.emit(rec)
             self.printed += 1
@@ -129,6 +138,24 @@ def follow_entropy(target, *, emit: Emit, note: Note, window: str | float | None
               "time_unit": getattr(time_unit, "value", time_unit)}
     columns = list(COLUMNS) + (["device"] if device is not None else [])
     return run_follow("entropy", target, windows, params, columns, emit=emit, note=note, time_unit=time_unit,
+                      skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+                      clock=clock)
+
+
+def follow_bursts(target, *, emit: Emit, note: Note, gap: str | float = f"{BURSTS_GAP_MS:g}ms",
+                  ops: str | list[str] | None = None, min_events: int = BURSTS_MIN_EVENTS, time_unit: str = "ns",
+                  skip_bad_rows: bool = False, until=None, idle_timeout=None, poll=FOLLOW_POLL_S,
+                  state: Path | None = None, clock=None) -> str:
+    """Follow ``target`` and emit each burst as it completes (the log reached ``gap`` past its last event):
+    the rows ``bursts`` gives on the finished log. Arguments as :func:`follow_entropy` and ``bursts``."""
+    from veotrace.analysis.bursts import bursts as analysis
+    from veotrace.live.bursts import BurstWindows
+
+    gap_ms = common.seconds(gap, "--gap", bare_unit="ms") * 1e3
+    windows = BurstWindows(gap_ns=analysis.check_params(gap_ms, min_events), min_events=min_events, ops=common.ops_list(ops, BURSTS_OPS))
+    params = {"gap_ns": windows.gap_ns, "min_events": min_events, "ops": windows.ops,
+              "time_unit": getattr(time_unit, "value", time_unit)}
+    return run_follow("bursts", target, windows, params, analysis.COLUMNS, emit=emit, note=note, time_unit=time_unit,
                       skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
                       clock=clock)
 
