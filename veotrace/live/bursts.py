@@ -58,11 +58,15 @@ class BurstWindows:
         self.events_counted += int(cts.size)
         self.open = merge_all([self.open, BurstRuns.from_events(cts, nbytes, gap_ns=self.gap_ns)])
 
-    def complete(self) -> list[dict]:
-        """The bursts completed since the last call (the log reached ``gap`` past their last event)."""
+    def complete(self, until_ns: int | None = None) -> list[dict]:
+        """The bursts completed since the last call (the log reached ``gap`` past their last event);
+        ``until_ns``: only those ending before then (ns after the first event)."""
         if self.watermark is None:
             return []
-        return self._seal(self.open.end + self.gap_ns <= self.watermark)
+        done = self.open.end + self.gap_ns <= self.watermark
+        if until_ns is not None:
+            done &= self.open.end < self.first_ns + until_ns
+        return self._seal(done)
 
     def rest(self, until_ns: int | None = None) -> list[dict]:
         """Every open run (following stops): the offline read's last bursts (``until_ns``: those ending by then)."""

@@ -110,11 +110,14 @@ class EntropyWindows:
             self.prefix_last = m if self.prefix_last is None else max(self.prefix_last, m)
         return self.prefix_last
 
-    def complete(self) -> list[dict]:
-        """The windows completed since the last call (an event at or past each one's end was read)."""
+    def complete(self, until_ns: int | None = None) -> list[dict]:
+        """The windows completed since the last call (an event at or past each one's end was read);
+        ``until_ns``: only those ending by then (ns after the origin)."""
         if self.acc is None or self.acc.last_ns is None:
             return []
         k_done = (self.acc.last_ns - self.origin - self.window_ns) // self.step_ns
+        if until_ns is not None:
+            k_done = min(k_done, (until_ns - self.window_ns) // self.step_ns)
         return self._rows(k_done)
 
     def rest(self, until_ns: int | None = None) -> list[dict]:

@@ -67,7 +67,7 @@ class Follower:
                     return
 
     def after_poll(self) -> str | None:
-        self._print(self.windows.complete(), True)
+        self._print(self.windows.complete(self.until_ns), True)
         if self.fed:
             self.checkpoint()
             self.fed = False
