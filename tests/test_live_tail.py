@@ -105,12 +105,18 @@ def test_copy_holds_lines_written_after_the_last_read(tmp_path):
     assert sorted(got) == sorted(_row(i).strip() for i in range(50, 65))
 
 
-def test_deleted_file_is_finished_from_the_open_handle(tmp_path):
+def _one_row_folder(tmp_path):
+    """A folder with a.csv of one row, and a tail that has read it."""
     folder = tmp_path / "logs"
     folder.mkdir()
     _write(folder / "a.csv", HEADER + _row(0), "wb")
     tail = Tail(folder)
     assert len(_lines(tail.poll())) == 1
+    return folder, tail
+
+
+def test_deleted_file_is_finished_from_the_open_handle(tmp_path):
+    folder, tail = _one_row_folder(tmp_path)
     _write(folder / "a.csv", _row(1) + b"1002,alloc,5")
     (folder / "a.csv").unlink()
     assert _lines(tail.poll()) == [_row(1).strip(), b"1002,alloc,5"]
@@ -139,11 +145,7 @@ def test_restarted_tail_skips_what_it_read(tmp_path):
 
 
 def test_header_only_and_same_header_files_are_not_one_generation(tmp_path):
-    folder = tmp_path / "logs"
-    folder.mkdir()
-    _write(folder / "a.csv", HEADER + _row(0), "wb")
-    tail = Tail(folder)
-    assert len(_lines(tail.poll())) == 1
+    folder, tail = _one_row_folder(tmp_path)
     _write(folder / "b.csv", HEADER, "wb")
     assert _lines(tail.poll()) == []
     _write(folder / "b.csv", _row(5))

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from veotrace.cli import follow_opts as fo
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -25,19 +26,6 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.follow_opts import (
-    POLL_DEFAULT,
-    FollowFormat,
-    FollowFormatOpt,
-    FollowOpt,
-    IdleTimeoutOpt,
-    PollOpt,
-    StateOpt,
-    UntilOpt,
-    check_follow,
-    offline_format,
-    writer,
-)
 from veotrace.cli.series_opts import ByOpt, DeviceOpt, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import BURSTS_GAP_MS as _GAP_MS
 from veotrace.defaults import BURSTS_MIN_EVENTS as _MIN_EVENTS
@@ -64,7 +52,7 @@ def bursts_command(
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
-    fmt: FollowFormatOpt = FollowFormat.table,
+    fmt: fo.FollowFormatOpt = fo.FollowFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
@@ -74,28 +62,28 @@ def bursts_command(
     workers: WorkersOpt = None,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
-    follow: FollowOpt = False,
-    until: UntilOpt = None,
-    idle_timeout: IdleTimeoutOpt = None,
-    poll: PollOpt = POLL_DEFAULT,
-    state: StateOpt = None,
+    follow: fo.FollowOpt = False,
+    until: fo.UntilOpt = None,
+    idle_timeout: fo.IdleTimeoutOpt = None,
+    poll: fo.PollOpt = fo.POLL_DEFAULT,
+    state: fo.StateOpt = None,
 ) -> None:
     """Burst windows: maximal runs of events closer than --gap; sizes, durations, gaps and rates."""
     with user_errors():
         from veotrace.runs.bursts import bursts
 
-        check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
                      **{"--events kernels": events is EventKind.kernels, "--by": by is not None,
                         "--device": device is not None, "--output": output is not None, "--plot": plot is not None,
                         "--jobs/--engine": jobs != 1 or engine is not Engine.local})
         if follow:
             from veotrace.runs.follow import follow_bursts
 
-            follow_bursts(paths[0], emit=writer(fmt), note=err, gap=gap, ops=ops, min_events=min_events,
+            follow_bursts(paths[0], emit=fo.writer(fmt), note=err, gap=gap, ops=ops, min_events=min_events,
                           time_unit=time_unit, skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout,
                           poll=poll, state=state)
             return
-        fmt = offline_format(fmt, follow)
+        fmt = fo.offline_format(fmt, follow)
 
         with progress("reading", enabled=not no_progress and events is EventKind.alloc) as bar:
             result = bursts(paths, gap=gap, events=events, ops=ops, min_events=min_events, by=by, device=device, site_filter=site_filter, site_depth=site_depth,

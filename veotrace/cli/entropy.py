@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from veotrace.cli import follow_opts as fo
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -26,19 +27,6 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.follow_opts import (
-    POLL_DEFAULT,
-    FollowFormat,
-    FollowFormatOpt,
-    FollowOpt,
-    IdleTimeoutOpt,
-    PollOpt,
-    StateOpt,
-    UntilOpt,
-    check_follow,
-    offline_format,
-    writer,
-)
 from veotrace.cli.series_opts import ByOpt, DeviceOpt, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import ENTROPY_MAX_CLASS as _MAX_CLASS
 from veotrace.defaults import ENTROPY_MIN_CLASS as _MIN_CLASS
@@ -64,7 +52,7 @@ def entropy_command(
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
-    fmt: FollowFormatOpt = FollowFormat.table,
+    fmt: fo.FollowFormatOpt = fo.FollowFormat.table,
     output: OutputOpt = None,
     save_baseline: Annotated[Path | None, typer.Option("--save-baseline", help="Also write the baseline that 'veotrace gate' compares runs with.", dir_okay=False, callback=local_output)] = None,
     rows: RowsOpt = 40,
@@ -75,28 +63,28 @@ def entropy_command(
     workers: WorkersOpt = None,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
-    follow: FollowOpt = False,
-    until: UntilOpt = None,
-    idle_timeout: IdleTimeoutOpt = None,
-    poll: PollOpt = POLL_DEFAULT,
-    state: StateOpt = None,
+    follow: fo.FollowOpt = False,
+    until: fo.UntilOpt = None,
+    idle_timeout: fo.IdleTimeoutOpt = None,
+    poll: fo.PollOpt = fo.POLL_DEFAULT,
+    state: fo.StateOpt = None,
 ) -> None:
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments."""
     with user_errors():
         from veotrace.runs.entropy import entropy
 
-        check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
                      **{"--window-events": window_events is not None, "--segments": bool(segments), "--by": by is not None,
                         "--save-baseline": save_baseline is not None, "--output": output is not None,
                         "--plot": plot is not None, "--jobs/--engine": jobs != 1 or engine is not Engine.local})
         if follow:
             from veotrace.runs.follow import follow_entropy
 
-            follow_entropy(paths[0], emit=writer(fmt), note=err, window=window, step=step, ops=ops, min_class=min_class,
+            follow_entropy(paths[0], emit=fo.writer(fmt), note=err, window=window, step=step, ops=ops, min_class=min_class,
                            max_class=max_class, device=device, time_unit=time_unit, skip_bad_rows=skip_bad_rows,
                            until=until, idle_timeout=idle_timeout, poll=poll, state=state)
             return
-        fmt = offline_format(fmt, follow)
+        fmt = fo.offline_format(fmt, follow)
 
         with progress("reading", enabled=not no_progress) as bar:
             result = entropy(paths, window=window, step=step, window_events=window_events, ops=ops,

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from veotrace.cli import follow_opts as fo
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -20,16 +21,6 @@ from veotrace.cli.common import (
     local_output,
     progress,
     user_errors,
-)
-from veotrace.cli.follow_opts import (
-    POLL_DEFAULT,
-    FollowOpt,
-    IdleTimeoutOpt,
-    PollOpt,
-    StateOpt,
-    UntilOpt,
-    check_follow,
-    writer,
 )
 from veotrace.defaults import (
     GATE_ALPHA,
@@ -80,11 +71,11 @@ def gate_command(
     output: Annotated[Path | None, _opt("Write the verdict to this file instead of stdout.", "--output", "-o", callback=local_output)] = None,
     junit: Annotated[Path | None, _opt("Also write a JUnit XML report (one test case per check).", "--junit", callback=local_output)] = None,
     no_progress: NoProgressOpt = False,
-    follow: FollowOpt = False,
-    until: UntilOpt = None,
-    idle_timeout: IdleTimeoutOpt = None,
-    poll: PollOpt = POLL_DEFAULT,
-    state: StateOpt = None,
+    follow: fo.FollowOpt = False,
+    until: fo.UntilOpt = None,
+    idle_timeout: fo.IdleTimeoutOpt = None,
+    poll: fo.PollOpt = fo.POLL_DEFAULT,
+    state: fo.StateOpt = None,
     on_fail: Annotated[str | None, _opt("With --follow: run this shell command when the verdict turns to fail, the verdict's JSON on its stdin.", "--on-fail")] = None,
     exit_on_fail: Annotated[bool, _opt("With --follow: stop at the first failing window (exit 3) instead of following on.", "--exit-on-fail")] = False,
 ) -> None:
@@ -92,7 +83,7 @@ def gate_command(
     with user_errors():
         from veotrace.runs.gate import gate
 
-        check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
                      only={"--on-fail": on_fail is not None, "--exit-on-fail": exit_on_fail,
                            "--format jsonl": fmt is GateFormat.jsonl},
                      **{"--history": history is not None, "--window-events": window_events is not None,
@@ -127,7 +118,7 @@ def _follow(target, fmt: GateFormat, *, on_fail: str | None, **kw: Any) -> None:
 
     if fmt not in (GateFormat.table, GateFormat.jsonl):
         raise UsageError(f"--follow prints a table or JSON Lines, not --format {fmt.value}", hint="Use -f jsonl")
-    verdict = follow_gate(target, emit=writer(fmt), note=err, on_fail=None if on_fail is None else run_hook(on_fail, err),
+    verdict = follow_gate(target, emit=fo.writer(fmt), note=err, on_fail=None if on_fail is None else run_hook(on_fail, err),
                           **kw)
     if verdict == "fail":
         from veotrace.errors import EXIT_CHECK_FAILED

@@ -7,18 +7,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from veotrace.defaults import (
-    ENTROPY_WINDOW_S,
-    FOLLOW_POLL_S,
-    GATE_ALPHA,
-    GATE_BLOCK_LEN,
-    GATE_LENGTH_TOLERANCE,
-    GATE_MAX_INCREASE,
-    GATE_MAX_SLOPE_INCREASE,
-    GATE_MIN_WINDOWS,
-    GATE_RESAMPLES,
-    GATE_SEED,
-)
+from veotrace.defaults import ENTROPY_WINDOW_S, FOLLOW_POLL_S, GATE_MIN_WINDOWS
 from veotrace.runs.follow import Emit, Note, run_follow
 
 
@@ -94,14 +83,12 @@ def run_hook(command: str, note: Note) -> Callable[[dict], None]:
 
 
 def follow_gate(target, *, baseline, emit: Emit, note: Note, on_fail: Callable[[dict], None] | None = None,
-                exit_on_fail: bool = False, max_increase: str | float = GATE_MAX_INCREASE,
-                max_slope_increase: float = GATE_MAX_SLOPE_INCREASE, alpha: float = GATE_ALPHA, strict: bool = False,
-                segments: str | list[float] | None = None, length_tolerance: float = GATE_LENGTH_TOLERANCE,
-                resamples: int = GATE_RESAMPLES, seed: int = GATE_SEED, block_len: int = GATE_BLOCK_LEN,
-                window=None, step=None, ops=None, min_class: int | None = None, max_class: int | None = None,
-                time_unit: str | None = None, skip_bad_rows: bool = False, until=None, idle_timeout=None,
-                poll=FOLLOW_POLL_S, state: Path | None = None, clock=None) -> str | None:
-    """Follow ``target`` and judge it against ``baseline`` at every completed window (``gate``'s options).
+                exit_on_fail: bool = False, window=None, step=None, ops=None, min_class: int | None = None,
+                max_class: int | None = None, time_unit: str | None = None, skip_bad_rows: bool = False, until=None,
+                idle_timeout=None, poll=FOLLOW_POLL_S, state: Path | None = None, clock=None,
+                **gate_kw) -> str | None:
+    """Follow ``target`` and judge it against ``baseline`` at every completed window (``gate``'s options:
+    ``gate_kw`` are :func:`veotrace.runs.gate.gate_options`' keywords, max_increase ... block_len).
 
     Returns:
         The last verdict (``"pass"``, ``"fail"``), None when the log never had enough windows.
@@ -114,8 +101,7 @@ def follow_gate(target, *, baseline, emit: Emit, note: Note, on_fail: Callable[[
     from veotrace.live.windows import EntropyWindows
     from veotrace.runs.gate import gate_options, load_baselines, requested_params
 
-    opts = gate_options(max_increase, max_slope_increase, alpha, strict, segments, length_tolerance, resamples, seed,
-                        block_len)
+    opts = gate_options(**gate_kw)
     base, _, opts = load_baselines(Path(baseline), None, opts,
                                    requested_params(window, step, None, ops, min_class, max_class, time_unit))
     p = base.params

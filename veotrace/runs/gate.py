@@ -87,9 +87,11 @@ def gate(paths, *, baseline=None, history=None, max_increase: str | float = GATE
                    exit_code=EXIT_CHECK_FAILED if result.verdict == "fail" else 0)
 
 
-def gate_options(max_increase, max_slope_increase, alpha, strict, segments, length_tolerance, resamples, seed,
-                 block_len):
-    """The GateOptions of gate's options (checked).
+def gate_options(max_increase: str | float = GATE_MAX_INCREASE, max_slope_increase: float = GATE_MAX_SLOPE_INCREASE,
+                 alpha: float = GATE_ALPHA, strict: bool = False, segments: str | list[float] | None = None,
+                 length_tolerance: float = GATE_LENGTH_TOLERANCE, resamples: int = GATE_RESAMPLES,
+                 seed: int = GATE_SEED, block_len: int = GATE_BLOCK_LEN):
+    """The GateOptions of gate's options (checked; the keywords and defaults of :func:`gate`).
 
     Raises:
         UsageError: an impossible option.
