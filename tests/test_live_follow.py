@@ -165,3 +165,25 @@ def test_bursts_equal_one_read_of_the_finished_folder(tmp_path):
     got = [{k: r[k] for k in keys} for r in first + out2 if r["record"] == "burst"]
     assert reason == "idle" and len(offline["bursts"]) > 20 and got == offline["bursts"]
     assert out2[-1]["events_counted"] == offline["summary"]["events_counted"]
+
+
+def test_checkpoint_of_another_version_or_not_json(tmp_path):
+    from veotrace.errors import VeotraceError
+
+    rows = feed_rows(seconds=30, seed=5)
+    writer = RotatingWriter(tmp_path / "logs")
+    state = tmp_path / "s.json"
+    _follow(writer.folder, FeedClock(writer, steps(rows, seconds_per_step=0.5)), window="10s", state=state)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # the temporary file was renamed
+    saved = json.loads(state.read_text())
+    assert saved["format"] == "veotrace.follow_state/1" and saved["command"] == "entropy"
+    state.write_text(json.dumps({**saved, "veotrace": "0.0.9"}))
+    with pytest.raises(VeotraceError) as exc:
+        _follow(writer.folder, FeedClock(writer, []), window="10s", state=state)
+    from veotrace import __version__
+
+    assert str(exc.value) == (f'{state}: the checkpoint is of veotrace "0.0.9", this run\'s is "{__version__}". '
+                              "Give another --state file, or remove this one to start from the beginning")
+    state.write_text("{not json")
+    with pytest.raises(VeotraceError, match="not a follow checkpoint"):
+        _follow(writer.folder, FeedClock(writer, []), window="10s", state=state)
