@@ -80,3 +80,18 @@ def test_state_of_another_input(tmp_path):
     assert again.exit_code == 0 and again.stderr.startswith(f"Resuming from {state}: 30,000 events read before")
     recs = [json.loads(line) for line in again.stdout.splitlines()]
     assert [r["record"] for r in recs] == ["window", "end"] and recs[0]["complete"] is False
+
+
+def test_fragmentation_follow_jsonl_equals_offline():
+    res = runner.invoke(app, ["fragmentation", str(LOGS), "--follow", *FAST, "-f", "jsonl", "--window", "1h"])
+    assert res.exit_code == 0, res.stderr
+    recs = [json.loads(line) for line in res.stdout.splitlines()]
+    off = json.loads(runner.invoke(app, ["fragmentation", str(LOGS), "--window", "1h", "-f", "json"]).stdout)["windows"]
+    keys = list(off[0])
+    got = [{k: r[k] for k in keys} for r in recs if r["record"] == "window"]
+    assert got == [{k: (pytest.approx(v, rel=1e-12) if isinstance(v, float) else v) for k, v in row.items()}
+                   for row in off]
+    assert recs[-1]["reason"] == "idle" and recs[-1]["windows"] == 237
+    bad = runner.invoke(app, ["fragmentation", str(LOGS), "--follow", "--at", "end"])
+    assert bad.exit_code == 2 and bad.stderr.strip() == (
+        "Error: --at cannot be used with --follow. Run the command again on the finished log for those")

@@ -8,10 +8,20 @@ from typing import IO
 
 from veotrace.render.export import dumps_json
 
-#: The terminal columns of a window record: (key, title, width, format).
-_COLUMNS = (("window", "window", 7, "{:d}"), ("start_ns", "start_ns", 20, "{:d}"), ("hours", "hours", 9, "{:.3f}"),
-            ("events", "events", 9, "{:,d}"), ("classes_present", "classes", 7, "{:d}"),
-            ("entropy_bits", "H (bits)", 8, "{:.4f}"))
+#: The terminal columns of each command's records: (key, title, width, format).
+_COLUMNS = {
+    "entropy": (("window", "window", 7, "{:d}"), ("start_ns", "start_ns", 20, "{:d}"), ("hours", "hours", 9, "{:.3f}"),
+                ("events", "events", 9, "{:,d}"), ("classes_present", "classes", 7, "{:d}"),
+                ("entropy_bits", "H (bits)", 8, "{:.4f}")),
+    "bursts": (("burst", "burst", 7, "{:d}"), ("start_ns", "start_ns", 20, "{:d}"),
+               ("duration_ns", "duration_ns", 12, "{:,d}"), ("events", "events", 7, "{:,d}"),
+               ("bytes", "bytes", 15, "{:,d}"), ("gap_before_ns", "gap_before_ns", 16, "{:,d}")),
+    "fragmentation": (("window", "window", 7, "{:d}"), ("device", "device", 6, "{:d}"),
+                      ("start_ns", "start_ns", 20, "{:d}"), ("events", "events", 8, "{:,d}"),
+                      ("live_bytes", "live_bytes", 15, "{:,d}"), ("free_bytes", "free_bytes", 15, "{:,d}"),
+                      ("external_frag", "ext. frag", 9, "{:.3f}")),
+}
+_COLUMNS["gate"] = _COLUMNS["entropy"]
 
 
 def jsonl_writer(out: IO[str]) -> Callable[[dict], None]:
@@ -25,23 +35,25 @@ def jsonl_writer(out: IO[str]) -> Callable[[dict], None]:
 
 
 def table_writer(out: IO[str]) -> Callable[[dict], None]:
-    """Write a header once, then a row per window (marked ``*`` when following stopped before it completed),
+    """Write a header once, then a row per window or burst (``*``: following stopped before it completed),
     gate's verdicts as lines of their own, and the end as a summary line."""
     state = {"header": False}
 
     def write(rec: dict) -> None:
         kind = rec["record"]
-        if kind == "window":
+        if kind in ("window", "burst"):
+            cols = _COLUMNS[rec["command"]]
             if not state["header"]:
-                out.write("  ".join(t.rjust(w) for _, t, w, _ in _COLUMNS) + "\n")
+                out.write("  ".join(t.rjust(w) for _, t, w, _ in cols) + "\n")
                 state["header"] = True
-            cells = ["-" if rec.get(k) is None else f.format(rec[k]) for k, _, _, f in _COLUMNS]
-            out.write("  ".join(c.rjust(w) for c, (_, _, w, _) in zip(cells, _COLUMNS))
+            cells = ["-" if rec.get(k) is None else f.format(rec[k]) for k, _, _, f in cols]
+            out.write("  ".join(c.rjust(w) for c, (_, _, w, _) in zip(cells, cols))
                       + ("" if rec["complete"] else "  *") + "\n")
         elif kind == "verdict":
             out.write(verdict_line(rec) + "\n")
         elif kind == "end":
-            out.write(f"# stopped ({rec['reason']}): {rec['windows']:,} windows, {rec['events_read']:,} events read, "
+            what = "bursts" if rec["command"] == "bursts" else "windows"
+            out.write(f"# stopped ({rec['reason']}): {rec['windows']:,} {what}, {rec['events_read']:,} events read, "
                       f"{rec['events_counted']:,} counted, {rec['late_rows']:,} late, {rec['skipped_rows']:,} skipped"
                       + ("; * = not complete when following stopped" if rec["windows"] else "") + "\n")
         out.flush()

@@ -15,6 +15,11 @@ from veotrace.defaults import (
     ENTROPY_OPS,
     ENTROPY_WINDOW_S,
     FOLLOW_POLL_S,
+    FRAGMENTATION_BINS,
+    FRAGMENTATION_MAX_GAP_BYTES,
+    FRAGMENTATION_THRESHOLD,
+    FRAGMENTATION_WINDOW_S,
+    FRAGMENTATION_ZONE_BYTES,
 )
 from veotrace.runs import common
 
@@ -157,6 +162,27 @@ def follow_bursts(target, *, emit: Emit, note: Note, gap: str | float = f"{BURST
               "time_unit": getattr(time_unit, "value", time_unit)}
     return run_follow("bursts", target, windows, params, analysis.COLUMNS, emit=emit, note=note, time_unit=time_unit,
                       skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+                      clock=clock)
+
+
+def follow_fragmentation(target, *, emit: Emit, note: Note, window: str | float | None = None,
+                         threshold: float = FRAGMENTATION_THRESHOLD, max_gap: str | int | None = None,
+                         bins: str | list | None = None, zone_bytes: str | int | None = None, time_unit: str = "ns",
+                         skip_bad_rows: bool = False, until=None, idle_timeout=None, poll=FOLLOW_POLL_S,
+                         clock=None) -> str:
+    """Follow ``target`` and emit each fragmentation window (per device) as the replay closes it: the rows
+    ``fragmentation`` gives on the finished log with the same ``window`` (default 300 s). No checkpoint."""
+    from veotrace.frag.decode import COLUMNS
+    from veotrace.live.fragmentation import FragWindows
+    from veotrace.runs.fragmentation import parse_bins, zone_option
+
+    windows = FragWindows(window_s=FRAGMENTATION_WINDOW_S if window is None else common.seconds(window, "--window"),
+                          threshold=threshold,
+                          max_gap=FRAGMENTATION_MAX_GAP_BYTES if max_gap is None else common.nbytes(max_gap, "--max-gap"),
+                          bins=parse_bins(list(FRAGMENTATION_BINS) if bins is None else bins),
+                          zone_bytes=zone_option(FRAGMENTATION_ZONE_BYTES if zone_bytes is None else zone_bytes))
+    return run_follow("fragmentation", target, windows, {}, COLUMNS, emit=emit, note=note, time_unit=time_unit,
+                      skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll, state=None,
                       clock=clock)
 
 

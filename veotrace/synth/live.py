@@ -55,6 +55,7 @@ class RotatingWriter:
     rotate_bytes: int = 1 << 16
     kinds: tuple[str, ...] = ROTATIONS
     jsonl: bool = False
+    csv_header: bytes = HEADER
     written: int = 0
     n: int = 0
     current: Path = field(init=False)
@@ -69,7 +70,7 @@ class RotatingWriter:
 
     @property
     def header(self) -> bytes:
-        return b"" if self.jsonl else HEADER
+        return b"" if self.jsonl else self.csv_header
 
     def write(self, data: bytes) -> None:
         """Append whole or partial lines; rotate at a line end once the file passed ``rotate_bytes``."""
