@@ -114,4 +114,3 @@ SITES_TOP = 10  # sites shown per table in the terminal (JSON and CSV keep every
 
 # following a growing log (--follow; veotrace/live)
 FOLLOW_POLL_S = 0.5  # seconds between two looks at the followed files (--poll)
-FOLLOW_IDLE_S = None  # stop after this many seconds without a new line (--idle-timeout); None: never
