@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("analysis", "attribution", "findings"),
     ("frag", "allocators"),
     ("tuning",),
-    ("engine",),
+    ("engine", "live"),
     ("gating",),
     ("render", "plot"),
     ("runs",),

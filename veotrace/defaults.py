@@ -124,3 +124,6 @@ DIFF_TOP_CLASSES = 3  # size classes listed as the ones that moved most
 DIFF_TOP_SITES = 10  # sites per device shown in the terminal and markdown (JSON keeps every one)
 DIFF_ALIGNS = ("time", "step", "events")  # --align: time since start, record_function steps, events
 DIFF_ALIGN = "time"
+
+# following a growing log (--follow; veotrace/live)
+FOLLOW_POLL_S = 0.5  # seconds between two looks at the followed files (--poll)

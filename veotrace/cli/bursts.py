@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
+from veotrace.cli import follow_opts as fo
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
-    FormatOpt,
     NoProgressOpt,
-    OutputFormat,
     OutputOpt,
     PathsArg,
     PlotOpt,
@@ -21,6 +20,7 @@ from veotrace.cli.common import (
     SkipBadRowsOpt,
     TimeUnit,
     TimeUnitOpt,
+    err,
     progress,
     show,
     user_errors,
@@ -52,7 +52,7 @@ def bursts_command(
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
-    fmt: FormatOpt = OutputFormat.table,
+    fmt: fo.FollowFormatOpt = fo.FollowFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
@@ -62,10 +62,28 @@ def bursts_command(
     workers: WorkersOpt = None,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
+    follow: fo.FollowOpt = False,
+    until: fo.UntilOpt = None,
+    idle_timeout: fo.IdleTimeoutOpt = None,
+    poll: fo.PollOpt = fo.POLL_DEFAULT,
+    state: fo.StateOpt = None,
 ) -> None:
     """Burst windows: maximal runs of events closer than --gap; sizes, durations, gaps and rates."""
     with user_errors():
         from veotrace.runs.bursts import bursts
+
+        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+                     **{"--events kernels": events is EventKind.kernels, "--by": by is not None,
+                        "--device": device is not None, "--output": output is not None, "--plot": plot is not None,
+                        "--jobs/--engine": jobs != 1 or engine is not Engine.local})
+        if follow:
+            from veotrace.runs.follow import follow_bursts
+
+            follow_bursts(paths[0], emit=fo.writer(fmt), note=err, gap=gap, ops=ops, min_events=min_events,
+                          time_unit=time_unit, skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout,
+                          poll=poll, state=state)
+            return
+        fmt = fo.offline_format(fmt, follow)
 
         with progress("reading", enabled=not no_progress and events is EventKind.alloc) as bar:
             result = bursts(paths, gap=gap, events=events, ops=ops, min_events=min_events, by=by, device=device, site_filter=site_filter, site_depth=site_depth,

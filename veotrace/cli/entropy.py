@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
+from veotrace.cli import follow_opts as fo
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
-    FormatOpt,
     NoProgressOpt,
-    OutputFormat,
     OutputOpt,
     PathsArg,
     PlotOpt,
@@ -21,6 +20,7 @@ from veotrace.cli.common import (
     SkipBadRowsOpt,
     TimeUnit,
     TimeUnitOpt,
+    err,
     local_output,
     progress,
     show,
@@ -52,7 +52,7 @@ def entropy_command(
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
-    fmt: FormatOpt = OutputFormat.table,
+    fmt: fo.FollowFormatOpt = fo.FollowFormat.table,
     output: OutputOpt = None,
     save_baseline: Annotated[Path | None, typer.Option("--save-baseline", help="Also write the baseline that 'veotrace gate' compares runs with.", dir_okay=False, callback=local_output)] = None,
     rows: RowsOpt = 40,
@@ -63,10 +63,28 @@ def entropy_command(
     workers: WorkersOpt = None,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
+    follow: fo.FollowOpt = False,
+    until: fo.UntilOpt = None,
+    idle_timeout: fo.IdleTimeoutOpt = None,
+    poll: fo.PollOpt = fo.POLL_DEFAULT,
+    state: fo.StateOpt = None,
 ) -> None:
     """Entropy of allocation size classes per window, its trend (slope, Theil-Sen, Kendall) and segments."""
     with user_errors():
         from veotrace.runs.entropy import entropy
+
+        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+                     **{"--window-events": window_events is not None, "--segments": bool(segments), "--by": by is not None,
+                        "--save-baseline": save_baseline is not None, "--output": output is not None,
+                        "--plot": plot is not None, "--jobs/--engine": jobs != 1 or engine is not Engine.local})
+        if follow:
+            from veotrace.runs.follow import follow_entropy
+
+            follow_entropy(paths[0], emit=fo.writer(fmt), note=err, window=window, step=step, ops=ops, min_class=min_class,
+                           max_class=max_class, device=device, time_unit=time_unit, skip_bad_rows=skip_bad_rows,
+                           until=until, idle_timeout=idle_timeout, poll=poll, state=state)
+            return
+        fmt = fo.offline_format(fmt, follow)
 
         with progress("reading", enabled=not no_progress) as bar:
             result = entropy(paths, window=window, step=step, window_events=window_events, ops=ops,

@@ -8,12 +8,11 @@ from typing import Annotated
 import typer
 
 from veotrace import defaults as _D
+from veotrace.cli import follow_opts as fo
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
-    FormatOpt,
     NoProgressOpt,
-    OutputFormat,
     OutputOpt,
     PathsArg,
     PlotOpt,
@@ -22,6 +21,7 @@ from veotrace.cli.common import (
     SkipBadRowsOpt,
     TimeUnit,
     TimeUnitOpt,
+    err,
     progress,
     show,
     user_errors,
@@ -63,16 +63,33 @@ def fragmentation_command(
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
-    fmt: FormatOpt = OutputFormat.table,
+    fmt: fo.FollowFormatOpt = fo.FollowFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
     no_progress: NoProgressOpt = False,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
+    follow: fo.FollowOpt = False,
+    until: fo.UntilOpt = None,
+    idle_timeout: fo.IdleTimeoutOpt = None,
+    poll: fo.PollOpt = fo.POLL_DEFAULT,
 ) -> None:
     """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and _memory_viz definitions."""
     with user_errors():
         from veotrace.runs.fragmentation import fragmentation
+
+        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=None,
+                        **{"--window-events": window_events is not None, "--latency-col": latency_col is not None,
+                           "--at": at is not None, "--by": by is not None, "--output": output is not None,
+                           "--plot": plot is not None, "--jobs/--engine": jobs != 1 or engine is not Engine.local})
+        if follow:
+            from veotrace.runs.follow import follow_fragmentation
+
+            follow_fragmentation(paths[0], emit=fo.writer(fmt), note=err, window=window, threshold=threshold,
+                                 max_gap=max_gap, bins=bins, zone_bytes=zone_bytes, time_unit=time_unit,
+                                 skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll)
+            return
+        fmt = fo.offline_format(fmt, follow)
 
         with progress("replaying", enabled=not no_progress) as bar:
             result = fragmentation(paths, window=window, window_events=window_events, threshold=threshold,

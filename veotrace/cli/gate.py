@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from veotrace.cli import follow_opts as fo
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -36,6 +37,7 @@ class GateFormat(str, enum.Enum):
     table = "table"
     json = "json"
     markdown = "markdown"
+    jsonl = "jsonl"
 
 
 def _opt(help_text: str, *names: str, **kw: Any) -> Any:
@@ -65,14 +67,35 @@ def gate_command(
     time_unit: Annotated[TimeUnit | None, _opt("Timestamp unit of CSV/JSONL logs (default: the baseline's).", "--time-unit")] = None,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
-    fmt: Annotated[GateFormat, _opt("table (default), json, or markdown (pull-request comment).", "--format", "-f")] = GateFormat.table,
+    fmt: Annotated[GateFormat, _opt("table (default), json, or markdown (pull-request comment); with --follow: table or jsonl (one object per line).", "--format", "-f")] = GateFormat.table,
     output: Annotated[Path | None, _opt("Write the verdict to this file instead of stdout.", "--output", "-o", callback=local_output)] = None,
     junit: Annotated[Path | None, _opt("Also write a JUnit XML report (one test case per check).", "--junit", callback=local_output)] = None,
     no_progress: NoProgressOpt = False,
+    follow: fo.FollowOpt = False,
+    until: fo.UntilOpt = None,
+    idle_timeout: fo.IdleTimeoutOpt = None,
+    poll: fo.PollOpt = fo.POLL_DEFAULT,
+    state: fo.StateOpt = None,
+    on_fail: Annotated[str | None, _opt("With --follow: run this shell command when the verdict turns to fail, the verdict's JSON on its stdin.", "--on-fail")] = None,
+    exit_on_fail: Annotated[bool, _opt("With --follow: stop at the first failing window (exit 3) instead of following on.", "--exit-on-fail")] = False,
 ) -> None:
     """Fail (exit 3) when entropy rose above tolerance, significantly, against a baseline or a history."""
     with user_errors():
         from veotrace.runs.gate import gate
+
+        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
+                     only={"--on-fail": on_fail is not None, "--exit-on-fail": exit_on_fail,
+                           "--format jsonl": fmt is GateFormat.jsonl},
+                     **{"--history": history is not None, "--window-events": window_events is not None,
+                        "--output": output is not None, "--junit": junit is not None})
+        if follow:
+            _follow(paths[0], fmt, baseline=baseline, on_fail=on_fail, exit_on_fail=exit_on_fail,
+                    max_increase=max_increase, max_slope_increase=max_slope_increase, alpha=alpha, strict=strict,
+                    segments=segments, length_tolerance=length_tolerance, resamples=resamples, seed=seed,
+                    block_len=block_len, window=window, step=step, ops=ops, min_class=min_class, max_class=max_class,
+                    time_unit=time_unit, skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout,
+                    poll=poll, state=state)
+            return
 
         with progress("reading", enabled=not no_progress) as bar:
             result = gate(paths, baseline=baseline, history=history, max_increase=max_increase,
@@ -86,6 +109,21 @@ def gate_command(
         _emit(result, fmt, output, junit)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
+
+
+def _follow(target, fmt: GateFormat, *, on_fail: str | None, **kw: Any) -> None:
+    """gate --follow: window rows and verdicts as they come; exit 3 when the last verdict is fail."""
+    from veotrace.errors import UsageError
+    from veotrace.runs.follow_gate import follow_gate, run_hook
+
+    if fmt not in (GateFormat.table, GateFormat.jsonl):
+        raise UsageError(f"--follow prints a table or JSON Lines, not --format {fmt.value}", hint="Use -f jsonl")
+    verdict = follow_gate(target, emit=fo.writer(fmt), note=err, on_fail=None if on_fail is None else run_hook(on_fail, err),
+                          **kw)
+    if verdict == "fail":
+        from veotrace.errors import EXIT_CHECK_FAILED
+
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 def _emit(result, fmt: GateFormat, output: Path | None, junit: Path | None) -> None:

@@ -134,8 +134,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     paths = common.as_paths(paths)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
                                      extra_columns=(latency_col,) if latency_col is not None else (), option="--latency-col")
-    zone = zone_bytes if isinstance(zone_bytes, int) else (
-        "segment" if zone_bytes.strip().lower() == "segment" else common.nbytes(zone_bytes, "--zone-bytes"))
+    zone = zone_option(zone_bytes)
     kw = {"latency_col": latency_col, "window_s": common.seconds(window, "--window"), "window_events": common.count(window_events, "--window-events"),
           "threshold": threshold, "max_gap": common.nbytes(max_gap, "--max-gap"), "bins": parse_bins(bins),
           "zone_bytes": zone, "at_offset_s": None if at in (None, "end") else common.seconds(at, "--at")}
@@ -193,6 +192,13 @@ def _pinning_by(by: str, paths, result, options, report, rule) -> dict:
     res = attribute(snap, rule, window_s=window_s, aligned=True, only_windows=True)
     return {"by": "site", "window_s": window_s,
             "devices": {d: v.get("stranded_windows", []) for d, v in res.devices.items()}}
+
+
+def zone_option(zone_bytes: str | int) -> str | int:
+    """--zone-bytes: bytes (``"64MiB"``) or ``"segment"``."""
+    if isinstance(zone_bytes, int):
+        return zone_bytes
+    return "segment" if zone_bytes.strip().lower() == "segment" else common.nbytes(zone_bytes, "--zone-bytes")
 
 
 def parse_bins(text: str | list) -> list[tuple[int, int | None]]:

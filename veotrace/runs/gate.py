@@ -76,17 +76,10 @@ def gate(paths, *, baseline=None, history=None, max_increase: str | float = GATE
         window, step, window_events, ops, min_class, max_class, time_unit: must match the baseline's
             (default: the baseline's; another value is refused).
     """
-    from veotrace.gating.compare import GateOptions, Tolerance
-
     paths = common.as_paths(paths)
-    hours = _hours(segments) if isinstance(segments, str) else list(segments or ())
-    opts = GateOptions(Tolerance.parse(str(max_increase)), max_slope_increase, alpha, strict, tuple(hours or ()),
-                       length_tolerance, resamples, seed, block_len)
-    opts.check()
-    requested = {"window_s": common.seconds(window, "--window"), "step_s": common.seconds(step, "--step"),
-                 "window_events": common.count(window_events, "--window-events"), "ops": None if ops is None else common.ops_list(ops, ()),
-                 "min_class": min_class, "max_class": max_class,
-                 "time_unit": getattr(time_unit, "value", time_unit) if time_unit else None}
+    opts = gate_options(max_increase, max_slope_increase, alpha, strict, segments, length_tolerance, resamples, seed,
+                        block_len)
+    requested = requested_params(window, step, window_events, ops, min_class, max_class, time_unit)
     result, messages, aux = _run(paths, None if baseline is None else Path(baseline),
                                  None if history is None else Path(history), opts, requested, skip_bad_rows,
                                  format_hint, on_progress)
@@ -94,17 +87,41 @@ def gate(paths, *, baseline=None, history=None, max_increase: str | float = GATE
                    exit_code=EXIT_CHECK_FAILED if result.verdict == "fail" else 0)
 
 
-def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, format_hint, on_progress):
-    """Load the baseline(s), recompute the run with their parameters, and compare.
+def gate_options(max_increase: str | float = GATE_MAX_INCREASE, max_slope_increase: float = GATE_MAX_SLOPE_INCREASE,
+                 alpha: float = GATE_ALPHA, strict: bool = False, segments: str | list[float] | None = None,
+                 length_tolerance: float = GATE_LENGTH_TOLERANCE, resamples: int = GATE_RESAMPLES,
+                 seed: int = GATE_SEED, block_len: int = GATE_BLOCK_LEN):
+    """The GateOptions of gate's options (checked; the keywords and defaults of :func:`gate`).
 
-    Returns:
-        (GateResult, the lines reading reported, the baseline and history paths read).
+    Raises:
+        UsageError: an impossible option.
     """
-    from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
+    from veotrace.gating.compare import GateOptions, Tolerance
+
+    hours = _hours(segments) if isinstance(segments, str) else list(segments or ())
+    opts = GateOptions(Tolerance.parse(str(max_increase)), max_slope_increase, alpha, strict, tuple(hours or ()),
+                       length_tolerance, resamples, seed, block_len)
+    opts.check()
+    return opts
+
+
+def requested_params(window, step, window_events, ops, min_class, max_class, time_unit) -> dict:
+    """The entropy options given on the gate (None: the baseline's), to check against the baseline's."""
+    return {"window_s": common.seconds(window, "--window"), "step_s": common.seconds(step, "--step"),
+            "window_events": common.count(window_events, "--window-events"),
+            "ops": None if ops is None else common.ops_list(ops, ()), "min_class": min_class, "max_class": max_class,
+            "time_unit": getattr(time_unit, "value", time_unit) if time_unit else None}
+
+
+def load_baselines(baseline_path, history_path, opts, requested):
+    """The baseline (given, else the history's last), the history (or None) and the options with the
+    baseline's --segments unless given.
+
+    Raises:
+        UsageError: neither given, or options that differ from the baseline's. VeotraceError: a bad file.
+    """
     from veotrace.errors import UsageError
     from veotrace.gating import baseline as bl
-    from veotrace.gating.compare import GateResult, compare, require_windows
-    from veotrace.sources import iter_alloc_events
 
     if baseline_path is None and history_path is None:
         raise UsageError("give --baseline FILE or --history FOLDER (or both)")
@@ -122,6 +139,22 @@ def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, for
         import dataclasses
 
         opts = dataclasses.replace(opts, segments=tuple(p["segments_hours"]))
+    return base, hist, opts
+
+
+def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, format_hint, on_progress):
+    """Load the baseline(s), recompute the run with their parameters, and compare.
+
+    Returns:
+        (GateResult, the lines reading reported, the baseline and history paths read).
+    """
+    from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
+    from veotrace.gating import baseline as bl
+    from veotrace.gating.compare import GateResult, compare, require_windows
+    from veotrace.sources import iter_alloc_events
+
+    base, hist, opts = load_baselines(baseline_path, history_path, opts, requested)
+    p = base.params
     options, report = common.reading(p["time_unit"], skip_bad_rows, format_hint)
     batches = iter_alloc_events(paths, options=options, report=report, columns=COLUMNS, on_progress=on_progress)
     # Every parameter pinned to the baseline's, the window too: entropy may pick one itself otherwise.

@@ -115,6 +115,19 @@ class WindowCounts:
             self.counts[off : off + other.counts.shape[0]] += other.counts
         return self
 
+    def drop_before(self, k: int) -> None:
+        """Forget the counts of windows before k (a follower has emitted them: memory bounded by the window)."""
+        if self.k0 is not None and k > self.k0:
+            n = min(k - self.k0, self.counts.shape[0])
+            self.counts = self.counts[n:].copy()
+            self.k0 += n
+
+    def row(self, k: int) -> np.ndarray:
+        """The counts of window k (zeros where nothing was counted)."""
+        if self.k0 is not None and 0 <= k - self.k0 < self.counts.shape[0]:
+            return self.counts[k - self.k0]
+        return np.zeros(self.n_classes, np.int64)
+
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """Window indices k and their counts for every k with O + k*S <= last and O + k*S + W > first.
 

@@ -1,0 +1,101 @@
+"""Live layer: the data contract of following, written down once: the JSON Lines records a follower prints
+and the checkpoint file it keeps (each versioned), and the atomic write of that file.
+
+JSON Lines (``-f jsonl``, one object per line, flushed as it is written):
+
+- ``{"record": "window", "command": "entropy", "complete": true, <the window's row>}``: the row has the
+  columns of the offline command's windows (``entropy --format json``'s ``windows``: window, start_ns,
+  end_ns, hours, events, classes_present, entropy_bits, normalized_entropy, start_s), the same numbers.
+  ``complete`` is false for the windows printed when following stops before the log proved them
+  complete (the log's last windows, as one read of the log then would show them).
+- ``{"record": "verdict", "command": "gate", ...}``: gate's verdict when it changes.
+- ``{"record": "end", "reason": "idle" | "until" | "interrupted", "events_read", "events_counted",
+  "windows", "late_rows", "skipped_rows"}``: the last line.
+
+The checkpoint (``--state FILE``): one JSON object, ``format`` STATE_FORMAT, the veotrace version, the
+command, the input followed (absolute path) and the options that shape the windows; ``tail``: the
+generations read (``live.tail``); ``windows``: the analysis' open windows. A checkpoint of another
+format, input, command or options is refused, naming both.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+from veotrace.errors import VeotraceError
+from veotrace.live.tail import Generation
+from veotrace.sources.logs.lines import LogShape
+
+#: Version of the JSON Lines records (every record carries it as "format").
+RECORD_FORMAT = "veotrace.follow/1"
+#: Version of the checkpoint file.
+STATE_FORMAT = "veotrace.follow_state/1"
+
+
+def record(kind: str, command: str, **fields) -> dict:
+    """One JSON Lines record of kind ``window``, ``verdict`` or ``end``."""
+    return {"format": RECORD_FORMAT, "record": kind, "command": command, **fields}
+
+
+def generation_to_json(g: Generation) -> dict:
+    shape = g.shape
+    return {"fp": base64.b64encode(g.fp).decode(), "done": g.done, "lines": g.lines, "name": g.name,
+            "jsonl": None if shape is None else shape.is_jsonl,
+            "header": None if shape is None or shape.header is None else shape.header.decode("utf-8", "replace")}
+
+
+def generation_from_json(d: dict, path: Path) -> Generation:
+    shape = None
+    if d.get("jsonl") is True:
+        shape = LogShape(True)
+    elif d.get("header") is not None:
+        shape = LogShape.of(d["header"].encode(), d.get("name") or path)
+    return Generation(base64.b64decode(d["fp"]), int(d["done"]), int(d["lines"]), shape, d.get("name", ""))
+
+
+def identity(command: str, target: Path, params: dict) -> dict:
+    """What a checkpoint must match to be resumed: format, version, command, input and window options."""
+    from veotrace import __version__
+
+    return {"format": STATE_FORMAT, "veotrace": __version__, "command": command,
+            "input": str(Path(target).resolve()), "params": params}
+
+
+def load_state(path: Path, expected: dict) -> dict | None:
+    """The checkpoint at ``path`` (None when there is none yet), checked against ``expected`` (``identity``).
+
+    Raises:
+        VeotraceError: not a checkpoint, or one of another format, version, command, input or options.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        state = json.loads(text)
+        if not isinstance(state, dict):
+            raise ValueError
+    except (ValueError, UnicodeDecodeError):
+        raise VeotraceError("not a follow checkpoint (not a JSON object)", path=path,
+                            hint="Give another --state file, or remove this one to start from the beginning") from None
+    for key in ("format", "veotrace", "command", "input", "params"):
+        if state.get(key) != expected[key]:
+            raise VeotraceError(
+                f"the checkpoint is of {key} {json.dumps(state.get(key))}, this run's is {json.dumps(expected[key])}",
+                path=path,
+                hint="Give another --state file, or remove this one to start from the beginning")
+    return state
+
+
+def save_state(path: Path, state: dict) -> None:
+    """Write the checkpoint atomically: a temporary file in the same folder, flushed, then renamed over it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(state, fh, separators=(",", ":"))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,70 @@
+"""Live layer: fragmentation windows completed as a log grows, the rows one read of the finished log gives.
+
+The offline replay itself (``frag.windows.Replay``) is fed each poll's batches: it closes a device's
+window when that device's next event falls in a later window, and those rows are printed and dropped,
+so memory is the allocator state (live blocks, segments, zones), not the run. Windows are aligned to
+multiples of W in the log's time base, as offline. No checkpoint: the allocator state is not written
+to a file in this version.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from veotrace.frag.layout import Layout
+from veotrace.frag.result import check_params
+from veotrace.frag.windows import Replay
+
+
+class FragWindows:
+    """Open fragmentation windows over batches fed in log order (options as ``fragmentation_series``)."""
+
+    record_kind = "window"
+
+    def __init__(self, *, window_s: float, threshold: float, max_gap: int, bins, zone_bytes) -> None:
+        check_params(window_s, None, threshold, max_gap, bins, 1, zone_bytes)
+        self.window_ns = round(window_s * 1e9)
+        self.replay = Replay(window_ns=self.window_ns, window_events=None, initial=None, round_bytes=1,
+                             max_gap=max_gap, threshold=threshold, bins=tuple(bins),
+                             layout=Layout(zone_bytes=zone_bytes, bins=tuple(bins), max_gap=max_gap), at_ns=None)
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.events_read = 0
+
+    @property
+    def events_counted(self) -> int:
+        return self.replay.placed
+
+    @property
+    def late_rows(self) -> int:
+        return sum(st.counters.out_of_order for st in self.replay.states.values())
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Replay a batch of ALLOC_EVENTS rows (``frag.decode.COLUMNS``)."""
+        import pyarrow.compute as pc
+
+        self.events_read += batch.num_rows
+        if batch.num_rows and not batch.column("ts_ns").null_count:
+            lo, hi = int(pc.min(batch.column("ts_ns")).as_py()), int(pc.max(batch.column("ts_ns")).as_py())
+            self.first_ns = lo if self.first_ns is None else min(self.first_ns, lo)
+            self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
+        self.replay.feed(batch)
+
+    def complete(self, until_ns: int | None = None) -> list[dict]:
+        """The windows the replay closed since the last call (per device), by window then device."""
+        rows = sorted(self.replay.rows, key=lambda r: (r["window"], r["device"]))
+        self.replay.rows, self.replay.bin_rows = [], []
+        if until_ns is not None and self.first_ns is not None:
+            rows = [r for r in rows if r["end_ns"] <= self.first_ns + until_ns]
+        return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+
+    def rest(self, until_ns: int | None = None) -> list[dict]:
+        """Close every device's open window (following stops) and return the rows not printed yet."""
+        self.replay.finish()
+        return self.complete(until_ns)
+
+    def reached(self, until_ns: int) -> bool:
+        return self.last_ns is not None and self.last_ns - self.first_ns >= until_ns
+
+    def to_state(self) -> None:
+        return None  # no checkpoint (see the module docstring)
