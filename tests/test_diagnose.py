@@ -99,3 +99,15 @@ def test_real_findings_carry_the_single_commands_numbers():
     assert cached and all(v == sites["devices"][d]["peaks"]["reserved"]["cached_free_bytes"] for d, v in cached.items())
     setting = [f for f in found if f["kind"] == "allocator_setting"]
     assert all(f["evidence"]["conf"] == tune["recommendation"]["conf"] for f in setting)
+
+
+def test_the_reports_first_page_says_what_diagnose_says(tmp_path):
+    """The report's findings come from its own sections' runs: the same ranked findings as diagnose, first
+    on the page, with their timeline."""
+    s = write_scenario(tmp_path / "run", seed=0)
+    out = tmp_path / "r.html"
+    rep = veotrace.report(s.folder, out)
+    assert [(f["kind"], f["title"], f["severity"]) for f in rep.to_dict()["findings"]] == \
+        [(f["kind"], f["title"], f["severity"]) for f in _findings(s.folder)]
+    html = out.read_text()
+    assert html.index('id="findings"') < html.index('id="inputs"') and 'aria-label="Findings by time"' in html

@@ -64,7 +64,8 @@ def test_report_over_the_samples(sample_report):
     assert len(p.ids) == len(set(p.ids))  # figure ids made unique per figure
     for title in ("Size-class entropy over time", "Allocation bursts", "L2 breakpoints per kernel", "Coherence collapse"):
         assert f"<h2>{title} <small>" in html
-    assert html.count("<figure") == 3  # entropy, l2, coherence; the sample log has no burst at 5 ms
+    # the findings' timeline on the first page, then entropy, l2, coherence; the sample log has no burst at 5 ms
+    assert html.count("<figure") == 4 and html.index('id="findings"') < html.index('id="inputs"')
     assert f"veotrace {__version__}" in html
     assert "prefers-color-scheme: dark" in html and "@media print" in html
     assert "<code>veotrace entropy sample_traces/alloc_logs/</code>" in html.replace(str(SAMPLES.parent) + "/", "")
@@ -115,7 +116,7 @@ def test_a_refused_analysis_is_a_section_saying_why(tmp_path):
     html = out.read_text(encoding="utf-8")
     assert html.count('class="error">Not available:') == 2
     assert "address jumps are constant" in html and "correlate needs an ADDRS and an EPE" in html
-    assert html.count("<figure") == 1  # coherence still drawn
+    assert html.count("<figure") == 2  # the findings' timeline, and coherence still drawn
     assert res.stderr.count("Warning: Address jumps vs optical-flow error not available") == 2
 
 

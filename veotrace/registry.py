@@ -91,7 +91,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("info", "info", "veotrace.runs.info:info", "veotrace.cli.info"),
     Entry("gate", "gate", "veotrace.runs.gate:gate", "veotrace.cli.gate"),
     Entry("report", "report", "veotrace.reporting.run:report", "veotrace.cli.report"),
-    Entry("diagnose", "diagnose", "veotrace.reporting.diagnose:diagnose", "veotrace.cli.diagnose"),
+    Entry("diagnose", "diagnose", "veotrace.reporting.diagnose:diagnose", "veotrace.cli.diagnose",
+          plot="veotrace.plot.findings:plot_findings"),
     Entry("banks", "banks", "veotrace.runs.banks:banks", "veotrace.cli.banks"),
     Entry("formats", "formats", "veotrace.runs.formats:formats", "veotrace.cli.formats"),
 )

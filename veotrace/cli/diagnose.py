@@ -12,6 +12,8 @@ from veotrace.cli.common import (
     NoProgressOpt,
     OutputOpt,
     PathsArg,
+    PlotOpt,
+    PlotSizeOpt,
     ReportFormat,
     RowsOpt,
     SkipBadRowsOpt,
@@ -38,6 +40,8 @@ def diagnose_command(
     fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="table (default), json (findings/1), csv/parquet (the findings), markdown (a pull-request comment).")] = _TABLE,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
+    plot: PlotOpt = None,
+    plot_size: PlotSizeOpt = None,
     no_progress: NoProgressOpt = False,
 ) -> None:
     """What went wrong, when, in what order: every analysis that applies, as ranked findings on one time axis."""
@@ -48,4 +52,4 @@ def diagnose_command(
             result = diagnose(paths, fail_on=fail_on, align=align, frame_period=frame_period,
                               time_unit=time_unit.value, skip_bad_rows=skip_bad_rows, format_hint=format_hint,
                               on_progress=on_progress)
-        show(result, fmt, output, rows=rows)
+        show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size)

@@ -90,45 +90,20 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     period = common.seconds(frame_period, "--frame-period")
     options, report = common.reading(time_unit, skip_bad_rows, format_hint)
     infos, _, jobs = planned(paths, options)
-    first = {str(i.path): (i.span or {}).get("first_ns") for i in infos}
     runnable = [j for j in jobs if j.note is None and j.command in RULES]
-    sources = _sources(runnable, first, offsets)
-    unused = set(offsets) - {s["matched"] for s in sources.values() if s["matched"]}
-    if unused:
-        raise UsageError(f"--align names {sorted(unused)[0]!r}, which is not one of the inputs",
-                         hint="Name a file or folder as given, e.g. --align frames.csv=12.5s")
-    t0 = _map_clocks(sources)
+    _aligned_sources(runnable, infos, offsets)  # an --align naming no input: refused before any run
     reading = {"time_unit": time_unit, "skip_bad_rows": skip_bad_rows, "format_hint": format_hint}
-    findings: list[Finding] = []
-    analyses = []
+    results = []
     for n, job in enumerate(runnable):
         if on_progress is not None:
             on_progress(n, len(runnable))
-        src = sources[_key(job)]
-        off = round(src["offset_s"] * 1e9)
-        if job.command == "coherence" and src["matched"]:  # frame 0 at the offset, frames a period apart
-            ctx = Context(src["name"], job.cli, t0_ns=-off, first_ns=0)
-        elif src["axis"] == "time":
-            ctx = Context(src["name"], job.cli, t0_ns=src["zero_ns"] - off, first_ns=src["first_ns"])
-        else:
-            ctx = Context(src["name"], job.cli, t0_ns=None)
         try:
-            result = _run(registry.entry(job.command), job, reading)
+            results.append((job, _run(registry.entry(job.command), job, reading)))
         except VeotraceError as exc:
-            analyses.append({"command": job.cli, "status": "refused", "why": str(exc)})
-            continue
-        rule = RULES[job.command]
-        found = rule(result.to_dict(), ctx, period) if job.command == "coherence" else rule(result.to_dict(), ctx)
-        for f in found:
-            f.clock = str(src.get("zero_ns"))
-        analyses.append({"command": job.cli, "status": "ran", "findings": len(found)})
-        findings.extend(found)
-    findings = rank(findings)
-    link(findings)
-    notes = [f"{j.paths[0]}: {j.note}" for j in jobs if j.note]
-    params = {"fail_on": fail_on, "align": {k: v for k, v in offsets.items()}, "frame_period_s": period,
-              "axis_zero_ns": t0, "severities": {s: floor for s, floor in SEVERITIES}}
-    value = DiagnoseResult(params, list(sources.values()), analyses, findings, notes)
+            results.append((job, str(exc)))
+    value = collect(infos, jobs, results, offsets=offsets, period=period)
+    value.params["fail_on"] = fail_on
+    findings = value.findings
     run = DiagnoseRun(value, [*report.messages()], common.input_files(paths))
     if fail_on is not None and severity_at_least(findings, fail_on):
         hits = severity_at_least(findings, fail_on)
@@ -138,8 +113,62 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     return run
 
 
+def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | None = None,
+            period: float | None = None) -> DiagnoseResult:
+    """The findings of runs already made: ``results`` holds (job, RunResult, or the error text of a run
+    that refused its input) for the jobs that have a rule; ``infos`` (their files' FileInfos) give each
+    source's first event. The report's first page and ``diagnose`` both end here.
+
+    Raises:
+        UsageError: an --align naming no input.
+    """
+    offsets = offsets or {}
+    sources = _aligned_sources([j for j, _ in results], infos, offsets)
+    t0 = _map_clocks(sources)
+    findings: list[Finding] = []
+    analyses = []
+    for job, result in results:
+        if isinstance(result, str):
+            analyses.append({"command": job.cli, "status": "refused", "why": result})
+            continue
+        src = sources[_key(job)]
+        off = round(src["offset_s"] * 1e9)
+        if job.command == "coherence" and src["matched"]:  # frame 0 at the offset, frames a period apart
+            ctx = Context(src["name"], job.cli, t0_ns=-off, first_ns=0)
+        elif src["axis"] == "time":
+            ctx = Context(src["name"], job.cli, t0_ns=src["zero_ns"] - off, first_ns=src["first_ns"])
+        else:
+            ctx = Context(src["name"], job.cli, t0_ns=None)
+        rule = RULES[job.command]
+        found = rule(result.to_dict(), ctx, period) if job.command == "coherence" else rule(result.to_dict(), ctx)
+        for f in found:
+            f.clock = str(src.get("zero_ns"))
+        analyses.append({"command": job.cli, "status": "ran", "findings": len(found)})
+        findings.extend(found)
+    findings = rank(findings)
+    link(findings)
+    notes = [f"{j.paths[0]}: {j.note}" for j in jobs if j.note]
+    params = {"fail_on": None, "align": dict(offsets), "frame_period_s": period, "axis_zero_ns": t0,
+              "severities": {s: floor for s, floor in SEVERITIES}}
+    return DiagnoseResult(params, list(sources.values()), analyses, findings, notes)
+
+
 def _key(job) -> str:
     return ", ".join(job.shown or dict.fromkeys(str(p) for p in job.paths))
+
+
+def _aligned_sources(jobs, infos, offsets: dict) -> dict[str, dict]:
+    """The jobs' sources (``_sources``), every --align name matched to one.
+
+    Raises:
+        UsageError: an --align naming no input.
+    """
+    sources = _sources(jobs, {str(i.path): (i.span or {}).get("first_ns") for i in infos}, offsets)
+    unused = set(offsets) - {s["matched"] for s in sources.values() if s["matched"]}
+    if unused:
+        raise UsageError(f"--align names {sorted(unused)[0]!r}, which is not one of the inputs",
+                         hint="Name a file or folder as given, e.g. --align frames.csv=12.5s")
+    return sources
 
 
 def _sources(jobs, first: dict, offsets: dict) -> dict[str, dict]:

@@ -86,6 +86,10 @@ def inline_svg(svg: bytes, *, prefix: str) -> str:
     return re.sub(r'<svg([^>]*?) width="[\d.]+(?:px|pt)" height="[\d.]+(?:px|pt)"', r'<svg\1 role="img"', text, count=1)
 
 
+#: Findings listed on the report's first page (diagnose's JSON keeps every one).
+MAX_FINDINGS = 15
+
+
 def _cards(items: list[tuple[str, Any]]) -> str:
     return '<ul class="cards">' + "".join(f"<li><b>{esc(v)}</b><span>{esc(k)}</span></li>" for k, v in items) + "</ul>"
 
@@ -151,6 +155,25 @@ def _summary(report) -> list[tuple[str, Any]]:
     return items
 
 
+def _findings(report) -> str:
+    """The first page: the ranked findings (as ``veotrace diagnose`` gives them) and their timeline."""
+    from veotrace.findings.model import fmt_at
+
+    found = report.findings.findings if report.findings is not None else []
+    if not found:
+        return '<section id="findings"><h2>Findings</h2><p>No finding in the analyses below.</p></section>'
+    rows = [[i + 1, f.severity, fmt_at(f.axis, f.start), f.title, f.source, f.suggestion or "-"]
+            for i, f in enumerate(found[:MAX_FINDINGS])]
+    more = (f'<p class="note">first {MAX_FINDINGS} of {len(found)}; veotrace diagnose lists them all.</p>'
+            if len(found) > MAX_FINDINGS else "")
+    figure = f'<figure aria-label="Findings by time">{report.findings_svg}</figure>' if report.findings_svg else ""
+    links = "".join(f"<li>{esc(f.title)}: {esc('; '.join(f.links))}</li>" for f in found[:5] if f.links)
+    return (f'<section id="findings"><h2>Findings</h2><p>Ranked by impact x confidence; linked by time order '
+            f"only, never as causes.</p>{figure}"
+            + _table(["#", "severity", "at", "finding", "source", "what to try"], rows) + more
+            + (f"<ul>{links}</ul>" if links else "") + "</section>")
+
+
 def render_html(report) -> str:
     """The whole page as one string (UTF-8, every figure inline)."""
     toc = "".join(f'<li><a href="#{s.id}">{esc(s.title)}</a> <small>{esc(s.inputs)}</small>'
@@ -163,7 +186,8 @@ def render_html(report) -> str:
         f'<header><h1>veotrace report</h1><p class="sub">veotrace {esc(report.version)}; '
         f"{len(report.inputs)} input file{'' if len(report.inputs) == 1 else 's'}; every analysis with its defaults (commands shown to rerun them).</p>",
         _cards(_summary(report)), "</header>",
-        f'<nav aria-label="Analyses"><h3>Analyses</h3><ol>{toc}</ol></nav>',
+        f'<nav aria-label="Analyses"><h3>Analyses</h3><ol><li><a href="#findings">Findings</a></li>{toc}</ol></nav>',
+        _findings(report),
         f'<section id="inputs"><h2>Inputs</h2>{_inputs(report)}</section>',
         *(_section(s) for s in report.sections),
         f"<footer>Made by veotrace {esc(report.version)}. This file needs no network and no script: "

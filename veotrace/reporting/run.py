@@ -39,6 +39,7 @@ class Section:
     params: dict = field(default_factory=dict)
     figure_svg: str | None = None
     error: str | None = None
+    result: Any = field(default=None, repr=False)  # the analysis' RunResult, for the findings on the first page
 
 
 @dataclass
@@ -49,6 +50,10 @@ class Report:
     skipped: list[str]
     sections: list[Section]
     version: str
+    #: The first page: the sections' results as ranked findings (``reporting.diagnose.collect``), and
+    #: their timeline (inline SVG).
+    findings: Any = None
+    findings_svg: str | None = None
 
 
 def build_report(paths: list[Path], *, options: Any = None,
@@ -69,7 +74,23 @@ def build_report(paths: list[Path], *, options: Any = None,
         if on_section is not None:
             on_section(job.cli)
         out.append(run_job(job, n, options))
-    return Report(infos, skipped, out, __version__)
+    report = Report(infos, skipped, out, __version__)
+    _first_page(report, jobs)
+    return report
+
+
+def _first_page(report: Report, jobs: list[Job]) -> None:
+    """The findings of the sections' own runs (what ``diagnose`` says of the same inputs), and their timeline."""
+    from veotrace.findings.rules import RULES
+    from veotrace.plot import figure_bytes
+    from veotrace.reporting.diagnose import collect
+    from veotrace.reporting.html import inline_svg
+
+    results = [(job, s.result if s.result is not None else s.error) for job, s in zip(jobs, report.sections, strict=True)
+               if job.note is None and job.command in RULES and (s.result is not None or s.error)]
+    report.findings = collect(report.inputs, jobs, results)
+    report.findings_svg = inline_svg(figure_bytes("diagnose", report.findings, "svg", size=FIGURE_SIZE),
+                                     prefix="findings")
 
 
 def planned(paths: list[Path], options: Any) -> tuple[list, list[str], list[Job]]:
@@ -118,7 +139,7 @@ def run_job(job: Job, index: int, options: Any = None) -> Section:
     reading = {"time_unit": getattr(options, "time_unit", "ns"), "skip_bad_rows": getattr(options, "skip_bad_rows", False),
                "format_hint": getattr(options, "format_hint", None)}
     try:
-        registry.resolve(entry.section)(job, section, reading, FIGURE_SIZE)
+        section.result = registry.resolve(entry.section)(job, section, reading, FIGURE_SIZE)
     except VeotraceError as exc:
         section.error = str(exc)
     return section
@@ -158,6 +179,7 @@ class ReportRun(RunResult):
     def to_dict(self) -> dict:
         r = self.value
         return {"version": r.version, "skipped_files": r.skipped,
+                "findings": [f.to_dict() for f in r.findings.findings] if r.findings is not None else [],
                 "sections": [{"title": s.title, "command": s.command, "inputs": s.inputs, "headline": s.headline,
                               "error": s.error} for s in r.sections]}
 
