@@ -98,9 +98,9 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
         if on_progress is not None:
             on_progress(n, len(runnable))
         try:
-            results.append((job, _run(registry.entry(job.command), job, reading)))
+            results.append((job, *_run(registry.entry(job.command), job, reading)))
         except VeotraceError as exc:
-            results.append((job, str(exc)))
+            results.append((job, str(exc), job.cli))
     value = collect(infos, jobs, results, offsets=offsets, period=period)
     value.params["fail_on"] = fail_on
     findings = value.findings
@@ -115,35 +115,35 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
 
 def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | None = None,
             period: float | None = None) -> DiagnoseResult:
-    """The findings of runs already made: ``results`` holds (job, RunResult, or the error text of a run
-    that refused its input) for the jobs that have a rule; ``infos`` (their files' FileInfos) give each
+    """The findings of runs already made: ``results`` holds (job, RunResult or the error text of a run that
+    refused its input, the command line that ran it) for the jobs that have a rule; ``infos`` (their files' FileInfos) give each
     source's first event. The report's first page and ``diagnose`` both end here.
 
     Raises:
         UsageError: an --align naming no input.
     """
     offsets = offsets or {}
-    sources = _aligned_sources([j for j, _ in results], infos, offsets)
+    sources = _aligned_sources([j for j, _, _ in results], infos, offsets)
     t0 = _map_clocks(sources)
     findings: list[Finding] = []
     analyses = []
-    for job, result in results:
+    for job, result, command in results:
         if isinstance(result, str):
-            analyses.append({"command": job.cli, "status": "refused", "why": result})
+            analyses.append({"command": command, "status": "refused", "why": result})
             continue
         src = sources[_key(job)]
         off = round(src["offset_s"] * 1e9)
         if job.command == "coherence" and src["matched"]:  # frame 0 at the offset, frames a period apart
-            ctx = Context(src["name"], job.cli, t0_ns=-off, first_ns=0)
+            ctx = Context(src["name"], command, t0_ns=-off, first_ns=0)
         elif src["axis"] == "time":
-            ctx = Context(src["name"], job.cli, t0_ns=src["zero_ns"] - off, first_ns=src["first_ns"])
+            ctx = Context(src["name"], command, t0_ns=src["zero_ns"] - off, first_ns=src["first_ns"])
         else:
-            ctx = Context(src["name"], job.cli, t0_ns=None)
+            ctx = Context(src["name"], command, t0_ns=None)
         rule = RULES[job.command]
         found = rule(result.to_dict(), ctx, period) if job.command == "coherence" else rule(result.to_dict(), ctx)
         for f in found:
             f.clock = str(src.get("zero_ns"))
-        analyses.append({"command": job.cli, "status": "ran", "findings": len(found)})
+        analyses.append({"command": command, "status": "ran", "findings": len(found)})
         findings.extend(found)
     findings = rank(findings)
     link(findings)
@@ -229,8 +229,11 @@ def _offsets(align: list[str]) -> dict[str, float]:
     return out
 
 
-def _run(entry, job, reading: dict) -> RunResult:
-    """The job's analysis run as the report runs it (its section's function, without the figure)."""
+def _run(entry, job, reading: dict) -> tuple[RunResult, str]:
+    """The job's analysis run as the report runs it (its section's function, without the figure), and
+    the command line that gives the same (the section's: simulate's policies, ...)."""
     from veotrace.reporting.run import Section
 
-    return registry.resolve(entry.section)(job, Section(id="", title="", command=job.cli), reading, None)
+    section = Section(id="", title="", command=job.cli)
+    run = registry.resolve(entry.section)(job, section, reading, None)
+    return run, section.command

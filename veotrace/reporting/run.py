@@ -86,7 +86,8 @@ def _first_page(report: Report, jobs: list[Job]) -> None:
     from veotrace.reporting.diagnose import collect
     from veotrace.reporting.html import inline_svg
 
-    results = [(job, s.result if s.result is not None else s.error) for job, s in zip(jobs, report.sections, strict=True)
+    results = [(job, s.result if s.result is not None else s.error, s.command)
+               for job, s in zip(jobs, report.sections, strict=True)
                if job.note is None and job.command in RULES and (s.result is not None or s.error)]
     report.findings = collect(report.inputs, jobs, results)
     report.findings_svg = inline_svg(figure_bytes("diagnose", report.findings, "svg", size=FIGURE_SIZE),
