@@ -83,8 +83,8 @@ def _first_page(report: Report, jobs: list[Job]) -> None:
     """The findings of the sections' own runs (what ``diagnose`` says of the same inputs), and their timeline."""
     from veotrace.findings.rules import RULES
     from veotrace.plot import figure_bytes
-    from veotrace.reporting.diagnose import collect
     from veotrace.reporting.html import inline_svg
+    from veotrace.reporting.timeline import collect
 
     results = [(job, s.result if s.result is not None else s.error, s.command)
                for job, s in zip(jobs, report.sections, strict=True)
