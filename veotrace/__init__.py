@@ -14,7 +14,7 @@ Every function is looked up in ``veotrace.registry`` and imported on first use, 
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: The API functions: one per command (``l2_breakpoints`` for ``l2-breakpoints``).
 __all__ = ["banks", "bursts", "coherence", "convert", "correlate", "diagnose", "diff", "entropy", "formats",
