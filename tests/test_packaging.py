@@ -44,7 +44,9 @@ def test_the_wheel_installs_and_runs_the_main_job_outside_the_checkout(tmp_path)
     (wheel,) = tmp_path.glob("veotrace-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "v")], check=True)
     py = tmp_path / "v" / "bin" / "python"
+    # the wheel itself over any copy the base site holds, then its dependencies (already there, or from the index)
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True)
     r = subprocess.run([str(py), "-m", "veotrace", "entropy", str(ROOT / "sample_traces" / "alloc_logs"), "--segments",
                         "48,120", "-f", "json"], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
