@@ -101,6 +101,26 @@ class AddressSpace:
         return addr
 
 
+def event_devices(ev, device_of_request, offset: int = 0):
+    """The device of each drained event (``ev``: the (n, 6) rows of :meth:`Recorder.drain`):
+    ``device_of_request[r - offset]`` for request r; a seeded model's starting state (request ``-1 - d``)
+    is device d's."""
+    import numpy as np
+
+    r = ev[:, 0]
+    idx = np.clip(r - offset, 0, max(len(device_of_request) - 1, 0))
+    return np.where(r >= 0, device_of_request[idx] if len(device_of_request) else 0, -1 - r)
+
+
+def reserved_delta(op, size):
+    """How each event moves its device's reserved bytes: + size for a segment alloc or map, - size for a
+    segment free or unmap, 0 for the rest (``op``, ``size``: the events' columns)."""
+    import numpy as np
+
+    grow = np.isin(op, (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP))
+    return np.where(grow, size, np.where(np.isin(op, (EV_SEGMENT_FREE, EV_SEGMENT_UNMAP)), -size, 0))
+
+
 def oom(counters: PolicyCounters, rec: Recorder, size: int, stream: int) -> None:
     """Count a request that does not fit the capacity, remembering the first one."""
     counters.ooms += 1

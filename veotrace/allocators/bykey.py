@@ -30,6 +30,8 @@ from veotrace.allocators.base import (
     EV_SEGMENT_FREE,
     EV_SEGMENT_MAP,
     EV_SEGMENT_UNMAP,
+    event_devices,
+    reserved_delta,
 )
 from veotrace.attribution.attribute import cut, stranded
 from veotrace.attribution.stacks import BEFORE_TRACE
@@ -83,12 +85,10 @@ class KeyTap:
         if not len(ev):
             return
         r = ev[:, 0]
-        idx = np.clip(r - offset, 0, max(len(device_of_request) - 1, 0))
-        dev = np.where(r >= 0, device_of_request[idx] if len(device_of_request) else 0, -1 - r)
+        dev = event_devices(ev, device_of_request, offset)
         key = self.keys[np.clip(r, 0, max(len(self.keys) - 1, 0))] if len(self.keys) else np.zeros(len(r), np.int64)
         key = np.where((r < 0) | (key == BEFORE), self.before, key)
-        op = ev[:, 1]
-        delta = np.where(np.isin(op, _GROW), ev[:, 3], np.where(np.isin(op, _SHRINK), -ev[:, 3], 0))
+        delta = reserved_delta(ev[:, 1], ev[:, 3])
         for d in np.unique(dev).tolist():
             st = self.devices.setdefault(d, _Device())
             rows = np.flatnonzero(dev == d)

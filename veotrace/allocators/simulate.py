@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from veotrace.allocators import replay as rp
-from veotrace.allocators.base import EV_NAMES, EV_OOM, AddressSpace, PolicyCounters, Recorder
+from veotrace.allocators.base import EV_NAMES, EV_OOM, AddressSpace, PolicyCounters, Recorder, event_devices
 from veotrace.allocators.bykey import KeyTap
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.policies import POLICIES
@@ -81,10 +81,8 @@ def make_policy(name: str, device: int, req: Requests, rec: Recorder, *, conf: T
 def events_batch(ev: np.ndarray, req: Requests, name: str, clock: np.ndarray, seq0: int = 0) -> pa.RecordBatch:
     """Drained events (an (n, 6) array, see Recorder) as ``alloc_events/1`` (+ ``block_bytes``), timed by
     the request that caused them (``req`` and ``clock`` hold the requests from ``req.offset`` on)."""
-    r = ev[:, 0]
-    idx = np.clip(r - req.offset, 0, max(len(req) - 1, 0))
-    devices = np.frombuffer(req.device, dtype=np.int64)
-    dev = np.where(r >= 0, devices[idx] if len(req) else 0, -1 - r).astype(np.int32)
+    idx = np.clip(ev[:, 0] - req.offset, 0, max(len(req) - 1, 0))
+    dev = event_devices(ev, np.frombuffer(req.device, dtype=np.int64), req.offset).astype(np.int32)
     ts = clock[idx] if len(req) else np.zeros(0, np.int64)
     n = len(ev)
     return pa.RecordBatch.from_pydict({

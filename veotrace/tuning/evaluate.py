@@ -102,7 +102,7 @@ def part_peaks(req, cand, parts: np.ndarray, *, seed=None, capacity=None, core: 
     settings: ``parts`` gives each request's part (a small int; -1: none), and a part's peak is the
     highest reserved level after an event of one of its requests (the first half's includes the seeded
     state). Read from the replay's device allocation events. Returns {device: {part: bytes}}."""
-    from veotrace.allocators.base import EV_SEGMENT_ALLOC, EV_SEGMENT_FREE, EV_SEGMENT_MAP, EV_SEGMENT_UNMAP
+    from veotrace.allocators.base import event_devices, reserved_delta
     from veotrace.allocators.simulate import make_policy
     from veotrace.allocators.torchcore import choose_core, recorder_for
 
@@ -118,15 +118,14 @@ def part_peaks(req, cand, parts: np.ndarray, *, seed=None, capacity=None, core: 
     pieces = []
     for _ in rp.iter_replay(make, req, models):
         ev = rec.drain()
-        keep = np.isin(ev[:, 1], (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP, EV_SEGMENT_FREE, EV_SEGMENT_UNMAP))
-        pieces.append(ev[keep][:, [0, 1, 3]])
-    ev = np.concatenate(pieces) if pieces else np.zeros((0, 3), np.int64)
+        delta = reserved_delta(ev[:, 1], ev[:, 3])
+        pieces.append(np.column_stack([ev[:, 0], delta])[delta != 0])  # the device allocations alone
+    ev = np.concatenate(pieces) if pieces else np.zeros((0, 2), np.int64)
     devices = np.frombuffer(req.device, np.int64)
-    r = ev[:, 0]
-    inside = np.clip(r, 0, max(len(devices) - 1, 0))
-    dev = np.where(r >= 0, devices[inside] if len(devices) else 0, -1 - r)
-    part = np.where(r >= 0, parts[inside] if len(parts) else -1, parts[0] if len(parts) else -1)  # seeded: the first part
-    delta = np.where(np.isin(ev[:, 1], (EV_SEGMENT_ALLOC, EV_SEGMENT_MAP)), ev[:, 2], -ev[:, 2])
+    r, delta = ev[:, 0], ev[:, 1]
+    dev = event_devices(ev, devices)
+    part = np.where(r >= 0, parts[np.clip(r, 0, max(len(parts) - 1, 0))] if len(parts) else -1,
+                    parts[0] if len(parts) else -1)  # seeded: the first part
     out: dict[str, dict] = {}
     for d in sorted(models):
         mine = dev == d
