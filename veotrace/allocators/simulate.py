@@ -113,6 +113,20 @@ def _oom_context(ev: np.ndarray, part: Requests, found: dict, seen: set) -> None
                         "ts_ns": None if part.ts_ns[j] == NO_TIME else part.ts_ns[j]}
 
 
+def totals(models: dict) -> PolicyCounters:
+    """One policy's counters summed over its devices' models (peaks add up: see PolicyCounters.merge)."""
+    total = PolicyCounters()
+    for m in models.values():
+        total.merge(m.c)
+    return total
+
+
+def per_device(models: dict) -> dict[str, dict]:
+    """Each device's own peaks, device allocations and OOMs (the JSON ``per_device``)."""
+    return {str(d): {"peak_reserved_bytes": m.c.peak_reserved, "peak_allocated_bytes": m.c.peak_allocated,
+                     "device_allocs": m.c.device_allocs, "ooms": m.c.ooms} for d, m in sorted(models.items())}
+
+
 def _policy_row(name: str, counters: PolicyCounters, oom_at: dict, frag, extra: dict) -> dict:
     oom = counters.first_oom
     if oom is not None and oom["request"] in oom_at:
@@ -243,18 +257,13 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
                 _oom_context(ev, part, oom_at, oom_seen)
 
         frag = fragmentation_series(stream(), window_s=window_ns / 1e9)
-        total = PolicyCounters()
-        for m in models.values():
-            total.merge(m.c)
+        total = totals(models)
         extra = {}
         if name.startswith("tiered"):
             stats = [m.stats for m in models.values()]
             extra["tiers"] = {k: (np.sum([s[k] for s in stats], axis=0).tolist()) for k in stats[0]}
         if len(models) > 1:  # the totals add per-device peaks, which may fall at different moments
-            extra["per_device"] = {str(d): {"peak_reserved_bytes": m.c.peak_reserved,
-                                            "peak_allocated_bytes": m.c.peak_allocated,
-                                            "device_allocs": m.c.device_allocs, "ooms": m.c.ooms}
-                                   for d, m in sorted(models.items())}
+            extra["per_device"] = per_device(models)
         rows.append(_policy_row(name, total, oom_at, frag, extra))
         if tap is not None:
             keyed[name] = tap.result()

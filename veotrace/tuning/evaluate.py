@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from veotrace.allocators import replay as rp
-from veotrace.allocators.base import PolicyCounters
+from veotrace.allocators.simulate import per_device, totals
 
 #: Objectives: the counter each minimises (summed over devices), all non-decreasing during a replay.
 OBJECTIVES = {"peak-reserved": "peak_reserved", "device-allocs": "device_allocs", "flushes": "flushes"}
@@ -35,23 +35,13 @@ def evaluate(req, cand, *, seed=None, capacity=None, core: str = "auto", objecti
     ran, and for a pruned one ``pruned_at`` (the request) and ``why``. ``stop``: replay only the first
     ``stop`` requests (``status`` "probe").
     """
-    from veotrace.allocators.simulate import make_policy
-    from veotrace.allocators.torchcore import choose_core, recorder_for
-
-    cap_of = capacity.get if isinstance(capacity, dict) else (lambda d: capacity)
-    caps = [v for v in (capacity.values() if isinstance(capacity, dict) else [capacity]) if v is not None]
-    ran, why_core = choose_core(cand.conf, max(caps) if caps else None, core)
-    rec = recorder_for("torch", ran, record=False)
+    make, rec, ran, why_core = _torch_models(req, cand, seed, capacity, core, record=False)
     models: dict = {}
-
-    def make(d):
-        return make_policy("torch", d, req, rec, conf=cand.conf, capacity=cap_of(d), seed=seed, tiers=None, core=ran)
-
     for part in rp.iter_replay(make, req, models, chunk=chunk if stop is None else max(stop, 1)):
         rec.drain()  # counters only: the events are not kept
         if stop is not None:  # the first ``stop`` requests only: a probe (its counters bound the whole run's from below)
             return _row(cand, models, ran, why_core, "probe", part, None, served=min(stop, len(req)))
-        total = _total(models)
+        total = totals(models)
         if not prune:
             continue
         if capacity is not None and total.ooms:
@@ -72,25 +62,34 @@ def ranked(c, objective: str) -> tuple[int, int, int]:
     return (get(first), get("device_allocs"), get("flushes"))
 
 
-def _total(models: dict) -> PolicyCounters:
-    total = PolicyCounters()
-    for m in models.values():
-        total.merge(m.c)
-    return total
+def _torch_models(req, cand, seed, capacity, core: str, *, record: bool):
+    """(``make(device)`` -> the torch model of ``cand``'s settings on that device, its recorder, the core
+    that runs, why): as ``simulate --policy torch --conf`` makes them. ``capacity``: bytes, a dict
+    {device: bytes}, or None."""
+    from veotrace.allocators.simulate import make_policy
+    from veotrace.allocators.torchcore import choose_core, recorder_for
+
+    cap_of = capacity.get if isinstance(capacity, dict) else (lambda d: capacity)
+    caps = [v for v in (capacity.values() if isinstance(capacity, dict) else [capacity]) if v is not None]
+    ran, why = choose_core(cand.conf, max(caps) if caps else None, core)
+    rec = recorder_for("torch", ran, record=record)
+
+    def make(d):
+        return make_policy("torch", d, req, rec, conf=cand.conf, capacity=cap_of(d), seed=seed, tiers=None, core=ran)
+
+    return make, rec, ran, why
 
 
 def _row(cand, models: dict, core: str, why_core: str, status: str, part, why: str | None,
          served: int | None = None) -> dict:
-    t = _total(models)
+    t = totals(models)
     row = {**cand.to_dict(), "status": status, "core": core, "core_why": why_core,
            "peak_reserved_bytes": t.peak_reserved, "peak_allocated_bytes": t.peak_allocated,
            "device_allocs": t.device_allocs, "device_frees": t.device_frees, "flushes": t.flushes,
            "alloc_retries": t.alloc_retries, "ooms": t.ooms, "first_oom": t.first_oom,
            # GMLake's fragmentation at the peak: the share of the peak reserved bytes never live at once
            "gmlake_frag": 1 - t.peak_allocated / t.peak_reserved if t.peak_reserved else None,
-           "per_device": {str(d): {"peak_reserved_bytes": m.c.peak_reserved, "peak_allocated_bytes": m.c.peak_allocated,
-                                   "device_allocs": m.c.device_allocs, "ooms": m.c.ooms}
-                          for d, m in sorted(models.items())}}
+           "per_device": per_device(models)}
     if status in ("pruned", "probe"):
         row["pruned_at"] = served if served is not None else int(part.offset + len(part)) if part is not None else 0
         row["why"] = why
@@ -103,18 +102,9 @@ def part_peaks(req, cand, parts: np.ndarray, *, seed=None, capacity=None, core: 
     highest reserved level after an event of one of its requests (the first half's includes the seeded
     state). Read from the replay's device allocation events. Returns {device: {part: bytes}}."""
     from veotrace.allocators.base import event_devices, reserved_delta
-    from veotrace.allocators.simulate import make_policy
-    from veotrace.allocators.torchcore import choose_core, recorder_for
 
-    cap_of = capacity.get if isinstance(capacity, dict) else (lambda d: capacity)
-    caps = [v for v in (capacity.values() if isinstance(capacity, dict) else [capacity]) if v is not None]
-    ran, _ = choose_core(cand.conf, max(caps) if caps else None, core)
-    rec = recorder_for("torch", ran)
+    make, rec, _, _ = _torch_models(req, cand, seed, capacity, core, record=True)
     models: dict = {}
-
-    def make(d):
-        return make_policy("torch", d, req, rec, conf=cand.conf, capacity=cap_of(d), seed=seed, tiers=None, core=ran)
-
     pieces = []
     for _ in rp.iter_replay(make, req, models):
         ev = rec.drain()
