@@ -184,7 +184,8 @@ def test_the_recommendation_is_checked_on_each_record_function_phase(tmp_path):
     parts = by_row[np.frombuffer(req.seq, np.int64)]
     for conf in ("", "expandable_segments:True"):
         cand = space.candidate_of(0, space.parse_conf(conf) if conf else space.TorchConf())
-        peaks = part_peaks(req, cand, parts, seed=seed)["0"]
+        (by_part,) = part_peaks(req, cand, [parts], seed=seed)
+        peaks = by_part["0"]
         sim = veotrace.simulate(path, policy="torch", conf=conf).to_dict()["policies"][0]
         assert max(peaks.values()) == sim["peak_reserved_bytes"]
         assert {names[k] for k in peaks} == {"forward", "backward"}

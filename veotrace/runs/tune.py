@@ -283,11 +283,18 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
            "savings": [dict(savings(rec, b), baseline=label) for label, b in base_rows if b["status"] == "finished"],
            "trust": trust}
     out["robustness"] = []
-    for what, parts, names in _parts(req, paths, options):
-        rec_peaks = part_peaks(req, cands[rec["id"]], parts, seed=seed, capacity=limit, core=core)
-        for label, b in base_rows:
-            if b["id"] != rec["id"]:
-                base_peaks = part_peaks(req, cands[b["id"]], parts, seed=seed, capacity=limit, core=core)
-                out["robustness"].append(dict(robustness(rec_peaks, base_peaks, names, b["conf"] or "(PyTorch defaults)"),
-                                              baseline=label, parts=what))
+    others = [(label, b) for label, b in base_rows if b["id"] != rec["id"]]
+    if not others:  # the recommendation is the baselines' setting: nothing to check it against
+        return out
+    divisions = _parts(req, paths, options)
+
+    def peaks(row):  # one replay per setting, every division read from it
+        return part_peaks(req, cands[row["id"]], [parts for _, parts, _ in divisions], seed=seed, capacity=limit,
+                          core=core)
+
+    mine, theirs = peaks(rec), [peaks(b) for _, b in others]
+    for i, (what, _, names) in enumerate(divisions):
+        for (label, b), their in zip(others, theirs, strict=True):
+            out["robustness"].append(dict(robustness(mine[i], their[i], names, b["conf"] or "(PyTorch defaults)"),
+                                          baseline=label, parts=what))
     return out

@@ -96,11 +96,13 @@ def _row(cand, models: dict, core: str, why_core: str, status: str, part, why: s
     return row
 
 
-def part_peaks(req, cand, parts: np.ndarray, *, seed=None, capacity=None, core: str = "auto") -> dict[str, dict]:
-    """Per device, the peak reserved bytes during each part of the trace, from one replay with ``cand``'s
-    settings: ``parts`` gives each request's part (a small int; -1: none), and a part's peak is the
-    highest reserved level after an event of one of its requests (the first half's includes the seeded
-    state). Read from the replay's device allocation events. Returns {device: {part: bytes}}."""
+def part_peaks(req, cand, divisions: list[np.ndarray], *, seed=None, capacity=None,
+               core: str = "auto") -> list[dict[str, dict]]:
+    """Per division of the trace, per device, the peak reserved bytes during each of its parts, from one
+    replay with ``cand``'s settings. A division gives each request its part (a small int; -1: none); a
+    part's peak is the highest reserved level after an event of one of its requests (the first part also
+    holds the seeded state). Read from the replay's device allocation events. Returns one
+    {device: {part: bytes}} per division."""
     from veotrace.allocators.base import event_devices, reserved_delta
 
     make, rec, _, _ = _torch_models(req, cand, seed, capacity, core, record=True)
@@ -114,10 +116,14 @@ def part_peaks(req, cand, parts: np.ndarray, *, seed=None, capacity=None, core: 
     devices = np.frombuffer(req.device, np.int64)
     r, delta = ev[:, 0], ev[:, 1]
     dev = event_devices(ev, devices)
+    return [_peaks_by_part(parts, r, dev, delta, devices, sorted(models)) for parts in divisions]
+
+
+def _peaks_by_part(parts: np.ndarray, r, dev, delta, devices, device_ids) -> dict[str, dict]:
     part = np.where(r >= 0, parts[np.clip(r, 0, max(len(parts) - 1, 0))] if len(parts) else -1,
                     parts[0] if len(parts) else -1)  # seeded: the first part
     out: dict[str, dict] = {}
-    for d in sorted(models):
+    for d in device_ids:
         mine = dev == d
         level, labels = np.cumsum(delta[mine]), part[mine]
         peaks: dict[int, int] = {}
