@@ -151,7 +151,8 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
                 "baselines": {label: i for label, i in first}, "read": report.to_dict(),
                 "engine": config.kind, "jobs": config.jobs},
         candidates=rows, pareto=pareto(rows), validation=validation, notes=notes,
-        recommendation=_recommendation(rec, rows, first, validation, req, seed, limit, torch_core, cands, paths, options))
+        recommendation=_recommendation(rec, rows, first, validation, req, seed, limit, torch_core, cands, paths, options,
+                                       objective))
     run = TuneRun(result, [*report.messages(), *(f"Note: {n}" for n in notes)], common.input_files(paths))
     return run
 
@@ -253,7 +254,7 @@ def _parts(req, paths, options):
     return out
 
 
-def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands, paths, options) -> dict:
+def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands, paths, options, objective) -> dict:
     """The chosen setting with its export line, predicted savings against the baselines, trust and
     robustness; or why there is none."""
     from veotrace.tuning.evaluate import part_peaks
@@ -277,8 +278,8 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     base_rows = [(label, by_id[i]) for label, i in first]
     out = {"conf": rec["conf"], "id": rec["id"],
            "export": f"export PYTORCH_CUDA_ALLOC_CONF={rec['conf']}" if rec["conf"] else "unset PYTORCH_CUDA_ALLOC_CONF",
-           "rule": "least peak reserved that fits, ties by fewest device allocations, then fewest flushes, then fewest "
-                   "knobs changed; never a combination known to misbehave",
+           "rule": f"least {objective.replace('-', ' ')} that fits, ties by fewest device allocations, then fewest "
+                   "flushes, then fewest knobs changed; never a combination known to misbehave",
            **{k: rec[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},
            "savings": [dict(savings(rec, b), baseline=label) for label, b in base_rows if b["status"] == "finished"],
            "trust": trust}
