@@ -18,8 +18,9 @@ import numpy as np
 from veotrace.allocators import replay as rp
 from veotrace.allocators.simulate import per_device, totals
 
-#: Objectives: the counter each minimises (summed over devices), all non-decreasing during a replay.
-OBJECTIVES = {"peak-reserved": "peak_reserved", "device-allocs": "device_allocs", "flushes": "flushes"}
+#: Objectives: the candidate's number each minimises (summed over devices; a PolicyCounters field without
+#: "_bytes"), all non-decreasing during a replay.
+OBJECTIVES = {"peak-reserved": "peak_reserved_bytes", "device-allocs": "device_allocs", "flushes": "flushes"}
 #: Requests served between two checks of the bound.
 CHUNK = 1 << 15
 
@@ -57,9 +58,9 @@ def ranked(c, objective: str) -> tuple[int, int, int]:
     """The counters the recommendation rule compares first, in its order (``search.rank_key``), from
     counters (running or final) or a row: each only grows during a replay, so a running tuple already
     past the best finished one's can only end past it."""
-    get = (lambda k: c[k]) if isinstance(c, dict) else (lambda k: getattr(c, k.removesuffix("_bytes")))
-    first = "peak_reserved_bytes" if objective == "peak-reserved" else OBJECTIVES[objective]
-    return (get(first), get("device_allocs"), get("flushes"))
+    if isinstance(c, dict):
+        return (c[OBJECTIVES[objective]], c["device_allocs"], c["flushes"])
+    return (getattr(c, OBJECTIVES[objective].removesuffix("_bytes")), c.device_allocs, c.flushes)
 
 
 def _torch_models(req, cand, seed, capacity, core: str, *, record: bool):

@@ -1,5 +1,5 @@
 """The search: baselines first, then every candidate against the best finished one; the Pareto front;
-the recommendation by a stated rule; and its robustness over the two halves of the trace.
+the recommendation by a stated rule; and its robustness over parts of the trace (halves, phases).
 
 Rule (``recommend``): among finished candidates that fit (no allocation over the capacity) and are not
 known to misbehave, the least objective (default peak reserved bytes, summed over devices); ties by
@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from veotrace.tuning.evaluate import OBJECTIVES, evaluate, ranked
+from veotrace.tuning.evaluate import evaluate, ranked
 
 #: Candidates are first replayed on 1/PROBE_DIV of the requests, to order (and prune) the full runs.
 PROBE_DIV = 16
 
 
 def rank_key(row: dict, objective: str) -> tuple:
-    """The recommendation rule's order (least first)."""
-    return (row[f"{OBJECTIVES[objective]}_bytes" if objective == "peak-reserved" else OBJECTIVES[objective]],
-            row["device_allocs"], row["flushes"], len(row["settings"]), row["id"])
+    """The recommendation rule's order (least first): the counters pruning compares, then the knobs."""
+    return (*ranked(row, objective), len(row["settings"]), row["id"])
 
 
 def choosable(row: dict, capacity) -> bool:
