@@ -218,16 +218,6 @@ def keyed_table(keyed: dict):
 
     from veotrace.schemas.simulate import SIMULATE_BY_KEY
 
-    cols: dict[str, list] = {f.name: [] for f in SIMULATE_BY_KEY}
-    for policy, devices in keyed.items():
-        for d, states in devices.items():
-            for at, state in states.items():
-                for k in state["keys"]:
-                    cols["policy"].append(policy)
-                    cols["device"].append(int(d))
-                    cols["at"].append(at)
-                    for name in ("key", "blocks", "block_bytes", "requested_bytes", "stranded_bytes", "sole_bytes",
-                                 "segments"):
-                        cols[name].append(k[name])
-    return pa.table({f.name: pa.array(cols[f.name], f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
-                     for f in SIMULATE_BY_KEY}).cast(SIMULATE_BY_KEY)
+    rows = [{"policy": policy, "device": int(d), "at": at, **k} for policy, devices in keyed.items()
+            for d, states in devices.items() for at, state in states.items() for k in state["keys"]]
+    return pa.Table.from_pylist(rows, schema=SIMULATE_BY_KEY) if rows else SIMULATE_BY_KEY.empty_table()

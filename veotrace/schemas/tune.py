@@ -31,14 +31,7 @@ TUNE_CANDIDATES = tagged(
 def candidates_table(rows: list[dict], front: list[int]) -> pa.Table:
     """The candidates as ``tune_candidates/1`` rows."""
     on = set(front)
-    cols = {f.name: [] for f in TUNE_CANDIDATES}
-    for r in rows:
-        m = r.get("misbehaves")
-        for name in cols:
-            if name == "pareto":
-                cols[name].append(r["id"] in on)
-            elif name == "misbehaves":
-                cols[name].append(f"{m['reason']} ({m['source']})" if m else None)
-            else:
-                cols[name].append(r.get(name))
-    return pa.table({f.name: pa.array(cols[f.name], f.type) for f in TUNE_CANDIDATES}, schema=TUNE_CANDIDATES)
+    flat = [{**r, "pareto": r["id"] in on,
+             "misbehaves": f"{r['misbehaves']['reason']} ({r['misbehaves']['source']})" if r.get("misbehaves") else None}
+            for r in rows]
+    return pa.Table.from_pylist(flat, schema=TUNE_CANDIDATES) if flat else TUNE_CANDIDATES.empty_table()
