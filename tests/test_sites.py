@@ -412,7 +412,7 @@ def test_each_phase_says_the_stranded_bytes_and_fragmentation_at_its_entry_and_e
 
 
 def test_free_layout_finds_the_gaps_around_live_blocks():
-    from veotrace.attribution.attribute import free_layout
+    from veotrace.attribution.sweep import free_layout
 
     got = free_layout([(0, 100)], {50: (20, 20, 0), 10: (10, 10, 0)})
     assert (got["free_bytes"], got["largest_free_bytes"]) == (70, 30) and got["external_frag"] == pytest.approx(1 - 30 / 70)

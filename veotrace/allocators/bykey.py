@@ -12,7 +12,7 @@ blocks and the reserved ranges (segments, or the mapped pieces of expandable seg
 - at the end of the replay.
 
 A state is the live block bytes by key (what each key holds), and the free bytes of every range holding
-live blocks, by the keys of those blocks (``attribution.attribute.stranded``: the definitions of
+live blocks, by the keys of those blocks (``attribution.sweep.stranded``: the definitions of
 ``veotrace sites``), with the cached-but-free bytes (reserved - allocated). Memory: the live blocks and
 one vector per key, never the events.
 """
@@ -33,7 +33,7 @@ from veotrace.allocators.base import (
     event_devices,
     reserved_delta,
 )
-from veotrace.attribution.attribute import cut, stranded
+from veotrace.attribution.sweep import cut, stranded
 from veotrace.attribution.stacks import BEFORE_TRACE
 
 #: The policy that is a bound, not an allocator one could choose (it strands nothing by construction).
@@ -46,7 +46,7 @@ _SHRINK = (EV_SEGMENT_FREE, EV_SEGMENT_UNMAP)
 
 @dataclass
 class _Names:
-    """Key texts indexed by code, as ``attribution.attribute.stranded`` reads an Interner's ``sites``."""
+    """Key texts indexed by code, as ``attribution.sweep.stranded`` reads an Interner's ``sites``."""
 
     sites: list[str]
 

@@ -26,14 +26,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner, SiteRule
+from veotrace.attribution.sweep import (
+    Sweep,
+    before_trace,
+    block_size,
+    free_layout,
+    ranges_before,
+    segment_ranges,
+    states_at,
+    stranded,
+    stranded_series,
+    walk,
+)
 
-ROUND = 512
 LIVE_STATES = ("active_allocated", "active_pending_free")
 NO_PHASE = "(no annotation open)"
-
-
-def _round(n: int) -> int:
-    return max(ROUND, -(-int(n) // ROUND) * ROUND)
 
 
 @dataclass
@@ -72,12 +79,13 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
     devices, phase_rows = {}, []
     for d in devices_seen:
         trace = snap.device_traces[d] if d < len(snap.device_traces) else []
-        end_reserved = sum(seg["total_size"] for seg in snap.segments
-                           if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
+        end_reserved = sum(b - a for a, b in segment_ranges(snap.segments, d))
         replay = _replay(trace, final.get(d, {}), names, t0, end_reserved, peaks=not only_windows)
+        sweep = _sweep(trace, snap, d, replay)
+        windows = window_s is not None and t0 is not None and trace
         if only_windows:
-            if window_s is not None and t0 is not None and trace:
-                devices[str(d)] = {"stranded_windows": stranded_series(trace, snap, d, replay, names, t0, window_s,
+            if windows:
+                devices[str(d)] = {"stranded_windows": stranded_series(sweep, names, t0, _last_us(trace, t0), window_s,
                                                                        aligned)}
             continue
         blank, before = names.code(NO_FRAMES), names.code(BEFORE_TRACE)
@@ -89,12 +97,13 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
                            "ranges": [{"start_s": (a - t0) / 1e6, "end_s": (b - t0) / 1e6, "name": n, "depth": k}
                                       for a, b, n, k in intervals.get(d, [])] if t0 is not None else []}
         if at_s is not None:
-            devices[str(d)]["pinning_at"] = _pinning_at(trace, snap, d, replay, names, t0, at_s)
-        if window_s is not None and t0 is not None and trace:
-            devices[str(d)]["stranded_windows"] = stranded_series(trace, snap, d, replay, names, t0, window_s, aligned)
+            devices[str(d)]["pinning_at"] = _pinning_at(sweep, names, t0, at_s)
+        if windows:
+            devices[str(d)]["stranded_windows"] = stranded_series(sweep, names, t0, _last_us(trace, t0), window_s,
+                                                                  aligned)
         rows = _phases(trace, d, intervals.get(d, []), replay, t0)
         if rows:  # each phase's state at its entry and exit, joined to its allocation counts
-            states = {r["phase"]: r for r in phase_states(trace, snap, d, replay, names, t0, intervals.get(d, []))}
+            states = {r["phase"]: r for r in phase_states(sweep, names, d, t0, intervals.get(d, []))}
             for r in rows:
                 r.update({k: v for k, v in states.get(r["phase"], {}).items() if k not in ("device", "phase")})
         phase_rows += rows
@@ -193,7 +202,7 @@ def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], sn
                                     "sites": rows, "top_segments": segments[:20]}}
 
 
-def _pinning_at(trace: list[dict], snap, d: int, replay: "_Replay", names: Interner, t0, at_s: float) -> dict:
+def _pinning_at(sweep: Sweep, names: Interner, t0, at_s: float) -> dict:
     """Stranded free bytes at ``at_s`` after the first event: the live blocks after the last entry at or
     before then, inside the segments of then (the final segments, with the later segment events undone:
     a later alloc/map removes its range, a later free/unmap puts it back). Expandable segments are
@@ -201,156 +210,30 @@ def _pinning_at(trace: list[dict], snap, d: int, replay: "_Replay", names: Inter
     if t0 is None:
         return {"at_s": at_s, "note": "the trace has no times: --at needs time_us"}
     cut = t0 + round(at_s * 1e6)
-    upto = sum(1 for e in trace if isinstance(e.get("time_us"), int) and e["time_us"] <= cut)
+    upto = sum(1 for r in sweep.rows() if isinstance(r[3], int) and r[3] <= cut)
     # the entries at or before cut applied; the sweep stops there (its state is live, not a copy)
-    _, ranges, blocks = next(_states_at(trace, snap, d, replay, [cut + 1]))
+    _, ranges, blocks = next(states_at(sweep, [cut + 1]))
     return {"at_s": at_s, "entries_replayed": upto, **stranded(ranges, blocks, names)}
 
 
-def stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Interner) -> dict:
-    """Free bytes of each range holding live blocks, by the sites of those blocks (see ``_end``);
-    vectorised over the blocks, as the per-window series calls it once per window."""
-    empty = {"stranded_bytes": 0, "segments": 0, "sites": []}
-    if not ranges or not blocks:
-        return empty
-    starts = np.array([r[0] for r in ranges], dtype=np.uint64)
-    ends = np.array([r[1] for r in ranges], dtype=np.uint64)
-    addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks))
-    vals = np.array(list(blocks.values()), dtype=np.int64).reshape(-1, 3)  # size, requested, site code
-    j = np.searchsorted(starts, addr, side="right").astype(np.int64) - 1
-    ok = j >= 0
-    ok[ok] = addr[ok] < ends[j[ok]]
-    j, size, code = j[ok], vals[ok, 0], vals[ok, 2]
-    if not j.size:
-        return empty
-    live = np.zeros(len(ranges), np.int64)
-    np.add.at(live, j, size)
-    held = np.zeros(len(ranges), bool)
-    held[j] = True
-    free = (ends - starts).astype(np.int64) - live
-    stranded = held & (free > 0)
-    keep = stranded[j]
-    j, size, code = j[keep], size[keep], code[keep]
-    if not j.size:
-        return empty
-    n_sites = len(names.sites)
-    pairs = np.unique(j * n_sites + code)  # (segment, site) once each
-    pseg, psite = pairs // n_sites, pairs % n_sites
-    per_seg_sites = np.bincount(pseg, minlength=len(ranges))
-
-    def by_site(index, values=None):
-        out = np.zeros(n_sites, np.int64)
-        np.add.at(out, index, 1 if values is None else values)
-        return out
-
-    strands, sole = by_site(psite, free[pseg]), by_site(psite, np.where(per_seg_sites[pseg] == 1, free[pseg], 0))
-    n_segs, n_blocks, block_bytes = by_site(psite), by_site(code), by_site(code, size)
-    rows = [{"site": names.sites[c], "stranded_bytes": int(strands[c]), "sole_bytes": int(sole[c]),
-             "segments": int(n_segs[c]), "blocks": int(n_blocks[c]), "block_bytes": int(block_bytes[c])}
-            for c in np.flatnonzero(n_blocks).tolist()]
-    rows.sort(key=lambda r: (-r["stranded_bytes"], -r["sole_bytes"], r["site"]))
-    return {"stranded_bytes": int(free[stranded].sum()), "segments": int(stranded.sum()), "sites": rows}
+def _entries(trace: list[dict], size_at: list, site_at: list):
+    """A whole read's trace as the sweeps' rows (``sweep.Sweep``), with the replay's block sizes and sites."""
+    return ((e.get("action"), e.get("addr"), e.get("size") or 0, e.get("time_us"), size_at[i], site_at[i])
+            for i, e in enumerate(trace))
 
 
-#: Sites named per window of the stranded-bytes series (the rest are in each window's total).
-SERIES_TOP = 5
+def _sweep(trace: list[dict], snap, d: int, replay: "_Replay") -> Sweep:
+    """Device ``d``'s trace (a whole read's) for the forward sweeps."""
+    undo = ((e.get("action"), e.get("addr"), e.get("size") or 0) for e in reversed(trace))
+    return Sweep(lambda: _entries(trace, replay.size_at, replay.site_at),
+                 ranges_before(segment_ranges(snap.segments, d), undo), replay.pre, replay.free_op)
 
 
-def stranded_series(trace: list[dict], snap, d: int, replay: _Replay, names: Interner, t0, window_s: float,
-                    aligned: bool = False) -> list[dict]:
-    """The free bytes stranded at the end of each window of ``window_s`` from the first event, by site:
-    one forward sweep from the segments before the trace (the final ones with every segment event
-    undone) and the blocks live before it, so the cost is the trace plus blocks x windows.
-    ``aligned``: windows end at multiples of ``window_s`` of the time base, as fragmentation's do."""
-    step = max(1, round(window_s * 1e6))
-    edge = (t0 // step + 1) * step if aligned else t0 + step
-    last = max((e["time_us"] for e in trace if isinstance(e.get("time_us"), int)), default=t0)
-    edges = list(range(edge, last + 1, step))
-    edges.append(edges[-1] + step if edges else edge)  # the window holding the last entry
-    out: list[dict] = []
-    for end_us, ranges, blocks in _states_at(trace, snap, d, replay, edges):
-        st = stranded(ranges, blocks, names)
-        out.append({"window": len(out), "end_s": (end_us - t0) / 1e6, "stranded_bytes": st["stranded_bytes"],
-                    "segments": st["segments"],
-                    "sites": [{"site": r["site"], "stranded_bytes": r["stranded_bytes"]} for r in st["sites"][:SERIES_TOP]]})
-    return out
+def _last_us(trace: list[dict], t0: int) -> int:
+    return max((e["time_us"] for e in trace if isinstance(e.get("time_us"), int)), default=t0)
 
 
-def _walk(trace: list[dict], pre: dict, size_at: list, site_at: list, free_op: str):
-    """The trace's allocs and frees applied to the blocks live before it (``pre``), the one place that
-    does so after the first replay (which fixed each alloc's block size and site: ``size_at``,
-    ``site_at``). Yields (i, entry, blocks, removed, added) before entry i is applied, ``removed`` and
-    ``added`` being the block tuples (size, requested, site) it takes out and puts in; then
-    (len(trace), None, blocks, None, None) for the state after the last entry. ``blocks`` is the walk's
-    own dict: use it before asking for the next step."""
-    blocks = dict(pre)
-    for i, e in enumerate(trace):
-        a, act = e.get("addr"), e.get("action")
-        removed = added = None
-        if act == "alloc":
-            removed, added = blocks.get(a), (size_at[i], e.get("size") or 0, site_at[i])
-        elif act == free_op:
-            removed = blocks.get(a)
-        yield i, e, blocks, removed, added
-        if added is not None:
-            blocks[a] = added
-        elif removed is not None:
-            del blocks[a]
-    yield len(trace), None, blocks, None, None
-
-
-def _states_at(trace: list[dict], snap, d: int, replay: _Replay, times: list[int]):
-    """Device ``d``'s reserved ranges and live blocks at each of the sorted ``times`` (µs), taken before
-    the entries at or after it: one forward sweep from the segments before the trace (the final ones
-    with every segment event undone) and the blocks live before it. Yields (time, ranges, blocks): the
-    sweep's own state, to use before asking for the next one."""
-    ranges = sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in snap.segments
-                    if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
-    for e in reversed(trace):
-        ranges = _undo(ranges, e)
-    k = 0
-    for _i, e, blocks, _out, _in in _walk(trace, replay.pre, replay.size_at, replay.site_at, replay.free_op):
-        t = e.get("time_us") if e is not None else None
-        while k < len(times) and (e is None or (isinstance(t, int) and t >= times[k])):
-            yield times[k], ranges, blocks
-            k += 1
-        act, a, n = (e.get("action"), e.get("addr"), e.get("size") or 0) if e is not None else (None, None, 0)
-        if act in ("segment_alloc", "segment_map") and isinstance(a, int):
-            ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
-        elif act in ("segment_free", "segment_unmap") and isinstance(a, int):
-            ranges = cut(ranges, a, a + n)
-
-
-def free_layout(ranges: list[tuple[int, int]], blocks: dict[int, tuple]) -> dict:
-    """Free bytes, the largest free block and external fragmentation (1 - largest / free, as
-    ``fragmentation`` defines it) of the reserved ``ranges`` around the live ``blocks``."""
-    if not ranges:
-        return {"free_bytes": 0, "largest_free_bytes": 0, "external_frag": None}
-    starts = np.array([r[0] for r in ranges], dtype=np.int64)
-    ends = np.array([r[1] for r in ranges], dtype=np.int64)
-    addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks)).astype(np.int64)
-    size = np.array([v[0] for v in blocks.values()], dtype=np.int64)
-    j = np.searchsorted(starts, addr, side="right") - 1
-    ok = j >= 0
-    ok[ok] = addr[ok] < ends[j[ok]]
-    order = np.lexsort((addr[ok], j[ok]))
-    a, z, jj = addr[ok][order], size[ok][order], j[ok][order]
-    first = np.r_[True, jj[1:] != jj[:-1]] if jj.size else np.zeros(0, bool)
-    prev_end = np.where(first, starts[jj] if jj.size else 0, np.r_[0, (a + z)[:-1]] if jj.size else 0)
-    gaps = [np.maximum(a - prev_end, 0)]
-    last = np.r_[jj[1:] != jj[:-1], True] if jj.size else np.zeros(0, bool)
-    gaps.append(np.maximum(ends[jj[last]] - (a + z)[last], 0))
-    empty = np.ones(len(ranges), bool)
-    empty[jj] = False
-    gaps.append(ends[empty] - starts[empty])
-    g = np.concatenate(gaps)
-    free, largest = int(g.sum()), int(g.max()) if g.size else 0
-    return {"free_bytes": free, "largest_free_bytes": largest,
-            "external_frag": None if free == 0 else 1 - largest / free}
-
-
-def phase_states(trace: list[dict], snap, d: int, replay: _Replay, names: Interner, t0,
-                 ranges_of_phases: list[tuple]) -> list[dict]:
+def phase_states(sweep: Sweep, names: Interner, d: int, t0, ranges_of_phases: list[tuple]) -> list[dict]:
     """Per annotation phase of device ``d``: the state at each range's entry and exit (free bytes,
     largest free block, external fragmentation, stranded bytes), averaged over its ranges, and the rise
     from entry to exit; ranked by the stranded bytes a phase adds. One forward sweep, the states taken
@@ -359,7 +242,7 @@ def phase_states(trace: list[dict], snap, d: int, replay: _Replay, names: Intern
         return []
     marks = sorted({t for r in ranges_of_phases for t in (r[0], r[1])})
     states: dict[int, dict] = {}
-    for t, segs, blocks in _states_at(trace, snap, d, replay, marks):
+    for t, segs, blocks in states_at(sweep, marks):
         states[t] = {**free_layout(segs, blocks), "stranded_bytes": stranded(segs, blocks, names)["stranded_bytes"]}
     by_name: dict[str, list] = defaultdict(list)
     for start, end, name, _depth in ranges_of_phases:
@@ -380,30 +263,6 @@ def _mean(pairs: list[tuple[dict, dict]], key: str, side: int) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def _undo(ranges: list[tuple[int, int]], e: dict) -> list[tuple[int, int]]:
-    """``ranges`` before segment event ``e`` (an alloc/map removes its range, a free/unmap puts it back)."""
-    act, a, n = e.get("action"), e.get("addr"), e.get("size") or 0
-    if act in ("segment_alloc", "segment_map") and isinstance(a, int):
-        return cut(ranges, a, a + n)
-    if act in ("segment_free", "segment_unmap") and isinstance(a, int):
-        return sorted(cut(ranges, a, a + n) + [(a, a + n)])
-    return ranges
-
-
-def cut(ranges: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
-    """``ranges`` without [lo, hi)."""
-    out = []
-    for a, b in ranges:
-        if b <= lo or a >= hi:
-            out.append((a, b))
-            continue
-        if a < lo:
-            out.append((a, lo))
-        if b > hi:
-            out.append((hi, b))
-    return out
-
-
 def _rows(by_site: dict[int, list], names: Interner, total: int) -> list[dict]:
     rows = [{"site": names.sites[c], "bytes": v[0], "blocks": v[1], "requested_bytes": v[2],
              "share": v[0] / total if total else None} for c, v in by_site.items() if v[1]]
@@ -417,7 +276,7 @@ def _rows(by_site: dict[int, list], names: Interner, total: int) -> list[dict]:
 class _Replay:
     peaks: dict
     pre: dict  # address -> (size, requested, site code) of the blocks live before the trace
-    last_alloc: dict  # address -> index of its last alloc entry
+    last_alloc: dict  # address live at the end -> index of its last alloc entry
     free_op: str
     alloc_time: dict  # address -> time_us of the alloc of the block live there at the end
     alloc_site: dict  # address -> site code of that alloc (for final blocks recorded without frames)
@@ -431,22 +290,8 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
     completes = any(e.get("action") == "free_completed" for e in trace)
     free_op = "free_completed" if completes else "free_requested"
     # pass 1: blocks live before the trace (freed without an alloc here, or live at the end, never allocated here)
-    seen, live, pre, last_alloc = set(), set(), {}, {}
-    for i, e in enumerate(trace):
-        a, act = e.get("addr"), e.get("action")
-        if act == "alloc":
-            seen.add(a)
-            live.add(a)
-            last_alloc[a] = i
-        elif act == free_op:
-            if a in live:
-                live.discard(a)
-            elif a not in seen and a not in pre and isinstance(a, int):
-                pre[a] = (_round(e.get("size") or 0), e.get("size") or 0, names.code(BEFORE_TRACE))
-    blank = names.code(NO_FRAMES)
-    for a, (size, req, code, _) in final.items():
-        if a not in seen:  # live from before the trace to its end
-            pre[a] = (size, req, names.code(BEFORE_TRACE) if code == blank and trace else code)
+    pre, last_alloc = before_trace(((e.get("action"), e.get("addr"), e.get("size") or 0) for e in trace), final,
+                                   free_op, names, bool(trace))
     seg_net = sum((e.get("size") or 0) * (1 if e.get("action") in ("segment_alloc", "segment_map") else -1)
                   for e in trace if e.get("action") in ("segment_alloc", "segment_map", "segment_free", "segment_unmap"))
     has_segs = any(e.get("action", "").startswith("segment_") for e in trace)
@@ -462,7 +307,7 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
         if act == "alloc":
             size = e.get("size") or 0
             code = names.of(e.get("frames"))
-            bsize = final[a][0] if (a in final and last_alloc.get(a) == i) else _round(size)
+            bsize = final[a][0] if last_alloc.get(a) == i else block_size(size)
             old = blocks.pop(a, None)
             if old is not None:
                 alloc -= old[0]
@@ -491,7 +336,7 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
         levels["reserved"] = reserved
     at = {k: int(np.argmax(np.asarray(v))) for k, v in levels.items()} if peaks else {}  # first index of the maximum
     # pass 3: the live blocks by site at each peak
-    by_peak = _by_site_at(trace, pre, size_at, site_at, free_op, sorted(set(at.values()))) if at else {}
+    by_peak = _by_site_at(_entries(trace, size_at, site_at), pre, free_op, sorted(set(at.values()))) if at else {}
     found = {}
     for kind, idx in at.items():
         sites, total = by_peak[idx]
@@ -506,13 +351,13 @@ def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end
     return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, live_at, site_at, size_at)
 
 
-def _by_site_at(trace, pre, size_at, site_at, free_op, indices: list[int]) -> dict[int, tuple]:
+def _by_site_at(rows, pre, free_op, indices: list[int]) -> dict[int, tuple]:
     """Live blocks by site (code -> [bytes, blocks, requested]) after entry index-1, for each index."""
     by: dict[int, list] = defaultdict(lambda: [0, 0, 0])
     for block in pre.values():
         _add(by, block, 1)
     out, want = {}, set(indices)
-    for i, _e, _blocks, removed, added in _walk(trace, pre, size_at, site_at, free_op):
+    for i, _row, _blocks, removed, added in walk(rows, pre, free_op):
         if i in want:
             out[i] = ({c: list(v) for c, v in by.items()}, sum(v[0] for v in by.values()))
             if len(out) == len(want):
@@ -553,7 +398,8 @@ def _timeline(trace: list[dict], replay: _Replay, names: Interner, t0) -> dict:
     for size, _req, code in replay.pre.values():
         by[keep.get(code, OTHER)] += size
     xs, series = [], {s: [] for s in [*top, OTHER]}
-    for i, _e, _blocks, removed, added in _walk(trace, replay.pre, replay.size_at, replay.site_at, replay.free_op):
+    for i, _row, _blocks, removed, added in walk(_entries(trace, replay.size_at, replay.site_at), replay.pre,
+                                                 replay.free_op):
         if i - 1 in want:  # the state after entry i - 1
             prev = trace[i - 1]
             xs.append((prev["time_us"] - t0) / 1e6 if timed else i - 1)

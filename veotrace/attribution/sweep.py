@@ -1,0 +1,239 @@
+"""Forward sweeps over one device's trace: the live blocks and reserved ranges at chosen times, and the
+free space they strand by site; however the trace is held (a whole read's dicts, or a streamed snapshot's
+columns, ``attribution.streamed``).
+
+A trace reaches these functions as a ``Sweep``: rows ``(action, addr, size, time_us, block_size, site)``
+in trace order (``block_size`` and ``site`` set on allocs only), the blocks live before the first entry,
+the reserved ranges before it, and the action that returns memory. ``before_trace`` finds those blocks
+from the rows, the one place that does so for both holdings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner
+
+ROUND = 512
+SEGMENT_IN = ("segment_alloc", "segment_map")
+SEGMENT_OUT = ("segment_free", "segment_unmap")
+#: Sites named per window of the stranded-bytes series (the rest are in each window's total).
+SERIES_TOP = 5
+
+
+def block_size(n: int) -> int:
+    """The block a request of ``n`` bytes takes when the snapshot does not say: rounded up to 512 bytes."""
+    return max(ROUND, -(-int(n) // ROUND) * ROUND)
+
+
+@dataclass
+class Sweep:
+    """One device's trace as the sweeps read it.
+
+    ``rows()`` gives each entry as (action, addr, size, time_us, block size, site code), in order, as often
+    as asked; ``ranges`` are the reserved ranges before the first entry; ``pre`` the blocks live before it
+    (address -> (size, requested, site code)); ``free_op`` the action that returns a block's memory."""
+
+    rows: Callable[[], Iterable[tuple]]
+    ranges: list[tuple[int, int]]
+    pre: dict[int, tuple]
+    free_op: str
+
+
+def before_trace(rows: Iterable[tuple], final: dict[int, tuple], free_op: str, names: Interner,
+                 traced: bool) -> tuple[dict[int, tuple], dict[int, int]]:
+    """(the blocks live before the trace, the index of the last alloc of each address live at the end).
+
+    Live before: freed without an alloc in the trace (site ``BEFORE_TRACE``, size the request rounded up),
+    or live at the end (``final``: address -> (size, requested, site, segment)) and never allocated in the
+    trace (their own site; ``BEFORE_TRACE`` for a block recorded without frames when ``traced``).
+    ``rows`` need only (action, addr, size) first."""
+    seen, live, pre, last_alloc = set(), set(), {}, {}
+    for i, (act, a, n, *_rest) in enumerate(rows):
+        if act == "alloc":
+            seen.add(a)
+            live.add(a)
+            if a in final:
+                last_alloc[a] = i
+        elif act == free_op:
+            if a in live:
+                live.discard(a)
+            elif a not in seen and a not in pre and isinstance(a, int):
+                pre[a] = (block_size(n), n, names.code(BEFORE_TRACE))
+    blank = names.code(NO_FRAMES)
+    for a, (size, req, code, _) in final.items():
+        if a not in seen:
+            pre[a] = (size, req, names.code(BEFORE_TRACE) if code == blank and traced else code)
+    return pre, last_alloc
+
+
+def segment_ranges(segments: list[dict], d: int) -> list[tuple[int, int]]:
+    """Device ``d``'s reserved ranges in a snapshot's ``segments`` (a segment without a device is device 0's)."""
+    return sorted((seg["address"], seg["address"] + seg["total_size"]) for seg in segments
+                  if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
+
+
+def ranges_before(end_ranges: list[tuple[int, int]], segment_rows_reversed: Iterable[tuple]) -> list[tuple[int, int]]:
+    """The reserved ranges before the trace: the final ones with each segment event undone, latest first
+    (an alloc/map removes its range, a free/unmap puts it back). Rows: (action, addr, size, ...)."""
+    ranges = sorted(end_ranges)
+    for act, a, n, *_rest in segment_rows_reversed:
+        if not isinstance(a, int):
+            continue
+        if act in SEGMENT_IN:
+            ranges = cut(ranges, a, a + n)
+        elif act in SEGMENT_OUT:
+            ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
+    return ranges
+
+
+def walk(rows: Iterable[tuple], pre: dict, free_op: str) -> Iterator[tuple]:
+    """The trace's allocs and frees applied to the blocks live before it (``pre``), the one place that
+    does so after the first replay. Yields (i, row, blocks, removed, added) before row i is applied,
+    ``removed`` and ``added`` being the block tuples (size, requested, site) it takes out and puts in;
+    then (n, None, blocks, None, None) for the state after the last row. ``blocks`` is the walk's own
+    dict: use it before asking for the next step."""
+    blocks = dict(pre)
+    i = -1
+    for i, row in enumerate(rows):
+        act, a = row[0], row[1]
+        removed = added = None
+        if act == "alloc":
+            removed, added = blocks.get(a), (row[4], row[2], row[5])
+        elif act == free_op:
+            removed = blocks.get(a)
+        yield i, row, blocks, removed, added
+        if added is not None:
+            blocks[a] = added
+        elif removed is not None:
+            del blocks[a]
+    yield i + 1, None, blocks, None, None
+
+
+def states_at(sweep: Sweep, times: list[int]) -> Iterator[tuple]:
+    """The reserved ranges and live blocks at each of the sorted ``times`` (µs), taken before the rows at
+    or after it: one forward sweep from the state before the trace. Yields (time, ranges, blocks): the
+    sweep's own state, to use before asking for the next one."""
+    ranges = sweep.ranges
+    k = 0
+    for _i, row, blocks, _out, _in in walk(sweep.rows(), sweep.pre, sweep.free_op):
+        t = row[3] if row is not None else None
+        while k < len(times) and (row is None or (isinstance(t, int) and t >= times[k])):
+            yield times[k], ranges, blocks
+            k += 1
+        if row is None:
+            break
+        act, a, n = row[0], row[1], row[2]
+        if act in SEGMENT_IN and isinstance(a, int):
+            ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
+        elif act in SEGMENT_OUT and isinstance(a, int):
+            ranges = cut(ranges, a, a + n)
+
+
+def stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Interner) -> dict:
+    """Free bytes of each range holding live blocks, by the sites of those blocks: a live block pins its
+    segment, whose free bytes can be neither released nor merged while it lives (``sole_bytes``: where
+    the site's blocks are the only ones). Vectorised over the blocks: the window series calls it per window."""
+    empty = {"stranded_bytes": 0, "segments": 0, "sites": []}
+    if not ranges or not blocks:
+        return empty
+    starts = np.array([r[0] for r in ranges], dtype=np.uint64)
+    ends = np.array([r[1] for r in ranges], dtype=np.uint64)
+    addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks))
+    vals = np.array(list(blocks.values()), dtype=np.int64).reshape(-1, 3)  # size, requested, site code
+    j = np.searchsorted(starts, addr, side="right").astype(np.int64) - 1
+    ok = j >= 0
+    ok[ok] = addr[ok] < ends[j[ok]]
+    j, size, code = j[ok], vals[ok, 0], vals[ok, 2]
+    if not j.size:
+        return empty
+    live = np.zeros(len(ranges), np.int64)
+    np.add.at(live, j, size)
+    held = np.zeros(len(ranges), bool)
+    held[j] = True
+    free = (ends - starts).astype(np.int64) - live
+    stranded = held & (free > 0)
+    keep = stranded[j]
+    j, size, code = j[keep], size[keep], code[keep]
+    if not j.size:
+        return empty
+    n_sites = len(names.sites)
+    pairs = np.unique(j * n_sites + code)  # (segment, site) once each
+    pseg, psite = pairs // n_sites, pairs % n_sites
+    per_seg_sites = np.bincount(pseg, minlength=len(ranges))
+
+    def by_site(index, values=None):
+        out = np.zeros(n_sites, np.int64)
+        np.add.at(out, index, 1 if values is None else values)
+        return out
+
+    strands, sole = by_site(psite, free[pseg]), by_site(psite, np.where(per_seg_sites[pseg] == 1, free[pseg], 0))
+    n_segs, n_blocks, block_bytes = by_site(psite), by_site(code), by_site(code, size)
+    rows = [{"site": names.sites[c], "stranded_bytes": int(strands[c]), "sole_bytes": int(sole[c]),
+             "segments": int(n_segs[c]), "blocks": int(n_blocks[c]), "block_bytes": int(block_bytes[c])}
+            for c in np.flatnonzero(n_blocks).tolist()]
+    rows.sort(key=lambda r: (-r["stranded_bytes"], -r["sole_bytes"], r["site"]))
+    return {"stranded_bytes": int(free[stranded].sum()), "segments": int(stranded.sum()), "sites": rows}
+
+
+def stranded_series(sweep: Sweep, names: Interner, t0: int, last_us: int, window_s: float,
+                    aligned: bool = False) -> list[dict]:
+    """The free bytes stranded at the end of each window of ``window_s`` from the first event (``t0``, µs)
+    to the last (``last_us``), by site: one forward sweep, so the cost is the trace plus blocks x windows.
+    ``aligned``: windows end at multiples of ``window_s`` of the time base, as fragmentation's do."""
+    step = max(1, round(window_s * 1e6))
+    edge = (t0 // step + 1) * step if aligned else t0 + step
+    edges = list(range(edge, last_us + 1, step))
+    edges.append(edges[-1] + step if edges else edge)  # the window holding the last entry
+    out: list[dict] = []
+    for end_us, ranges, blocks in states_at(sweep, edges):
+        st = stranded(ranges, blocks, names)
+        out.append({"window": len(out), "end_s": (end_us - t0) / 1e6, "stranded_bytes": st["stranded_bytes"],
+                    "segments": st["segments"],
+                    "sites": [{"site": r["site"], "stranded_bytes": r["stranded_bytes"]} for r in st["sites"][:SERIES_TOP]]})
+    return out
+
+
+def free_layout(ranges: list[tuple[int, int]], blocks: dict[int, tuple]) -> dict:
+    """Free bytes, the largest free block and external fragmentation (1 - largest / free, as
+    ``fragmentation`` defines it) of the reserved ``ranges`` around the live ``blocks``."""
+    if not ranges:
+        return {"free_bytes": 0, "largest_free_bytes": 0, "external_frag": None}
+    starts = np.array([r[0] for r in ranges], dtype=np.int64)
+    ends = np.array([r[1] for r in ranges], dtype=np.int64)
+    addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks)).astype(np.int64)
+    size = np.array([v[0] for v in blocks.values()], dtype=np.int64)
+    j = np.searchsorted(starts, addr, side="right") - 1
+    ok = j >= 0
+    ok[ok] = addr[ok] < ends[j[ok]]
+    order = np.lexsort((addr[ok], j[ok]))
+    a, z, jj = addr[ok][order], size[ok][order], j[ok][order]
+    first = np.r_[True, jj[1:] != jj[:-1]] if jj.size else np.zeros(0, bool)
+    prev_end = np.where(first, starts[jj] if jj.size else 0, np.r_[0, (a + z)[:-1]] if jj.size else 0)
+    gaps = [np.maximum(a - prev_end, 0)]
+    last = np.r_[jj[1:] != jj[:-1], True] if jj.size else np.zeros(0, bool)
+    gaps.append(np.maximum(ends[jj[last]] - (a + z)[last], 0))
+    empty = np.ones(len(ranges), bool)
+    empty[jj] = False
+    gaps.append(ends[empty] - starts[empty])
+    g = np.concatenate(gaps)
+    free, largest = int(g.sum()), int(g.max()) if g.size else 0
+    return {"free_bytes": free, "largest_free_bytes": largest,
+            "external_frag": None if free == 0 else 1 - largest / free}
+
+
+def cut(ranges: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """``ranges`` without [lo, hi)."""
+    out = []
+    for a, b in ranges:
+        if b <= lo or a >= hi:
+            out.append((a, b))
+            continue
+        if a < lo:
+            out.append((a, lo))
+        if b > hi:
+            out.append((hi, b))
+    return out
