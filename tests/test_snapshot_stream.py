@@ -24,7 +24,8 @@ REAL = sorted(p for p in REAL_TRACES.glob("*") if p.suffix in (".pickle", ".pkl"
 SAMPLE = sorted((SAMPLES / "snapshots").glob("*.pickle"))
 #: Every command that reads a snapshot, as one JSON (or file) result each.
 COMMANDS = (("info",), ("entropy",), ("entropy", "--by", "site"), ("entropy", "--by", "phase"), ("bursts",),
-            ("bursts", "--by", "site"), ("fragmentation",), ("simulate", "-p", "torch", "-p", "bestfit"), ("sites",))
+            ("bursts", "--by", "site"), ("fragmentation",), ("fragmentation", "--by", "site"),
+            ("simulate", "-p", "torch", "-p", "bestfit"), ("sites",))
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def test_streamed_read_gives_the_same_json_for_every_command_on_a_generated_snap
 
 @pytest.mark.parametrize("path", [*REAL[:1], *SAMPLE], ids=lambda p: p.name)
 def test_streamed_read_gives_the_same_json_on_a_real_and_the_sample_snapshot(monkeypatch, tmp_path, path):
-    _same_everywhere(monkeypatch, path, tmp_path, commands=COMMANDS[:3] + COMMANDS[6:8])
+    _same_everywhere(monkeypatch, path, tmp_path, commands=COMMANDS[:3] + COMMANDS[6:9])
 
 
 @pytest.mark.slow
@@ -79,6 +80,63 @@ def test_streamed_read_gives_the_same_json_for_every_command_on_every_real_snaps
     _same_everywhere(monkeypatch, path, tmp_path)
     whole, streamed = _both(monkeypatch, "report", path, "-o", tmp_path / "r.html")
     assert whole[0] == streamed[0]
+
+
+def test_fragmentation_by_site_on_a_streamed_snapshot_never_reads_it_whole(monkeypatch, generated):
+    """The stranded bytes by site come from the streamed columns (attribution.streamed), not from the
+    entries as dicts: the whole read is made to fail, and the series still equals the whole read's."""
+    from veotrace.attribution import attribute as whole_attribution
+    from veotrace.sources.snapshots import torch_snapshot
+
+    path = generated[0]
+    whole = run_cli("fragmentation", "--by", "site", path, "-f", "json")
+    monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", "1")
+
+    def refused(*_a, **_k):
+        raise AssertionError("read whole")
+
+    monkeypatch.setattr(torch_snapshot, "load_snapshot", refused)
+    monkeypatch.setattr(whole_attribution, "attribute", refused)
+    streamed = run_cli("fragmentation", "--by", "site", path, "-f", "json")
+    assert streamed.exit_code == 0, streamed.stderr[-500:]
+    pinning = json.loads(streamed.stdout)["pinning"]
+    assert pinning == json.loads(whole.stdout)["pinning"]
+    assert set(pinning["devices"]) == {"0", "1"}
+    assert any(w["stranded_bytes"] > 0 and w["sites"] for v in pinning["devices"].values() for w in v)
+
+
+def test_a_block_larger_than_its_request_strands_by_its_recorded_size_whole_or_streamed(monkeypatch, tmp_path):
+    """PyTorch leaves a block unsplit when the rest would be too small: the 20 MiB segment's one block,
+    asked for 20 MiB - 100 KiB and live at the end, fills it (the snapshot's block size, not the request
+    rounded up), so only the other segment's 18 MiB are stranded, by its 2 MiB block's site."""
+    mib, seg, t0 = 1 << 20, 0x7F0000000000, 1_700_000_000_000_000
+
+    def stack(name):
+        return [{"name": name, "filename": f"/work/train/{name}.py", "line": 7}]
+
+    def entry(action, addr, size, t, who=None):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t0 + t,
+                **({"frames": stack(who)} if who else {})}
+
+    trace = [entry("segment_alloc", seg, 20 * mib, 0), entry("alloc", seg, 20 * mib - 100 * 1024, 1, "big"),
+             entry("segment_alloc", seg + 20 * mib, 20 * mib, 2), entry("alloc", seg + 20 * mib, 2 * mib, 3, "small"),
+             entry("alloc", seg + 22 * mib, 18 * mib, 4, "temp"), entry("free_requested", seg + 22 * mib, 18 * mib, 5),
+             entry("free_completed", seg + 22 * mib, 18 * mib, 6)]
+    segments = [{"device": 0, "address": seg, "total_size": 20 * mib, "allocated_size": 20 * mib, "stream": 0,
+                 "segment_type": "large", "blocks": [{"address": seg, "size": 20 * mib, "requested_size": 20 * mib - 102400,
+                                                      "state": "active_allocated", "frames": stack("big")}]},
+                {"device": 0, "address": seg + 20 * mib, "total_size": 20 * mib, "allocated_size": 2 * mib, "stream": 0,
+                 "segment_type": "large", "blocks": [
+                     {"address": seg + 20 * mib, "size": 2 * mib, "requested_size": 2 * mib, "state": "active_allocated",
+                      "frames": stack("small")},
+                     {"address": seg + 22 * mib, "size": 18 * mib, "requested_size": 0, "state": "inactive"}]}]
+    path = tmp_path / "unsplit.pickle"
+    path.write_bytes(pickle.dumps({"segments": segments, "device_traces": [trace]}))
+    whole, streamed = _both(monkeypatch, "fragmentation", "--by", "site", path, "-f", "json")
+    assert whole == streamed and whole[0] == 0, whole[2]
+    last = json.loads(whole[1])["pinning"]["devices"]["0"][-1]
+    assert last["stranded_bytes"] == 18 * mib and last["segments"] == 1
+    assert last["sites"] == [{"site": "/work/train/small.py:7 small", "stranded_bytes": 18 * mib}]
 
 
 def test_generated_snapshot_has_pytorchs_layout_and_its_ground_truth(generated):

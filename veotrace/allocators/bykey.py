@@ -33,8 +33,8 @@ from veotrace.allocators.base import (
     event_devices,
     reserved_delta,
 )
-from veotrace.attribution.sweep import cut, stranded
 from veotrace.attribution.stacks import BEFORE_TRACE
+from veotrace.attribution.sweep import cut, stranded
 
 #: The policy that is a bound, not an allocator one could choose (it strands nothing by construction).
 LOWER_BOUND = "ideal"

@@ -68,7 +68,7 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
     ``only_windows``: that series alone (``fragmentation --by site``): no peaks, end, timeline or phases."""
     rule = rule or SiteRule()
     names = Interner(rule)
-    final = _final_blocks(snap, names)
+    final = final_blocks(snap, names)
     n_entries = sum(len(t) for t in snap.device_traces)
     with_frames = sum(1 for t in snap.device_traces for e in t if e.get("frames"))
     blocks_with_frames = sum(1 for s in snap.segments for b in s.get("blocks", ()) if b.get("frames"))
@@ -132,7 +132,7 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
 
 # -- the end state -----------------------------------------------------------------------------------
 
-def _final_blocks(snap, names: Interner) -> dict[int, dict[int, tuple]]:
+def final_blocks(snap, names: Interner) -> dict[int, dict[int, tuple]]:
     """Per device, the live blocks of the final state: address -> (size, requested, site code, segment index)."""
     out: dict[int, dict[int, tuple]] = defaultdict(dict)
     for i, seg in enumerate(snap.segments):

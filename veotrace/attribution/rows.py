@@ -56,7 +56,7 @@ def streamed_row_keys(path, by: str, rule: SiteRule | None = None) -> tuple[np.n
     computed batch by batch (a key per row is what is held)."""
     from veotrace.sources.snapshots.large import row_batches
 
-    snap, stacks, merge, batches = row_batches(path)
+    snap, stacks, _actions, merge, batches = row_batches(path)
     if by == "site":
         keys, labels = _site_keys(stacks, rule, batches)
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -155,15 +156,27 @@ def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterato
             report.skip_row(path, None, decoded.cut.message)
 
 
-def row_batches(path: Path) -> tuple[ts.Snapshot, list, bool, Callable[[], Iterator[pa.RecordBatch]]]:
-    """For ``--by site|phase`` on a streamed snapshot: the snapshot (no entries), each stack id's frames,
-    whether the rows are merged by time (as ``events_table`` merges), and a function giving the rows in file
-    order (device-major) as batches of ``device``, ``time_us`` (null when absent) and ``stack`` (-1: no
-    frames list), read from the spill as often as asked."""
+class Rows(NamedTuple):
+    """A streamed snapshot's entries for ``attribution``: ``snap`` (no entries); each stack id's frames;
+    each action id's text; whether the reader's rows are merged by time (as ``events_table`` merges); and
+    ``batches()``, the rows in file order (device-major) as batches of ``device``, ``time_us`` (null when
+    absent), ``size``, ``addr``, ``stream``, ``action`` (an id) and ``stack`` (-1: no frames list), read from
+    the spill as often as asked."""
+
+    snap: ts.Snapshot
+    stacks: list
+    actions: list
+    merge: bool
+    batches: Callable[[], Iterator[pa.RecordBatch]]
+
+
+def row_batches(path: Path) -> Rows:
+    """The entries of the snapshot at ``path`` as ``Rows`` (one streamed read, shared with the reader's)."""
     snap, decoded, spill = _spilled(path)
     if decoded.cut is not None:
         raise decoded.cut
-    return snap, decoded.stacks, bool(snap.has_time and decoded.devices > 1), spill.batches
+    return Rows(snap, decoded.stacks, list(decoded.actions), bool(snap.has_time and decoded.devices > 1),
+                spill.batches)
 
 
 def _merged(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
