@@ -111,3 +111,48 @@ def test_the_reports_first_page_says_what_diagnose_says(tmp_path):
         [(f["kind"], f["title"], f["severity"]) for f in _findings(s.folder)]
     html = out.read_text()
     assert html.index('id="findings"') < html.index('id="inputs"') and 'aria-label="Findings by time"' in html
+
+
+def _count_reads(monkeypatch) -> dict:
+    """Count each file's alloc/free reads (every reader is reached through sources.iter_alloc_events' _module)."""
+    from veotrace import sources
+
+    reads: dict = {}
+    real = sources._module
+
+    def counted(fmt, path=None):
+        mod = real(fmt, path)
+
+        class Counting:
+            def __getattr__(self, name):
+                attr = getattr(mod, name)
+                if name != "iter_alloc_events":
+                    return attr
+
+                def read(p, **kw):
+                    reads[str(p)] = reads.get(str(p), 0) + 1
+                    return attr(p, **kw)
+                return read
+        return Counting()
+
+    monkeypatch.setattr(sources, "_module", counted)
+    return reads
+
+
+def test_diagnose_reads_each_inputs_events_once_for_all_its_analyses(monkeypatch):
+    """The rotated logs and the nsys export each feed several analyses (entropy, bursts, fragmentation,
+    simulate, tune): their events are read once, by the description that plans the analyses, and every
+    analysis runs from that read; past the hold budget they are read again, with the same findings."""
+    from tests.conftest import SAMPLES
+    from veotrace.reporting import diagnose as dg
+
+    inputs = [SAMPLES / "alloc_logs", SAMPLES / "nsys" / "synthetic_memory.sqlite"]
+    reads = _count_reads(monkeypatch)
+    once = veotrace.diagnose(inputs).to_dict()
+    ran = [a["command"].split()[1] for a in once["analyses"] if a["status"] == "ran"]
+    assert {"entropy", "bursts", "fragmentation", "simulate", "tune"} <= set(ran)
+    assert len(reads) == 4 and set(reads.values()) == {1}, reads  # three rotated logs and the export
+    reads.clear()
+    monkeypatch.setattr(dg, "DIAGNOSE_HOLD_BYTES", 1)  # nothing kept: each input read again, once for all
+    again = veotrace.diagnose(inputs).to_dict()
+    assert again["findings"] == once["findings"] and set(reads.values()) == {2}, reads

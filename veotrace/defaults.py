@@ -105,6 +105,7 @@ MAX_DURATION_NS = (1 << 63) - 1  # about 292 years
 
 # the HTML report (veotrace report)
 REPORT_MAX_ROWS = 30  # rows of a section's key table shown before "first N of M rows"
+DIAGNOSE_HOLD_BYTES = 2 << 30  # alloc/free events diagnose keeps from its description of the inputs for their analyses
 REPORT_MAX_LAG = 3  # lags its correlate section draws, when the series is long enough (10x)
 REPORT_POLICIES = ("torch", "bestfit", "ideal")  # its simulate section (all seven take several times longer)
 

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from veotrace import registry
+from veotrace.defaults import DIAGNOSE_HOLD_BYTES
 from veotrace.errors import EXIT_CHECK_FAILED, UsageError, VeotraceError
 from veotrace.findings.model import SEVERITIES, fmt_at, severity_at_least
 from veotrace.findings.rules import RULES
 from veotrace.reporting.timeline import aligned_sources, collect
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
+from veotrace.sources.probe import Held
 
 
 @dataclass
@@ -69,16 +71,18 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     offsets = _offsets(align or [])
     period = common.seconds(frame_period, "--frame-period")
     options, report = common.reading(time_unit, skip_bad_rows, format_hint)
-    infos, _, jobs = planned(paths, options)
+    held = Held(DIAGNOSE_HOLD_BYTES)
+    infos, _, jobs = planned(paths, options, held)
     runnable = [j for j in jobs if j.note is None and j.command in RULES]
     aligned_sources(runnable, infos, offsets)  # an --align naming no input: refused before any run
     reading = {"time_unit": time_unit, "skip_bad_rows": skip_bad_rows, "format_hint": format_hint}
     results = []
+    reads = _Reads(runnable, options, report, held)
     for n, job in enumerate(runnable):
         if on_progress is not None:
             on_progress(n, len(runnable))
         try:
-            results.append((job, *_run(registry.entry(job.command), job, reading)))
+            results.append((job, *_run(registry.entry(job.command), job, {**reading, **reads.given(n)})))
         except VeotraceError as exc:
             results.append((job, str(exc), job.cli))
     value = collect(infos, jobs, results, offsets=offsets, period=period)
@@ -91,6 +95,52 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
         run.closing.append(f"diagnose: {len(hits)} finding{'s' if len(hits) != 1 else ''} at or above {fail_on}; "
                            f"exit {EXIT_CHECK_FAILED} because of --fail-on")
     return run
+
+
+#: The analyses that take an input's alloc/free events read already (``events_table``): one read of each
+#: input feeds all of them.
+READ_ONCE = ("entropy", "bursts", "fragmentation", "simulate", "tune")
+
+
+class _Reads:
+    """Each input's events for every analysis of ``READ_ONCE`` that reads it: the batches the description
+    of the inputs read (``held``), or one read of the input when they were not kept (past the budget);
+    held only until the last of its analyses has run. An input whose read fails is left to each analysis
+    (which refuses it with its own message, as when run alone)."""
+
+    def __init__(self, jobs: list, options, report, held) -> None:
+        self.options, self.report, self.kept = options, report, held
+        self.key = [tuple(j.paths) if j.command in READ_ONCE else None for j in jobs]
+        self.last = {k: n for n, k in enumerate(self.key) if k is not None}
+        self.held: dict[tuple, object] = {}
+
+    def given(self, n: int) -> dict:
+        """``{"events_table": table}`` for job ``n`` when its input's events can be read (else nothing)."""
+        from veotrace.sources import read_table
+
+        key = self.key[n]
+        if key is None:
+            return {}
+        if key not in self.held:
+            try:
+                self.held[key] = self._kept(list(key)) or read_table(list(key), "alloc_events", options=self.options,
+                                                                     report=self.report)
+            except VeotraceError:
+                self.held[key] = None
+        table = self.held[key]
+        if self.last[key] == n:
+            del self.held[key]
+        return {} if table is None else {"events_table": table}
+
+    def _kept(self, paths: list):
+        """The events of ``paths`` from the batches kept, in the order a read of them gives (None unless
+        every file's were kept)."""
+        from veotrace.sources import ReadReport, alloc_events_table, resolve_inputs
+
+        inputs = resolve_inputs(paths, "alloc_events", options=self.options, report=ReadReport())
+        if not inputs or any(str(p) not in self.kept.batches for p, _ in inputs):
+            return None
+        return alloc_events_table([b for p, _ in inputs for b in self.kept.batches.pop(str(p))], self.options)
 
 
 def _offsets(align: list[str]) -> dict[str, float]:

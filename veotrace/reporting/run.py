@@ -94,9 +94,10 @@ def _first_page(report: Report, jobs: list[Job]) -> None:
                                      prefix="findings")
 
 
-def planned(paths: list[Path], options: Any) -> tuple[list, list[str], list[Job]]:
+def planned(paths: list[Path], options: Any, held: Any = None) -> tuple[list, list[str], list[Job]]:
     """Describe ``paths`` (as ``veotrace info``) and plan the analyses each feeds (``plan``): the files'
     FileInfos, the files that are not traces, the jobs. The report and ``diagnose`` start here.
+    ``held`` (``sources.probe.Held``): keeps the alloc/free events the description reads, for the analyses.
 
     Raises:
         AnalysisError: no input feeds any analysis (each input and why is named).
@@ -109,6 +110,8 @@ def planned(paths: list[Path], options: Any) -> tuple[list, list[str], list[Job]
     infos, groups, skipped = [], [], []
     for given in paths:
         probes, skip = probe_paths([as_path(given)], options)  # a Path, or a URL (sources.remote)
+        for p in probes:
+            p.held = held
         described, skip = describe_all(probes, skip, frames_or_none)
         groups.append(list(range(len(infos), len(infos) + len(described))))
         infos.extend(described)

@@ -69,7 +69,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
              id_col: str | None = None, torch_core: str = "auto", fail_on_oom: bool = False, time_unit: str = "ns",
              skip_bad_rows: bool = False, format_hint: str | None = None, by: str | None = None,
              site_filter: str | None = None, site_depth: int = SITES_DEPTH,
-             on_progress: common.Progress = None) -> SimulateRun:
+             on_progress: common.Progress = None, events_table=None) -> SimulateRun:
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them.
 
     Args:
@@ -87,6 +87,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
             stranded bytes by key at each device's peak reserved and at the end (JSON ``sites`` or
             ``phases``), for a PyTorch snapshot, its conversion, or logs with a ``site``/``phase`` column.
         site_filter, site_depth: the site rule (``--site-filter``, ``--site-depth``).
+        events_table: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (one process; ``diagnose``).
     """
     from veotrace.allocators import simulate as sim
     from veotrace.allocators.stream import open_requests
@@ -106,7 +107,8 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     tap = OomTap()
     by = getattr(by, "value", by)
     rule = common.site_rule(site_filter, site_depth) if by == "site" else None
-    table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=by is not None, ooms=tap)
+    table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=by is not None, ooms=tap,
+                                                    events=events_table)
     from veotrace.errors import AnalysisError
 
     try:
@@ -201,14 +203,17 @@ def parse_tiers(text: str | None):
     return tuple(tiers)
 
 
-def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True, ooms=None):
+def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True, ooms=None,
+               events=None):
     """The events table, and for one PyTorch snapshot (or its conversion by ``convert``) its settings-derived
     conf and seed (else None).
 
     ``whole=False``: for anything but a snapshot, the events come as ``open_batches(first)``, which reads
     the source's batches anew at each call (see :class:`veotrace.allocators.stream.RequestStream`), so a
     long log is never held whole; only the first read reports to ``report`` (and shows ``ooms``, an
-    ``analysis.ooms.OomTap``, the events). A snapshot's table is always whole.
+    ``analysis.ooms.OomTap``, the events). A snapshot's table is always whole. ``events``: the
+    ``ALLOC_EVENTS`` table of ``paths`` when it was read already (one process; ``diagnose``), used in
+    place of reading them again.
     """
     import pyarrow as pa
 
@@ -223,7 +228,8 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
     snapshot = len(inputs) == 1 and (inputs[0][1].name == "torch-snapshot" or converted is not None)
 
     def open_batches(first: bool):
-        batches = iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs)
+        batches = (iter(events.to_batches()) if events is not None else
+                   iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs))
         return ooms.tap(batches) if first and ooms is not None else batches  # the recorded OOMs, on the first read
 
     table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches

@@ -58,7 +58,7 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
          max_unknown_frees: float = SIMULATE_MAX_UNKNOWN_FREES, no_recorded_releases: bool = False,
          id_col: str | None = None, engine: str = "local", jobs: int = 1, scheduler: str | None = None,
          workers: int | None = None, time_unit: str = "ns", skip_bad_rows: bool = False,
-         format_hint: str | None = None, on_progress: common.Progress = None) -> TuneRun:
+         format_hint: str | None = None, on_progress: common.Progress = None, events_table=None) -> TuneRun:
     """Which PYTORCH_CUDA_ALLOC_CONF for this trace: every candidate replayed through the torch model, the
     Pareto front (peak reserved against device allocations) and one recommendation.
 
@@ -69,6 +69,7 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
         tries: ``KEY=V1,V2`` values replacing a knob's in the grid. space: a TOML file replacing the grid.
         exhaustive: run every candidate to the end (no pruning; the front then covers all).
         engine, jobs, scheduler, workers: where the candidates run (each candidate a task).
+        events_table: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (one process; ``diagnose``).
 
     Raises:
         UsageError: an unknown knob or value, an unknown objective. VeotraceError: unreadable input, no
@@ -92,7 +93,7 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
                                      extra_columns=(id_col,) if id_col is not None else (), option="--id-col")
     tap = OomTap()
-    table, _, snap_conf, seed = load_trace(paths, options, report, None, whole=True, ooms=tap)
+    table, _, snap_conf, seed = load_trace(paths, options, report, None, whole=True, ooms=tap, events=events_table)
     try:
         req = open_requests(table, ["torch"], seed, max_unknown_frees=max_unknown_frees,
                             use_releases=not no_recorded_releases, key=id_col or "address")

@@ -174,16 +174,22 @@ def read_table(
 
     report = report if report is not None else ReadReport()
     if kind == "alloc_events":
-        batches = list(iter_alloc_events(paths, options=options, report=report))
-        from veotrace.schemas import ALLOC_EVENTS
-
-        if batches and options.extra_columns:  # ALLOC_EVENTS and the extra columns, as typed by the read
-            return pa.Table.from_batches(batches)
-        return pa.Table.from_batches(batches, schema=ALLOC_EVENTS) if batches else ALLOC_EVENTS.empty_table()
+        return alloc_events_table(list(iter_alloc_events(paths, options=options, report=report)), options)
     inputs = resolve_inputs(paths, kind, options=options, report=report)
     tables = [call_guarded(path, getattr(_module(fmt, path), _READER[kind]), path, options=options, report=report)
               for path, fmt in inputs]
     return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
+
+
+def alloc_events_table(batches: list, options: ReadOptions) -> pa.Table:
+    """One table of ``iter_alloc_events``' batches: ``ALLOC_EVENTS`` and the extra columns, as typed by the read."""
+    import pyarrow as pa
+
+    from veotrace.schemas import ALLOC_EVENTS
+
+    if batches and options.extra_columns:
+        return pa.Table.from_batches(batches)
+    return pa.Table.from_batches(batches, schema=ALLOC_EVENTS) if batches else ALLOC_EVENTS.empty_table()
 
 
 __all__ = ["ReadOptions", "ReadReport", "iter_alloc_events", "read_table", "resolve_inputs"]

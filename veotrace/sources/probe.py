@@ -30,6 +30,35 @@ NSYS_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPT
 
 
 @dataclass
+class Held:
+    """The alloc/free batches of each file as ``info`` reads them, kept for a caller that analyses the same
+    files next (``diagnose``: each input read once), up to ``budget`` bytes in all; a file past it is not
+    kept (``over``) and is read again by whoever needs it."""
+
+    budget: int
+    batches: dict[str, list] = field(default_factory=dict)
+    nbytes: int = 0
+    over: list[str] = field(default_factory=list)
+
+    def keep(self, path: Path, batches):
+        """Yield ``batches``, keeping them for ``path`` once all were read within the budget."""
+        kept: list | None = []
+        n = 0
+        for b in batches:
+            yield b
+            if kept is not None:
+                n += b.nbytes
+                if self.nbytes + n > self.budget:
+                    kept = None
+                    self.over.append(str(path))
+                else:
+                    kept.append(b)
+        if kept is not None:
+            self.batches[str(path)] = kept
+            self.nbytes += n
+
+
+@dataclass
 class Probe:
     """A file's detected format and version details, and how to load each table it provides.
 
@@ -45,6 +74,7 @@ class Probe:
     version_error: VeotraceError | None = None
     options: ReadOptions = field(default_factory=ReadOptions)
     report: ReadReport = field(default_factory=ReadReport)
+    held: Held | None = None  # where the alloc/free batches read are kept for the next reader
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -59,7 +89,8 @@ class Probe:
         from veotrace import sources
 
         if kind == "alloc_events":
-            return sources.iter_alloc_events([self.path], options=self.options, report=self.report)
+            batches = sources.iter_alloc_events([self.path], options=self.options, report=self.report)
+            return batches if self.held is None else self.held.keep(self.path, batches)
         if kind == "arrays":
             from veotrace.sources.arrays import read_array
 
