@@ -3,8 +3,7 @@
 Inputs: the 237-hour rotated sample logs, the nsys SQLite sample and the ncu sample (as the issue
 names them), or --inputs. Each command is a child process, timed best of --repeat; printed: every
 single analysis diagnose runs (the commands its findings name), the slowest of them, diagnose, and
-the ratio (issue 31 asks at most 1.5x). Diagnose runs each analysis on its own read of the input
-`diagnose` reads each input once: the description that plans the analyses keeps the alloc/free events
+the ratio (issue 31 asks at most 1.5x). `diagnose` reads each input once: the description that plans the analyses keeps the alloc/free events
 it reads (sources.probe.Held, up to defaults.DIAGNOSE_HOLD_BYTES) and every analysis runs from them.
 
     python3 benchmarks/bench_diagnose.py [--repeat 3] [--inputs PATH ...]
