@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import veotrace
@@ -156,3 +157,24 @@ def test_diagnose_reads_each_inputs_events_once_for_all_its_analyses(monkeypatch
     monkeypatch.setattr(dg, "DIAGNOSE_HOLD_BYTES", 1)  # nothing kept: each input read again, once for all
     again = veotrace.diagnose(inputs).to_dict()
     assert again["findings"] == once["findings"] and set(reads.values()) == {2}, reads
+
+
+def test_each_timed_analysis_has_a_lane_with_its_own_series(tmp_path):
+    """The timeline's lanes (JSON ``lanes``, one per source and analysis) carry each analysis' series on the
+    common axis: the planted entropy step shows in the log's entropy lane, at its hour."""
+    from veotrace.findings.lanes import LANE_POINTS
+    from veotrace.plot.findings import plot_findings
+
+    s = write_scenario(tmp_path / "run", seed=4)
+    result = veotrace.diagnose(s.folder).value
+    lanes = {(lane["source"], lane["analysis"]): lane for lane in result.lanes}
+    ent = next(v for (src, a), v in lanes.items() if a == "entropy" and src.endswith("alloc.log.csv"))
+    t, v = np.array(ent["t_s"]), np.array(ent["value"])
+    assert 0 < len(t) <= LANE_POINTS and t.min() >= 0 and t.max() <= 240 * 3600
+    step = s.step_hour * 3600
+    assert v[t >= step].mean() - v[t < step].mean() > s.entropy_step_bits / 2
+    assert all(len(lane["t_s"]) == len(lane["value"]) for lane in result.lanes)
+    timed = [f for f in result.findings if f.axis == "time"]
+    assert timed and all(any(lane["command"] == f.command for lane in result.lanes) for f in timed)
+    fig = plot_findings(result, size=(900, 500))
+    assert len(fig.axes[0].get_yticks()) == len(result.lanes)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from veotrace.errors import UsageError
+from veotrace.findings.lanes import lane
 from veotrace.findings.model import SEVERITIES, Finding, link, rank
 from veotrace.findings.rules import RULES, Context
 
@@ -29,10 +30,12 @@ class DiagnoseResult:
     analyses: list[dict]
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
+    #: One per timed analysis with a series (``findings.lanes``): the timeline's lanes.
+    lanes: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"schema": "findings/1", "params": self.params, "sources": self.sources, "analyses": self.analyses,
-                "findings": [f.to_dict() for f in self.findings], "notes": self.notes}
+                "findings": [f.to_dict() for f in self.findings], "lanes": self.lanes, "notes": self.notes}
 
 
 def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | None = None,
@@ -48,7 +51,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
     sources = aligned_sources([j for j, _, _ in results], infos, offsets)
     t0 = _map_clocks(sources)
     findings: list[Finding] = []
-    analyses = []
+    analyses, lanes = [], []
     for job, result, command in results:
         if isinstance(result, str):
             analyses.append({"command": command, "status": "refused", "why": result})
@@ -61,8 +64,11 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
             ctx = Context(src["name"], command, t0_ns=src["zero_ns"] - off, first_ns=src["first_ns"])
         else:
             ctx = Context(src["name"], command, t0_ns=None)
-        rule = RULES[job.command]
-        found = rule(result.to_dict(), ctx, period) if job.command == "coherence" else rule(result.to_dict(), ctx)
+        rule, d = RULES[job.command], result.to_dict()
+        found = rule(d, ctx, period) if job.command == "coherence" else rule(d, ctx)
+        row = lane(job.command, d, ctx, command)
+        if row is not None:
+            lanes.append(row)
         for f in found:
             f.clock = str(src.get("zero_ns"))
         analyses.append({"command": command, "status": "ran", "findings": len(found)})
@@ -72,7 +78,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
     notes = [f"{j.paths[0]}: {j.note}" for j in jobs if j.note]
     params = {"fail_on": None, "align": dict(offsets), "frame_period_s": period, "axis_zero_ns": t0,
               "severities": {s: floor for s, floor in SEVERITIES}}
-    return DiagnoseResult(params, list(sources.values()), analyses, findings, notes)
+    return DiagnoseResult(params, list(sources.values()), analyses, findings, notes, lanes)
 
 
 def _key(job) -> str:
