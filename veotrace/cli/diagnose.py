@@ -32,7 +32,7 @@ _TABLE = ReportFormat("table")
 def diagnose_command(
     paths: PathsArg,
     fail_on: Annotated[str | None, typer.Option("--fail-on", help=f"Exit {EXIT_CHECK_FAILED} when a finding of this severity or above exists: high, medium or low.")] = None,
-    align: Annotated[list[str] | None, typer.Option("--align", help="SOURCE=OFFSET: shift that input's clock on the common axis (a frame table: where its frame 0 sits), e.g. frames.csv=12.5s (repeatable).")] = None,
+    align: Annotated[list[str] | None, typer.Option("--align", help="SOURCE=OFFSET: shift that input's clock on the common axis (a frame table: where its frame 0 sits), e.g. frames.csv=12.5s; SOURCE=auto: align it on the allocations it shares with the other inputs (done unasked for an input on a clock of its own) (repeatable).")] = None,
     frame_period: Annotated[str | None, typer.Option("--frame-period", help="A frame table's frame period (41.7ms): its onset in time, with --align.")] = None,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,

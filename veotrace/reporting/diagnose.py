@@ -14,7 +14,7 @@ from veotrace.defaults import DIAGNOSE_HOLD_BYTES
 from veotrace.errors import EXIT_CHECK_FAILED, UsageError, VeotraceError
 from veotrace.findings.model import SEVERITIES, fmt_at, severity_at_least
 from veotrace.findings.rules import RULES
-from veotrace.reporting.timeline import aligned_sources, collect
+from veotrace.reporting.timeline import AUTO, aligned_sources, collect, source_name
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
 from veotrace.sources.probe import Held
@@ -57,11 +57,14 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     Args:
         fail_on: ``high``, ``medium`` or ``low``: exit code 3 when a finding of that severity or above exists.
         align: ``SOURCE=OFFSET`` (a file or folder name, a duration): that source's clock shifted by
-            OFFSET on the common axis; for a frame table, where its frame 0 sits.
+            OFFSET on the common axis; for a frame table, where its frame 0 sits. ``SOURCE=auto``: aligned
+            on the allocations it shares with the inputs on the common clock (as a source on a clock of
+            its own is, when it shares any).
         frame_period: a frame table's frame period (``41.7ms``): its onset on the time axis (with --align).
 
     Raises:
-        UsageError: an unknown severity or a bad --align. VeotraceError: no input feeds an analysis.
+        UsageError: an unknown severity or a bad --align (``auto`` with nothing shared to align on).
+        VeotraceError: no input feeds an analysis.
     """
     from veotrace.reporting.run import planned
 
@@ -85,7 +88,7 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
             results.append((job, *_run(registry.entry(job.command), job, {**reading, **reads.given(n)})))
         except VeotraceError as exc:
             results.append((job, str(exc), job.cli))
-    value = collect(infos, jobs, results, offsets=offsets, period=period)
+    value = collect(infos, jobs, results, offsets=offsets, period=period, allocs=reads.allocs)
     value.params["fail_on"] = fail_on
     findings = value.findings
     run = DiagnoseRun(value, [*report.messages()], common.input_files(paths))
@@ -111,6 +114,9 @@ class _Reads:
     def __init__(self, jobs: list, options, report, held) -> None:
         self.options, self.report, self.kept = options, report, held
         self.key = [tuple(j.paths) if j.command in READ_ONCE else None for j in jobs]
+        self.names = [source_name(j) for j in jobs]
+        #: Each source's allocations (``findings.align``), for aligning clocks on shared events.
+        self.allocs: dict = {}
         self.last = {k: n for n, k in enumerate(self.key) if k is not None}
         self.held: dict[tuple, object] = {}
 
@@ -127,6 +133,11 @@ class _Reads:
                                                                      report=self.report)
             except VeotraceError:
                 self.held[key] = None
+            from veotrace.findings.align import allocs_of
+
+            found = allocs_of(self.held[key])
+            if found is not None:
+                self.allocs[self.names[n]] = found
         table = self.held[key]
         if self.last[key] == n:
             del self.held[key]
@@ -148,8 +159,8 @@ def _offsets(align: list[str]) -> dict[str, float]:
     for a in align:
         name, sep, value = a.partition("=")
         if not sep or not name.strip() or not value.strip():
-            raise UsageError(f"--align {a!r}: expected SOURCE=OFFSET, e.g. frames.csv=12.5s")
-        out[name.strip()] = common.seconds(value.strip(), "--align")
+            raise UsageError(f"--align {a!r}: expected SOURCE=OFFSET or SOURCE=auto, e.g. frames.csv=12.5s")
+        out[name.strip()] = AUTO if value.strip().lower() == AUTO else common.seconds(value.strip(), "--align")
     return out
 
 

@@ -17,6 +17,11 @@ from veotrace.findings.rules import RULES, Context
 
 #: Inputs whose first events lie further apart than this are on different clocks (seconds: a week).
 CLOCK_SLACK_S = 7 * 86400
+#: A first event after this (ns since 1970: 1973) is a wall clock's; the earliest wall-clock input sets the
+#: axis (a profiler's session clock, starting near 0, is then the one aligned to it).
+WALL_CLOCK_NS = 10**17
+#: --align SOURCE=AUTO: align SOURCE's clock on the allocations it shares with the others (findings.align).
+AUTO = "auto"
 #: Analyses whose results sit on a clock of their own (launch order, frame index, no time at all).
 UNTIMED = ("l2-breakpoints", "coherence", "correlate")
 
@@ -39,24 +44,26 @@ class DiagnoseResult:
 
 
 def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | None = None,
-            period: float | None = None) -> DiagnoseResult:
+            period: float | None = None, allocs: dict | None = None) -> DiagnoseResult:
     """The findings of runs already made: ``results`` holds (job, RunResult or the error text of a run that
     refused its input, the command line that ran it) for the jobs that have a rule; ``infos`` (their files' FileInfos) give each
-    source's first event. The report's first page and ``diagnose`` both end here.
+    source's first event; ``allocs`` (source name -> ``findings.align.Allocs``) the allocations each
+    source recorded, on which a source on a clock of its own (or given ``--align SOURCE=auto``) is aligned.
+    The report's first page and ``diagnose`` both end here.
 
     Raises:
-        UsageError: an --align naming no input.
+        UsageError: an --align naming no input; ``SOURCE=auto`` with no shared allocations to align on.
     """
     offsets = offsets or {}
     sources = aligned_sources([j for j, _, _ in results], infos, offsets)
-    t0 = _map_clocks(sources)
+    t0 = _map_clocks(sources, allocs or {})
     findings: list[Finding] = []
     analyses, lanes = [], []
     for job, result, command in results:
         if isinstance(result, str):
             analyses.append({"command": command, "status": "refused", "why": result})
             continue
-        src = sources[_key(job)]
+        src = sources[source_name(job)]
         off = round(src["offset_s"] * 1e9)
         if job.command == "coherence" and src["matched"]:  # frame 0 at the offset, frames a period apart
             ctx = Context(src["name"], command, t0_ns=-off, first_ns=0)
@@ -70,7 +77,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
         if row is not None:
             lanes.append(row)
         for f in found:
-            f.clock = str(src.get("zero_ns"))
+            f.clock = str(src.get("clock"))
         analyses.append({"command": command, "status": "ran", "findings": len(found)})
         findings.extend(found)
     findings = rank(findings)
@@ -81,7 +88,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
     return DiagnoseResult(params, list(sources.values()), analyses, findings, notes, lanes)
 
 
-def _key(job) -> str:
+def source_name(job) -> str:
     return ", ".join(job.shown or dict.fromkeys(str(p) for p in job.paths))
 
 
@@ -105,7 +112,7 @@ def _sources(jobs, first: dict, offsets: dict) -> dict[str, dict]:
     offset (seconds)."""
     out = {}
     for job in jobs:
-        key = _key(job)
+        key = source_name(job)
         if key in out:
             continue
         names = {str(p) for p in job.paths} | {p.name for p in job.paths}
@@ -114,34 +121,84 @@ def _sources(jobs, first: dict, offsets: dict) -> dict[str, dict]:
         stamps = [first[str(p)] for p in job.paths if first.get(str(p)) is not None]
         timed = bool(stamps) and job.command not in UNTIMED
         out[key] = {"name": key, "first_ns": min(stamps) if stamps else None, "matched": matched,
-                    "offset_s": offsets[matched] if matched else 0.0,
+                    "offset_s": offsets[matched] if matched and offsets[matched] != AUTO else 0.0,
+                    "auto": bool(matched) and offsets[matched] == AUTO,
                     "axis": "time" if timed else {"l2-breakpoints": "launch", "coherence": "frame"}.get(job.command, "none")}
     return out
 
 
-def _map_clocks(sources: dict) -> int | None:
-    """Put every timed source on the common axis (``zero_ns``: its clock's reading at the axis' zero) and
-    say how (``mapping``). Sources whose first events lie within CLOCK_SLACK_S of the earliest share its
-    clock (a log and an nsys export of one machine); a source further off is on another clock (relative
-    times against epoch ones): its first event is put at zero, and the mapping says so (--align moves it)."""
-    timed = [s for s in sources.values() if s["axis"] == "time"]
+def _map_clocks(sources: dict, allocs: dict) -> int | None:
+    """Put every timed source on the common axis (``zero_ns``: its clock's reading at the axis' zero;
+    ``clock``: which clock it reads, findings being linked within one) and say how (``mapping``).
+
+    The axis' clock is the earliest wall-clock input's (else the earliest input's). Sources whose first
+    events lie within CLOCK_SLACK_S of it share it (a log and an nsys export of one machine). A source
+    further off (a profiler's session clock), or given ``--align SOURCE=auto``, is aligned on the
+    allocations it shares with the sources on that clock (``findings.align``: the same sizes and
+    addresses at one offset) when there are such; else it is on a clock of its own, its first event at
+    zero, and the mapping says so (--align moves it)."""
+    timed = sorted((s for s in sources.values() if s["axis"] == "time"), key=lambda s: s["first_ns"])
     if not timed:
         return None
-    t0 = min(s["first_ns"] for s in timed)
+    groups: list[list[dict]] = []  # sources whose first events lie within CLOCK_SLACK_S of the group's first
+    for s in timed:
+        if groups and s["first_ns"] - groups[-1][0]["first_ns"] <= CLOCK_SLACK_S * 1e9:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    axis = next((g for g in groups if any(s["first_ns"] >= WALL_CLOCK_NS for s in g)), groups[0])
+    t0 = axis[0]["first_ns"]
+    on_axis = [s for s in axis if not s["auto"]]
+    group_of = {s["name"]: g for g in groups for s in g}
     for s in sources.values():
+        if s["auto"] and s["axis"] != "time":
+            raise UsageError(f"--align {s['matched']}=auto: {s['name']} records no allocations in time to align on",
+                             hint=f"Give where it sits instead: --align {s['matched']}=SECONDS")
         if s["axis"] == "frame" and s["matched"]:  # placed on the shared clock by --align
-            s["zero_ns"] = t0
+            s["zero_ns"], s["clock"] = t0, t0
             s["mapping"] = f"frame 0 at {s['offset_s']:g} s on the shared clock (--align), frames --frame-period apart"
             continue
         if s["axis"] != "time":
             s["mapping"] = {"launch": "its own axis: launch order", "frame": "its own axis: frame index (give "
                             "--align and --frame-period to place it in time)"}.get(s["axis"], "no time axis: a whole-run statistic")
             continue
-        shared = s["first_ns"] - t0 <= CLOCK_SLACK_S * 1e9
-        s["zero_ns"] = t0 if shared else s["first_ns"]
-        s["mapping"] = ("the shared clock" if shared else
-                        f"its own clock, first event at 0 (it starts {(s['first_ns'] - t0) / 86400e9:,.0f} days after the "
-                        "earliest input: not one machine's clock)")
+        if s in on_axis:
+            s["zero_ns"], s["clock"], s["mapping"] = t0, t0, "the shared clock"
+        elif (found := _aligned(s, on_axis, allocs)) is not None:
+            s["aligned"] = found
+            s["zero_ns"], s["clock"] = t0 - found["offset_ns"], t0
+            s["mapping"] = (f"aligned on {found['votes']:,} of its {found['of']:,} allocations shared with "
+                            f"{found['reference']} (same {found['by']}): its clock {found['offset_ns'] / 1e9:+,.6f} s "
+                            f"(spread {found['spread_ns'] / 1e6:.3f} ms)")
+        elif s["auto"]:
+            raise UsageError(f"--align {s['matched']}=auto: no allocations of {s['name']} line up with those of the "
+                             "inputs on the shared clock (the same sizes and addresses at one offset)",
+                             hint=f"Give the offset instead: --align {s['matched']}=SECONDS")
+        else:  # a clock of its own, shared with the inputs that start within a week of the same group
+            group = group_of[s["name"]]
+            s["zero_ns"] = s["clock"] = group[0]["first_ns"]
+            s["mapping"] = (("its own clock, first event at 0" if len(group) == 1 else
+                             f"another clock, shared with {len(group) - 1} other input(s), its first event at 0")
+                            + f" (it starts {abs(s['first_ns'] - t0) / 86400e9:,.0f} days "
+                            f"{'after' if s['first_ns'] > t0 else 'before'} the axis' clock: not one machine's clock"
+                            + ("; none of its allocations line up with those on the axis' clock)" if s["name"] in allocs
+                               else ")"))
         if s["offset_s"]:
             s["mapping"] += f", shifted {s['offset_s']:+g} s by --align"
     return t0
+
+
+def _aligned(s: dict, on_axis: list[dict], allocs: dict) -> dict | None:
+    """``findings.align.shared_offset`` of source ``s`` against the source on the axis' clock with the
+    most allocations (``reference`` names it), or None."""
+    from veotrace.findings.align import shared_offset
+
+    mine = allocs.get(s["name"])
+    refs = sorted((r for r in on_axis if allocs.get(r["name"]) is not None),
+                  key=lambda r: -allocs[r["name"]].ts_ns.size)
+    if mine is None or not refs:
+        return None
+    found = shared_offset(allocs[refs[0]["name"]], mine)
+    if found is not None:
+        found["reference"] = refs[0]["name"]
+    return found

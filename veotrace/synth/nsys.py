@@ -162,8 +162,10 @@ def _insert(con: sqlite3.Connection, table: str, columns: list[np.ndarray | list
 
 def write_export(path: Path, *, seed: int = 0, generation: str = "2022.4", kernels: int = 200, memcpys: int = 20,
                  memsets: int = 10, memory: int | None = 2_000, devices: int = 2, time_ordered: bool = False,
-                 span_ns: int = 2_000_000_000) -> NsysExport:
-    """Write a synthetic nsys export to ``path`` (replaced if it exists); ``memory=None``: no memory table."""
+                 span_ns: int = 2_000_000_000, memory_rows: dict[str, np.ndarray] | None = None) -> NsysExport:
+    """Write a synthetic nsys export to ``path`` (replaced if it exists); ``memory=None``: no memory table;
+    ``memory_rows``: these memory events (``memory_events``' arrays: start, op, bytes, address, device,
+    stream, mem_kind) instead of random ones."""
     if generation not in GENERATIONS:
         raise ValueError(f"generation must be one of {sorted(GENERATIONS)}")
     rng = np.random.default_rng(seed)
@@ -220,8 +222,8 @@ def write_export(path: Path, *, seed: int = 0, generation: str = "2022.4", kerne
 
         m = None
         if memory is not None:
-            m = memory_events(rng, memory, span_ns, devices, time_ordered)
-            n = memory
+            m = memory_rows if memory_rows is not None else memory_events(rng, memory, span_ns, devices, time_ordered)
+            n = len(m["start"])
             con.execute(_memory_ddl(generation))
             cols = [m["start"], np.full(n, 282087194099712), m["device"], np.ones(n, np.int64), m["address"],
                     np.full(n, 0x4005D0), m["bytes"], m["mem_kind"], m["op"], [None] * n, np.arange(n) + 10_000]
