@@ -1,7 +1,8 @@
-"""`veotrace diagnose` (issue 31, first part): findings from every analysis on one time axis, ranked.
+"""`veotrace diagnose` (issue 31): findings from every analysis on one time axis, ranked.
 
-A seeded scenario (synth.scenario: an alloc log whose entropy steps up at a known hour, an ncu export
-with planted L2 breaks, a frame table that loses coherence at a known frame): every planted event is
+A seeded scenario (synth.scenario: an alloc log whose entropy steps up at a known hour, an nsys export of
+one hour on its own clock with a planted allocation burst, an ncu export with planted L2 breaks, a frame
+table that loses coherence at a known frame): every planted event is
 found in the right place, a clean scenario gives nothing above low severity, a larger step ranks
 higher; the real constructorsun snapshot's findings carry the single-run commands' own numbers."""
 
@@ -32,6 +33,8 @@ def test_every_planted_event_is_found_in_its_place(tmp_path, seed):
     assert breaks == {(k, p) for k, ps in s.l2_breaks.items() for p in ps}
     (coh,) = [f for f in found if f["kind"] == "coherence_onset"]
     assert coh["axis"] == "frame" and coh["start"] == s.onset_frame
+    (burst,) = [f for f in found if f["kind"] == "burst_cluster"]  # the nsys export's, on the log's axis
+    assert burst["source"].endswith("profile.sqlite") and abs(burst["start"] - s.burst_at_s) <= 3600
 
 
 def test_a_clean_scenario_gives_nothing_above_low_in_19_of_20_seeds(tmp_path):
