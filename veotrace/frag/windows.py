@@ -201,9 +201,9 @@ class Replay:
         n_dalloc = count((code == OP_SEG_ALLOC) | (code == OP_SEG_MAP))
         n_dfree = count((code >= OP_SEG_ALLOC) & (code != OP_SEG_ALLOC) & (code != OP_SEG_MAP))
         if self.window_events is None:
-            t = ts.astype(np.float64)
             piece = np.zeros(n)
-            piece[:-1] = live[:-1] * np.diff(t)
+            # the gaps in integers, then as floats: epoch nanoseconds (1.7e18) as float64 are 256 ns apart
+            piece[:-1] = live[:-1] * np.diff(ts).astype(np.float64)
             piece[bounds[1:] - 1] = 0.0  # a run's last level is integrated by the next run or the close
             integ = np.add.reduceat(piece, starts)
         else:
