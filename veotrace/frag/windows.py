@@ -11,7 +11,7 @@ events repeat the state they inherit. Memory is the live set plus the rows: batc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -289,6 +289,26 @@ class Replay:
         for i, (lo, hi) in enumerate(self.bins):
             self.bin_rows.append({"window": win.k, "device": d, "bin": self.labels[i], "lo_bytes": lo,
                                   "hi_bytes": hi, "free_blocks": int(counts[i]), "free_bytes": int(nbytes[i])})
+
+    def to_json(self) -> dict:
+        """The replay's state between two batches, as JSON values: each device's allocator state and open
+        window, and where its time stands (a follower's checkpoint: ``live.fragmentation``; rows already
+        taken are not kept). Only a time-window replay of a whole trace (no ``--at``, not a piece) has one."""
+        if self.window_events is not None or self.at_ns is not None or self.next_k is not None or self.rows:
+            raise ValueError("only a time-window replay with no rows pending can be checkpointed")
+        return {"states": {str(d): st.to_json() for d, st in self.states.items()},
+                "open": {str(d): asdict(w) for d, w in self.open.items()},
+                "last_ts": {str(d): t for d, t in self.last_ts.items()},
+                "first_ts": {str(d): t for d, t in self.first_ts.items()},
+                "n_read": self.n_read, "placed": self.placed}
+
+    def from_json(self, s: dict) -> None:
+        """Continue from ``to_json``'s state (this replay made with the same options)."""
+        self.states = {int(d): DeviceState.from_json(v) for d, v in s["states"].items()}
+        self.open = {int(d): _Win(**w) for d, w in s["open"].items()}
+        self.last_ts = {int(d): int(t) for d, t in s["last_ts"].items()}
+        self.first_ts = {int(d): int(t) for d, t in s["first_ts"].items()}
+        self.n_read, self.placed = int(s["n_read"]), int(s["placed"])
 
     def capture_at(self, d: int) -> None:
         """Keep device ``d``'s state as it is after its last event at or before ``at_ns``."""

@@ -3,8 +3,13 @@
 The offline replay itself (``frag.windows.Replay``) is fed each poll's batches: it closes a device's
 window when that device's next event falls in a later window, and those rows are printed and dropped,
 so memory is the allocator state (live blocks, segments, zones), not the run. Windows are aligned to
-multiples of W in the log's time base, as offline. No checkpoint: the allocator state is not written
-to a file in this version.
+multiples of W in the log's time base, as offline.
+
+The checkpoint (``to_state``) is the replay's state between two polls (``frag.windows.Replay.to_json``:
+each device's live blocks, pending frees, segments, counters and open window), so its size is the live
+set, not the events read; a resumed follower prints the windows one read of the finished log gives. The
+hot zones, alignment and strides the replay also counts (``frag.layout``) are not printed when following
+and not kept.
 """
 
 from __future__ import annotations
@@ -66,5 +71,11 @@ class FragWindows:
     def reached(self, until_ns: int) -> bool:
         return self.last_ns is not None and self.last_ns - self.first_ns >= until_ns
 
-    def to_state(self) -> None:
-        return None  # no checkpoint (see the module docstring)
+    def to_state(self) -> dict:
+        """The replay's state and the span read, for a checkpoint (see the module docstring)."""
+        return {"replay": self.replay.to_json(), "span": [self.first_ns, self.last_ns], "events_read": self.events_read}
+
+    def from_state(self, s: dict) -> None:
+        self.replay.from_json(s["replay"])
+        self.first_ns, self.last_ns = s["span"]
+        self.events_read = int(s["events_read"])
