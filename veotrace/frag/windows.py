@@ -71,10 +71,8 @@ class Replay:
                  max_gap: int, threshold: float, bins, layout: Layout, at_ns: int | None,
                  latency_col: str | None = None) -> None:
         self.window_ns, self.window_events = window_ns, window_events
-        check_devices(len(initial or {}))
-        self.states: dict[int, DeviceState] = {d: s.copy() for d, s in (initial or {}).items()}
-        for d, s in (initial or {}).items():
-            self.states[d].counters = s.counters
+        self.states: dict[int, DeviceState] = {}
+        self.seed(initial)
         self.round_bytes, self.max_gap, self.threshold, self.bins = round_bytes, max_gap, threshold, bins
         self.layout, self.at_ns, self.latency_col = layout, at_ns, latency_col
         self.labels = [bin_label(lo, hi) for lo, hi in bins]
@@ -89,6 +87,13 @@ class Replay:
         self.at_states: dict[int, DeviceState] | None = None if at_ns is None else {}
         self.n_offset = 0  # events before this piece of the trace (engines: ``parallel``)
         self.next_k: dict[int, int] | None = None  # per device, the window of its next event after this piece
+
+    def seed(self, initial: dict[int, DeviceState] | None) -> None:
+        """Start from ``initial`` (the state before the first event, per device; copied, its counters kept)."""
+        check_devices(len(initial or {}))
+        self.states = {d: s.copy() for d, s in (initial or {}).items()}
+        for d, s in (initial or {}).items():
+            self.states[d].counters = s.counters
 
     # -- input ----------------------------------------------------------------------------------
     def feed(self, batch: pa.RecordBatch) -> None:

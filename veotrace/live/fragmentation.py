@@ -10,6 +10,11 @@ each device's live blocks, pending frees, segments, counters and open window), s
 set, not the events read; a resumed follower prints the windows one read of the finished log gives. The
 hot zones, alignment and strides the replay also counts (``frag.layout``) are not printed when following
 and not kept.
+
+A folder of PyTorch snapshot pieces (``live.torch_dump``) is replayed as ``frag.series`` reads it whole:
+the first piece seeds the replay with the state before its first entry, and every piece's entries are
+replayed with the block sizes its own state gives; a piece that does not start in the state the replay
+reached is counted and warned about.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class FragWindows:
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.events_read = 0
+        self.pieces = 0  # snapshot pieces read
 
     @property
     def events_counted(self) -> int:
@@ -55,6 +61,31 @@ class FragWindows:
             self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
         self.replay.feed(batch)
 
+    def add_piece(self, path, *, options, report) -> None:
+        """Replay a snapshot piece (``frag.series``): the first one seeds the replay with its starting state."""
+        from veotrace.errors import TraceFormatError
+        from veotrace.frag.decode import COLUMNS
+        from veotrace.frag.initial_state import TORCH_ROUND_BYTES
+        from veotrace.frag.series import load_piece, mismatch, seeded
+
+        piece = load_piece(path, options=options, report=report)
+        start, batches = seeded(piece, options=options, columns=COLUMNS)
+        if self.pieces == 0:
+            if self.events_read:
+                raise TraceFormatError("a PyTorch snapshot piece in a folder of alloc/free logs", path=path,
+                                       hint="Follow a folder of logs, or one of snapshot pieces (veotrace.live.torch_dump)")
+            self.replay.seed(start)
+            self.replay.round_bytes = TORCH_ROUND_BYTES  # as one read of a snapshot rounds requests
+        else:
+            off = mismatch(self.replay.states, start)
+            if off:
+                report.warnings.append(
+                    f"Warning: {path}: this piece does not start in the state the pieces before ended in ({off:,} live "
+                    "blocks or segments differ): entries were lost between two dumps, or the pieces are not of one run")
+        self.pieces += 1
+        for batch in batches:
+            self.add(batch)
+
     def complete(self, until_ns: int | None = None) -> list[dict]:
         """The windows the replay closed since the last call (per device), by window then device."""
         rows = sorted(self.replay.rows, key=lambda r: (r["window"], r["device"]))
@@ -73,9 +104,11 @@ class FragWindows:
 
     def to_state(self) -> dict:
         """The replay's state and the span read, for a checkpoint (see the module docstring)."""
-        return {"replay": self.replay.to_json(), "span": [self.first_ns, self.last_ns], "events_read": self.events_read}
+        return {"replay": self.replay.to_json(), "span": [self.first_ns, self.last_ns], "events_read": self.events_read,
+                "pieces": self.pieces, "round_bytes": self.replay.round_bytes}
 
     def from_state(self, s: dict) -> None:
         self.replay.from_json(s["replay"])
         self.first_ns, self.last_ns = s["span"]
-        self.events_read = int(s["events_read"])
+        self.events_read, self.pieces = int(s["events_read"]), int(s["pieces"])
+        self.replay.round_bytes = int(s["round_bytes"])

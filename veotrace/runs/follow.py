@@ -50,13 +50,28 @@ class Follower:
         self.extra: tuple[Callable[[], dict], Callable[[dict], None]] | None = None
 
     def feed(self, lines) -> None:
+        from veotrace.live.tail import Piece
         from veotrace.sources.logs.lines import parse_lines
 
+        self.fed = True
+        if isinstance(lines, Piece):  # a PyTorch snapshot piece (live.torch_dump), read whole
+            self.feed_piece(Path(lines.path))
+            return
         batch = parse_lines(lines.data, shape=lines.shape, path=lines.path, first_line=lines.first_line, seq_start=0,
                             options=self.options, report=self.report, columns=self.columns)
         if batch is not None:
             self.windows.add(batch)
-        self.fed = True
+
+    def feed_piece(self, path: Path) -> None:
+        """A snapshot piece's entries: fragmentation seeds its replay from the pieces' states
+        (``add_piece``); the other analyses count the entries as a log's rows."""
+        if hasattr(self.windows, "add_piece"):
+            self.windows.add_piece(path, options=self.options, report=self.report)
+            return
+        from veotrace.sources import iter_alloc_events
+
+        for batch in iter_alloc_events([path], options=self.options, report=self.report, columns=self.columns):
+            self.windows.add(batch)
 
     def _print(self, rows: list[dict], complete: bool) -> None:
         from veotrace.live.contract import record
