@@ -205,9 +205,29 @@ def test_the_folder_read_whole_equals_one_snapshot_of_the_whole_history(tmp_path
 def test_a_missing_piece_is_warned_about(tmp_path):
     mem, dumper, folder, paths, whole = _dumped(tmp_path)
     paths[2].unlink()
+    warning = f"Warning: {paths[3]}: this piece does not start in the state {paths[1].name} ended in ("
     messages = fragmentation([folder], window="2s").messages
-    assert any(m.startswith(f"Warning: {paths[3]}: this piece does not start in the state {paths[1].name} ended in")
-               for m in messages), messages
+    assert [m for m in messages if "does not start" in m] == [m for m in messages if m.startswith(warning)] != []
+    notes = []
+    follow_fragmentation(folder, emit=lambda r: None, note=notes.append, window="2s", poll=1, idle_timeout=1,
+                         clock=FeedClock(None, []))
+    assert [m for m in notes if "does not start" in m] == [m for m in messages if "does not start" in m]
+
+
+def test_a_folder_of_logs_and_pieces_is_refused(tmp_path):
+    from veotrace.errors import UsageError, VeotraceError
+
+    mem, dumper, folder, paths, whole = _dumped(tmp_path, pieces=1, steps=200)
+    log = folder / "zz.csv"
+    log.write_text("timestamp,op_type,size_bytes,address\n1738780500000000000,alloc,4096,4096\n")
+    with pytest.raises(VeotraceError) as exc:
+        follow_fragmentation(folder, emit=lambda r: None, note=lambda m: None, window="2s", poll=1, idle_timeout=1,
+                             clock=FeedClock(None, []))
+    assert str(exc.value) == (f"{log}: the folder holds both alloc/free logs and PyTorch snapshot pieces, which do not "
+                              "replay as one run. Follow a folder of logs, or one of snapshot pieces "
+                              "(veotrace.live.torch_dump)")
+    with pytest.raises(UsageError, match="or a folder of snapshot pieces of one run"):
+        fragmentation([folder], window="2s")
 
 
 class DumpClock(FeedClock):
@@ -233,9 +253,11 @@ def test_following_the_folder_gives_the_windows_of_one_read(tmp_path):
     out, state = [], tmp_path / "f.state"
     follow_fragmentation(folder, emit=out.append, note=lambda m: None, window="2s", poll=1, idle_timeout=2,
                          state=state, clock=DumpClock(mem, dumper, 7))
+    mem.run(300)
+    dumper.dump()  # written while no follower runs
     out2, notes = [], []
     follow_fragmentation(folder, emit=out2.append, note=notes.append, window="2s", poll=1, idle_timeout=2,
-                         state=state, clock=DumpClock(mem, dumper, 6))  # resumed from the checkpoint
+                         state=state, clock=DumpClock(mem, dumper, 5))  # resumed from the checkpoint
     assert dumper.n == 13 and any(n.startswith("Resuming from") for n in notes)
     whole = tmp_path / "whole.pickle"
     whole.write_bytes(pickle.dumps(mem.whole()))

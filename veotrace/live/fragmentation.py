@@ -13,16 +13,19 @@ and not kept.
 
 A folder of PyTorch snapshot pieces (``live.torch_dump``) is replayed as ``frag.series`` reads it whole:
 the first piece seeds the replay with the state before its first entry, and every piece's entries are
-replayed with the block sizes its own state gives; a piece that does not start in the state the replay
-reached is counted and warned about.
+replayed with the block sizes its own state gives; a piece that does not start in the state the piece
+before ended in is warned about (that piece's state is kept for the check: the checkpoint holds it too).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pyarrow as pa
 
 from veotrace.frag.layout import Layout
 from veotrace.frag.result import check_params
+from veotrace.frag.state import DeviceState
 from veotrace.frag.windows import Replay
 
 
@@ -41,6 +44,8 @@ class FragWindows:
         self.last_ns: int | None = None
         self.events_read = 0
         self.pieces = 0  # snapshot pieces read
+        self.prev_final: dict = {}  # the last piece's state (the next one should start in it), and its file
+        self.prev_name = ""
 
     @property
     def events_counted(self) -> int:
@@ -63,7 +68,6 @@ class FragWindows:
 
     def add_piece(self, path, *, options, report) -> None:
         """Replay a snapshot piece (``frag.series``): the first one seeds the replay with its starting state."""
-        from veotrace.errors import TraceFormatError
         from veotrace.frag.decode import COLUMNS
         from veotrace.frag.initial_state import TORCH_ROUND_BYTES
         from veotrace.frag.series import load_piece, mismatch, seeded
@@ -71,18 +75,17 @@ class FragWindows:
         piece = load_piece(path, options=options, report=report)
         start, batches = seeded(piece, options=options, columns=COLUMNS)
         if self.pieces == 0:
-            if self.events_read:
-                raise TraceFormatError("a PyTorch snapshot piece in a folder of alloc/free logs", path=path,
-                                       hint="Follow a folder of logs, or one of snapshot pieces (veotrace.live.torch_dump)")
             self.replay.seed(start)
             self.replay.round_bytes = TORCH_ROUND_BYTES  # as one read of a snapshot rounds requests
         else:
-            off = mismatch(self.replay.states, start)
-            if off:
+            off = mismatch(self.prev_final, start)
+            if off:  # the words of frag.series, for the same check
                 report.warnings.append(
-                    f"Warning: {path}: this piece does not start in the state the pieces before ended in ({off:,} live "
-                    "blocks or segments differ): entries were lost between two dumps, or the pieces are not of one run")
+                    f"Warning: {path}: this piece does not start in the state {Path(self.prev_name).name} ended in "
+                    f"({off:,} live blocks or segments differ): entries were lost between two dumps, or the pieces are "
+                    "not of one run")
         self.pieces += 1
+        self.prev_final, self.prev_name = piece.final, str(path)
         for batch in batches:
             self.add(batch)
 
@@ -105,10 +108,13 @@ class FragWindows:
     def to_state(self) -> dict:
         """The replay's state and the span read, for a checkpoint (see the module docstring)."""
         return {"replay": self.replay.to_json(), "span": [self.first_ns, self.last_ns], "events_read": self.events_read,
-                "pieces": self.pieces, "round_bytes": self.replay.round_bytes}
+                "pieces": self.pieces, "round_bytes": self.replay.round_bytes, "prev_name": self.prev_name,
+                "prev_final": {str(d): st.to_json() for d, st in self.prev_final.items()}}
 
     def from_state(self, s: dict) -> None:
         self.replay.from_json(s["replay"])
         self.first_ns, self.last_ns = s["span"]
         self.events_read, self.pieces = int(s["events_read"]), int(s["pieces"])
         self.replay.round_bytes = int(s["round_bytes"])
+        self.prev_name = s["prev_name"]
+        self.prev_final = {int(d): DeviceState.from_json(v) for d, v in s["prev_final"].items()}

@@ -54,7 +54,15 @@ class Follower:
         from veotrace.sources.logs.lines import parse_lines
 
         self.fed = True
-        if isinstance(lines, Piece):  # a PyTorch snapshot piece (live.torch_dump), read whole
+        piece = isinstance(lines, Piece)
+        w = self.windows
+        if hasattr(w, "add_piece") and (w.pieces > 0 if not piece else w.pieces == 0 and w.events_read > 0):
+            from veotrace.errors import TraceFormatError
+
+            raise TraceFormatError("the folder holds both alloc/free logs and PyTorch snapshot pieces, which do not "
+                                   "replay as one run", path=lines.path,
+                                   hint="Follow a folder of logs, or one of snapshot pieces (veotrace.live.torch_dump)")
+        if piece:  # a PyTorch snapshot piece (live.torch_dump), read whole
             self.feed_piece(Path(lines.path))
             return
         batch = parse_lines(lines.data, shape=lines.shape, path=lines.path, first_line=lines.first_line, seq_start=0,
