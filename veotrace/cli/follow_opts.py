@@ -1,4 +1,5 @@
-"""Options of ``--follow`` (entropy, gate): following a growing log, and the one way the CLI runs a follower."""
+"""Options of ``--follow`` (entropy, bursts, fragmentation, gate): following a growing log, and the one way the CLI
+runs a follower."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import typer
 
 from veotrace.defaults import FOLLOW_POLL_S
 
-FollowOpt = Annotated[bool, typer.Option("--follow", help="Follow one growing log file or folder of rotated logs: "
-                                         "print each window when it completes, until Ctrl-C, --until or --idle-timeout.")]
+FollowOpt = Annotated[bool, typer.Option("--follow", help="Follow one growing log file, folder of rotated logs, or "
+                                         "folder of PyTorch snapshot pieces (veotrace.live.torch_dump): print each "
+                                         "window when it completes, until Ctrl-C, --until or --idle-timeout.")]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="With --follow: stop once the log reaches this long "
                                               "after its first event (trace time: 2h, 90m).")]
 IdleTimeoutOpt = Annotated[str | None, typer.Option("--idle-timeout", help="With --follow: stop after this long "

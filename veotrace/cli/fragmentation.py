@@ -73,12 +73,13 @@ def fragmentation_command(
     until: fo.UntilOpt = None,
     idle_timeout: fo.IdleTimeoutOpt = None,
     poll: fo.PollOpt = fo.POLL_DEFAULT,
+    state: fo.StateOpt = None,
 ) -> None:
     """Fragmentation over time: live/reserved bytes, free blocks, TF BFC, GMLake and _memory_viz definitions."""
     with user_errors():
         from veotrace.runs.fragmentation import fragmentation
 
-        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=None,
+        fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
                         **{"--window-events": window_events is not None, "--latency-col": latency_col is not None,
                            "--at": at is not None, "--by": by is not None, "--output": output is not None,
                            "--plot": plot is not None, "--jobs/--engine": jobs != 1 or engine is not Engine.local})
@@ -87,7 +88,8 @@ def fragmentation_command(
 
             follow_fragmentation(paths[0], emit=fo.writer(fmt), note=err, window=window, threshold=threshold,
                                  max_gap=max_gap, bins=bins, zone_bytes=zone_bytes, time_unit=time_unit,
-                                 skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll)
+                                 skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll,
+                                 state=state)
             return
         fmt = fo.offline_format(fmt, follow)
 

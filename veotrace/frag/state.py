@@ -246,8 +246,40 @@ class DeviceState:
         ends = np.fromiter((s.end for s in self.segments), np.uint64, len(self.segments))
         return starts, ends
 
+    def to_json(self) -> dict:
+        """This state as JSON values (a follower's checkpoint: ``live.fragmentation``), read back by ``from_json``.
+
+        The live blocks' arrays are little-endian bytes in base64: the checkpoint is rewritten every poll,
+        and its size is the live set, not the events replayed."""
+        return {"addr": _pack(self.addr), "size": _pack(self.size), "req": _pack(self.req),
+                "pending": sorted(self.pending), "segments": [[s.start, s.end, s.expandable] for s in self.segments],
+                "live_bytes": self.live_bytes, "reserved_bytes": self.reserved_bytes,
+                "counters": self.counters.to_dict(), "segmented": self.segmented,
+                "known": [_pack(self.known[0]), _pack(self.known[1])], "known_add": [list(p) for p in self.known_add]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> DeviceState:
+        return cls(_unpack(d["addr"], np.uint64), _unpack(d["size"], np.int64), _unpack(d["req"], np.int64),
+                   {int(a) for a in d["pending"]}, [Segment(int(a), int(b), bool(x)) for a, b, x in d["segments"]],
+                   int(d["live_bytes"]), int(d["reserved_bytes"]), ReplayCounters(**d["counters"]),
+                   bool(d["segmented"]), (_unpack(d["known"][0], np.uint64), _unpack(d["known"][1], np.uint64)),
+                   [(int(a), int(b)) for a, b in d["known_add"]])
+
     def copy(self) -> DeviceState:
         return DeviceState(self.addr.copy(), self.size.copy(), self.req.copy(), set(self.pending),
                            [Segment(s.start, s.end, s.expandable) for s in self.segments],
                            self.live_bytes, self.reserved_bytes, ReplayCounters(), self.segmented,
                            (self.known[0].copy(), self.known[1].copy()), list(self.known_add))
+
+
+def _pack(a: np.ndarray) -> str:
+    """A uint64/int64 array as base64 of its little-endian bytes (``to_json``)."""
+    import base64
+
+    return base64.b64encode(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()).decode("ascii")
+
+
+def _unpack(text: str, dtype) -> np.ndarray:
+    import base64
+
+    return np.frombuffer(base64.b64decode(text), np.dtype(dtype).newbyteorder("<")).astype(dtype)

@@ -11,7 +11,7 @@ events repeat the state they inherit. Memory is the live set plus the rows: batc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -71,10 +71,8 @@ class Replay:
                  max_gap: int, threshold: float, bins, layout: Layout, at_ns: int | None,
                  latency_col: str | None = None) -> None:
         self.window_ns, self.window_events = window_ns, window_events
-        check_devices(len(initial or {}))
-        self.states: dict[int, DeviceState] = {d: s.copy() for d, s in (initial or {}).items()}
-        for d, s in (initial or {}).items():
-            self.states[d].counters = s.counters
+        self.states: dict[int, DeviceState] = {}
+        self.seed(initial)
         self.round_bytes, self.max_gap, self.threshold, self.bins = round_bytes, max_gap, threshold, bins
         self.layout, self.at_ns, self.latency_col = layout, at_ns, latency_col
         self.labels = [bin_label(lo, hi) for lo, hi in bins]
@@ -89,6 +87,13 @@ class Replay:
         self.at_states: dict[int, DeviceState] | None = None if at_ns is None else {}
         self.n_offset = 0  # events before this piece of the trace (engines: ``parallel``)
         self.next_k: dict[int, int] | None = None  # per device, the window of its next event after this piece
+
+    def seed(self, initial: dict[int, DeviceState] | None) -> None:
+        """Start from ``initial`` (the state before the first event, per device; copied, its counters kept)."""
+        check_devices(len(initial or {}))
+        self.states = {d: s.copy() for d, s in (initial or {}).items()}
+        for d, s in (initial or {}).items():
+            self.states[d].counters = s.counters
 
     # -- input ----------------------------------------------------------------------------------
     def feed(self, batch: pa.RecordBatch) -> None:
@@ -201,9 +206,9 @@ class Replay:
         n_dalloc = count((code == OP_SEG_ALLOC) | (code == OP_SEG_MAP))
         n_dfree = count((code >= OP_SEG_ALLOC) & (code != OP_SEG_ALLOC) & (code != OP_SEG_MAP))
         if self.window_events is None:
-            t = ts.astype(np.float64)
             piece = np.zeros(n)
-            piece[:-1] = live[:-1] * np.diff(t)
+            # the gaps in integers, then as floats: epoch nanoseconds (1.7e18) as float64 are 256 ns apart
+            piece[:-1] = live[:-1] * np.diff(ts).astype(np.float64)
             piece[bounds[1:] - 1] = 0.0  # a run's last level is integrated by the next run or the close
             integ = np.add.reduceat(piece, starts)
         else:
@@ -289,6 +294,26 @@ class Replay:
         for i, (lo, hi) in enumerate(self.bins):
             self.bin_rows.append({"window": win.k, "device": d, "bin": self.labels[i], "lo_bytes": lo,
                                   "hi_bytes": hi, "free_blocks": int(counts[i]), "free_bytes": int(nbytes[i])})
+
+    def to_json(self) -> dict:
+        """The replay's state between two batches, as JSON values: each device's allocator state and open
+        window, and where its time stands (a follower's checkpoint: ``live.fragmentation``; rows already
+        taken are not kept). Only a time-window replay of a whole trace (no ``--at``, not a piece) has one."""
+        if self.window_events is not None or self.at_ns is not None or self.next_k is not None or self.rows:
+            raise ValueError("only a time-window replay with no rows pending can be checkpointed")
+        return {"states": {str(d): st.to_json() for d, st in self.states.items()},
+                "open": {str(d): asdict(w) for d, w in self.open.items()},
+                "last_ts": {str(d): t for d, t in self.last_ts.items()},
+                "first_ts": {str(d): t for d, t in self.first_ts.items()},
+                "n_read": self.n_read, "placed": self.placed}
+
+    def from_json(self, s: dict) -> None:
+        """Continue from ``to_json``'s state (this replay made with the same options)."""
+        self.states = {int(d): DeviceState.from_json(v) for d, v in s["states"].items()}
+        self.open = {int(d): _Win(**w) for d, w in s["open"].items()}
+        self.last_ts = {int(d): int(t) for d, t in s["last_ts"].items()}
+        self.first_ts = {int(d): int(t) for d, t in s["first_ts"].items()}
+        self.n_read, self.placed = int(s["n_read"]), int(s["placed"])
 
     def capture_at(self, d: int) -> None:
         """Keep device ``d``'s state as it is after its last event at or before ``at_ns``."""

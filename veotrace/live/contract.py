@@ -14,8 +14,10 @@ JSON Lines (``-f jsonl``, one object per line, flushed as it is written):
 
 The checkpoint (``--state FILE``): one JSON object, ``format`` STATE_FORMAT, the veotrace version, the
 command, the input followed (absolute path) and the options that shape the windows; ``tail``: the
-generations read (``live.tail``); ``windows``: the analysis' open windows. A checkpoint of another
-format, input, command or options is refused, naming both.
+generations read (``live.tail``; a snapshot piece is known by its name and size); ``windows``: the
+analysis' open windows (fragmentation: the replay's allocator state, ``frag.windows.Replay.to_json``,
+its live blocks' arrays in base64). A checkpoint of another format, version, input, command or options
+is refused, naming both.
 """
 
 from __future__ import annotations

@@ -3,16 +3,29 @@
 The offline replay itself (``frag.windows.Replay``) is fed each poll's batches: it closes a device's
 window when that device's next event falls in a later window, and those rows are printed and dropped,
 so memory is the allocator state (live blocks, segments, zones), not the run. Windows are aligned to
-multiples of W in the log's time base, as offline. No checkpoint: the allocator state is not written
-to a file in this version.
+multiples of W in the log's time base, as offline.
+
+The checkpoint (``to_state``) is the replay's state between two polls (``frag.windows.Replay.to_json``:
+each device's live blocks, pending frees, segments, counters and open window), so its size is the live
+set, not the events read; a resumed follower prints the windows one read of the finished log gives. The
+hot zones, alignment and strides the replay also counts (``frag.layout``) are not printed when following
+and not kept.
+
+A folder of PyTorch snapshot pieces (``live.torch_dump``) is replayed as ``frag.series`` reads it whole:
+the first piece seeds the replay with the state before its first entry, and every piece's entries are
+replayed with the block sizes its own state gives; a piece that does not start in the state the piece
+before ended in is warned about (that piece's state is kept for the check: the checkpoint holds it too).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pyarrow as pa
 
 from veotrace.frag.layout import Layout
 from veotrace.frag.result import check_params
+from veotrace.frag.state import DeviceState
 from veotrace.frag.windows import Replay
 
 
@@ -30,6 +43,9 @@ class FragWindows:
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.events_read = 0
+        self.pieces = 0  # snapshot pieces read
+        self.prev_final: dict = {}  # the last piece's state (the next one should start in it), and its file
+        self.prev_name = ""
 
     @property
     def events_counted(self) -> int:
@@ -50,6 +66,29 @@ class FragWindows:
             self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
         self.replay.feed(batch)
 
+    def add_piece(self, path, *, options, report) -> None:
+        """Replay a snapshot piece (``frag.series``): the first one seeds the replay with its starting state."""
+        from veotrace.frag.decode import COLUMNS
+        from veotrace.frag.initial_state import TORCH_ROUND_BYTES
+        from veotrace.frag.series import load_piece, mismatch, seeded
+
+        piece = load_piece(path, options=options, report=report)
+        start, batches = seeded(piece, options=options, columns=COLUMNS)
+        if self.pieces == 0:
+            self.replay.seed(start)
+            self.replay.round_bytes = TORCH_ROUND_BYTES  # as one read of a snapshot rounds requests
+        else:
+            off = mismatch(self.prev_final, start)
+            if off:  # the words of frag.series, for the same check
+                report.warnings.append(
+                    f"Warning: {path}: this piece does not start in the state {Path(self.prev_name).name} ended in "
+                    f"({off:,} live blocks or segments differ): entries were lost between two dumps, or the pieces are "
+                    "not of one run")
+        self.pieces += 1
+        self.prev_final, self.prev_name = piece.final, str(path)
+        for batch in batches:
+            self.add(batch)
+
     def complete(self, until_ns: int | None = None) -> list[dict]:
         """The windows the replay closed since the last call (per device), by window then device."""
         rows = sorted(self.replay.rows, key=lambda r: (r["window"], r["device"]))
@@ -66,5 +105,16 @@ class FragWindows:
     def reached(self, until_ns: int) -> bool:
         return self.last_ns is not None and self.last_ns - self.first_ns >= until_ns
 
-    def to_state(self) -> None:
-        return None  # no checkpoint (see the module docstring)
+    def to_state(self) -> dict:
+        """The replay's state and the span read, for a checkpoint (see the module docstring)."""
+        return {"replay": self.replay.to_json(), "span": [self.first_ns, self.last_ns], "events_read": self.events_read,
+                "pieces": self.pieces, "round_bytes": self.replay.round_bytes, "prev_name": self.prev_name,
+                "prev_final": {str(d): st.to_json() for d, st in self.prev_final.items()}}
+
+    def from_state(self, s: dict) -> None:
+        self.replay.from_json(s["replay"])
+        self.first_ns, self.last_ns = s["span"]
+        self.events_read, self.pieces = int(s["events_read"]), int(s["pieces"])
+        self.replay.round_bytes = int(s["round_bytes"])
+        self.prev_name = s["prev_name"]
+        self.prev_final = {int(d): DeviceState.from_json(v) for d, v in s["prev_final"].items()}

@@ -9,6 +9,10 @@ copy, and nothing twice); a file that shrinks, or whose first bytes change, star
 (copytruncate's truncation: a CSV log keeps the header it had). A partial last line waits for its
 line end; a file deleted while followed is read to its end from the open handle. The generations
 (without the files) are what a checkpoint keeps, so a restarted follower skips what it read.
+
+A folder may instead hold a series of PyTorch snapshot pieces (pickles, ``live.torch_dump``): a piece
+is written under a dot-name and renamed into place, so it is complete when it appears; it is yielded
+once, whole (``Piece``), and known by its name and size (its generation's ``fp`` and ``done``).
 """
 
 from __future__ import annotations
@@ -79,6 +83,21 @@ class Lines:
 
 
 @dataclass
+class Piece:
+    """A PyTorch snapshot piece of a folder being followed, complete (renamed into place), to be read whole."""
+
+    path: str
+
+
+#: The first byte of a pickle of protocol 2 or later (PyTorch's snapshots are 4 or 5).
+PICKLE_START = b"\x80"
+
+
+def _piece_fp(path: Path) -> bytes:
+    return b"piece:" + path.name.encode("utf-8", "surrogateescape")
+
+
+@dataclass
 class _File:
     path: Path
     key: tuple[int, int]
@@ -87,6 +106,7 @@ class _File:
     size: int = -1
     sizes_seen: int = 0  # polls a compressed file kept its size (it is complete once it stops growing)
     finished: bool = False
+    piece: bool = False  # a snapshot piece: read whole, once
 
 
 @dataclass
@@ -119,8 +139,9 @@ class Tail:
                 out.append(g)
         return out
 
-    def poll(self) -> Iterator[Lines]:
-        """The whole lines every followed file gained since the last poll (files appearing are read whole)."""
+    def poll(self) -> Iterator[Lines | Piece]:
+        """The whole lines every followed file gained since the last poll (files appearing are read whole),
+        and the snapshot pieces that appeared."""
         listing = self._listing()
         for key in [k for k in self.files if k not in listing]:  # deleted (or renamed out of a single-file target)
             yield from self._finish(self.files.pop(key))
@@ -177,6 +198,12 @@ class Tail:
                 head = raw + fh.read(FP_BYTES - 4) if kind is None else _decompressed_head(path)
         except FileNotFoundError:
             return None
+        if kind is None and head.startswith(PICKLE_START) and self.target.is_dir():
+            fp = _piece_fp(path)
+            gen = next((g for g in reversed(self.generations()) if g.fp == fp and g.done == st.st_size), None)
+            f = _File(path, key, gen or Generation(fp=fp, name=str(path)), piece=True, finished=gen is not None)
+            self.files[key] = f
+            return f
         if head is None or (not _data_lines(head) and len(head) < FP_BYTES):
             return None  # a compressed file still being written, or no data line yet: look again next poll
         gen = next((g for g in reversed(self.generations()) if g.holds(head)), None)
@@ -191,8 +218,13 @@ class Tail:
         self.files[key] = f
         return f
 
-    def _read(self, f: _File, st: os.stat_result) -> Iterator[Lines]:
+    def _read(self, f: _File, st: os.stat_result) -> Iterator[Lines | Piece]:
         if f.finished:
+            return
+        if f.piece:
+            f.gen.done, f.gen.lines, f.finished = st.st_size, 1, True
+            self.bytes_read += st.st_size
+            yield Piece(str(f.path))
             return
         if f.fd is None:
             yield from self._read_compressed(f, st)

@@ -50,13 +50,36 @@ class Follower:
         self.extra: tuple[Callable[[], dict], Callable[[dict], None]] | None = None
 
     def feed(self, lines) -> None:
+        from veotrace.live.tail import Piece
         from veotrace.sources.logs.lines import parse_lines
 
+        self.fed = True
+        piece = isinstance(lines, Piece)
+        w = self.windows
+        if hasattr(w, "add_piece") and (w.pieces > 0 if not piece else w.pieces == 0 and w.events_read > 0):
+            from veotrace.errors import TraceFormatError
+
+            raise TraceFormatError("the folder holds both alloc/free logs and PyTorch snapshot pieces, which do not "
+                                   "replay as one run", path=lines.path,
+                                   hint="Follow a folder of logs, or one of snapshot pieces (veotrace.live.torch_dump)")
+        if piece:  # a PyTorch snapshot piece (live.torch_dump), read whole
+            self.feed_piece(Path(lines.path))
+            return
         batch = parse_lines(lines.data, shape=lines.shape, path=lines.path, first_line=lines.first_line, seq_start=0,
                             options=self.options, report=self.report, columns=self.columns)
         if batch is not None:
             self.windows.add(batch)
-        self.fed = True
+
+    def feed_piece(self, path: Path) -> None:
+        """A snapshot piece's entries: fragmentation seeds its replay from the pieces' states
+        (``add_piece``); the other analyses count the entries as a log's rows."""
+        if hasattr(self.windows, "add_piece"):
+            self.windows.add_piece(path, options=self.options, report=self.report)
+            return
+        from veotrace.sources import iter_alloc_events
+
+        for batch in iter_alloc_events([path], options=self.options, report=self.report, columns=self.columns):
+            self.windows.add(batch)
 
     def _print(self, rows: list[dict], complete: bool) -> None:
         from veotrace.live.contract import record
@@ -169,9 +192,10 @@ def follow_fragmentation(target, *, emit: Emit, note: Note, window: str | float 
                          threshold: float = FRAGMENTATION_THRESHOLD, max_gap: str | int | None = None,
                          bins: str | list | None = None, zone_bytes: str | int | None = None, time_unit: str = "ns",
                          skip_bad_rows: bool = False, until=None, idle_timeout=None, poll=FOLLOW_POLL_S,
-                         clock=None) -> str:
+                         state: Path | None = None, clock=None) -> str:
     """Follow ``target`` and emit each fragmentation window (per device) as the replay closes it: the rows
-    ``fragmentation`` gives on the finished log with the same ``window`` (default 300 s). No checkpoint."""
+    ``fragmentation`` gives on the finished log with the same ``window`` (default 300 s). ``state``: the
+    checkpoint (the allocator state replayed so far, ``live.fragmentation``), as :func:`follow_entropy`."""
     from veotrace.frag.decode import COLUMNS
     from veotrace.live.fragmentation import FragWindows
     from veotrace.runs.fragmentation import parse_bins, zone_option
@@ -181,8 +205,12 @@ def follow_fragmentation(target, *, emit: Emit, note: Note, window: str | float 
                           max_gap=FRAGMENTATION_MAX_GAP_BYTES if max_gap is None else common.nbytes(max_gap, "--max-gap"),
                           bins=parse_bins(list(FRAGMENTATION_BINS) if bins is None else bins),
                           zone_bytes=zone_option(FRAGMENTATION_ZONE_BYTES if zone_bytes is None else zone_bytes))
-    return run_follow("fragmentation", target, windows, {}, COLUMNS, emit=emit, note=note, time_unit=time_unit,
-                      skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll, state=None,
+    r = windows.replay
+    params = {"window_ns": windows.window_ns, "threshold": r.threshold, "max_gap": r.max_gap,
+              "bins": [list(b) for b in r.bins], "zone_bytes": r.layout.zone_bytes,
+              "time_unit": getattr(time_unit, "value", time_unit)}
+    return run_follow("fragmentation", target, windows, params, COLUMNS, emit=emit, note=note, time_unit=time_unit,
+                      skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
                       clock=clock)
 
 

@@ -1,4 +1,5 @@
-"""Run `fragmentation`: read a trace (alloc/free logs, or one PyTorch snapshot seeded from its final state) and replay it.
+"""Run `fragmentation`: read a trace (alloc/free logs, one PyTorch snapshot seeded from its final state, or a
+folder of snapshot pieces of one run: ``frag.series``) and replay it.
 
 The one path from files to ``fragmentation_series`` for the command, the report and the Python API:
 on one process, or in two passes over pieces of the logs on the engines (``fragmentation.parallel``)
@@ -254,15 +255,11 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
             here, with the reason appended to ``notes``.
         events: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (``diff``).
     """
-    import pyarrow as pa
-
-    from veotrace.errors import TraceFormatError, UsageError
-    from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series, initial_from_tables
+    from veotrace.errors import UsageError
+    from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series
     from veotrace.frag.decode import COLUMNS
-    from veotrace.frag.initial_state import seed_blocks
-    from veotrace.schemas import ALLOC_EVENTS
-    from veotrace.schemas.events import alloc_events_schema
-    from veotrace.sources import iter_alloc_events, read_table, resolve_inputs
+    from veotrace.frag.series import SEEDING, load_piece, seeded
+    from veotrace.sources import iter_alloc_events, resolve_inputs
     from veotrace.sources.base import ReadReport
     from veotrace.sources.snapshots.converted import converted_snapshot
 
@@ -299,44 +296,29 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
                                        on_progress=on_progress, inputs=inputs, events=events)
         return fragmentation_series(ooms.tap(batches) if ooms is not None else batches, **kw)
     if len(inputs) > 1:
-        raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay)")
+        if len(snaps) == len(inputs) and not any(converted_snapshot(p) for p in snaps):
+            return _replay_series(snaps, options=options, report=report, ooms=ooms, notes=notes, kw=kw)
+        raise UsageError("give one PyTorch snapshot at a time (its final state seeds the replay), or a folder of "
+                         "snapshot pieces of one run (veotrace.live.torch_dump)")
     path = snaps[0]
     converted = converted_snapshot(path)  # a Parquet file from 'convert': the snapshot's tables are beside it
     if kw.get("latency_col"):
         from veotrace.sources.logs.extra import check_source
 
         check_source(path, "parquet" if converted else "torch-snapshot", (kw["latency_col"],))
-    if converted is not None:
-        final = initial_from_tables(converted.read_segments(), converted.read_blocks())
-    else:
-        final = initial_from_tables(read_table([path], "segments", options=options, report=report),
-                                    read_table([path], "blocks", options=options, report=report))
     # Every event is held for the backward seeding, but only the columns it and the window choice read
     # (32 B an event); the replay then reads the events again (a streamed snapshot from its spill file, a
     # small one from the cache), each batch with its slice of the seeded block sizes.
-    seeding = ("ts_ns", "op", "size_bytes", "address", "device")
-    try:
-        if events is None:
-            wanted = alloc_events_schema(seeding)
-            events = pa.Table.from_batches(list(iter_alloc_events([path], options=options, report=report,
-                                                                  columns=seeding)), schema=wanted)
-        else:  # read already (diff reads each side once): the seeding's columns of it
-            events = events.select(list(seeding))
-        if not events.num_rows:
-            raise TraceFormatError("no trace entries", path=path)
-    except TraceFormatError:  # a snapshot with segments but no trace: its state alone, no windows
-        events = ALLOC_EVENTS.empty_table()
+    # events: read already (diff reads each side once): the seeding's columns of it
+    piece = load_piece(path, options=options, report=report, events=None if events is None else events.select(list(SEEDING)))
+    if not piece.events.num_rows:  # a snapshot with segments but no trace: its state alone, no windows
         report.warnings.append(f"Warning: {path}: no trace entries; only the state at the snapshot is reported")
     if ooms is not None:
-        ooms.see(events)
-    chosen = _fitting_window(events, kw, notes)
+        ooms.see(piece.events)
+    chosen = _fitting_window(piece.events, kw, notes)
     window = {"window_s": chosen["window_s"]} if chosen else {}
-    if events.num_rows:
-        initial, block = seed_blocks(events, final)
-        del events
-        data = _with_blocks(iter_alloc_events([path], options=options, report=ReadReport(), columns=COLUMNS), block)
-    else:
-        initial, data = final, events
+    initial, data = seeded(piece, options=options, columns=COLUMNS)
+    del piece
     result = fragmentation_series(data, initial=initial, round_bytes=TORCH_ROUND_BYTES, **{**kw, **window})
     result.summary["from_snapshot"] = True  # its final state seeded the replay (and chose its window)
     if chosen:
@@ -344,12 +326,35 @@ def read_and_replay(paths: list[Path], *, options, report, on_progress=None, con
     return result
 
 
-def _with_blocks(batches, block):
-    """``batches`` with their slice of ``block`` (the seeded block sizes, one per event) as ``block_bytes``."""
-    at = 0
-    for b in batches:
-        yield b.append_column("block_bytes", block.slice(at, b.num_rows))
-        at += b.num_rows
+def _replay_series(paths: list[Path], *, options, report, ooms, notes: list[str], kw: dict):
+    """A folder of snapshot pieces (``live.torch_dump``) replayed as one run (``frag.series``): seeded from the
+    first piece's state, each piece's entries in turn. The window, when not given, is chosen from every
+    piece's timestamps (a first light read), as for the one snapshot holding them all."""
+    import pyarrow as pa
+
+    from veotrace.errors import UsageError
+    from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series
+    from veotrace.frag.decode import COLUMNS
+    from veotrace.frag.series import series
+    from veotrace.sources import iter_alloc_events
+    from veotrace.sources.base import ReadReport
+
+    if kw.get("latency_col"):
+        raise UsageError("--latency-col reads a log's column; snapshot pieces have none")
+    chosen = {}
+    if kw.get("window_s") is None and kw.get("window_events") is None:
+        ts = [b.column("ts_ns") for b in iter_alloc_events(paths, options=options, report=ReadReport(),
+                                                           columns=("ts_ns",))]
+        chosen = _fitting_window(pa.table({"ts_ns": pa.concat_arrays(ts) if ts else pa.array([], pa.int64())}), kw,
+                                 notes)
+    window = {"window_s": chosen["window_s"]} if chosen else {}
+    initial, data = series(paths, options=options, report=report, columns=COLUMNS,
+                           on_piece=None if ooms is None else (lambda piece: ooms.see(piece.events)))
+    result = fragmentation_series(data, initial=initial, round_bytes=TORCH_ROUND_BYTES, **{**kw, **window})
+    result.summary["from_snapshot"] = True
+    if chosen:
+        result.summary["window_choice"] = chosen
+    return result
 
 
 def _fitting_window(events, kw: dict, notes: list[str]) -> dict:
