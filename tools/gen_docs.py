@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -109,8 +110,11 @@ def options_table(cmd) -> list[str]:
         for p in opts:
             flags = ", ".join(f"`{f}`" for f in [*p.opts, *p.secondary_opts])
             many = " (repeatable)" if p.multiple else ""
-            default = _default(p)
-            out.append(f"| {flags} | {_type(p)}{many} | {f'`{_cell(default)}`' if default else ''} | {_cell(p.help or '')} |")
+            default, help_ = f"`{_default(p)}`" if _default(p) else "", p.help or ""
+            stated = re.search(r"\s*\[default: (.+?)\](\.?)$", help_)  # a default the help words itself
+            if stated and not default:
+                default, help_ = stated.group(1), help_[:stated.start()] + stated.group(2)
+            out.append(f"| {flags} | {_type(p)}{many} | {_cell(default)} | {_cell(help_)} |")
         out.append("")
     return out
 
