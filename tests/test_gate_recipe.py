@@ -1,4 +1,4 @@
-"""The README's CI recipe for `veotrace gate` runs as written on the bundled sample logs."""
+"""The CI recipe for `veotrace gate` (docs/recipes/ci-gate.md) runs as written on the bundled sample logs."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from tests.conftest import REPO, SAMPLES, run_cli
 
 
 def recipe(kind: str) -> str:
-    """The fenced block after ``<!-- gate-recipe: KIND -->`` in the README."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """The fenced block after ``<!-- gate-recipe: KIND -->`` in the CI recipe page."""
+    text = (REPO / "docs" / "recipes" / "ci-gate.md").read_text(encoding="utf-8")
     m = re.search(rf"<!-- gate-recipe: {kind} -->\n```\w+\n(.*?)```", text, re.S)
-    assert m, f"README has no gate-recipe block {kind}"
+    assert m, f"docs/recipes/ci-gate.md has no gate-recipe block {kind}"
     return m.group(1)
 
 

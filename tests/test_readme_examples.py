@@ -1,27 +1,31 @@
-"""Every `veotrace ...` line of the README's ```sh blocks runs as written on sample_traces/, and the samples are what
-sample_traces/regenerate.py writes.
+"""Every `veotrace ...` line of the ```sh blocks of README.md and of every page under docs/ runs as written on
+sample_traces/, and the samples are what sample_traces/regenerate.py writes.
 
-Each command line is one test, named by its README line (``README.md:142``). The lines run with
-``python3 -m veotrace`` in one scratch folder that links every top-level entry of the repository (so paths read as
-from the repository root, and ``-o`` outputs land in the scratch folder, where later lines can read them); the
-lines of one ```sh block run in order, two blocks at a time (blocks do not read each other's outputs). Expected exit
+Each command line is one test, named by its file and line (``README.md:42``, ``docs/recipes/dask.md:12``); a line
+that repeats one already run (same text, writing no file) is run once. The lines run in this process (Typer's
+CliRunner, as ``veotrace ARGS``) from one scratch folder that links every top-level entry of the repository (so paths
+read as from the repository root, and ``-o`` outputs land in the scratch folder, where later lines can read them), in
+file and line order. Expected exit
 code: 0, or the one a comment on the line documents (``# exit 3 ...``); a ``|| ...`` tail accepts 0 or 3.
 ``| jq ...`` runs only when jq is installed. Skipped: lines with ``pip install``, ``pytest``, ``benchmarks/``,
 ``nsys``/``ncu`` commands (tools absent here), lines that are not veotrace commands (shell around them), the
 line after a ``# not run`` comment line, and a ``# not run: veotrace ...`` line itself.
 
-Each ```python block (the Python API section) runs whole, as one ``python3 -c`` in the same scratch folder, and
-must exit 0 (its ``assert`` lines are the checks).
+Each ```python block (the Python sessions) runs whole, as one ``python3 -c`` in the same scratch folder, and
+must exit 0 (its ``assert`` lines are the checks); a block whose first line is a ``# not run`` comment (it needs
+torch and a GPU) is left out.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,18 +34,31 @@ import pytest
 from tests.conftest import REPO, SAMPLES
 
 README = REPO / "README.md"
-#: Fewest command lines the README must yield (it has about 30 runnable ones without other sections).
-MIN_COMMANDS = 25
+DOCS = REPO / "docs"
+#: Fewest command lines README.md and docs/ must yield together (about 100 runnable ones in all).
+MIN_COMMANDS = 80
+#: Options whose value is a file the command writes: a repeated line with one of them runs again.
+WRITES = ("-o", "--output", "--save-baseline", "--junit", "--pairs-out", "--plot", "--state")
 OPERATORS = {"&&", "||", "|", ";", ">"}
 SKIP_WORDS = ("pip install", "pytest", "benchmarks/")
 TIMEOUT_S = 180
 
 
+def doc_files() -> list[Path]:
+    """README.md, then every Markdown file under docs/ (the command texts in docs/_commands/ included)."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.name
+
+
 @dataclass
 class Example:
-    line: int  # 1-based line in README.md
+    line: int  # 1-based line in its file
     text: str
-    block: int = 0  # which ```sh block of the README
+    block: int = 0  # which ```sh block of the file
+    file: str = "README.md"  # the file, relative to the repository root
     commands: list[list[str]] = field(default_factory=list)  # veotrace argument lists, run in order (&&)
     jq: list[str] | None = None  # the jq arguments of a `| jq ...` tail
     stdout_to: str | None = None  # `> FILE`
@@ -104,11 +121,12 @@ def parse(line_no: int, raw: str) -> Example | str:
     return ex
 
 
-def readme_examples() -> tuple[list[Example], list[tuple[int, str, str]]]:
-    """(examples to run, [(line, text, why skipped)]) from README.md's ```sh blocks."""
+def readme_examples(path: Path | None = None) -> tuple[list[Example], list[tuple[int, str, str]]]:
+    """(examples to run, [(line, text, why skipped)]) from one file's ```sh blocks (README.md by default)."""
+    path = README if path is None else path
     run, skipped = [], []
     in_sh, not_run, block = False, False, 0
-    for n, raw in enumerate(README.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         stripped = raw.strip()
         if stripped.startswith("```"):
             in_sh = stripped == "```sh" and not in_sh
@@ -132,26 +150,50 @@ def readme_examples() -> tuple[list[Example], list[tuple[int, str, str]]]:
         if isinstance(ex, str):
             skipped.append((n, stripped, ex))
         else:
-            ex.block = block
+            ex.block, ex.file = block, _rel(path)
             run.append(ex)
     return run, skipped
 
 
-EXAMPLES, SKIPPED = readme_examples()
+def _writes(ex: Example) -> bool:
+    return ex.stdout_to is not None or any(a in WRITES or a.split("=")[0] in WRITES for args in ex.commands for a in args)
 
 
-def python_blocks() -> list[tuple[int, str]]:
-    """(line of the opening fence, code) of each ```python block of README.md."""
-    blocks, current, start = [], None, 0
-    for n, raw in enumerate(README.read_text(encoding="utf-8").splitlines(), start=1):
-        stripped = raw.strip()
-        if current is None and stripped == "```python":
-            current, start = [], n
-        elif current is not None and stripped.startswith("```"):
-            blocks.append((start, "\n".join(current) + "\n"))
-            current = None
-        elif current is not None:
-            current.append(raw)
+def all_examples() -> tuple[list[Example], list[tuple[str, str, str]]]:
+    """The examples of every file, a line already run elsewhere (same text, writing nothing) left out."""
+    run, skipped, seen = [], [], set()
+    for path in doc_files():
+        examples, skips = readme_examples(path)
+        skipped += [(f"{_rel(path)}:{n}", text, why) for n, text, why in skips]
+        for ex in examples:
+            key = (tuple(map(tuple, ex.commands)), ex.jq and tuple(ex.jq), ex.expected)
+            if key in seen and not _writes(ex):
+                skipped.append((f"{ex.file}:{ex.line}", ex.text, "run already"))
+                continue
+            seen.add(key)
+            run.append(ex)
+    return run, skipped
+
+
+EXAMPLES, SKIPPED = all_examples()
+
+
+def python_blocks(path: Path | None = None) -> list[tuple[str, str]]:
+    """(file:line of the opening fence, code) of each ```python block of README.md and docs/ (or of one file)."""
+    blocks = []
+    for p in doc_files() if path is None else [path]:
+        current, start = None, 0
+        for n, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+            stripped = raw.strip()
+            if current is None and stripped == "```python":
+                current, start = [], n
+            elif current is not None and stripped.startswith("```"):
+                code = "\n".join(current) + "\n"
+                if not re.match(r"\s*#\s*not run\b", code):
+                    blocks.append((f"{_rel(p)}:{start}", code))
+                current = None
+            elif current is not None:
+                current.append(raw)
     return blocks
 
 
@@ -168,34 +210,43 @@ def scratch(tmp_path_factory) -> Path:
     return root
 
 
-def _run_block(examples: list[Example], cwd: Path) -> dict[int, list[subprocess.CompletedProcess]]:
-    out = {}
-    for ex in examples:
-        done = []
-        for args in ex.commands:
-            done.append(subprocess.run([sys.executable, "-m", "veotrace", *args], cwd=cwd, capture_output=True,
-                                       timeout=TIMEOUT_S, check=False))
-            if done[-1].returncode != 0:
-                break
-        if ex.stdout_to:
-            (cwd / ex.stdout_to).write_bytes(done[-1].stdout)
-        out[ex.line] = done
-    return out
+@dataclass
+class Done:
+    """What one veotrace command of an example did (as a CliRunner result)."""
+
+    args: list[str]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
 
 
-@pytest.fixture(scope="module")
-def results(scratch) -> dict[int, list[subprocess.CompletedProcess]]:
-    """README line -> the processes its commands ran (stopping at the first that failed)."""
-    from concurrent.futures import ThreadPoolExecutor
+def _run(args: list[str], cwd: Path) -> Done:
+    from typer.testing import CliRunner
 
-    blocks: dict[int, list[Example]] = {}
-    for ex in EXAMPLES:
-        blocks.setdefault(ex.block, []).append(ex)
-    out: dict[int, list[subprocess.CompletedProcess]] = {}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for done in pool.map(lambda b: _run_block(b, scratch), blocks.values()):
-            out.update(done)
-    return out
+    from veotrace.cli import app
+
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        res = CliRunner().invoke(app, args, catch_exceptions=True)
+    finally:
+        os.chdir(old)
+    err = res.stderr_bytes or b""
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        err += "".join(traceback.format_exception(res.exception)).encode()
+    return Done(args, res.exit_code, res.stdout_bytes, err)
+
+
+def run_example(ex: Example, cwd: Path) -> list[Done]:
+    """Run the example's commands in order, stopping at the first that fails."""
+    done = []
+    for args in ex.commands:
+        done.append(_run(args, cwd))
+        if done[-1].returncode != 0:
+            break
+    if ex.stdout_to:
+        (cwd / ex.stdout_to).write_bytes(done[-1].stdout)
+    return done
 
 
 def test_the_readme_yields_enough_commands():
@@ -203,30 +254,30 @@ def test_the_readme_yields_enough_commands():
     assert all(ex.commands for ex in EXAMPLES)
 
 
-@pytest.mark.parametrize("ex", EXAMPLES, ids=[f"README.md:{ex.line}" for ex in EXAMPLES])
-def test_readme_example_runs(ex: Example, results):
-    done = results[ex.line]
-    where = f"README.md:{ex.line}: {ex.text}"
+@pytest.mark.parametrize("ex", EXAMPLES, ids=[f"{ex.file}:{ex.line}" for ex in EXAMPLES])
+def test_readme_example_runs(ex: Example, scratch):
+    done = run_example(ex, scratch)
+    where = f"{ex.file}:{ex.line}: {ex.text}"
     for i, proc in enumerate(done):
         last = i == len(ex.commands) - 1
         allowed = ex.expected if last else (0,)
-        assert proc.returncode in allowed, (f"{where}\n{' '.join(proc.args[3:])}: exit {proc.returncode}, expected "
+        assert proc.returncode in allowed, (f"{where}\nveotrace {' '.join(proc.args)}: exit {proc.returncode}, expected "
                                             f"{' or '.join(map(str, allowed))}\n{proc.stderr.decode(errors='replace')[-2000:]}")
     if ex.jq is not None and shutil.which("jq"):
         piped = subprocess.run(["jq", *ex.jq], input=done[-1].stdout, capture_output=True, timeout=60, check=False)
         assert piped.returncode == 0, f"{where}: jq {' '.join(ex.jq)} on the output: {piped.stderr!r}"
 
 
-def test_the_readme_has_a_python_api_session():
-    assert PYTHON_BLOCKS, "README.md has no ```python block (section 'Python API (notebooks)')"
+def test_the_docs_have_a_python_api_session():
+    assert PYTHON_BLOCKS, "neither README.md nor docs/ has a ```python block (docs/notebook.md)"
     assert any("import veotrace" in code for _, code in PYTHON_BLOCKS)
 
 
-@pytest.mark.parametrize("line,code", PYTHON_BLOCKS, ids=[f"README.md:{line}" for line, _ in PYTHON_BLOCKS])
-def test_readme_python_block_runs(line: int, code: str, scratch):
+@pytest.mark.parametrize("line,code", PYTHON_BLOCKS, ids=[line for line, _ in PYTHON_BLOCKS])
+def test_readme_python_block_runs(line: str, code: str, scratch):
     """The block runs from the scratch root, so ``import veotrace`` is this checkout and outputs land there."""
     proc = subprocess.run([sys.executable, "-c", code], cwd=scratch, capture_output=True, timeout=TIMEOUT_S, check=False)
-    assert proc.returncode == 0, f"README.md:{line}: the python block exits {proc.returncode}\n" \
+    assert proc.returncode == 0, f"{line}: the python block exits {proc.returncode}\n" \
                                  f"{proc.stderr.decode(errors='replace')[-2000:]}"
 
 
@@ -279,7 +330,6 @@ def test_not_run_markers(tmp_path, monkeypatch):
     readme = tmp_path / "README.md"
     readme.write_text("```sh\n# not run (needs pip install 'veotrace[ncu]'):\nveotrace a x\nveotrace b x\n"
                       "# not run: veotrace c x\nveotrace d x   # exit 3 when found\n```\n```\nveotrace e x\n```\n")
-    monkeypatch.setattr(sys.modules[__name__], "README", readme)
-    run, skipped = readme_examples()
+    run, skipped = readme_examples(readme)
     assert [ex.commands[0][0] for ex in run] == ["b", "d"] and run[1].expected == (3,)
     assert [line for line, _, why in skipped if why == "# not run"] == [3, 5]
