@@ -32,8 +32,8 @@ FIGURES: dict[str, list[str]] = {
     "entropy.svg": ["entropy", "sample_traces/alloc_logs/", "--segments", "48,120"],
     "simulate.svg": ["simulate", "sample_traces/simulate/training_log.csv"],
     "tune.svg": ["tune", "sample_traces/simulate/training_log.csv"],
-    "findings.svg": ["diagnose", "sample_traces/simulate/training_log.csv", "sample_traces/ncu/l2_details.csv",
-                     "sample_traces/frames/frames.csv"],
+    "findings.svg": ["diagnose", "sample_traces/alloc_logs/", "sample_traces/ncu/l2_details.csv",
+                     "sample_traces/frames/frames.csv", "--align", "frames.csv=100h", "--frame-period", "1h"],
 }
 
 

@@ -42,7 +42,7 @@ def plot_findings(result: Any, *, size: tuple[int, int]):
         band = (v - lo) / (hi - lo) if hi > lo else np.full(v.size, 0.5)
         style = {"lw": 0, "marker": "|", "ms": 6} if lane["analysis"] == "bursts" else {"lw": 1}
         ax.plot(t, y + 0.35 - 0.7 * band, color=MUTED, alpha=0.6, **style)  # the axis runs downwards
-        ax.annotate(f"{lane['label']}: {lo:.3g}..{hi:.3g}", (0, y - 0.4), xycoords=("axes fraction", "data"),
+        ax.annotate(f"{lane['label']}: {lo:.3g}..{hi:.3g}", (0.005, y - 0.4), xycoords=("axes fraction", "data"),
                     fontsize=6, color=MUTED, va="bottom")
     for n, f in timed:
         y = keys.index((f.source, f.command))
