@@ -82,11 +82,29 @@ def test_state_of_another_input(tmp_path):
     assert [r["record"] for r in recs] == ["window", "end"] and recs[0]["complete"] is False
 
 
-def test_fragmentation_follow_jsonl_equals_offline():
-    res = runner.invoke(app, ["fragmentation", str(LOGS), "--follow", *FAST, "-f", "jsonl", "--window", "1h"])
+def _written_in_read_order(tmp_path) -> Path:
+    """The sample logs copied with modification times in the order an offline read takes them (.1, .2, .10):
+    a follower reads a folder's files oldest first, and a checkout stamps them in whatever order it writes."""
+    import os
+    import shutil
+
+    from veotrace.sources import ReadReport, resolve_inputs
+    from veotrace.sources.base import ReadOptions
+
+    folder = tmp_path / "alloc_logs"
+    shutil.copytree(LOGS, folder)
+    order = resolve_inputs([folder], "alloc_events", options=ReadOptions(), report=ReadReport())
+    for k, (path, _) in enumerate(order):
+        os.utime(path, ns=(1_700_000_000 * 10**9 + k * 10**9,) * 2)
+    return folder
+
+
+def test_fragmentation_follow_jsonl_equals_offline(tmp_path):
+    logs = _written_in_read_order(tmp_path)
+    res = runner.invoke(app, ["fragmentation", str(logs), "--follow", *FAST, "-f", "jsonl", "--window", "1h"])
     assert res.exit_code == 0, res.stderr
     recs = [json.loads(line) for line in res.stdout.splitlines()]
-    off = json.loads(runner.invoke(app, ["fragmentation", str(LOGS), "--window", "1h", "-f", "json"]).stdout)["windows"]
+    off = json.loads(runner.invoke(app, ["fragmentation", str(logs), "--window", "1h", "-f", "json"]).stdout)["windows"]
     keys = list(off[0])
     got = [{k: r[k] for k in keys} for r in recs if r["record"] == "window"]
     assert got == [{k: (pytest.approx(v, rel=1e-12) if isinstance(v, float) else v) for k, v in row.items()}
