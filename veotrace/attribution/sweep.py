@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -143,7 +144,7 @@ def stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Int
     starts = np.array([r[0] for r in ranges], dtype=np.uint64)
     ends = np.array([r[1] for r in ranges], dtype=np.uint64)
     addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks))
-    vals = np.array(list(blocks.values()), dtype=np.int64).reshape(-1, 3)  # size, requested, site code
+    vals = np.fromiter(chain.from_iterable(blocks.values()), np.int64, 3 * len(blocks)).reshape(-1, 3)  # size, requested, site
     j = np.searchsorted(starts, addr, side="right").astype(np.int64) - 1
     ok = j >= 0
     ok[ok] = addr[ok] < ends[j[ok]]
