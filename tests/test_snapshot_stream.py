@@ -83,9 +83,9 @@ def test_streamed_read_gives_the_same_json_for_every_command_on_every_real_snaps
 
 
 def test_fragmentation_by_site_on_a_streamed_snapshot_never_reads_it_whole(monkeypatch, generated):
-    """The stranded bytes by site come from the streamed columns (attribution.streamed), not from the
-    entries as dicts: the whole read is made to fail, and the series still equals the whole read's."""
-    from veotrace.attribution import attribute as whole_attribution
+    """The stranded bytes by site come from the streamed columns (attribution.traces.StreamedTraces), not
+    from the entries as dicts: the whole read is made to fail, and the series still equals the whole read's."""
+    from veotrace.attribution import traces as attribution_traces
     from veotrace.sources.snapshots import torch_snapshot
 
     path = generated[0]
@@ -96,7 +96,7 @@ def test_fragmentation_by_site_on_a_streamed_snapshot_never_reads_it_whole(monke
         raise AssertionError("read whole")
 
     monkeypatch.setattr(torch_snapshot, "load_snapshot", refused)
-    monkeypatch.setattr(whole_attribution, "attribute", refused)
+    monkeypatch.setattr(attribution_traces, "WholeTraces", refused)
     streamed = run_cli("fragmentation", "--by", "site", path, "-f", "json")
     assert streamed.exit_code == 0, streamed.stderr[-500:]
     pinning = json.loads(streamed.stdout)["pinning"]

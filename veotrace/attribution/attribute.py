@@ -20,6 +20,7 @@ phase being the innermost range open at its time; unmatched marks are counted, n
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -27,6 +28,8 @@ import numpy as np
 
 from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner, SiteRule
 from veotrace.attribution.sweep import (
+    SEGMENT_IN,
+    SEGMENT_OUT,
     Sweep,
     before_trace,
     block_size,
@@ -57,9 +60,10 @@ class SitesResult:
                 "devices": self.devices, "phases": self.phases}
 
 
-def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
+def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None,
               window_s: float | None = None, aligned: bool = False, only_windows: bool = False) -> SitesResult:
-    """Attribute ``snap`` (a validated ``Snapshot``) to sites and phases (see the module docstring).
+    """Attribute a snapshot's ``traces`` (``attribution.traces``: read whole or streamed) to sites and phases
+    (see the module docstring).
 
     ``at_s``: also the stranded bytes at this time after the first event (``pinning_at``: the live
     blocks replayed to then, in the segments of then, rebuilt from the final ones backwards through the
@@ -68,40 +72,38 @@ def attribute(snap, rule: SiteRule | None = None, *, at_s: float | None = None,
     ``only_windows``: that series alone (``fragmentation --by site``): no peaks, end, timeline or phases."""
     rule = rule or SiteRule()
     names = Interner(rule)
+    snap = traces.snap
     final = final_blocks(snap, names)
-    n_entries = sum(len(t) for t in snap.device_traces)
-    with_frames = sum(1 for t in snap.device_traces for e in t if e.get("frames"))
+    n_entries, with_frames = traces.entries, traces.with_frames
     blocks_with_frames = sum(1 for s in snap.segments for b in s.get("blocks", ()) if b.get("frames"))
-    devices_seen = sorted({*(d for d, t in enumerate(snap.device_traces) if t), *final})
-    t0 = min((e["time_us"] for t in snap.device_traces for e in t[:1] if isinstance(e.get("time_us"), int)),
-             default=None)
+    devices_seen = sorted({*traces.devices, *final})
+    t0 = min((t for t in map(traces.first_us, traces.devices) if t is not None), default=None)
     intervals, counts = _annotation_ranges(snap.external_annotations)
     devices, phase_rows = {}, []
     for d in devices_seen:
-        trace = snap.device_traces[d] if d < len(snap.device_traces) else []
+        traced = d in traces.devices
         end_reserved = sum(b - a for a, b in segment_ranges(snap.segments, d))
-        replay = _replay(trace, final.get(d, {}), names, t0, end_reserved, peaks=not only_windows)
-        sweep = _sweep(trace, snap, d, replay)
-        windows = window_s is not None and t0 is not None and trace
+        replay = _replay(traces, d, final.get(d, {}), names, t0, end_reserved, peaks=not only_windows)
+        sweep = _sweep(traces, d, names, replay)
+        windows = window_s is not None and t0 is not None and traced
+        last_us = traces.last_us(d) if traces.last_us(d) is not None else t0
         if only_windows:
             if windows:
-                devices[str(d)] = {"stranded_windows": stranded_series(sweep, names, t0, _last_us(trace, t0), window_s,
-                                                                       aligned)}
+                devices[str(d)] = {"stranded_windows": stranded_series(sweep, names, t0, last_us, window_s, aligned)}
             continue
         blank, before = names.code(NO_FRAMES), names.code(BEFORE_TRACE)
-        live = {a: v if v[2] != blank or not trace else (*v[:2], replay.alloc_site.get(a, before), v[3])
+        live = {a: v if v[2] != blank or not traced else (*v[:2], replay.alloc_site.get(a, before), v[3])
                 for a, v in final.get(d, {}).items()}  # a block recorded without frames: its alloc's stack
-        end = _end(live, names, replay.alloc_time, snap, d, t0)
+        end = _end(live, names, replay.alloc_time, snap, d, traces.last_us(d))
         devices[str(d)] = {"peaks": replay.peaks, "end": end["end"], "pinning": end["pinning"],
-                           "timeline": _timeline(trace, replay, names, t0),
+                           "timeline": _timeline(sweep, traced, traces.all_timed(d), replay, names, t0),
                            "ranges": [{"start_s": (a - t0) / 1e6, "end_s": (b - t0) / 1e6, "name": n, "depth": k}
                                       for a, b, n, k in intervals.get(d, [])] if t0 is not None else []}
         if at_s is not None:
             devices[str(d)]["pinning_at"] = _pinning_at(sweep, names, t0, at_s)
         if windows:
-            devices[str(d)]["stranded_windows"] = stranded_series(sweep, names, t0, _last_us(trace, t0), window_s,
-                                                                  aligned)
-        rows = _phases(trace, d, intervals.get(d, []), replay, t0)
+            devices[str(d)]["stranded_windows"] = stranded_series(sweep, names, t0, last_us, window_s, aligned)
+        rows = _phases(sweep, traced, d, intervals.get(d, []), replay)
         if rows:  # each phase's state at its entry and exit, joined to its allocation counts
             states = {r["phase"]: r for r in phase_states(sweep, names, d, t0, intervals.get(d, []))}
             for r in rows:
@@ -147,7 +149,7 @@ def final_blocks(snap, names: Interner) -> dict[int, dict[int, tuple]]:
     return out
 
 
-def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], snap, d: int, t0) -> dict:
+def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], snap, d: int, last_us: int | None) -> dict:
     """End bytes by site, and each segment's stranded free bytes by the sites of its live blocks."""
     by_site: dict[int, list] = defaultdict(lambda: [0, 0, 0])
     held_by: dict[int, list] = defaultdict(list)  # segment index -> its live blocks
@@ -156,8 +158,6 @@ def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], sn
         held_by[v[3]].append((a, v))
     total = sum(r[0] for r in by_site.values())
     end = {"allocated_bytes": total, "sites": _rows(by_site, names, total)}
-    last_us = max((e["time_us"] for e in (snap.device_traces[d] if d < len(snap.device_traces) else ())
-                   if isinstance(e.get("time_us"), int)), default=None)
     pins: dict[int, dict] = {}
     segments, stranded_total = [], 0
     for i, seg in enumerate(snap.segments):
@@ -216,21 +216,21 @@ def _pinning_at(sweep: Sweep, names: Interner, t0, at_s: float) -> dict:
     return {"at_s": at_s, "entries_replayed": upto, **stranded(ranges, blocks, names)}
 
 
-def _entries(trace: list[dict], size_at: list, site_at: list):
-    """A whole read's trace as the sweeps' rows (``sweep.Sweep``), with the replay's block sizes and sites."""
-    return ((e.get("action"), e.get("addr"), e.get("size") or 0, e.get("time_us"), size_at[i], site_at[i])
-            for i, e in enumerate(trace))
+def _sized(rows, final: dict[int, tuple], last_alloc: dict[int, int]):
+    """The sweeps' rows (``sweep.Sweep``) from the traces' rows: each alloc's block is the final block's size
+    for the last alloc of an address live at the end, else the request rounded up."""
+    for i, (act, a, n, t, code) in enumerate(rows):
+        if act == "alloc":
+            yield act, a, n, t, final[a][0] if last_alloc.get(a) == i else block_size(n), code
+        else:
+            yield act, a, n, t, None, None
 
 
-def _sweep(trace: list[dict], snap, d: int, replay: "_Replay") -> Sweep:
-    """Device ``d``'s trace (a whole read's) for the forward sweeps."""
-    undo = ((e.get("action"), e.get("addr"), e.get("size") or 0) for e in reversed(trace))
-    return Sweep(lambda: _entries(trace, replay.size_at, replay.site_at),
-                 ranges_before(segment_ranges(snap.segments, d), undo), replay.pre, replay.free_op)
-
-
-def _last_us(trace: list[dict], t0: int) -> int:
-    return max((e["time_us"] for e in trace if isinstance(e.get("time_us"), int)), default=t0)
+def _sweep(traces, d: int, names: Interner, replay: "_Replay") -> Sweep:
+    """Device ``d``'s trace for the forward sweeps."""
+    return Sweep(lambda: _sized(traces.rows(d, names), replay.final, replay.last_alloc),
+                 ranges_before(segment_ranges(traces.snap.segments, d), reversed(traces.segment_rows(d))),
+                 replay.pre, replay.free_op)
 
 
 def phase_states(sweep: Sweep, names: Interner, d: int, t0, ranges_of_phases: list[tuple]) -> list[dict]:
@@ -280,93 +280,89 @@ class _Replay:
     free_op: str
     alloc_time: dict  # address -> time_us of the alloc of the block live there at the end
     alloc_site: dict  # address -> site code of that alloc (for final blocks recorded without frames)
-    live_at: list  # per trace entry: allocated bytes after it (for the phases)
-    site_at: list  # per trace entry: the site code of an alloc (None otherwise)
-    size_at: list  # per trace entry: the block size of an alloc (None otherwise)
+    live_at: array  # per trace entry: allocated bytes after it (for the phases)
+    final: dict  # address -> the final block (size, requested, site, segment) of this device
 
 
-def _replay(trace: list[dict], final: dict[int, tuple], names: Interner, t0, end_reserved: int,
+def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_reserved: int,
             peaks: bool = True) -> _Replay:
-    completes = any(e.get("action") == "free_completed" for e in trace)
-    free_op = "free_completed" if completes else "free_requested"
+    free_op = "free_completed" if traces.completes(d) else "free_requested"
     # pass 1: blocks live before the trace (freed without an alloc here, or live at the end, never allocated here)
-    pre, last_alloc = before_trace(((e.get("action"), e.get("addr"), e.get("size") or 0) for e in trace), final,
-                                   free_op, names, bool(trace))
-    seg_net = sum((e.get("size") or 0) * (1 if e.get("action") in ("segment_alloc", "segment_map") else -1)
-                  for e in trace if e.get("action") in ("segment_alloc", "segment_map", "segment_free", "segment_unmap"))
-    has_segs = any(e.get("action", "").startswith("segment_") for e in trace)
-    # pass 2: the level after each entry, and where each peak is first reached
+    pre, last_alloc = before_trace(traces.rows(d, names), final, free_op, names, d in traces.devices)
+    segs = traces.segment_rows(d)
+    seg_net = sum(n * (1 if act in SEGMENT_IN else -1) for act, _a, n in segs)
+    # pass 2: the level after each entry (8 bytes a level), and where each peak is first reached
     blocks = dict(pre)
     alloc = sum(v[0] for v in pre.values())
     req = sum(v[1] for v in pre.values())
-    live_at, site_at, size_at, alloc_time, alloc_site = [], [], [], {}, {}
-    levels = {"allocated": [alloc], "requested": [req]}
-    for i, e in enumerate(trace):
-        a, act = e.get("addr"), e.get("action")
-        code = bsize = None
+    alloc_time, alloc_site = {}, {}
+    levels = {"allocated": array("q", [alloc]), "requested": array("q", [req])}
+    reserved = array("q", [0]) if segs else None
+    res = 0
+    for _i, (act, a, n, t, bsize, code) in enumerate(_sized(traces.rows(d, names), final, last_alloc)):
         if act == "alloc":
-            size = e.get("size") or 0
-            code = names.of(e.get("frames"))
-            bsize = final[a][0] if last_alloc.get(a) == i else block_size(size)
             old = blocks.pop(a, None)
             if old is not None:
                 alloc -= old[0]
                 req -= old[1]
-            blocks[a] = (bsize, size, code)
+            blocks[a] = (bsize, n, code)
             alloc += bsize
-            req += size
-            if last_alloc.get(a) == i:
+            req += n
+            if last_alloc.get(a) == _i:
                 alloc_site[a] = code
-                if isinstance(e.get("time_us"), int):
-                    alloc_time[a] = e["time_us"]
+                if isinstance(t, int):
+                    alloc_time[a] = t
         elif act == free_op and a in blocks:
             old = blocks.pop(a)
             alloc -= old[0]
             req -= old[1]
+        elif reserved is not None and act in SEGMENT_IN:
+            res += n
+        elif reserved is not None and act in SEGMENT_OUT:
+            res -= n
         levels["allocated"].append(alloc)
         levels["requested"].append(req)
-        live_at.append(alloc)
-        site_at.append(code)
-        size_at.append(bsize)
-    reserved = None
-    if has_segs:  # reserved bytes from the final segments back through the trace's segment events
-        r = np.cumsum([0] + [(e.get("size") or 0) * (1 if e.get("action") in ("segment_alloc", "segment_map") else -1)
-                             if e.get("action", "").startswith("segment_") else 0 for e in trace])
-        reserved = (r + (end_reserved - seg_net)).tolist()
-        levels["reserved"] = reserved
-    at = {k: int(np.argmax(np.asarray(v))) for k, v in levels.items()} if peaks else {}  # first index of the maximum
-    # pass 3: the live blocks by site at each peak
-    by_peak = _by_site_at(_entries(trace, size_at, site_at), pre, free_op, sorted(set(at.values()))) if at else {}
+        if reserved is not None:
+            reserved.append(res)
+    if reserved is not None:  # reserved bytes from the final segments back through the trace's segment events
+        levels["reserved"] = array("q", (r + end_reserved - seg_net for r in reserved))
+    at = {k: int(np.argmax(np.frombuffer(v, np.int64))) for k, v in levels.items()} if peaks else {}  # first maximum
+    # pass 3: the live blocks by site at each peak, and the time of the entry each is reached at
+    rows = _sized(traces.rows(d, names), final, last_alloc)
+    by_peak, times = _by_site_at(rows, pre, free_op, sorted(set(at.values()))) if at else ({}, {})
     found = {}
     for kind, idx in at.items():
         sites, total = by_peak[idx]
-        e = trace[idx - 1] if idx > 0 else None
-        t = e.get("time_us") if e is not None else None
-        res = reserved[idx] if reserved is not None else None
+        t = times.get(idx)
+        r = int(levels["reserved"][idx]) if reserved is not None else None
         found[kind] = {"at_entry": idx - 1, "t_s": None if t is None or t0 is None else (t - t0) / 1e6,
-                       "bytes": levels[kind][idx], "allocated_bytes": levels["allocated"][idx],
-                       "requested_bytes": levels["requested"][idx], "reserved_bytes": res,
-                       "cached_free_bytes": None if res is None else res - levels["allocated"][idx],
+                       "bytes": int(levels[kind][idx]), "allocated_bytes": int(levels["allocated"][idx]),
+                       "requested_bytes": int(levels["requested"][idx]), "reserved_bytes": r,
+                       "cached_free_bytes": None if r is None else r - int(levels["allocated"][idx]),
                        "sites": _rows(sites, names, total)}
-    return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, live_at, site_at, size_at)
+    return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, levels["allocated"], final)
 
 
-def _by_site_at(rows, pre, free_op, indices: list[int]) -> dict[int, tuple]:
-    """Live blocks by site (code -> [bytes, blocks, requested]) after entry index-1, for each index."""
+def _by_site_at(rows, pre, free_op, indices: list[int]) -> tuple[dict[int, tuple], dict[int, int | None]]:
+    """Live blocks by site (code -> [bytes, blocks, requested]) after entry index-1, for each index; and
+    the time_us of entry index-1 (None before the first entry or without a time)."""
     by: dict[int, list] = defaultdict(lambda: [0, 0, 0])
     for block in pre.values():
         _add(by, block, 1)
-    out, want = {}, set(indices)
-    for i, _row, _blocks, removed, added in walk(rows, pre, free_op):
+    out, times, want = {}, {}, set(indices)
+    prev = None
+    for i, row, _blocks, removed, added in walk(rows, pre, free_op):
         if i in want:
             out[i] = ({c: list(v) for c, v in by.items()}, sum(v[0] for v in by.values()))
+            times[i] = prev[3] if prev is not None and isinstance(prev[3], int) else None
             if len(out) == len(want):
                 break
+        prev = row
         if removed is not None:
             _add(by, removed, -1)
         if added is not None:
             _add(by, added, 1)
-    return out
+    return out, times
 
 
 def _add(by, block: tuple, sign: int) -> None:
@@ -383,28 +379,29 @@ TIMELINE_SITES = 6
 OTHER = "(other sites)"
 
 
-def _timeline(trace: list[dict], replay: _Replay, names: Interner, t0) -> dict:
+def _timeline(sweep: Sweep, traced: bool, all_timed: bool, replay: _Replay, names: Interner, t0) -> dict:
     """Live bytes over the trace for the top sites at the peak allocated (the rest as ``OTHER``):
     ``t_s`` (or the entry index without times) and one list per site, at most TIMELINE_POINTS."""
-    if not trace:
+    n = len(replay.live_at) - 1
+    if not traced or not n:
         return {"x": [], "x_unit": None, "sites": {}}
     top = [r["site"] for r in replay.peaks["allocated"]["sites"][:TIMELINE_SITES]]
     keep = {names.codes[s]: s for s in top}
-    step = max(1, len(trace) // TIMELINE_POINTS)
-    want = set(range(step - 1, len(trace), step)) | {len(trace) - 1}
+    step = max(1, n // TIMELINE_POINTS)
+    want = set(range(step - 1, n, step)) | {n - 1}
     want |= {p["at_entry"] for p in replay.peaks.values() if p["at_entry"] >= 0}  # the peaks are drawn, not sampled past
-    timed = all(isinstance(e.get("time_us"), int) for e in trace) and t0 is not None
+    timed = all_timed and t0 is not None
     by: dict[str, int] = defaultdict(int)
     for size, _req, code in replay.pre.values():
         by[keep.get(code, OTHER)] += size
     xs, series = [], {s: [] for s in [*top, OTHER]}
-    for i, _row, _blocks, removed, added in walk(_entries(trace, replay.size_at, replay.site_at), replay.pre,
-                                                 replay.free_op):
-        if i - 1 in want:  # the state after entry i - 1
-            prev = trace[i - 1]
-            xs.append((prev["time_us"] - t0) / 1e6 if timed else i - 1)
+    prev = None
+    for i, row, _blocks, removed, added in walk(sweep.rows(), replay.pre, replay.free_op):
+        if i - 1 in want:  # the state after entry i - 1 (``prev``)
+            xs.append((prev[3] - t0) / 1e6 if timed else i - 1)
             for s in series:
                 series[s].append(by.get(s, 0))
+        prev = row
         if removed is not None:
             by[keep.get(removed[2], OTHER)] -= removed[0]
         if added is not None:
@@ -467,23 +464,24 @@ def entry_phases(trace: list[dict], ranges: list[tuple]) -> list[str]:
     return out
 
 
-def _phases(trace: list[dict], d: int, ranges: list[tuple], replay: _Replay, t0) -> list[dict]:
+def _phases(sweep: Sweep, traced: bool, d: int, ranges: list[tuple], replay: _Replay) -> list[dict]:
     """Per phase of device ``d``: allocations, bytes allocated, frees, peak live bytes while it is open."""
-    if not trace or not ranges:  # no annotations on this device: one phase would only repeat the total
+    if not traced or not ranges:  # no annotations on this device: one phase would only repeat the total
         return []
     free_op = replay.free_op
     rows: dict[str, dict] = {}
-    for i, (e, name) in enumerate(zip(trace, entry_phases(trace, ranges))):
+    names = entry_phases(({"time_us": r[3]} for r in sweep.rows()), ranges)
+    for i, (r, name) in enumerate(zip(sweep.rows(), names)):
         row = rows.setdefault(name, {"device": d, "phase": name, "allocations": 0, "allocated_bytes": 0,
                                      "frees": 0, "peak_live_bytes": 0, "entries": 0})
         row["entries"] += 1
-        act = e.get("action")
+        act = r[0]
         if act == "alloc":
             row["allocations"] += 1
-            row["allocated_bytes"] += e.get("size") or 0
+            row["allocated_bytes"] += r[2]
         elif act == free_op:
             row["frees"] += 1
-        row["peak_live_bytes"] = max(row["peak_live_bytes"], replay.live_at[i])
+        row["peak_live_bytes"] = max(row["peak_live_bytes"], replay.live_at[i + 1])
     out = sorted(rows.values(), key=lambda r: -r["allocated_bytes"])
     for r in out:
         r["intervals"] = sum(1 for x in ranges if x[2] == r["phase"])

@@ -1,6 +1,6 @@
 """Forward sweeps over one device's trace: the live blocks and reserved ranges at chosen times, and the
 free space they strand by site; however the trace is held (a whole read's dicts, or a streamed snapshot's
-columns, ``attribution.streamed``).
+columns, ``attribution.traces``).
 
 A trace reaches these functions as a ``Sweep``: rows ``(action, addr, size, time_us, block_size, site)``
 in trace order (``block_size`` and ``site`` set on allocs only), the blocks live before the first entry,

@@ -177,10 +177,9 @@ def _pinning_by(by: str, paths, result, options, report, rule) -> dict:
     site; ``--by phase``: each record_function phase's stranded bytes and fragmentation at its entry
     and exit (``attribution``)."""
     from veotrace.attribution.attribute import attribute
-    from veotrace.attribution.streamed import stranded_windows
+    from veotrace.attribution.traces import traces_of
     from veotrace.errors import UsageError
     from veotrace.sources import resolve_inputs
-    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     window_s = result.params.get("window_s")
@@ -188,9 +187,10 @@ def _pinning_by(by: str, paths, result, options, report, rule) -> dict:
         what = "its stacks say the sites" if by == "site" else "its record_function annotations say the phases"
         raise UsageError(f"--by {by} reads one PyTorch memory snapshot with times ({what})",
                          hint="'veotrace sites SNAPSHOT' shows a snapshot's sites and phases; logs carry neither")
+    traces = traces_of(inputs[0][0])  # streamed when the reader streams the snapshot
     if by == "phase":
-        return {"by": "phase", "phases": attribute(load_snapshot(inputs[0][0]), rule).phases}
-    devices = stranded_windows(inputs[0][0], rule, window_s, aligned=True)
+        return {"by": "phase", "phases": attribute(traces, rule).phases}
+    devices = attribute(traces, rule, window_s=window_s, aligned=True, only_windows=True).devices
     return {"by": "site", "window_s": window_s, "devices": {d: v.get("stranded_windows", []) for d, v in devices.items()}}
 
 

@@ -59,9 +59,9 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
         UsageError: bad options. VeotraceError: not a snapshot, or unreadable.
     """
     from veotrace.attribution.attribute import attribute
+    from veotrace.attribution.traces import traces_of
     from veotrace.errors import UsageError
     from veotrace.sources import resolve_inputs
-    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
     rule = common.site_rule(site_filter, site_depth)
     paths = common.as_paths(paths)
@@ -71,15 +71,16 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     if len(snaps) != 1 or len(inputs) != 1:
         raise UsageError("sites reads one PyTorch memory snapshot (torch.cuda.memory._dump_snapshot())",
                          hint="Logs and Parquet files carry no stacks yet; give the snapshot itself")
-    snap = load_snapshot(snaps[0])
+    traces = traces_of(snaps[0])  # streamed when the reader streams the snapshot
+    snap = traces.snap
     at_s = common.seconds(at, "--at")
     if at_s is not None and not snap.has_time:
         raise UsageError(f"--at needs times, and {snaps[0]} records no time_us",
                          hint="Leave out --at: the end state's stranded bytes are shown without it")
     window_s, why = common.seconds(window, "--window"), None
     if window_s is None and snap.has_time:
-        window_s, why = _window(snap)
-    result = attribute(snap, rule, at_s=at_s, window_s=window_s)
+        window_s, why = _window(traces)
+    result = attribute(traces, rule, at_s=at_s, window_s=window_s)
     notes = [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])]
     if why is not None:
         from veotrace.analysis.timescale import window_note
@@ -89,15 +90,12 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     return SitesRun(result, notes, common.input_files(paths))
 
 
-def _window(snap) -> tuple[float, str | None]:
+def _window(traces) -> tuple[float, str | None]:
     """The stranded-bytes windows of a timed snapshot: the one window rule over its trace's times."""
-    import numpy as np
-
     from veotrace.analysis import timescale
     from veotrace.defaults import FRAGMENTATION_WINDOW_S
 
-    ts = np.array([e["time_us"] for t in snap.device_traces for e in t if isinstance(e.get("time_us"), int)],
-                  dtype=np.int64) * 1000
+    ts = traces.times_us() * 1000
     if not ts.size:
         return FRAGMENTATION_WINDOW_S, None
     w, why = timescale.fit_window(int(ts.min()), int(ts.max()), FRAGMENTATION_WINDOW_S, lambda: ts, ts.size)
