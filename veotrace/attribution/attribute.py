@@ -299,7 +299,7 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
     levels = {"allocated": array("q", [alloc]), "requested": array("q", [req])}
     reserved = array("q", [0]) if segs else None
     res = 0
-    for _i, (act, a, n, t, bsize, code) in enumerate(_sized(traces.rows(d, names), final, last_alloc)):
+    for i, (act, a, n, t, bsize, code) in enumerate(_sized(traces.rows(d, names), final, last_alloc)):
         if act == "alloc":
             old = blocks.pop(a, None)
             if old is not None:
@@ -308,7 +308,7 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             blocks[a] = (bsize, n, code)
             alloc += bsize
             req += n
-            if last_alloc.get(a) == _i:
+            if last_alloc.get(a) == i:
                 alloc_site[a] = code
                 if isinstance(t, int):
                     alloc_time[a] = t
