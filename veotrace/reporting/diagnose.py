@@ -118,7 +118,7 @@ class _Reads:
         #: Each source's allocations (``findings.align``), for aligning clocks on shared events.
         self.allocs: dict = {}
         self.last = {k: n for n, k in enumerate(self.key) if k is not None}
-        self.held: dict[tuple, object] = {}
+        self.tables: dict[tuple, object] = {}  # an input's events until its last analysis has run
 
     def given(self, n: int) -> dict:
         """``{"events_table": table}`` for job ``n`` when its input's events can be read (else nothing)."""
@@ -127,20 +127,22 @@ class _Reads:
         key = self.key[n]
         if key is None:
             return {}
-        if key not in self.held:
+        if key not in self.tables:
             try:
-                self.held[key] = self._kept(list(key)) or read_table(list(key), "alloc_events", options=self.options,
-                                                                     report=self.report)
+                table = self._kept(list(key))
+                if table is None:
+                    table = read_table(list(key), "alloc_events", options=self.options, report=self.report)
             except VeotraceError:
-                self.held[key] = None
+                table = None
+            self.tables[key] = table
             from veotrace.findings.align import allocs_of
 
-            found = allocs_of(self.held[key])
+            found = allocs_of(table)
             if found is not None:
                 self.allocs[self.names[n]] = found
-        table = self.held[key]
+        table = self.tables[key]
         if self.last[key] == n:
-            del self.held[key]
+            del self.tables[key]
         return {} if table is None else {"events_table": table}
 
     def _kept(self, paths: list):
