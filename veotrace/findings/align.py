@@ -24,6 +24,9 @@ MIN_VOTES = 5
 ALLOC_OPS = ("alloc", "segment_alloc", "segment_map")
 #: A key (size, address) seen more often than this in the reference proposes no offset: too common to tell.
 MAX_REPEATS = 64
+#: The source's allocations that vote at most (evenly spaced through it): the pairs stay under
+#: MAX_REPEATS x this however long the source.
+MAX_VOTERS = 20_000
 
 
 @dataclass
@@ -57,10 +60,14 @@ def allocs_of(table) -> Allocs | None:
 
 def shared_offset(ref: Allocs, src: Allocs, *, tolerance_ns: int = TOLERANCE_NS) -> dict | None:
     """The offset (ns) to add to ``src``'s clock to read ``ref``'s, from their shared allocations, with how
-    it was found (``votes``: the source's allocations it explains, ``of``: the source's allocations,
+    it was found (``votes``: the source's allocations it explains, ``of``: the source's allocations that
+    voted (at most MAX_VOTERS, evenly spaced),
     ``spread_ns``: the interquartile range of the explaining pairs' offsets, ``by``); None when no offset
     passes the rule of the module docstring."""
     by_address = ref.address is not None and src.address is not None
+    if src.ts_ns.size > MAX_VOTERS:
+        pick = np.linspace(0, src.ts_ns.size - 1, MAX_VOTERS).astype(np.int64)
+        src = Allocs(src.ts_ns[pick], src.size[pick], None if src.address is None else src.address[pick])
     rk, sk = _keys(ref, by_address), _keys(src, by_address)
     order = np.argsort(rk, kind="stable")
     rk_sorted, rt_sorted = rk[order], ref.ts_ns[order]
