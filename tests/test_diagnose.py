@@ -181,3 +181,16 @@ def test_each_timed_analysis_has_a_lane_with_its_own_series(tmp_path):
     assert timed and all(any(lane["command"] == f.command for lane in result.lanes) for f in timed)
     fig = plot_findings(result, size=(900, 500))
     assert len(fig.axes[0].get_yticks()) == len(result.lanes)
+
+
+def test_the_analyses_on_one_worker_per_core_give_what_one_process_gives(monkeypatch, tmp_path):
+    """diagnose runs its analyses on forked workers, one per core: the same findings, lanes and analyses
+    as running them one after another in this process."""
+    import os
+
+    s = write_scenario(tmp_path / "run", seed=1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    forked = veotrace.diagnose(s.folder).to_dict()
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    alone = veotrace.diagnose(s.folder).to_dict()
+    assert forked == alone and len(forked["analyses"]) >= 6 and forked["findings"]

@@ -22,17 +22,22 @@ for _entry in registry.commands():  # in --help order
     importlib.import_module(_entry.cli)
 
 
+#: Data-frame libraries other packages import when installed and veotrace never uses.
+HIDDEN = ("pandas", "polars")
+
+
 class _HidePandas(MetaPathFinder):
-    """Makes ``import pandas`` fail in the command-line process.
+    """Makes ``import pandas`` (and ``import polars``) fail in the command-line process.
 
     pyarrow imports pandas on its first ``pa.array`` / ``to_numpy`` call when pandas is installed,
-    only to support pandas conversions, which veotrace never uses: 0.25-0.45 s of every run. The CLI
-    process hides it; library users (and ``VEOTRACE_ALLOW_PANDAS=1``) are unaffected.
+    only to support pandas conversions, which veotrace never uses: 0.25-0.45 s of every run. ADBC's
+    SQLite driver (the nsys reader) imports polars for the same reason: 0.1 s. The CLI process hides
+    them; library users (and ``VEOTRACE_ALLOW_PANDAS=1``) are unaffected.
     """
 
     def find_spec(self, name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"pandas is hidden in the veotrace CLI process ({name})", name=name)
+        if name.split(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"{name.split('.')[0]} is hidden in the veotrace CLI process ({name})", name=name)
 
 
 def main() -> None:

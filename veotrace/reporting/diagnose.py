@@ -79,15 +79,9 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     runnable = [j for j in jobs if j.note is None and j.command in RULES]
     aligned_sources(runnable, infos, offsets)  # an --align naming no input: refused before any run
     reading = {"time_unit": time_unit, "skip_bad_rows": skip_bad_rows, "format_hint": format_hint}
-    results = []
     reads = _Reads(runnable, options, report, held)
-    for n, job in enumerate(runnable):
-        if on_progress is not None:
-            on_progress(n, len(runnable))
-        try:
-            results.append((job, *_run(registry.entry(job.command), job, {**reading, **reads.given(n)})))
-        except VeotraceError as exc:
-            results.append((job, str(exc), job.cli))
+    prepared = [(job, {**reading, **reads.given(n)}) for n, job in enumerate(runnable)]
+    results = [(job, *ran) for job, ran in zip(runnable, _run_all(prepared, on_progress))]
     value = collect(infos, jobs, results, offsets=offsets, period=period, allocs=reads.allocs)
     value.params["fail_on"] = fail_on
     findings = value.findings
@@ -164,6 +158,65 @@ def _offsets(align: list[str]) -> dict[str, float]:
             raise UsageError(f"--align {a!r}: expected SOURCE=OFFSET or SOURCE=auto, e.g. frames.csv=12.5s")
         out[name.strip()] = AUTO if value.strip().lower() == AUTO else common.seconds(value.strip(), "--align")
     return out
+
+
+class _Ran:
+    """An analysis' result as a worker sends it back: its JSON, which is what ``collect`` reads of it."""
+
+    def __init__(self, d: dict) -> None:
+        self._d = d
+
+    def to_dict(self) -> dict:
+        return self._d
+
+
+#: (job, reading) of each analysis, set before the workers fork (they inherit it, events included).
+_PREPARED: list = []
+
+
+def _one(n: int) -> tuple:
+    """Analysis ``n`` of ``_PREPARED``: (its result, or the error text of a run that refused its input; its
+    command line)."""
+    job, reading = _PREPARED[n]
+    try:
+        run, command = _run(registry.entry(job.command), job, reading)
+    except VeotraceError as exc:
+        return str(exc), job.cli
+    return run, command
+
+
+def _run_all(prepared: list, on_progress) -> list[tuple]:
+    """Every analysis of ``prepared``, in order: on this process when there is one core or one analysis,
+    else on forked workers, one per core (they inherit the events read, and send back each result's JSON)."""
+    import os
+
+    global _PREPARED
+    _PREPARED = prepared
+    workers = min(len(prepared), os.cpu_count() or 1)
+    try:
+        if workers <= 1:
+            out = []
+            for n in range(len(prepared)):
+                if on_progress is not None:
+                    on_progress(n, len(prepared))
+                out.append(_one(n))
+            return out
+        import multiprocessing
+
+        out: list = [None] * len(prepared)
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for k, (n, (res, command)) in enumerate(pool.imap_unordered(_numbered, range(len(prepared)))):
+                if on_progress is not None:
+                    on_progress(k, len(prepared))
+                out[n] = (res, command)
+        return out
+    finally:
+        _PREPARED = []
+
+
+def _numbered(n: int) -> tuple:
+    res, command = _one(n)
+    return n, (res if isinstance(res, str) else _Ran(res.to_dict()), command)
 
 
 def _run(entry, job, reading: dict) -> tuple[RunResult, str]:
