@@ -101,9 +101,9 @@ READ_ONCE = ("entropy", "bursts", "fragmentation", "simulate", "tune")
 
 class _Reads:
     """Each input's events for every analysis of ``READ_ONCE`` that reads it: the batches the description
-    of the inputs read (``held``), or one read of the input when they were not kept (past the budget);
-    held only until the last of its analyses has run. An input whose read fails is left to each analysis
-    (which refuses it with its own message, as when run alone)."""
+    of the inputs read (``held``), or one read of the input when they were not kept (past the budget),
+    each held while the analyses run (their workers inherit them). An input whose read fails is left to
+    each analysis (which refuses it with its own message, as when run alone)."""
 
     def __init__(self, jobs: list, options, report, held) -> None:
         self.options, self.report, self.kept = options, report, held
@@ -111,8 +111,7 @@ class _Reads:
         self.names = [source_name(j) for j in jobs]
         #: Each source's allocations (``findings.align``), for aligning clocks on shared events.
         self.allocs: dict = {}
-        self.last = {k: n for n, k in enumerate(self.key) if k is not None}
-        self.tables: dict[tuple, object] = {}  # an input's events until its last analysis has run
+        self.tables: dict[tuple, object] = {}  # an input's events (None: its read failed)
 
     def given(self, n: int) -> dict:
         """``{"events_table": table}`` for job ``n`` when its input's events can be read (else nothing)."""
@@ -135,8 +134,6 @@ class _Reads:
             if found is not None:
                 self.allocs[self.names[n]] = found
         table = self.tables[key]
-        if self.last[key] == n:
-            del self.tables[key]
         return {} if table is None else {"events_table": table}
 
     def _kept(self, paths: list):
