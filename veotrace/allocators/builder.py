@@ -15,11 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veotrace.allocators.requests import (
-    DEVICE_OPS,
     MAX_UNKNOWN_FREES,
     NO_ADDR,
     NO_TIME,
-    RELEASE_OPS,
     REQ_FREE,
     REQ_MALLOC,
     REQ_RELEASE,
@@ -29,6 +27,7 @@ from veotrace.allocators.requests import (
 )
 from veotrace.frag.decode import by_device
 from veotrace.replay_limits import check_block_sizes
+from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
 
 #: Row categories of the input (private to the builder; requests.REQ_* are what it makes of them): other (ignored,
 #: counted), alloc, free, free_requested (neither), device allocation, release.

@@ -25,8 +25,6 @@ from veotrace.errors import AnalysisError
 REQ_MALLOC, REQ_FREE, REQ_RELEASE, REQ_SEED = 0, 1, 2, 3
 #: Largest share of frees naming no live allocation before the replay refuses the input.
 MAX_UNKNOWN_FREES = SIMULATE_MAX_UNKNOWN_FREES
-DEVICE_OPS = ("segment_alloc", "segment_map")
-RELEASE_OPS = ("segment_free", "segment_unmap")
 
 #: ``ts_ns`` of a request without a timestamp; ``addr`` of an event without an address.
 NO_TIME = -(1 << 63)

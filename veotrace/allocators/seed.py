@@ -28,6 +28,7 @@ from veotrace.allocators.base import EV_ALLOC, EV_SEGMENT_ALLOC
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.torch import Block, TorchAllocator, kMinBlockSize, kSmallBuffer, kSmallSize, round_size
 from veotrace.errors import TraceFormatError
+from veotrace.schemas.events import RELEASE_OPS
 
 
 @dataclass
@@ -105,7 +106,7 @@ def rebuild(events: pa.Table, segments: pa.Table, blocks: pa.Table) -> Seed:
             seed.segments.append((key[0], key[1], row["total_size_bytes"], row["stream"] or 0,
                                   row["segment_type"] == "small"))
     for key, (op, size, st) in first_seg.items():
-        if op in ("segment_free", "segment_unmap") and not seed.expandable:
+        if op in RELEASE_OPS and not seed.expandable:
             seed.segments.append((key[0], key[1], size, st, size == kSmallBuffer))
     seed.segments.sort()
     seg_at = {}  # device -> (segment starts, segments), for the stream of a live block's segment

@@ -28,8 +28,6 @@ import numpy as np
 
 from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner, SiteRule
 from veotrace.attribution.sweep import (
-    SEGMENT_IN,
-    SEGMENT_OUT,
     Sweep,
     before_trace,
     block_size,
@@ -41,6 +39,7 @@ from veotrace.attribution.sweep import (
     stranded_series,
     walk,
 )
+from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
 
 LIVE_STATES = ("active_allocated", "active_pending_free")
 NO_PHASE = "(no annotation open)"
@@ -290,7 +289,7 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
     # pass 1: blocks live before the trace (freed without an alloc here, or live at the end, never allocated here)
     pre, last_alloc = before_trace(traces.rows(d, names), final, free_op, names, d in traces.devices)
     segs = traces.segment_rows(d)
-    seg_net = sum(n * (1 if act in SEGMENT_IN else -1) for act, _a, n in segs)
+    seg_net = sum(n * (1 if act in DEVICE_OPS else -1) for act, _a, n in segs)
     # pass 2: the level after each entry (8 bytes a level), and where each peak is first reached
     blocks = dict(pre)
     alloc = sum(v[0] for v in pre.values())
@@ -316,9 +315,9 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             old = blocks.pop(a)
             alloc -= old[0]
             req -= old[1]
-        elif reserved is not None and act in SEGMENT_IN:
+        elif reserved is not None and act in DEVICE_OPS:
             res += n
-        elif reserved is not None and act in SEGMENT_OUT:
+        elif reserved is not None and act in RELEASE_OPS:
             res -= n
         levels["allocated"].append(alloc)
         levels["requested"].append(req)

@@ -17,10 +17,9 @@ from itertools import chain
 import numpy as np
 
 from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner
+from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
 
 ROUND = 512
-SEGMENT_IN = ("segment_alloc", "segment_map")
-SEGMENT_OUT = ("segment_free", "segment_unmap")
 #: Sites named per window of the stranded-bytes series (the rest are in each window's total).
 SERIES_TOP = 5
 
@@ -84,9 +83,9 @@ def ranges_before(end_ranges: list[tuple[int, int]], segment_rows_reversed: Iter
     for act, a, n, *_rest in segment_rows_reversed:
         if not isinstance(a, int):
             continue
-        if act in SEGMENT_IN:
+        if act in DEVICE_OPS:
             ranges = cut(ranges, a, a + n)
-        elif act in SEGMENT_OUT:
+        elif act in RELEASE_OPS:
             ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
     return ranges
 
@@ -128,9 +127,9 @@ def states_at(sweep: Sweep, times: list[int]) -> Iterator[tuple]:
         if row is None:
             break
         act, a, n = row[0], row[1], row[2]
-        if act in SEGMENT_IN and isinstance(a, int):
+        if act in DEVICE_OPS and isinstance(a, int):
             ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
-        elif act in SEGMENT_OUT and isinstance(a, int):
+        elif act in RELEASE_OPS and isinstance(a, int):
             ranges = cut(ranges, a, a + n)
 
 

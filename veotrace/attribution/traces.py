@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from veotrace.attribution.stacks import Interner
-from veotrace.attribution.sweep import SEGMENT_IN, SEGMENT_OUT
+from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
 
-SEGMENT_ACTIONS = SEGMENT_IN + SEGMENT_OUT
+SEGMENT_ACTIONS = DEVICE_OPS + RELEASE_OPS
 
 
 class WholeTraces:

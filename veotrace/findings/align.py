@@ -15,13 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from veotrace.schemas.events import DEVICE_OPS, Op
+
 #: Offsets within this of each other are the same (ns): two tools stamp one allocation apart by at most this.
 TOLERANCE_NS = 2_000_000
 #: The share of the source's allocations the offset must explain.
 MIN_SHARE = 0.5
 MIN_VOTES = 5
 #: The ops that are allocations, in either source.
-ALLOC_OPS = ("alloc", "segment_alloc", "segment_map")
+ALLOC_OPS = (Op.ALLOC, *DEVICE_OPS)
 #: A key (size, address) seen more often than this in the reference proposes no offset: too common to tell.
 MAX_REPEATS = 64
 #: The source's allocations that vote at most (evenly spaced through it): the pairs stay under

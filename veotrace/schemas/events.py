@@ -34,6 +34,11 @@ class Op:
     SNAPSHOT = "snapshot"
 
 
+#: Ops that take device memory (cudaMalloc, cuMemMap) and that give it back (cudaFree, cuMemUnmap).
+DEVICE_OPS = (Op.SEGMENT_ALLOC, Op.SEGMENT_MAP)
+RELEASE_OPS = (Op.SEGMENT_FREE, Op.SEGMENT_UNMAP)
+
+
 ALLOC_EVENTS = tagged(
     "alloc_events/1",
     [
