@@ -18,6 +18,9 @@ MIN_WINDOWS = 20
 AUTO_EVENTS_PER_WINDOW = 20
 #: ... and at this many non-empty windows at most (enough for a trend, few enough to read).
 AUTO_MAX_WINDOWS = 100
+#: An automatic window never cuts the span into more windows than this (events in short bursts far apart
+#: would otherwise get a window of microseconds over seconds: millions of mostly empty windows).
+AUTO_MAX_SPAN_WINDOWS = 10_000
 #: Round window lengths (ns) an automatic choice picks from: 1-2-5 steps from 1 us to 5 s, then 10 s ... 5 min.
 ROUND_WINDOWS_NS = tuple(int(m * 10**e) for e in range(3, 10) for m in (1, 2, 5)) + (
     10 * NS_PER_S, 15 * NS_PER_S, 30 * NS_PER_S, 60 * NS_PER_S, 120 * NS_PER_S, 300 * NS_PER_S)
@@ -145,7 +148,12 @@ def fit_window(first_ns: int, last_ns: int, default_s: float, timestamps, n_even
     if spanned >= MIN_WINDOWS:
         return None, None
     why = default_window_reason(default_s, first_ns, last_ns, spanned)
-    return choose_window_ns(np.asarray(timestamps(), dtype=np.int64), n_events), why
+    chosen = choose_window_ns(np.asarray(timestamps(), dtype=np.int64), n_events)
+    floor = round_up_window(-(-(last_ns - first_ns + 1) // AUTO_MAX_SPAN_WINDOWS))
+    if chosen is not None and chosen < floor:
+        chosen = floor
+        why += f" (and no shorter window, so that the span holds at most {AUTO_MAX_SPAN_WINDOWS:,} windows)"
+    return chosen, why
 
 
 def window_note(window_s: float, why: str, *, windows: int | None = None,
