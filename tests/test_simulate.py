@@ -222,7 +222,9 @@ def test_part_way_trace_says_it_was_seeded():
     path = real_trace("maphsge4_snapshot.pickle")
     d = json.loads(run_cli("simulate", path, "-p", "torch", "-f", "json").stdout)
     assert d["validation"]["seeded"] and "seeded from the final snapshot" in d["params"]["seed"]
-    assert d["validation"]["recorded_releases"] > 0
+    releases = d["validation"]["recorded_releases"]
+    assert releases["segments"] == 579 and releases["by_kind"]["oom_retry"]["runs"] == 39 == releases["runs"]
+    assert d["params"]["recorded_releases"] == releases  # one name, one meaning, in both places
 
 
 def test_cli_csv_writes_the_per_policy_windows_and_window_options_are_checked():

@@ -25,6 +25,7 @@ from veotrace.allocators.builder import build_requests
 from veotrace.allocators.conf import TorchConf, parse_conf
 from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, REQ_RELEASE, Requests
 from veotrace.allocators.simulate import make_policy
+from veotrace.allocators.torch import get_allocation_size, round_size
 from veotrace.allocators.torchcore import CoreRecorder, _torchcore, choose_core
 
 MiB = 1 << 20
@@ -77,7 +78,14 @@ def random_requests(seed: int, n: int, streams: int, devices: int, releases: boo
             j = live[d].pop(rng.randrange(len(live[d])))
             req.add(REQ_FREE, 0, req.stream[j], d, j, 0, i, i)
         elif releases and r < 0.48:
-            req.add(REQ_RELEASE, int(rng.random() < 0.5), 0, d, -1, 0, i, i)
+            # every kind of recorded release (allocators.releases), some not followed (negative), the partial
+            # ones with the segments they freed: sizes of segments the model makes, on any stream
+            kind = rng.choice([0, 1, 2, 3, 4, -2, -4])
+            at = req.add(REQ_RELEASE, kind, 0, d, -1, 0, i, i)
+            if kind in (2, 3):
+                for _ in range(rng.randint(1, 3)):
+                    size = get_allocation_size(round_size(rng.choice(seen), TorchConf())) if seen else 2 * MiB
+                    req.rel.extend((at, rng.randrange(1 << 40), size, rng.randrange(streams)))
         else:
             band = rng.random()
             if seen and band < 0.25:
@@ -99,10 +107,12 @@ def random_requests(seed: int, n: int, streams: int, devices: int, releases: boo
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 1500), streams=st.integers(1, 3), devices=st.integers(1, 5),
        releases=st.booleans(), conf=st.sampled_from(CONFS),
-       capacity=st.sampled_from([None, 64 * MiB, 300 * MiB, 1 << 30]))
-def test_random_traces_give_the_same_events_on_both_cores(seed, n, streams, devices, releases, conf, capacity):
-    assert_same(random_requests(seed, n, streams, devices, releases), parse_conf(conf) if conf else TorchConf(),
-                capacity)
+       capacity=st.sampled_from([None, 64 * MiB, 300 * MiB, 1 << 30]), exact=st.booleans())
+def test_random_traces_give_the_same_events_on_both_cores(seed, n, streams, devices, releases, conf, capacity, exact):
+    conf = parse_conf(conf) if conf else TorchConf()
+    req = random_requests(seed, n, streams, devices, releases)
+    req.release_conf = conf if exact else None  # the recorded settings replay partial releases as recorded
+    assert_same(req, conf, capacity)
 
 
 @needs_c
@@ -118,10 +128,13 @@ def test_random_traces_with_expandable_segments_give_the_same_events_on_both_cor
 @needs_c
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 1500), streams=st.integers(1, 3), devices=st.integers(1, 4),
-       releases=st.booleans(), conf=st.sampled_from(GC_CONFS), capacity=st.sampled_from([64 * MiB, 300 * MiB, 1 << 30]))
+       releases=st.booleans(), conf=st.sampled_from(GC_CONFS), capacity=st.sampled_from([64 * MiB, 300 * MiB, 1 << 30]),
+       exact=st.booleans())
 def test_random_traces_with_a_gc_threshold_give_the_same_events_on_both_cores(seed, n, streams, devices, releases,
-                                                                             conf, capacity):
-    assert_same(random_requests(seed, n, streams, devices, releases), parse_conf(conf), capacity)
+                                                                             conf, capacity, exact):
+    req = random_requests(seed, n, streams, devices, releases)
+    req.release_conf = parse_conf(conf) if exact else None
+    assert_same(req, parse_conf(conf), capacity)
 
 
 @needs_c

@@ -34,6 +34,8 @@
 
 /* Request kinds (requests.REQ_*) and event op codes (base.EV_*). */
 enum { R_MALLOC = 0, R_FREE = 1, R_RELEASE = 2, R_SEED = 3 };
+/* Kinds of a recorded run of releases (releases.REL_*), the size of an R_RELEASE; negative: not followed. */
+enum { REL_EMPTY_CACHE = 0, REL_OOM_RETRY = 1, REL_SPLIT_RETRY = 2, REL_GC = 3, REL_OOM = 4 };
 enum { E_ALLOC = 0, E_FREE = 1, E_SEGMENT_ALLOC = 2, E_SEGMENT_FREE = 3, E_SEGMENT_MAP = 4, E_SEGMENT_UNMAP = 5, E_OOM = 6 };
 
 typedef struct Block {
@@ -234,7 +236,10 @@ typedef struct {
         alloc_retries, ooms;
     int has_oom;
     int64_t oom_request, oom_size, oom_reserved, oom_allocated;
-    int armed;   /* the trace recorded a release inside the next malloc (arm_release) */
+    int armed;   /* the kind of the recorded release inside the next malloc (TorchAllocator.release), or -1 */
+    int exact_releases;     /* the recorded settings: partial releases replayed as recorded */
+    int64_t *armed_segs;    /* (bytes, stream) of the recorded partial release armed */
+    size_t n_armed, cap_armed;
     int64_t req; /* the request being served: every event names it */
     uint32_t rng;
     HandleMap handles;
@@ -717,14 +722,40 @@ static int oom(Core *c, int64_t size, int64_t stream)
 /* malloc after no cached block fits: the recorded release, garbage collection, a new segment and the
  * retries (release_available_cached_blocks, then release_cached_blocks); past them an OOM, counted, and
  * the replay goes on with the segment forced. */
+/* cudaFree of one recorded segment: the free unsplit block of that size and stream with the lowest address
+ * (TorchAllocator.release_cached_segment), if the model holds one. */
+static int release_cached_segment(Core *c, int64_t nbytes, int64_t stream)
+{
+    int small = nbytes == kSmallBuffer;
+    for (Block *b = lower_bound(*pool_of(c, small), stream, nbytes, INT64_MIN);
+         b && b->stream == stream && b->size == nbytes; b = successor(*pool_of(c, small), b, 0))
+        if (!is_split(b) && !b->seg_page) return release_block(c, b);
+    return 0;
+}
+
+/* The recorded release inside this malloc (TorchAllocator.recorded_release). */
+static int recorded_release(Core *c, int is_small, int64_t size, int64_t stream)
+{
+    int kind = c->armed;
+    c->armed = -1;
+    if (c->exact_releases && (kind == REL_SPLIT_RETRY || kind == REL_GC)) {
+        for (size_t k = 0; k < c->n_armed; k++)
+            if (release_cached_segment(c, c->armed_segs[2 * k], c->armed_segs[2 * k + 1]) < 0) return -1;
+        return 0;
+    }
+    if (!c->exact_releases) {
+        int freed = release_available_cached_blocks(c, is_small, size, stream);
+        if (freed) return freed < 0 ? -1 : 0;
+    }
+    if (release_cached_blocks(c) < 0) return -1;
+    c->alloc_retries++;
+    return 0;
+}
+
 static Block *malloc_new_block(Core *c, int is_small, int64_t orig_size, int64_t size, int64_t alloc_size,
                                int64_t stream)
 {
-    if (c->armed) {
-        if (release_cached_blocks(c) < 0) return NULL;
-        c->alloc_retries++;
-    }
-    c->armed = 0;
+    if (c->armed >= 0 && recorded_release(c, is_small, size, stream) < 0) return NULL;
     if (c->gc_on && garbage_collect_cached_blocks(c) < 0) return NULL;
     Block *block = alloc_block(c, is_small, size, alloc_size, stream, 0);
     if (!block && PyErr_Occurred()) return NULL;
@@ -791,7 +822,7 @@ static Block *core_malloc(Core *c, int64_t orig_size, int64_t stream)
         block = malloc_new_block(c, is_small, orig_size, size, alloc_size, stream);
         if (!block) return NULL;
     } else {
-        c->armed = 0;
+        c->armed = -1; /* a cached block fits: PyTorch's malloc would not have released anything here */
     }
     return alloc_found_block(c, block, size, orig_size, should_split(c, block, size));
 }
@@ -817,13 +848,15 @@ static int core_free(Core *c, Block *block)
 static int Core_init(Core *c, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"max_split_size", "max_non_split_rounding_size", "divisions", "capacity", "va_start",
-                            "expandable_memory", "gc_threshold", NULL};
+                            "expandable_memory", "gc_threshold", "exact_releases", NULL};
     unsigned long long mss;
     long long mnsrs, va, es_memory = 0;
+    int exact = 0;
     PyObject *divisions, *capacity, *gc_threshold = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLOOL|LO", names, &mss, &mnsrs, &divisions, &capacity, &va,
-                                     &es_memory, &gc_threshold))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLOOL|LOp", names, &mss, &mnsrs, &divisions, &capacity, &va,
+                                     &es_memory, &gc_threshold, &exact))
         return -1;
+    c->exact_releases = exact, c->armed = -1;
     if (es_memory < 0 || es_memory > INT64_MAX / 2) {
         PyErr_SetString(PyExc_ValueError, "expandable_memory must be in 0..2^62");
         return -1;
@@ -870,6 +903,7 @@ static void Core_dealloc(Core *c)
     PyMem_Free(c->seeded.vals);
     PyMem_Free(c->ev);
     PyMem_Free(c->scratch);
+    PyMem_Free(c->armed_segs);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -885,8 +919,33 @@ static int get_q(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *name)
 }
 
 /* One request: request i, at position j of the arrays. 0, or -1 with an exception set. */
+/* Arm a recorded release inside the next malloc; a partial one of the recorded settings keeps its segments
+ * ((request, address, bytes, stream) records of rel, n_rel int64s in all). 0, or -1 with an exception set. */
+static int arm(Core *c, Py_ssize_t i, int kind, const int64_t *rel, Py_ssize_t n_rel)
+{
+    c->armed = kind;
+    c->n_armed = 0;
+    if (!c->exact_releases || (kind != REL_SPLIT_RETRY && kind != REL_GC) || !rel) return 0;
+    for (Py_ssize_t k = 0; k + 4 <= n_rel; k += 4) {
+        if (rel[k] != i) continue;
+        if (c->n_armed == c->cap_armed) {
+            size_t cap = c->cap_armed ? 2 * c->cap_armed : 16;
+            int64_t *grown = PyMem_Realloc(c->armed_segs, cap * 2 * sizeof(int64_t));
+            if (!grown) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            c->armed_segs = grown, c->cap_armed = cap;
+        }
+        c->armed_segs[2 * c->n_armed] = rel[k + 2], c->armed_segs[2 * c->n_armed + 1] = rel[k + 3];
+        c->n_armed++;
+    }
+    return 0;
+}
+
 static int serve_one(Core *c, Py_ssize_t i, Py_ssize_t j, const int64_t *kind, const int64_t *size,
-                     const int64_t *stream, const int64_t *pair, const int64_t *addr)
+                     const int64_t *stream, const int64_t *pair, const int64_t *addr, const int64_t *rel,
+                     Py_ssize_t n_rel)
 {
     c->req = i;
     int64_t k = kind[j];
@@ -903,11 +962,12 @@ static int serve_one(Core *c, Py_ssize_t i, Py_ssize_t j, const int64_t *kind, c
             return -1;
         }
         if (core_free(c, b) < 0) return -1;
-    } else if (k == R_RELEASE) {
-        if (size[j]) {
-            c->armed = 1; /* an OOM retry inside PyTorch's malloc: release if no cached block fits */
-        } else if (release_cached_blocks(c) < 0) { /* empty_cache() */
-            return -1;
+    } else if (k == R_RELEASE && size[j] >= 0) { /* a negative kind: recorded, not followed */
+        int what = (int)size[j];
+        if (what == REL_EMPTY_CACHE || what == REL_OOM) {
+            if (release_cached_blocks(c) < 0) return -1; /* the cache emptied at that point */
+        } else if (what != REL_GC || c->exact_releases) {
+            if (arm(c, i, what, rel, n_rel) < 0) return -1; /* inside the next malloc, if no cached block fits */
         }
     }
     if (c->broken) {
@@ -940,24 +1000,44 @@ static void release_arrays(Py_buffer *v, const int *has, int got)
         if (has[i]) PyBuffer_Release(&v[i]);
 }
 
+/* The optional rel buffer (Requests.rel: 4 int64s per released segment of a partial release); NULL for None. */
+static int get_rel(PyObject *obj, Py_buffer *view, const int64_t **rel, Py_ssize_t *n)
+{
+    *rel = NULL, *n = 0;
+    view->obj = NULL;
+    if (obj == Py_None) return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (view->itemsize != 8) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "rel: expected 8-byte integers");
+        return -1;
+    }
+    *rel = view->buf, *n = view->len / 8;
+    return 0;
+}
+
 static PyObject *Core_run(Core *c, PyObject *args)
 {
-    PyObject *o[6];
+    PyObject *o[6], *rel_obj = Py_None;
     long long dev;
     Py_ssize_t start, end, offset = 0;
     o[5] = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOLnn|nO", &o[0], &o[1], &o[2], &o[3], &o[4], &dev, &start, &end, &offset,
-                          &o[5]))
+    if (!PyArg_ParseTuple(args, "OOOOOLnn|nOO", &o[0], &o[1], &o[2], &o[3], &o[4], &dev, &start, &end, &offset,
+                          &o[5], &rel_obj))
         return NULL;
     if (start < offset || end < start) {
         PyErr_SetString(PyExc_ValueError, "run: need offset <= start <= end");
         return NULL;
     }
-    Py_buffer v[6];
+    Py_buffer v[6], rv;
     int has[6];
+    const int64_t *rel;
+    Py_ssize_t n_rel;
+    if (get_rel(rel_obj, &rv, &rel, &n_rel) < 0) return NULL;
     int got = get_arrays(o, v, has, end - offset);
     if (got < 6) {
         release_arrays(v, has, got);
+        if (rv.obj) PyBuffer_Release(&rv);
         return NULL;
     }
     /* the arrays hold requests offset..: request i is at j = i - offset */
@@ -966,11 +1046,12 @@ static PyObject *Core_run(Core *c, PyObject *args)
     PyObject *result = NULL;
     for (Py_ssize_t i = start, j = start - offset; i < end; i++, j++) {
         if (device && device[j] != dev) continue;
-        if (serve_one(c, i, j, kind, size, stream, pair, addr) < 0) goto done;
+        if (serve_one(c, i, j, kind, size, stream, pair, addr, rel, n_rel) < 0) goto done;
     }
     result = Py_NewRef(Py_None);
 done:
     release_arrays(v, has, got);
+    if (rv.obj) PyBuffer_Release(&rv);
     return result;
 }
 
@@ -978,11 +1059,12 @@ done:
  * core serves its own requests instead of scanning the chunk (O(devices x requests)). */
 static PyObject *Core_run_rows(Core *c, PyObject *args)
 {
-    PyObject *o[6], *rows_obj;
+    PyObject *o[6], *rows_obj, *rel_obj = Py_None;
     Py_ssize_t lo, hi, offset;
     o[4] = Py_None;
     o[5] = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOnnn|O", &o[0], &o[1], &o[2], &o[3], &rows_obj, &lo, &hi, &offset, &o[5]))
+    if (!PyArg_ParseTuple(args, "OOOOOnnn|OO", &o[0], &o[1], &o[2], &o[3], &rows_obj, &lo, &hi, &offset, &o[5],
+                          &rel_obj))
         return NULL;
     Py_buffer rv;
     if (PyObject_GetBuffer(rows_obj, &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
@@ -1001,8 +1083,14 @@ static PyObject *Core_run_rows(Core *c, PyObject *args)
         }
         top = rows[t] + 1;
     }
-    Py_buffer v[6];
+    Py_buffer v[6], relv;
     int has[6];
+    const int64_t *rel;
+    Py_ssize_t n_rel;
+    if (get_rel(rel_obj, &relv, &rel, &n_rel) < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
     int got = get_arrays(o, v, has, (Py_ssize_t)top);
     PyObject *result = NULL;
     if (got == 6) {
@@ -1010,10 +1098,11 @@ static PyObject *Core_run_rows(Core *c, PyObject *args)
         const int64_t *addr = has[5] ? v[5].buf : NULL;
         Py_ssize_t t = lo;
         for (; t < hi; t++)
-            if (serve_one(c, offset + rows[t], rows[t], kind, size, stream, pair, addr) < 0) break;
+            if (serve_one(c, offset + rows[t], rows[t], kind, size, stream, pair, addr, rel, n_rel) < 0) break;
         if (t == hi) result = Py_NewRef(Py_None);
     }
     release_arrays(v, has, got);
+    if (relv.obj) PyBuffer_Release(&relv);
     PyBuffer_Release(&rv);
     return result;
 }
@@ -1134,8 +1223,9 @@ static PyTypeObject CoreType = {
     .tp_basicsize = sizeof(Core),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Core(max_split_size, max_non_split_rounding_size, divisions, capacity, va_start, expandable_memory=0, "
-              "gc_threshold=None): DeviceCachingAllocator of one device; expandable_memory > 0 turns expandable "
-              "segments on (each reserves 1 1/8 of it), gc_threshold (bytes) garbage_collection_threshold.",
+              "gc_threshold=None, exact_releases=False): DeviceCachingAllocator of one device; expandable_memory > 0 "
+              "turns expandable segments on (each reserves 1 1/8 of it), gc_threshold (bytes) "
+              "garbage_collection_threshold, exact_releases replays the recorded settings' partial releases as recorded.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Core_init,
     .tp_dealloc = (destructor)Core_dealloc,

@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from veotrace.allocators import releases as rl
+from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.requests import (
     MAX_UNKNOWN_FREES,
     NO_ADDR,
@@ -27,11 +29,27 @@ from veotrace.allocators.requests import (
 )
 from veotrace.frag.decode import by_device
 from veotrace.replay_limits import check_block_sizes
-from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
+from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS, Op
 
 #: Row categories of the input (private to the builder; requests.REQ_* are what it makes of them): other (ignored,
-#: counted), alloc, free, free_requested (neither), device allocation, release.
-_ROW_OTHER, _ROW_ALLOC, _ROW_FREE, _ROW_PENDING, _ROW_DEVICE, _ROW_RELEASE = range(6)
+#: counted), alloc, free, free_requested (neither), device allocation, release, a recorded OOM.
+_ROW_OTHER, _ROW_ALLOC, _ROW_FREE, _ROW_PENDING, _ROW_DEVICE, _ROW_RELEASE, _ROW_OOM = range(7)
+
+
+class _Run:
+    """A run of releases of one device with no request between them (one REQ_RELEASE): its segments
+    (address, bytes, stream, unmapped pages?), and what follows it, for :func:`releases.classify`."""
+
+    __slots__ = ("device", "before", "req", "segs", "in_malloc", "then_oom", "next_alloc", "kind", "level", "could_fail")
+
+    def __init__(self, device: int, before: int, row: int, level: int) -> None:
+        self.device, self.before, self.req = device, before, -1 - row  # the request index once known
+        self.level = level  # the device's level of segment bytes before the run
+        self.could_fail = True  # could the malloc after it have failed for want of memory (releases.classify)
+        self.segs: list[tuple[int, int, int, bool]] = []
+        self.in_malloc = self.then_oom = False
+        self.next_alloc: tuple[int, int] | None = None
+        self.kind = rl.REL_EMPTY_CACHE
 
 
 def _column(batch, name: str, fill: int, dtype) -> np.ndarray:
@@ -89,16 +107,23 @@ class RequestBuilder:
     Args:
         seeds: (device, address, requested size, stream) of blocks live when recording began; they
             become REQ_SEED requests at the start, timed ``t0``.
-        use_releases: turn recorded segment_free/segment_unmap runs into REQ_RELEASE requests.
+        use_releases: follow the releases inside a malloc (OOM retries, garbage collection); without it only
+            the program's own empty_cache() calls are replayed.
+        conf: the settings the trace was recorded with (which releases could have been inside a malloc).
+        peaks: per device, the highest reserved level the trace reached (segment bytes allocated less
+            released, from its start), when known before the read (a whole table): a cudaMalloc that would
+            have stayed under it cannot have failed for want of memory.
         free_op: the op that frees ("free_completed" or "free_requested", besides "free"); None: decided
             as the batches come ("free_completed" from the first batch that has it).
         key: the column frees pair by (``address``, or an id column the batches carry).
     """
 
     def __init__(self, *, seeds=(), use_releases: bool = True, free_op: str | None = None, key: str = "address",
-                 t0: int = NO_TIME) -> None:
+                 t0: int = NO_TIME, conf: TorchConf | None = None, peaks: dict[int, int] | None = None) -> None:
         self.req = Requests()
         self.use_releases, self.free_op, self.key = use_releases, free_op, key
+        self.conf = conf or TorchConf()
+        self.peaks, self.level = peaks, {}  # level: per device, segment bytes allocated less released so far
         n_seed = len(seeds)
         for d, a, sz, st in seeds:
             self.req.add(REQ_SEED, sz, st, d, -1, a, -1, t0)
@@ -108,7 +133,9 @@ class RequestBuilder:
         self.n = {"allocs": 0, "frees": 0, "paired": 0, "zero_size_allocs": 0, "realloc_at_live_address": 0,
                   "ignored_ops": 0, "seeded": n_seed}
         self.requested = 0  # alloc and paired free requests so far (release points not counted)
-        self.last = None  # (device, requests before it, request index or -1 - row in the batch) of the last release
+        self.last: _Run | None = None  # the last run of releases
+        self.runs: list[_Run] = []  # every run, in trace order
+        self.open: list[_Run] = []  # runs inside a malloc candidate, waiting for that malloc's request
         self.pending: dict[int, list[list]] = {}  # device -> recorded entries waiting for its next alloc
         self.recorded: list[list] = []
         self.released: list[list] = []
@@ -124,7 +151,8 @@ class RequestBuilder:
         free_op = self.free_op or "free_requested"
         table = np.array([_ROW_ALLOC if n == "alloc" else _ROW_FREE if n in ("free", free_op) else
                           _ROW_PENDING if n == "free_requested" else _ROW_DEVICE if n in DEVICE_OPS else
-                          _ROW_RELEASE if n in RELEASE_OPS else _ROW_OTHER for n in names] or [_ROW_OTHER], np.int8)
+                          _ROW_RELEASE if n in RELEASE_OPS else _ROW_OOM if n == Op.OOM else _ROW_OTHER
+                          for n in names] or [_ROW_OTHER], np.int8)
         codes = col.indices.to_numpy(zero_copy_only=False)
         return table[codes], codes, names
 
@@ -138,13 +166,14 @@ class RequestBuilder:
         key, has_key = _keys(batch, self.key)
         stream, device = _column(batch, "stream", 0, np.int64), _column(batch, "device", 0, np.int64)
         seq, ts = _column(batch, "seq", -1, np.int64), _column(batch, "ts_ns", NO_TIME, np.int64)
+        addr = key if self.key == "address" else _column(batch, "address", NO_ADDR, np.uint64)
         alloc_any, is_free = cat == _ROW_ALLOC, cat == _ROW_FREE
         is_alloc = alloc_any & (size > 0)
         n = self.n
         n["allocs"] += int(is_alloc.sum())
         n["frees"] += int(is_free.sum())
         n["zero_size_allocs"] += int((alloc_any & ~is_alloc).sum())
-        n["ignored_ops"] += int((cat == _ROW_OTHER).sum())
+        n["ignored_ops"] += int(((cat == _ROW_OTHER) | (cat == _ROW_OOM)).sum())
         # pair with the allocations carried from earlier batches (placed at positions -k..-1) by (device, key)
         rows = np.flatnonzero((is_alloc | is_free) & has_key)
         nc = len(self.live_req)
@@ -157,11 +186,12 @@ class RequestBuilder:
         paired = np.zeros(n_rows, bool)
         paired[rows[got]] = True
         req_rows = np.flatnonzero(is_alloc | paired)
-        releases, found = self._device_events(cat, codes, names, req_rows, device, size)
-        rows_all = np.sort(np.concatenate([req_rows, list(releases)])).astype(np.int64) if releases else req_rows
+        new_runs, found = self._device_events(cat, codes, names, req_rows, device, size, stream, addr)
+        rel_rows = np.array(sorted(new_runs), np.int64)
+        rows_all = np.sort(np.concatenate([req_rows, rel_rows])).astype(np.int64) if len(rel_rows) else req_rows
         kinds = np.where(is_alloc[rows_all], REQ_MALLOC, REQ_FREE)
-        is_rel = np.isin(rows_all, list(releases)) if releases else None
-        if releases:
+        is_rel = np.isin(rows_all, rel_rows) if len(rel_rows) else None
+        if len(rel_rows):
             kinds[is_rel] = REQ_RELEASE
         base = self.req.offset + len(self.req)
         row_req = np.full(n_rows, -1, np.int64)
@@ -169,45 +199,79 @@ class RequestBuilder:
         combined_req = np.concatenate([self.live_req, row_req[rows]])  # request index of every paired-list entry
         pair = np.full(len(rows_all), -1, np.int64)
         pair[kinds == REQ_FREE] = combined_req[partner[nc:][got]]  # the REQ_FREE requests are the paired rows, in row order
-        rsize = np.where(kinds == REQ_MALLOC, size[rows_all], 0)
-        if releases:
-            rsize[is_rel] = [releases[r] for r in rows_all[is_rel].tolist()]
-        addr = key if self.key == "address" else _column(batch, "address", NO_ADDR, np.uint64)
+        rsize = np.where(kinds == REQ_MALLOC, size[rows_all], 0)  # a release's kind is set once it is known
         self.req.extend(kind=kinds, size=rsize, stream=stream[rows_all], device=device[rows_all], pair=pair,
                         addr=addr[rows_all], seq=seq[rows_all], ts_ns=ts[rows_all])
-        if self.last is not None and self.last[2] < 0:  # the batch's last release point, now with its request index
-            self.last = (self.last[0], self.last[1], int(row_req[-1 - self.last[2]]))
+        for row, run in new_runs.items():
+            run.req = int(row_req[row])
+            self._write(run)
         self.live_dev, self.live_key, self.live_req = dev_all[live], key_all[live], combined_req[live]
         self.requested += len(req_rows)
         self._resolve(found, device, is_alloc, row_req)
 
-    def _device_events(self, cat, codes, names, req_rows, device, size):
-        """Walk the (few) segment rows of a batch. Returns {release row: 1 if an OOM retry else 0} and the
-        recorded entries (row, entry) waiting for the next alloc of their device."""
-        releases: dict[int, int] = {}
+    def _device_events(self, cat, codes, names, req_rows, device, size, stream, addr):
+        """Walk the (few) segment and OOM rows of a batch. Returns {row: run} of the runs of releases it starts
+        (each a REQ_RELEASE at that row) and the recorded entries (row, entry, run or None) waiting for the next
+        alloc of their device (a device allocation right after a run names that run)."""
+        new_runs: dict[int, _Run] = {}
         found = []
         for row in np.flatnonzero(cat >= _ROW_DEVICE).tolist():
             d = int(device[row])
             before = self.requested + int(np.searchsorted(req_rows, row))
+            run = self.last if self.last is not None and (self.last.device, self.last.before) == (d, before) else None
+            if cat[row] == _ROW_OOM:  # a malloc that failed after its retries: the releases before it were inside it
+                if run is not None and not run.in_malloc:
+                    run.in_malloc = run.then_oom = True
+                    run.next_alloc = (int(size[row]), int(stream[row]))  # the failed request (rounded)
+                    self._settle(run)
+                continue
             entry = [d, None, names[codes[row]], int(size[row])]
+            level = self.level.get(d, 0)
             if cat[row] == _ROW_RELEASE:
                 self.released.append(entry)
-                if self.use_releases and (self.last is None or self.last[:2] != (d, before)):
-                    releases[row] = 0
-                    self.last = (d, before, -1 - row)
+                self.level[d] = level - int(size[row])
+                if run is None:
+                    run = self.last = new_runs[row] = _Run(d, before, row, level)
+                    self.runs.append(run)
+                run.segs.append((int(addr[row]), int(size[row]), int(stream[row]), names[codes[row]] == Op.SEGMENT_UNMAP))
+                found.append((row, entry, None))
+                continue
+            self.recorded.append(entry)
+            self.level[d] = level + int(size[row])
+            if run is not None and not run.in_malloc:  # released then allocated with no request between: one malloc?
+                run.in_malloc = True
+                # a cudaMalloc of this size at the level before the releases fails only past the device's memory,
+                # which is at least the trace's peak
+                peak = None if self.peaks is None else self.peaks.get(d)
+                run.could_fail = peak is None or run.level + int(size[row]) > peak
+                self.open.append(run)
+                found.append((row, entry, run))
             else:
-                self.recorded.append(entry)
-                if self.last is not None and self.last[:2] == (d, before):
-                    # released then allocated in one malloc: the retry after a failed device allocation
-                    if self.last[2] < 0:
-                        releases[-1 - self.last[2]] = 1
-                    else:
-                        self.req.size[self.last[2] - self.req.offset] = 1
-            found.append((row, entry))
-        return releases, found
+                found.append((row, entry, None))
+        return new_runs, found
+
+    def _settle(self, run: _Run) -> None:
+        """Classify a run inside a malloc candidate now that what followed it is known, and write its kind
+        into its REQ_RELEASE (``-1 - kind``: recorded, not followed, under ``use_releases=False``)."""
+        run.kind = rl.classify(run.segs, run.next_alloc, run.then_oom, self.conf, run.could_fail)
+        if run in self.open:
+            self.open.remove(run)
+        self._write(run)
+
+    def _write(self, run: _Run) -> None:
+        """A run's kind into its REQ_RELEASE once both are known, and the segments of a partial release
+        (max_split_size retry, garbage collection) into ``Requests.rel`` for the recorded setting's replay."""
+        j = run.req - self.req.offset
+        if run.req < 0 or not 0 <= j < len(self.req):
+            return
+        self.req.size[j] = run.kind if self.use_releases or run.kind not in rl.IN_MALLOC else -1 - run.kind
+        if run.kind in (rl.REL_SPLIT_RETRY, rl.REL_GC):
+            for a, sz, st, _ in run.segs:
+                self.req.rel.extend((run.req, a, sz, st))
 
     def _resolve(self, found, device, is_alloc, row_req) -> None:
-        """Name the op of each segment row and give it the request index of the next alloc of its device."""
+        """Name the op of each segment row and give it the request index of the next alloc of its device; a
+        run of releases waiting for that alloc is classified by it."""
         alloc_rows = np.flatnonzero(is_alloc)
         if not (found or self.pending):
             return
@@ -217,23 +281,38 @@ class RequestBuilder:
         empty = alloc_rows[:0]
         for d in [d for d in self.pending if d in allocs_of]:
             first = allocs_of[d][0]
-            for entry in self.pending.pop(d):
-                entry[1] = int(row_req[first])
-        for row, entry in found:
+            for entry, run in self.pending.pop(d):
+                self._resolved(entry, run, int(row_req[first]))
+        for row, entry, run in found:
             d = entry[0]
             later = allocs_of.get(d, empty)
             i = int(np.searchsorted(later, row))
             if i < len(later):
-                entry[1] = int(row_req[later[i]])
+                self._resolved(entry, run, int(row_req[later[i]]))
             else:
-                self.pending.setdefault(d, []).append(entry)
+                self.pending.setdefault(d, []).append((entry, run))
+
+    def _resolved(self, entry: list, run: _Run | None, r: int) -> None:
+        entry[1] = r
+        if run is not None and not run.then_oom:
+            j = r - self.req.offset
+            run.next_alloc = (int(self.req.size[j]), int(self.req.stream[j]))
+            self._settle(run)
 
     def take(self, final: bool = False) -> Requests:
-        """The requests added since the last take, as a chunk; they are dropped here. A release point that a
-        device allocation in the next batch may still turn into an OOM retry is held back (unless ``final``)."""
+        """The requests added since the last take, as a chunk; they are dropped here. A run of releases whose
+        kind is not known yet (what follows it may be in the next batch) is held back, with what follows it
+        (unless ``final``)."""
         keep = len(self.req)
-        if not final and self.last is not None and self.last[1] == self.requested:
-            keep = self.last[2] - self.req.offset
+        if final:  # device allocations with no alloc after them (the trace ends): no request to fit
+            for run in list(self.open):
+                self._settle(run)
+        else:
+            if self.last is not None and self.last.before == self.requested:
+                keep = self.last.req - self.req.offset
+            for run in self.open:
+                keep = min(keep, run.req - self.req.offset)
+        keep = max(keep, 0)
         if keep == len(self.req):
             chunk, self.req = self.req, Requests(offset=self.req.offset + keep)
         else:
@@ -246,12 +325,16 @@ class RequestBuilder:
         Raises:
             AnalysisError: no allocation with a size, or too many frees of unknown blocks.
         """
+        for run in list(self.open):  # device allocations with no alloc after them (the trace ends): no request to fit
+            self._settle(run)
         req, n = self.req, self.n
         for entries in self.pending.values():
-            for entry in entries:
+            for entry, _ in entries:
                 entry[1] = req.offset + len(req)
         req.recorded = [(d, r, op, s) for d, r, op, s in self.recorded]
         req.released = [(d, r, op, s) for d, r, op, s in self.released]
+        req.releases = rl.summary([r.kind for r in self.runs], [len(r.segs) for r in self.runs])
+        req.release_conf = self.conf
         req.counts = {"allocs": n["allocs"], "frees": n["frees"], "unknown_frees": n["frees"] - n["paired"],
                       "zero_size_allocs": n["zero_size_allocs"],
                       "realloc_at_live_address": n["realloc_at_live_address"], "ignored_ops": n["ignored_ops"],
@@ -261,15 +344,19 @@ class RequestBuilder:
 
 def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tuple[int, int, int, int]] = (),
                    max_unknown_frees: float = MAX_UNKNOWN_FREES, use_releases: bool = True,
-                   key: str = "address") -> Requests:
+                   key: str = "address", conf: TorchConf | None = None, peaks: dict[int, int] | None = None) -> Requests:
     """Requests from an ``alloc_events/1`` table, or from its batches as a reader yields them (streamed).
 
     Args:
         seeds: (device, address, requested size, stream) of blocks live when recording began (from
             :func:`veotrace.allocators.seed.rebuild`); they become REQ_SEED requests at the start.
         max_unknown_frees: largest share of frees that may name no live allocation.
-        use_releases: turn recorded segment_free/segment_unmap runs into REQ_RELEASE requests.
+        use_releases: follow the releases inside a malloc too (the program's empty_cache() calls always are).
         key: the column allocs and frees pair by (default the address).
+        conf: the settings the trace was recorded with (a snapshot's), which classify its releases
+            (:mod:`veotrace.allocators.releases`); default PyTorch's.
+        peaks: per device, the highest level of segment bytes the trace reaches (:func:`peaks`), for a
+            trace read whole before its requests are built (a snapshot): see :class:`RequestBuilder`.
 
     Raises:
         AnalysisError: no allocation with a size, or too many frees of unknown blocks.
@@ -280,9 +367,26 @@ def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tup
         ts = data.column("ts_ns").drop_null()
         t0 = int(ts[0].as_py()) if len(ts) else NO_TIME
         batches = data.to_batches()
-    builder = RequestBuilder(seeds=seeds, use_releases=use_releases, free_op=free_op, key=key, t0=t0)
+    builder = RequestBuilder(seeds=seeds, use_releases=use_releases, free_op=free_op, key=key, t0=t0, conf=conf,
+                             peaks=peaks)
     for batch in batches:
         builder.add(batch)
     return builder.finish(max_unknown_frees)
 
 
+
+
+def peaks(table: pa.Table) -> dict[int, int]:
+    """Per device, the highest level of segment bytes allocated less released from the trace's start (the
+    bytes reserved before it are unknown and cancel out where the level is compared)."""
+    op = table.column("op")
+    op = op.combine_chunks() if isinstance(op, pa.ChunkedArray) else op
+    op = op.dictionary_encode() if not pa.types.is_dictionary(op.type) else op
+    names = op.dictionary.to_pylist()
+    sign = np.array([1 if n in DEVICE_OPS else -1 if n in RELEASE_OPS else 0 for n in names] or [0], np.int64)
+    delta = sign[op.indices.to_numpy(zero_copy_only=False)] * _column(table, "size_bytes", 0, np.int64)
+    device = _column(table, "device", 0, np.int64)
+    out = {}
+    for d, (dd,) in by_device(device, (delta,)):
+        out[int(d)] = int(np.cumsum(dd).max()) if len(dd) else 0
+    return out

@@ -45,6 +45,15 @@ class TorchConf:
         index = size.bit_length() - 1 - 20
         return self.roundup_power2_divisions[min(max(index, 0), ROUNDUP_INTERVALS - 1)]
 
+    def key(self) -> tuple:
+        """The settings without their source: equal for two TorchConfs that allocate alike."""
+        return (self.max_split_size, self.max_non_split_rounding_size, self.garbage_collection_threshold,
+                tuple(self.roundup_power2_divisions), self.expandable_segments)
+
+    def same(self, other: TorchConf | None) -> bool:
+        """The same settings as ``other`` (whatever their source)."""
+        return other is not None and self.key() == other.key()
+
     def to_dict(self) -> dict:
         return {
             "max_split_size": None if self.max_split_size == NO_LIMIT else self.max_split_size,

@@ -17,8 +17,8 @@ class Policy(Protocol):
 
     ``malloc`` returns a handle that ``free`` takes back; ``c`` (``base.PolicyCounters``) sums what it
     did. A policy that caches may also offer ``release_cached_blocks()`` (the program's
-    ``empty_cache()``) and ``arm_release()`` (an OOM retry inside PyTorch's malloc); the replay calls
-    them where they exist.
+    ``empty_cache()``); the torch model offers ``release(kind, segments)`` for every recorded run of
+    releases (``allocators.releases``). The replay calls them where they exist.
     """
 
     c: Any
@@ -57,17 +57,19 @@ class PolicyContext:
 
 
 def _torch(ctx: PolicyContext) -> Policy:
+    # the settings the trace was recorded with replay its partial releases as recorded (allocators.releases)
+    exact = ctx.conf.same(getattr(ctx.req, "release_conf", None))
     if ctx.core == "c":
         from veotrace.allocators.torchcore import CTorchAllocator
 
-        model = CTorchAllocator(ctx.conf, capacity=ctx.capacity, rec=ctx.rec, va=ctx.va)
+        model = CTorchAllocator(ctx.conf, capacity=ctx.capacity, rec=ctx.rec, va=ctx.va, exact_releases=exact)
         if ctx.seed is not None and ctx.seed.used:
             model.seed(ctx.seed, ctx.device, ctx.conf)
         return model
     from veotrace.allocators.seed import seed_state
     from veotrace.allocators.torch import TorchAllocator
 
-    model = TorchAllocator(ctx.conf, capacity=ctx.capacity, rec=ctx.rec, va=ctx.va)
+    model = TorchAllocator(ctx.conf, capacity=ctx.capacity, rec=ctx.rec, va=ctx.va, exact_releases=exact)
     if ctx.seed is not None and ctx.seed.used:
         seed_state(model, ctx.seed, ctx.device, ctx.conf)
     return model

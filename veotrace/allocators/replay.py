@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from veotrace.allocators import releases as rl
 from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, REQ_RELEASE, REQ_SEED, Requests
 from veotrace.replay_limits import check_devices
 
@@ -14,7 +15,7 @@ def iter_replay(policy_for_device, req, policies: dict, *, chunk: int = 1 << 16)
     ``req``: a whole :class:`Requests`, or an iterable of Requests chunks (each holding the requests from
     its ``offset`` on, e.g. :meth:`veotrace.allocators.stream.RequestStream.chunks`), served in order.
     ``policy_for_device(device)`` makes a fresh policy (with ``malloc``, ``free``, ``rec`` and optionally
-    ``release_cached_blocks``, ``arm_release`` and ``seeded(address)``) when its device first appears;
+    ``release_cached_blocks``, ``release`` and ``seeded(address)``) when its device first appears;
     they are stored in ``policies``. Policies with ``run_chunk(req, device, start, end)`` and
     ``run_rows(req, rows, lo, hi)`` (the compiled torch core) serve a chunk per call, or with several
     devices, each device its own requests of the chunk (grouped by one sort, so the cost is the
@@ -88,12 +89,12 @@ def _serve(policies: dict, handles: dict, part: Requests, start: int, end: int) 
             seeded = getattr(pol, "seeded", None)
             h = seeded(addr[j]) if seeded is not None else None
             handles[i] = h if h is not None else pol.malloc(size[j], stream[j])
-        elif k == REQ_RELEASE:
-            if size[j]:  # an OOM retry inside PyTorch's malloc: only the torch model follows it
-                if hasattr(pol, "arm_release"):
-                    pol.arm_release()  # free cached blocks only if the next malloc finds none that fits
-            elif hasattr(pol, "release_cached_blocks"):
-                pol.release_cached_blocks()  # empty_cache(): the program's own call, every policy follows it
+        elif k == REQ_RELEASE and size[j] >= 0:  # a negative kind: recorded, not followed
+            what = size[j]
+            if hasattr(pol, "release"):  # the torch model: every kind (allocators.releases)
+                pol.release(what, part.release_segments(i) if what in (rl.REL_SPLIT_RETRY, rl.REL_GC) else ())
+            elif what in (rl.REL_EMPTY_CACHE, rl.REL_OOM) and hasattr(pol, "release_cached_blocks"):
+                pol.release_cached_blocks()  # the cache emptied at that point: every policy follows
 
 
 def replay(policy_for_device, req: Requests) -> dict:

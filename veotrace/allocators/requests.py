@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -35,11 +36,15 @@ NO_ADDR = (1 << 64) - 1
 class Requests:
     """Parallel typed arrays (8 bytes per value), one entry per request, in replay order.
 
-    ``size[i]`` of a REQ_RELEASE is 1 when a device allocation followed at once (an OOM retry inside malloc),
-    0 otherwise (``empty_cache``). ``pair[i]`` is, for a REQ_FREE, the index of the REQ_MALLOC/REQ_SEED it frees.
+    ``size[i]`` of a REQ_RELEASE is the kind of the recorded run of releases (``releases.REL_*``: the
+    program's empty_cache(), or a release inside a malloc), ``-1 - kind`` for one recorded and not followed
+    (``use_releases=False``). ``pair[i]`` is, for a REQ_FREE, the index of the REQ_MALLOC/REQ_SEED it frees.
     ``seq`` is the source row (-1 for seeded allocations); ``ts_ns`` is NO_TIME without a timestamp.
     ``recorded``: (device, request index of the next REQ_MALLOC, op, size) of the trace's own device
-    allocations; ``released``: the same for segment_free/segment_unmap.
+    allocations; ``released``: the same for segment_free/segment_unmap. ``rel``: (request index, address,
+    bytes, stream) of each segment a partial release (max_split_size retry, garbage collection) freed,
+    flat, for the recorded setting's replay (:meth:`release_segments`). ``releases``: the runs by kind
+    (``releases.summary``); ``release_conf``: the settings they were classified under.
     """
 
     kind: array = field(default_factory=lambda: array("q"))
@@ -54,6 +59,9 @@ class Requests:
     released: list[tuple[int, int, str, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    rel: array = field(default_factory=lambda: array("q"))
+    releases: dict = field(default_factory=dict)
+    release_conf: Any = None
     #: Index of the first entry: a chunk of a streamed read holds requests offset..offset+len-1.
     offset: int = 0
     _lifetimes: tuple | None = field(default=None, repr=False, compare=False)  # (length, lifetimes_ns())
@@ -86,7 +94,16 @@ class Requests:
             values = getattr(self, name)
             setattr(head, name, values[:keep])
             setattr(tail, name, values[keep:])
+        for k in range(0, len(self.rel), 4):  # each partial release's segments go with its request
+            (head if self.rel[k] < self.offset + keep else tail).rel.extend(self.rel[k:k + 4])
+        head.release_conf = tail.release_conf = self.release_conf
         return head, tail
+
+    def release_segments(self, i: int) -> list[tuple[int, int, int]]:
+        """(address, bytes, stream) of the segments the REQ_RELEASE at request ``i`` freed, for a partial
+        release (empty otherwise)."""
+        rel = self.rel
+        return [(rel[k + 1], rel[k + 2], rel[k + 3]) for k in range(0, len(rel), 4) if rel[k] == i]
 
     @property
     def devices(self) -> list[int]:

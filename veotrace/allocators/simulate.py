@@ -19,7 +19,7 @@ from veotrace.allocators.base import EV_NAMES, EV_OOM, AddressSpace, PolicyCount
 from veotrace.allocators.bykey import KeyTap
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.policies import POLICIES
-from veotrace.allocators.requests import NO_TIME, REQ_RELEASE, REQ_SEED, Requests
+from veotrace.allocators.requests import NO_TIME, REQ_SEED, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.stream import RequestStream
 from veotrace.analysis import timescale
@@ -188,12 +188,10 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
         raise ValueError("keys per request need the whole requests, not a RequestStream")
     keyed: dict | None = {} if by is not None else None
     reference_at: dict | None = None  # with ``by``: per device, the request where the first policy peaks
-    if streamed:
-        has_time, releases = req.has_time, req.releases
-    else:
-        has_time = req.has_time
+    releases = req.releases
+    has_time = req.has_time
+    if not streamed:
         clock = req.clock(has_time)
-        releases = int(np.count_nonzero(np.frombuffer(req.kind, np.int64) == REQ_RELEASE))
     if not has_time and window_s is not None:
         raise UsageError("--window needs timestamps, and this trace has none", hint="Use --window-requests N")
     if has_time and window_requests is not None:

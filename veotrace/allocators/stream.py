@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from veotrace.allocators.builder import RequestBuilder, build_requests
-from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, REQ_RELEASE, Requests
+from veotrace.allocators.builder import RequestBuilder, build_requests, peaks
+from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.requests import MAX_UNKNOWN_FREES, NO_TIME, Requests
 from veotrace.defaults import SIMULATE_HOLD_REQUESTS as HOLD_REQUESTS
 from veotrace.replay_limits import check_devices
 
@@ -24,16 +25,19 @@ class RequestStream:
     (``first`` is True for the first read only, so a caller can count what a lenient read skipped once).
 
     Attributes set by the first pass: ``n`` (requests), ``has_time``, ``t_first``/``t_last`` (ns; with
-    time only), ``devices``, ``counts``, ``notes`` and ``releases`` (REQ_RELEASE requests).
+    time only), ``devices``, ``counts``, ``notes`` and ``releases`` (the recorded runs of releases by kind,
+    ``releases.summary``); ``release_conf`` is the settings they were classified under.
 
     Raises:
         AnalysisError: no allocation with a size, or too many frees of unknown blocks (first pass).
     """
 
     def __init__(self, open_batches: Callable[[bool], Iterable], *, use_releases: bool = True,
-                 max_unknown_frees: float = MAX_UNKNOWN_FREES, key: str = "address", hold: int = HOLD_REQUESTS) -> None:
+                 max_unknown_frees: float = MAX_UNKNOWN_FREES, key: str = "address", hold: int = HOLD_REQUESTS,
+                 conf: TorchConf | None = None) -> None:
         self.open_batches, self.use_releases, self.key = open_batches, use_releases, key
-        self.n, self.has_time, self.t_first, self.t_last, self.releases = 0, True, None, None, 0
+        self.release_conf = conf or TorchConf()
+        self.n, self.has_time, self.t_first, self.t_last = 0, True, None, None
         self.held: list[Requests] | None = []
         devices: set[int] = set()
         builder = self._builder()
@@ -50,16 +54,15 @@ class RequestStream:
                     self.t_last = int(ts[-1])
             devices.update(chunk.devices)
             check_devices(len(devices))  # before any replay
-            self.releases += int(np.count_nonzero(np.frombuffer(chunk.kind, np.int64) == REQ_RELEASE))
         done = builder.finish(max_unknown_frees)
-        self.counts, self.notes, self.devices = done.counts, done.notes, sorted(devices)
+        self.counts, self.notes, self.devices, self.releases = done.counts, done.notes, sorted(devices), done.releases
         self.has_time = self.has_time and self.n > 0
 
     def __len__(self) -> int:
         return self.n
 
     def _builder(self) -> RequestBuilder:
-        return RequestBuilder(use_releases=self.use_releases, key=self.key)
+        return RequestBuilder(use_releases=self.use_releases, key=self.key, conf=self.release_conf)
 
     def _chunks(self, builder: RequestBuilder, *, first: bool) -> Iterator[Requests]:
         for batch in self.open_batches(first):
@@ -83,12 +86,14 @@ class RequestStream:
 
 
 def open_requests(events, policies: list[str], seed, *, max_unknown_frees: float = MAX_UNKNOWN_FREES,
-                  use_releases: bool = True, key: str = "address") -> Requests | RequestStream:
+                  use_releases: bool = True, key: str = "address", conf: TorchConf | None = None) -> Requests | RequestStream:
     """The requests of ``events`` (a table, or ``open_batches`` from ``load_trace(whole=False)``): a log is
     streamed; a snapshot (its table feeds validation and seeding) or a run with a tiered policy (lifetimes
-    need the whole trace) is built whole."""
-    kw = {"max_unknown_frees": max_unknown_frees, "use_releases": use_releases, "key": key}
+    need the whole trace) is built whole. ``conf``: the settings the trace was recorded with (a snapshot's),
+    which classify its releases."""
+    kw = {"max_unknown_frees": max_unknown_frees, "use_releases": use_releases, "key": key, "conf": conf}
     if callable(events) and not any(p.startswith("tiered") for p in policies):
         return RequestStream(events, **kw)
-    seeds = seed.request_seeds() if seed is not None else []
-    return build_requests(events(True) if callable(events) else events, seeds=seeds, **kw)
+    if seed is None:  # a log: the same requests whole or streamed (no look at the whole trace first)
+        return build_requests(events(True) if callable(events) else events, **kw)
+    return build_requests(events, seeds=seed.request_seeds(), peaks=peaks(events), **kw)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from veotrace.allocators import releases as rl
 from veotrace.allocators.base import (
     EV_ALLOC,
     EV_FREE,
@@ -59,10 +60,12 @@ class TorchAllocator:
         capacity: bytes the device can reserve (``--capacity``); None = unlimited. It plays the part of
             ``allowed_memory_maximum``, so garbage_collection_threshold is active only with it.
         rec: where events go; counters: totals kept up to date.
+        exact_releases: these are the settings the trace was recorded with: its partial releases inside a
+            malloc (max_split_size retries, garbage collection) are replayed as recorded (:meth:`release`).
     """
 
     def __init__(self, conf: TorchConf, *, capacity: int | None = None, rec: Recorder | None = None,
-                 va: AddressSpace | None = None) -> None:
+                 va: AddressSpace | None = None, exact_releases: bool = False) -> None:
         self.conf, self.capacity = conf, capacity
         self.rec = rec or Recorder()
         self.c = PolicyCounters()
@@ -73,7 +76,9 @@ class TorchAllocator:
         self.emit = self.rec.emit
         self.gc_on = gc_threshold_bytes(conf, capacity) is not None
         self.es = Expandable(self) if conf.expandable_segments else None
-        self.armed = False
+        self.exact_releases = exact_releases
+        self.armed: int | None = None  # the kind of the recorded release inside the next malloc
+        self.armed_segs: list[tuple[int, int, int]] = []
         self.seeded_blocks: dict[int, Block] = {}
         self._sizes: dict[int, tuple[int, int]] = {}
 
@@ -91,16 +96,14 @@ class TorchAllocator:
         if block is None:
             block = self.malloc_new_block(pool, orig_size, size, alloc_size, stream)
         else:
-            self.armed = False
+            self.armed = None  # a cached block fits: PyTorch's malloc would not have released anything here
         return self.alloc_found_block(block, pool, size, orig_size, self.should_split(block, size))
 
     def malloc_new_block(self, pool: BlockPool, orig_size: int, size: int, alloc_size: int, stream: int) -> Block:
         """malloc after no cached block fits: the recorded release, garbage collection, a new segment and
         the retries (release_available_cached_blocks, then release_cached_blocks)."""
-        if self.armed:  # the trace recorded a release right before this malloc
-            self.release_cached_blocks()
-            self.c.alloc_retries += 1
-        self.armed = False
+        if self.armed is not None:  # the trace recorded a release inside this malloc
+            self.recorded_release(pool, size, stream)
         if self.gc_on:
             self.garbage_collect_cached_blocks()
         block = self.alloc_block(pool, size, alloc_size, stream)
@@ -181,9 +184,45 @@ class TorchAllocator:
         self.emit(EV_ALLOC, block.addr, orig_size, block.stream, block.size)
         return block
 
-    def arm_release(self) -> None:
-        """The trace shows a release inside the next malloc (an OOM retry): do it if no cached block fits."""
-        self.armed = True
+    def release(self, kind: int, segs=()) -> None:
+        """A recorded run of releases (``releases.REL_*``; ``segs``: (address, bytes, stream) of a partial
+        one): the program's empty_cache(), or a release inside the next malloc, done there if no cached
+        block fits (:meth:`recorded_release`)."""
+        if kind in (rl.REL_EMPTY_CACHE, rl.REL_OOM):
+            self.release_cached_blocks()
+        elif kind == rl.REL_GC and not self.exact_releases:
+            return  # garbage collection belongs to the recorded setting; another one collects by its own rule
+        else:
+            self.armed, self.armed_segs = kind, list(segs)
+
+    def recorded_release(self, pool: BlockPool, size: int, stream: int) -> None:
+        """The recorded release inside this malloc, after get_free_block found nothing. The recorded setting
+        releases what the trace did: everything unsplit (an OOM retry) or the very segments (a
+        max_split_size retry, garbage collection). Another setting retries as PyTorch's malloc does after
+        a failed cudaMalloc: release_available_cached_blocks with max_split_size set (taken to succeed
+        when it frees enough), else release_cached_blocks."""
+        kind, self.armed = self.armed, None
+        if self.exact_releases and kind in (rl.REL_SPLIT_RETRY, rl.REL_GC):
+            for _, nbytes, st in self.armed_segs:
+                self.release_cached_segment(nbytes, st)
+            return
+        if not self.exact_releases and self.release_available_cached_blocks(pool, size, stream):
+            return
+        self.release_cached_blocks()
+        self.c.alloc_retries += 1
+
+    def release_cached_segment(self, nbytes: int, stream: int) -> None:
+        """cudaFree of one recorded segment: the model's free unsplit block of that size and stream (the
+        lowest address; blocks with no neighbours are interchangeable), if it holds one."""
+        pool = self.small_blocks if nbytes == kSmallBuffer else self.large_blocks
+        lst = pool.keys.get(stream) or []
+        for i in range(bisect_left(lst, (nbytes,)), len(lst)):
+            if lst[i][0] != nbytes:
+                break
+            block = pool.free[lst[i][1]]
+            if not block.is_split() and block.seg is None:
+                self.release_block(block)
+                return
 
     def seeded(self, addr: int) -> Block | None:
         """The block of a seeded live allocation at ``addr`` (see :func:`seed_state`), if any."""

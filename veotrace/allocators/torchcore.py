@@ -94,7 +94,8 @@ class CoreRecorder:
 class CTorchAllocator:
     """One device's ``DeviceCachingAllocator`` in C; the replay calls :meth:`run_chunk` instead of malloc/free."""
 
-    def __init__(self, conf: TorchConf, *, capacity: int | None, rec: CoreRecorder, va: AddressSpace | None = None) -> None:
+    def __init__(self, conf: TorchConf, *, capacity: int | None, rec: CoreRecorder, va: AddressSpace | None = None,
+                 exact_releases: bool = False) -> None:
         # limits past what any size reaches act as no limit (the same decisions), so they fit C's integers;
         # a max_split_size past 2^63 is NO_LIMIT too (release_available_cached_blocks reads it as int64)
         mss = conf.max_split_size if conf.max_split_size < 1 << 63 else NO_LIMIT
@@ -103,7 +104,8 @@ class CTorchAllocator:
                                     list(conf.roundup_power2_divisions), None if capacity is None else min(capacity, 1 << 62),
                                     (va or AddressSpace()).next,
                                     expandable_memory=(capacity or DEFAULT_DEVICE_MEMORY) if conf.expandable_segments else 0,
-                                    gc_threshold=None if gc is None else min(gc, 1 << 62))
+                                    gc_threshold=None if gc is None else min(gc, 1 << 62),
+                                    exact_releases=exact_releases)
         self.rec = rec
         rec.cores.append(self.core)
 
@@ -112,12 +114,12 @@ class CTorchAllocator:
         from ``req.offset`` on."""
         self.rec.touch(self.core)
         self.core.run(req.kind, req.size, req.stream, req.pair, None if device is None else req.device,
-                      -1 if device is None else device, start, end, req.offset, req.addr)
+                      -1 if device is None else device, start, end, req.offset, req.addr, req.rel or None)
 
     def run_rows(self, req, rows: np.ndarray, lo: int, hi: int) -> None:
         """Serve the requests at positions ``rows[lo:hi]`` of ``req`` (ascending, all of this device)."""
         self.rec.touch(self.core)
-        self.core.run_rows(req.kind, req.size, req.stream, req.pair, rows, lo, hi, req.offset, req.addr)
+        self.core.run_rows(req.kind, req.size, req.stream, req.pair, rows, lo, hi, req.offset, req.addr, req.rel or None)
 
     def seed(self, seed, device: int, conf: TorchConf) -> None:
         """The seeded segments and live blocks of a part-way trace (as :func:`seed.seed_state` does)."""

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from veotrace.allocators import replay as rp
 from veotrace.allocators.base import EV_NAMES, EV_SEGMENT_ALLOC, EV_SEGMENT_MAP, Recorder
-from veotrace.allocators.builder import build_requests
+from veotrace.allocators.builder import build_requests, peaks
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.requests import MAX_UNKNOWN_FREES, Requests
 from veotrace.allocators.seed import Seed
@@ -103,7 +103,8 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     from veotrace.allocators.torchcore import choose_core
 
     seeds = seed.request_seeds()
-    with_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True)
+    with_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True, conf=conf,
+                              peaks=peaks(table))
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
                 "nothing to validate against"}
@@ -114,7 +115,8 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     core = choose_core(conf, cap, torch_core)[0]
     _, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
-    no_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False)
+    no_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False, conf=conf,
+                            peaks=peaks(table))
     _, rec2 = run_torch(no_rel, conf, seed, cap, core)
     alone = compare(no_rel, rec2)
     alone.pop("first_mismatches")
@@ -122,7 +124,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     alone["capacity_from"] = "--capacity" if not inferred else "the trace's peak reserved bytes per device"
     out["without_recorded_releases"] = alone
     out["explanations"] = explain(table, seed, conf, with_rel, out, alone)
-    out["recorded_releases"] = len(with_rel.released)
+    out["recorded_releases"] = with_rel.releases
     out["seeded"] = seed.used
     out["seed"] = seed.describe()
     out["settings"] = conf.source

@@ -113,7 +113,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
 
     try:
         req = open_requests(table, names, seed, max_unknown_frees=max_unknown_frees,
-                            use_releases=not no_recorded_releases, key=key)
+                            use_releases=not no_recorded_releases, key=key, conf=snap_conf)
     except AnalysisError as exc:  # the trace's own pairing: name its file when there is one
         if exc.path is None and len(paths) == 1:
             exc.path = str(paths[0])

@@ -96,7 +96,7 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
     table, _, snap_conf, seed = load_trace(paths, options, report, None, whole=True, ooms=tap, events=events_table)
     try:
         req = open_requests(table, ["torch"], seed, max_unknown_frees=max_unknown_frees,
-                            use_releases=not no_recorded_releases, key=id_col or "address")
+                            use_releases=not no_recorded_releases, key=id_col or "address", conf=snap_conf)
     except AnalysisError as exc:
         if exc.path is None and len(paths) == 1:
             exc.path = str(paths[0])
@@ -114,7 +114,7 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
                         ("PyTorch defaults", TorchConf(source="PyTorch defaults"))):
         if conf is None:
             continue
-        hit = next((c for c in cands if sp.same_conf(c.conf, conf)), None)
+        hit = next((c for c in cands if c.conf.same(conf)), None)
         if hit is None:
             hit = sp.candidate_of(len(cands), conf)
             cands.append(hit)

@@ -174,24 +174,13 @@ def candidates(values: dict[str, list]) -> list[Candidate]:
         v = dict(zip(keys, combo))
         text = conf_text(v)
         conf = parse_conf(text) if text else TorchConf(source="PyTorch defaults")
-        key = _conf_key(conf)
+        key = conf.key()
         if key in seen:
             continue
         seen.add(key)
         bad = next((m for test, m in KNOWN_BAD if test(v)), None)
         out.append(Candidate(len(out), v, text, conf, bad))
     return out
-
-
-def _conf_key(conf: TorchConf) -> tuple:
-    d = conf.to_dict()
-    d.pop("source")
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(d.items()))
-
-
-def same_conf(a: TorchConf, b: TorchConf) -> bool:
-    """The same settings (whatever their source)."""
-    return _conf_key(a) == _conf_key(b)
 
 
 def text_of(conf: TorchConf) -> str:
