@@ -18,7 +18,7 @@ from veotrace.allocators import replay as rp
 from veotrace.allocators.base import EV_NAMES, EV_SEGMENT_ALLOC, EV_SEGMENT_MAP, Recorder
 from veotrace.allocators.builder import build_requests, peaks
 from veotrace.allocators.conf import TorchConf
-from veotrace.allocators.requests import MAX_UNKNOWN_FREES, Requests
+from veotrace.allocators.requests import MAX_UNKNOWN_FREES, REQ_FREE, REQ_SEED, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.torch import get_allocation_size, round_size
 
@@ -26,6 +26,10 @@ from veotrace.allocators.torch import get_allocation_size, round_size
 MAX_MISMATCHES = 5
 #: Targets from the issue: reproduced share and extras as a share of recorded.
 TARGET_SHARE, TARGET_EXTRA = 0.95, 0.05
+#: More than this share of segment sizes off get_allocation_size: the trace is another allocator's.
+OTHER_ALLOCATOR_SHARE = 0.5
+#: Fewer segment_alloc entries than this say nothing of the allocator that wrote them.
+MIN_CHECKED = 5
 
 
 def run_torch(req: Requests, conf: TorchConf, seed: Seed | None, capacity, core: str = "python") -> tuple[dict, Recorder]:
@@ -123,7 +127,13 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     alone["capacity"] = cap if not inferred else {str(d): v for d, v in cap.items()}
     alone["capacity_from"] = "--capacity" if not inferred else "the trace's peak reserved bytes per device"
     out["without_recorded_releases"] = alone
+    out["allocator"] = allocator_check(with_rel, conf)
+    if out["allocator"]["pytorch_cuda_caching"] is False:  # a statement about another allocator, not PyTorch
+        out["meets_targets"] = alone["meets_targets"] = False
     out["explanations"] = explain(table, seed, conf, with_rel, out, alone)
+    out["assumptions"] = [] if "defaults" not in conf.source else [
+        "the snapshot has no allocator_settings: PyTorch's defaults are assumed (a job that set "
+        "PYTORCH_CUDA_ALLOC_CONF ran under other rules)"]
     out["recorded_releases"] = with_rel.releases
     out["seeded"] = seed.used
     out["seed"] = seed.describe()
@@ -132,40 +142,82 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     return out
 
 
+def allocator_check(req: Requests, conf: TorchConf) -> dict:
+    """Was the trace written by PyTorch's CUDA caching allocator? Its cudaMalloc sizes are
+    ``get_allocation_size(round_size(request))`` of the allocation each segment_alloc precedes; when most
+    recorded sizes are not (another vendor's port of the allocator, a custom one, synthetic data), the
+    model's numbers are not a statement about PyTorch. Expandable segments map whole pages: not checked.
+    Returns ``{"pytorch_cuda_caching": True | False | None, "checked", "off_sizes", "why"}``."""
+    if conf.expandable_segments:
+        return {"pytorch_cuda_caching": None, "checked": 0, "off_sizes": 0,
+                "why": "expandable segments map whole pages: the segment sizes say nothing of the allocator"}
+    pairs = [(r, size) for _, r, op, size in req.recorded if op == "segment_alloc" and r < len(req)]
+    off = [(r, size) for r, size in pairs if size != get_allocation_size(round_size(req.size[r], conf))]
+    out = {"pytorch_cuda_caching": None, "checked": len(pairs), "off_sizes": len(off), "why": None}
+    if len(pairs) < MIN_CHECKED:
+        out["why"] = f"only {len(pairs)} segment_alloc entries before an alloc: too few to tell"
+        return out
+    r, size = off[0] if off else (None, None)
+    if len(off) > OTHER_ALLOCATOR_SHARE * len(pairs):
+        out["pytorch_cuda_caching"] = False
+        out["why"] = (f"{len(off)} of {len(pairs)} recorded segment sizes are not what PyTorch's get_allocation_size "
+                      f"gives for the allocation they precede (e.g. {size:,} bytes before a {req.size[r]:,}-byte "
+                      "request): the trace was written by another allocator (another vendor's port, a custom one), "
+                      "so the torch model's numbers are not PyTorch's")
+    else:
+        out["pytorch_cuda_caching"] = True
+        out["why"] = f"{len(pairs) - len(off)} of {len(pairs)} recorded segment sizes are get_allocation_size's"
+    return out
+
+
 def explain(table: pa.Table, seed: Seed, conf: TorchConf, req: Requests, out: dict, alone: dict) -> list[str]:
-    """Why the model may not match this trace: the trace's features the model does not cover."""
+    """Why the model does not match this trace: only causes the trace shows, each with its count; when
+    none is found, that is said, with the first mismatch."""
     why = []
     if out["meets_targets"] and alone["meets_targets"]:
         return why
-    ops = table.column("op").to_pylist()
-    if not conf.expandable_segments:
-        odd = [(r, size) for _, r, op, size in req.recorded
-               if op == "segment_alloc" and r < len(req) and size != get_allocation_size(round_size(req.size[r], conf))
-               and req.size[r] <= size]
-        if len(odd) > TARGET_EXTRA * len(req.recorded):
-            r, size = odd[0]
-            why.append(f"{len(odd)} of {len(req.recorded)} recorded segment sizes are not what get_allocation_size "
-                       f"gives for the allocation they precede (e.g. {size:,} bytes before a {req.size[r]:,}-byte "
-                       "request): the trace was not written by this caching allocator's rules (another version, "
-                       "a custom allocator, or synthetic data)")
+    check = out["allocator"]
+    if check["pytorch_cuda_caching"] is False:
+        why.append(check["why"])
+    elif check["off_sizes"] > TARGET_EXTRA * max(check["checked"], 1):
+        why.append(f"{check['off_sizes']} of {check['checked']} recorded segment sizes are not what "
+                   "get_allocation_size gives for the allocation they precede (another PyTorch version, or "
+                   "settings the snapshot does not record)")
     if req.counts.get("unknown_frees"):
         why.append(f"{req.counts['unknown_frees']} frees name blocks neither the trace nor the seeding knows; "
                    "their memory stays allocated in the model")
     if seed.expandable and not seed.used and req.counts.get("unknown_frees"):
         why.append("the trace starts part-way in expandable segments, which are not seeded (their mapped pages "
                    "before recording are unknown)")
-    if "defaults" in conf.source:
-        why.append("the snapshot has no allocator_settings, so PyTorch defaults were assumed; if the job set "
-                   "PYTORCH_CUDA_ALLOC_CONF, the recorded run used other rules")
+    ops = table.column("op").to_pylist()
     late = sum(1 for a, b in zip(ops, ops[1:]) if a == "free_requested" and b != "free_completed")
     if late:
         why.append(f"{late} frees completed later than requested (record_stream on other streams); the model "
                    "returns blocks at free_completed, but cannot know the events PyTorch polled in between")
-    if not out["meets_targets"] and seed.used:
-        why.append("the trace starts part-way: block sizes of blocks live before recording are estimated "
-                   "(round_size of the requested size, grown when PyTorch would not split), so later splits can differ")
-    if not alone["meets_targets"] and out["meets_targets"]:
-        why.append("without the recorded segment_free/segment_unmap the model releases cached memory only when "
-                   f"the capacity ({alone['capacity_from']}) is reached; empty_cache() calls and the device's "
-                   "other tenants are not visible in the allocations")
+    first = next((m for m in out["first_mismatches"]), None)
+    if not out["meets_targets"] and seed.used and first is not None:
+        live = _seeded_live_at(req, first["request"])
+        if live:
+            why.append(f"the first mismatch (request {first['request']:,}) comes while {live} blocks live before "
+                       "recording are still live: their sizes are estimated (round_size of the requested size, "
+                       "grown where PyTorch would not split), so the splits around them can differ")
+    dropped = {k: v["runs"] for k, v in req.releases.get("by_kind", {}).items() if k != "empty_cache"}
+    if not alone["meets_targets"] and out["meets_targets"] and dropped:
+        runs = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in dropped.items())
+        why.append(f"without the releases recorded inside a malloc ({runs}) the model releases cached memory only "
+                   f"past the capacity ({alone['capacity_from']}), which the recorded run's limit may not be")
+    if not why and first is not None:
+        why.append(f"no cause found in the trace: the first mismatch is at request {first['request']:,} (source row "
+                   f"{first['source_row']}): recorded {first['recorded_here'] or 'no device allocation'}, "
+                   f"model {first['model_here'] or 'no device allocation'}")
     return why
+
+
+def _seeded_live_at(req: Requests, r: int) -> int:
+    """How many blocks live before recording (REQ_SEED) are still live before request ``r``."""
+    import numpy as np
+
+    kind, pair = np.frombuffer(req.kind, np.int64)[:r], np.frombuffer(req.pair, np.int64)[:r]
+    seeded = kind == REQ_SEED
+    freed = np.isin(np.flatnonzero(seeded), pair[kind == REQ_FREE])
+    return int(seeded.sum() - freed.sum())

@@ -19,7 +19,7 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
     p = result.params
     items = [("requests", p["requests"]), ("seeding", p["seed"]), ("torch settings", p["torch_conf"]["source"]),
              ("capacity", fmt_bytes(p["capacity_bytes"]) if p["capacity_bytes"] else "unlimited"),
-             ("recorded releases followed", p["recorded_releases"])]
+             ("recorded releases", _releases_text(p["recorded_releases"]))]
     console.print(summary_table("Simulate", items))
     by_name = {r["policy"]: r for r in result.policies}
     rows = []
@@ -136,10 +136,14 @@ def _render_validation(console: Console, v: dict) -> None:
              ("targets (share >= 95%, extra <= 5%)", "met" if v["meets_targets"] else "NOT met"),
              ("without recorded releases", f"{alone['share']:.1%} reproduced, {alone['extra']} extra "
                                            f"(capacity: {alone['capacity_from']})"),
-             ("seeding", v["seed"]), ("settings", v["settings"])]
+             ("seeding", v["seed"]), ("settings", v["settings"]),
+             ("recorded releases", _releases_text(v["recorded_releases"])),
+             ("allocator", v["allocator"]["why"])]
     console.print(summary_table("Validation of the torch model against the trace", items))
     for why in v.get("explanations", []):
         console.print(f"[yellow]why:[/] {why}")
+    for note in v.get("assumptions", []):
+        console.print(f"[dim]assumed:[/] {note}", highlight=False)
     rows = [{"kind": m["kind"], "request": m["request"], "row": m["source_row"], "alloc": m["alloc_size_bytes"],
              "device_alloc": m["device_alloc_bytes"], "recorded": ", ".join(m["recorded_here"]) or "-",
              "model": ", ".join(m["model_here"]) or "-"} for m in v.get("first_mismatches", [])]
@@ -149,3 +153,11 @@ def _render_validation(console: Console, v: dict) -> None:
                                ("device_alloc", "device alloc"), ("recorded", "trace did"), ("model", "model did")],
                               max_rows=0, formatters={"alloc": fmt_bytes, "device_alloc": fmt_bytes})
         console.print(table)
+
+
+def _releases_text(r: dict) -> str:
+    """The recorded releases in one line: runs by kind, then how each kind was replayed."""
+    if not r.get("runs"):
+        return "none"
+    kinds = ", ".join(f"{k['runs']} {name.replace('_', ' ')} ({k['segments']} segments)" for name, k in r["by_kind"].items())
+    return f"{r['runs']} runs of {r['segments']} segments: {kinds}"

@@ -160,7 +160,7 @@ def simulate(job, section, reading, size):
     p = res.params
     section.params = {"policies": ", ".join(REPORT_POLICIES) + " (the report's subset; the command runs all seven)",
                       "torch settings": p["torch_conf"]["source"], "requests": p["requests"], "seeding": p["seed"],
-                      "recorded releases followed": p["recorded_releases"], "unknown frees": p["counts"]["unknown_frees"]}
+                      "recorded releases": p["recorded_releases"]["runs"], "unknown frees": p["counts"]["unknown_frees"]}
     section.command = job.cli + "".join(f" --policy {n}" for n in REPORT_POLICIES)
     _figure(section, run, size)
     return run

@@ -53,6 +53,8 @@ class SimulateRun(RunResult):
         if v is not None and not v.get("recorded_segment_allocs"):  # nothing recorded to check against
             out.append(("validation", v.get("note", "nothing to validate")))
         elif v is not None:
+            if v["allocator"]["pytorch_cuda_caching"] is False:
+                out.append(("validation", "not PyTorch's CUDA caching allocator: " + v["allocator"]["why"]))
             out += [("segment allocs reproduced", f"{100 * v['share']:.1f}%"),
                     ("extra segment allocs", f"{v['extra']} ({100 * v['extra_share']:.1f}%)")]
         return out

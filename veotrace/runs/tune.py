@@ -269,6 +269,8 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
                      extra_share=validation["extra_share"], meets_targets=validation["meets_targets"])
     else:
         trust["note"] = "not validated: the trace records no device allocations to check the torch model against"
+    if trust["validated"] and validation["allocator"]["pytorch_cuda_caching"] is False:
+        return {"conf": None, "trust": trust, "why": validation["allocator"]["why"], "best_candidate": rec["id"]}
     if trust["validated"] and not validation["meets_targets"]:
         return {"conf": None, "trust": trust,
                 "why": (f"the torch model misses its validation targets on this trace (reproduced "

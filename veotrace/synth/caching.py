@@ -95,6 +95,7 @@ class CachingAllocator:
         self.truth = ProgramTruth()
         self.heads: list[_Block] = []  # the first block of every segment
         self.before: list[list[tuple[int, int]]] = []  # per recorded entry: the segments reserved before it
+        self.run_starts: list[int] = []  # the trace index of each run of releases (truth.releases)
 
     # -- the device -------------------------------------------------------------------------------
     def _record(self, action: str, addr: int, size: int, **extra) -> None:
@@ -105,8 +106,12 @@ class CachingAllocator:
             self.trace.append({"action": action, key: addr, "size": size, "stream": 0, "time_us": self.t_us, **extra})
             if action == "segment_alloc":
                 self.truth.device_allocs += 1
-            elif action == "segment_free" and (not self.truth.releases or self.trace[-2]["action"] != "segment_free"):
-                self.truth.releases.append(self.why)
+            elif action == "segment_free":  # a run takes the cause of its last release (a retry that ends in a flush)
+                if len(self.trace) > 1 and self.trace[-2]["action"] == "segment_free" and self.truth.releases:
+                    self.truth.releases[-1] = self.why
+                else:
+                    self.truth.releases.append(self.why)
+                    self.run_starts.append(len(self.trace) - 1)
 
     def _cuda_malloc(self, size: int) -> int | None:
         if self.reserved + size > self.s.device_memory:
@@ -394,6 +399,7 @@ def run_program(p: Program) -> tuple[dict, ProgramTruth]:
             (h.addr, sum(_chain_sizes(h))) for h in a.heads)
         kept = snap["device_traces"][0]
         a.truth.device_allocs = sum(e["action"] == "segment_alloc" for e in kept)
+        a.truth.releases = [k for k, at in zip(a.truth.releases, a.run_starts, strict=True) if at >= cut]
     return snap, a.truth
 
 
