@@ -4,7 +4,7 @@ Both cores replay the same requests; every event (request, op, model address, si
 and every counter must be equal, on the real traces and on seeded random traces with frees, several
 streams and devices, recorded releases, a capacity (retries, flushes, OOMs), max_split_size,
 max_non_split_rounding_size and roundup_power2_divisions, expandable segments (pages mapped and unmapped)
-and garbage_collection_threshold with a capacity.
+and garbage_collection_threshold under a memory fraction.
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ ES_CONFS = ["expandable_segments:True", "expandable_segments:True,max_split_size
             "expandable_segments:True,roundup_power2_divisions:4",
             "expandable_segments:True,max_split_size_mb:64,max_non_split_rounding_mb:100,"
             "roundup_power2_divisions:[1:1,64:8,>:2]"]
-GC_CONFS = ["garbage_collection_threshold:0.5", "garbage_collection_threshold:0.8,max_split_size_mb:20",
-            "garbage_collection_threshold:0.6,roundup_power2_divisions:4",
-            "garbage_collection_threshold:0.7,expandable_segments:True"]
+GC_CONFS = ["garbage_collection_threshold:0.5,per_process_memory_fraction:1.0",
+            "garbage_collection_threshold:0.8,max_split_size_mb:20,per_process_memory_fraction:0.9",
+            "garbage_collection_threshold:0.6,roundup_power2_divisions:4,per_process_memory_fraction:0.7",
+            "garbage_collection_threshold:0.7,expandable_segments:True,per_process_memory_fraction:0.8",
+            "per_process_memory_fraction:0.6", "expandable_segments:True,per_process_memory_fraction:0.5"]
 
 
 def replay_core(req: Requests, conf: TorchConf, capacity, core: str, seed=None):
@@ -146,9 +148,10 @@ def test_many_seeded_traces_with_expandable_segments_and_gc_give_the_same_events
     from veotrace.allocators.seed import Seed
 
     rng = random.Random(27)
-    confs = ES_CONFS + GC_CONFS + ["expandable_segments:True,garbage_collection_threshold:0.5,max_split_size_mb:20",
+    confs = ES_CONFS + GC_CONFS + ["expandable_segments:True,garbage_collection_threshold:0.5,max_split_size_mb:20,"
+                                   "per_process_memory_fraction:0.9",
                                    "garbage_collection_threshold:0.9,max_split_size_mb:100,max_non_split_rounding_mb:40,"
-                                   "roundup_power2_divisions:[1:2,16:4,>:8]"]
+                                   "roundup_power2_divisions:[1:2,16:4,>:8],per_process_memory_fraction:0.95"]
     seeded = Seed(segments=[(0, 1 << 40, 20 * MiB, 0, False), (0, (1 << 40) + 64 * MiB, 2 * MiB, 1, True),
                             (1, 1 << 41, 40 * MiB, 0, False)])
     for _ in range(2000):
@@ -165,8 +168,8 @@ def test_many_seeded_traces_with_expandable_segments_and_gc_give_the_same_events
 @needs_c
 @pytest.mark.parametrize("conf", ["", "max_split_size_mb:20", "expandable_segments:True",
                                   "expandable_segments:True,max_split_size_mb:20,roundup_power2_divisions:4",
-                                  "garbage_collection_threshold:0.5",
-                                  "garbage_collection_threshold:0.6,expandable_segments:True"])
+                                  "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9",
+                                  "garbage_collection_threshold:0.6,expandable_segments:True,per_process_memory_fraction:0.9"])
 def test_capacity_paths_are_exercised_and_equal(conf):
     """The fixed cases that must reach every capacity path: retries, flushes, released (or unmapped)
     segments and OOMs; with expandable segments, pages mapped (several per request) and unmapped."""
@@ -198,12 +201,13 @@ def bounded_requests(seed: int, n: int, live_max: int, streams: int) -> Requests
 
 
 @needs_c
-@pytest.mark.parametrize("conf", ["garbage_collection_threshold:0.5", "garbage_collection_threshold:0.5,max_split_size_mb:20"])
+@pytest.mark.parametrize("conf", ["garbage_collection_threshold:0.5,per_process_memory_fraction:0.99",
+                                  "garbage_collection_threshold:0.5,max_split_size_mb:20,per_process_memory_fraction:0.99"])
 def test_the_gc_threshold_frees_blocks_on_both_cores(conf):
     """garbage_collection_threshold changes the run (it frees old cached segments before a new one, so the
     capacity is never reached and nothing is flushed), and both cores do it the same."""
     gc = parse_conf(conf)
-    base = dataclasses.replace(gc, garbage_collection_threshold=0.0)
+    base = dataclasses.replace(gc, garbage_collection_threshold=0.0, per_process_memory_fraction=None)
     for seed in range(3):
         req = bounded_requests(seed, 3000, 16, 2)
         with_gc, without = assert_same(req, gc, 1 << 30)[0], assert_same(req, base, 1 << 30)[0]
@@ -261,8 +265,9 @@ def test_real_traces_give_the_same_events_on_both_cores(name):
     seeds = [(d, a, s, st) for d, a, s, st, _ in seed.live]
     others = [parse_conf(c) for c in ("max_split_size_mb:20,roundup_power2_divisions:4", "expandable_segments:True",
                                       "expandable_segments:True,max_split_size_mb:64,roundup_power2_divisions:4",
-                                      "garbage_collection_threshold:0.6", "garbage_collection_threshold:0.8,"
-                                      "max_split_size_mb:100,expandable_segments:True")]
+                                      "garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
+                                      "garbage_collection_threshold:0.8,max_split_size_mb:100,expandable_segments:True,"
+                                      "per_process_memory_fraction:0.9")]
     for with_seed in (True, False):
         for use_releases in (True, False):
             req = build_requests(table, seeds=seeds if with_seed else [], max_unknown_frees=1.0,
@@ -276,14 +281,14 @@ def test_real_traces_give_the_same_events_on_both_cores(name):
 
 
 def test_validation_with_a_gc_threshold_gives_the_same_result_on_both_cores():
-    """Validation's run without recorded releases has a capacity (the trace's peaks), which turns
-    garbage_collection_threshold on: the compiled core runs it, with the Python model's result."""
+    """Validation's run without recorded releases has a capacity (the trace's peaks), which with a memory
+    fraction turns garbage_collection_threshold on: the compiled core runs it, with the Python model's result."""
     from veotrace.allocators.validation import validate
     from veotrace.runs.simulate import load_trace
     from veotrace.sources import ReadOptions, ReadReport
 
     table, conf, _, seed = load_trace([real_trace("maphsge4_snapshot.pickle")], ReadOptions(), ReadReport(), None)
-    gc = parse_conf("garbage_collection_threshold:0.5", base=conf)
+    gc = parse_conf("garbage_collection_threshold:0.5,per_process_memory_fraction:0.9", base=conf)
     auto, python = validate(table, seed, gc, torch_core="auto"), validate(table, seed, gc, torch_core="python")
     assert python["torch_core"] == "python"
     assert auto["torch_core"] == ("c" if _torchcore is not None else "python")
@@ -316,7 +321,8 @@ def test_cli_says_which_core_ran_and_both_give_the_same_result():
     runs = {}
     for core in ("auto", "python"):
         r = run_cli("simulate", SAMPLE, "-p", "torch", "-f", "json", "--conf",
-                    "expandable_segments:True,garbage_collection_threshold:0.5", "--capacity", "200MiB",
+                    "expandable_segments:True,garbage_collection_threshold:0.5,per_process_memory_fraction:0.9",
+                    "--capacity", "200MiB",
                     "--torch-core", core)
         assert r.exit_code == 0, r.stderr
         runs[core] = json.loads(r.stdout)

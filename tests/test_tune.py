@@ -52,12 +52,13 @@ def test_every_candidate_equals_simulate_with_its_conf(path):
 
 def test_with_a_capacity_each_candidate_equals_simulate_with_that_capacity():
     path = real_trace("constructorsun_memory_snapshot.pickle")
-    out = _tune(path, "--capacity", "80GiB", "--try", "max_split_size_mb=unset,512", "--try", "roundup_power2_divisions=unset",
-                "--try", "max_non_split_rounding_mb=unset", "--try", "garbage_collection_threshold=unset,0.8", "--exhaustive")
-    assert out["params"]["capacity"] == 80 << 30
+    out = _tune(path, "--capacity", "80GiB", "--fraction", "0.95", "--try", "max_split_size_mb=unset,512",
+                "--try", "roundup_power2_divisions=unset", "--try", "max_non_split_rounding_mb=unset",
+                "--try", "garbage_collection_threshold=unset,0.8", "--exhaustive")
+    assert out["params"]["capacity"] == 80 << 30 and out["params"]["fraction"] == 0.95
     for c in out["candidates"]:
         sim = json.loads(run_cli("simulate", path, "-p", "torch", "--conf", c["conf"], "--capacity", "80GiB",
-                                 "-f", "json").stdout)["policies"][0]
+                                 "--fraction", "0.95", "-f", "json").stdout)["policies"][0]
         assert {k: c[k] for k in COUNTERS} == {k: sim[k] for k in COUNTERS}, c["conf"]
 
 
@@ -214,7 +215,10 @@ def test_parallel_and_dask_give_the_same_answer():
     (["--try", "max_split_size=64"], 2, "unknown knob 'max_split_size'"),
     (["--try", "max_split_size_mb=10"], 2, "max_split_size_mb accepts an integer >= 20"),
     (["--try", "expandable_segments=yes"], 2, "expandable_segments accepts True or False"),
-    (["--try", "garbage_collection_threshold=0.5"], 2, "give --capacity"),
+    (["--try", "garbage_collection_threshold=0.5"], 2, "Give --fraction"),
+    (["--fraction", "0.9"], 2, "a fraction with no device memory to apply it to"),
+    (["--fraction", "0", "--capacity", "1GiB"], 2, "a memory fraction is in (0, 1]"),
+    (["--torch-version", "1.13"], 2, "not a release whose allocator settings veotrace models"),
     (["--objective", "speed"], 2, "speed"),
     (["--capacity", "100MiB"], 1, "no candidate fits the capacity"),
 ])

@@ -5,7 +5,7 @@
  * PyTorch's function names: round_size (with roundup_power2_next_division), get_allocation_size,
  * get_free_block, alloc_block, should_split, alloc_found_block, free_block, try_merge_blocks,
  * release_block, release_available_cached_blocks, release_blocks, release_cached_blocks,
- * garbage_collect_cached_blocks (garbage_collection_threshold with a capacity), expandable segments
+ * garbage_collect_cached_blocks (garbage_collection_threshold under a memory fraction), expandable segments
  * (expandable.py: find_expandable_block, map_block, try_allocate_expandable_block, unmap_block, best fit by
  * expandable_size), and the seeding of a part-way trace (seed.seed_state, from the same chains).
  * veotrace.allocators.torchcore.choose_core decides which core runs.
@@ -221,7 +221,7 @@ typedef struct {
     int64_t call_count[2];    /* get_free_blocks_call_count of each pool */
     int expandable;           /* expandable_segments:True */
     int64_t es_memory;        /* an expandable segment reserves 1 1/8 of this (expandable.find_expandable_block) */
-    int gc_on;                /* garbage_collection_threshold with a capacity */
+    int gc_on;                /* garbage_collection_threshold under a memory fraction */
     int64_t gc_threshold;     /* its bytes (torch.gc_threshold_bytes) */
     int broken;               /* a block was not where the model keeps it: RuntimeError, never a crash */
     Block **scratch;          /* blocks to unmap or to garbage collect, in set order */
@@ -229,8 +229,8 @@ typedef struct {
     uint64_t max_split_size;  /* NO_LIMIT when unset */
     int64_t max_non_split_rounding_size;
     int divisions[ROUNDUP_INTERVALS];
-    int has_capacity;
-    int64_t capacity, va_next;
+    int has_capacity, has_allowed;
+    int64_t capacity, va_next, allowed; /* the device's memory; allowed_memory_maximum (a fraction of it) */
     /* PolicyCounters (base.py) */
     int64_t reserved, allocated, peak_reserved, peak_allocated, device_allocs, device_frees, flushes,
         alloc_retries, ooms;
@@ -585,8 +585,10 @@ static int unmap_block(Core *c, Block *block)
  * does not fit the capacity. */
 static Block *alloc_block(Core *c, int is_small, int64_t size, int64_t alloc_size, int64_t stream, int force)
 {
-    if (!force && c->has_capacity && c->reserved + alloc_size > c->capacity) return NULL;
+    /* the allowed maximum (a memory fraction) first, against alloc_size, whatever the segment kind */
+    if (!force && c->has_allowed && c->reserved + alloc_size > c->allowed) return NULL;
     if (c->expandable) return try_allocate_expandable_block(c, is_small, size, stream, force);
+    if (!force && c->has_capacity && c->reserved + alloc_size > c->capacity) return NULL;
     int64_t addr = va_take(c, alloc_size);
     if (addr < 0) return NULL;
     Block *block = new_block(c, alloc_size, addr, stream, is_small);
@@ -848,15 +850,20 @@ static int core_free(Core *c, Block *block)
 static int Core_init(Core *c, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"max_split_size", "max_non_split_rounding_size", "divisions", "capacity", "va_start",
-                            "expandable_memory", "gc_threshold", "exact_releases", NULL};
+                            "expandable_memory", "gc_threshold", "exact_releases", "allowed", NULL};
     unsigned long long mss;
     long long mnsrs, va, es_memory = 0;
     int exact = 0;
-    PyObject *divisions, *capacity, *gc_threshold = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLOOL|LOp", names, &mss, &mnsrs, &divisions, &capacity, &va,
-                                     &es_memory, &gc_threshold, &exact))
+    PyObject *divisions, *capacity, *gc_threshold = Py_None, *allowed = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLOOL|LOpO", names, &mss, &mnsrs, &divisions, &capacity, &va,
+                                     &es_memory, &gc_threshold, &exact, &allowed))
         return -1;
     c->exact_releases = exact, c->armed = -1;
+    c->has_allowed = allowed != Py_None;
+    if (c->has_allowed) {
+        c->allowed = PyLong_AsLongLong(allowed);
+        if (c->allowed == -1 && PyErr_Occurred()) return -1;
+    }
     if (es_memory < 0 || es_memory > INT64_MAX / 2) {
         PyErr_SetString(PyExc_ValueError, "expandable_memory must be in 0..2^62");
         return -1;
@@ -1223,9 +1230,10 @@ static PyTypeObject CoreType = {
     .tp_basicsize = sizeof(Core),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Core(max_split_size, max_non_split_rounding_size, divisions, capacity, va_start, expandable_memory=0, "
-              "gc_threshold=None, exact_releases=False): DeviceCachingAllocator of one device; expandable_memory > 0 "
-              "turns expandable segments on (each reserves 1 1/8 of it), gc_threshold (bytes) "
-              "garbage_collection_threshold, exact_releases replays the recorded settings' partial releases as recorded.",
+              "gc_threshold=None, exact_releases=False, allowed=None): DeviceCachingAllocator of one device; "
+              "expandable_memory > 0 turns expandable segments on (each reserves 1 1/8 of it), gc_threshold (bytes) "
+              "garbage_collection_threshold, exact_releases replays the recorded settings' partial releases as "
+              "recorded, allowed (bytes) allowed_memory_maximum.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Core_init,
     .tp_dealloc = (destructor)Core_dealloc,

@@ -26,13 +26,16 @@ MAX_PROBED = 3
 
 
 def probe_ooms(req, ooms: list[dict], *, policies: list[str], conf, seed, tiers, core: str,
-               capacity: int | None) -> list[dict]:
+               capacity: int | dict | None, budget_conf=None) -> list[dict]:
     """``ooms`` (``analysis.ooms`` records), each with what every policy needed at it (``what_if``).
 
     Args:
         req: the simulate run's Requests (whole) or RequestStream.
         policies: the policies of the run; the torch model is replayed too (for the budget) if absent.
-        capacity: the run's ``--capacity`` (bytes per device), or None.
+        conf: the torch policy's settings.
+        capacity: the run's ``--capacity`` (bytes per device, or {device: bytes}), or None.
+        budget_conf: the settings the trace ran with (default ``conf``): without a capacity, the budget is
+            what the torch model under them held before the request, plus the recorded free bytes.
     """
     out = []
     for k, o in enumerate(ooms):
@@ -41,11 +44,12 @@ def probe_ooms(req, ooms: list[dict], *, policies: list[str], conf, seed, tiers,
                    else "the OOM has no time or no request size to replay it at")
             out.append(dict(o, what_if={"evaluated": False, "reason": why}))
             continue
-        out.append(dict(o, what_if=_probe(req, o, policies, conf, seed, tiers, core, capacity)))
+        cap = capacity.get(int(o["device"])) if isinstance(capacity, dict) else capacity
+        out.append(dict(o, what_if=_probe(req, o, policies, conf, seed, tiers, core, cap, budget_conf or conf)))
     return out
 
 
-def _probe(req, o: dict, policies, conf, seed, tiers, core, capacity) -> dict:
+def _probe(req, o: dict, policies, conf, seed, tiers, core, capacity, budget_conf) -> dict:
     device, size, stream, ts = int(o["device"]), int(o["request_bytes"]), int(o.get("stream") or 0), int(o["ts_ns"])
     upto = _requests_before(req, ts)
     needed = {}
@@ -53,7 +57,9 @@ def _probe(req, o: dict, policies, conf, seed, tiers, core, capacity) -> dict:
         if name.startswith("tiered") and not isinstance(req, Requests):
             continue
         needed[name] = _replay_to(req, upto, (device, size, stream, ts), name, conf, seed, tiers, core)
-    before = needed["torch"][0]
+    in_use = needed["torch"] if budget_conf.same(conf) else _replay_to(req, upto, (device, size, stream, ts), "torch",
+                                                                       budget_conf, seed, tiers, core)
+    before = in_use[0]
     if capacity is not None:
         budget, rule = capacity, "--capacity (per device)"
     elif o.get("device_free_bytes") is not None:
@@ -66,10 +72,16 @@ def _probe(req, o: dict, policies, conf, seed, tiers, core, capacity) -> dict:
             for name, (b, a) in needed.items() if name in policies]
     res = {"evaluated": True, "budget_bytes": budget, "budget_rule": rule, "requests_replayed": upto,
            "policies": rows}
-    if budget is not None and needed["torch"][1] <= budget:
-        res["note"] = ("the torch model serves this request within the budget: it did not reproduce this OOM "
-                       "(another process's memory, or state the trace does not hold); read the verdicts with care")
+    res["reproduced"] = None if budget is None else in_use[1] > budget
+    if res["reproduced"] is False:
+        res["note"] = ("the torch model, under the settings the run used, serves this request within the budget: it "
+                       "did not reproduce this OOM. " + LEFT_OUT)
     return res
+
+
+#: What the model leaves out, that can make a real malloc fail where it fits.
+LEFT_OUT = ("The model leaves out other processes on the device, the CUDA context, a memory fraction not given "
+            "(--fraction), memory allocated outside PyTorch's allocator, and CUDA graphs' private pools")
 
 
 def _requests_before(req, ts_ns: int) -> int:
@@ -134,3 +146,22 @@ def _joined(req: Requests, upto: int, probe: Requests) -> Requests:
     for name in FIELDS:
         setattr(out, name, getattr(head, name) + getattr(probe, name))
     return out
+
+
+def counted(row_policy: str, in_use: bool, ooms: list[dict]) -> dict:
+    """The recorded OOMs one policy (row) counts: every one for the torch model under the settings the run
+    used (it happened), the ones it does not avoid (its replay needs more than the budget) for any other;
+    ``unknown``: no budget to judge by."""
+    n = not_avoided = unknown = 0
+    for o in ooms:
+        w = o.get("what_if") or {}
+        if not w.get("evaluated"):
+            unknown += 1
+            continue
+        n += 1
+        verdict = next((r["avoids"] for r in w["policies"] if r["policy"] == row_policy), None)
+        if in_use or verdict is False:
+            not_avoided += 1
+        elif verdict is None:
+            unknown += 1
+    return {"recorded": n, "counted": not_avoided, "unknown": unknown, "in_use": in_use}

@@ -44,21 +44,15 @@ from veotrace.allocators.expandable import Expandable
 SIZE_CACHE = 1 << 16
 
 
-def gc_threshold_bytes(conf: TorchConf, capacity: int | None) -> int | None:
-    """The reserved bytes past which garbage_collection_threshold frees cached blocks: the threshold times
-    the capacity (``allowed_memory_maximum``); None when it is off (no threshold, or no capacity)."""
-    if conf.garbage_collection_threshold > 0 and capacity is not None:
-        return int(conf.garbage_collection_threshold * capacity)
-    return None
-
-
 class TorchAllocator:
     """``DeviceCachingAllocator`` for one device: ``malloc(size, stream) -> Block``, ``free(Block)``.
 
     Args:
         conf: the allocator settings.
-        capacity: bytes the device can reserve (``--capacity``); None = unlimited. It plays the part of
-            ``allowed_memory_maximum``, so garbage_collection_threshold is active only with it.
+        capacity: the device's memory (``--capacity``): a cudaMalloc, or the pages an expandable segment
+            maps, past it fails; None = unlimited. With ``conf.per_process_memory_fraction`` it also gives
+            ``allowed_memory_maximum`` (the fraction of it), which alloc_block checks first and
+            garbage_collection_threshold needs.
         rec: where events go; counters: totals kept up to date.
         exact_releases: these are the settings the trace was recorded with: its partial releases inside a
             malloc (max_split_size retries, garbage collection) are replayed as recorded (:meth:`release`).
@@ -74,7 +68,9 @@ class TorchAllocator:
         self.mss = conf.max_split_size
         self.max_non_split_rounding_size = conf.max_non_split_rounding_size
         self.emit = self.rec.emit
-        self.gc_on = gc_threshold_bytes(conf, capacity) is not None
+        self.allowed = conf.allowed_maximum(capacity)
+        self.gc_threshold = conf.gc_threshold_bytes(capacity)
+        self.gc_on = self.gc_threshold is not None
         self.es = Expandable(self) if conf.expandable_segments else None
         self.exact_releases = exact_releases
         self.armed: int | None = None  # the kind of the recorded release inside the next malloc
@@ -143,11 +139,19 @@ class TorchAllocator:
         return block
 
     def alloc_block(self, pool: BlockPool, size: int, alloc_size: int, stream: int, *, force: bool = False):
-        """A new segment (cudaMalloc of ``alloc_size``), or expandable pages; None when over capacity."""
-        if not force and self.capacity is not None and self.c.reserved + alloc_size > self.capacity:
+        """A new segment (cudaMalloc of ``alloc_size``), or expandable pages; None when it does not fit.
+
+        As ``alloc_block`` does, the allowed maximum (a memory fraction) is checked first, against
+        ``alloc_size`` (get_allocation_size of the request) whatever the segment kind: ``if (set_fraction &&
+        total_allocated_memory + size > allowed_memory_maximum)``, before the expandable branch, so an
+        expandable request is refused there before any page is mapped. The device's memory then bounds
+        cudaMalloc, or each mapping of pages (``map_block``: cuMemCreate fails when the device is full)."""
+        if not force and self.allowed is not None and self.c.reserved + alloc_size > self.allowed:
             return None
         if self.es is not None:
             return self.es.try_allocate_expandable_block(pool, size, stream, force=force)
+        if not force and self.capacity is not None and self.c.reserved + alloc_size > self.capacity:
+            return None
         block = Block(alloc_size, self.va.take(alloc_size), stream, pool)
         c = self.c
         c.reserved += alloc_size
@@ -316,8 +320,8 @@ class TorchAllocator:
                 pool.erase_unmapped(block)  # release_expandable_segment
 
     def garbage_collect_cached_blocks(self) -> None:
-        """Free unsplit large cached blocks older than average until reserved <= threshold * capacity."""
-        threshold = gc_threshold_bytes(self.conf, self.capacity)
+        """Free unsplit large cached blocks older than average until reserved <= threshold * allowed maximum."""
+        threshold = self.gc_threshold
         if self.c.reserved <= threshold:
             return
         target, reclaimed = self.c.reserved - threshold, 0

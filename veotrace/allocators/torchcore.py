@@ -18,7 +18,6 @@ import numpy as np
 from veotrace.allocators.base import AddressSpace, PolicyCounters
 from veotrace.allocators.conf import NO_LIMIT, TorchConf
 from veotrace.allocators.expandable import DEFAULT_DEVICE_MEMORY
-from veotrace.allocators.torch import gc_threshold_bytes
 
 try:
     from veotrace.allocators import _torchcore
@@ -99,13 +98,14 @@ class CTorchAllocator:
         # limits past what any size reaches act as no limit (the same decisions), so they fit C's integers;
         # a max_split_size past 2^63 is NO_LIMIT too (release_available_cached_blocks reads it as int64)
         mss = conf.max_split_size if conf.max_split_size < 1 << 63 else NO_LIMIT
-        gc = gc_threshold_bytes(conf, capacity)
+        gc, allowed = conf.gc_threshold_bytes(capacity), conf.allowed_maximum(capacity)
         self.core = _torchcore.Core(mss, min(conf.max_non_split_rounding_size, 1 << 62),
                                     list(conf.roundup_power2_divisions), None if capacity is None else min(capacity, 1 << 62),
                                     (va or AddressSpace()).next,
                                     expandable_memory=(capacity or DEFAULT_DEVICE_MEMORY) if conf.expandable_segments else 0,
                                     gc_threshold=None if gc is None else min(gc, 1 << 62),
-                                    exact_releases=exact_releases)
+                                    exact_releases=exact_releases,
+                                    allowed=None if allowed is None else min(allowed, 1 << 62))
         self.rec = rec
         rec.cores.append(self.core)
 

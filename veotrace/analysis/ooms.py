@@ -91,6 +91,8 @@ def oom_verdict(o: dict) -> str:
     rows = w.get("policies") or []
     if w.get("budget_bytes") is None or not rows:
         return "no verdict (budget unknown)"
+    if w.get("reproduced") is False:  # the model fits what the real run could not: its verdicts do not stand
+        return "not reproduced: the torch model under the settings in use serves it within the budget, so no verdict"
     ok = [r["policy"] for r in rows if r["avoids"]]
     if ok:
         return f"avoided by {', '.join(ok)}"

@@ -24,7 +24,14 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
-from veotrace.cli.replay_opts import IdColOpt, MaxUnknownFreesOpt, NoRecordedReleasesOpt, TorchCoreOpt
+from veotrace.cli.replay_opts import (
+    FractionOpt,
+    IdColOpt,
+    MaxUnknownFreesOpt,
+    NoRecordedReleasesOpt,
+    TorchCoreOpt,
+    TorchVersionOpt,
+)
 from veotrace.cli.series_opts import BySite, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 from veotrace.defaults import SITES_DEPTH
@@ -50,7 +57,9 @@ def simulate_command(
     paths: PathsArg,
     policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help=_POLICY_HELP)] = None,
     conf: Annotated[str | None, typer.Option("--conf", help="PYTORCH_CUDA_ALLOC_CONF for the torch policy, e.g. 'expandable_segments:True' [default: the snapshot's allocator_settings].")] = None,
-    capacity: Annotated[str | None, typer.Option("--capacity", help="Device memory per GPU, e.g. 80GiB: allocations past it are reported (and make torch free cached blocks).")] = None,
+    capacity: Annotated[str | None, typer.Option("--capacity", help="The device's memory per GPU, e.g. 80GiB: allocations past it are OOMs (torch frees cached blocks and retries first, as PyTorch does).")] = None,
+    fraction: FractionOpt = None,
+    torch_version: TorchVersionOpt = None,
     tiers: Annotated[str | None, typer.Option("--tiers", help="tiered pools as LIFETIME:GRANULARITY, lifetimes as durations (a bare number is seconds) [default: 10ms:4MiB,100ms:64MiB,inf:512MiB].")] = None,
     window: Annotated[str | None, typer.Option("--window", help="Window length: 1s, 500ms (a bare number is seconds) [default: 5 min, or one that fits a shorter trace, said on stderr].")] = None,
     window_requests: Annotated[int | None, typer.Option("--window-requests", min=1, help="Windows of N requests (traces without timestamps).")] = None,
@@ -81,5 +90,6 @@ def simulate_command(
                           window_requests=window_requests, max_unknown_frees=max_unknown_frees,
                           no_recorded_releases=no_recorded_releases, id_col=id_col, torch_core=torch_core,
                           fail_on_oom=fail_on_oom, time_unit=time_unit, skip_bad_rows=skip_bad_rows,
-                          format_hint=format_hint, by=by, site_filter=site_filter, site_depth=site_depth)
+                          format_hint=format_hint, by=by, site_filter=site_filter, site_depth=site_depth,
+                          fraction=fraction, torch_version=torch_version)
         show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size, table=table.value)

@@ -26,7 +26,14 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.replay_opts import IdColOpt, MaxUnknownFreesOpt, NoRecordedReleasesOpt, TorchCoreOpt
+from veotrace.cli.replay_opts import (
+    FractionOpt,
+    IdColOpt,
+    MaxUnknownFreesOpt,
+    NoRecordedReleasesOpt,
+    TorchCoreOpt,
+    TorchVersionOpt,
+)
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 
 
@@ -39,7 +46,9 @@ class Objective(str, enum.Enum):
 @app.command("tune")
 def tune_command(
     paths: PathsArg,
-    capacity: Annotated[str | None, typer.Option("--capacity", help="Device memory per GPU, e.g. 80GiB: a setting must fit it (no allocation over it) [default: a recorded OOM's budget, else none].")] = None,
+    capacity: Annotated[str | None, typer.Option("--capacity", help="The device's memory per GPU, e.g. 80GiB: a setting must fit it (no allocation over it) [default: a recorded OOM's budget, else none].")] = None,
+    fraction: FractionOpt = None,
+    torch_version: TorchVersionOpt = None,
     objective: Annotated[Objective, typer.Option("--objective", help="What the recommendation minimises (summed over devices); ties by fewest device allocations.")] = Objective.peak_reserved,
     tries: Annotated[list[str] | None, typer.Option("--try", help="KEY=V1,V2 replacing one knob's values in the grid, e.g. max_split_size_mb=unset,64,256 (repeatable).")] = None,
     space: Annotated[str | None, typer.Option("--space", help="A TOML file whose [space] table of lists replaces the grid.")] = None,
@@ -67,7 +76,8 @@ def tune_command(
         from veotrace.runs.tune import tune
 
         with progress("candidates", enabled=not no_progress) as on_progress:
-            result = tune(paths, capacity=capacity, objective=objective.value, tries=tries, space=space,
+            result = tune(paths, capacity=capacity, fraction=fraction, torch_version=torch_version,
+                          objective=objective.value, tries=tries, space=space,
                           exhaustive=exhaustive, torch_core=torch_core, max_unknown_frees=max_unknown_frees,
                           no_recorded_releases=no_recorded_releases, id_col=id_col, engine=engine.value, jobs=jobs,
                           scheduler=scheduler, workers=workers, time_unit=time_unit, skip_bad_rows=skip_bad_rows,

@@ -25,7 +25,8 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
     rows = []
     for w in result.whatif:
         r = by_name[w["policy"]]
-        rows.append({"rank": w["rank"], "policy": w["policy"], "peak_reserved": r["peak_reserved_bytes"],
+        rows.append({"rank": w["rank"], "policy": w["policy"] + (" (in use)" if r.get("in_use") else ""),
+                     "peak_reserved": r["peak_reserved_bytes"], "ooms": _ooms_text(r),
                      "vs_ideal": None if w["vs_ideal"] is None else f"{w['vs_ideal']:.2f}x",
                      "peak_allocated": r["peak_allocated_bytes"], "device_allocs": r["device_allocs"],
                      "device_frees": r["device_frees"], "flushes": r["flushes"],
@@ -33,7 +34,7 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
                      "first_oom": _oom_text(r["first_oom"])})
     columns = [("rank", "#"), ("policy", "policy"), ("peak_reserved", "peak reserved"), ("vs_ideal", "vs ideal"),
                ("peak_allocated", "peak alloc"), ("device_allocs", "dev allocs"), ("flushes", "flushes"),
-               ("frag_windows", "frag. windows"), ("first_oom", "first over capacity")]
+               ("frag_windows", "frag. windows"), ("ooms", "OOMs"), ("first_oom", "first over capacity")]
     table, footer = rows_table("What-if: policies ranked by peak reserved", rows, columns, max_rows=max_rows,
                                formatters={"peak_reserved": fmt_bytes, "peak_allocated": fmt_bytes})
     console.print(table)
@@ -161,3 +162,11 @@ def _releases_text(r: dict) -> str:
         return "none"
     kinds = ", ".join(f"{k['runs']} {name.replace('_', ' ')} ({k['segments']} segments)" for name, k in r["by_kind"].items())
     return f"{r['runs']} runs of {r['segments']} segments: {kinds}"
+
+
+def _ooms_text(row: dict) -> str:
+    """A row's OOMs: its own over the capacity plus the recorded ones it counts (``oomprobe.counted``)."""
+    rec = row.get("recorded_ooms") or {}
+    if not rec.get("counted"):
+        return f"{row['ooms']:,}"
+    return f"{row['ooms']:,} ({rec['counted']} recorded)"

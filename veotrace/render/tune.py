@@ -20,10 +20,10 @@ def render_tune(console: Console, result, *, max_rows: int) -> None:
     _render_recommendation(console, rec)
     front = set(result.pareto)
     rows = sorted(result.candidates, key=lambda r: (r["status"] != "finished", r["peak_reserved_bytes"], r["id"]))
-    table_rows = [{"id": r["id"], "conf": r["conf"] or "(PyTorch defaults)", "status": r["status"]
-                   + (" *" if r["id"] in front else "") + (" !" if r.get("misbehaves") else ""),
+    table_rows = [{"id": r["id"], "conf": (r["conf"] or "PyTorch defaults") + (" (in use)" if r.get("in_use") else ""),
+                   "status": r["status"] + (" *" if r["id"] in front else "") + (" !" if r.get("misbehaves") else ""),
                    "peak": r["peak_reserved_bytes"], "allocs": r["device_allocs"], "frees": r["device_frees"],
-                   "flushes": r["flushes"], "ooms": r["ooms"],
+                   "flushes": r["flushes"], "ooms": _ooms(r),
                    "frag": None if r["gmlake_frag"] is None else f"{r['gmlake_frag']:.3f}"} for r in rows]
     table, footer = rows_table("Candidates (* on the Pareto front: peak reserved vs device allocations; ! known to "
                                "misbehave; a pruned one's numbers are when it stopped)", table_rows,
@@ -43,23 +43,46 @@ def render_tune(console: Console, result, *, max_rows: int) -> None:
         console.print(f"[dim]note:[/] {note}", highlight=False)
 
 
+def _ooms(r: dict) -> str:
+    rec = r.get("recorded_ooms") or {}
+    return f"{r['ooms']:,}" + (f" ({rec['counted']} recorded)" if rec.get("counted") else "")
+
+
+def _fewer(n: int, what: str) -> str:
+    """``n`` of a count saved, in words: "29 fewer", "3 more", or "as many"."""
+    return f"{n:,} fewer {what}" if n > 0 else f"{-n:,} more {what}" if n < 0 else f"as many {what}"
+
+
 def _render_recommendation(console: Console, rec: dict) -> None:
     if rec.get("conf") is None:
         console.print(f"[bold red]No recommendation:[/] {rec['why']}", highlight=False)
         return
-    console.print(f"[bold]Recommended[/] (predicted peak reserved {fmt_bytes(rec['peak_reserved_bytes'])}, "
+    head = "Keep the settings in use" if rec.get("in_use") else "Recommended"
+    console.print(f"[bold]{head}[/] (predicted peak reserved {fmt_bytes(rec['peak_reserved_bytes'])}, "
                   f"{rec['device_allocs']:,} device allocations):", highlight=False)
     console.print(f"  {rec['export']}", highlight=False, soft_wrap=True)
+    if rec.get("python"):
+        console.print(f"  {rec['python']}", highlight=False, soft_wrap=True)
     for s in rec["savings"]:
         share = "" if s["peak_reserved_share"] is None else f" ({s['peak_reserved_share']:.1%})"
-        console.print(f"  against {s['baseline']} ({s['against']}): peak reserved {fmt_bytes(s['peak_reserved_bytes'])}"
-                      f"{share} less, {s['device_allocs']:+,} fewer device allocations", highlight=False)
+        console.print(f"  against {s['baseline']}" + (f" ({s['against']})" if s["against"] != s["baseline"] else "") +
+                      f": peak reserved {fmt_bytes(s['peak_reserved_bytes'])}{share} less, "
+                      f"{_fewer(s['device_allocs'], 'device allocations')}", highlight=False)
+    if rec.get("ties"):
+        console.print(f"  [yellow]{rec['ties']}[/]", highlight=False)
     t = rec["trust"]
     if t["validated"]:
         console.print(f"  trust: the torch model reproduces {t['share_reproduced']:.1%} of this trace's device "
                       f"allocations ({t['extra']} extra)", highlight=False)
     else:
         console.print(f"  trust: {t['note']}", highlight=False)
+    knobs = t.get("knobs") or {}
+    if knobs.get("predicted"):
+        console.print(f"  predicted only (changed from what the recording ran with): {', '.join(knobs['predicted'])}"
+                      + (f"; validated: {', '.join(knobs['validated'])}" if knobs.get("validated") else ""),
+                      highlight=False)
+    if t.get("model_does_not_know"):
+        console.print(f"  [dim]the model does not know: {'; '.join(t['model_does_not_know'])}[/]", highlight=False)
     for r in rec.get("robustness", []):
         flag = "  [yellow]wins on part of the trace only[/]" if r["wins_on_part_only"] else ""
         parts = ", ".join(f"{name} {fmt_bytes(v)}" for name, v in list(r["savings_bytes"].items())[:8])

@@ -273,3 +273,40 @@ def small_input_note(paths: Sequence[Any], config: Any) -> list[str]:
     how = "--engine dask" if config.kind == "dask" else f"--jobs {config.jobs}"
     return [f"note: {how} on {total / 2**20:.1f} MiB of input (under one {SPLIT_BYTES >> 20} MiB piece): one process "
             "is faster here; the engines pay off on larger inputs"]
+
+
+def fraction(value: float | str | None, capacity: int | None, option: str = "--fraction") -> float | None:
+    """``--fraction``: the job's ``torch.cuda.set_per_process_memory_fraction``, a share of the device's memory,
+    so it needs ``--capacity`` (the device's memory) to become bytes.
+
+    Raises:
+        UsageError: not a number in (0, 1], or no device memory to apply it to.
+    """
+    from veotrace.errors import UsageError
+
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        f = float("nan")
+    if not 0.0 < f <= 1.0:
+        raise UsageError(f"{option} {value!r}: a memory fraction is in (0, 1]",
+                         hint="the share of the device's memory the process may reserve, as "
+                              "torch.cuda.set_per_process_memory_fraction takes it")
+    if capacity is None:
+        raise UsageError(f"{option} {value}: a fraction with no device memory to apply it to",
+                         hint="Give --capacity, the device's total memory "
+                              "(torch.cuda.get_device_properties(0).total_memory, e.g. 80GiB)")
+    return f
+
+
+def settings_lines(conf) -> list[str]:
+    """What the settings' reading tells the user (stderr): the release assumed, the recorded options not
+    understood (each once), the recorded string's contradictions with the fields, options with no effect."""
+    rec = conf.recorded or {}
+    lines = [f"Warning: the recorded PYTORCH_CUDA_ALLOC_CONF holds an option veotrace does not follow: {n}; the "
+             "replay leaves it out" for n in rec.get("not_understood", [])]
+    lines += [f"Warning: {c}" for c in rec.get("contradictions", [])]
+    lines += [f"Note: {n}" for n in conf.notes]
+    return lines

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,8 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
              max_unknown_frees: float = SIMULATE_MAX_UNKNOWN_FREES, no_recorded_releases: bool = False,
              id_col: str | None = None, torch_core: str = "auto", fail_on_oom: bool = False, time_unit: str = "ns",
              skip_bad_rows: bool = False, format_hint: str | None = None, by: str | None = None,
-             site_filter: str | None = None, site_depth: int = SITES_DEPTH,
-             on_progress: common.Progress = None, events_table=None) -> SimulateRun:
+             site_filter: str | None = None, site_depth: int = SITES_DEPTH, fraction: float | None = None,
+             torch_version: str | None = None, on_progress: common.Progress = None, events_table=None) -> SimulateRun:
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them.
 
     Args:
@@ -89,6 +89,8 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
             stranded bytes by key at each device's peak reserved and at the end (JSON ``sites`` or
             ``phases``), for a PyTorch snapshot, its conversion, or logs with a ``site``/``phase`` column.
         site_filter, site_depth: the site rule (``--site-filter``, ``--site-depth``).
+        fraction: the job's ``set_per_process_memory_fraction`` (needs ``capacity``, the device's memory).
+        torch_version: the release whose settings rules apply (default: from the snapshot's keys).
         events_table: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (one process; ``diagnose``).
     """
     from veotrace.allocators import simulate as sim
@@ -101,6 +103,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     names = sim.check_policies([policy] if isinstance(policy, str) else list(policy or []))
     sim.check_core(torch_core)
     cap = common.nbytes(capacity, "--capacity")
+    frac = common.fraction(fraction, cap)
     window_s = common.seconds(window, "--window")
     tier_spec = parse_tiers(tiers)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
@@ -110,7 +113,9 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     by = getattr(by, "value", by)
     rule = common.site_rule(site_filter, site_depth) if by == "site" else None
     table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=by is not None, ooms=tap,
-                                                    events=events_table)
+                                                    events=events_table, torch_version=torch_version, fraction=frac)
+    if conf is not None and torch_conf.per_process_memory_fraction is not None and cap is None:
+        common.fraction(torch_conf.per_process_memory_fraction, cap, "--conf per_process_memory_fraction")
     from veotrace.errors import AnalysisError
 
     try:
@@ -143,11 +148,14 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
         from veotrace.allocators.tiered import DEFAULT_TIERS
 
         ooms = probe_ooms(req, ooms, policies=result.params["policies"], conf=torch_conf, seed=seed,
-                          tiers=tier_spec or DEFAULT_TIERS, core=torch_core, capacity=cap)
+                          tiers=tier_spec or DEFAULT_TIERS, core=torch_core, capacity=cap,
+                          budget_conf=snap_conf or torch_conf)
+        _count_recorded_ooms(result, ooms, in_use=snap_conf is not None and torch_conf.same(snap_conf))
     choice = result.params["window_choice"]
     window_note = ([timescale.window_note(choice["window_s"], choice["reason"])]
                    if choice.get("mode") == "time" and choice.get("auto") else [])
-    run = SimulateRun(result, [*report.messages(), *window_note, *oom_lines(ooms)], common.input_files(paths))
+    run = SimulateRun(result, [*report.messages(), *common.settings_lines(torch_conf), *window_note, *oom_lines(ooms)],
+                      common.input_files(paths))
     result.params["recorded_ooms"] = ooms
     result.params["read"] = report.to_dict()
     result.params["pair_by"] = key
@@ -187,6 +195,23 @@ def _request_keys(paths, by: str, req, options, rule):
     return np.where(inside, by_row[np.clip(rows, 0, max(by_row.size - 1, 0))] if by_row.size else BEFORE, BEFORE), names
 
 
+def _count_recorded_ooms(result, ooms: list[dict], *, in_use: bool) -> None:
+    """Each policy's row counts the recorded OOMs as its own: the torch model under the settings the run used
+    counts every one (the request failed), any other policy the ones it does not avoid; the what-if table
+    follows (``oomprobe.counted``)."""
+    from veotrace.allocators.oomprobe import counted
+    from veotrace.allocators.simulate import whatif_table
+
+    for row in result.policies:
+        mine = row["policy"] == "torch" and in_use
+        c = counted(row["policy"], mine, ooms)
+        row["recorded_ooms"], row["ooms"] = c, row["ooms"] + c["counted"]
+        row["in_use"] = mine
+        for d, dev in (row.get("per_device") or {}).items():
+            dev["ooms"] += counted(row["policy"], mine, [o for o in ooms if str(o["device"]) == d])["counted"]
+    result.whatif = whatif_table(result.policies)
+
+
 def parse_tiers(text: str | None):
     """``"10ms:4MiB,100ms:64MiB,inf:512MiB"`` -> ((0.01, 4194304), ...); None -> the defaults."""
     from veotrace.errors import UsageError
@@ -206,9 +231,13 @@ def parse_tiers(text: str | None):
 
 
 def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True, ooms=None,
-               events=None):
+               events=None, torch_version: str | None = None, fraction: float | None = None):
     """The events table, and for one PyTorch snapshot (or its conversion by ``convert``) its settings-derived
     conf and seed (else None).
+
+    Settings are read as the torch release they come from parses them (:func:`release_of`: the confs'
+    ``torch_release``, and why in their ``recorded["release_from"]``); ``fraction`` is the job's
+    ``set_per_process_memory_fraction``, applied to both confs (a fact of the run, like its device).
 
     ``whole=False``: for anything but a snapshot, the events come as ``open_batches(first)``, which reads
     the source's batches anew at each call (see :class:`veotrace.allocators.stream.RequestStream`), so a
@@ -235,14 +264,41 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
         return ooms.tap(batches) if first and ooms is not None else batches  # the recorded OOMs, on the first read
 
     table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches
-    snap_conf = seed = None
+    snap_conf = seed = releases = None
     if snapshot:  # the snapshot itself, or its Parquet conversion with its tables and settings beside it
         path = inputs[0][0]
-        settings = converted.allocator_settings if converted else ts.snapshot_info(path).allocator_settings
-        snap_conf = cf.from_settings(settings, path=path) if settings else cf.TorchConf(
-            source="PyTorch defaults (the snapshot has no allocator_settings)")
+        info = None if converted else ts.snapshot_info(path)
+        settings = converted.allocator_settings if converted else info.allocator_settings
+        releases = None if info is None else info.releases
+    rel, rel_from = release_of(torch_version, releases)
+    if snapshot:
+        snap_conf = cf.from_settings(settings, path=path, torch_release=rel) if settings else cf.TorchConf(
+            source="PyTorch defaults (the snapshot has no allocator_settings)", torch_release=rel)
         segments, blocks = ((converted.read_segments(), converted.read_blocks()) if converted
                             else (ts.read_segments(path), ts.read_blocks(path)))
         seed = rebuild(table, segments, blocks)
-    conf = cf.parse_conf(conf_text) if conf_text is not None else (snap_conf or cf.TorchConf())
+    conf = (cf.parse_conf(conf_text, torch_release=rel) if conf_text is not None else
+            (snap_conf or cf.TorchConf(torch_release=rel)))
+    if fraction is not None:
+        conf = replace(conf, per_process_memory_fraction=fraction)
+        snap_conf = None if snap_conf is None else replace(snap_conf, per_process_memory_fraction=fraction)
+    conf = replace(conf, recorded={**(conf.recorded or {}), "release_from": rel_from})
+    if snap_conf is not None:
+        snap_conf = replace(snap_conf, recorded={**(snap_conf.recorded or {}), "release_from": rel_from})
     return table, conf, snap_conf, seed
+
+
+def release_of(torch_version: str | None, releases: tuple[str, str] | None) -> tuple[str, str]:
+    """(the torch release whose rules apply, why): ``--torch-version``, else the last release that writes the
+    snapshot's keys, else the default."""
+    from veotrace.allocators import conf as cf
+
+    if torch_version is not None:
+        got = cf.release(torch_version)
+        return f"{got[0]}.{got[1]}", "--torch-version"
+    if releases is not None:
+        lo, hi = releases
+        return hi, (f"the snapshot's keys: written by torch {lo}" + (f" to {hi}" if hi != lo else "") +
+                    (f"; {hi} assumed (give --torch-version to say which)" if hi != lo else ""))
+    return cf.DEFAULT_RELEASE, (f"nothing says: torch {cf.DEFAULT_RELEASE} assumed (the newest release modelled; "
+                                "give --torch-version to say which)")

@@ -3,7 +3,7 @@ model (pruned, on the engines), and recommend one, with its trust and robustness
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES
@@ -53,7 +53,8 @@ class TuneRun(RunResult):
         render_tune(console, self.value, max_rows=max_rows)
 
 
-def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-reserved", tries: list[str] | None = None,
+def tune(paths, *, capacity: str | int | None = None, fraction: float | str | None = None,
+         torch_version: str | None = None, objective: str = "peak-reserved", tries: list[str] | None = None,
          space: str | None = None, exhaustive: bool = False, torch_core: str = "auto",
          max_unknown_frees: float = SIMULATE_MAX_UNKNOWN_FREES, no_recorded_releases: bool = False,
          id_col: str | None = None, engine: str = "local", jobs: int = 1, scheduler: str | None = None,
@@ -63,8 +64,12 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
     Pareto front (peak reserved against device allocations) and one recommendation.
 
     Args:
-        capacity: device memory per GPU; without it, a recorded OOM's budget (the torch model's reserved
-            bytes before the failed request plus the free bytes the trace recorded) on its device.
+        capacity: the device's memory per GPU; without it, a recorded OOM's budget (the torch model's reserved
+            bytes before the failed request, under the settings in use, plus the free bytes the trace recorded)
+            on its device.
+        fraction: the job's ``set_per_process_memory_fraction`` (needs ``capacity``): every candidate runs under
+            it, and only then is garbage_collection_threshold searched.
+        torch_version: the release whose settings rules apply (default: from the snapshot's keys).
         objective: ``peak-reserved`` (default), ``device-allocs`` or ``flushes``: what the rule minimises.
         tries: ``KEY=V1,V2`` values replacing a knob's in the grid. space: a TOML file replacing the grid.
         exhaustive: run every candidate to the end (no pruning; the front then covers all).
@@ -90,10 +95,13 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
     check_core(torch_core)
     config = common.engine(engine, jobs, scheduler, workers)
     cap = common.nbytes(capacity, "--capacity")
+    frac = common.fraction(fraction, cap)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
                                      extra_columns=(id_col,) if id_col is not None else (), option="--id-col")
     tap = OomTap()
-    table, _, snap_conf, seed = load_trace(paths, options, report, None, whole=True, ooms=tap, events=events_table)
+    table, base, snap_conf, seed = load_trace(paths, options, report, None, whole=True, ooms=tap, events=events_table,
+                                              torch_version=torch_version, fraction=frac)
+    rel = base.torch_release
     try:
         req = open_requests(table, ["torch"], seed, max_unknown_frees=max_unknown_frees,
                             use_releases=not no_recorded_releases, key=id_col or "address", conf=snap_conf)
@@ -105,13 +113,22 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
         raise AnalysisError("the trace holds no allocation to replay", path=paths[0] if len(paths) == 1 else None,
                             hint="Record the steps to study with torch.cuda.memory._record_memory_history()")
     notes: list[str] = []
+    in_use = snap_conf  # the settings the run used: a snapshot's (PyTorch's defaults when it records none)
+    job_fraction = in_use.per_process_memory_fraction if in_use is not None else frac
+    if job_fraction is not None and cap is None:  # a recorded fraction with no device memory to apply it to
+        notes.append(f"the recorded per_process_memory_fraction {job_fraction:g} is not applied: give --capacity (the "
+                     "device's memory) to apply it")
+        job_fraction = None
+        in_use = None if in_use is None else replace(in_use, per_process_memory_fraction=None)
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
-    limit, limit_rule = _capacity(cap, ooms, req, seed, snap_conf, torch_core)
-    values = sp.grid(tries=tries or [], space=space, capacity=limit is not None)
-    cands = sp.candidates(values)
+    limit, limit_rule, in_use_ooms = _capacity(cap, ooms, req, seed, in_use, torch_core)
+    values = sp.grid(tries=tries or [], space=space, fraction=job_fraction is not None, torch_release=rel)
+    cands = sp.candidates(values, torch_release=rel, fraction=job_fraction)
+    defaults = TorchConf(source="PyTorch defaults", torch_release=rel, per_process_memory_fraction=job_fraction)
     first = []
-    for label, conf in (("the trace's allocator_settings", snap_conf if _has_settings(snap_conf) else None),
-                        ("PyTorch defaults", TorchConf(source="PyTorch defaults"))):
+    for label, conf in (("the settings in use" if _has_settings(in_use) else
+                         "the settings in use (PyTorch's defaults: the snapshot records none)", in_use),
+                        ("PyTorch defaults", defaults)):
         if conf is None:
             continue
         hit = next((c for c in cands if c.conf.same(conf)), None)
@@ -121,12 +138,9 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
         same = next((k for k, (_, i) in enumerate(first) if i == hit.index), None)
         if same is None:
             first.append((label, hit.index))
-        else:  # the trace's own setting is PyTorch's defaults: one baseline, both names
-            first[same] = (f"{first[same][0]} (= {label})", hit.index)
-    if seed is not None and not _has_settings(snap_conf):
-        notes.append("the snapshot has no allocator_settings: PyTorch defaults are assumed as the trace's own setting")
-    elif seed is None:
-        notes.append("the trace carries no allocator settings: savings are against PyTorch defaults")
+    if in_use is None:
+        notes.append("the trace does not say which allocator settings the job used: savings are against PyTorch "
+                     "defaults")
     validation = None
     if seed is not None:
         from veotrace.allocators.validation import validate
@@ -134,27 +148,32 @@ def tune(paths, *, capacity: str | int | None = None, objective: str = "peak-res
         validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
                               torch_core=torch_core)
     del table
+    settle = _settler(req, cands, in_use, in_use_ooms, seed, limit, torch_core)
     rows = _search(req, cands, [i for _, i in first], seed, limit, torch_core, objective,
-                   not exhaustive, config, on_progress)
+                   not exhaustive, config, on_progress, settle)
     from veotrace.tuning.search import pareto, recommend
 
     rec = recommend(rows, objective=objective, capacity=limit)
-    if rec is None and limit is not None:
+    if rec is None and limit is not None and not in_use_ooms:
         _none_fits(req, cands, seed, torch_core, limit, limit_rule, paths)
     result = TuneResult(
         params={"objective": objective, "capacity_bytes": cap, "capacity": _cap_dict(limit), "capacity_rule": limit_rule,
+                "fraction": job_fraction, "torch_release": rel,
+                "torch_release_from": (base.recorded or {}).get("release_from"),
                 "grid": {k: [v if v is not None else sp.UNSET for v in vals] for k, vals in values.items()},
                 "candidates": len(cands), "pruning": not exhaustive,
                 "evaluated": sum(r["status"] == "finished" for r in rows),
                 "pruned": sum(r["status"] == "pruned" for r in rows),
                 "requests": len(req), "counts": req.counts,
                 "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
-                "baselines": {label: i for label, i in first}, "read": report.to_dict(),
+                "baselines": {label: i for label, i in first}, "in_use": in_use.to_dict() if in_use else None,
+                "recorded_ooms": in_use_ooms, "read": report.to_dict(),
                 "engine": config.kind, "jobs": config.jobs},
         candidates=rows, pareto=pareto(rows), validation=validation, notes=notes,
         recommendation=_recommendation(rec, rows, first, validation, req, seed, limit, torch_core, cands, paths, options,
-                                       objective))
-    run = TuneRun(result, [*report.messages(), *(f"Note: {n}" for n in notes)], common.input_files(paths))
+                                       objective, in_use, in_use_ooms))
+    lines = common.settings_lines(base) + [f"Note: {n}" for n in notes]
+    run = TuneRun(result, [*report.messages(), *lines], common.input_files(paths))
     return run
 
 
@@ -168,31 +187,55 @@ def _cap_dict(limit):
     return limit
 
 
-def _capacity(cap, ooms, req, seed, snap_conf, core):
-    """The capacity the candidates must fit: --capacity per device, or each recorded OOM's budget on its
-    device (``allocators.oomprobe``); None when there is neither."""
-    if cap is not None:
-        return cap, "--capacity (per device)"
+def _capacity(cap, ooms, req, seed, in_use, core):
+    """(the capacity the candidates must fit, its rule, the recorded OOMs probed under the settings in use):
+    --capacity per device, or each recorded OOM's budget on its device (``allocators.oomprobe``); None when
+    there is neither."""
     if not ooms:
-        return None, "none: no --capacity and no recorded OOM"
+        return cap, ("--capacity (per device)" if cap is not None else "none: no --capacity and no recorded OOM"), []
     from veotrace.allocators.conf import TorchConf
     from veotrace.allocators.oomprobe import probe_ooms
     from veotrace.allocators.tiered import DEFAULT_TIERS
 
-    probed = probe_ooms(req, ooms, policies=["torch"], conf=snap_conf or TorchConf(), seed=seed, tiers=DEFAULT_TIERS,
-                        core=core, capacity=None)
+    probed = probe_ooms(req, ooms, policies=["torch"], conf=in_use or TorchConf(), seed=seed, tiers=DEFAULT_TIERS,
+                        core=core, capacity=cap)
+    if cap is not None:
+        return cap, "--capacity (per device)", probed
     budgets = {}
     for o in probed:
         b = (o.get("what_if") or {}).get("budget_bytes")
         if b is not None:
             budgets[o["device"]] = min(b, budgets.get(o["device"], b))
     if not budgets:
-        return None, "none: the recorded OOM has no free bytes to set a budget; give --capacity"
+        return None, "none: the recorded OOM has no free bytes to set a budget; give --capacity", probed
     return budgets, ("each recorded OOM's budget on its device: the torch model's reserved bytes before the failed "
-                     "request plus the free bytes the trace recorded")
+                     "request, under the settings in use, plus the free bytes the trace recorded"), probed
 
 
-def _search(req, cands, first, seed, limit, core, objective, prune, config, on_progress):
+def _settler(req, cands, in_use, in_use_ooms, seed, limit, core):
+    """``settle(row)`` for the search: a finished candidate marked when it is the settings in use, and charged
+    with the recorded OOMs it counts (``oomprobe.counted``: all of them for the settings in use; for any
+    other, those it cannot serve within the budget, probed under its own settings)."""
+    from veotrace.allocators.oomprobe import counted, probe_ooms
+    from veotrace.allocators.tiered import DEFAULT_TIERS
+
+    def settle(row):
+        conf = cands[row["id"]].conf
+        row["in_use"] = in_use is not None and conf.same(in_use)
+        if not in_use_ooms:
+            return
+        probed = in_use_ooms if row["in_use"] else probe_ooms(
+            req, [{k: v for k, v in o.items() if k != "what_if"} for o in in_use_ooms], policies=["torch"], conf=conf,
+            seed=seed, tiers=DEFAULT_TIERS, core=core, capacity=limit)
+        c = counted("torch", row["in_use"], probed)
+        row["recorded_ooms"], row["ooms"] = c, row["ooms"] + c["counted"]
+        for d, v in row["per_device"].items():
+            v["ooms"] += counted("torch", row["in_use"], [o for o in probed if str(o["device"]) == d])["counted"]
+
+    return settle
+
+
+def _search(req, cands, first, seed, limit, core, objective, prune, config, on_progress, settle):
     from veotrace.tuning.search import search
 
     kw = {"seed": seed, "capacity": limit, "core": core, "objective": objective}
@@ -204,13 +247,13 @@ def _search(req, cands, first, seed, limit, core, objective, prune, config, on_p
             on_progress(done[0], len(cands))
 
     if not config.parallel:
-        return search(req, cands, first=first, prune=prune, on_progress=step, **kw)
+        return search(req, cands, first=first, prune=prune, on_progress=step, settle=settle, **kw)
     from veotrace.engine.calls import call_pool, width
     from veotrace.tuning.evaluate import evaluate_call
 
     with call_pool(evaluate_call, (req, kw), config) as run_many:
         return search(req, cands, first=first, prune=prune, run_many=run_many, wave=width(config), on_progress=step,
-                      **kw)
+                      settle=settle, **kw)
 
 
 def _none_fits(req, cands, seed, core, limit, rule, paths):
@@ -255,40 +298,64 @@ def _parts(req, paths, options):
     return out
 
 
-def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands, paths, options, objective) -> dict:
-    """The chosen setting with its export line, predicted savings against the baselines, trust and
-    robustness; or why there is none."""
+#: What the model does not know, whatever the trace: beside every recommendation.
+MODEL_UNKNOWNS = ("the time cudaMalloc, cudaFree and page mapping take (only their counts are predicted)",
+                  "other processes on the device and the CUDA context", "CUDA graphs and their private pools",
+                  "memory allocated outside PyTorch's caching allocator")
+
+
+def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands, paths, options, objective,
+                    in_use, in_use_ooms) -> dict:
+    """The chosen setting with its export line, predicted savings against the settings in use (or PyTorch's
+    defaults when the trace does not say), trust per knob and robustness; or why there is none."""
+    from veotrace.allocators.oomprobe import LEFT_OUT
     from veotrace.tuning.evaluate import part_peaks
     from veotrace.tuning.search import robustness, savings
 
-    if rec is None:
-        return {"conf": None, "why": "no finished candidate that fits and is not known to misbehave"}
-    trust = {"validated": validation is not None and bool(validation.get("recorded_segment_allocs"))}
-    if trust["validated"]:
-        trust.update(share_reproduced=validation["share"], extra=validation["extra"],
-                     extra_share=validation["extra_share"], meets_targets=validation["meets_targets"])
-    else:
-        trust["note"] = "not validated: the trace records no device allocations to check the torch model against"
+    trust = _trust(validation)
+    best = None if rec is None else rec["id"]
     if trust["validated"] and validation["allocator"]["pytorch_cuda_caching"] is False:
-        return {"conf": None, "trust": trust, "why": validation["allocator"]["why"], "best_candidate": rec["id"]}
+        return {"conf": None, "trust": trust, "why": validation["allocator"]["why"], "best_candidate": best}
     if trust["validated"] and not validation["meets_targets"]:
         return {"conf": None, "trust": trust,
                 "why": (f"the torch model misses its validation targets on this trace (reproduced "
                         f"{validation['share']:.1%} of the recorded device allocations, {validation['extra']} extra; "
                         "targets >= 95% and <= 5%): its predictions are not trusted here"),
-                "best_candidate": rec["id"]}
+                "best_candidate": best}
+    unreproduced = [o for o in in_use_ooms if (o.get("what_if") or {}).get("reproduced") is False]
+    if unreproduced:
+        o = unreproduced[0]
+        return {"conf": None, "trust": trust,
+                "why": (f"the recorded OOM on device {o['device']} (a request of {o['request_bytes']:,} bytes) is not "
+                        "reproduced: the torch model under the settings in use serves it within the budget, so no "
+                        f"setting is recommended as a fix for it. {LEFT_OUT}")}
+    if rec is None:
+        why = ("no setting in the grid serves the request that ran out of memory within its budget" if in_use_ooms
+               else "no finished candidate that fits and is not known to misbehave")
+        return {"conf": None, "trust": trust, "why": why}
     by_id = {r["id"]: r for r in rows}
     base_rows = [(label, by_id[i]) for label, i in first]
-    out = {"conf": rec["conf"], "id": rec["id"],
-           "export": f"export PYTORCH_CUDA_ALLOC_CONF={rec['conf']}" if rec["conf"] else "unset PYTORCH_CUDA_ALLOC_CONF",
+    cand = cands[rec["id"]]
+    trust["knobs"] = _knobs(cand, in_use, trust["validated"])
+    trust["model_does_not_know"] = list(MODEL_UNKNOWNS)
+    out = {"conf": rec["conf"], "id": rec["id"], "in_use": bool(rec.get("in_use")),
+           **_export(cand),
            "rule": f"least {objective.replace('-', ' ')} that fits, ties by fewest device allocations, then fewest "
                    "flushes, then fewest knobs changed; never a combination known to misbehave",
            **{k: rec[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},
-           "savings": [dict(savings(rec, b), baseline=label) for label, b in base_rows if b["status"] == "finished"],
            "trust": trust}
+    # savings against what the job ran with: the settings in use when the trace says, else PyTorch's defaults
+    against = [(label, b) for label, b in base_rows if b["status"] == "finished" and (in_use is None or b.get("in_use"))]
+    out["savings"] = [] if out["in_use"] else [dict(savings(rec, b), baseline=label) for label, b in against]
+    finished = [r for r in rows if r["status"] == "finished"]
+    if len({r["peak_reserved_bytes"] for r in finished}) == 1 and len(finished) == len(rows):  # a pruned one was past it
+        out["ties"] = (f"every setting run to the end has the same peak reserved ({rec['peak_reserved_bytes']:,} bytes): "
+                       "no setting changes the peak on this trace")
+    if out["in_use"]:
+        out["why"] = "the settings in use are the best of the grid: keep them"
     out["robustness"] = []
-    others = [(label, b) for label, b in base_rows if b["id"] != rec["id"]]
-    if not others:  # the recommendation is the baselines' setting: nothing to check it against
+    others = [(label, b) for label, b in against if b["id"] != rec["id"]]
+    if not others:  # the recommendation is the baseline's setting: nothing to check it against
         return out
     divisions = _parts(req, paths, options)
 
@@ -299,6 +366,39 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     mine, theirs = peaks(rec), [peaks(b) for _, b in others]
     for i, (what, _, names) in enumerate(divisions):
         for (label, b), their in zip(others, theirs, strict=True):
-            out["robustness"].append(dict(robustness(mine[i], their[i], names, b["conf"] or "(PyTorch defaults)"),
+            out["robustness"].append(dict(robustness(mine[i], their[i], names, b["conf"] or "PyTorch defaults"),
                                           baseline=label, parts=what))
     return out
+
+
+def _export(cand) -> dict:
+    from veotrace.tuning.space import export_lines
+
+    return export_lines(cand.conf, cand.text)
+
+
+def _trust(validation) -> dict:
+    """How far the torch model was checked on this trace (``validation``)."""
+    trust = {"validated": validation is not None and bool(validation.get("recorded_segment_allocs"))}
+    if trust["validated"]:
+        trust.update(share_reproduced=validation["share"], extra=validation["extra"],
+                     extra_share=validation["extra_share"], meets_targets=validation["meets_targets"])
+    else:
+        trust["note"] = "not validated: the trace records no device allocations to check the torch model against"
+    return trust
+
+
+def _knobs(cand, in_use, validated: bool) -> dict:
+    """Which knobs of the recommendation the recording exercised (the values it ran with: the model was checked
+    under them) and which it changes from them (predicted only, never exercised on this trace)."""
+    from veotrace.tuning.space import KNOBS, candidate_of
+
+    mine = cand.values
+    theirs = candidate_of(0, in_use).values if in_use is not None else {k: None for k in KNOBS}
+    same = [k for k in KNOBS if mine.get(k) == theirs.get(k)]
+    changed = [k for k in KNOBS if mine.get(k) != theirs.get(k)]
+    if not validated:
+        return {"validated": [], "predicted": list(KNOBS),
+                "why": "nothing on this trace checks the model: every knob is predicted"}
+    return {"validated": same, "predicted": changed,
+            "why": "validated: the values the recording ran with; predicted: changed from them, never exercised here"}

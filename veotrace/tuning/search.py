@@ -30,7 +30,7 @@ def choosable(row: dict, capacity) -> bool:
 
 def search(req, cands: Sequence, *, first: Sequence[int] = (), seed=None, capacity=None, core: str = "auto",
            objective: str = "peak-reserved", prune: bool = True, run_many: Callable | None = None, wave: int = 1,
-           on_progress: Callable | None = None) -> list[dict]:
+           on_progress: Callable | None = None, settle: Callable | None = None) -> list[dict]:
     """Evaluate every candidate; returns one row per candidate, in candidate order.
 
     ``first``: indices run first and never pruned (the trace's own setting, PyTorch's defaults): their
@@ -38,13 +38,16 @@ def search(req, cands: Sequence, *, first: Sequence[int] = (), seed=None, capaci
     1/PROBE_DIV of the requests (those already past the bound there are pruned) and the rest run least
     probe first, each against the best finished so far. ``run_many(calls)``: runs ``[(candidate, bound,
     stop, prune), ...]`` elsewhere (a pool of processes, a Dask cluster) and returns their rows; candidates then
-    go in waves of ``wave``, each wave against the best finished before it.
+    go in waves of ``wave``, each wave against the best finished before it. ``settle(row)`` completes a
+    finished row before it can set the bound (the recorded OOMs it counts, ``runs/tune.py``).
     """
     rows: dict[int, dict] = {}
     best: tuple | None = None
 
     def done(row):
         nonlocal best
+        if settle is not None and row["status"] == "finished":
+            settle(row)
         rows[row["id"]] = row
         if prune and choosable(row, capacity):
             value = ranked(row, objective)
@@ -112,7 +115,7 @@ def savings(rec: dict, base: dict | None) -> dict | None:
     """What ``rec`` saves against ``base`` (positive: less), for the headline numbers."""
     if base is None:
         return None
-    out = {"against": base["conf"] or "(PyTorch defaults)"}
+    out = {"against": base["conf"] or "PyTorch defaults"}
     for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes"):
         out[k] = base[k] - rec[k]
     out["peak_reserved_share"] = (out["peak_reserved_bytes"] / base["peak_reserved_bytes"]

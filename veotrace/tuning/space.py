@@ -11,10 +11,10 @@ would refuse is refused here too. ``--try KEY=V1,V2`` replaces one knob's values
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from veotrace.allocators.conf import TorchConf, parse_conf
+from veotrace.allocators.conf import DEFAULT_RELEASE, TorchConf, parse_conf, release
 from veotrace.errors import UsageError
 
 #: The knobs searched, in the order a setting is written; each with the values it accepts.
@@ -23,11 +23,13 @@ KNOBS: dict[str, str] = {
     "max_split_size_mb": "an integer >= 20 (MiB)",
     "roundup_power2_divisions": "a power of 2, or a list [MB:DIV,...,>:DIV]",
     "max_non_split_rounding_mb": "an integer >= 20 (MiB)",
-    "garbage_collection_threshold": "a number in (0, 1), with a capacity",
+    "garbage_collection_threshold": "a number in (0, 1), under a memory fraction (--fraction)",
 }
+#: The first torch release that accepts each knob (a knob the release refuses is left out of its grid).
+SINCE = {"expandable_segments": "2.1", "max_non_split_rounding_mb": "2.6"}
 #: The word for a knob left at PyTorch's default.
 UNSET = "unset"
-#: The default grid (2 x 3 x 3 x 2 = 36 settings; x 2 with a capacity, for the GC threshold).
+#: The default grid (2 x 3 x 3 x 2 = 36 settings; x 2 under a memory fraction, for the GC threshold).
 DEFAULT_GRID: dict[str, list] = {
     "expandable_segments": [None, "True"],
     "max_split_size_mb": [None, "128", "512"],
@@ -110,16 +112,19 @@ def _check_key(key: str, where: str) -> None:
                          hint="Knobs are " + "; ".join(f"{k} ({v})" for k, v in KNOBS.items()))
 
 
-def grid(*, tries: list[str] = (), space: str | Path | None = None, capacity: bool = False) -> dict[str, list]:
-    """The values of each knob: the default grid (with the GC threshold when there is a capacity), or
-    ``space``'s, with each ``--try KEY=V1,V2`` replacing that knob's values.
+def grid(*, tries: list[str] = (), space: str | Path | None = None, fraction: bool = False,
+         torch_release: str = DEFAULT_RELEASE) -> dict[str, list]:
+    """The values of each knob: the default grid (the knobs ``torch_release`` accepts; the GC threshold only
+    under a memory fraction, without which PyTorch never collects), or ``space``'s, with each ``--try
+    KEY=V1,V2`` replacing that knob's values.
 
     Raises:
-        UsageError: an unknown knob, a value PyTorch would refuse (one line naming it and the accepted
-            values), a GC threshold without a capacity, a space file that is not TOML.
+        UsageError: an unknown knob, a value ``torch_release`` would refuse (one line naming it and the
+            accepted values), a GC threshold without a fraction, a space file that is not TOML.
     """
-    values: dict[str, list] = {k: list(v) for k, v in DEFAULT_GRID.items()}
-    if capacity:
+    rel = release(torch_release)
+    values: dict[str, list] = {k: list(v) for k, v in DEFAULT_GRID.items() if release(SINCE.get(k, "2.0")) <= rel}
+    if fraction:
         values["garbage_collection_threshold"] = list(GC_GRID)
     if space is not None:
         values = _read_space(Path(space))
@@ -134,13 +139,15 @@ def grid(*, tries: list[str] = (), space: str | Path | None = None, capacity: bo
         for v in vals:
             if v is not None:
                 try:
-                    parse_conf(f"{key}:{v}")
+                    parse_conf(f"{key}:{v}", torch_release=torch_release)
                 except UsageError as exc:
                     raise UsageError(f"{key}={v}: {exc.message.split(': ', 1)[-1]}",
                                      hint=f"{key} accepts {KNOBS[key]}, or '{UNSET}'") from None
-    if not capacity and any(v is not None for v in values.get("garbage_collection_threshold", ())):
-        raise UsageError("garbage_collection_threshold acts only near a memory limit: give --capacity "
-                         "(or a trace that recorded an OOM)")
+    if not fraction and any(v is not None for v in values.get("garbage_collection_threshold", ())):
+        raise UsageError("garbage_collection_threshold acts only under a memory fraction (PyTorch's malloc collects "
+                         "only when set_per_process_memory_fraction was called)",
+                         hint="Give --fraction F (the job's set_per_process_memory_fraction) and --capacity (the "
+                              "device's memory)")
     return {k: list(dict.fromkeys(v)) or [None] for k, v in values.items()}
 
 
@@ -166,14 +173,18 @@ def _read_space(path: Path) -> dict[str, list]:
     return out
 
 
-def candidates(values: dict[str, list]) -> list[Candidate]:
-    """Every combination of ``values``, each once per distinct TorchConf (the first text kept)."""
+def candidates(values: dict[str, list], *, torch_release: str = DEFAULT_RELEASE,
+               fraction: float | None = None) -> list[Candidate]:
+    """Every combination of ``values``, each once per distinct TorchConf (the first text kept), read as
+    ``torch_release`` reads it, under the job's memory ``fraction`` (a fact of the run, not a knob)."""
     keys = [k for k in KNOBS if k in values]
     out, seen = [], set()
     for combo in itertools.product(*(values[k] for k in keys)):
         v = dict(zip(keys, combo))
         text = conf_text(v)
-        conf = parse_conf(text) if text else TorchConf(source="PyTorch defaults")
+        conf = (parse_conf(text, torch_release=torch_release) if text else
+                TorchConf(source="PyTorch defaults", torch_release=torch_release))
+        conf = replace(conf, per_process_memory_fraction=fraction)
         key = conf.key()
         if key in seen:
             continue
@@ -212,3 +223,19 @@ def candidate_of(index: int, conf: TorchConf) -> Candidate:
         values[key] = value
     bad = next((m for test, m in KNOWN_BAD if test(values)), None)
     return Candidate(index, values, text, conf, bad)
+
+
+def export_lines(conf: TorchConf, text: str) -> dict:
+    """How to set a candidate: its ``export PYTORCH_CUDA_ALLOC_CONF`` line and, for a GC threshold, the memory
+    fraction it needs (without one PyTorch never collects): in the string from torch 2.10
+    (``per_process_memory_fraction``), else the one Python line. Returns {"export", "python" or None}."""
+    f = conf.per_process_memory_fraction
+    python = None
+    if conf.garbage_collection_threshold > 0 and f is not None:
+        if release(conf.torch_release) >= (2, 10):
+            text = ",".join(x for x in (text, f"per_process_memory_fraction:{f:g}") if x)
+        else:
+            python = (f"torch.cuda.set_per_process_memory_fraction({f:g})  # on each device, before its first "
+                      "allocation: garbage_collection_threshold acts only under it")
+    return {"export": f"export PYTORCH_CUDA_ALLOC_CONF={text}" if text else "unset PYTORCH_CUDA_ALLOC_CONF",
+            "python": python}

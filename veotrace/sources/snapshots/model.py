@@ -31,6 +31,37 @@ class Snapshot:
     first_back: tuple[int, int, int] | None = None
     #: ``external_annotations``: record_function START/END marks (``stage``, ``name``, ``device``, ``time_us``).
     external_annotations: list = field(default_factory=list)
+    #: The torch releases that write this layout, (first, last), from the keys the file holds and lacks
+    #: (:func:`release_bounds`); None when nothing tells (a segment list).
+    releases: tuple[str, str] | None = None
+
+
+#: Keys every release from the first one named writes (FORMATS.md C.8; read from the release builds): a
+#: snapshot that holds one was written by that release or a later one; one that lacks it, by an earlier one.
+_WRITTEN_SINCE = (("time_us", "2.2"), ("allocator_settings", "2.3"), ("external_annotations", "2.5"),
+                  ("graph_capture_record_stream_reuse", "2.9"), ("user_metadata", "2.10"), ("host_segments", "2.14"))
+
+
+def release_bounds(obj: object, has_time: bool, has_user_metadata: bool) -> tuple[str, str] | None:
+    """(first, last) torch release that writes a snapshot with these keys: each key of ``_WRITTEN_SINCE`` it
+    holds raises the first, each it lacks lowers the last (legacy ``history`` blocks: 2.0)."""
+    if not isinstance(obj, dict):
+        return None
+    settings = obj.get("allocator_settings")
+    held = {"time_us": has_time, "allocator_settings": "allocator_settings" in obj,
+            "external_annotations": "external_annotations" in obj,
+            "graph_capture_record_stream_reuse": isinstance(settings, dict) and "graph_capture_record_stream_reuse" in settings,
+            "user_metadata": has_user_metadata, "host_segments": "host_segments" in obj}
+    lo, hi = (2, 0), (2, 15)
+    for key, since in _WRITTEN_SINCE:
+        minor = int(since.split(".")[1])
+        if held[key]:
+            lo = max(lo, (2, minor))
+        elif key != "graph_capture_record_stream_reuse" or held["allocator_settings"]:
+            hi = min(hi, (2, minor - 1))
+    if hi < lo:  # keys no single release writes together (an edited file): say nothing
+        return None
+    return f"{lo[0]}.{lo[1]}", f"{hi[0]}.{hi[1]}"
 
 
 class NoTraceEvents(TraceFormatError):
@@ -92,13 +123,17 @@ def _checked_top(obj: object, path: Path) -> tuple[list[dict], list[list]]:
 
 def _snapshot_of(obj: object, segments: list[dict], traces: list[list], has_time: bool, has_user_metadata: bool,
                  back: tuple[int, tuple[int, int, int] | None]) -> Snapshot:
-    layout, has_time = _layout(obj, segments, has_time, has_user_metadata)
+    layout, has_time_ = _layout(obj, segments, has_time, has_user_metadata)
+    legacy = layout.startswith("legacy")
+    releases = ("2.0", "2.0") if legacy else release_bounds(obj, has_time, has_user_metadata)
+    has_time = has_time_
     settings = obj.get("allocator_settings") if isinstance(obj, dict) else None
     notes = obj.get("external_annotations") if isinstance(obj, dict) else None
     # settings as the file holds them, checked where used (allocators.conf.from_settings, for simulate)
     return Snapshot(segments, traces, layout, has_time, settings,
                     len(notes) if isinstance(notes, list) else 0, *back,
-                    external_annotations=[n for n in notes if isinstance(n, dict)] if isinstance(notes, list) else [])
+                    external_annotations=[n for n in notes if isinstance(n, dict)] if isinstance(notes, list) else [],
+                    releases=releases)
 
 
 def _time_back(traces: list[list[dict]]) -> tuple[int, tuple[int, int, int] | None]:
