@@ -60,7 +60,7 @@ def _render_recommendation(console: Console, rec: dict) -> None:
     head = "Keep the settings in use" if rec.get("in_use") else "Recommended"
     console.print(f"[bold]{head}[/] (predicted peak reserved {fmt_bytes(rec['peak_reserved_bytes'])}, "
                   f"{rec['device_allocs']:,} device allocations):", highlight=False)
-    console.print(f"  {rec['export']}", highlight=False, soft_wrap=True)
+    console.print(f"  {rec['export'] or rec['why']}", highlight=False, soft_wrap=True)
     if rec.get("python"):
         console.print(f"  {rec['python']}", highlight=False, soft_wrap=True)
     for s in rec["savings"]:

@@ -42,7 +42,7 @@ class TuneRun(RunResult):
         rec = self.value.recommendation
         if rec.get("conf") is None:
             return [("recommendation", f"none: {rec['why']}")]
-        out = [("recommendation", rec["export"]), ("predicted peak reserved", rec["peak_reserved_bytes"])]
+        out = [("recommendation", rec["export"] or rec["why"]), ("predicted peak reserved", rec["peak_reserved_bytes"])]
         for s in rec["savings"]:
             out.append((f"saves against {s['against']}", s["peak_reserved_bytes"]))
         return out
@@ -351,8 +351,8 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     if len({r["peak_reserved_bytes"] for r in finished}) == 1 and len(finished) == len(rows):  # a pruned one was past it
         out["ties"] = (f"every setting run to the end has the same peak reserved ({rec['peak_reserved_bytes']:,} bytes): "
                        "no setting changes the peak on this trace")
-    if out["in_use"]:
-        out["why"] = "the settings in use are the best of the grid: keep them"
+    if out["in_use"]:  # nothing to paste: the job already runs with them
+        out.update(export=None, python=None, why="the settings in use are the best of the grid: keep them")
     out["robustness"] = []
     others = [(label, b) for label, b in against if b["id"] != rec["id"]]
     if not others:  # the recommendation is the baseline's setting: nothing to check it against
