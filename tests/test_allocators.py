@@ -180,6 +180,20 @@ def test_the_allowed_maximum_is_checked_against_alloc_size_before_pages_are_mapp
     assert free.c.ooms == 0 and free.c.reserved == 140 * MiB
 
 
+def test_expandable_segments_map_20_mib_pages_like_the_real_trace():
+    m = model("expandable_segments:True")
+    a, b = m.malloc(16 * MiB, 0), m.malloc(16 * MiB, 0)
+    assert device_events(m) == [("segment_map", 20 * MiB), ("segment_map", 20 * MiB)]
+    assert b.addr == a.addr + 16 * MiB  # one segment that grows
+    m.malloc(600, 0)
+    assert device_events(m)[-1] == ("segment_map", 2 * MiB)
+    m.free(a)
+    m.free(b)
+    m.release_cached_blocks()
+    assert [e for e in device_events(m) if e[0] == "segment_unmap"] == [("segment_unmap", 40 * MiB)]
+    assert m.c.reserved == 2 * MiB
+
+
 def test_parse_conf_and_settings():
     c = parse_conf("expandable_segments:True, max_split_size_mb:128,garbage_collection_threshold:0.6")
     assert c.expandable_segments and c.max_split_size == 128 * MiB and c.garbage_collection_threshold == 0.6

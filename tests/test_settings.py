@@ -212,3 +212,18 @@ def test_a_gc_threshold_is_recommended_with_the_fraction_it_needs(release, in_st
     else:
         assert got["export"] == "export PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8"
         assert got["python"].startswith("torch.cuda.set_per_process_memory_fraction(0.9)")
+
+
+def test_the_fidelity_page_names_tests_that_exist():
+    """docs/concepts/allocator-fidelity.md: every rule's test is a test of the suite."""
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "concepts" / "allocator-fidelity.md").read_text()
+    named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", page)
+    assert len(named) >= 20
+    for file, name in named:
+        tree = ast.parse((root / file).read_text())
+        assert name in {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}, (file, name)
