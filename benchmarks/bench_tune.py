@@ -5,7 +5,8 @@ runs today, read, pairing and fragmentation windows included); `tune` reads and 
 runs every candidate of the default grid through the torch model, counters only, and stops each one
 as soon as it can no longer win. Printed: both wall times, their ratio (issue 27: at most 10x on 2
 cores), the candidates evaluated and pruned; then `--jobs 2`, `--exhaustive` (no pruning) and a
-capacity of the defaults' own peak (72 candidates: the GC threshold joins the grid).
+memory fraction of 0.95 on a device of 1/0.95 the defaults' own peak (72 candidates: the GC threshold joins
+the grid, as it does only under a fraction).
 
 The log is the seeded training-loop log of bench_simulate (every free pairs with its alloc), of about
 --events rows (one request each: an alloc or a free).
@@ -48,7 +49,8 @@ def main() -> None:
     print(f"log {log.name}: {sim['params']['requests']:,} requests")
     print(f"one default replay (simulate --policy torch): {one:.1f} s, core {sim['params'].get('torch_core')}")
     peak = sim["policies"][0]["peak_reserved_bytes"]
-    for extra in (["--jobs", "1"], ["--jobs", "2"], ["--exhaustive"], ["--capacity", str(peak)]):
+    device = int(peak / 0.95) + 1
+    for extra in (["--jobs", "1"], ["--jobs", "2"], ["--exhaustive"], ["--capacity", str(device), "--fraction", "0.95"]):
         t, out = run(["tune", str(log), *extra])
         p = out["params"]
         cores = {c["core"] for c in out["candidates"]}

@@ -173,7 +173,8 @@ def tune(job, section, reading, size):
     res = run.value
     section.headline = run.headline()
     front = set(res.pareto)
-    rows = [[r["id"], r["conf"] or "(PyTorch defaults)", r["status"] + (" (front)" if r["id"] in front else ""),
+    rows = [[r["id"], (r["conf"] or "PyTorch defaults") + (" (in use)" if r.get("in_use") else ""),
+             r["status"] + (" (front)" if r["id"] in front else ""),
              r["peak_reserved_bytes"], r["device_allocs"], r["flushes"], r["ooms"]]
             for r in sorted(res.candidates, key=lambda r: (r["status"] != "finished", r["peak_reserved_bytes"]))]
     _table(section, "Candidate settings by peak reserved (the torch model's replay of this trace)",
