@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from veotrace.cli import replay_opts as ro
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -23,14 +24,6 @@ from veotrace.cli.common import (
     TimeUnitOpt,
     show,
     user_errors,
-)
-from veotrace.cli.replay_opts import (
-    FractionOpt,
-    IdColOpt,
-    MaxUnknownFreesOpt,
-    NoRecordedReleasesOpt,
-    TorchCoreOpt,
-    TorchVersionOpt,
 )
 from veotrace.cli.series_opts import BySite, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
@@ -58,15 +51,15 @@ def simulate_command(
     policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help=_POLICY_HELP)] = None,
     conf: Annotated[str | None, typer.Option("--conf", help="PYTORCH_CUDA_ALLOC_CONF for the torch policy, e.g. 'expandable_segments:True' [default: the snapshot's allocator_settings].")] = None,
     capacity: Annotated[str | None, typer.Option("--capacity", help="The device's memory per GPU, e.g. 80GiB: allocations past it are OOMs (torch frees cached blocks and retries first, as PyTorch does).")] = None,
-    fraction: FractionOpt = None,
-    torch_version: TorchVersionOpt = None,
+    fraction: ro.FractionOpt = None,
+    torch_version: ro.TorchVersionOpt = None,
     tiers: Annotated[str | None, typer.Option("--tiers", help="tiered pools as LIFETIME:GRANULARITY, lifetimes as durations (a bare number is seconds) [default: 10ms:4MiB,100ms:64MiB,inf:512MiB].")] = None,
     window: Annotated[str | None, typer.Option("--window", help="Window length: 1s, 500ms (a bare number is seconds) [default: 5 min, or one that fits a shorter trace, said on stderr].")] = None,
     window_requests: Annotated[int | None, typer.Option("--window-requests", min=1, help="Windows of N requests (traces without timestamps).")] = None,
-    max_unknown_frees: MaxUnknownFreesOpt = _MAX_UNKNOWN_FREES,
-    no_recorded_releases: NoRecordedReleasesOpt = False,
-    id_col: IdColOpt = None,
-    torch_core: TorchCoreOpt = "auto",
+    max_unknown_frees: ro.MaxUnknownFreesOpt = _MAX_UNKNOWN_FREES,
+    no_recorded_releases: ro.NoRecordedReleasesOpt = False,
+    id_col: ro.IdColOpt = None,
+    torch_core: ro.TorchCoreOpt = "auto",
     by: Annotated[BySite | None, typer.Option("--by", help="site (or phase): which policy helps which site: each policy's live and stranded bytes by allocation site (or record_function phase) at its peak reserved and at the end (a PyTorch snapshot, its conversion, or logs with a site/phase column).")] = None,
     site_filter: SiteFilterOpt = None,
     site_depth: SiteDepthOpt = SITES_DEPTH,

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from veotrace.cli import replay_opts as ro
 from veotrace.cli.app import app
 from veotrace.cli.common import (
     FormatHintOpt,
@@ -26,14 +27,6 @@ from veotrace.cli.common import (
     user_errors,
 )
 from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
-from veotrace.cli.replay_opts import (
-    FractionOpt,
-    IdColOpt,
-    MaxUnknownFreesOpt,
-    NoRecordedReleasesOpt,
-    TorchCoreOpt,
-    TorchVersionOpt,
-)
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 
 
@@ -47,16 +40,16 @@ class Objective(str, enum.Enum):
 def tune_command(
     paths: PathsArg,
     capacity: Annotated[str | None, typer.Option("--capacity", help="The device's memory per GPU, e.g. 80GiB: a setting must fit it (no allocation over it) [default: a recorded OOM's budget, else none].")] = None,
-    fraction: FractionOpt = None,
-    torch_version: TorchVersionOpt = None,
+    fraction: ro.FractionOpt = None,
+    torch_version: ro.TorchVersionOpt = None,
     objective: Annotated[Objective, typer.Option("--objective", help="What the recommendation minimises (summed over devices); ties by fewest device allocations.")] = Objective.peak_reserved,
     tries: Annotated[list[str] | None, typer.Option("--try", help="KEY=V1,V2 replacing one knob's values in the grid, e.g. max_split_size_mb=unset,64,256 (repeatable).")] = None,
     space: Annotated[str | None, typer.Option("--space", help="A TOML file whose [space] table of lists replaces the grid.")] = None,
     exhaustive: Annotated[bool, typer.Option("--exhaustive", help="Run every candidate to the end (no pruning): slower, and the Pareto front covers them all.")] = False,
-    torch_core: TorchCoreOpt = "auto",
-    max_unknown_frees: MaxUnknownFreesOpt = _MAX_UNKNOWN_FREES,
-    no_recorded_releases: NoRecordedReleasesOpt = False,
-    id_col: IdColOpt = None,
+    torch_core: ro.TorchCoreOpt = "auto",
+    max_unknown_frees: ro.MaxUnknownFreesOpt = _MAX_UNKNOWN_FREES,
+    no_recorded_releases: ro.NoRecordedReleasesOpt = False,
+    id_col: ro.IdColOpt = None,
     engine: EngineOpt = Engine.local,
     jobs: JobsOpt = 1,
     scheduler: SchedulerOpt = None,

@@ -263,24 +263,22 @@ class CachingAllocator:
                     self._release_block(b)
 
     def _garbage_collect(self) -> None:
+        """garbage_collect_cached_blocks: while short of the target, release every unsplit large free block at
+        least as old (in get_free_block calls) as the mean age of those left."""
         threshold = int(self.s.gc_threshold * self._allowed())
         if self.reserved <= threshold:
             return
-        target, reclaimed = self.reserved - threshold, 0
-        count = self.calls[False]
-        freeable = [b for b in sorted(self.free[False], key=lambda x: (x.size, x.addr)) if not b.split()]
-        total_age = sum(count - b.gc_base for b in freeable)
-        freed = True
-        while reclaimed < target and freed and freeable:
-            age_threshold = total_age / len(freeable)
-            freed, kept = False, []
-            for b in freeable:
-                if count - b.gc_base >= age_threshold:
-                    freed, reclaimed, total_age = True, reclaimed + b.size, total_age - (count - b.gc_base)
-                    self._release_block(b)
-                else:
-                    kept.append(b)
-            freeable = kept
+        now, target, reclaimed = self.calls[False], self.reserved - threshold, 0
+        left = [b for b in sorted(self.free[False], key=lambda x: (x.size, x.addr)) if not b.split()]
+        while left and reclaimed < target:
+            mean = sum(now - b.gc_base for b in left) / len(left)
+            old = [b for b in left if now - b.gc_base >= mean]
+            if not old:
+                break
+            for b in old:
+                reclaimed += b.size
+                self._release_block(b)
+            left = [b for b in left if b not in old]
 
     def empty_cache(self) -> None:
         self.why = "empty_cache"
@@ -291,20 +289,20 @@ class CachingAllocator:
         b.allocated = False
         self._record("free_requested", b.addr, b.requested)
         self._record("free_completed", b.addr, b.requested)
-        for other in (b.prev, b.next):
-            if other is not None and not other.allocated:
-                self.free[b.small].remove(other)
-                if other is b.prev:
-                    if self.heads and other in self.heads:
-                        self.heads[self.heads.index(other)] = b
-                    b.addr, b.prev = other.addr, other.prev
-                    if b.prev is not None:
-                        b.prev.next = b
-                else:
-                    b.next = other.next
-                    if b.next is not None:
-                        b.next.prev = b
-                b.size += other.size
+        # free_block: the free neighbours on either side join it (the span lo..hi becomes one block, b)
+        lo = b.prev if b.prev is not None and not b.prev.allocated else b
+        hi = b.next if b.next is not None and not b.next.allocated else b
+        span = list(dict.fromkeys((lo, b, hi)))
+        for x in span:
+            if x is not b:
+                self.free[b.small].remove(x)
+        size = sum(x.size for x in span)
+        if lo in self.heads:  # the segment's first block is now b
+            self.heads[self.heads.index(lo)] = b
+        b.addr, b.size, b.prev, b.next = lo.addr, size, lo.prev, hi.next
+        for nb, attr in ((b.prev, "next"), (b.next, "prev")):
+            if nb is not None:
+                setattr(nb, attr, b)
         self._insert(b)
 
     # -- the snapshot ----------------------------------------------------------------------------------
