@@ -96,11 +96,15 @@ def entropy(d: dict, ctx: Context) -> list[Finding]:
 
 
 def fragmentation(d: dict, ctx: Context) -> list[Finding]:
-    """Fragmentation crossing the threshold (external fragmentation >= the command's threshold, default
-    FRAGMENTATION_THRESHOLD) and staying: the first run of at least FRAG_MIN_RUN fragmented windows in a
-    row, per device, and whether it lasts to the end. Impact: the share of the device's windows from
-    the crossing on; confidence: 1 when the run lasts to the end, else its share of FRAG_MIN_RUN x 2."""
-    thr = (d.get("params") or {}).get("threshold", FRAGMENTATION_THRESHOLD)
+    """Fragmented windows that persist: the first run of at least FRAG_MIN_RUN windows in a row whose
+    largest free block is under the command's threshold (default FRAGMENTATION_THRESHOLD) of the free
+    bytes, i.e. whose external fragmentation is above 1 - threshold (the command's own words,
+    ``params.fragmented_when``), per device, and whether it lasts to the end. Impact: the share of the
+    device's windows from then on; confidence: 1 when the run lasts to the end, else its share of
+    FRAG_MIN_RUN x 2."""
+    p = d.get("params") or {}
+    thr = p.get("threshold", FRAGMENTATION_THRESHOLD)
+    when = p.get("fragmented_when") or f"largest free block under {thr:.0%} of the free bytes"
     out = []
     by_dev: dict[int, list] = {}
     for w in d.get("windows", []):
@@ -115,16 +119,23 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
                 break
         if first is None:
             continue
+        while first + run < len(flags) and flags[first + run]:
+            run += 1
         stays = all(flags[first:])
         tail = len(ws) - first
         frag_after = [w["external_frag"] for w in ws[first:] if w.get("external_frag") is not None]
+        flagged = [w for w in ws[first:first + run]]
         out.append(Finding(
-            "fragmentation_crossing", f"device {dev}: external fragmentation crosses {thr:g}"
-            + (" and stays there" if stays else f" for {run}+ windows"), ctx.source, "time",
+            "fragmentation_crossing", f"device {dev}: fragmented, {when}, "
+            + ("from then to the end" if stays else f"for {run} windows in a row"), ctx.source, "time",
             ctx.at(ws[first].get("start_ns")), ctx.at(ws[-1].get("end_ns")), tail / len(ws),
             1.0 if stays else min(1.0, run / (2 * FRAG_MIN_RUN)),
-            {"device": dev, "threshold": thr, "first_window": ws[first]["window"], "windows_after": tail,
-             "stays": stays, "mean_external_frag_after": float(np.mean(frag_after)) if frag_after else None},
+            {"device": dev, "threshold": thr, "external_frag_above": 1 - thr, "fragmented_when": when,
+             "first_window": ws[first]["window"], "windows_in_a_row": run, "windows_after": tail,
+             "stays": stays, "mean_external_frag_after": float(np.mean(frag_after)) if frag_after else None,
+             "external_frag_range": [min(w["external_frag"] for w in flagged), max(w["external_frag"] for w in flagged)],
+             "free_bytes": ws[first + run - 1].get("free_bytes"),
+             "largest_free_bytes": ws[first + run - 1].get("largest_free_bytes")},
             ctx.command, "see which live blocks strand the free space (veotrace sites) and what a setting saves "
                          "(veotrace tune)"))
     return out

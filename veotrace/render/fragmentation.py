@@ -68,7 +68,8 @@ def render_fragmentation(console: Console, result, *, max_rows: int, at: str | N
     devices = state.get("devices") or {}
     several = len(devices) > 1
     items = [("events read", result.summary["events_read"]), ("windows", result.summary["windows"]),
-             ("fragmented windows", result.summary["fragmented_windows"]),
+             ("fragmented windows" + (f" ({result.params['fragmented_when']})" if result.params.get("fragmented_when") else ""),
+              result.summary["fragmented_windows"]),
              ("reserved", fmt_bytes(e.get("reserved_bytes"))), ("allocated", fmt_bytes(e.get("allocated_bytes"))),
              ("internal (rounding)", fmt_bytes(e.get("internal_bytes"))),
              ("inactive (reserved - allocated)", fmt_bytes(e.get("inactive_bytes"))),

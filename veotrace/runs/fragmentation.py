@@ -119,7 +119,8 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
 
     Args:
         window, window_events: window length (``"5m"``, seconds) or N events per window.
-        threshold: a window is fragmented when its largest free block is under this share of free bytes.
+        threshold: a window is fragmented when its largest free block is under this share of the free bytes
+            (its external fragmentation above 1 - threshold).
         max_gap: without segments, gaps between live blocks under this size are free space of one range.
         bins: free-block size bins ``"8KiB-32KiB,256KiB-"`` or ``[(lo, hi or None), ...]``.
         zone_bytes: width of the address zones ranked by activity, or ``"segment"``.
