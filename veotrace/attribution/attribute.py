@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner, SiteRule
+from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner, SiteRule, block_frames
 from veotrace.attribution.sweep import (
     Sweep,
     before_trace,
@@ -74,7 +74,7 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
     snap = traces.snap
     final = final_blocks(snap, names)
     n_entries, with_frames = traces.entries, traces.with_frames
-    blocks_with_frames = sum(1 for s in snap.segments for b in s.get("blocks", ()) if b.get("frames"))
+    blocks_with_frames = sum(1 for s in snap.segments for b in s.get("blocks", ()) if block_frames(b))
     devices_seen = sorted({*traces.devices, *final})
     t0 = min((t for t in map(traces.first_us, traces.devices) if t is not None), default=None)
     intervals, counts = _annotation_ranges(snap.external_annotations)
@@ -109,7 +109,10 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
                 r.update({k: v for k, v in states.get(r["phase"], {}).items() if k not in ("device", "phase")})
         phase_rows += rows
     notes = []
-    if n_entries and not with_frames:
+    if n_entries and not with_frames and blocks_with_frames:
+        notes.append("the trace entries carry no stacks: the sites are the live blocks' own stacks (the end state "
+                     "and the blocks live before the trace); allocations made and freed during the trace have none")
+    elif n_entries and not with_frames:
         notes.append("the trace entries carry no stacks: record with torch.cuda.memory._record_memory_history("
                      "context='all', stacks='python') to see sites")
     if not n_entries:
@@ -143,7 +146,7 @@ def final_blocks(snap, names: Interner) -> dict[int, dict[int, tuple]]:
             a = b.get("address", address)
             if b.get("state") in LIVE_STATES:
                 req = b.get("requested_size")
-                out[d][a] = (b["size"], req if isinstance(req, int) else b["size"], names.of(b.get("frames")), i)
+                out[d][a] = (b["size"], req if isinstance(req, int) else b["size"], names.of(block_frames(b)), i)
             address = a + b["size"]
     return out
 
