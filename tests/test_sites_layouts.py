@@ -54,3 +54,30 @@ def test_the_real_torch_2_0_snapshot_has_user_sites_for_every_live_block():
     sites = out["devices"]["0"]["end"]["sites"]
     assert sites and all(s["site"].startswith("/home/") for s in sites)
     assert sum(s["bytes"] for s in sites) == out["devices"]["0"]["end"]["allocated_bytes"]
+
+
+def test_the_peak_of_requested_bytes_is_given_with_and_without_the_blocks_live_before_the_trace(tmp_path):
+    """Mosaic's peak starts at 0 (the trace's allocations alone); veotrace's counted a 466 B block live
+    before the trace from the start. Both are reported, each named: the trace's own peak is the sum of
+    the trace's allocations live together (1000 + 3000 requested), the other adds the 466 B."""
+    t0 = 1_757_000_000_000_000
+    trace = [{"action": "alloc", "addr": SEG + 4096, "size": 1000, "stream": 0, "time_us": t0 + 1, "frames": MODEL},
+             {"action": "alloc", "addr": SEG + 8192, "size": 3000, "stream": 0, "time_us": t0 + 2, "frames": MODEL},
+             {"action": "free_requested", "addr": SEG + 8192, "size": 3000, "stream": 0, "time_us": t0 + 3},
+             {"action": "free_completed", "addr": SEG + 8192, "size": 3000, "stream": 0, "time_us": t0 + 3},
+             {"action": "free_requested", "addr": SEG, "size": 466, "stream": 0, "time_us": t0 + 4},
+             {"action": "free_completed", "addr": SEG, "size": 466, "stream": 0, "time_us": t0 + 4}]
+    blocks = [{"address": SEG, "size": 4096, "requested_size": 4096, "state": "inactive", "frames": []},
+              {"address": SEG + 4096, "size": 1024, "requested_size": 1000, "state": "active_allocated", "frames": MODEL},
+              {"address": SEG + 5120, "size": 2 * MIB - 5120, "requested_size": 0, "state": "inactive", "frames": []}]
+    seg = {"device": 0, "address": SEG, "total_size": 2 * MIB, "allocated_size": 1024, "active_size": 1024,
+           "requested_size": 1000, "stream": 0, "segment_type": "small", "blocks": blocks}
+    path = tmp_path / "pre.pickle"
+    path.write_bytes(pickle.dumps({"segments": [seg], "device_traces": [trace]}))
+    r = run_cli("sites", path, "-f", "json")
+    req = json.loads(r.stdout)["devices"]["0"]["peaks"]["requested"]
+    assert req["trace_own"]["bytes"] == 4000 and req["before_trace_bytes"] == 466
+    assert req["bytes"] == 4466 and req["trace_own"]["at_entry"] == 1
+    table = run_cli("sites", path).stdout
+    assert "the trace's own peak (its allocations alone, from 0): allocated 4,096 B, requested 4,000 B" in table
+    assert "requested 466 B" in table

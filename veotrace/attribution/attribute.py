@@ -299,6 +299,9 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
     req = sum(v[1] for v in pre.values())
     alloc_time, alloc_site = {}, {}
     levels = {"allocated": array("q", [alloc]), "requested": array("q", [req])}
+    # the trace's own levels: what its allocations hold, the blocks live before it left out (Mosaic's
+    # peak starts at 0 so), with each one's first maximum as (bytes, entry index, time_us)
+    own, own_peak, before_live = [0, 0], {"allocated": (0, -1, None), "requested": (0, -1, None)}, set(pre)
     reserved = array("q", [0]) if segs else None
     res = 0
     for i, (act, a, n, t, bsize, code) in enumerate(_sized(traces.rows(d, names), final, last_alloc)):
@@ -307,9 +310,15 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             if old is not None:
                 alloc -= old[0]
                 req -= old[1]
+                _own(own, old, a, before_live, -1)
             blocks[a] = (bsize, n, code)
             alloc += bsize
             req += n
+            own[0] += bsize
+            own[1] += n
+            for k, v in (("allocated", own[0]), ("requested", own[1])):
+                if v > own_peak[k][0]:
+                    own_peak[k] = (v, i, t if isinstance(t, int) else None)
             if last_alloc.get(a) == i:
                 alloc_site[a] = code
                 if isinstance(t, int):
@@ -318,6 +327,7 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             old = blocks.pop(a)
             alloc -= old[0]
             req -= old[1]
+            _own(own, old, a, before_live, -1)
         elif reserved is not None and act in DEVICE_OPS:
             res += n
         elif reserved is not None and act in RELEASE_OPS:
@@ -342,7 +352,21 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
                        "requested_bytes": int(levels["requested"][idx]), "reserved_bytes": r,
                        "cached_free_bytes": None if r is None else r - int(levels["allocated"][idx]),
                        "sites": _rows(sites, names, total)}
+    for kind, (b, idx, t) in own_peak.items():
+        if kind in found:  # the peak with the blocks live before the trace, and the trace's own
+            found[kind]["before_trace_bytes"] = sum(v[0 if kind == "allocated" else 1] for v in pre.values())
+            found[kind]["trace_own"] = {"bytes": b, "at_entry": idx,
+                                        "t_s": None if t is None or t0 is None else (t - t0) / 1e6}
     return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, levels["allocated"], final)
+
+
+def _own(own: list, block: tuple, a: int, before_live: set, sign: int) -> None:
+    """Count ``block`` at ``a`` in or out of the trace's own levels (not when it was live before the trace)."""
+    if a in before_live:
+        before_live.discard(a)
+        return
+    own[0] += sign * block[0]
+    own[1] += sign * block[1]
 
 
 def _by_site_at(rows, pre, free_op, indices: list[int]) -> tuple[dict[int, tuple], dict[int, int | None]]:

@@ -36,6 +36,9 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
             sizes = ", ".join(f"{k} {fmt_bytes(v['peaks'][k]['bytes'])}" for k in kinds)
             _table(console, f"Device {d}: live blocks at peak {' and '.join(kinds)} ({sizes}{when}{cached})",
                    peak["sites"], top)
+            own = _own_peaks(v["peaks"], kinds)
+            if own:
+                console.print(own, highlight=False)
         _table(console, f"Device {d}: live blocks at the end ({fmt_bytes(v['end']['allocated_bytes'])})",
                v["end"]["sites"], top)
         pin = v["pinning"]
@@ -67,6 +70,18 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
             console.print(f"[dim]--at:[/] {at['note']}")
     if result.phases:
         render_phases(console, result.phases, max_rows)
+
+
+def _own_peaks(peaks: dict, kinds: list[str]) -> str | None:
+    """The trace's own peaks (its allocations alone, from 0) beside the peaks above, which count the
+    blocks live before the trace from its start; None when no block was."""
+    parts = [f"{k} {peaks[k]['trace_own']['bytes']:,} B" for k in kinds
+             if peaks[k].get("before_trace_bytes") and peaks[k].get("trace_own")]
+    if not parts:
+        return None
+    before = ", ".join(f"{k} {peaks[k]['before_trace_bytes']:,} B" for k in kinds if peaks[k].get("before_trace_bytes"))
+    return (f"  the peaks above count the blocks live before the trace from its start ({before}); the trace's "
+            f"own peak (its allocations alone, from 0): {', '.join(parts)}")
 
 
 def render_phases(console: Console, phases: list[dict], max_rows: int) -> None:
