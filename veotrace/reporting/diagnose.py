@@ -84,6 +84,7 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     results = [(job, *ran) for job, ran in zip(runnable, _run_all(prepared, on_progress))]
     value = collect(infos, jobs, results, offsets=offsets, period=period, allocs=reads.allocs)
     value.params["fail_on"] = fail_on
+    value.notes.extend(_mixed_folders(paths, infos))
     findings = value.findings
     run = DiagnoseRun(value, [*report.messages()], common.input_files(paths))
     if fail_on is not None and severity_at_least(findings, fail_on):
@@ -145,6 +146,28 @@ class _Reads:
         if not inputs or any(str(p) not in self.kept.batches for p, _ in inputs):
             return None
         return alloc_events_table([b for p, _ in inputs for b in self.kept.batches.pop(str(p))], self.options)
+
+
+def _mixed_folders(paths: list, infos: list) -> list[str]:
+    """A note for each folder holding traces of several kinds (which a single command refuses,
+    ``sources.resolve_inputs``): diagnose analyses each kind on its own."""
+    from pathlib import Path
+
+    from veotrace.sources.detect import RUN_KIND
+
+    out = []
+    for given in paths:
+        if not isinstance(given, Path) or not given.is_dir():
+            continue
+        kinds: dict[str, list[str]] = {}
+        for i in infos:
+            if i.format in RUN_KIND and given in Path(i.path).parents:
+                kinds.setdefault(RUN_KIND[i.format], []).append(Path(i.path).name)
+        if len(kinds) > 1:
+            out.append(f"{given}: holds {len(kinds)} kinds of trace ("
+                       + "; ".join(f"{k}: {', '.join(v)}" for k, v in kinds.items())
+                       + "), each analysed on its own (a single command refuses such a folder)")
+    return out
 
 
 def _offsets(align: list[str]) -> dict[str, float]:
