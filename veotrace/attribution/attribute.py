@@ -37,6 +37,7 @@ from veotrace.attribution.sweep import (
     states_at,
     stranded,
     stranded_series,
+    stranded_series_entries,
     walk,
 )
 from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
@@ -60,7 +61,8 @@ class SitesResult:
 
 
 def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None,
-              window_s: float | None = None, aligned: bool = False, only_windows: bool = False) -> SitesResult:
+              window_s: float | None = None, aligned: bool = False, only_windows: bool = False,
+              window_events: int | None = None) -> SitesResult:
     """Attribute a snapshot's ``traces`` (``attribution.traces``: read whole or streamed) to sites and phases
     (see the module docstring).
 
@@ -68,7 +70,9 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
     blocks replayed to then, in the segments of then, rebuilt from the final ones backwards through the
     trace's segment events). ``window_s``: also the stranded bytes at the end of every window of that
     length (``stranded_series``; ``aligned``: ending at multiples of it, as fragmentation's windows).
-    ``only_windows``: that series alone (``fragmentation --by site``): no peaks, end, timeline or phases."""
+    ``only_windows``: that series alone (``fragmentation --by site``): no peaks, end, timeline or phases.
+    ``window_events``: the series at the end of every window of that many trace entries instead, for a
+    trace without times."""
     rule = rule or SiteRule()
     names = Interner(rule)
     snap = traces.snap
@@ -89,6 +93,9 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
         if only_windows:
             if windows:
                 devices[str(d)] = {"stranded_windows": stranded_series(sweep, names, t0, last_us, window_s, aligned)}
+            elif window_events is not None and traced:
+                devices[str(d)] = {"stranded_windows": stranded_series_entries(sweep, names, len(replay.live_at) - 1,
+                                                                               window_events)}
             continue
         blank, before = names.code(NO_FRAMES), names.code(BEFORE_TRACE)
         live = {a: v if v[2] != blank or not traced else (*v[:2], replay.alloc_site.get(a, before), v[3])
@@ -130,7 +137,8 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
     summary = {"entries": n_entries, "entries_with_frames": with_frames, "blocks_with_frames": blocks_with_frames,
                "stacks": names.stacks, "sites": len(names.sites), "devices": devices_seen,
                "annotations": counts, "notes": notes}
-    params = {"site_filter": rule.internal, "site_depth": rule.depth, "at_s": at_s, "window_s": window_s}
+    params = {"site_filter": rule.internal, "site_depth": rule.depth, "at_s": at_s, "window_s": window_s,
+              "window_events": window_events}
     return SitesResult(params, summary, devices, phase_rows)
 
 
