@@ -49,7 +49,8 @@ def _delta_rows(result: Any) -> list[dict]:
     rows = []
     for d in result.deltas:
         before, after, change, verdict = delta_cells(d)
-        rows.append({"metric": d["label"] + ("" if d["device"] is None else f" (device {d['device']})"),
+        unit = f" ({d['unit']})" if d["unit"] == "bits" or "/" in (d["unit"] or "") else ""  # the rest say theirs
+        rows.append({"metric": d["label"] + unit + ("" if d["device"] is None else f" (device {d['device']})"),
                      "unit": d["unit"], "before": before, "after": after, "change": change, "noise": verdict})
     return rows
 
