@@ -270,7 +270,8 @@ def recorded_ooms(d: dict, ctx: Context) -> list[Finding]:
 def sites(d: dict, ctx: Context) -> list[Finding]:
     """From ``sites``: cached-but-free bytes at each device's peak reserved (CACHED_MIN_SHARE of it or
     more; confidence 0.9: the model of the peak), and the top site pinning free space at the end
-    (STRANDED_MIN_SHARE of the reserved bytes or more; confidence 0.8). Impact: those bytes against the
+    (STRANDED_MIN_SHARE of the peak reserved bytes, or of the peak allocated without segment events, or
+    more; confidence 0.8). Impact: those bytes against the
     device's peak (``weigh.impact``)."""
     out = []
     for dev, v in sorted((d.get("devices") or {}).items()):
@@ -287,15 +288,17 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                 "share": share}, ctx.command,
                                "an allocator setting that reuses the cache better (veotrace tune)", bytes_at_stake=cached))
         pin = v.get("pinning") or {}
-        reserved = ((v.get("end") or {}).get("reserved_bytes")) or peak.get("bytes")
+        # sites gives the peak reserved when the trace records segment events, else the peak allocated (its
+        # end state has no reserved total)
+        against, what = (peak["bytes"], "peak reserved") if peak.get("bytes") else (scale, "peak allocated")
         top = (pin.get("sites") or [None])[0]
-        if top and reserved and top["stranded_bytes"] >= STRANDED_MIN_SHARE * reserved:
+        if top and against and top["stranded_bytes"] >= STRANDED_MIN_SHARE * against:
             pinned = top["stranded_bytes"]
             out.append(Finding("pinning_site", f"device {dev}: {top['site'][-70:]} pins {gib(pinned)} of free space "
-                               f"in {top['segments']} segments ({min(1.0, pinned / reserved):.0%} of the "
-                               f"{gib(reserved)} reserved at the end)",
-                               ctx.source, "none", None, None, impact(pinned, max(scale, reserved)), 0.8,
-                               {"device": dev, "reserved_bytes": reserved,
+                               f"in {top['segments']} segments at the end ({min(1.0, pinned / against):.0%} of the "
+                               f"{what}, {gib(against)})",
+                               ctx.source, "none", None, None, impact(pinned, scale), 0.8,
+                               {"device": dev, "against": what, "against_bytes": against,
                                 **{k: top.get(k) for k in ("site", "stranded_bytes", "sole_bytes",
                                                            "segments", "blocks", "block_bytes")}},
                                ctx.command, "free or pre-allocate those long-lived blocks elsewhere (they hold "
