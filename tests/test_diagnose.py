@@ -8,13 +8,11 @@ higher. Every real file's findings against their own commands' JSON: tests/test_
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 import veotrace
-from tests.conftest import real_trace, run_cli
+from tests.conftest import run_cli
 from veotrace.synth.scenario import write_scenario
 
 
