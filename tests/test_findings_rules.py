@@ -32,7 +32,7 @@ def test_the_fragmentation_finding_names_the_threshold_as_the_command_defines_it
     (f,) = fragmentation(d, CTX)
     assert "0.65" not in f.title and "crosses" not in f.title
     assert d["params"]["fragmented_when"] in f.title
-    assert "largest free block under 65% of the free bytes (external fragmentation above 0.35)" in f.title
+    assert "largest free block under 65% of the free bytes, i.e. external fragmentation above 0.35" in f.title
     assert f.evidence["external_frag_above"] == pytest.approx(0.35)
     lo, hi = f.evidence["external_frag_range"]
     assert (lo, hi) == (0.40, 0.56) and lo > f.evidence["external_frag_above"]

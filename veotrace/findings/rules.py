@@ -143,8 +143,9 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
         peak = max(max(w.get("reserved_bytes_peak") or 0, w.get("live_bytes_peak") or 0, w.get("reserved_bytes") or 0)
                    for w in ws)
         out.append(Finding(
-            "fragmentation_crossing", f"device {dev}: {gib(at_stake)} of free bytes outside the largest free block; "
-            f"fragmented, {when}, " + ("from then to the end" if stays else f"for {run} windows in a row"),
+            "fragmentation_crossing", f"device {dev}: fragmented "
+            + ("from then to the end" if stays else f"for {run} windows in a row")
+            + f" ({when}): {gib(at_stake)} of free bytes outside the largest free block",
             ctx.source, "time", ctx.at(ws[first].get("start_ns")), ctx.at(ws[-1].get("end_ns")), impact(at_stake, peak),
             1.0 if stays else min(1.0, run / (2 * FRAG_MIN_RUN)),
             {"device": dev, "threshold": thr, "external_frag_above": 1 - thr, "fragmented_when": when,

@@ -78,8 +78,8 @@ def free_blocks(state: DeviceState, *, max_gap: int = DEFAULT_MAX_GAP) -> FreeBl
 def fragmented_when(threshold: float = DEFAULT_THRESHOLD) -> str:
     """What ``fragmented`` means at ``threshold``, in the words the help, the tables, the JSON
     (``params.fragmented_when``), the plots and ``diagnose``'s findings all use."""
-    return (f"largest free block under {threshold:.0%} of the free bytes "
-            f"(external fragmentation above {1 - threshold:.2g})")
+    return (f"largest free block under {threshold:.0%} of the free bytes, "
+            f"i.e. external fragmentation above {1 - threshold:.2g}")
 
 
 def external_frag(largest: int, total: int) -> float | None:

@@ -249,9 +249,6 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
     x = _x(table)
     segs = segment_trends(x, h, segments, x_unit="hours" if x_unit == "hours" else "window") if segments else []
     notes = part.notes + notes_of(part, pooled, segments, x, first_ns, last_ns)
-    edge = edge_note(totals, p["min_class"], p["max_class"], auto=bool(p.get("auto_classes")))
-    if edge:
-        notes.append(edge)
     params = {"window_s": (part.window_ns / 1e9) if not part.event_mode else None,
               "step_s": (part.step_ns / 1e9) if not part.event_mode else None,
               "window_events": part.window_events if part.event_mode else None,
@@ -266,6 +263,9 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
     ph = phases_of(table, h, span_s)
     if ph:
         notes.append(phase_note(ph, span_s))
+    edge = edge_note(totals, p["min_class"], p["max_class"], auto=bool(p.get("auto_classes")))
+    if edge:
+        notes.append(edge)
     summary = {"events_read": part.n_read, "events_counted": part.n_counted, **series_summary(table, h),
                "first_ns": first_ns, "last_ns": last_ns,
                "span_s": (last_ns - first_ns) / 1e9 if first_ns is not None else None,
