@@ -32,19 +32,23 @@ SAMPLE_INPUTS = [SAMPLES / "alloc_logs_bursty", SAMPLES / "snapshots" / "memory_
 
 
 @lru_cache(maxsize=None)
-def _json(command: str) -> dict:
-    """The JSON of a finding's own command line, run on its own."""
+def _run(command: str) -> tuple[dict, tuple[str, ...]]:
+    """The JSON and the stderr lines of a finding's own command line, run on its own."""
     args = shlex.split(command)
     assert args[0] == "veotrace"
     r = run_cli(*args[1:], "-f", "json")
     assert r.exit_code in (0, 3), r.stderr
-    return json.loads(r.stdout)
+    return json.loads(r.stdout), tuple(r.stderr.splitlines())
 
 
-def _check(f: dict) -> None:
-    d = _json(f["command"])
+def _check(f: dict, read: list[str]) -> None:
+    d, stderr = _run(f["command"])
     ev = f["evidence"]
-    assert f["notes"] == command_notes(f["command"].split()[1], d)
+    # every note and warning the command printed, and those its JSON carries, go with the finding, and
+    # the warnings of reading its source (``read``: diagnose reads each input once, for every analysis)
+    said = [line for line in stderr if line.startswith(("Note:", "note:", "Warning:"))]
+    assert set(command_notes("", {}, said)) <= set(f["notes"])
+    assert set(f["notes"]) <= set(command_notes(f["command"].split()[1], d, stderr)) | set(command_notes("", {}, read))
     check = CHECKS[f["kind"]]
     check(f, ev, d)
     assert 0 <= f["impact"] <= 1 and 0 <= f["confidence"] <= 1
@@ -131,10 +135,11 @@ CHECKS = {"fragmentation_crossing": _fragmentation, "cached_free_at_peak": _cach
 
 
 def _diagnosed(paths) -> dict:
-    out = veotrace.diagnose(paths).to_dict()
+    run = veotrace.diagnose(paths)
+    out = run.to_dict()
     assert all(s.get("mapping") and "None" not in s["mapping"] for s in out["sources"])
     for f in out["findings"]:
-        _check(f)
+        _check(f, run.messages)
     return out
 
 

@@ -30,12 +30,13 @@ def gib(n: int | float | None) -> str:
     return f"{n:.0f} B"
 
 
-def command_notes(command: str, d: dict) -> list[str]:
-    """Every note and warning a command's JSON carries (its stderr lines, as the JSON keeps them), for
-    each of its findings: the window it chose, idle gaps, segments that disagree with the trace, a
-    model not validated on the trace."""
+def command_notes(command: str, d: dict, messages=()) -> list[str]:
+    """Every note and warning of a command, for each of its findings: the lines it printed on stderr
+    before its result (``messages``: skipped rows, counted problems, read warnings) and those its JSON
+    ``d`` carries (the window it chose, idle gaps, segments that disagree with the trace, a model not
+    validated on the trace), each once, without its ``Note:``/``Warning:`` prefix."""
     s = d.get("summary") or {}
-    out = [str(n) for n in (s.get("notes") or []) + (d.get("notes") or []) if n]
+    out = [str(n) for n in [*messages, *(s.get("notes") or []), *(d.get("notes") or [])] if n]
     disagree = s.get("segments_disagree")
     if disagree:
         out.append(f"{' and '.join(disagree['hold'])} hold; {'; '.join(disagree['do_not_hold'])}")
@@ -46,4 +47,4 @@ def command_notes(command: str, d: dict) -> list[str]:
     trust = ((d.get("recommendation") or {}).get("trust")) or {}
     if command == "tune" and trust and not trust.get("validated"):
         out.append("the torch model is not validated on this trace (nothing recorded to check its replay against)")
-    return list(dict.fromkeys(n.removeprefix("Note: ").removeprefix("Warning: ") for n in out))
+    return list(dict.fromkeys(n.removeprefix("Note: ").removeprefix("note: ").removeprefix("Warning: ") for n in out))

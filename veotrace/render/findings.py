@@ -24,13 +24,16 @@ def render_findings(console: Console, result, *, max_rows: int) -> None:
     console.print(table)
     if footer:
         console.print(footer)
+    shown: set[str] = set()  # a note said once, under the first finding it goes with
     for x in f[: min(5, len(f))]:
         if x.links:
             console.print(f"[dim]{x.title}:[/] " + "; ".join(x.links), highlight=False)
         if x.suggestion:
             console.print(f"  [dim]what to try:[/] {x.suggestion}  [dim]({x.command})[/]", highlight=False)
         for note in x.notes:
-            console.print(f"  [dim]its command notes:[/] {note}", highlight=False)
+            if note not in shown:
+                shown.add(note)
+                console.print(f"  [dim]note:[/] {note}", highlight=False)
     for s in result.sources:
         if s.get("mapping") != "the shared clock":
             console.print(f"[dim]clock:[/] {s['name']}: {s.get('mapping')}", highlight=False)

@@ -77,7 +77,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
         row = lane(job.command, d, ctx, command)
         if row is not None:
             lanes.append(row)
-        notes = command_notes(job.command, d)
+        notes = command_notes(job.command, d, getattr(result, "messages", ()))
         for f in found:
             f.clock = str(src.get("clock"))
             f.notes = notes
