@@ -4,17 +4,15 @@ A seeded scenario (synth.scenario: an alloc log whose entropy steps up at a know
 one hour on its own clock with a planted allocation burst, an ncu export with planted L2 breaks, a frame
 table that loses coherence at a known frame): every planted event is
 found in the right place, a clean scenario gives nothing above low severity, a larger step ranks
-higher; the real constructorsun snapshot's findings carry the single-run commands' own numbers."""
+higher. Every real file's findings against their own commands' JSON: tests/test_diagnose_real.py."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
 import veotrace
-from tests.conftest import real_trace, run_cli
+from tests.conftest import run_cli
 from veotrace.synth.scenario import write_scenario
 
 
@@ -82,27 +80,6 @@ def test_fail_on_markdown_and_bad_options(tmp_path):
                        (["--align", "frames.csv"], "expected SOURCE=OFFSET")):
         r = run_cli("diagnose", s.folder, *args)
         assert r.exit_code == 2 and r.stderr.count("Error:") == 1 and text in r.stderr
-
-
-def test_real_findings_carry_the_single_commands_numbers():
-    """constructorsun: its recorded OOM (simulate's), the site pinning the most free space (sites'),
-    the cached-but-free bytes at each peak (sites'), the setting tune recommends (tune's)."""
-    path = real_trace("constructorsun_memory_snapshot.pickle")
-    found = _findings(path)
-    sim = json.loads(run_cli("simulate", path, "-p", "torch", "-f", "json").stdout)
-    sites = json.loads(run_cli("sites", path, "-f", "json").stdout)
-    tune = json.loads(run_cli("tune", path, "-f", "json").stdout)
-    (oom,) = [f for f in found if f["kind"] == "recorded_oom"]
-    (want,) = sim["params"]["recorded_ooms"]
-    assert oom["severity"] == "high" and oom["evidence"]["request_bytes"] == want["request_bytes"]
-    pins = {f["evidence"]["device"]: f["evidence"] for f in found if f["kind"] == "pinning_site"}
-    for d, ev in pins.items():
-        top = sites["devices"][d]["pinning"]["sites"][0]
-        assert (ev["site"], ev["stranded_bytes"]) == (top["site"], top["stranded_bytes"])
-    cached = {f["evidence"]["device"]: f["evidence"]["cached_free_bytes"] for f in found if f["kind"] == "cached_free_at_peak"}
-    assert cached and all(v == sites["devices"][d]["peaks"]["reserved"]["cached_free_bytes"] for d, v in cached.items())
-    setting = [f for f in found if f["kind"] == "allocator_setting"]
-    assert all(f["evidence"]["conf"] == tune["recommendation"]["conf"] for f in setting)
 
 
 def test_the_reports_first_page_says_what_diagnose_says(tmp_path):

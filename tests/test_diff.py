@@ -186,7 +186,7 @@ def test_bad_inputs_are_one_error_naming_each_side(tmp_path):
     nsys = SAMPLES / "nsys" / "synthetic_memory.sqlite"
     r = run_cli("diff", nsys, SAMPLES / "snapshots" / "memory_snapshot.pickle")
     assert r.exit_code == 1
-    assert "(Nsight Systems memory events) and AFTER" in r.stderr and "(a PyTorch memory snapshot) do not compare" in r.stderr
+    assert "(an Nsight Systems SQLite export) and AFTER" in r.stderr and "(a PyTorch memory snapshot) do not compare" in r.stderr
     r = run_cli("diff", LOG, LOG, "--align", "step")
     assert r.exit_code == 2 and "--align step needs record_function steps" in r.stderr
     for r in (run_cli("diff", LOG, missing), run_cli("diff", ncu, LOG)):

@@ -57,7 +57,9 @@ def test_short_snapshot_gets_a_window_from_the_data_and_says_so():
 def test_explicit_window_stays_exact():
     out, err = _json("entropy", real_trace(SNAP), "--window", "300")
     assert out["summary"]["windows"] == 1 and out["params"]["window_s"] == 300.0
-    assert out["params"]["window_choice"] == {"auto": False, "mode": "given"} and err == ""
+    assert out["params"]["window_choice"] == {"auto": False, "mode": "given"}
+    # no note of a window chosen; only the size classes' (56% of its allocations are above 2 MiB, issue 39)
+    assert err.startswith("Note: of the 3,025 counted allocations, 56% in the top class") and err.count("\n") == 1
 
 
 def test_magma_snapshot_gets_a_usable_series():
@@ -127,8 +129,10 @@ def test_implausible_span_without_one_outlier_warns_and_shows_the_span(tmp_path)
     path = _csv(tmp_path / "log.csv", ts, [4096] * 11)
     r = run_cli("entropy", path, "--window", "1ms", "--format", "csv", "-o", tmp_path / "w.csv")
     assert r.exit_code == 0 and pacsv.read_csv(tmp_path / "w.csv").num_rows == 101_001
-    assert r.stderr == "Warning: the run spans 1.683 min (101,001 windows for 11 rows read); check --time-unit or " \
-                       "use a longer --window\n"
+    assert r.stderr.startswith("Warning: the run spans 1.683 min (101,001 windows for 11 rows read); check --time-unit "
+                               "or use a longer --window\n")
+    # and the size classes' note: every 4 KiB allocation is in the bottom class (issue 39)
+    assert r.stderr.count("\n") == 2 and "100% in the bottom class (≤ 4 KiB, --min-class 2" in r.stderr
 
 
 # --- 4. --by device|stream and --device ----------------------------------------------------------

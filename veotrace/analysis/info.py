@@ -58,6 +58,9 @@ def describe(probe: Any) -> FileInfo:
         info.details[kind] = summary
     info.problems = [f"{', '.join(k for k in what if k != 'version') or 'version'}: {reason}"
                      for reason, what in failed.items()]
+    seg, blk = info.details.get("segments"), info.details.get("blocks")
+    if seg is not None and blk is not None:  # bytes of the segments in no listed block: free, but not listed as such
+        blk["unlisted_bytes"] = max(0, seg["reserved_bytes"] - blk["listed_bytes"])
     info.span = span_of(info)
     info.devices, info.streams = devices_and_streams(info)
     info.supports = supported_commands(info)
@@ -163,8 +166,13 @@ def supports_l2(info: FileInfo) -> str | None:
 
 
 def supports_correlate(info: FileInfo) -> str | None:
-    """correlate reads arrays."""
-    return "correlate" if info.tables.get("arrays") else None
+    """correlate reads arrays of frames: an address jump per pair of consecutive frames, and at least
+    MIN_PAIRS pairs (a correlation of two points is always +-1), so an array of MIN_PAIRS + 1 frames or more."""
+    from veotrace.analysis.frames.correlation import MIN_PAIRS
+
+    arrays = (info.details.get("arrays") or {}).get("arrays", {})
+    frames = [a["shape"][0] for a in arrays.values() if a.get("shape")]
+    return "correlate" if info.tables.get("arrays") and frames and max(frames) > MIN_PAIRS else None
 
 
 def supports_coherence(info: FileInfo) -> str | None:

@@ -169,7 +169,8 @@ def blocks_summary(table: pa.Table) -> dict:
     allocated = pc.filter(size, pc.equal(state, "active_allocated"))
     free = pc.filter(size, pc.equal(state, "inactive"))
     return {"rows": table.num_rows, "states": dict(_counts(table.column("state")).most_common()),
-            "size_bytes": {"min": lo, "max": hi}, "allocated_bytes": pc.sum(allocated).as_py() or 0,
+            "size_bytes": {"min": lo, "max": hi}, "listed_bytes": pc.sum(size).as_py() or 0,
+            "allocated_bytes": pc.sum(allocated).as_py() or 0,
             "free_bytes": pc.sum(free).as_py() or 0, "largest_free_bytes": pc.max(free).as_py()}
 
 

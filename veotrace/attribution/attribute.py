@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner, SiteRule
+from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner, SiteRule, block_frames
 from veotrace.attribution.sweep import (
     Sweep,
     before_trace,
@@ -37,6 +37,7 @@ from veotrace.attribution.sweep import (
     states_at,
     stranded,
     stranded_series,
+    stranded_series_entries,
     walk,
 )
 from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
@@ -60,7 +61,8 @@ class SitesResult:
 
 
 def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None,
-              window_s: float | None = None, aligned: bool = False, only_windows: bool = False) -> SitesResult:
+              window_s: float | None = None, aligned: bool = False, only_windows: bool = False,
+              window_events: int | None = None) -> SitesResult:
     """Attribute a snapshot's ``traces`` (``attribution.traces``: read whole or streamed) to sites and phases
     (see the module docstring).
 
@@ -68,13 +70,15 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
     blocks replayed to then, in the segments of then, rebuilt from the final ones backwards through the
     trace's segment events). ``window_s``: also the stranded bytes at the end of every window of that
     length (``stranded_series``; ``aligned``: ending at multiples of it, as fragmentation's windows).
-    ``only_windows``: that series alone (``fragmentation --by site``): no peaks, end, timeline or phases."""
+    ``only_windows``: that series alone (``fragmentation --by site``): no peaks, end, timeline or phases.
+    ``window_events``: the series at the end of every window of that many trace entries instead, for a
+    trace without times."""
     rule = rule or SiteRule()
     names = Interner(rule)
     snap = traces.snap
     final = final_blocks(snap, names)
     n_entries, with_frames = traces.entries, traces.with_frames
-    blocks_with_frames = sum(1 for s in snap.segments for b in s.get("blocks", ()) if b.get("frames"))
+    blocks_with_frames = sum(1 for s in snap.segments for b in s.get("blocks", ()) if block_frames(b))
     devices_seen = sorted({*traces.devices, *final})
     t0 = min((t for t in map(traces.first_us, traces.devices) if t is not None), default=None)
     intervals, counts = _annotation_ranges(snap.external_annotations)
@@ -89,6 +93,9 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
         if only_windows:
             if windows:
                 devices[str(d)] = {"stranded_windows": stranded_series(sweep, names, t0, last_us, window_s, aligned)}
+            elif window_events is not None and traced:
+                devices[str(d)] = {"stranded_windows": stranded_series_entries(sweep, names, len(replay.live_at) - 1,
+                                                                               window_events)}
             continue
         blank, before = names.code(NO_FRAMES), names.code(BEFORE_TRACE)
         live = {a: v if v[2] != blank or not traced else (*v[:2], replay.alloc_site.get(a, before), v[3])
@@ -109,7 +116,10 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
                 r.update({k: v for k, v in states.get(r["phase"], {}).items() if k not in ("device", "phase")})
         phase_rows += rows
     notes = []
-    if n_entries and not with_frames:
+    if n_entries and not with_frames and blocks_with_frames:
+        notes.append("the trace entries carry no stacks: the sites are the live blocks' own stacks (the end state "
+                     "and the blocks live before the trace); allocations made and freed during the trace have none")
+    elif n_entries and not with_frames:
         notes.append("the trace entries carry no stacks: record with torch.cuda.memory._record_memory_history("
                      "context='all', stacks='python') to see sites")
     if not n_entries:
@@ -127,7 +137,8 @@ def attribute(traces, rule: SiteRule | None = None, *, at_s: float | None = None
     summary = {"entries": n_entries, "entries_with_frames": with_frames, "blocks_with_frames": blocks_with_frames,
                "stacks": names.stacks, "sites": len(names.sites), "devices": devices_seen,
                "annotations": counts, "notes": notes}
-    params = {"site_filter": rule.internal, "site_depth": rule.depth, "at_s": at_s, "window_s": window_s}
+    params = {"site_filter": rule.internal, "site_depth": rule.depth, "at_s": at_s, "window_s": window_s,
+              "window_events": window_events}
     return SitesResult(params, summary, devices, phase_rows)
 
 
@@ -143,7 +154,7 @@ def final_blocks(snap, names: Interner) -> dict[int, dict[int, tuple]]:
             a = b.get("address", address)
             if b.get("state") in LIVE_STATES:
                 req = b.get("requested_size")
-                out[d][a] = (b["size"], req if isinstance(req, int) else b["size"], names.of(b.get("frames")), i)
+                out[d][a] = (b["size"], req if isinstance(req, int) else b["size"], names.of(block_frames(b)), i)
             address = a + b["size"]
     return out
 
@@ -296,6 +307,9 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
     req = sum(v[1] for v in pre.values())
     alloc_time, alloc_site = {}, {}
     levels = {"allocated": array("q", [alloc]), "requested": array("q", [req])}
+    # the trace's own levels: what its allocations hold, the blocks live before it left out (Mosaic's
+    # peak starts at 0 so), with each one's first maximum as (bytes, entry index, time_us)
+    own, own_peak, before_live = [0, 0], {"allocated": (0, -1, None), "requested": (0, -1, None)}, set(pre)
     reserved = array("q", [0]) if segs else None
     res = 0
     for i, (act, a, n, t, bsize, code) in enumerate(_sized(traces.rows(d, names), final, last_alloc)):
@@ -304,9 +318,15 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             if old is not None:
                 alloc -= old[0]
                 req -= old[1]
+                _own(own, old, a, before_live, -1)
             blocks[a] = (bsize, n, code)
             alloc += bsize
             req += n
+            own[0] += bsize
+            own[1] += n
+            for k, v in (("allocated", own[0]), ("requested", own[1])):
+                if v > own_peak[k][0]:
+                    own_peak[k] = (v, i, t if isinstance(t, int) else None)
             if last_alloc.get(a) == i:
                 alloc_site[a] = code
                 if isinstance(t, int):
@@ -315,6 +335,7 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             old = blocks.pop(a)
             alloc -= old[0]
             req -= old[1]
+            _own(own, old, a, before_live, -1)
         elif reserved is not None and act in DEVICE_OPS:
             res += n
         elif reserved is not None and act in RELEASE_OPS:
@@ -339,7 +360,21 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
                        "requested_bytes": int(levels["requested"][idx]), "reserved_bytes": r,
                        "cached_free_bytes": None if r is None else r - int(levels["allocated"][idx]),
                        "sites": _rows(sites, names, total)}
+    for kind, (b, idx, t) in own_peak.items():
+        if kind in found:  # the peak with the blocks live before the trace, and the trace's own
+            found[kind]["before_trace_bytes"] = sum(v[0 if kind == "allocated" else 1] for v in pre.values())
+            found[kind]["trace_own"] = {"bytes": b, "at_entry": idx,
+                                        "t_s": None if t is None or t0 is None else (t - t0) / 1e6}
     return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, levels["allocated"], final)
+
+
+def _own(own: list, block: tuple, a: int, before_live: set, sign: int) -> None:
+    """Count ``block`` at ``a`` in or out of the trace's own levels (not when it was live before the trace)."""
+    if a in before_live:
+        before_live.discard(a)
+        return
+    own[0] += sign * block[0]
+    own[1] += sign * block[1]
 
 
 def _by_site_at(rows, pre, free_op, indices: list[int]) -> tuple[dict[int, tuple], dict[int, int | None]]:

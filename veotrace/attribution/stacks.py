@@ -54,6 +54,20 @@ class SiteRule:
         return " < ".join(user) if user else ALL_INTERNAL
 
 
+def block_frames(block: dict):
+    """A snapshot block's stack, in every layout the formats page lists: ``frames`` on the block
+    (torch >= 2.1), or, in torch ~2.0 snapshots, the frames of its latest ``history`` record (the
+    allocation that holds it now; ``torch/cuda/_memory_viz.py`` reads ``history[0]`` too). None when the
+    block carries neither."""
+    frames = block.get("frames")
+    if frames:
+        return frames
+    history = block.get("history")
+    if isinstance(history, (list, tuple)) and history and isinstance(history[0], dict):
+        return history[0].get("frames") or frames
+    return frames
+
+
 _FIELDS = operator.itemgetter("filename", "line", "name")
 
 

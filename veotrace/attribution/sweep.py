@@ -113,14 +113,15 @@ def walk(rows: Iterable[tuple], pre: dict, free_op: str) -> Iterator[tuple]:
     yield i + 1, None, blocks, None, None
 
 
-def states_at(sweep: Sweep, times: list[int]) -> Iterator[tuple]:
+def states_at(sweep: Sweep, times: list[int], *, by_entry: bool = False) -> Iterator[tuple]:
     """The reserved ranges and live blocks at each of the sorted ``times`` (µs), taken before the rows at
-    or after it: one forward sweep from the state before the trace. Yields (time, ranges, blocks): the
-    sweep's own state, to use before asking for the next one."""
+    or after it (``by_entry``: before the entry of each index, for traces without times): one forward
+    sweep from the state before the trace. Yields (time or index, ranges, blocks): the sweep's own
+    state, to use before asking for the next one."""
     ranges = sweep.ranges
     k = 0
-    for _i, row, blocks, _out, _in in walk(sweep.rows(), sweep.pre, sweep.free_op):
-        t = row[3] if row is not None else None
+    for i, row, blocks, _out, _in in walk(sweep.rows(), sweep.pre, sweep.free_op):
+        t = i if by_entry else (row[3] if row is not None else None)
         while k < len(times) and (row is None or (isinstance(t, int) and t >= times[k])):
             yield times[k], ranges, blocks
             k += 1
@@ -192,6 +193,20 @@ def stranded_series(sweep: Sweep, names: Interner, t0: int, last_us: int, window
     for end_us, ranges, blocks in states_at(sweep, edges):
         st = stranded(ranges, blocks, names)
         out.append({"window": len(out), "end_s": (end_us - t0) / 1e6, "stranded_bytes": st["stranded_bytes"],
+                    "segments": st["segments"],
+                    "sites": [{"site": r["site"], "stranded_bytes": r["stranded_bytes"]} for r in st["sites"][:SERIES_TOP]]})
+    return out
+
+
+def stranded_series_entries(sweep: Sweep, names: Interner, entries: int, window_events: int) -> list[dict]:
+    """``stranded_series`` for a trace without times: the free bytes stranded at the end of each window of
+    ``window_events`` of the device's ``entries`` trace entries (with one device, fragmentation's event
+    windows), by site; ``end_entry`` says where each window ends."""
+    edges = list(range(window_events, entries, window_events)) + [entries]
+    out: list[dict] = []
+    for end, ranges, blocks in states_at(sweep, edges, by_entry=True):
+        st = stranded(ranges, blocks, names)
+        out.append({"window": len(out), "end_entry": end, "stranded_bytes": st["stranded_bytes"],
                     "segments": st["segments"],
                     "sites": [{"site": r["site"], "stranded_bytes": r["stranded_bytes"]} for r in st["sites"][:SERIES_TOP]]})
     return out

@@ -42,8 +42,9 @@ def entropy_command(
     step: Annotated[str | None, typer.Option("--step", help="Step S between window starts: 60s, 1m (a bare number is seconds) [default: W].")] = None,
     window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive counted events instead of time windows.")] = None,
     ops: Annotated[str | None, typer.Option("--ops", help=f"Comma-separated ops to count [default: {','.join(_OPS)}].", show_default=False)] = None,
-    min_class: Annotated[int, typer.Option("--min-class", help="Smallest class: 2 = 4 KiB (ceil(log2(size/1KiB))).")] = _MIN_CLASS,
-    max_class: Annotated[int, typer.Option("--max-class", help="Largest class: 12 = 4 MiB.")] = _MAX_CLASS,
+    min_class: Annotated[int, typer.Option("--min-class", help="Bottom class: 2 = sizes ≤ 4 KiB (class = ceil(log2(size/1KiB)); every smaller size falls in it).")] = _MIN_CLASS,
+    max_class: Annotated[int, typer.Option("--max-class", help="Top class: 12 = sizes > 2 MiB (every larger size falls in it; 20 = > 512 MiB).")] = _MAX_CLASS,
+    auto_classes: Annotated[bool, typer.Option("--auto-classes", help="Classes from the data instead of --min-class/--max-class: every size in a class of its own, none clamped (the same classes for any two runs, e.g. a gate and its baseline).")] = False,
     segments: Annotated[str, typer.Option("--segments", help="Split the trend at these times since the first window: 48,120 (a bare number is hours), or 1s,2s.")] = "",
     by: ByOpt = None,
     device: DeviceOpt = None,
@@ -76,7 +77,8 @@ def entropy_command(
         fo.check_follow(follow, paths, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
                      **{"--window-events": window_events is not None, "--segments": bool(segments), "--by": by is not None,
                         "--save-baseline": save_baseline is not None, "--output": output is not None,
-                        "--plot": plot is not None, "--jobs/--engine": jobs != 1 or engine is not Engine.local})
+                        "--plot": plot is not None, "--jobs/--engine": jobs != 1 or engine is not Engine.local,
+                        "--auto-classes": auto_classes})
         if follow:
             from veotrace.runs.follow import follow_entropy
 
@@ -88,7 +90,7 @@ def entropy_command(
 
         with progress("reading", enabled=not no_progress) as bar:
             result = entropy(paths, window=window, step=step, window_events=window_events, ops=ops,
-                             min_class=min_class, max_class=max_class, segments=segments, by=by, device=device, site_filter=site_filter, site_depth=site_depth,
+                             min_class=min_class, max_class=max_class, auto_classes=auto_classes, segments=segments, by=by, device=device, site_filter=site_filter, site_depth=site_depth,
                              time_unit=time_unit, skip_bad_rows=skip_bad_rows, format_hint=format_hint,
                              save_baseline=save_baseline, engine=engine, jobs=jobs, scheduler=scheduler,
                              workers=workers, on_progress=bar)

@@ -46,7 +46,7 @@ def fragmentation_command(
     paths: PathsArg,
     window: Annotated[str | None, typer.Option("--window", help="Window length: 300s, 5m, 1h (a bare number is seconds) [default: 300s, or 1000 events without timestamps].")] = None,
     window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive events instead (for sources without timestamps).")] = None,
-    threshold: Annotated[float, typer.Option("--threshold", help="Flag a window as fragmented when its largest free block is under this share of free bytes (TF BFC / XProf).")] = _DEFAULTS["threshold"],
+    threshold: Annotated[float, typer.Option("--threshold", help="A window is fragmented when its largest free block is under this share of the free bytes, i.e. when its external fragmentation (1 - largest free / free bytes) is above 1 - THRESHOLD (TF BFC / XProf): 0.65 flags external fragmentation above 0.35.")] = _DEFAULTS["threshold"],
     max_gap: Annotated[str, typer.Option("--max-gap", help="Without segments: gaps between live blocks under this size are free space in one range.")] = _DEFAULTS["max_gap"],
     bins: Annotated[str, typer.Option("--bins", help="Free-block size bins LO-HI (inclusive; 'LO-' = no upper bound), comma-separated.")] = _DEFAULTS["bins"],
     zone_bytes: Annotated[str, typer.Option("--zone-bytes", help="Width of the address zones ranked by alloc/free activity, or 'segment': one zone per segment (else per address range joined under --max-gap).")] = _DEFAULTS["zone_bytes"],

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from veotrace.analysis.entropy.entropy import MAX_CLASS_LIMIT
+from veotrace.analysis.entropy.entropy_notes import class_label
 from veotrace.comparison.measure import Measures
 from veotrace.defaults import DIFF_ALPHA, DIFF_MIN_WINDOWS, DIFF_TOP_CLASSES, GATE_BLOCK_LEN, GATE_RESAMPLES, GATE_SEED
 
@@ -154,16 +156,21 @@ def run_deltas(b: Measures, a: Measures, js: float | None) -> list[dict]:
 
 
 def size_classes(b: Measures, a: Measures) -> dict:
-    """The size-class distributions: Jensen-Shannon distance (scipy, base 2), every class, the ones that moved most."""
+    """The size-class distributions in the automatic range (the classes either side uses, the same on both
+    sides, none clamped): Jensen-Shannon distance (scipy, base 2), every class, the ones that moved most."""
     from scipy.spatial.distance import jensenshannon
 
     cb, ca = b.class_counts, a.class_counts
     if cb is None or ca is None or cb.size != ca.size or not cb.sum() or not ca.sum():
         return {"js_distance": None, "classes": [], "moved_most": []}
-    lo = b.value("entropy").params["min_class"]
+    used = np.flatnonzero((cb > 0) | (ca > 0))  # the automatic range: the classes either side uses
+    first, last = int(used[0]), int(used[-1])
+    cb, ca = cb[first:last + 1], ca[first:last + 1]
     pb, pa = cb / cb.sum(), ca / ca.sum()
     js = 0.0 if np.array_equal(pb, pa) else float(jensenshannon(pb, pa, base=2))
-    classes = [{"class": lo + i, "upto_bytes": 1 << (lo + i + 10), "before": int(cb[i]), "after": int(ca[i]),
+    lo = first
+    classes = [{"class": lo + i, "label": class_label(lo + i, 0, MAX_CLASS_LIMIT), "upto_bytes": 1 << (lo + i + 10),
+                "before": int(cb[i]), "after": int(ca[i]),
                 "before_share": float(pb[i]), "after_share": float(pa[i]), "share_change": float(pa[i] - pb[i]),
                 "count_ratio": float(ca[i] / cb[i]) if cb[i] else None} for i in range(cb.size)]
     moved = sorted((c for c in classes if c["share_change"]), key=lambda c: -abs(c["share_change"]))

@@ -83,14 +83,16 @@ def _no_sites(side: Side):
 
 
 def class_counts(events: Any, result: Any) -> np.ndarray | None:
-    """Allocations per size class over the whole run, with entropy's classes and counted ops (its params)."""
-    from veotrace.analysis.entropy.entropy import size_classes
+    """Allocations per size class over the whole run, with entropy's counted ops (its params), in the
+    automatic range: every class from 0 to MAX_CLASS_LIMIT, none clamped, so both sides have the same
+    classes (``deltas.size_classes`` keeps those either side uses)."""
+    from veotrace.analysis.entropy.entropy import MAX_CLASS_LIMIT, size_classes
     from veotrace.analysis.ops import op_mask
 
     if result is None:
         return None
     p = result.params
-    lo, hi = p["min_class"], p["max_class"]
+    lo, hi = 0, MAX_CLASS_LIMIT
     mask = op_mask(events.column("op"), p["ops"])
     sizes = np.compress(mask, events.column("size_bytes").to_numpy())
     return np.bincount(size_classes(sizes, lo, hi) - lo, minlength=hi - lo + 1)

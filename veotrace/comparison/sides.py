@@ -13,11 +13,12 @@ from veotrace.errors import TraceFormatError, VeotraceError
 KINDS = {"alloc-csv": "log", "alloc-jsonl": "log", "parquet": "log", "torch-snapshot": "snapshot",
          "nsys-sqlite": "nsys"}
 KIND_TEXT = {"log": "an alloc/free log", "snapshot": "a PyTorch memory snapshot",
-             "nsys": "Nsight Systems memory events", "mixed": "files of several kinds"}
+             "nsys": "an Nsight Systems SQLite export", "mixed": "files of several kinds"}
 #: Kinds that compare with each other: the same kind, or a snapshot against a log.
 COMPARABLE = ({"log"}, {"snapshot"}, {"nsys"}, {"log", "snapshot"})
 WHAT_COMPARES = ("diff compares alloc/free logs (CSV, JSON Lines, Parquet, a folder of rotated logs), PyTorch memory "
-                 "snapshots and their Parquet conversions by 'veotrace convert', and Nsight Systems memory events: "
+                 "snapshots and their Parquet conversions by 'veotrace convert', and Nsight Systems SQLite exports with "
+                 "memory events (nsys profile --cuda-memory-usage=true): "
                  "the same kind on both sides, or a snapshot against a log")
 
 

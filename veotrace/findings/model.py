@@ -1,7 +1,8 @@
 """The finding record, its severity and ranking, and the links between findings by time order.
 
-A finding's ``impact`` (0..1) is the share of something the run lost or risked (bytes, events, frames,
-launches: each rule says which), its ``confidence`` (0..1) how sure the statistic behind it is; its
+A finding's ``impact`` (0..1) is the share of something the run lost or risked: for memory, the bytes at
+stake against the device's scale (``findings.weigh``); else events, frames, launches (each rule says
+which). Its ``confidence`` (0..1) how sure the statistic behind it is; its
 ``score`` is their product and its severity follows from the score (:data:`SEVERITIES`). Time is one
 axis for every source that has a clock: seconds since the earliest first event of the inputs
 (``t_s``); sources without one (ncu launches, frame indices without timestamps) keep their own axis
@@ -36,6 +37,10 @@ class Finding:
     links: list[str] = field(default_factory=list)
     #: Which clock the time axis is for this finding (inputs on different clocks are never linked).
     clock: str | None = None
+    #: The bytes the finding is about (cached but free, stranded, saved, requested), when it is about memory.
+    bytes_at_stake: int | None = None
+    #: The notes and warnings of the command that made it (``findings.weigh.command_notes``).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -48,7 +53,8 @@ class Finding:
     def to_dict(self) -> dict:
         return {"kind": self.kind, "severity": self.severity, "score": round(self.score, 4), "title": self.title,
                 "source": self.source, "axis": self.axis, "start": self.start, "end": self.end,
-                "impact": round(self.impact, 4), "confidence": round(self.confidence, 4), "evidence": self.evidence,
+                "impact": round(self.impact, 4), "confidence": round(self.confidence, 4),
+                "bytes_at_stake": self.bytes_at_stake, "evidence": self.evidence, "notes": self.notes,
                 "command": self.command, "suggestion": self.suggestion, "links": self.links}
 
 

@@ -13,16 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from veotrace.defaults import FRAGMENTATION_THRESHOLD, GATE_ALPHA
-from veotrace.findings.model import Finding
+from veotrace.findings.model import Finding, fmt_span
+from veotrace.findings.weigh import gib, impact
 
 #: An entropy trend is a finding when it rises by at least this many bits over the run (Theil-Sen, with
 #: its 95% interval above zero and Kendall's p under GATE_ALPHA); one bit of rise is impact 1.
 ENTROPY_MIN_RISE_BITS = 0.1
 #: Fragmented windows in a row for "crosses the threshold and stays".
 FRAG_MIN_RUN = 3
-#: A share of events in bursts above this is a finding (a quarter of it is the impact: bursts cost
+#: Bursts are a finding when their share of the events exceeds what evenly spread events would give by
+#: this much of the rest: (share - expected) / (1 - expected) (a quarter of it is the impact: bursts cost
 #: latency, not memory, and most training loops allocate in bursts).
-BURST_MIN_SHARE = 0.5
+BURST_MIN_EXCESS = 0.5
 #: A recommended allocator setting is a finding when it saves at least this share of peak reserved.
 TUNE_MIN_SAVING = 0.05
 #: Cached-but-free bytes at the peak reserved, as a share of it, for a finding.
@@ -68,39 +70,54 @@ def _onset(values: np.ndarray) -> int:
 
 def entropy(d: dict, ctx: Context) -> list[Finding]:
     """Size-class entropy trend: the Theil-Sen slope's 95% interval above zero, Kendall's p under the
-    gate's alpha, and a rise over the run (slope x span) of at least ENTROPY_MIN_RISE_BITS. It starts
-    where the windows' mean shifts most (one split). Impact: the rise in bits (1 bit = 1); confidence:
-    1 - p."""
+    gate's alpha, and a rise over the run (slope x span) of at least ENTROPY_MIN_RISE_BITS. Told in the
+    command's own units (its slope unit, the span in words that fit it) and, when idle gaps split the run,
+    over the phases of activity it found. It starts where the windows' mean shifts most (one split).
+    Impact: the rise in bits (1 bit = 1); confidence: 1 - p, scaled down when under half the windows
+    hold events (the trend then rests on few of them)."""
     t, s = d.get("trend") or {}, d.get("summary") or {}
     ts = t.get("theil_sen") or {}
     p = (t.get("kendall") or {}).get("p_value")
-    if not ts or p is None or ts.get("low") is None or ts["low"] <= 0 or p >= GATE_ALPHA:
+    if not ts or p is None or ts.get("low") is None or ts["low"] <= 0 or p >= GATE_ALPHA or t.get("x") != "hours":
         return []
-    unit_h = 1.0 if t.get("x") == "hours" else None
-    span_h = (s.get("span_s") or 0) / 3600
-    rise = ts["slope"] * span_h if unit_h else None
-    if rise is None or rise < ENTROPY_MIN_RISE_BITS:
+    span_s = s.get("span_s") or 0
+    rise = ts["slope"] * span_s / 3600
+    if rise < ENTROPY_MIN_RISE_BITS:
         return []
+    shown = t.get("display") or {}
+    unit = shown.get("unit") or "bits/hour"
+    slope = shown.get("theil_sen_slope", ts["slope"])
+    windows, empty = s.get("windows") or 0, s.get("empty_windows") or 0
+    filled = (windows - empty) / windows if windows else 1.0
+    phases = s.get("phases") or []
     w = [x for x in d.get("windows", []) if x.get("entropy_bits") is not None and x.get("start_ns") is not None
          and x.get("group") in (None, "all")]
     start = end = None
     if w:
         i = _onset(np.array([x["entropy_bits"] for x in w], float))
         start, end = ctx.at(w[i]["start_ns"]), ctx.at(w[-1].get("end_ns") or w[-1]["start_ns"])
-    return [Finding("entropy_trend", f"size-class entropy rises {rise:.2f} bits over {span_h:.0f} h "
-                    f"({ts['slope']:.4f} bits/h)", ctx.source, "time", start, end, min(1.0, rise), 1 - p,
-                    {"slope_bits_per_hour": ts["slope"], "ci": [ts["low"], ts["high"]], "kendall_p": p,
-                     "rise_bits": rise, "span_hours": span_h}, ctx.command,
+    where = (f" across its {len(phases)} phases of activity (idle gaps between them)" if len(phases) > 1 else "")
+    return [Finding("entropy_trend", f"size-class entropy rises {rise:.2f} bits over {fmt_span(span_s)}{where} "
+                    f"({slope:.3g} {unit}; {windows - empty:,} of {windows:,} windows hold allocations)",
+                    ctx.source, "time", start, end, min(1.0, rise), (1 - p) * min(1.0, 2 * filled),
+                    {"slope_bits_per_hour": ts["slope"], "slope": slope, "slope_unit": unit,
+                     "ci": [ts["low"], ts["high"]], "kendall_p": p, "rise_bits": rise, "span_s": span_s,
+                     "windows": windows, "empty_windows": empty, "phases": len(phases)}, ctx.command,
                     "gate the run against a baseline (veotrace gate) and look for the allocations that fragment "
                     "it (veotrace sites, veotrace tune)")]
 
 
 def fragmentation(d: dict, ctx: Context) -> list[Finding]:
-    """Fragmentation crossing the threshold (external fragmentation >= the command's threshold, default
-    FRAGMENTATION_THRESHOLD) and staying: the first run of at least FRAG_MIN_RUN fragmented windows in a
-    row, per device, and whether it lasts to the end. Impact: the share of the device's windows from
-    the crossing on; confidence: 1 when the run lasts to the end, else its share of FRAG_MIN_RUN x 2."""
-    thr = (d.get("params") or {}).get("threshold", FRAGMENTATION_THRESHOLD)
+    """Fragmented windows that persist: the first run of at least FRAG_MIN_RUN windows in a row whose
+    largest free block is under the command's threshold (default FRAGMENTATION_THRESHOLD) of the free
+    bytes, i.e. whose external fragmentation is above 1 - threshold (the command's own words,
+    ``params.fragmented_when``), per device, and whether it lasts to the end. Impact, in bytes: the bytes at stake are the free bytes outside the
+    largest free block (those a large request cannot use) at the worst window of the run, against the
+    device's peak (``weigh.impact``); confidence: 1 when the run lasts to the end, else its share of
+    FRAG_MIN_RUN x 2."""
+    p = d.get("params") or {}
+    thr = p.get("threshold", FRAGMENTATION_THRESHOLD)
+    when = p.get("fragmented_when") or f"largest free block under {thr:.0%} of the free bytes"
     out = []
     by_dev: dict[int, list] = {}
     for w in d.get("windows", []):
@@ -115,28 +132,54 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
                 break
         if first is None:
             continue
+        while first + run < len(flags) and flags[first + run]:
+            run += 1
         stays = all(flags[first:])
         tail = len(ws) - first
         frag_after = [w["external_frag"] for w in ws[first:] if w.get("external_frag") is not None]
+        flagged = ws[first:first + run]
+        worst = max(flagged, key=lambda w: (w.get("free_bytes") or 0) - (w.get("largest_free_bytes") or 0))
+        at_stake = (worst.get("free_bytes") or 0) - (worst.get("largest_free_bytes") or 0)
+        peak = max(max(w.get("reserved_bytes_peak") or 0, w.get("live_bytes_peak") or 0, w.get("reserved_bytes") or 0)
+                   for w in ws)
         out.append(Finding(
-            "fragmentation_crossing", f"device {dev}: external fragmentation crosses {thr:g}"
-            + (" and stays there" if stays else f" for {run}+ windows"), ctx.source, "time",
-            ctx.at(ws[first].get("start_ns")), ctx.at(ws[-1].get("end_ns")), tail / len(ws),
+            "fragmentation_crossing", f"device {dev}: fragmented "
+            + ("from then to the end" if stays else f"for {run} windows in a row")
+            + f" ({when}): {gib(at_stake)} of free bytes outside the largest free block",
+            ctx.source, "time", ctx.at(ws[first].get("start_ns")), ctx.at(ws[-1].get("end_ns")), impact(at_stake, peak),
             1.0 if stays else min(1.0, run / (2 * FRAG_MIN_RUN)),
-            {"device": dev, "threshold": thr, "first_window": ws[first]["window"], "windows_after": tail,
-             "stays": stays, "mean_external_frag_after": float(np.mean(frag_after)) if frag_after else None},
+            {"device": dev, "threshold": thr, "external_frag_above": 1 - thr, "fragmented_when": when,
+             "first_window": ws[first]["window"], "windows_in_a_row": run, "windows_after": tail,
+             "stays": stays, "mean_external_frag_after": float(np.mean(frag_after)) if frag_after else None,
+             "external_frag_range": [min(w["external_frag"] for w in flagged), max(w["external_frag"] for w in flagged)],
+             "worst_window": worst["window"], "free_bytes": worst.get("free_bytes"),
+             "largest_free_bytes": worst.get("largest_free_bytes"), "device_peak_bytes": peak},
             ctx.command, "see which live blocks strand the free space (veotrace sites) and what a setting saves "
-                         "(veotrace tune)"))
+                         "(veotrace tune)", bytes_at_stake=at_stake))
     return out
 
 
 def bursts(d: dict, ctx: Context) -> list[Finding]:
-    """Allocation bursts: more than BURST_MIN_SHARE of the events in bursts. The span is the densest
-    stretch: the ten bursts in a row with the most events. Impact: a quarter of the share in bursts;
-    confidence: 1 with at least 10 bursts, else bursts / 10."""
-    s = d.get("summary") or {}
+    """Allocation bursts against a contrast: the share of events in bursts is set against the share that
+    the same number of events spread evenly (Poisson arrivals at the run's mean rate) would put in bursts
+    of the same gap, 1 - exp(-2 x rate x gap) (an event is in a burst when its gap to either neighbour is
+    under the gap). A finding when the excess, (share - expected) / (1 - expected), is above
+    BURST_MIN_EXCESS: on a short run where even spread events are all closer than the gap there is no
+    contrast and no finding. The span is the densest stretch: the ten bursts in a row with the most
+    events. Impact: a quarter of the excess (bursts cost latency, not memory); confidence: 1 with at
+    least 10 bursts, else bursts / 10."""
+    s, p = d.get("summary") or {}, d.get("params") or {}
     share, n = s.get("share_in_bursts"), s.get("bursts") or 0
-    if share is None or share <= BURST_MIN_SHARE or not n:
+    counted, gap_ms = s.get("events_counted") or 0, p.get("gap_ms")
+    first, last = s.get("first_ns"), s.get("last_ns")
+    if share is None or not n or not counted or gap_ms is None or first is None or last is None or last <= first:
+        return []
+    span_s = (last - first) / 1e9
+    expected = 1.0 - float(np.exp(-2.0 * counted / span_s * gap_ms / 1e3))
+    if expected >= 1.0 or share <= expected:
+        return []
+    excess = (share - expected) / (1.0 - expected)
+    if excess <= BURST_MIN_EXCESS:
         return []
     bs = d.get("bursts") or []
     start = end = None
@@ -146,9 +189,15 @@ def bursts(d: dict, ctx: Context) -> list[Finding]:
         sums = np.convolve(ev, np.ones(k), "valid")
         i = int(np.argmax(sums))
         start, end = ctx.at(bs[i]["start_ns"]), ctx.at(bs[i + k - 1]["end_ns"])
-    return [Finding("burst_cluster", f"{share:.0%} of allocations come in {n:,} bursts", ctx.source, "time", start, end,
-                    share / 4, min(1.0, n / 10), {"bursts": n, "share_in_bursts": share,
-                                                  "events_in_bursts": s.get("events_in_bursts")}, ctx.command,
+    what = p.get("events") or "alloc"
+    moved = s.get("bytes_in_bursts")
+    return [Finding("burst_cluster", f"{share:.0%} of {what} events come in {n:,} bursts ({gap_ms:g} ms gap), against "
+                    f"{expected:.0%} if the same {counted:,} were spread evenly over {fmt_span(span_s)}"
+                    + (f"; {gib(moved)} allocated in them" if moved else ""), ctx.source, "time", start, end,
+                    excess / 4, min(1.0, n / 10),
+                    {"bursts": n, "share_in_bursts": share, "expected_share_if_even": expected, "excess": excess,
+                     "events_in_bursts": s.get("events_in_bursts"), "events_counted": counted, "span_s": span_s,
+                     "gap_ms": gap_ms, "bytes_in_bursts": moved}, ctx.command,
                     "pre-allocate or reuse buffers across the burst (a caching allocator serves repeats from its cache)")]
 
 
@@ -203,7 +252,8 @@ def coherence(d: dict, ctx: Context, frame_s: float | None = None) -> list[Findi
 
 
 def recorded_ooms(d: dict, ctx: Context) -> list[Finding]:
-    """Every OOM the trace recorded (simulate's ``params.recorded_ooms``): impact 1, confidence 1."""
+    """Every OOM the trace recorded (simulate's ``params.recorded_ooms``): impact 1 (the job stopped),
+    confidence 1; its bytes at stake are the request's."""
     out = []
     for o in (d.get("params") or {}).get("recorded_ooms") or []:
         w = o.get("what_if") or {}
@@ -213,43 +263,53 @@ def recorded_ooms(d: dict, ctx: Context) -> list[Finding]:
                            ctx.at(o.get("ts_ns")), None, 1.0, 1.0, {k: o.get(k) for k in (
                                "device", "ts_ns", "request_bytes", "device_free_bytes")} | {"avoided_by": rescued},
                            ctx.command, (f"policies that would have served it: {', '.join(rescued)}" if rescued else
-                                         "no replayed policy serves it: the job needs less memory (see veotrace sites)")))
+                                         "no replayed policy serves it: the job needs less memory (see veotrace sites)"),
+                           bytes_at_stake=o.get("request_bytes")))
     return out
 
 
 def sites(d: dict, ctx: Context) -> list[Finding]:
     """From ``sites``: cached-but-free bytes at each device's peak reserved (CACHED_MIN_SHARE of it or
-    more; impact: that share; confidence 0.9: the model of the peak), and the top site pinning free space
-    at the end (STRANDED_MIN_SHARE of the reserved bytes or more; impact: that share; confidence 0.8)."""
+    more; confidence 0.9: the model of the peak), and the top site pinning free space at the end
+    (STRANDED_MIN_SHARE of the peak reserved bytes, or of the peak allocated without segment events, or
+    more; confidence 0.8). Impact: those bytes against the
+    device's peak (``weigh.impact``)."""
     out = []
     for dev, v in sorted((d.get("devices") or {}).items()):
-        peak = (v.get("peaks") or {}).get("reserved") or {}
+        peaks = v.get("peaks") or {}
+        peak = peaks.get("reserved") or {}
+        scale = max(peak.get("bytes") or 0, (peaks.get("allocated") or {}).get("bytes") or 0)
         if peak.get("bytes") and (peak.get("cached_free_bytes") or 0) >= CACHED_MIN_SHARE * peak["bytes"]:
-            share = peak["cached_free_bytes"] / peak["bytes"]
-            out.append(Finding("cached_free_at_peak", f"device {dev}: {share:.0%} of the peak reserved "
-                               f"({peak['cached_free_bytes'] / 2**30:.2f} GiB) is cached but free", ctx.source, "time",
-                               ctx.since_first(peak.get("t_s")), None, share, 0.9,
-                               {"device": dev, "peak_reserved_bytes": peak["bytes"],
-                                "cached_free_bytes": peak["cached_free_bytes"]}, ctx.command,
-                               "an allocator setting that reuses the cache better (veotrace tune)"))
+            cached = peak["cached_free_bytes"]
+            share = cached / peak["bytes"]
+            out.append(Finding("cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak "
+                               f"reserved of {gib(peak['bytes'])} ({share:.0%})", ctx.source, "time",
+                               ctx.since_first(peak.get("t_s")), None, impact(cached, scale), 0.9,
+                               {"device": dev, "peak_reserved_bytes": peak["bytes"], "cached_free_bytes": cached,
+                                "share": share}, ctx.command,
+                               "an allocator setting that reuses the cache better (veotrace tune)", bytes_at_stake=cached))
         pin = v.get("pinning") or {}
-        reserved = ((v.get("end") or {}).get("reserved_bytes")) or peak.get("bytes")
+        # sites gives the peak reserved when the trace records segment events, else the peak allocated (its
+        # end state has no reserved total)
+        against, what = (peak["bytes"], "peak reserved") if peak.get("bytes") else (scale, "peak allocated")
         top = (pin.get("sites") or [None])[0]
-        if top and reserved and top["stranded_bytes"] >= STRANDED_MIN_SHARE * reserved:
-            share = min(1.0, top["stranded_bytes"] / reserved)
-            out.append(Finding("pinning_site", f"device {dev}: {top['site'][-70:]} pins "
-                               f"{top['stranded_bytes'] / 2**30:.2f} GiB of free space in {top['segments']} segments",
-                               ctx.source, "none", None, None, share, 0.8,
-                               {"device": dev, **{k: top.get(k) for k in ("site", "stranded_bytes", "sole_bytes",
-                                                                           "segments", "blocks", "block_bytes")}},
+        if top and against and top["stranded_bytes"] >= STRANDED_MIN_SHARE * against:
+            pinned = top["stranded_bytes"]
+            out.append(Finding("pinning_site", f"device {dev}: {top['site'][-70:]} pins {gib(pinned)} of free space "
+                               f"in {top['segments']} segments at the end ({min(1.0, pinned / against):.0%} of the "
+                               f"{what}, {gib(against)})",
+                               ctx.source, "none", None, None, impact(pinned, scale), 0.8,
+                               {"device": dev, "against": what, "against_bytes": against,
+                                **{k: top.get(k) for k in ("site", "stranded_bytes", "sole_bytes",
+                                                           "segments", "blocks", "block_bytes")}},
                                ctx.command, "free or pre-allocate those long-lived blocks elsewhere (they hold "
-                                            "segments that could otherwise be released or reused)"))
+                                            "segments that could otherwise be released or reused)", bytes_at_stake=pinned))
     return out
 
 
 def tune(d: dict, ctx: Context) -> list[Finding]:
     """A setting that saves at least TUNE_MIN_SAVING of peak reserved against the trace's own (or the
-    defaults): impact, that share; confidence 0.9 when the torch model is validated on the trace, 0.6
+    defaults): impact, the bytes saved against the baseline's peak (``weigh.impact``); confidence 0.9 when the torch model is validated on the trace, 0.6
     when there is nothing to validate against."""
     rec = d.get("recommendation") or {}
     if rec.get("conf") is None:
@@ -258,10 +318,12 @@ def tune(d: dict, ctx: Context) -> list[Finding]:
     if best is None or (best.get("peak_reserved_share") or 0) < TUNE_MIN_SAVING:
         return []
     trusted = (rec.get("trust") or {}).get("validated")
+    saved = best["peak_reserved_bytes"]
     return [Finding("allocator_setting", f"{rec['export']} would save {best['peak_reserved_share']:.0%} of peak reserved "
                     f"({best['peak_reserved_bytes'] / 2**30:.2f} GiB) against {best['baseline']}", ctx.source, "none",
-                    None, None, best["peak_reserved_share"], 0.9 if trusted else 0.6,
-                    {"conf": rec["conf"], "saving": best, "validated": trusted}, ctx.command, rec["export"])]
+                    None, None, impact(saved, saved / best["peak_reserved_share"]), 0.9 if trusted else 0.6,
+                    {"conf": rec["conf"], "saving": best, "validated": trusted}, ctx.command, rec["export"],
+                    bytes_at_stake=saved)]
 
 
 #: The rule of each analysis (the registry's command names).

@@ -4,7 +4,8 @@ Each definition is named after where it comes from (the README cites them):
 
 - ``external_frag`` = 1 - largest free block / total free bytes: the TensorFlow BFC allocator /
   XProf definition. Memory counts as *fragmented* when the largest free block is under
-  ``threshold`` (default 0.65) of the free bytes.
+  ``threshold`` (default 0.65) of the free bytes, i.e. when external fragmentation is above
+  1 - ``threshold`` (0.35): :func:`fragmented_when` says so in the words every output uses.
 - ``gmlake_frag`` = 1 - peak active bytes / peak reserved bytes over a window (GMLake, ASPLOS'24);
   computed in ``windows.py`` from the per-event levels.
 - ``internal_bytes`` (block size - requested size of live blocks, the allocator's rounding) and
@@ -72,6 +73,13 @@ def free_blocks(state: DeviceState, *, max_gap: int = DEFAULT_MAX_GAP) -> FreeBl
     f_size = np.concatenate([gap[gap > 0], tail[tail > 0]])
     order = np.argsort(f_addr, kind="stable")
     return FreeBlocks(f_addr[order], f_size[order], overlaps, outside, "segments")
+
+
+def fragmented_when(threshold: float = DEFAULT_THRESHOLD) -> str:
+    """What ``fragmented`` means at ``threshold``, in the words the help, the tables, the JSON
+    (``params.fragmented_when``), the plots and ``diagnose``'s findings all use."""
+    return (f"largest free block under {threshold:.0%} of the free bytes, "
+            f"i.e. external fragmentation above {1 - threshold:.2g}")
 
 
 def external_frag(largest: int, total: int) -> float | None:

@@ -130,6 +130,7 @@ def _disagreement(outside: int, rows: list[dict]) -> dict | None:
 
 
 def build_result(replay, params: dict, *, top_zones: int | None) -> FragmentationResult:
+    params = {**params, "fragmented_when": M.fragmented_when(params["threshold"])}
     rows = sorted(replay.rows, key=lambda r: (r["window"], r["device"]))
     windows = pa.Table.from_pylist(rows, schema=FRAGMENTATION_WINDOWS) if rows else FRAGMENTATION_WINDOWS.empty_table()
     bins = (pa.Table.from_pylist(sorted(replay.bin_rows, key=lambda r: (r["window"], r["device"])), schema=FRAGMENTATION_BINS)

@@ -273,10 +273,14 @@ class Replay:
         window that two pieces of the trace share; the tables leave them out."""
         W = self.window_ns
         integral, t0, w_end = raw if raw is not None else (None, None, None)
+        # windows count from 0 at the run's first (the replay's k is ts // W: on a timed snapshot, epoch-based
+        # numbers like 175,725,325,521 that say nothing; start_ns keeps the absolute time). The run's first
+        # event is the earliest device's first: pieces (``parallel``) and a follower's checkpoint carry it.
+        number = win.k - min(self.first_ts.values(), default=win.k * W) // W if W else win.k
         row = {
             "_int": integral, "_t0": t0, "_w_end": w_end, "_level": win.level, "_pl": win.peak_live,
             "_pr": win.peak_reserved, "_cont": win.cont, "_open": still_open,
-            "window": win.k, "device": d,
+            "window": number, "device": d,
             "start_ns": win.k * W if W else None, "end_ns": (win.k + 1) * W if W else None,
             "events": win.events, "allocs": win.allocs, "frees": win.frees,
             "device_allocs": win.dev_allocs, "device_frees": win.dev_frees,
@@ -292,7 +296,7 @@ class Replay:
         if still_open:  # the later piece that closes the window gives its bins
             return
         for i, (lo, hi) in enumerate(self.bins):
-            self.bin_rows.append({"window": win.k, "device": d, "bin": self.labels[i], "lo_bytes": lo,
+            self.bin_rows.append({"window": number, "device": d, "bin": self.labels[i], "lo_bytes": lo,
                                   "hi_bytes": hi, "free_blocks": int(counts[i]), "free_bytes": int(nbytes[i])})
 
     def to_json(self) -> dict:

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from veotrace.defaults import PLOT_MAX_DEVICES
+from veotrace.frag.metrics import fragmented_when
 from veotrace.plot.base import ALERT, MUTED, new_figure
 from veotrace.plot.common import NS_PER_S, binary_bytes, empty, floats, largest_groups, time_unit
 from veotrace.plot.reduce import minmax_indices, pixel_columns
@@ -61,13 +62,13 @@ def plot_fragmentation(result: Any, *, size: tuple[int, int]):
         flagged = fragmented[sel]
         if flagged.any():
             bottom.scatter(x[flagged], np.ones(flagged.sum()) * 1.02, marker="|", color=ALERT, s=30,
-                           label="past --threshold" if dev == first else None)
+                           label="fragmented window" if dev == first else None)
     top.set_ylabel(f"bytes ({bunit})")
     top.legend(loc="upper left", ncols=2)
     bottom.set_ylabel("fragmentation")
     bottom.set_ylim(-0.02, 1.08)
-    th = result.params.get("threshold", 0.65)
-    bottom.axhline(1 - th, color=MUTED, lw=0.8, ls="--", label=f"external past {1 - th:.2g}: fragmented (--threshold {th:g})")
+    th = result.params["threshold"]
+    bottom.axhline(1 - th, color=MUTED, lw=0.8, ls="--", label=f"fragmented: {fragmented_when(th)} (--threshold {th:g})")
     bottom.legend(loc="lower left")
     end = result.end.get("total", {}) if isinstance(result.end, dict) else {}
     frag = end.get("external_frag")

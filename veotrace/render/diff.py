@@ -49,7 +49,8 @@ def _delta_rows(result: Any) -> list[dict]:
     rows = []
     for d in result.deltas:
         before, after, change, verdict = delta_cells(d)
-        rows.append({"metric": d["label"] + ("" if d["device"] is None else f" (device {d['device']})"),
+        unit = f" ({d['unit']})" if d["unit"] == "bits" or "/" in (d["unit"] or "") else ""  # the rest say theirs
+        rows.append({"metric": d["label"] + unit + ("" if d["device"] is None else f" (device {d['device']})"),
                      "unit": d["unit"], "before": before, "after": after, "change": change, "noise": verdict})
     return rows
 
@@ -94,12 +95,12 @@ def _side_text(s: dict) -> str:
             f"devices {', '.join(map(str, s['devices'])) or '-'}")
 
 
-_CLASS_COLUMNS = [("class", "class (up to)"), ("before", "before"), ("after", "after"), ("share", "share before -> after"),
+_CLASS_COLUMNS = [("class", "class (sizes)"), ("before", "before"), ("after", "after"), ("share", "share before -> after"),
                   ("ratio", "count ratio")]
 
 
 def _class_row(c: dict) -> dict:
-    return {"class": f"{c['class']} ({fmt_bytes(c['upto_bytes'])})", "before": f"{c['before']:,}",
+    return {"class": f"{c['class']} ({c.get('label') or fmt_bytes(c['upto_bytes'])})", "before": f"{c['before']:,}",
             "after": f"{c['after']:,}", "share": f"{100 * c['before_share']:.2f}% -> {100 * c['after_share']:.2f}%",
             "ratio": "-" if c["count_ratio"] is None else f"{c['count_ratio']:.3f}"}
 
@@ -174,7 +175,7 @@ def markdown(result: Any) -> str:
     sc = d["size_classes"]
     if sc["moved_most"]:
         out += ["", f"Size classes that moved most (Jensen-Shannon distance {sc['js_distance']:.4g}):", "",
-                "| class (up to) | before | after | share before -> after | count ratio |", "|---|---:|---:|---|---:|"]
+                "| class (sizes) | before | after | share before -> after | count ratio |", "|---|---:|---:|---|---:|"]
         out += ["| " + " | ".join(_class_row(c)[k] for k, _ in _CLASS_COLUMNS) + " |" for c in sc["moved_most"]]
     if d["settings"]["differ"]:
         out += ["", "Allocator settings that differ:", "", "| setting | before | after |", "|---|---|---|"]

@@ -16,6 +16,19 @@ _GROUP_COLUMNS = [("group", ""), ("events", "events"), ("empty", "empty windows"
                   ("mean", "mean H"), ("slope", "slope"), ("tau", "Kendall tau"), ("p", "p")]
 
 
+def _classes_line(p: dict) -> str:
+    """The classes counted, bottom and top named for what they hold (``≤ 4 KiB``, ``> 2 MiB``)."""
+    from veotrace.analysis.entropy.entropy_notes import class_label
+
+    if p.get("auto_classes") and p.get("classes_seen"):
+        lo, hi = p["classes_seen"]
+        return (f"from the data (--auto-classes): {class_label(lo, p['min_class'], p['max_class'])} .. "
+                f"{class_label(hi, p['min_class'], p['max_class'])}, {hi - lo + 1} classes")
+    labels = p.get("class_labels") or {}
+    return (f"{labels.get('bottom')} .. {labels.get('top')}, {p.get('classes')} classes "
+            f"(--min-class {p.get('min_class')}, --max-class {p.get('max_class')})")
+
+
 def render_entropy(console: Console, result, *, max_rows: int) -> None:
     """Draw ``result`` (an EntropyResult) on ``console``."""
     t, s = result.trend, result.summary
@@ -29,6 +42,7 @@ def render_entropy(console: Console, result, *, max_rows: int) -> None:
              ("Kendall tau", t["kendall"]["tau"]), ("Kendall p", t["kendall"]["p_value"])]
     if s.get("span_s") is not None:
         items.insert(2, ("span", fmt_duration(s["span_s"])))
+    items.insert(2, ("size classes", _classes_line(result.params)))
     if s.get("events_left_out"):
         items.insert(-5, ("events left out", s["events_left_out"]))
     console.print(summary_table("Size-class entropy", items))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from veotrace.findings.model import fmt_at
-from veotrace.render.console import rows_table
+from veotrace.render.console import fmt_bytes, rows_table
 
 _STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -16,18 +16,24 @@ def render_findings(console: Console, result, *, max_rows: int) -> None:
     counts = ", ".join(f"{sum(x.severity == s for x in f)} {s}" for s in ("high", "medium", "low"))
     console.print(f"[bold]Findings[/] ({counts}; ranked by impact x confidence)", highlight=False)
     rows = [{"n": i + 1, "sev": x.severity, "at": fmt_at(x.axis, x.start), "title": x.title, "score": f"{x.score:.2f}",
-             "src": x.source} for i, x in enumerate(f)]
+             "bytes": fmt_bytes(x.bytes_at_stake) if x.bytes_at_stake is not None else "-", "src": x.source}
+            for i, x in enumerate(f)]
     table, footer = rows_table("", rows, [("n", "#"), ("sev", "severity"), ("at", "at"), ("title", "finding"),
-                                          ("score", "score"), ("src", "source")],
+                                          ("bytes", "bytes at stake"), ("score", "score"), ("src", "source")],
                                max_rows=max_rows, how_to_get_all="use --rows 0, or --format json")
     console.print(table)
     if footer:
         console.print(footer)
+    shown: set[str] = set()  # a note said once, under the first finding it goes with
     for x in f[: min(5, len(f))]:
         if x.links:
             console.print(f"[dim]{x.title}:[/] " + "; ".join(x.links), highlight=False)
         if x.suggestion:
             console.print(f"  [dim]what to try:[/] {x.suggestion}  [dim]({x.command})[/]", highlight=False)
+        for note in x.notes:
+            if note not in shown:
+                shown.add(note)
+                console.print(f"  [dim]note:[/] {note}", highlight=False)
     for s in result.sources:
         if s.get("mapping") != "the shared clock":
             console.print(f"[dim]clock:[/] {s['name']}: {s.get('mapping')}", highlight=False)
@@ -52,4 +58,5 @@ def findings_markdown(result) -> str:
     for x in result.findings:
         if x.suggestion and x.severity != "low":  # low ones are in the table; their advice would drown the rest
             lines.append(f"- **{x.title}**: {x.suggestion} (`{x.command}`)")
+            lines += [f"  - note: {n}" for n in x.notes]
     return "\n".join(lines) + "\n"

@@ -22,13 +22,17 @@ WARNINGS = {
                                 "recorded)"),
 }
 
-_WINDOW_COLUMNS = [("window", "k"), ("device", "dev"), ("events", "events"), ("live_bytes_peak", "live peak"),
+#: The windows' state at their end (one kind per table: the peaks within each window are the next).
+_WINDOW_COLUMNS = [("window", "k"), ("device", "dev"), ("events", "events"), ("live_bytes", "live"),
                    ("reserved_bytes", "reserved"), ("free_bytes", "free"), ("largest_free_bytes", "largest free"),
-                   ("external_frag", "ext frag"), ("fragmented", "frag?"), ("gmlake_frag", "GMLake")]
-_BYTES = {"live_peak", "live_bytes_peak", "reserved_bytes", "free_bytes", "largest_free_bytes", "bytes"}
+                   ("external_frag", "ext frag"), ("fragmented", "frag?")]
+_PEAK_COLUMNS = [("window", "k"), ("device", "dev"), ("live_bytes_peak", "live peak"),
+                 ("reserved_bytes_peak", "reserved peak"), ("gmlake_frag", "GMLake (1 - live peak / reserved peak)")]
+_BYTES = {"live_peak", "live_bytes", "live_bytes_peak", "reserved_bytes", "reserved_bytes_peak", "free_bytes",
+          "largest_free_bytes", "bytes"}
 
 
-def _timed_rows(rows: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
+def _timed_rows(rows: list[dict], columns: list[tuple[str, str]]) -> tuple[list[dict], list[tuple[str, str]]]:
     """Window rows with their start as time since the first window, in a unit that fits the span (the
     absolute window numbers, e.g. 17,572,532,552, say nothing; they and absolute times stay in the JSON).
     Windows of events (no start time) keep their number."""
@@ -36,11 +40,11 @@ def _timed_rows(rows: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
 
     starts = [r["start_ns"] for r in rows if r.get("start_ns") is not None]
     if not starts or len(starts) < len(rows):
-        return rows, _WINDOW_COLUMNS
+        return rows, columns
     t0, span = min(starts), (max(r["end_ns"] for r in rows) - min(starts)) / NS_PER_S
     unit, scale = duration_unit(span)
     out = [{**r, "since": round((r["start_ns"] - t0) / NS_PER_S / scale, 6)} for r in rows]
-    return out, [("since", f"start ({unit})"), *_WINDOW_COLUMNS[1:]]
+    return out, [("since", f"start ({unit})"), *columns[1:]]
 
 
 def warning_lines(counters: dict, end: dict | None = None, disagree: dict | None = None) -> list[str]:
@@ -68,7 +72,8 @@ def render_fragmentation(console: Console, result, *, max_rows: int, at: str | N
     devices = state.get("devices") or {}
     several = len(devices) > 1
     items = [("events read", result.summary["events_read"]), ("windows", result.summary["windows"]),
-             ("fragmented windows", result.summary["fragmented_windows"]),
+             ("fragmented windows" + (f" ({result.params['fragmented_when']})" if result.params.get("fragmented_when") else ""),
+              result.summary["fragmented_windows"]),
              ("reserved", fmt_bytes(e.get("reserved_bytes"))), ("allocated", fmt_bytes(e.get("allocated_bytes"))),
              ("internal (rounding)", fmt_bytes(e.get("internal_bytes"))),
              ("inactive (reserved - allocated)", fmt_bytes(e.get("inactive_bytes"))),
@@ -91,12 +96,15 @@ def render_fragmentation(console: Console, result, *, max_rows: int, at: str | N
         if more:
             console.print(more)
     fmts = {k: fmt_bytes for k in _BYTES}
-    rows, columns = _timed_rows(result.windows.to_pylist())
-    table, footer = rows_table("Windows", rows, columns, max_rows=max_rows,
-                               formatters=fmts, how_to_get_all="use --rows 0, or --format csv")
-    console.print(table)
-    if footer:
-        console.print(footer)
+    every = result.windows.to_pylist()
+    for title, cols in (("Windows: the state at each window's end", _WINDOW_COLUMNS),
+                        ("Windows: the peaks within each window", _PEAK_COLUMNS)):
+        rows, columns = _timed_rows(every, cols)
+        table, footer = rows_table(title, rows, columns, max_rows=max_rows,
+                                   formatters=fmts, how_to_get_all="use --rows 0, or --format csv")
+        console.print(table)
+        if footer:
+            console.print(footer)
     zones, _ = rows_table("Hot zones", result.zones.to_pylist(),
                           [("rank", "#"), ("device", "dev"), ("zone_start", "zone"), ("zone_kind", "kind"),
                            ("zone_bytes", "size"), ("events", "events"),

@@ -79,7 +79,11 @@ def file_items(info) -> list[tuple[str, object]]:
     if seg is not None:  # a snapshot's state: the first numbers an engineer asks for
         items.append(("reserved", fmt_bytes(seg["reserved_bytes"])))
     if blk is not None:
-        items += [("allocated", fmt_bytes(blk["allocated_bytes"])), ("free in segments", fmt_bytes(blk["free_bytes"])),
+        free = fmt_bytes(blk["free_bytes"])
+        if blk.get("unlisted_bytes"):  # the segments hold more than their listed blocks
+            free += (f" in inactive blocks; {fmt_bytes(blk['unlisted_bytes'])} of the segments is in no listed block "
+                     "(the snapshot lists only part of their blocks)")
+        items += [("allocated", fmt_bytes(blk["allocated_bytes"])), ("free in segments", free),
                   ("largest free block", fmt_bytes(blk["largest_free_bytes"]) if blk["largest_free_bytes"] else "-")]
     for kind, key in (("gpu_activity", "kinds"), ("blocks", "states")):
         if kind in info.details:

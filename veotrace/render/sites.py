@@ -36,6 +36,9 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
             sizes = ", ".join(f"{k} {fmt_bytes(v['peaks'][k]['bytes'])}" for k in kinds)
             _table(console, f"Device {d}: live blocks at peak {' and '.join(kinds)} ({sizes}{when}{cached})",
                    peak["sites"], top)
+            own = _own_peaks(v["peaks"], kinds)
+            if own:
+                console.print(own, highlight=False)
         _table(console, f"Device {d}: live blocks at the end ({fmt_bytes(v['end']['allocated_bytes'])})",
                v["end"]["sites"], top)
         pin = v["pinning"]
@@ -69,6 +72,18 @@ def render_sites(console: Console, result, *, max_rows: int) -> None:
         render_phases(console, result.phases, max_rows)
 
 
+def _own_peaks(peaks: dict, kinds: list[str]) -> str | None:
+    """The trace's own peaks (its allocations alone, from 0) beside the peaks above, which count the
+    blocks live before the trace from its start; None when no block was."""
+    parts = [f"{k} {peaks[k]['trace_own']['bytes']:,} B" for k in kinds
+             if peaks[k].get("before_trace_bytes") and peaks[k].get("trace_own")]
+    if not parts:
+        return None
+    before = ", ".join(f"{k} {peaks[k]['before_trace_bytes']:,} B" for k in kinds if peaks[k].get("before_trace_bytes"))
+    return (f"  the peaks above count the blocks live before the trace from its start ({before}); the trace's "
+            f"own peak (its allocations alone, from 0): {', '.join(parts)}")
+
+
 def render_phases(console: Console, phases: list[dict], max_rows: int) -> None:
     """The record_function phases, by the free bytes each strands from its entry to its exit."""
     table, footer = rows_table("Phases (record_function annotations), by the free bytes they strand",
@@ -86,16 +101,18 @@ def render_phases(console: Console, phases: list[dict], max_rows: int) -> None:
         console.print(footer)
 
 
-def render_stranded(console: Console, d: str, series: list[dict], window_s: float, top: int) -> None:
-    """The windows whose end strands the most free bytes on device ``d``, with the site that strands most."""
-    rows = [{"end": w["end_s"], "stranded": w["stranded_bytes"], "segments": w["segments"],
+def render_stranded(console: Console, d: str, series: list[dict], window_s: float | None, top: int, *,
+                    window_events: int | None = None) -> None:
+    """The windows whose end strands the most free bytes on device ``d``, with the site that strands most
+    (windows of ``window_s`` seconds, or of ``window_events`` trace entries for a snapshot without times)."""
+    rows = [{"end": w["end_s"] if "end_s" in w else w["end_entry"], "stranded": w["stranded_bytes"], "segments": w["segments"],
              "top": _short(w["sites"][0]["site"], 50) if w["sites"] else "-",
              "top_bytes": w["sites"][0]["stranded_bytes"] if w["sites"] else None}
             for w in series if w["stranded_bytes"]]
     rows.sort(key=lambda r: -r["stranded"])  # the windows that strand the most first (JSON: in time order)
-    title = (f"Device {d}: the windows whose end strands the most free bytes ({len(series)} windows of "
-             f"{window_s:g} s)")
-    table, footer = rows_table(title, rows, [("end", "end (s)"), ("stranded", "stranded"), ("segments", "segments"),
+    size = f"{window_s:g} s" if window_s else f"{window_events:,} trace entries"
+    title = f"Device {d}: the windows whose end strands the most free bytes ({len(series)} windows of {size})"
+    table, footer = rows_table(title, rows, [("end", "end (s)" if window_s else "end (entry)"), ("stranded", "stranded"), ("segments", "segments"),
                                              ("top", "top site"), ("top_bytes", "it strands")],
                                max_rows=top, formatters={"stranded": fmt_bytes, "top_bytes": fmt_bytes})
     console.print(table)

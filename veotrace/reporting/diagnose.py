@@ -84,6 +84,8 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     results = [(job, *ran) for job, ran in zip(runnable, _run_all(prepared, on_progress))]
     value = collect(infos, jobs, results, offsets=offsets, period=period, allocs=reads.allocs)
     value.params["fail_on"] = fail_on
+    value.notes.extend(_mixed_folders(paths, infos))
+    _with_read_warnings(value.findings, report.messages())
     findings = value.findings
     run = DiagnoseRun(value, [*report.messages()], common.input_files(paths))
     if fail_on is not None and severity_at_least(findings, fail_on):
@@ -144,7 +146,45 @@ class _Reads:
         inputs = resolve_inputs(paths, "alloc_events", options=self.options, report=ReadReport())
         if not inputs or any(str(p) not in self.kept.batches for p, _ in inputs):
             return None
+        for p, _ in inputs:  # what reading them said (a snapshot without time_us, rows skipped): said once, here
+            said = self.kept.reports.pop(str(p), None)
+            if said is not None:
+                self.report.merge(said)
         return alloc_events_table([b for p, _ in inputs for b in self.kept.batches.pop(str(p))], self.options)
+
+
+def _with_read_warnings(findings: list, read: list[str]) -> None:
+    """Each finding also carries the warnings of reading its source (read once for every analysis, so
+    they are diagnose's, not its command run's: the same lines the command alone prints)."""
+    from veotrace.findings.weigh import command_notes
+
+    for f in findings:
+        names = f.source.split(", ")
+        mine = [m for m in read if any(n in m for n in names)]
+        if mine:
+            f.notes = list(dict.fromkeys([*f.notes, *command_notes("", {}, mine)]))
+
+
+def _mixed_folders(paths: list, infos: list) -> list[str]:
+    """A note for each folder holding traces of several kinds (which a single command refuses,
+    ``sources.resolve_inputs``): diagnose analyses each kind on its own."""
+    from pathlib import Path
+
+    from veotrace.sources.detect import RUN_KIND
+
+    out = []
+    for given in paths:
+        if not isinstance(given, Path) or not given.is_dir():
+            continue
+        kinds: dict[str, list[str]] = {}
+        for i in infos:
+            if i.format in RUN_KIND and given in Path(i.path).parents:
+                kinds.setdefault(RUN_KIND[i.format], []).append(Path(i.path).name)
+        if len(kinds) > 1:
+            out.append(f"{given}: holds {len(kinds)} kinds of trace ("
+                       + "; ".join(f"{k}: {', '.join(v)}" for k, v in kinds.items())
+                       + "), each analysed on its own (a single command refuses such a folder)")
+    return out
 
 
 def _offsets(align: list[str]) -> dict[str, float]:
@@ -158,10 +198,12 @@ def _offsets(align: list[str]) -> dict[str, float]:
 
 
 class _Ran:
-    """An analysis' result as a worker sends it back: its JSON, which is what ``collect`` reads of it."""
+    """An analysis' result as a worker sends it back: its JSON and its stderr lines (notes, warnings), which
+    are what ``collect`` reads of it."""
 
-    def __init__(self, d: dict) -> None:
+    def __init__(self, d: dict, messages: list[str]) -> None:
         self._d = d
+        self.messages = messages
 
     def to_dict(self) -> dict:
         return self._d
@@ -213,7 +255,7 @@ def _run_all(prepared: list, on_progress) -> list[tuple]:
 
 def _numbered(n: int) -> tuple:
     res, command = _one(n)
-    return n, (res if isinstance(res, str) else _Ran(res.to_dict()), command)
+    return n, (res if isinstance(res, str) else _Ran(res.to_dict(), list(res.messages)), command)
 
 
 def _run(entry, job, reading: dict) -> tuple[RunResult, str]:

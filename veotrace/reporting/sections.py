@@ -133,10 +133,10 @@ def fragmentation(job, section, reading, size):
     rows = res.windows.to_pylist()
     flagged = [r for r in rows if r["fragmented"]]
     shown = flagged if 0 < len(flagged) < len(rows) else rows
-    _table(section, "Fragmented windows" if shown is flagged else "Windows",
-           ["window", "device", "events", "live peak", "reserved", "free", "largest free", "ext frag", "GMLake"],
-           [[r["window"], r["device"], r["events"], r["live_bytes_peak"], r["reserved_bytes"], r["free_bytes"],
-             r["largest_free_bytes"], r["external_frag"], r["gmlake_frag"]] for r in shown])
+    _table(section, ("Fragmented windows" if shown is flagged else "Windows") + ": the state at each window's end",
+           ["window", "device", "events", "live", "reserved", "free", "largest free", "ext frag"],
+           [[r["window"], r["device"], r["events"], r["live_bytes"], r["reserved_bytes"], r["free_bytes"],
+             r["largest_free_bytes"], r["external_frag"]] for r in shown])
     section.params = {k: v for k, v in res.params.items() if v is not None}
     if res.windows.num_rows:
         _figure(section, run, size)

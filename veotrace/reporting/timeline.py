@@ -14,6 +14,7 @@ from veotrace.errors import UsageError
 from veotrace.findings.lanes import lane
 from veotrace.findings.model import SEVERITIES, Finding, link, rank
 from veotrace.findings.rules import RULES, Context
+from veotrace.findings.weigh import command_notes
 
 #: Inputs whose first events lie further apart than this are on different clocks (seconds: a week).
 CLOCK_SLACK_S = 7 * 86400
@@ -76,8 +77,10 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
         row = lane(job.command, d, ctx, command)
         if row is not None:
             lanes.append(row)
+        notes = command_notes(job.command, d, getattr(result, "messages", ()))
         for f in found:
             f.clock = str(src.get("clock"))
+            f.notes = notes
         analyses.append({"command": command, "status": "ran", "findings": len(found)})
         findings.extend(found)
     findings = rank(findings)
@@ -129,32 +132,33 @@ def _sources(jobs, first: dict, offsets: dict) -> dict[str, dict]:
 
 def _map_clocks(sources: dict, allocs: dict) -> int | None:
     """Put every timed source on the common axis (``zero_ns``: its clock's reading at the axis' zero;
-    ``clock``: which clock it reads, findings being linked within one) and say how (``mapping``).
+    ``clock``: which clock it reads, findings being linked within one) and say how (``mapping``, for
+    every source, timed or not).
 
-    The axis' clock is the earliest wall-clock input's (else the earliest input's). Sources whose first
-    events lie within CLOCK_SLACK_S of it share it (a log and an nsys export of one machine). A source
-    further off (a profiler's session clock), or given ``--align SOURCE=auto``, is aligned on the
-    allocations it shares with the sources on that clock (``findings.align``: the same sizes and
-    addresses at one offset) when there are such; else it is on a clock of its own, its first event at
-    zero, and the mapping says so (--align moves it)."""
-    timed = sorted((s for s in sources.values() if s["axis"] == "time"), key=lambda s: s["first_ns"])
-    if not timed:
-        return None
-    groups: list[list[dict]] = []  # sources whose first events lie within CLOCK_SLACK_S of the group's first
-    for s in timed:
-        if groups and s["first_ns"] - groups[-1][0]["first_ns"] <= CLOCK_SLACK_S * 1e9:
-            groups[-1].append(s)
-        else:
-            groups.append([s])
-    axis = next((g for g in groups if any(s["first_ns"] >= WALL_CLOCK_NS for s in g)), groups[0])
-    t0 = axis[0]["first_ns"]
-    on_axis = [s for s in axis if not s["auto"]]
-    group_of = {s["name"]: g for g in groups for s in g}
+    The axis' clock is the earliest wall-clock input's (else the earliest input's). Wall-clock sources
+    whose first events lie within CLOCK_SLACK_S of it share it (a log and an nsys export of one machine).
+    A relative clock (a profiler's session clock, a log counting from 0) shares nothing by starting near
+    0: it is aligned on the allocations it shares with the sources on the axis' clock (``findings.align``:
+    the same sizes and addresses at one offset) when there are such, placed by ``--align SOURCE=OFFSET``
+    when the user says where it sits, and else is on a clock of its own, its first event at zero, never
+    linked to the others (the mapping says so)."""
     for s in sources.values():
         if s["auto"] and s["axis"] != "time":
             raise UsageError(f"--align {s['matched']}=auto: {s['name']} records no allocations in time to align on",
                              hint=f"Give where it sits instead: --align {s['matched']}=SECONDS")
-        if s["axis"] == "frame" and s["matched"]:  # placed on the shared clock by --align
+    timed = sorted((s for s in sources.values() if s["axis"] == "time"), key=lambda s: s["first_ns"])
+    groups: list[list[dict]] = []  # wall-clock sources whose first events lie within CLOCK_SLACK_S of the group's first
+    for s in (s for s in timed if s["first_ns"] >= WALL_CLOCK_NS):
+        if groups and s["first_ns"] - groups[-1][0]["first_ns"] <= CLOCK_SLACK_S * 1e9:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    group_of = {s["name"]: g for g in groups for s in g}
+    axis = groups[0] if groups else timed[:1]
+    t0 = axis[0]["first_ns"] if axis else None
+    on_axis = [s for s in axis if not s["auto"]]
+    for s in sources.values():
+        if s["axis"] == "frame" and s["matched"] and t0 is not None:  # placed on the shared clock by --align
             s["zero_ns"], s["clock"] = t0, t0
             s["mapping"] = f"frame 0 at {s['offset_s']:g} s on the shared clock (--align), frames --frame-period apart"
             continue
@@ -174,18 +178,28 @@ def _map_clocks(sources: dict, allocs: dict) -> int | None:
             raise UsageError(f"--align {s['matched']}=auto: no allocations of {s['name']} line up with those of the "
                              "inputs on the shared clock (the same sizes and addresses at one offset)",
                              hint=f"Give the offset instead: --align {s['matched']}=SECONDS")
-        else:  # a clock of its own, shared with the inputs that start within a week of the same group
-            group = group_of[s["name"]]
+        elif s["matched"]:  # the user says where it sits: its first event at the offset on the shared clock
+            s["zero_ns"], s["clock"] = s["first_ns"], t0
+            s["mapping"] = "placed on the shared clock by --align, its first event at 0"
+        else:
+            group = group_of.get(s["name"], [s])
             s["zero_ns"] = s["clock"] = group[0]["first_ns"]
-            s["mapping"] = (("its own clock, first event at 0" if len(group) == 1 else
-                             f"another clock, shared with {len(group) - 1} other input(s), its first event at 0")
-                            + f" (it starts {abs(s['first_ns'] - t0) / 86400e9:,.0f} days "
-                            f"{'after' if s['first_ns'] > t0 else 'before'} the axis' clock: not one machine's clock"
-                            + ("; none of its allocations line up with those on the axis' clock)" if s["name"] in allocs
-                               else ")"))
+            s["mapping"] = _own_clock(s, t0, s["name"] in allocs, len(group) - 1)
         if s["offset_s"]:
             s["mapping"] += f", shifted {s['offset_s']:+g} s by --align"
     return t0
+
+
+def _own_clock(s: dict, t0: int, has_allocs: bool, sharing: int) -> str:
+    """Why a timed source is on a clock of its own (shared with ``sharing`` other wall-clock inputs of
+    the same week), its first event at 0: never linked to the inputs on the axis' clock."""
+    why = (f"it starts {abs(s['first_ns'] - t0) / 86400e9:,.0f} days {'after' if s['first_ns'] > t0 else 'before'} "
+           "the axis' clock" if s["first_ns"] >= WALL_CLOCK_NS else
+           "a relative clock (counting from its own start), which shares an axis only when aligned")
+    own = "its own clock" if not sharing else f"another clock, shared with {sharing} other input(s)"
+    return (f"{own}, first event at 0 ({why}"
+            + ("; none of its allocations line up with those on the axis' clock" if has_allocs else "")
+            + "; give --align SOURCE=OFFSET to place it)")
 
 
 def _aligned(s: dict, on_axis: list[dict], allocs: dict) -> dict | None:

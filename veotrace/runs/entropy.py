@@ -30,7 +30,7 @@ class EntropyRun(RunResult):
 
 def entropy(paths, *, window: str | float | None = None, step: str | float | None = None,
             window_events: int | None = None, ops: str | list[str] | None = None,
-            min_class: int = ENTROPY_MIN_CLASS, max_class: int = ENTROPY_MAX_CLASS,
+            min_class: int = ENTROPY_MIN_CLASS, max_class: int = ENTROPY_MAX_CLASS, auto_classes: bool = False,
             segments: str | list[float] | None = None, by: str | None = None, device: int | None = None,
             time_unit: str = "ns", skip_bad_rows: bool = False, format_hint: str | None = None,
             site_filter: str | None = None, site_depth: int = SITES_DEPTH, save_baseline=None, engine: str = "local", jobs: int = 1, scheduler: str | None = None,
@@ -43,6 +43,8 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
             chosen from the data when that gives under 20 windows; step = window).
         window_events: windows of N consecutive counted events instead of time windows.
         ops: the ops counted (``"alloc"`` or ``["alloc", "free"]``).
+        min_class, max_class: the size classes counted (sizes past them fall in the bottom or top class);
+            ``auto_classes``: classes from the data instead, none clamped (the same for any two runs).
         segments: split the trend at these times since the first window (``"48,120"`` hours, or a list).
         by, device: also one series per ``"device"``, ``"stream"``, ``"site"`` or ``"phase"`` (a snapshot's
             allocation sites or record_function phases); only this device.
@@ -67,7 +69,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
         raise UsageError("--window-events counts events, not time: leave out --window and --step")
     params = dict(window_s=common.seconds(window, "--window"), step_s=common.seconds(step, "--step"),
                   window_events=common.count(window_events, "--window-events"), ops=common.ops_list(ops, ENTROPY_OPS), min_class=min_class,
-                  max_class=max_class, **common.grouping(by, device))
+                  max_class=max_class, auto_classes=auto_classes, **common.grouping(by, device))
     hours = common.hours_list(segments)
     columns = COLUMNS + columns_for(params.get("by"), device)
     names = None

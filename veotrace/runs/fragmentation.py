@@ -104,7 +104,8 @@ class FragmentationRun(RunResult):
             from veotrace.render.sites import render_stranded
 
             for d, series in self.pinning["devices"].items():
-                render_stranded(console, d, series, self.pinning["window_s"], min(SITES_TOP, max_rows) if max_rows > 0 else 0)
+                render_stranded(console, d, series, self.pinning["window_s"], min(SITES_TOP, max_rows) if max_rows > 0 else 0,
+                                window_events=self.pinning.get("window_events"))
 
 
 def fragmentation(paths, *, window: str | float | None = None, window_events: int | None = None,
@@ -119,7 +120,8 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
 
     Args:
         window, window_events: window length (``"5m"``, seconds) or N events per window.
-        threshold: a window is fragmented when its largest free block is under this share of free bytes.
+        threshold: a window is fragmented when its largest free block is under this share of the free bytes
+            (its external fragmentation above 1 - threshold).
         max_gap: without segments, gaps between live blocks under this size are free space of one range.
         bins: free-block size bins ``"8KiB-32KiB,256KiB-"`` or ``[(lo, hi or None), ...]``.
         zone_bytes: width of the address zones ranked by activity, or ``"segment"``.
@@ -182,16 +184,21 @@ def _pinning_by(by: str, paths, result, options, report, rule) -> dict:
     from veotrace.sources import resolve_inputs
 
     inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
-    window_s = result.params.get("window_s")
-    if len(inputs) != 1 or inputs[0][1].name != "torch-snapshot" or not result.summary.get("has_time") or not window_s:
+    window_s = result.params.get("window_s") if result.summary.get("has_time") else None
+    window_events = result.params.get("window_events")
+    if len(inputs) != 1 or inputs[0][1].name != "torch-snapshot" or not (window_s or window_events):
         what = "its stacks say the sites" if by == "site" else "its record_function annotations say the phases"
-        raise UsageError(f"--by {by} reads one PyTorch memory snapshot with times ({what})",
+        raise UsageError(f"--by {by} reads one PyTorch memory snapshot ({what})",
                          hint="'veotrace sites SNAPSHOT' shows a snapshot's sites and phases; logs carry neither")
     traces = traces_of(inputs[0][0])  # streamed when the reader streams the snapshot
     if by == "phase":
         return {"by": "phase", "phases": attribute(traces, rule).phases}
-    devices = attribute(traces, rule, window_s=window_s, aligned=True, only_windows=True).devices
-    return {"by": "site", "window_s": window_s, "devices": {d: v.get("stranded_windows", []) for d, v in devices.items()}}
+    if window_s:
+        devices = attribute(traces, rule, window_s=window_s, aligned=True, only_windows=True).devices
+    else:  # a snapshot without times: at the end of each window of N trace entries, as its event windows
+        devices = attribute(traces, rule, window_events=window_events, only_windows=True).devices
+    return {"by": "site", "window_s": window_s, "window_events": None if window_s else window_events,
+            "devices": {d: v.get("stranded_windows", []) for d, v in devices.items()}}
 
 
 def zone_option(zone_bytes: str | int) -> str | int:

@@ -17,6 +17,7 @@ FINDINGS = tagged(
         pa.field("score", pa.float64(), nullable=False),  # impact x confidence
         pa.field("impact", pa.float64(), nullable=False),
         pa.field("confidence", pa.float64(), nullable=False),
+        pa.field("bytes_at_stake", pa.int64(), nullable=True),  # the bytes a memory finding is about
         pa.field("title", pa.string(), nullable=False),
         pa.field("source", pa.string(), nullable=False),
         pa.field("axis", pa.string(), nullable=False),  # time (seconds on the common axis), launch, frame, none

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from veotrace.errors import TraceFormatError
 from veotrace.sources.base import ReadOptions, ReadReport, call_guarded, expand_paths, guarded
-from veotrace.sources.detect import Format, detect, sniff
+from veotrace.sources.detect import RUN_KIND, Format, detect, sniff
 from veotrace.sources.limits import bounded_sizes
 
 if TYPE_CHECKING:
@@ -49,10 +49,14 @@ def resolve_inputs(
     """The files to read for table ``kind``, with their formats.
 
     A file named directly must provide ``kind``; inside folders, files that are not traces are
-    skipped and listed in ``report``.
+    skipped and listed in ``report``. A folder is one run, so its traces must be of one kind
+    (``detect.RUN_KIND``: rotated logs, snapshot pieces, one profiler's exports): a folder holding
+    several kinds is refused with the list of what it holds (every command reads its inputs here;
+    ``diagnose`` and ``report`` plan each file's kind on its own instead).
 
     Raises:
-        TraceFormatError: a named file does not provide ``kind``, or a folder holds no such file.
+        TraceFormatError: a named file does not provide ``kind``, a folder holds no such file, or a folder
+            holds traces of more than one kind.
     """
     from veotrace.sources.remote import as_path
 
@@ -71,8 +75,11 @@ def resolve_inputs(
             continue
         found = 0
         odd: list[str] = []
+        kinds: dict[str, list[str]] = {}
         for path in expand_paths([given], odd):
             fmt = detect(path, options.format_hint) if options.format_hint else _sniff_or_none(path)
+            if fmt is not None:
+                kinds.setdefault(RUN_KIND.get(fmt.name, fmt.name), []).append(path.name)
             if fmt is None or kind not in fmt.provides:
                 if str(path) not in report.skipped_files:  # inputs may be resolved twice (plan, then read)
                     report.skipped_files.append(str(path))
@@ -83,6 +90,13 @@ def resolve_inputs(
             report.warnings.append(f"Warning: skipped {len(odd)} folder entr{'y' if len(odd) == 1 else 'ies'} "
                                    f"that {'is' if len(odd) == 1 else 'are'} not a regular file: {', '.join(odd[:5])}"
                                    + (", ..." if len(odd) > 5 else ""))
+        if len(kinds) > 1:
+            raise TraceFormatError(
+                f"the folder holds {len(kinds)} kinds of trace, which are not one run: "
+                + "; ".join(f"{k} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})" for k, v in kinds.items()),
+                path=given,
+                hint="Name the files of one kind (a folder is read as one run), or run 'veotrace diagnose FOLDER', "
+                     "which analyses each kind on its own")
         if not found:
             raise TraceFormatError(
                 f"the folder holds no files with {KIND_TEXT[kind]}",

@@ -95,6 +95,12 @@ FORMATS: tuple[Format, ...] = (
 )
 
 BY_NAME = {f.name: f for f in FORMATS}
+#: The kind of trace each format is: a folder's files are one run only when they are of one kind (rotated
+#: logs, snapshot pieces, one profiler's exports); ``sources.resolve_inputs`` refuses a folder of several.
+RUN_KIND = {"alloc-csv": "alloc/free log", "alloc-jsonl": "alloc/free log", "parquet": "Parquet table",
+            "torch-snapshot": "PyTorch snapshot", "nsys-sqlite": "Nsight Systems export",
+            "nsys-csv": "Nsight Systems export", "ncu-rep": "Nsight Compute export", "ncu-csv": "Nsight Compute export",
+            "npy": "NumPy arrays"}
 
 
 def supported_formats_text() -> str:

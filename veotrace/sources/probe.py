@@ -39,9 +39,12 @@ class Held:
     batches: dict[str, list] = field(default_factory=dict)
     nbytes: int = 0
     over: list[str] = field(default_factory=list)
+    #: What reading each kept file reported (its warnings are the caller's to show, as a read of its own would).
+    reports: dict[str, ReadReport] = field(default_factory=dict)
 
-    def keep(self, path: Path, batches):
-        """Yield ``batches``, keeping them for ``path`` once all were read within the budget."""
+    def keep(self, path: Path, batches, report: ReadReport | None = None):
+        """Yield ``batches``, keeping them (and ``report``, what reading them said) for ``path`` once all
+        were read within the budget."""
         kept: list | None = []
         n = 0
         for b in batches:
@@ -56,6 +59,8 @@ class Held:
         if kept is not None:
             self.batches[str(path)] = kept
             self.nbytes += n
+            if report is not None:
+                self.reports[str(path)] = report
 
 
 @dataclass
@@ -90,7 +95,7 @@ class Probe:
 
         if kind == "alloc_events":
             batches = sources.iter_alloc_events([self.path], options=self.options, report=self.report)
-            return batches if self.held is None else self.held.keep(self.path, batches)
+            return batches if self.held is None else self.held.keep(self.path, batches, self.report)
         if kind == "arrays":
             from veotrace.sources.arrays import read_array
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from veotrace.analysis.entropy.entropy_notes import display, phase_note, series_summary
+from veotrace.analysis.entropy.entropy_notes import class_label, display, edge_note, phase_note, series_summary
 from veotrace.analysis.entropy.entropy_notes import notes as notes_of
 from veotrace.analysis.entropy.entropy_notes import phases as phases_of
 from veotrace.analysis.entropy.entropy_series import EntropyPartial, check_span
@@ -139,6 +139,7 @@ def compute_entropy(
     segments: Sequence[float] = (),
     by: str | None = None,
     device: int | None = None,
+    auto_classes: bool = False,
     on_progress: Callable[[], None] | None = None,
 ) -> EntropyResult:
     """Entropy of size classes per window over ALLOC_EVENTS batches (any order, any number of files).
@@ -156,6 +157,9 @@ def compute_entropy(
         segments: hours since the first window at which to split the per-segment fits.
         by: "device" or "stream": also one series per group (batches need that column).
         device: count only the rows of this device (batches need the ``device`` column).
+        auto_classes: the classes from the data instead of [min_class, max_class]: every size in a class
+            of its own, none clamped (counted over [0, MAX_CLASS_LIMIT], the range seen reported), so two
+            runs counted so (a ``diff``, a ``gate`` and its baseline) share the same classes.
 
     Raises:
         UsageError: impossible parameters. AnalysisError: an op of ``ops`` never occurs, nothing to
@@ -164,7 +168,7 @@ def compute_entropy(
     _check(window_s, step_s, min_class, max_class, window_events, segments, by)
     part = entropy_partial(batches, window_s=window_s, step_s=step_s, ops=ops, min_class=min_class,
                            max_class=max_class, window_events=window_events, by=by, device=device,
-                           on_progress=on_progress)
+                           auto_classes=auto_classes, on_progress=on_progress)
     return finish_entropy(part, segments=segments)
 
 
@@ -180,6 +184,7 @@ def entropy_partial(
     by: str | None = None,
     device: int | None = None,
     origin_ns: int | None = None,
+    auto_classes: bool = False,
     on_progress: Callable[[], None] | None = None,
 ) -> EntropyPartial:
     """The mergeable partial of ``compute_entropy`` over some batches (same keywords); see finish_entropy.
@@ -188,6 +193,8 @@ def entropy_partial(
     by default ``origin_of`` these batches.
     """
     _check(window_s, step_s, min_class, max_class, window_events, (), by)
+    if auto_classes:
+        min_class, max_class = 0, MAX_CLASS_LIMIT
     auto = window_s is None and step_s is None and window_events is None
     win_s = DEFAULT_WINDOW_S if window_s is None else window_s
     n_cls = max_class - min_class + 1
@@ -197,7 +204,7 @@ def entropy_partial(
         raise UsageError("--window and --step must be at least 1 ns", hint="Timestamps are integer nanoseconds")
     part = EntropyPartial(window_ns, step_ns, n_cls, window_events, auto, grouped=by is not None, origin_ns=origin_ns,
                           params={"ops": list(ops), "min_class": min_class, "max_class": max_class,
-                                  "by": by, "device": device})
+                                  "by": by, "device": device, "auto_classes": auto_classes})
     classes = (min_class, max_class, class_cap(max_class))
     for batch in part.with_origin(batches):  # window 0 starts at the run's first event, whatever its device
         part.n_read += batch.num_rows
@@ -233,6 +240,10 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
     part.choose(DEFAULT_WINDOW_S)
     pooled, groups = part.finish()
     first_ns, last_ns = part.pooled.first_ns, part.pooled.last_ns
+    totals = np.asarray(pooled.counts).sum(axis=0) if np.asarray(pooled.counts).size else np.zeros(n_cls, np.int64)
+    seen = np.flatnonzero(totals)
+    if p.get("auto_classes") and seen.size:  # H / Hmax over the classes the data spans, not the 43 counted
+        n_cls = int(seen[-1] - seen[0] + 1)
     x_unit = "window" if part.has_null_ts else "hours"
     table, trend, h = _series(pooled, first_ns, n_cls, x_unit, last_ns)
     x = _x(table)
@@ -242,12 +253,19 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
               "step_s": (part.step_ns / 1e9) if not part.event_mode else None,
               "window_events": part.window_events if part.event_mode else None,
               "ops": list(ops), "min_class": p["min_class"], "max_class": p["max_class"], "classes": n_cls,
+              "auto_classes": bool(p.get("auto_classes")),
+              "classes_seen": [p["min_class"] + int(seen[0]), p["min_class"] + int(seen[-1])] if seen.size else None,
+              "class_labels": {"bottom": class_label(p["min_class"], p["min_class"], p["max_class"]),
+                               "top": class_label(p["max_class"], p["min_class"], p["max_class"])},
               "segments_hours": list(segments), "by": by, "device": device,
               "window_choice": {"auto": part.choice is not None, **(part.choice or {"mode": "given"})}}
     span_s = (last_ns - first_ns) / 1e9 if first_ns is not None and x_unit == "hours" else None
     ph = phases_of(table, h, span_s)
     if ph:
         notes.append(phase_note(ph, span_s))
+    edge = edge_note(totals, p["min_class"], p["max_class"], auto=bool(p.get("auto_classes")))
+    if edge:
+        notes.append(edge)
     summary = {"events_read": part.n_read, "events_counted": part.n_counted, **series_summary(table, h),
                "first_ns": first_ns, "last_ns": last_ns,
                "span_s": (last_ns - first_ns) / 1e9 if first_ns is not None else None,

@@ -1,5 +1,6 @@
 """What an entropy run reports beside its windows: slopes in a unit fitting the span, per-series
-summaries, and the notes (window chosen, events left out, segments past the end) for stderr and JSON."""
+summaries, the size classes' labels, and the notes (window chosen, events left out, segments past the
+end, allocations piled in the top or bottom class) for stderr and JSON."""
 
 from __future__ import annotations
 
@@ -9,6 +10,47 @@ import pyarrow as pa
 from veotrace.analysis import timescale
 
 NS_PER_HOUR = 3_600_000_000_000
+#: A note names --min-class/--max-class when more than this share of the counted allocations fall in the
+#: bottom or top class (which hold every smaller or larger size: the classes then tell little apart).
+EDGE_CLASS_SHARE = 0.25
+
+
+def _size(n: int) -> str:
+    for unit, k in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << k:
+            return f"{n / (1 << k):g} {unit}"
+    return f"{n} B"
+
+
+def class_label(k: int, min_class: int, max_class: int) -> str:
+    """Size class ``k`` in words: class k holds sizes in (2**(k-1), 2**k] KiB; the bottom class holds
+    every smaller size too (``<= 4 KiB``) and the top class every larger one (``> 2 MiB``: 2-4 MiB and
+    up, so neither "4 MiB" nor ">= 4 MiB" names it)."""
+    hi = 1 << (k + 10)
+    if k == min_class:
+        return f"≤ {_size(hi)}"
+    if k == max_class:
+        return f"> {_size(hi // 2)}"
+    return f"{_size(hi // 2)}-{_size(hi)}"
+
+
+def edge_note(totals: np.ndarray, min_class: int, max_class: int, *, auto: bool = False) -> str | None:
+    """A note when more than EDGE_CLASS_SHARE of the counted allocations fall in the top or bottom class
+    (``totals``: counts per class from min_class up), naming the option that widens the range."""
+    n = int(totals.sum()) if totals.size else 0
+    if not n or auto or min_class == max_class:
+        return None
+    parts = []
+    for k, count, option, wider in ((max_class, int(totals[-1]), "--max-class", f"--max-class {min(max_class + 8, 42)}"),
+                                    (min_class, int(totals[0]), "--min-class", "--min-class 0")):
+        if count / n > EDGE_CLASS_SHARE:
+            parts.append(f"{count / n:.0%} in the {'top' if k == max_class else 'bottom'} class "
+                         f"({class_label(k, min_class, max_class)}, {option} {k}; e.g. {wider})")
+    if not parts:
+        return None
+    return (f"Note: of the {n:,} counted allocations, {' and '.join(parts)}: the top class holds every larger "
+            "size and the bottom class every smaller one, so the entropy tells them apart no further; widen the "
+            "range, or give --auto-classes for classes from the data")
 
 
 def display(trend: dict, span_s: float | None) -> dict:

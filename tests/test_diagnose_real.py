@@ -1,0 +1,171 @@
+"""`diagnose` on every real file and on the samples (issue 39): each finding's numbers are checked against
+the JSON of its own command, run on its own (the command line the finding names), and its words against
+what that JSON means: the threshold as the command defines it, the units it uses, the bytes at stake, the
+notes it printed. A real file that is absent is skipped (tests/conftest.py says how many)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+import veotrace
+from tests.conftest import REAL_TRACES, SAMPLES, real_trace, run_cli
+from veotrace.findings.weigh import command_notes, impact
+from veotrace.frag.metrics import fragmented_when
+
+#: Every real file diagnose takes (the others feed no analysis: it says so and exits 1, tested below).
+REAL = ["constructorsun_memory_snapshot.pickle", "cranberrii_memory_snapshot.pickle",
+        "kkaitlyn_memory_ctx128_fullstep_.pickle", "kkaitlyn_memory_ctx256_forward_.pickle",
+        "magma27_memory_snapshot.pickle", "maphsge4_snapshot.pickle", "muduard_memory_snapshot.pkl",
+        "yiyi_oom_snapshot.pickle", "casio_output-file.sqlite", "lianhang_report1.sqlite",
+        "andrewxu_nsight_cfd_097K.log", "tanvisharma_3136_64_64_rtx2080ti_sgemm.ncu-rep"]
+NOTHING = ["chukonu_nsys_stats.csv", "numpy_python3.npy", "numpy_win64python2.npy", "numpy_py3-objarr.npy"]
+#: The samples, diagnosed together (one axis: the nsys export's session clock, the ncu launches, the frames).
+SAMPLE_INPUTS = [SAMPLES / "alloc_logs_bursty", SAMPLES / "snapshots" / "memory_snapshot.pickle",
+                 SAMPLES / "nsys" / "synthetic_memory.sqlite", SAMPLES / "ncu" / "l2_details.csv",
+                 SAMPLES / "frames" / "frames.csv", SAMPLES / "simulate" / "training_log.csv"]
+
+
+@lru_cache(maxsize=None)
+def _run(command: str) -> tuple[dict, tuple[str, ...]]:
+    """The JSON and the stderr lines of a finding's own command line, run on its own."""
+    args = shlex.split(command)
+    assert args[0] == "veotrace"
+    r = run_cli(*args[1:], "-f", "json")
+    assert r.exit_code in (0, 3), r.stderr
+    return json.loads(r.stdout), tuple(r.stderr.splitlines())
+
+
+def _check(f: dict, read: list[str]) -> None:
+    d, stderr = _run(f["command"])
+    ev = f["evidence"]
+    # every note and warning the command printed, and those its JSON carries, go with the finding, and
+    # the warnings of reading its source (``read``: diagnose reads each input once, for every analysis)
+    said = [line for line in stderr if line.startswith(("Note:", "note:", "Warning:"))]
+    assert set(command_notes("", {}, said)) <= set(f["notes"])
+    assert set(f["notes"]) <= set(command_notes(f["command"].split()[1], d, stderr)) | set(command_notes("", {}, read))
+    check = CHECKS[f["kind"]]
+    check(f, ev, d)
+    assert 0 <= f["impact"] <= 1 and 0 <= f["confidence"] <= 1
+    assert math.isclose(f["score"], f["impact"] * f["confidence"], abs_tol=2e-4)
+
+
+def _fragmentation(f, ev, d):
+    p = d["params"]
+    assert ev["threshold"] == p["threshold"] and ev["fragmented_when"] == p["fragmented_when"] == fragmented_when(p["threshold"])
+    assert ev["fragmented_when"] in f["title"] and "crosses" not in f["title"]
+    ws = [w for w in d["windows"] if w["device"] == ev["device"]]
+    k = [w["window"] for w in ws].index(ev["first_window"])
+    run = ws[k:k + ev["windows_in_a_row"]]
+    assert all(w["fragmented"] for w in run) and (k + len(run) == len(ws) or not ws[k + len(run)]["fragmented"])
+    assert all(w["external_frag"] > 1 - p["threshold"] for w in run)  # what "fragmented" means, window by window
+    assert ev["external_frag_range"] == [min(w["external_frag"] for w in run), max(w["external_frag"] for w in run)]
+    worst = next(w for w in run if w["window"] == ev["worst_window"])
+    assert f["bytes_at_stake"] == worst["free_bytes"] - worst["largest_free_bytes"] == max(
+        w["free_bytes"] - w["largest_free_bytes"] for w in run)
+    assert ev["stays"] == all(w["fragmented"] for w in ws[k:])
+    assert f["impact"] == pytest.approx(impact(f["bytes_at_stake"], ev["device_peak_bytes"]), abs=1e-4)
+
+
+def _cached(f, ev, d):
+    peak = d["devices"][ev["device"]]["peaks"]["reserved"]
+    assert (ev["peak_reserved_bytes"], ev["cached_free_bytes"]) == (peak["bytes"], peak["cached_free_bytes"])
+    assert f["bytes_at_stake"] == peak["cached_free_bytes"]
+
+
+def _pinning(f, ev, d):
+    top = d["devices"][ev["device"]]["pinning"]["sites"][0]
+    assert (ev["site"], ev["stranded_bytes"], ev["segments"]) == (top["site"], top["stranded_bytes"], top["segments"])
+    peaks = d["devices"][ev["device"]]["peaks"]
+    kind = "reserved" if (peaks.get("reserved") or {}).get("bytes") else "allocated"
+    assert f["bytes_at_stake"] == top["stranded_bytes"] and ev["against_bytes"] == peaks[kind]["bytes"]
+    assert ev["against"] == f"peak {kind}" and f"of the peak {kind}" in f["title"]
+
+
+def _oom(f, ev, d):
+    assert {k: ev[k] for k in ("device", "ts_ns", "request_bytes", "device_free_bytes")} in [
+        {k: o.get(k) for k in ("device", "ts_ns", "request_bytes", "device_free_bytes")} for o in d["params"]["recorded_ooms"]]
+    assert f["bytes_at_stake"] == ev["request_bytes"]
+
+
+def _setting(f, ev, d):
+    rec = d["recommendation"]
+    assert ev["conf"] == rec["conf"] and ev["saving"] in rec["savings"]
+    assert f["bytes_at_stake"] == ev["saving"]["peak_reserved_bytes"]
+
+
+def _entropy(f, ev, d):
+    t, s = d["trend"], d["summary"]
+    assert ev["slope_bits_per_hour"] == t["theil_sen"]["slope"] and ev["kendall_p"] == t["kendall"]["p_value"]
+    assert ev["slope_unit"] == t["display"]["unit"] and ev["slope_unit"] in f["title"]
+    assert ev["rise_bits"] == pytest.approx(t["theil_sen"]["slope"] * s["span_s"] / 3600)
+    assert (ev["windows"], ev["empty_windows"], ev["span_s"]) == (s["windows"], s["empty_windows"], s["span_s"])
+    assert " 0 h " not in f["title"]
+
+
+def _bursts(f, ev, d):
+    s, p = d["summary"], d["params"]
+    assert (ev["bursts"], ev["share_in_bursts"], ev["events_counted"]) == (s["bursts"], s["share_in_bursts"], s["events_counted"])
+    span = (s["last_ns"] - s["first_ns"]) / 1e9
+    expected = 1 - np.exp(-2 * s["events_counted"] / span * p["gap_ms"] / 1e3)
+    assert ev["expected_share_if_even"] == pytest.approx(expected) and s["share_in_bursts"] > expected
+
+
+def _l2(f, ev, d):
+    assert {k: ev[k] for k in ("kernel", "metric", "launch_index", "jump")} in [
+        {k: b[k] for k in ("kernel", "metric", "launch_index", "jump")} for b in d["breakpoints"]]
+
+
+def _correlate(f, ev, d):
+    assert ev["r"] == d["pearson"]["r"] and ev["perm_p"] == d["pearson"]["perm_p"]
+
+
+def _coherence(f, ev, d):
+    assert ev["onset_frame"] == d["onset_frame"] and ev["n_frames"] == d["n_frames"]
+
+
+CHECKS = {"fragmentation_crossing": _fragmentation, "cached_free_at_peak": _cached, "pinning_site": _pinning,
+          "recorded_oom": _oom, "allocator_setting": _setting, "entropy_trend": _entropy, "burst_cluster": _bursts,
+          "l2_break": _l2, "address_flow_correlation": _correlate, "coherence_onset": _coherence}
+
+
+def _diagnosed(paths) -> dict:
+    run = veotrace.diagnose(paths)
+    out = run.to_dict()
+    assert all(s.get("mapping") and "None" not in s["mapping"] for s in out["sources"])
+    for f in out["findings"]:
+        _check(f, run.messages)
+    return out
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_every_finding_on_a_real_file_says_what_its_command_says(name):
+    out = _diagnosed([real_trace(name)])
+    memory = [f for f in out["findings"] if f["kind"] in ("fragmentation_crossing", "cached_free_at_peak", "pinning_site",
+                                                          "recorded_oom", "allocator_setting")]
+    assert all(f["bytes_at_stake"] for f in memory)
+    # no burst finding on a trace of a few seconds: evenly spread allocations would be as bursty
+    assert not [f for f in out["findings"] if f["kind"] == "burst_cluster" and f["evidence"]["span_s"] < 3]
+
+
+@pytest.mark.parametrize("name", NOTHING)
+def test_a_real_file_that_feeds_no_analysis_is_refused_with_why(name):
+    r = run_cli("diagnose", real_trace(name))
+    assert r.exit_code == 1 and r.stderr.count("Error:") == 1 and "feeds no analysis" in r.stderr
+
+
+def test_every_finding_on_the_samples_says_what_its_command_says():
+    out = _diagnosed(SAMPLE_INPUTS)
+    assert {f["kind"] for f in out["findings"]} >= {"l2_break", "coherence_onset"}
+
+
+def test_the_real_files_are_all_listed():
+    if not REAL_TRACES.exists():
+        pytest.skip("no real traces")
+    present = {p.name for p in REAL_TRACES.iterdir() if p.suffix != ".md"}
+    assert present <= set(REAL) | set(NOTHING), sorted(present - set(REAL) - set(NOTHING))
