@@ -257,14 +257,19 @@ def recorded_ooms(d: dict, ctx: Context) -> list[Finding]:
     out = []
     for o in (d.get("params") or {}).get("recorded_ooms") or []:
         w = o.get("what_if") or {}
-        rescued = [r["policy"] for r in w.get("policies", []) if r.get("avoids")]
+        unreproduced = w.get("reproduced") is False  # the model serves it: no policy's verdict stands
+        rescued = [] if unreproduced else [r["policy"] for r in w.get("policies", []) if r.get("avoids")]
+        advice = ("the torch model under the settings in use serves this request, so no setting is offered as a fix: "
+                  "look outside PyTorch's allocator (other processes, the CUDA context, a memory fraction)"
+                  if unreproduced else f"policies that would have served it: {', '.join(rescued)}" if rescued else
+                  "no replayed policy serves it: the job needs less memory (see veotrace sites)")
         out.append(Finding("recorded_oom", f"device {o['device']}: out of memory on a {o['request_bytes'] / 2**30:.2f} GiB "
-                           f"request with {o.get('device_free_bytes', 0) / 2**20:.1f} MiB free", ctx.source, "time",
+                           f"request with {o.get('device_free_bytes', 0) / 2**20:.1f} MiB free"
+                           + (" (not reproduced by the model)" if unreproduced else ""), ctx.source, "time",
                            ctx.at(o.get("ts_ns")), None, 1.0, 1.0, {k: o.get(k) for k in (
-                               "device", "ts_ns", "request_bytes", "device_free_bytes")} | {"avoided_by": rescued},
-                           ctx.command, (f"policies that would have served it: {', '.join(rescued)}" if rescued else
-                                         "no replayed policy serves it: the job needs less memory (see veotrace sites)"),
-                           bytes_at_stake=o.get("request_bytes")))
+                               "device", "ts_ns", "request_bytes", "device_free_bytes")} | {"avoided_by": rescued,
+                                                                                             "reproduced": w.get("reproduced")},
+                           ctx.command, advice, bytes_at_stake=o.get("request_bytes")))
     return out
 
 
@@ -308,19 +313,23 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
 
 
 def tune(d: dict, ctx: Context) -> list[Finding]:
-    """A setting that saves at least TUNE_MIN_SAVING of peak reserved against the trace's own (or the
-    defaults): impact, the bytes saved against the baseline's peak (``weigh.impact``); confidence 0.9 when the torch model is validated on the trace, 0.6
-    when there is nothing to validate against."""
+    """A setting that saves at least TUNE_MIN_SAVING of peak reserved against the settings in use (PyTorch's
+    defaults when the trace does not say; never the settings in use themselves): impact, the bytes saved
+    against the baseline's peak (``weigh.impact``); confidence 0.9 when the torch model is validated on the
+    trace, 0.6 when there is nothing to validate against. The knobs the recording never exercised are named."""
     rec = d.get("recommendation") or {}
-    if rec.get("conf") is None:
+    if rec.get("conf") is None or rec.get("in_use"):
         return []
     best = max(rec.get("savings") or [], key=lambda s: s.get("peak_reserved_share") or 0, default=None)
     if best is None or (best.get("peak_reserved_share") or 0) < TUNE_MIN_SAVING:
         return []
     trusted = (rec.get("trust") or {}).get("validated")
+    predicted = ((rec.get("trust") or {}).get("knobs") or {}).get("predicted") or []
     saved = best["peak_reserved_bytes"]
     return [Finding("allocator_setting", f"{rec['export']} would save {best['peak_reserved_share']:.0%} of peak reserved "
-                    f"({best['peak_reserved_bytes'] / 2**30:.2f} GiB) against {best['baseline']}", ctx.source, "none",
+                    f"({best['peak_reserved_bytes'] / 2**30:.2f} GiB) against {best['baseline']}"
+                    + (f" (predicted only: {', '.join(predicted)})" if predicted and trusted else
+                       " (the model is not validated on this trace)" if not trusted else ""), ctx.source, "none",
                     None, None, impact(saved, saved / best["peak_reserved_share"]), 0.9 if trusted else 0.6,
                     {"conf": rec["conf"], "saving": best, "validated": trusted}, ctx.command, rec["export"],
                     bytes_at_stake=saved)]
