@@ -1,0 +1,121 @@
+"""The segment and block map of one device at one instant: reserved ranges, the live blocks in them (with
+their group), the free gaps between, and which sites pin each range's free bytes.
+
+The gaps are ``fragmentation``'s free blocks (inside a segment, between its live blocks and its ends),
+so a map's free bytes, largest free block and external fragmentation (1 - largest / free) are those
+of ``fragmentation --at`` at the same instant. A map past ``max_rows`` rows keeps every range and
+draws each of its crowded ranges as address bins (live and free bytes, the largest gap, the group
+holding most bytes): the counts stay exact, the picture stays bounded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Address bins of one crowded range when a map is over its row budget.
+MAP_BINS = 256
+#: Sites named per range as pinning its free bytes.
+PINNED_TOP = 3
+
+KIND_SEGMENT, KIND_BLOCK, KIND_FREE, KIND_BIN = 0, 1, 2, 3
+
+
+def state_map(ranges: list[tuple[int, int]], addr: np.ndarray, size: np.ndarray, group: np.ndarray,
+              site: np.ndarray, *, max_rows: int) -> tuple[dict, dict, list[dict]]:
+    """(metrics, rows, ranges' pins) of the state with reserved ``ranges`` and live blocks (``addr``,
+    ``size``, their band ``group`` and ``site`` index).
+
+    ``rows`` are columns: kind (0 segment, 1 block, 2 free gap, 3 bin), range (index, -1: outside every
+    range), address, size, group (blocks; bins: the group of most bytes), site (blocks), live and free
+    bytes and largest gap (bins)."""
+    starts = np.array([a for a, _ in ranges], np.int64)
+    ends = np.array([b for _, b in ranges], np.int64)
+    order = np.argsort(addr, kind="stable")
+    addr, size, group, site = (np.asarray(v)[order] for v in (addr.astype(np.int64), size, group, site))
+    j = np.searchsorted(starts, addr, side="right") - 1
+    inside = j >= 0
+    inside[inside] = addr[inside] < ends[j[inside]]
+    j = np.where(inside, j, -1)
+    ins = np.flatnonzero(inside)
+    a, z, jj = addr[ins], size[ins].astype(np.int64), j[ins]
+    first = np.r_[True, jj[1:] != jj[:-1]] if jj.size else np.zeros(0, bool)
+    last = np.r_[jj[1:] != jj[:-1], True] if jj.size else np.zeros(0, bool)
+    prev_end = np.where(first, starts[jj] if jj.size else 0, np.r_[0, (a + z)[:-1]] if jj.size else 0)
+    gaps = [(prev_end, a - prev_end, jj), (a + z, ends[jj] - (a + z), jj)]
+    gaps[1] = tuple(v[last] for v in gaps[1])
+    empty = np.ones(len(ranges), bool)
+    empty[jj] = False
+    gaps.append((starts[empty], ends[empty] - starts[empty], np.flatnonzero(empty)))
+    g_addr, g_size, g_range = (np.concatenate([g[k] for g in gaps]) for k in range(3))
+    keep = g_size > 0
+    g_addr, g_size, g_range = g_addr[keep], g_size[keep], g_range[keep]
+    free, largest = int(g_size.sum()), int(g_size.max()) if g_size.size else 0
+    metrics = {"reserved_bytes": int((ends - starts).sum()), "segments": len(ranges),
+               "live_bytes": int(np.asarray(size).sum()), "live_blocks": int(addr.size),
+               "blocks_outside_segments": int(addr.size - ins.size), "free_bytes": free, "free_blocks": int(g_size.size),
+               "largest_free_bytes": largest, "external_frag": None if free == 0 else 1 - largest / free}
+    pins = _pins(len(ranges), jj, z, site[ins], g_range, g_size)
+    rows = _rows(starts, ends, j, addr, size, group, site, g_addr, g_size, g_range, max_rows)
+    return metrics, rows, pins
+
+
+def _pins(n: int, jj, z, site, g_range, g_size) -> list[dict]:
+    """Per range holding free bytes and live blocks: its free bytes and the sites of the most live bytes in it."""
+    out = []
+    free = np.bincount(g_range, weights=g_size, minlength=n) if n else np.zeros(0)
+    live = np.bincount(jj, weights=z, minlength=n) if n else np.zeros(0)
+    for r in np.flatnonzero((free > 0) & (live > 0)).tolist():
+        mine = jj == r
+        codes, inv = np.unique(site[mine], return_inverse=True)
+        by = np.bincount(inv, weights=z[mine])
+        top = np.argsort(-by, kind="stable")[:PINNED_TOP]
+        out.append({"range": r, "free_bytes": int(free[r]), "live_bytes": int(live[r]), "live_blocks": int(mine.sum()),
+                    "sites": [int(codes[k]) for k in top.tolist()]})
+    return out
+
+
+def _rows(starts, ends, j, addr, size, group, site, g_addr, g_size, g_range, max_rows: int) -> dict:
+    n_ranges = starts.size
+    per_range = np.bincount(j[j >= 0], minlength=n_ranges) + np.bincount(g_range, minlength=n_ranges)
+    crowded = np.zeros(n_ranges, bool)
+    budget = max(max_rows - n_ranges - int((j < 0).sum()), 0)
+    if per_range.sum() > budget:  # the ranges with the most rows are drawn as bins until the rest fit
+        for r in np.argsort(-per_range, kind="stable").tolist():
+            if per_range[~crowded].sum() + MAP_BINS * crowded.sum() <= budget or per_range[r] <= MAP_BINS:
+                break
+            crowded[r] = True
+    cols: dict[str, list] = {k: [] for k in ("kind", "range", "addr", "size", "group", "site", "live", "free", "gap")}
+
+    def add(kind, rng, a, s, g=None, st=None, live=None, free=None, gap=None):
+        k = np.size(a)
+        for key, v in (("kind", kind), ("range", rng), ("addr", a), ("size", s), ("group", g), ("site", st),
+                       ("live", live), ("free", free), ("gap", gap)):
+            cols[key].append(np.broadcast_to(np.asarray(-1 if v is None else v, np.int64), (k,)))
+
+    add(KIND_SEGMENT, np.arange(n_ranges), starts, ends - starts)
+    plain = (j < 0) | ~crowded[np.maximum(j, 0)]
+    add(KIND_BLOCK, j[plain], addr[plain], size[plain], group[plain], site[plain])
+    gp = ~crowded[g_range] if g_range.size else np.zeros(0, bool)
+    add(KIND_FREE, g_range[gp], g_addr[gp], g_size[gp])
+    for r in np.flatnonzero(crowded).tolist():
+        width = -(-int(ends[r] - starts[r]) // MAP_BINS)
+        edges = starts[r] + width * np.arange(MAP_BINS, dtype=np.int64)
+        mine = j == r
+        b = (addr[mine] - starts[r]) // width
+        live = np.bincount(b, weights=size[mine], minlength=MAP_BINS).astype(np.int64)
+        gm = g_range == r
+        gb = (g_addr[gm] - starts[r]) // width
+        free = np.bincount(gb, weights=g_size[gm], minlength=MAP_BINS).astype(np.int64)
+        gap = np.zeros(MAP_BINS, np.int64)
+        np.maximum.at(gap, gb, g_size[gm])
+        top = np.full(MAP_BINS, -1, np.int64)
+        if mine.any():  # per bin the group holding most live bytes
+            key = b * (int(group.max()) + 2) + group[mine] + 1
+            u, inv = np.unique(key, return_inverse=True)
+            by = np.bincount(inv, weights=size[mine])
+            best = np.lexsort((-by, u // (int(group.max()) + 2)))
+            ub = u[best] // (int(group.max()) + 2)
+            firsts = np.r_[True, ub[1:] != ub[:-1]]
+            top[ub[firsts]] = (u[best] % (int(group.max()) + 2) - 1)[firsts]
+        add(KIND_BIN, np.full(MAP_BINS, r), edges, np.minimum(width, ends[r] - edges), top, None, live, free, gap)
+    return {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
