@@ -76,9 +76,9 @@ def _pins(n: int, jj, z, site, g_range, g_size) -> list[dict]:
 
 def _rows(starts, ends, j, addr, size, group, site, g_addr, g_size, g_range, max_rows: int) -> dict:
     n_ranges = starts.size
-    per_range = np.bincount(j[j >= 0], minlength=n_ranges) + np.bincount(g_range, minlength=n_ranges)
+    per_range = np.bincount(j[j >= 0], minlength=n_ranges) + np.bincount(g_range[g_range >= 0], minlength=n_ranges)
     crowded = np.zeros(n_ranges, bool)
-    budget = max(max_rows - n_ranges - int((j < 0).sum()), 0)
+    budget = max(max_rows - n_ranges - int((j < 0).sum()) - int((g_range < 0).sum()), 0)
     if per_range.sum() > budget:  # the ranges with the most rows are drawn as bins until the rest fit
         for r in np.argsort(-per_range, kind="stable").tolist():
             if per_range[~crowded].sum() + MAP_BINS * crowded.sum() <= budget or per_range[r] <= MAP_BINS:
@@ -93,9 +93,12 @@ def _rows(starts, ends, j, addr, size, group, site, g_addr, g_size, g_range, max
             cols[key].append(np.broadcast_to(np.asarray(-1 if v is None else v, np.int64), (k,)))
 
     add(KIND_SEGMENT, np.arange(n_ranges), starts, ends - starts)
-    plain = (j < 0) | ~crowded[np.maximum(j, 0)]
+    def in_crowded(idx):
+        return (idx >= 0) & crowded[np.maximum(idx, 0)] if n_ranges else np.zeros(idx.size, bool)
+
+    plain = ~in_crowded(j)
     add(KIND_BLOCK, j[plain], addr[plain], size[plain], group[plain], site[plain])
-    gp = ~crowded[g_range] if g_range.size else np.zeros(0, bool)
+    gp = ~in_crowded(g_range)
     add(KIND_FREE, g_range[gp], g_addr[gp], g_size[gp])
     for r in np.flatnonzero(crowded).tolist():
         width = -(-int(ends[r] - starts[r]) // MAP_BINS)
@@ -119,3 +122,26 @@ def _rows(starts, ends, j, addr, size, group, site, g_addr, g_size, g_range, max
             top[ub[firsts]] = (u[best] % (int(group.max()) + 2) - 1)[firsts]
         add(KIND_BIN, np.full(MAP_BINS, r), edges, np.minimum(width, ends[r] - edges), top, None, live, free, gap)
     return {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
+
+
+def replay_map(state, *, max_gap: int, threshold: float, max_rows: int) -> tuple[dict, dict, list[dict]]:
+    """(metrics, rows, pins) of one device's ``frag`` replay state: its metrics are ``fragmentation --at``'s
+    (``frag.metrics.state_metrics``), its free blocks those ``fragmentation`` finds (gaps in segments, or
+    under ``max_gap`` without segments). Blocks carry no group (the replay keeps none)."""
+    from veotrace.frag import metrics as M
+
+    fb = M.free_blocks(state, max_gap=max_gap)
+    metrics = M.state_metrics(state, max_gap=max_gap, threshold=threshold, fb=fb)
+    starts = np.array([s.start for s in state.segments], np.int64)
+    ends = np.array([s.end for s in state.segments], np.int64)
+    addr = state.addr.astype(np.int64)
+    size = state.size.astype(np.int64)
+    j = np.searchsorted(starts, addr, side="right") - 1 if starts.size else np.full(addr.size, -1)
+    ok = j >= 0
+    ok[ok] = addr[ok] < ends[j[ok]]
+    j = np.where(ok, j, -1)
+    fa = np.asarray(fb.address, np.int64)
+    fj = np.searchsorted(starts, fa, side="right") - 1 if starts.size else np.full(fa.size, -1)
+    none = np.full(addr.size, -1, np.int64)
+    rows = _rows(starts, ends, j, addr, size, none, none, fa, np.asarray(fb.size, np.int64), fj, max_rows)
+    return metrics, rows, []

@@ -16,12 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
-from veotrace.view import levels as L
+from veotrace.view.lanes import class_name, size_class, stack_groups
 from veotrace.view.maps import state_map
 from veotrace.view.model import Lane, text
 
-#: Bands drawn apart (the groups of most bytes at the peak); the rest are one band, "other".
-TOP_GROUPS = 8
 OTHER = "(other sites)"
 #: Evenly spaced instants with a map, beside the peaks, OOMs, phase boundaries and the end.
 KEYFRAMES = 16
@@ -82,27 +80,16 @@ def _first_pass(sweep) -> _Entries:
                     arr(adc, np.int32), arr(ads, np.int64), odd)
 
 
-def per_group(slots: np.ndarray, n_groups: int, start: np.ndarray, e: _Entries, weights_rm, weights_ad,
-              keep: np.ndarray) -> np.ndarray:
-    """Per group, its level at each kept state (index into the n + 1 states): start + cumulative adds - removes."""
-    out = np.zeros((n_groups, keep.size), np.int64)
-    rm_slot = np.where(e.rm_code >= 0, slots[np.maximum(e.rm_code, 0)], -1)
-    ad_slot = np.where(e.ad_code >= 0, slots[np.maximum(e.ad_code, 0)], -1)
-    for g in range(n_groups):
-        delta = np.where(ad_slot == g, weights_ad, 0) - np.where(rm_slot == g, weights_rm, 0)
-        level = np.r_[0, np.cumsum(delta)] + start[g]
-        out[g] = level[keep]
-    return out
-
-
-def snapshot_lanes(path, rule, *, title: str, points_budget: int, map_rows: int) -> list[Lane]:
+def snapshot_lanes(path, rule, *, title: str, points_budget: int) -> list[Lane]:
     """The lanes of the snapshot at ``path`` (one per device with a trace or blocks).
 
     Args:
         rule: the site rule (``attribution.stacks.SiteRule``).
         title: the input's name on each lane.
-        points_budget: states kept per lane (``levels``).
-        map_rows: rows of each segment map before its crowded ranges are binned.
+        points_budget: states kept over the snapshot's lanes (``levels``).
+
+    Each map is held as its state and made into rows by its ``make(max_rows)`` once the page's
+    budget is known.
     """
     from veotrace.attribution.attribute import annotation_ranges, device_sweep, final_blocks
     from veotrace.attribution.stacks import Interner
@@ -119,12 +106,11 @@ def snapshot_lanes(path, rule, *, title: str, points_budget: int, map_rows: int)
     for d in devices:
         sweep = device_sweep(traces, d, names, final.get(d, {}))
         e = _first_pass(sweep)
-        lanes.append(_lane(sweep, e, names, traces, d, t0, ranges_by_device.get(d, []), title, points_budget, map_rows))
+        lanes.append(_lane(sweep, e, names, traces, d, t0, ranges_by_device.get(d, []), title, points_budget // len(devices)))
     return lanes
 
 
-def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title: str, points_budget: int,
-          map_rows: int) -> Lane:
+def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title: str, points_budget: int) -> Lane:
     n = e.act.size
     timed = n > 0 and bool((e.t >= 0).all()) and t0 is not None
     notes = []
@@ -140,57 +126,36 @@ def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title
     pre = list(sweep.pre.values())
     pre_size = np.array([v[0] for v in pre], np.int64)
     pre_code = np.array([v[2] for v in pre], np.int64)
-    # the group of each site code: a site, or (no stacks) a power-of-two size class of the block
-    n_codes = len(names.sites)
-    total = np.r_[0, np.cumsum(e.ad_size - e.rm_size)] + int(pre_size.sum())
-    peak = int(np.argmax(total)) if total.size else 0
-    if stacks:
-        key_name = {c: names.sites[c] for c in range(n_codes)}
-        code_key = np.arange(max(n_codes, 1))
+    if stacks:  # the group of a block: its site, or (no stacks) its power-of-two size class
         key = lambda codes, sizes: codes  # noqa: E731
     else:
-        key = lambda codes, sizes: np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64)  # noqa: E731
-    rm_key = np.where(e.rm_code >= 0, key(e.rm_code, e.rm_size), -1)
-    ad_key = np.where(e.ad_code >= 0, key(e.ad_code, e.ad_size), -1)
+        key = lambda codes, sizes: size_class(sizes)  # noqa: E731
+    k_e = _Entries(e.act, e.t, e.size, np.where(e.rm_code >= 0, key(e.rm_code, e.rm_size), -1).astype(np.int32),
+                   e.rm_size, np.where(e.ad_code >= 0, key(e.ad_code, e.ad_size), -1).astype(np.int32), e.ad_size, e.odd)
     pre_key = key(pre_code, pre_size) if pre_size.size else np.zeros(0, np.int64)
-    if not stacks:
-        n_keys = int(max(rm_key.max(initial=0), ad_key.max(initial=0), pre_key.max(initial=0))) + 1
-        key_name = {k: _class_name(k) for k in range(n_keys)}
-        code_key = np.arange(n_keys)
-    n_keys = code_key.size
-    at_peak = (np.bincount(pre_key, pre_size, minlength=n_keys)
-               + np.bincount(ad_key[:peak][ad_key[:peak] >= 0], e.ad_size[:peak][ad_key[:peak] >= 0], minlength=n_keys)
-               - np.bincount(rm_key[:peak][rm_key[:peak] >= 0], e.rm_size[:peak][rm_key[:peak] >= 0], minlength=n_keys))
-    ranked = sorted((k for k in range(n_keys) if at_peak[k] > 0), key=lambda k: (-at_peak[k], key_name[k]))
-    top = ranked[:TOP_GROUPS]
-    slots = np.full(n_keys, len(top), np.int64)
-    slots[top] = np.arange(len(top))
-    n_groups = len(top) + 1
-    # the states kept
+    if stacks:
+        key_name = dict(enumerate(names.sites))
+    else:
+        n_keys = int(max(k_e.rm_code.max(initial=0), k_e.ad_code.max(initial=0), pre_key.max(initial=0))) + 1
+        key_name = {k: class_name(k) for k in range(n_keys)}
     x = ((e.t - t0) / 1e6 if timed else np.arange(n, dtype=np.float64))
     x = np.r_[x[:1], x] if n else np.zeros(1)
-    ooms = np.flatnonzero(e.act == A_OOM)
-    buckets = L.level_buckets(points_budget)
-    keep, level = L.summary_levels(x, total, buckets, detail=[peak, *(ooms[:MAX_OOMS] + 1).tolist()])
-    k_e = _Entries(e.act, e.t, e.size, rm_key.astype(np.int32), e.rm_size, ad_key.astype(np.int32), e.ad_size, e.odd)
-    start_bytes = np.bincount(slots[pre_key], pre_size, minlength=n_groups) if pre_size.size else np.zeros(n_groups, np.int64)
-    start_blocks = np.bincount(slots[pre_key], minlength=n_groups) if pre_size.size else np.zeros(n_groups, np.int64)
-    by = per_group(slots, n_groups, start_bytes.astype(np.int64), k_e, e.rm_size, e.ad_size, keep)
-    blocks = per_group(slots, n_groups, start_blocks.astype(np.int64), k_e, 1, 1, keep)
     reserved = _reserved(e, traces.snap.segments, d, traces.segment_rows(d))
-    groups = [_group(k, key_name, names, stacks) for k in top]
-    if n_groups > len(top):
+    st = stack_groups(k_e, pre_key, pre_size, key_name, x, points_budget)
+    groups = [_group(k, key_name, names, stacks) for k in st.top]
+    if st.n_groups > len(st.top):
         groups.append({"name": OTHER if stacks else "(other size classes)", "other": True})
     lane = Lane(title=f"{title}, device {d}", group_kind="site" if stacks else "size class",
-                x_unit="s" if timed else "entry", groups=groups, x=x[keep], level=level, state=keep, buckets=buckets,
-                bytes=by, blocks=blocks, reserved=None if reserved is None else reserved[keep], notes=notes, entries=n)
+                x_unit="s" if timed else "entry", groups=groups, x=x[st.keep], level=st.level, state=st.keep,
+                buckets=st.buckets, bytes=st.bytes, blocks=st.blocks,
+                reserved=None if reserved is None else reserved[st.keep], notes=notes, entries=n)
+    lane.peaks.append(st.peak_row(x))
+    slots, total = st.slots, st.total
     # what is marked
-    peak_rows = by[:, np.searchsorted(keep, peak)]
-    lane.peaks.append({"kind": "allocated", "x": float(x[peak]), "state": peak, "bytes": int(total[peak]),
-                       "by_group": peak_rows.tolist()})
     if reserved is not None:
         rp = int(np.argmax(reserved))
         lane.peaks.append({"kind": "reserved", "x": float(x[rp]), "state": rp, "bytes": int(reserved[rp])})
+    ooms = np.flatnonzero(e.act == A_OOM)
     lane.ooms = [{"x": float(x[i + 1]), "state": int(i + 1), "request_bytes": int(e.size[i])} for i in ooms[:MAX_OOMS].tolist()]
     lane.marks = [{"x": float(x[i + 1]), "text": text(a)} for i, a in e.odd]
     if timed:
@@ -198,14 +163,8 @@ def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title
                        for a, b, nm, k in annotation[:MAX_PHASES]]
         if len(annotation) > MAX_PHASES:
             notes.append(f"{len(annotation):,} phase ranges: the first {MAX_PHASES:,} are drawn")
-    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0, map_rows)
+    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0)
     return lane
-
-
-def _class_name(k: int) -> str:
-    from veotrace.render.console import fmt_bytes
-
-    return f"blocks of {fmt_bytes(1 << (k - 1)) if k else '0 B'} < size <= {fmt_bytes(1 << k)}"
 
 
 def _group(k: int, key_name: dict, names, stacks: bool) -> dict:
@@ -258,7 +217,7 @@ def _instants(lane: Lane, e: _Entries, x, total, reserved, timed: bool, t0) -> l
     return sorted(out.items())
 
 
-def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, reserved, timed, t0, map_rows: int) -> None:
+def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, reserved, timed, t0) -> None:
     """The maps at the lane's instants and the external fragmentation at each window's end: one walk."""
     from veotrace.attribution.sweep import cut, free_layout, walk
 
@@ -268,7 +227,7 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
     for s, label in instants:
         stops.setdefault(s, []).append(("map", label))
     if windows is not None:
-        for k, (s, end_x) in enumerate(windows):
+        for s, end_x in windows:
             stops.setdefault(s, []).append(("window", end_x))
     frag = {"x": [], "external_frag": [], "free_bytes": [], "largest_free_bytes": []}
     site_ids: dict[int, int] = {}
@@ -283,7 +242,7 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
                 frag["free_bytes"].append(f["free_bytes"])
                 frag["largest_free_bytes"].append(f["largest_free_bytes"])
             else:
-                lane.maps.append(_map(i, arg, ranges, blocks, key, slots, site_ids, x, e, timed, t0, map_rows))
+                lane.maps.append(_map(i, arg, ranges, blocks, key, slots, site_ids, x, e, timed, t0))
         if row is None:
             break
         act, a, n = row[0], row[1], row[2]
@@ -311,16 +270,15 @@ def _window_edges(e: _Entries, t0) -> list[tuple[int, float]]:
     return list(zip(states.tolist(), ((edges - t0) / 1e6).tolist()))
 
 
-def _map(state: int, label: str, ranges, blocks: dict, key, slots, site_ids: dict, x, e: _Entries, timed: bool, t0,
-         map_rows: int) -> dict:
+def _map(state: int, label: str, ranges, blocks: dict, key, slots, site_ids: dict, x, e: _Entries, timed: bool, t0) -> dict:
     addr = np.fromiter(blocks.keys(), np.uint64, len(blocks)).astype(np.int64)
     vals = np.fromiter((v for b in blocks.values() for v in (b[0], b[2])), np.int64, 2 * len(blocks)).reshape(-1, 2)
     size, code = vals[:, 0], vals[:, 1]
     group = slots[key(code, size)] if code.size else np.zeros(0, np.int64)
     site = np.array([site_ids.setdefault(c, len(site_ids)) for c in code.tolist()], np.int64)
-    metrics, rows, pins = state_map(ranges, addr, size, group, site, max_rows=map_rows)
-    out = {"label": label, "state": state, "x": float(x[state]), "metrics": metrics, "pins": pins, "rows": rows,
-           "binned": bool((rows["kind"] == 3).any())}
+    ranges = list(ranges)  # the walk's own list goes on changing: the map is made once the page's budget is known
+    out = {"label": label, "state": state, "x": float(x[state]),
+           "make": lambda max_rows: state_map(ranges, addr, size, group, site, max_rows=max_rows)}
     if timed and state:
         at_us = int(e.t[state - 1])
         out["fragmentation_at"] = f"{(at_us - t0) / 1e6:.6f}s"
