@@ -1,4 +1,4 @@
-"""Refresh the vendored uPlot (veotrace/view/assets/) from the npm registry: its minified IIFE build, its
+"""Refresh the vendored uPlot (veotrace/viewer/assets/) from the npm registry: its minified IIFE build, its
 CSS and its licence, at the version given (default: the one the page names), with npm's own client.
 
     python3 tools/refresh_uplot.py            # the pinned version again (checks the files match)
@@ -23,7 +23,7 @@ FILES = {"package/dist/uPlot.iife.min.js": "uPlot.iife.min.js", "package/dist/uP
 
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ASSETS.parent.parent.parent))
-    from veotrace.view.page import UPLOT_VERSION
+    from veotrace.viewer.page import UPLOT_VERSION
 
     version = argv[0] if argv else UPLOT_VERSION
     with tempfile.TemporaryDirectory() as tmp:

@@ -183,7 +183,7 @@ def render_html(report) -> str:
     """The whole page as one string (UTF-8, every figure inline)."""
     views = any(s.view_html for s in report.sections)
     if views:
-        from veotrace.view.page import CSP, scripts, styles
+        from veotrace.viewer.page import CSP, scripts, styles
     toc = "".join(f'<li><a href="#{s.id}">{esc(s.title)}</a> <small>{esc(s.inputs)}</small>'
                   f'{" (not available)" if s.error else ""}</li>' for s in report.sections)
     return "".join([

@@ -210,7 +210,7 @@ def view(job, section, reading, size):
     section.headline = run.headline()
     section.params = {k: v for k, v in run.value.params.items() if k != "inputs"}
     if size is not None:
-        from veotrace.view.page import fragment
+        from veotrace.viewer.page import fragment
 
         _figure(section, run, size)
         section.view_html = fragment(run.value.page_data(), f"{section.id}-view")

@@ -1,4 +1,4 @@
-"""Run `view`: inputs -> the interactive memory timeline (``veotrace.view``), one lane per input and device,
+"""Run `view`: inputs -> the interactive memory timeline (``veotrace.viewer``), one lane per input and device,
 written as one self-contained HTML file.
 
 Each input (a snapshot, a log file, or a folder of rotated logs) is read as ``fragmentation`` reads it,
@@ -46,7 +46,7 @@ class ViewRun(RunResult):
 
     def html(self) -> str:
         """The whole page (what ``veotrace view -o`` writes)."""
-        from veotrace.view.page import document
+        from veotrace.viewer.page import document
 
         return document(self.value.page_data(), title=", ".join(str(p) for p in self.value.params["inputs"]))
 
@@ -91,7 +91,7 @@ def view(paths, output=None, *, site_filter: str | None = None, site_depth: int 
     map_rows = max(MIN_MAP_ROWS, MAP_ROWS_BUDGET // max(1, sum(len(lane.maps) for lane in lanes)))
     for lane in lanes:
         lane.maps = [_finish_map(m, map_rows) for m in lane.maps]
-    from veotrace.view.model import ViewResult
+    from veotrace.viewer.model import ViewResult
 
     result = ViewResult(lanes, {"inputs": [str(p) for p in paths], "site_filter": rule.internal,
                                 "site_depth": rule.depth, "points_budget": POINTS_BUDGET,
@@ -134,7 +134,7 @@ def _lanes_of(given, rule, options, report, budget: int) -> list:
 
             raise UsageError(f"{given}: give one PyTorch snapshot per input (each is its own lane)",
                              hint="Name each snapshot on the command line")
-        from veotrace.view.snapshot import snapshot_lanes
+        from veotrace.viewer.snapshot import snapshot_lanes
 
         return snapshot_lanes(snaps[0], rule, title=name, points_budget=budget)
     return _log_lanes(given, name, options, report, budget)
@@ -145,8 +145,8 @@ def _log_lanes(given, name: str, options, report, budget: int) -> list:
     at the lanes' instants and the fragmentation beneath (so each is ``fragmentation --at`` there)."""
     from veotrace.runs.fragmentation import read_and_replay
     from veotrace.sources.base import ReadReport
-    from veotrace.view import logs
-    from veotrace.view.maps import replay_map
+    from veotrace.viewer import logs
+    from veotrace.viewer.maps import replay_map
 
     devices = logs.replay_log(common.event_batches([given], options=options, report=ReadReport(), columns=logs.COLUMNS))
     t0 = min((int(e.t[e.t >= 0].min()) for e, _ in devices.values() if (e.t >= 0).any()), default=None)

@@ -338,7 +338,7 @@
     }
     mapCanvas.addEventListener("mousemove", mapHover);
     if (maps.length) {
-      const peak = maps.findIndex(m => m.label === "peak allocated");
+      const peak = maps.findIndex(m => m.label.startsWith("peak allocated"));
       showMap(peak >= 0 ? peak : maps.length - 1);
     } else {
       mapHead.textContent = "No segment map: the input records no segments or blocks.";

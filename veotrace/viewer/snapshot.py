@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
-from veotrace.view.lanes import class_name, size_class, stack_groups
-from veotrace.view.maps import state_map
-from veotrace.view.model import Lane, text
+from veotrace.viewer.lanes import class_name, size_class, stack_groups
+from veotrace.viewer.maps import state_map
+from veotrace.viewer.model import Lane, text
 
 OTHER = "(other sites)"
 #: Evenly spaced instants with a map, beside the peaks, OOMs, phase boundaries and the end.
@@ -213,7 +213,8 @@ def _instants(lane: Lane, e: _Entries, x, total, reserved, timed: bool, t0) -> l
     for s, label in want:
         if timed and 0 < s < n + 1:  # the state after every entry at the time of entry s - 1
             s = int(np.searchsorted(tm, tm[s - 1], "right"))
-        out.setdefault(s, label)
+        if label not in out.get(s, ""):
+            out[s] = f"{out[s]}, {label}" if s in out else label
     return sorted(out.items())
 
 

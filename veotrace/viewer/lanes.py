@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from veotrace.view import levels as L
+from veotrace.viewer import levels as L
 
 #: Bands drawn apart (the groups of most bytes at the peak); the rest are one band, "other".
 TOP_GROUPS = 8

@@ -22,8 +22,8 @@ CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'
 
 @cache
 def asset(name: str) -> str:
-    """A file of ``veotrace/view/assets`` (the vendored uPlot, its licence, the viewer's script and style)."""
-    return resources.files("veotrace.view").joinpath("assets", name).read_text(encoding="utf-8")
+    """A file of ``veotrace/viewer/assets`` (the vendored uPlot, its licence, the viewer's script and style)."""
+    return resources.files("veotrace.viewer").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def data_json(data: dict) -> str:

@@ -13,8 +13,8 @@ from array import array
 
 import numpy as np
 
-from veotrace.view.lanes import class_name, size_class, stack_groups
-from veotrace.view.snapshot import A_ALLOC, A_OOM, A_OTHER, _Entries
+from veotrace.viewer.lanes import class_name, size_class, stack_groups
+from veotrace.viewer.snapshot import A_ALLOC, A_OOM, A_OTHER, _Entries
 
 _ACT = {"alloc": A_ALLOC, "oom": A_OOM}
 COLUMNS = ("ts_ns", "op", "size_bytes", "address", "device", "stream")
@@ -58,7 +58,7 @@ def replay_log(batches) -> dict[int, tuple[_Entries, dict]]:
 def log_lane(e: _Entries, names: dict, *, title: str, t0_ns: int | None, points_budget: int):
     """The lane of one device's log entries (``replay_log``): its bands, peaks and OOMs; the maps and the
     fragmentation beneath are added from ``fragmentation``'s replay (``add_map``, ``add_windows``)."""
-    from veotrace.view.model import Lane
+    from veotrace.viewer.model import Lane
 
     n = e.act.size
     timed = n > 0 and bool((e.t >= 0).all()) and t0_ns is not None
@@ -89,7 +89,9 @@ def instants_ns(lane, e: _Entries, keyframes: int) -> dict[int, str]:
     want += [(int(k), "keyframe") for k in np.linspace(0, n, keyframes + 2)[1:-1].round().astype(int)]
     out: dict[int, str] = {}
     for s, label in want:
-        out.setdefault(int(e.t[max(s - 1, 0)]), label)
+        t = int(e.t[max(s - 1, 0)])
+        if label not in out.get(t, ""):
+            out[t] = f"{out[t]}, {label}" if t in out else label
     return out
 
 
