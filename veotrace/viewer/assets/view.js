@@ -171,8 +171,8 @@
         setScale: [(u, key) => {
           if (key !== "x" || relevel) return;
           relevel = true;
-          const t = performance.now();
-          u.setData(slice(u.scales.x.min, u.scales.x.max), false);
+          const t = performance.now(), a = u.scales.x.min, b = u.scales.x.max;
+          u.setData(slice(a, b), false);
           api.timings.lastRedraw = performance.now() - t;
           relevel = false;
           if (frag) frag.setScale("x", {min: u.scales.x.min, max: u.scales.x.max});
@@ -203,8 +203,11 @@
     }
     lane.groupAt = groupAt;
     function hover(u) {
-      const ci = u.cursor.idx;
-      if (ci === null || ci === undefined || !lane.drawn.pick) return;
+      if (!lane.drawn.pick || u.cursor.left === undefined || u.cursor.left < 0) return;
+      // the drawn point nearest the cursor (found here: uPlot's own index can lag a data swap after a zoom)
+      const xs = u.data[0], xv = u.posToVal(u.cursor.left, "x");
+      let ci = Math.min(lowerBound(xs, xv), xs.length - 1);
+      if (ci > 0 && xv - xs[ci - 1] < xs[ci] - xv) ci -= 1;
       const i = lane.drawn.pick[ci];
       const yv = u.posToVal(u.cursor.top, "y");
       const g = groupAt(i, yv);
