@@ -164,11 +164,12 @@ def hostile_snapshot(tmp_path):
 
     snap = stacked_snapshot(events=3000, stacks=6, seed=5)
     names = [*HOSTILE, "n" * 1_000_000]
+    files = [f"/work/model/{n}.py" for n in names]  # one object each: the pickle holds each string once, as PyTorch's does
     for e in snap["device_traces"][0]:
         for f in e.get("frames", ()):
             k = int(f["filename"][-4]) if f["filename"].endswith(".py") and f["filename"][-4].isdigit() else 0
             if "layer" in f["filename"]:
-                f["filename"] = f"/work/model/{names[k % len(names)][:200] if k % len(names) != 5 else names[5]}.py"
+                f["filename"] = files[k % len(names)]
                 f["name"] = names[(k + 1) % len(names)]
     t0 = snap["device_traces"][0][0]["time_us"]
     snap["external_annotations"] = [{"name": HOSTILE[0], "stage": "START", "device": 0, "time_us": t0 + 10},
