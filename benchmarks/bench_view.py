@@ -16,27 +16,16 @@ import os
 import pickle
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's veotrace and tools
-ENV = dict(os.environ, PYTHONPATH=str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from bench_sites import run  # noqa: E402 (one veotrace child process: wall seconds and peak RSS)
+
 MAX_HTML = 8 * 2**20
-
-
-def run(args: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one veotrace process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "veotrace", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=ENV)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status:
-        raise SystemExit(f"veotrace {' '.join(args)} failed: {proc.stderr.read().decode()[-500:]}")
-    return time.perf_counter() - t0, usage.ru_maxrss / 1024
 
 
 def snapshot(events: int, depth: int = 20, stacks: int = 200) -> Path:

@@ -63,18 +63,9 @@ def _first_pass(sweep) -> _Entries:
             odd.append((i, name))
         t.append(row[3] if isinstance(row[3], int) else -1)
         size.append(row[2] if isinstance(row[2], int) else 0)
-        if removed is None:
-            rmc.append(-1)
-            rms.append(0)
-        else:
-            rmc.append(removed[2])
-            rms.append(removed[0])
-        if added is None:
-            adc.append(-1)
-            ads.append(0)
-        else:
-            adc.append(added[2])
-            ads.append(added[0])
+        for block, codes, sizes in ((removed, rmc, rms), (added, adc, ads)):  # block: (size, requested, site)
+            codes.append(-1 if block is None else block[2])
+            sizes.append(0 if block is None else block[0])
     arr = lambda a, dt: np.frombuffer(a, dt) if len(a) else np.zeros(0, dt)  # noqa: E731
     return _Entries(arr(act, np.int8), arr(t, np.int64), arr(size, np.int64), arr(rmc, np.int32), arr(rms, np.int64),
                     arr(adc, np.int32), arr(ads, np.int64), odd)
@@ -220,7 +211,7 @@ def _instants(lane: Lane, e: _Entries, x, total, reserved, timed: bool, t0) -> l
 
 def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, reserved, timed, t0) -> None:
     """The maps at the lane's instants and the external fragmentation at each window's end: one walk."""
-    from veotrace.attribution.sweep import cut, free_layout, walk
+    from veotrace.attribution.sweep import free_layout, ranges_after, walk
 
     instants = _instants(lane, e, x, total, reserved, timed, t0)
     windows = _window_edges(e, t0) if timed else None
@@ -246,11 +237,7 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
                 lane.maps.append(_map(i, arg, ranges, blocks, key, slots, site_ids, x, e, timed, t0))
         if row is None:
             break
-        act, a, n = row[0], row[1], row[2]
-        if act in DEVICE_OPS and isinstance(a, int):
-            ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
-        elif act in RELEASE_OPS and isinstance(a, int):
-            ranges = cut(ranges, a, a + n)
+        ranges = ranges_after(ranges, row)
     lane.frag = frag if windows is not None else None
     lane.sites = [text(names.sites[c]) for c in sorted(site_ids, key=site_ids.get)]
 
