@@ -83,7 +83,10 @@
     }
     if (reserved) {
       const li = el("li"); const sw = el("span", "vt-swatch vt-reserved-swatch"); li.appendChild(sw);
-      li.appendChild(el("span", null, "reserved")); legend.appendChild(li);
+      let most = 0;
+      for (const v of reserved) if (v > most) most = v;
+      li.appendChild(el("span", null, `reserved (peak ${fmtBytes(most)}; above the live bytes' scale it is clipped)`));
+      legend.appendChild(li);
     }
     const tools = el("div", "vt-tools");
     const levelText = el("span", "vt-level");
@@ -144,11 +147,14 @@
         ctx.fillRect(a, top, Math.max(1, b - a), 14 * dpr);
         if (b - a > 40 * dpr) { ctx.fillStyle = "#333"; ctx.font = `${10 * dpr}px sans-serif`; ctx.fillText(ph.name.slice(0, 60), a + 2, top + 10 * dpr); }
       }
+      let row = 0;  // each mark's label one line lower than the last, so marks close together stay readable
       const line = (v, col, label) => {
         const p = u.valToPos(v, "x", true);
         ctx.strokeStyle = col; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([]);
         ctx.beginPath(); ctx.moveTo(p, top); ctx.lineTo(p, top + h); ctx.stroke();
-        ctx.fillStyle = col; ctx.font = `${10 * dpr}px sans-serif`; ctx.fillText(label, p + 3, top + 26 * dpr);
+        ctx.font = `${10 * dpr}px sans-serif`;
+        const w = ctx.measureText(label).width, x = p + 3 + w > u.bbox.left + u.bbox.width ? p - 3 - w : p + 3;
+        ctx.fillStyle = col; ctx.fillText(label, x, top + (26 + 12 * (row++ % 6)) * dpr);
       };
       for (const m of d.marks) line(m.x, "#999", m.text.slice(0, 40));
       for (const o of d.ooms) line(o.x, "#d62728", "OOM " + fmtBytes(o.request_bytes));
