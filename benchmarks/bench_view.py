@@ -40,14 +40,16 @@ def snapshot(events: int, depth: int = 20, stacks: int = 200) -> Path:
 
 
 def in_browser(chromium: str, page: Path, zooms: int = 20) -> tuple[float, list[float], int]:
-    """(first draw ms, zoom redraw ms each, level drawn at the deepest zoom) in headless Chromium."""
+    """(first draw ms: from navigation start to the first frame painted with every chart, zoom redraw ms
+    each, level drawn at the deepest zoom) in headless Chromium."""
     from tools.cdp import Browser
 
     with tempfile.TemporaryDirectory() as profile, Browser(chromium, Path(profile)) as b:
         p = b.open(page.as_uri(), timeout=120)
         if not p.evaluate("window.veotraceView && veotraceView.ready") or p.errors():
             raise SystemExit(f"the page did not draw: {p.errors()[:3]}")
-        first = p.evaluate("veotraceView.timings.firstDraw")
+        first = p.evaluate("new Promise(r => { const w = () => veotraceView.timings.firstPaint ? "
+                           "r(veotraceView.timings.firstPaint) : requestAnimationFrame(w); w(); })")
         times = []
         for k in range(zooms):  # zoom in step by step around the peak, then out again
             f = 0.5 ** (k % 10 + 1)

@@ -247,3 +247,23 @@ def test_an_output_that_is_an_input_a_folder_or_unwritable_is_one_error_line(tmp
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error:"), (target, r.stderr)
     assert copy.read_bytes() == snap.read_bytes()
+
+
+def test_each_device_is_a_lane_with_its_ooms_and_annotations_marked_and_mapped(tmp_path):
+    """synthetic_snapshot plants per device an oom entry (a 16 GiB request) and an action no reader knows."""
+    from veotrace.synth.torch import synthetic_snapshot
+
+    snap, _ = synthetic_snapshot(n_allocs=120, devices=2, seed=4)
+    path = tmp_path / "two.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    import veotrace
+
+    lanes = veotrace.view(path).value.lanes
+    assert [lane.title for lane in lanes] == ["two.pickle, device 0", "two.pickle, device 1"]
+    for lane, trace in zip(lanes, snap["device_traces"]):
+        (oom,) = lane.ooms
+        assert oom["request_bytes"] == 1 << 34
+        assert oom["state"] == next(i for i, e in enumerate(trace) if e["action"] == "oom") + 1
+        assert [m["text"] for m in lane.marks] == ["user_defined", "snapshot"]
+        assert any("OOM" in m["label"] for m in lane.maps)
+        assert lane.reserved is not None and lane.frag is not None and len(lane.frag["x"]) >= 1

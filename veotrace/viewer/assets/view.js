@@ -400,6 +400,7 @@
       throw e;
     }
   }
-  api.timings.firstDraw = performance.now();
+  api.timings.firstDraw = performance.now();  // every chart drawn (uPlot draws on creation)
   api.ready = true;
+  requestAnimationFrame(() => { api.timings.firstPaint = performance.now(); });  // and on screen
 })();
