@@ -267,3 +267,24 @@ def test_each_device_is_a_lane_with_its_ooms_and_annotations_marked_and_mapped(t
         assert [m["text"] for m in lane.marks] == ["user_defined", "snapshot"]
         assert any("OOM" in m["label"] for m in lane.maps)
         assert lane.reserved is not None and lane.frag is not None and len(lane.frag["x"]) >= 1
+
+
+def test_a_crowded_map_is_binned_within_its_row_budget_keeping_every_byte():
+    from veotrace.viewer.maps import KIND_BIN, KIND_BLOCK, KIND_FREE, state_map
+
+    rng = np.random.default_rng(2)
+    size = rng.integers(1, 64, 5000) * 512
+    addr = (1 << 30) + np.cumsum(size + rng.integers(0, 3, 5000) * 512) - size
+    group, site = rng.integers(0, 4, 5000), np.zeros(5000, np.int64)
+    ranges = [(1 << 30, int(addr[-1] + size[-1]) + 4096), (1 << 40, (1 << 40) + (2 << 20))]
+    full_m, full, _ = state_map(ranges, addr, size, group, site, max_rows=10**6)
+    m, rows, pins = state_map(ranges, addr, size, group, site, max_rows=1000)
+    assert m == full_m and len(rows["kind"]) <= 1000
+    binned = rows["kind"] == KIND_BIN
+    assert binned.any() and rows["live"][binned].sum() == size.sum()
+    free_full = full["size"][full["kind"] == KIND_FREE].sum()
+    assert rows["free"][binned].sum() + rows["size"][rows["kind"] == KIND_FREE].sum() == free_full
+    assert not (rows["kind"] == KIND_BLOCK).any() and pins[0]["live_bytes"] == size.sum()
+    # without ranges (a log without segments) the blocks are binned too
+    m2, rows2, _ = state_map([], addr, size, group, site, max_rows=1000)
+    assert len(rows2["kind"]) <= 1000 and rows2["live"][rows2["kind"] == KIND_BIN].sum() == size.sum()

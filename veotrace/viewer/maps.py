@@ -77,8 +77,10 @@ def _pins(n: int, jj, z, site, g_range, g_size) -> list[dict]:
 def _rows(starts, ends, j, addr, size, group, site, g_addr, g_size, g_range, max_rows: int) -> dict:
     n_ranges = starts.size
     per_range = np.bincount(j[j >= 0], minlength=n_ranges) + np.bincount(g_range[g_range >= 0], minlength=n_ranges)
+    outside = int((j < 0).sum() + (g_range < 0).sum())  # blocks and gaps in no range (a log without segments)
+    bin_outside = outside > max_rows // 2
     crowded = np.zeros(n_ranges, bool)
-    budget = max(max_rows - n_ranges - int((j < 0).sum()) - int((g_range < 0).sum()), 0)
+    budget = max(max_rows - n_ranges - (MAP_BINS if bin_outside else outside), 0)
     if per_range.sum() > budget:  # the ranges with the most rows are drawn as bins until the rest fit
         for r in np.argsort(-per_range, kind="stable").tolist():
             if per_range[~crowded].sum() + MAP_BINS * crowded.sum() <= budget or per_range[r] <= MAP_BINS:
@@ -92,36 +94,49 @@ def _rows(starts, ends, j, addr, size, group, site, g_addr, g_size, g_range, max
                        ("live", live), ("free", free), ("gap", gap)):
             cols[key].append(np.broadcast_to(np.asarray(-1 if v is None else v, np.int64), (k,)))
 
-    add(KIND_SEGMENT, np.arange(n_ranges), starts, ends - starts)
-    def in_crowded(idx):
-        return (idx >= 0) & crowded[np.maximum(idx, 0)] if n_ranges else np.zeros(idx.size, bool)
+    def binned(idx):
+        """Whether each row of range ``idx`` (-1: none) is drawn in a bin."""
+        inside = (idx >= 0) & crowded[np.maximum(idx, 0)] if n_ranges else np.zeros(idx.size, bool)
+        return inside | ((idx < 0) & bin_outside)
 
-    plain = ~in_crowded(j)
+    add(KIND_SEGMENT, np.arange(n_ranges), starts, ends - starts)
+    plain = ~binned(j)
     add(KIND_BLOCK, j[plain], addr[plain], size[plain], group[plain], site[plain])
-    gp = ~in_crowded(g_range)
+    gp = ~binned(g_range)
     add(KIND_FREE, g_range[gp], g_addr[gp], g_size[gp])
-    for r in np.flatnonzero(crowded).tolist():
-        width = -(-int(ends[r] - starts[r]) // MAP_BINS)
-        edges = starts[r] + width * np.arange(MAP_BINS, dtype=np.int64)
-        mine = j == r
-        b = (addr[mine] - starts[r]) // width
-        live = np.bincount(b, weights=size[mine], minlength=MAP_BINS).astype(np.int64)
-        gm = g_range == r
-        gb = (g_addr[gm] - starts[r]) // width
-        free = np.bincount(gb, weights=g_size[gm], minlength=MAP_BINS).astype(np.int64)
-        gap = np.zeros(MAP_BINS, np.int64)
-        np.maximum.at(gap, gb, g_size[gm])
-        top = np.full(MAP_BINS, -1, np.int64)
-        if mine.any():  # per bin the group holding most live bytes
-            key = b * (int(group.max()) + 2) + group[mine] + 1
-            u, inv = np.unique(key, return_inverse=True)
-            by = np.bincount(inv, weights=size[mine])
-            best = np.lexsort((-by, u // (int(group.max()) + 2)))
-            ub = u[best] // (int(group.max()) + 2)
-            firsts = np.r_[True, ub[1:] != ub[:-1]]
-            top[ub[firsts]] = (u[best] % (int(group.max()) + 2) - 1)[firsts]
-        add(KIND_BIN, np.full(MAP_BINS, r), edges, np.minimum(width, ends[r] - edges), top, None, live, free, gap)
+    regions = [(r, int(starts[r]), int(ends[r])) for r in np.flatnonzero(crowded).tolist()]
+    if bin_outside:
+        out_b, out_g = j < 0, g_range < 0
+        lo = min(int(addr[out_b].min(initial=2**62)), int(g_addr[out_g].min(initial=2**62)))
+        hi = max(int((addr[out_b] + size[out_b]).max(initial=0)), int((g_addr[out_g] + g_size[out_g]).max(initial=0)))
+        regions.append((-1, lo, hi))
+    for r, lo, hi in regions:
+        add(KIND_BIN, np.full(MAP_BINS, r), *_bins(lo, hi, j == r, g_range == r, addr, size, group, g_addr, g_size))
     return {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
+
+
+def _bins(lo: int, hi: int, mine, gm, addr, size, group, g_addr, g_size) -> tuple:
+    """MAP_BINS address bins over [lo, hi): start, width, the group of most live bytes, no site, live and
+    free bytes, the largest gap (each block and gap counted in the bin of its start)."""
+    width = max(1, -(-(hi - lo) // MAP_BINS))
+    edges = lo + width * np.arange(MAP_BINS, dtype=np.int64)
+    b = np.minimum((addr[mine] - lo) // width, MAP_BINS - 1)
+    live = np.bincount(b, weights=size[mine], minlength=MAP_BINS).astype(np.int64)
+    gb = np.minimum((g_addr[gm] - lo) // width, MAP_BINS - 1)
+    free = np.bincount(gb, weights=g_size[gm], minlength=MAP_BINS).astype(np.int64)
+    gap = np.zeros(MAP_BINS, np.int64)
+    np.maximum.at(gap, gb, g_size[gm])
+    top = np.full(MAP_BINS, -1, np.int64)
+    if mine.any():  # per bin the group holding most live bytes
+        span = int(group.max()) + 2
+        key = b * span + group[mine] + 1
+        u, inv = np.unique(key, return_inverse=True)
+        by = np.bincount(inv, weights=size[mine])
+        best = np.lexsort((-by, u // span))
+        ub = u[best] // span
+        firsts = np.r_[True, ub[1:] != ub[:-1]]
+        top[ub[firsts]] = (u[best] % span - 1)[firsts]
+    return edges, np.maximum(np.minimum(width, hi - edges), 0), top, None, live, free, gap
 
 
 def replay_map(state, *, max_gap: int, threshold: float, max_rows: int) -> tuple[dict, dict, list[dict]]:
