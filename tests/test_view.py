@@ -105,6 +105,8 @@ def test_a_log_is_drawn_by_size_class_and_stream_with_fragmentations_maps(tmp_pa
         assert m["metrics"][key] == at["devices"]["0"][key], key
     frag = json.loads(run_cli("fragmentation", log, "-f", "json").stdout)
     assert lane.frag["external_frag"] == [w["external_frag"] for w in frag["windows"] if w["device"] == 0]
+    # the log's own replay (vectorised) finds fragmentation's live-bytes peak
+    assert lane.peaks[0]["bytes"] == max(w["live_bytes_peak"] for w in frag["windows"] if w["device"] == 0)
 
 
 def test_a_snapshot_without_stacks_or_times_says_what_it_cannot_show_and_draws_by_entry_order(tmp_path):

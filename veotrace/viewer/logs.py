@@ -9,8 +9,6 @@ maps come from ``fragmentation``'s own replay (``frag``'s ``at_each``), so each 
 
 from __future__ import annotations
 
-from array import array
-
 import numpy as np
 
 from veotrace.viewer.lanes import class_name, size_class, stack_groups
@@ -21,38 +19,65 @@ COLUMNS = ("ts_ns", "op", "size_bytes", "address", "device", "stream")
 
 
 def replay_log(batches) -> dict[int, tuple[_Entries, dict]]:
-    """Per device, its entries (group keys are (stream, size class) pairs' indices) and the key names."""
-    keys: dict[tuple, int] = {}
-    out: dict[int, dict] = {}
-    for b in batches:
-        cols = {c: b.column(c).to_pylist() if c in b.schema.names else [None] * b.num_rows for c in COLUMNS}
-        for t, op, size, addr, dev, stream in zip(*(cols[c] for c in COLUMNS)):
-            d = out.setdefault(dev or 0, {"act": array("b"), "t": array("q"), "size": array("q"), "rmc": array("i"),
-                                          "rms": array("q"), "adc": array("i"), "ads": array("q"), "live": {}})
-            size = size or 0
-            d["act"].append(_ACT.get(op, A_OTHER))
-            d["t"].append(t if t is not None else -1)
-            d["size"].append(size)
-            rm = ad = None
-            if addr is not None:
-                if op == "alloc":
-                    rm = d["live"].get(addr)
-                    k = keys.setdefault((stream, int(size_class(size))), len(keys))
-                    ad = d["live"][addr] = (size, k)
-                elif op in ("free", "free_completed"):
-                    rm = d["live"].pop(addr, None)
-            d["rmc"].append(-1 if rm is None else rm[1])
-            d["rms"].append(0 if rm is None else rm[0])
-            d["adc"].append(-1 if ad is None else ad[1])
-            d["ads"].append(0 if ad is None else ad[0])
-    names = {k: (f"stream {s}, " if s is not None else "") + class_name(c) for (s, c), k in keys.items()}
+    """Per device, its entries (group keys index (stream, size class) pairs) and the key names.
 
-    def arr(a, dt):
-        return np.frombuffer(a, dt) if len(a) else np.zeros(0, dt)
+    Vectorised: the events are ordered by (device, address, read order); in each address's run an event
+    finds the last alloc before it and the last release before it (forward maxima of their positions),
+    and the block is live when that alloc is later than that release."""
+    import pyarrow as pa
 
-    return {dev: (_Entries(arr(v["act"], np.int8), arr(v["t"], np.int64), arr(v["size"], np.int64),
-                           arr(v["rmc"], np.int32), arr(v["rms"], np.int64), arr(v["adc"], np.int32),
-                           arr(v["ads"], np.int64), []), names) for dev, v in sorted(out.items())}
+    parts = [b.select(list(COLUMNS)) if set(COLUMNS) <= set(b.schema.names) else _with_columns(b) for b in batches]
+    if not parts:
+        return {}
+    t = pa.Table.from_batches(parts).combine_chunks()
+    op = np.asarray(t.column("op").cast(pa.string()).to_numpy(zero_copy_only=False))
+    n = op.size
+    ts = t.column("ts_ns").fill_null(-1).to_numpy()
+    size = t.column("size_bytes").fill_null(0).to_numpy().astype(np.int64)
+    has_addr = t.column("address").is_valid().to_numpy(zero_copy_only=False)
+    addr = t.column("address").fill_null(0).to_numpy().astype(np.uint64)
+    dev = t.column("device").fill_null(0).to_numpy().astype(np.int64)
+    stream_valid = t.column("stream").is_valid().to_numpy(zero_copy_only=False)
+    stream = t.column("stream").fill_null(0).to_numpy().astype(np.int64)
+    is_alloc = (op == "alloc") & has_addr
+    is_free = np.isin(op, ("free", "free_completed")) & has_addr
+    # group keys: (stream or none, size class) of each alloc
+    pairs = np.stack([np.where(stream_valid, stream, -1), size_class(size)], axis=1)
+    uniq, key = np.unique(pairs[is_alloc], axis=0, return_inverse=True)
+    ad_code = np.full(n, -1, np.int64)
+    ad_code[is_alloc] = key.ravel()
+    ad_size = np.where(is_alloc, size, 0)
+    rm_code = np.full(n, -1, np.int64)
+    rm_size = np.zeros(n, np.int64)
+    touch = np.flatnonzero(is_alloc | is_free)
+    order = touch[np.lexsort((touch, addr[touch], dev[touch]))]
+    if order.size:
+        pos = np.arange(order.size)
+        start = np.r_[True, (addr[order][1:] != addr[order][:-1]) | (dev[order][1:] != dev[order][:-1])]
+        run_start = np.maximum.accumulate(np.where(start, pos, 0))
+        last_alloc = np.r_[-1, np.maximum.accumulate(np.where(is_alloc[order], pos, -1))[:-1]]
+        last_free = np.r_[-1, np.maximum.accumulate(np.where(is_free[order], pos, -1))[:-1]]
+        live = (last_alloc >= run_start) & (last_alloc > last_free)
+        hit, src = order[live], order[last_alloc[live]]
+        rm_code[hit], rm_size[hit] = ad_code[src], size[src]
+    act = np.where(op == "alloc", A_ALLOC, np.where(op == "oom", A_OOM, A_OTHER)).astype(np.int8)
+    names = {k: (f"stream {s}, " if s >= 0 else "") + class_name(int(c)) for k, (s, c) in enumerate(uniq.tolist())}
+    out = {}
+    for d in np.unique(dev).tolist():
+        m = dev == d
+        out[d] = (_Entries(act[m], ts[m], size[m], rm_code[m].astype(np.int32), rm_size[m], ad_code[m].astype(np.int32),
+                           ad_size[m], []), names)
+    return out
+
+
+def _with_columns(batch):
+    """A batch with every column of COLUMNS (a log without a stream or device column: nulls)."""
+    import pyarrow as pa
+
+    types = {"ts_ns": pa.int64(), "op": pa.string(), "size_bytes": pa.int64(), "address": pa.uint64(),
+             "device": pa.int32(), "stream": pa.int64()}
+    cols = [batch.column(c) if c in batch.schema.names else pa.nulls(batch.num_rows, types[c]) for c in COLUMNS]
+    return pa.RecordBatch.from_arrays(cols, names=list(COLUMNS))
 
 
 def log_lane(e: _Entries, names: dict, *, title: str, t0_ns: int | None, points_budget: int):
