@@ -63,6 +63,8 @@ def _args(line: str, path: Path, tmp_path: Path) -> list[list]:
         return [[*args, path, ARRAYS / "epe.npy", *names], [*args, ARRAYS / "addrs.npy", path, *names]]
     if entry.command == "convert":
         return [[*args, path, "-o", tmp_path / "out.parquet"]]
+    if entry.command == "view":
+        return [[*args, path, "-o", tmp_path / "view.html"]]
     if entry.command == "diff":  # the file against itself, and against the sample log
         return [[*args, path, path], [*args, path, LOG]]
     if "--window-events" in line:
@@ -140,7 +142,8 @@ def test_report_on_each_sample(path, tmp_path):
 
 def test_every_registry_command_is_exercised_here():
     """A command added to the registry must be run by this file (or by test_report_real.py for report)."""
-    covered = {*FILE_COMMANDS, "convert", "correlate", "info", "gate", "banks", "formats", "report", "diagnose", "diff"}
+    covered = {*FILE_COMMANDS, "convert", "correlate", "info", "gate", "banks", "formats", "report", "diagnose", "diff",
+               "view"}  # view: with -o, on every file whose info lists it (above)
     assert {e.command for e in registry.commands()} <= covered
 
 

@@ -113,7 +113,7 @@ def test_real_snapshot_without_time_us():
     assert d["events_without_time"] == 10_307 and d["first_ns"] is None
     assert f["details"]["blocks"]["states"] == {"active_allocated": 802, "inactive": 277}
     # untimed, but its frees pair with its allocs: fragmentation and simulate window by events
-    assert f["supports"] == ["entropy --window-events N", "convert", "fragmentation", "simulate", "tune", "sites", "diff"]
+    assert f["supports"] == ["entropy --window-events N", "convert", "fragmentation", "simulate", "tune", "sites", "view", "diff"]
 
 
 def test_real_snapshots_of_other_layouts():
@@ -131,7 +131,7 @@ def test_real_snapshots_of_other_layouts():
     # no alloc event in its trace: entropy and bursts (which count allocs) would find nothing to count
     assert not any(c.startswith(("entropy", "bursts")) for c in yiyi["supports"] + muduard["supports"])
     # segments and blocks alone feed fragmentation (the state at the snapshot); no alloc to simulate
-    assert muduard["supports"] == ["fragmentation", "sites", "diff"] and "simulate" not in yiyi["supports"]
+    assert muduard["supports"] == ["fragmentation", "sites", "view", "diff"] and "simulate" not in yiyi["supports"]
     r = run_cli("entropy", real_trace("yiyi_oom_snapshot.pickle"), "--window-events", "10")
     assert r.exit_code != 0
 

@@ -83,15 +83,22 @@ def test_the_sdist_holds_what_a_build_needs(dist):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     from veotrace.cli.app import COMPILED_PARTS
 
-    need = {"pyproject.toml", "setup.py", "README.md", "CHANGELOG.md", "veotrace/py.typed"}
+    need = {"pyproject.toml", "setup.py", "README.md", "CHANGELOG.md", "veotrace/py.typed", *VIEW_ASSETS}
     need |= {m.replace(".", "/") + ".c" for m, _, _ in COMPILED_PARTS}
     assert need <= names, sorted(need - names)
     assert not [n for n in names if n.endswith(".so")]  # nothing compiled in the checkout rides along
 
 
+#: veotrace view's vendored chart library, its licence, and the viewer: read from the package at run time.
+VIEW_ASSETS = {f"veotrace/viewer/assets/{n}" for n in ("uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE", "view.js",
+                                                       "view.css")}
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_and_runs_the_main_job_outside_the_checkout(dist, tmp_path):
     (wheel,) = dist.glob("veotrace-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert VIEW_ASSETS <= set(z.namelist())
     py = _venv(tmp_path / "v", wheel)
     _main_job(py, tmp_path)
     version = subprocess.run([str(py), "-m", "veotrace", "--version"], capture_output=True, text=True, cwd=tmp_path,

@@ -249,3 +249,23 @@ def test_every_line_info_lists_maps_to_its_report_section():
     assert _base("bursts --events kernels") == "bursts --events kernels"
     assert _base("l2-breakpoints --metric NAME (per-kernel picture only)") == "l2-breakpoints"
     assert _base("convert") is None
+
+
+def test_report_embeds_the_interactive_view_with_its_still_figure_for_no_script(replay_report):
+    """A snapshot's report holds veotrace view's own element and data (one lane per input, as the command
+    draws them), the page's scripts once and inline only, and the still figure inside <noscript>."""
+    import json
+
+    from veotrace.viewer.page import CSP
+
+    html = "<h2>".join(replay_report)
+    sec = _section(replay_report, "Memory timeline (interactive)", "memory_snapshot.pickle")
+    assert 'class="vt-view"' in sec and "<noscript><figure" in sec
+    (data,) = re.findall(r'<script type="application/json" class="vt-data"[^>]*>(.*?)</script>', sec, re.S)
+    page = json.loads(data)
+    import veotrace
+
+    own = veotrace.view(SAMPLES / "snapshots" / "memory_snapshot.pickle").value.page_data()
+    assert [lane["peaks"] for lane in page["lanes"]] == [lane["peaks"] for lane in own["lanes"]]
+    assert html.count(f'content="{CSP}"') == 1 and html.count("uPlot 1.6.32, vendored") == 1
+    assert not re.search(r"<script[^>]*\bsrc=", html) and outside_refs(html) == []

@@ -44,6 +44,7 @@ EXAMPLES: dict[str, list[list[str]] | None] = {
     "gate": [["entropy", "sample_traces/alloc_logs/", "--save-baseline", "{tmp}/base.json", "-f", "json", "-o", "{tmp}/e.json"],
              ["sample_traces/alloc_logs/", "--baseline", "{tmp}/base.json"]],
     "report": None,
+    "view": None,
     "diagnose": [["sample_traces/simulate/training_log.csv", "sample_traces/frames/frames.csv"]],
     "banks": [["--elem-bytes", "4", "--stride", "2"]],
     "formats": None,

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tuning",),
     ("engine", "live"),
     ("gating",),
-    ("render", "plot"),
+    ("render", "plot", "viewer"),
     ("runs",),
     ("comparison",),
     ("reporting",),

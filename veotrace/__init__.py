@@ -18,7 +18,7 @@ __version__ = "0.2.0"
 
 #: The API functions: one per command (``l2_breakpoints`` for ``l2-breakpoints``).
 __all__ = ["banks", "bursts", "coherence", "convert", "correlate", "diagnose", "diff", "entropy", "formats",
-           "fragmentation", "gate", "info", "l2_breakpoints", "report", "simulate", "sites", "tune"]
+           "fragmentation", "gate", "info", "l2_breakpoints", "report", "simulate", "sites", "tune", "view"]
 
 
 def __getattr__(name: str):

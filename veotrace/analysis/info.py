@@ -130,6 +130,15 @@ def supports_sites(info: FileInfo) -> str | None:
     return "sites" if info.format == "torch-snapshot" and info.tables.get("segments") else None
 
 
+def supports_view(info: FileInfo) -> str | None:
+    """view draws what fragmentation replays over time: a PyTorch snapshot, or alloc/free events with addresses
+    (not an array of addresses, which has no time)."""
+    if info.format == "torch-snapshot" and info.tables.get("segments"):
+        return "view"
+    arrays = (info.details.get("arrays") or {}).get("arrays")
+    return "view" if not arrays and supports_fragmentation(info) else None
+
+
 def supports_diff(info: FileInfo) -> str | None:
     """diff compares two runs of alloc/free events (a snapshot's state alone too: its fragmentation and sites)."""
     if _alloc(info)[0] is None and info.format != "torch-snapshot":

@@ -236,6 +236,23 @@ def _sized(rows, final: dict[int, tuple], last_alloc: dict[int, int]):
             yield act, a, n, t, None, None
 
 
+def device_sweep(traces, d: int, names: Interner, final: dict[int, tuple]) -> Sweep:
+    """Device ``d``'s trace as the sweeps read it, with the blocks live before it and the block sizes
+    ``sites`` gives (``final``: the device's part of ``final_blocks``): for a reader that walks the
+    trace itself (``veotrace view``) and must see the same blocks as ``sites``."""
+    free_op = "free_completed" if traces.completes(d) else "free_requested"
+    pre, last_alloc = before_trace(traces.rows(d, names), final, free_op, names, d in traces.devices)
+    return Sweep(lambda: _sized(traces.rows(d, names), final, last_alloc),
+                 ranges_before(segment_ranges(traces.snap.segments, d), reversed(traces.segment_rows(d))),
+                 pre, free_op)
+
+
+def annotation_ranges(marks: list[dict]) -> tuple[dict[int, list], dict]:
+    """Per device, the (start_us, end_us, name, depth) ranges of ``external_annotations``' matched
+    START/END marks, and the counts of matched, unmatched and unusable marks."""
+    return _annotation_ranges(marks)
+
+
 def _sweep(traces, d: int, names: Interner, replay: "_Replay") -> Sweep:
     """Device ``d``'s trace for the forward sweeps."""
     return Sweep(lambda: _sized(traces.rows(d, names), replay.final, replay.last_alloc),

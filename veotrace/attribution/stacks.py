@@ -74,7 +74,9 @@ _FIELDS = operator.itemgetter("filename", "line", "name")
 class Interner:
     """Sites by stack: each distinct stack is matched once; memory grows with distinct stacks, not entries.
 
-    ``codes`` maps a site to its index in ``sites``; ``of(frames)`` returns that index.
+    ``codes`` maps a site to its index in ``sites``; ``of(frames)`` returns that index; ``stack_of`` the
+    first stack met of each site (its (filename, line, name) frames, innermost first), for a viewer's
+    hover.
     """
 
     def __init__(self, rule: SiteRule) -> None:
@@ -83,6 +85,7 @@ class Interner:
         self.codes: dict[str, int] = {}
         self._by_stack: dict = {}
         self._by_id: dict[int, int] = {}
+        self.stack_of: dict[int, tuple] = {}
 
     def code(self, site: str) -> int:
         c = self.codes.get(site)
@@ -106,6 +109,7 @@ class Interner:
             c = self._by_stack.get(key)
         if c is None:
             c = self._by_stack[key] = self.code(self.rule.site(frames))
+            self.stack_of.setdefault(c, key)
         self._by_id[id(frames)] = c
         return c
 

@@ -127,11 +127,18 @@ def states_at(sweep: Sweep, times: list[int], *, by_entry: bool = False) -> Iter
             k += 1
         if row is None:
             break
-        act, a, n = row[0], row[1], row[2]
-        if act in DEVICE_OPS and isinstance(a, int):
-            ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
-        elif act in RELEASE_OPS and isinstance(a, int):
-            ranges = cut(ranges, a, a + n)
+        ranges = ranges_after(ranges, row)
+
+
+def ranges_after(ranges: list[tuple[int, int]], row: tuple) -> list[tuple[int, int]]:
+    """The reserved ranges after ``row`` (action, addr, size, ...): a segment alloc/map adds its range, a
+    free/unmap takes it out; any other row leaves them."""
+    act, a, n = row[0], row[1], row[2]
+    if act in DEVICE_OPS and isinstance(a, int):
+        return sorted(cut(ranges, a, a + n) + [(a, a + n)])
+    if act in RELEASE_OPS and isinstance(a, int):
+        return cut(ranges, a, a + n)
+    return ranges
 
 
 def stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Interner) -> dict:

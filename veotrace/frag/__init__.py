@@ -44,6 +44,8 @@ def fragmentation_series(
     top_zones: int | None = 100,
     latency_col: str | None = None,
     on_progress: Callable[[], None] | None = None,
+    at_each: Iterable[int] = (),
+    on_at: Callable[[int, int, DeviceState], None] | None = None,
 ) -> FragmentationResult:
     """Replay an alloc/free event stream and measure fragmentation per window.
 
@@ -71,6 +73,9 @@ def fragmentation_series(
             (e.g. ``latency_us``): P50/P99 per zone and per request-size bin (``layout``).
         at_ns: also capture the full state after every event at or before this timestamp;
             at_offset_s: the same, this many seconds after the first event.
+        at_each, on_at: hand each device's state, as ``at_ns`` would capture it, to
+            ``on_at(at_ns, device, state)`` for each of these timestamps (``veotrace view``'s segment
+            maps; the state is the replay's own: read it there, keep none of it).
 
     Returns:
         FragmentationResult. Never raises on inconsistent traces: they are counted in ``counters``.
@@ -95,7 +100,7 @@ def fragmentation_series(
     replay = Replay(window_ns=None if window_events is not None else round(window_s * 1e9),
                     window_events=window_events, initial=initial, round_bytes=round_bytes, max_gap=max_gap,
                     threshold=threshold, bins=tuple(bins), layout=Layout(zone_bytes=zone_bytes, bins=tuple(bins), max_gap=max_gap),
-                    at_ns=at_ns, latency_col=latency_col)
+                    at_ns=at_ns, latency_col=latency_col, at_each=tuple(at_each), on_at=on_at)
     if first is not None and at_offset_s is not None:
         if window_events is not None or first.column("ts_ns").null_count:
             raise UsageError("--at TIME needs timestamps; use --at end")

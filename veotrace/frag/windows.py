@@ -69,7 +69,7 @@ class Replay:
 
     def __init__(self, *, window_ns: int | None, window_events: int | None, initial, round_bytes: int,
                  max_gap: int, threshold: float, bins, layout: Layout, at_ns: int | None,
-                 latency_col: str | None = None) -> None:
+                 latency_col: str | None = None, at_each=(), on_at=None) -> None:
         self.window_ns, self.window_events = window_ns, window_events
         self.states: dict[int, DeviceState] = {}
         self.seed(initial)
@@ -85,6 +85,12 @@ class Replay:
         self.placed = 0  # alloc/free rows with an address
         self.has_time = True
         self.at_states: dict[int, DeviceState] | None = None if at_ns is None else {}
+        # ``at_each``: more times (ns) whose state is handed to ``on_at(at_ns, device, state)`` as it is
+        # after the device's last event at or before each (``veotrace view``'s segment maps); the state is
+        # the replay's own, so the callback reads it and keeps none of it.
+        self.at_each = np.unique(np.asarray(at_each, dtype=np.int64)) if len(at_each) else np.zeros(0, np.int64)
+        self.on_at = on_at
+        self.at_next: dict[int, int] = {}  # per device, the index in at_each of its next time to hand over
         self.n_offset = 0  # events before this piece of the trace (engines: ``parallel``)
         self.next_k: dict[int, int] | None = None  # per device, the window of its next event after this piece
 
@@ -154,6 +160,10 @@ class Replay:
         want_at = self.at_ns is not None and d not in self.at_states and self.window_events is None
         if want_at:
             cuts = np.union1d(cuts, np.flatnonzero((ts[:-1] <= self.at_ns) & (ts[1:] > self.at_ns)) + 1)
+        each = self.at_each.size and self.window_events is None and self.at_next.get(d, 0) < self.at_each.size
+        if each:
+            cuts = np.union1d(cuts, np.searchsorted(ts, self.at_each[(self.at_each >= ts[0]) & (self.at_each < ts[-1])],
+                                                    "right"))
         bounds = np.r_[0, cuts, n].astype(np.int64)
         nrun = bounds.size - 1
         run_id = np.repeat(np.arange(nrun), np.diff(bounds))
@@ -181,6 +191,8 @@ class Replay:
             i0, i1 = bl[j], bl[j + 1]
             if want_at and ts[i0] > self.at_ns and d not in self.at_states:
                 self.capture_at(d)
+            if each:
+                self._hand_over(d, st, int(ts[i0]))
             s0, s1 = m.run_bounds[j], m.run_bounds[j + 1]
             if s1 > s0 or st.addr.size:
                 st.match_run(m.sa[s0:s1], m.first[s0:s1], m.last[s0:s1], m.is_alloc[s0:s1], m.bsz[s0:s1],
@@ -323,6 +335,14 @@ class Replay:
         """Keep device ``d``'s state as it is after its last event at or before ``at_ns``."""
         self.at_states[d] = self.states[d].copy()
 
+    def _hand_over(self, d: int, st: DeviceState, before_ns: int | None) -> None:
+        """``on_at`` for each of ``at_each`` before ``before_ns`` (None: all that are left) not yet handed over."""
+        k = self.at_next.get(d, 0)
+        while k < self.at_each.size and (before_ns is None or self.at_each[k] < before_ns):
+            self.on_at(int(self.at_each[k]), d, st)
+            k += 1
+        self.at_next[d] = k
+
     def finish(self) -> None:
         for d, win in sorted(self.open.items()):
             end = self.last_ts[d] if self.window_events is None else None
@@ -335,3 +355,6 @@ class Replay:
             for d in self.states:
                 if d not in self.at_states:
                     self.capture_at(d)
+        if self.at_each.size and self.window_events is None:
+            for d, st in sorted(self.states.items()):
+                self._hand_over(d, st, None)

@@ -1,4 +1,5 @@
-"""Report layer: the HTML page: no script, no outside resource, light and dark colour schemes, print styles."""
+"""Report layer: the HTML page: no outside resource, light and dark colour schemes, print styles; script only
+for an interactive view (``veotrace view``'s), whose still figure stands in without JavaScript."""
 
 from __future__ import annotations
 
@@ -129,7 +130,11 @@ def _section(s) -> str:
         parts.append(f'<p class="error">Not available: {esc(s.error)}</p></section>')
         return "".join(parts)
     parts.append(_cards(s.headline))
-    if s.figure_svg:
+    if s.view_html:
+        parts.append(s.view_html)
+        if s.figure_svg:
+            parts.append(f'<noscript><figure aria-label="{esc(s.title)}">{s.figure_svg}</figure></noscript>')
+    elif s.figure_svg:
         parts.append(f'<figure aria-label="{esc(s.title)}">{s.figure_svg}</figure>')
     if s.columns:
         parts.append(f"<h3>{esc(s.table_title)}</h3>" + _table(s.columns, s.rows))
@@ -176,13 +181,17 @@ def _findings(report) -> str:
 
 def render_html(report) -> str:
     """The whole page as one string (UTF-8, every figure inline)."""
+    views = any(s.view_html for s in report.sections)
+    if views:
+        from veotrace.viewer.page import CSP, scripts, styles
     toc = "".join(f'<li><a href="#{s.id}">{esc(s.title)}</a> <small>{esc(s.inputs)}</small>'
                   f'{" (not available)" if s.error else ""}</li>' for s in report.sections)
     return "".join([
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">' if views else "",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         '<meta name="color-scheme" content="light dark">',
-        f"<title>veotrace report</title><style>{CSS}</style></head><body>",
+        f"<title>veotrace report</title><style>{CSS}{styles() if views else ''}</style></head><body>",
         f'<header><h1>veotrace report</h1><p class="sub">veotrace {esc(report.version)}; '
         f"{len(report.inputs)} input file{'' if len(report.inputs) == 1 else 's'}; every analysis with its defaults (commands shown to rerun them).</p>",
         _cards(_summary(report)), "</header>",
@@ -190,6 +199,8 @@ def render_html(report) -> str:
         _findings(report),
         f'<section id="inputs"><h2>Inputs</h2>{_inputs(report)}</section>',
         *(_section(s) for s in report.sections),
-        f"<footer>Made by veotrace {esc(report.version)}. This file needs no network and no script: "
-        "figures are inline SVG.</footer></body></html>\n",
+        f"<footer>Made by veotrace {esc(report.version)}. This file needs no network: figures are inline SVG"
+        + ("; the interactive timeline's script and data are inline too (without JavaScript its still figure shows)."
+           if views else ", and it needs no script.") + "</footer>",
+        scripts() if views else "", "</body></html>\n",
     ])

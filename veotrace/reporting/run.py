@@ -38,6 +38,8 @@ class Section:
     table_note: str = ""
     params: dict = field(default_factory=dict)
     figure_svg: str | None = None
+    #: an interactive view's page element (``veotrace.viewer.page.fragment``); its still figure is shown without script
+    view_html: str | None = None
     error: str | None = None
     result: Any = field(default=None, repr=False)  # the analysis' RunResult, for the findings on the first page
 

@@ -201,6 +201,23 @@ def sites(job, section, reading, size):
     return run
 
 
+def view(job, section, reading, size):
+    """The interactive timeline itself (``veotrace view``'s page element), with its still picture for
+    a reader without JavaScript."""
+    from veotrace.runs.view import view as run_view
+
+    run = run_view(job.paths, time_unit=reading["time_unit"], skip_bad_rows=reading["skip_bad_rows"],
+                   format_hint=reading["format_hint"])
+    section.headline = run.headline()
+    section.params = {k: v for k, v in run.value.params.items() if k != "inputs"}
+    if size is not None:
+        from veotrace.viewer.page import fragment
+
+        _figure(section, run, size)
+        section.view_html = fragment(run.value.page_data(), f"{section.id}-view")
+    return run
+
+
 def _without_read(params: dict) -> dict:
     """A result's parameters without what reading reported (the report shows what it read elsewhere)."""
     return {k: v for k, v in params.items() if k != "read"}

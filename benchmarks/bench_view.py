@@ -1,0 +1,91 @@
+"""Cost of `veotrace view` against `veotrace sites` on the same snapshot, in one run, and the page in a browser.
+
+Issue 41 asks, on the generated 1M-entry stacked snapshot (synth.torch.stacked_snapshot, 20-frame stacks
+of 200 distinct ones, as benchmarks/bench_sites.py makes it): `view` within 1.5x of `sites`' time and
+peak memory, the HTML at most 8 MiB, and in headless Chromium the first draw under 2 s and a zoom redraw
+under 100 ms (performance.now() in the page: the first draw from navigation start; a zoom from setting
+the x range to the next painted frame).
+
+    python3 benchmarks/bench_view.py [--events 1000000] [--runs 2] [--chromium /usr/bin/chromium]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # this checkout's veotrace and tools
+sys.path.insert(0, str(HERE))
+from bench_sites import run  # noqa: E402 (one veotrace child process: wall seconds and peak RSS)
+
+MAX_HTML = 8 * 2**20
+
+
+def snapshot(events: int, depth: int = 20, stacks: int = 200) -> Path:
+    from veotrace.synth.torch import stacked_snapshot
+
+    data = HERE / "data"
+    data.mkdir(exist_ok=True)
+    path = data / f"stacked_{events}_{depth}_{stacks}.pickle"
+    if not path.exists():
+        path.write_bytes(pickle.dumps(stacked_snapshot(events=events, depth=depth, stacks=stacks)))
+    return path
+
+
+def in_browser(chromium: str, page: Path, zooms: int = 20) -> tuple[float, list[float], int]:
+    """(first draw ms: from navigation start to the first frame painted with every chart, zoom redraw ms
+    each, level drawn at the deepest zoom) in headless Chromium."""
+    from tools.cdp import Browser
+
+    with tempfile.TemporaryDirectory() as profile, Browser(chromium, Path(profile)) as b:
+        p = b.open(page.as_uri(), timeout=120)
+        if not p.evaluate("window.veotraceView && veotraceView.ready") or p.errors():
+            raise SystemExit(f"the page did not draw: {p.errors()[:3]}")
+        first = p.evaluate("new Promise(r => { const w = () => veotraceView.timings.firstPaint ? "
+                           "r(veotraceView.timings.firstPaint) : requestAnimationFrame(w); w(); })")
+        times = []
+        for k in range(zooms):  # zoom in step by step around the peak, then out again
+            f = 0.5 ** (k % 10 + 1)
+            times.append(p.evaluate(f"""(() => {{ const l = veotraceView.lanes[0], [a, b] = l.span, c = l.data.peaks[0].x;
+                const w = (b - a) * {f}; return l.zoom(Math.max(a, c - w / 2), Math.min(b, c + w / 2)); }})()"""))
+        level = p.evaluate("veotraceView.lanes[0].drawn.level")
+    return first, times, level
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=2, help="runs of each command; the fastest is kept")
+    ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    a = ap.parse_args()
+    path = snapshot(a.events)
+    out = Path(tempfile.mkdtemp()) / "view.html"
+
+    def best(args):
+        return min((run(args) for _ in range(a.runs)), key=lambda r: r[0])
+
+    sites = best(["sites", str(path), "-f", "json", "-o", os.devnull])
+    view = best(["view", str(path), "-o", str(out)])
+    size = out.stat().st_size
+    print(f"{path.name} ({path.stat().st_size / 2**20:.0f} MiB, {a.events:,} entries): sites {sites[0]:.2f} s / "
+          f"{sites[1]:.0f} MiB; view {view[0]:.2f} s / {view[1]:.0f} MiB; ratio {view[0] / sites[0]:.2f}x time, "
+          f"{view[1] / sites[1]:.2f}x memory (bound 1.5x)")
+    print(f"view.html: {size / 2**20:.2f} MiB (bound {MAX_HTML / 2**20:.0f} MiB)")
+    if Path(a.chromium).exists():
+        first, zooms, level = in_browser(a.chromium, out)
+        print(f"headless Chromium: first draw {first:.0f} ms after navigation (bound 2000 ms); zoom redraw median "
+              f"{statistics.median(zooms):.1f} ms, max {max(zooms):.1f} ms over {len(zooms)} zooms (bound 100 ms; "
+              f"{1000 / statistics.median(zooms):.0f} frames a second); deepest zoom draws level {level}")
+    else:
+        print(f"no Chromium at {a.chromium}: the in-browser times are not measured")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""veotrace view (issue 41): the lanes' numbers against sites and fragmentation, the summary levels, logs,
+inputs without stacks or times, hostile strings, and every refusal (the real browser: test_view_browser)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from tests.conftest import REAL_TRACES, SAMPLES, run_cli
+
+
+def stacked(tmp_path, events=4000, stacks=12, name="s.pickle"):
+    from veotrace.synth.torch import stacked_snapshot
+
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(stacked_snapshot(events=events, stacks=stacks, seed=3)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def snap(tmp_path_factory):
+    return stacked(tmp_path_factory.mktemp("view"))
+
+
+@pytest.fixture(scope="module")
+def snap_view(snap):
+    import veotrace
+
+    return veotrace.view(snap)
+
+
+def test_the_bands_at_the_peak_are_sites_peak_bytes_by_site(snap, snap_view):
+    sites = json.loads(run_cli("sites", snap, "-f", "json").stdout)["devices"]["0"]["peaks"]["allocated"]
+    (lane,) = snap_view.value.lanes
+    peak = lane.peaks[0]
+    assert peak["bytes"] == sites["bytes"]
+    names = [g["name"] for g in lane.groups]
+    top = [r for r in sites["sites"][: len(names) - 1]]
+    assert names[:-1] == [r["site"] for r in top]
+    assert peak["by_group"][:-1] == [r["bytes"] for r in top]
+    assert peak["blocks_by_group"][:-1] == [r["blocks"] for r in top]
+    assert peak["by_group"][-1] == sum(r["bytes"] for r in sites["sites"][len(names) - 1:])
+    # the kept state at the peak is the peak (exact, whatever the zoom)
+    col = int(np.searchsorted(lane.state, peak["state"]))
+    assert lane.state[col] == peak["state"] and lane.bytes[:, col].sum() == sites["bytes"]
+    assert abs(peak["x"] - sites["t_s"]) < 1e-9
+
+
+def test_the_segment_map_at_the_peak_is_fragmentation_at_that_time(snap, snap_view):
+    (lane,) = snap_view.value.lanes
+    m = next(m for m in lane.maps if m["label"].startswith("peak allocated"))
+    assert not m["binned"]
+    at = json.loads(run_cli("fragmentation", snap, "--at", m["fragmentation_at"], "-f", "json").stdout)["at"]
+    kinds = {"segment": 0, "block": 1, "free": 2}
+    theirs = sorted((kinds[r["kind"]], r["address"], r["size_bytes"]) for r in at["state"])
+    mine = sorted(zip(*(m["rows"][k].tolist() for k in ("kind", "addr", "size"))))
+    assert mine == theirs
+    dev = at["devices"]["0"]
+    for key in ("reserved_bytes", "live_bytes", "free_bytes", "free_blocks", "largest_free_bytes", "external_frag"):
+        assert m["metrics"][key] == dev[key], key
+    end = lane.maps[-1]
+    assert end["label"].endswith("end") and end["fragmentation_at"] == "end" and end["metrics"]["live_blocks"] == lane.blocks[:, -1].sum()
+
+
+def test_summary_levels_keep_each_buckets_extremes_and_coarser_levels_are_subsets():
+    from veotrace.viewer.levels import summary_levels
+
+    rng = np.random.default_rng(1)
+    n = 50_000
+    total = np.cumsum(rng.integers(-100, 101, n))
+    x = np.sort(rng.random(n)) * 10
+    buckets = [64, 256, 1024]
+    kept, level = summary_levels(x, total, buckets, detail=[int(np.argmax(total))], detail_radius=5)
+    assert np.all(np.diff(kept) > 0) and kept[0] == 0 and kept[-1] == n - 1
+    for k, b in enumerate(buckets):  # every bucket's maximum and minimum are among the states of its level
+        ids = np.minimum(((x - x[0]) / (x[-1] - x[0]) * buckets[-1]).astype(int), buckets[-1] - 1) // (buckets[-1] // b)
+        shown = kept[level <= k]
+        for fn in (np.max, np.min):
+            want = {i: fn(total[ids == i]) for i in np.unique(ids)}
+            got = {}
+            for s in shown:
+                got.setdefault(ids[s], []).append(total[s])
+            assert all(want[i] in got[i] for i in want)
+        assert len(shown) <= 2 * b + 2
+    peak = int(np.argmax(total))
+    assert set(range(peak - 5, peak + 6)) <= set(kept.tolist())
+
+
+def test_a_log_is_drawn_by_size_class_and_stream_with_fragmentations_maps(tmp_path):
+    log = SAMPLES / "alloc_addr" / "alloc_addr.csv"
+    import veotrace
+
+    (lane,) = veotrace.view(log).value.lanes
+    assert lane.group_kind == "size class and stream" and lane.x_unit == "s"
+    assert all("size" in g["name"] for g in lane.groups)
+    assert any("no stacks" in n for n in lane.notes)
+    m = next(m for m in lane.maps if m["label"].startswith("peak allocated"))
+    at = json.loads(run_cli("fragmentation", log, "--at", m["fragmentation_at"], "-f", "json").stdout)["at"]
+    for key in ("live_bytes", "free_bytes", "largest_free_bytes", "external_frag"):
+        assert m["metrics"][key] == at["devices"]["0"][key], key
+    frag = json.loads(run_cli("fragmentation", log, "-f", "json").stdout)
+    assert lane.frag["external_frag"] == [w["external_frag"] for w in frag["windows"] if w["device"] == 0]
+    # the log's own replay (vectorised) finds fragmentation's live-bytes peak
+    assert lane.peaks[0]["bytes"] == max(w["live_bytes_peak"] for w in frag["windows"] if w["device"] == 0)
+
+
+def test_a_snapshot_without_stacks_or_times_says_what_it_cannot_show_and_draws_by_entry_order(tmp_path):
+    from veotrace.synth.torch import synthetic_snapshot
+
+    snap, _ = synthetic_snapshot(n_allocs=80, with_time=False)
+    for e in snap["device_traces"][0]:
+        e.pop("frames", None)
+    path = tmp_path / "bare.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    out = tmp_path / "bare.html"
+    r = run_cli("view", path, "-o", out)
+    assert r.exit_code == 0, r.stderr
+    import veotrace
+
+    (lane,) = veotrace.view(path).value.lanes
+    assert lane.x_unit == "entry" and lane.group_kind == "size class"
+    notes = " ".join(lane.notes)
+    assert "no stacks recorded" in notes and "no times recorded" in notes
+    assert lane.maps[-1]["label"].endswith("end") and "no times recorded" in out.read_text()
+
+
+def test_several_inputs_are_one_lane_each(tmp_path, snap):
+    other = stacked(tmp_path, events=1500, stacks=4, name="other.pickle")
+    import veotrace
+
+    lanes = veotrace.view([snap, other, SAMPLES / "alloc_addr" / "alloc_addr.csv"]).value.lanes
+    assert [lane.title for lane in lanes] == ["s.pickle, device 0", "other.pickle, device 0", "alloc_addr.csv, device 0"]
+
+
+class _Scripts(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.scripts, self.tags, self._in, self.data = [], [], None, []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "script":
+            self.scripts.append(dict(attrs))
+            self._in = dict(attrs)
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in is not None and self._in.get("type") == "application/json":
+            self.data.append(data)
+
+
+HOSTILE = ["</script><script>document.title='pwned'</script>", "\"' onmouseover=alert(1) x=\"",
+           "javascript:alert(document.domain)", "ctl\x00\x01\x07\x1b[31m\u2028\u2029end", "<img src=x onerror=alert(1)>"]
+
+
+def hostile_snapshot(tmp_path):
+    """A stacked snapshot whose user frames and annotations hold hostile strings, one of them 1 MB long."""
+    from veotrace.synth.torch import stacked_snapshot
+
+    snap = stacked_snapshot(events=3000, stacks=6, seed=5)
+    names = [*HOSTILE, "n" * 1_000_000]
+    files = [f"/work/model/{n}.py" for n in names]  # one object each: the pickle holds each string once, as PyTorch's does
+    for e in snap["device_traces"][0]:
+        for f in e.get("frames", ()):
+            k = int(f["filename"][-4]) if f["filename"].endswith(".py") and f["filename"][-4].isdigit() else 0
+            if "layer" in f["filename"]:
+                f["filename"] = files[k % len(names)]
+                f["name"] = names[(k + 1) % len(names)]
+    t0 = snap["device_traces"][0][0]["time_us"]
+    snap["external_annotations"] = [{"name": HOSTILE[0], "stage": "START", "device": 0, "time_us": t0 + 10},
+                                    {"name": HOSTILE[0], "stage": "END", "device": 0, "time_us": t0 + 5000}]
+    path = tmp_path / "hostile.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    return path
+
+
+def test_hostile_strings_stay_data_and_text(tmp_path):
+    path = hostile_snapshot(tmp_path)
+    out = tmp_path / "hostile.html"
+    r = run_cli("view", path, "-o", out)
+    assert r.exit_code == 0, r.stderr
+    page = out.read_text(encoding="utf-8")
+    p = _Scripts()
+    p.feed(page)
+    # exactly our scripts: one data element, uPlot and the viewer; none from an input
+    assert [s.get("type") for s in p.scripts] == ["application/json", None, None]
+    assert all("src" not in s for s in p.scripts) and "img" not in p.tags
+    assert len(p.data) == 1 and "<" not in p.data[0] and ">" not in p.data[0]
+    data = json.loads(p.data[0])
+    text = json.dumps(data)
+    assert "pwned" in text and "javascript:alert" in text  # kept, as data
+    lane = data["lanes"][0]
+    assert lane["phases"][0]["name"] == HOSTILE[0]
+    assert any("characters)" in g["name"] for g in lane["groups"])  # the 1 MB name is cut, saying so
+    assert len(page) < 8 * 2**20 and "pwned" not in re.sub(r'<script type="application/json".*?</script>', "", page, flags=re.S)
+
+
+@pytest.mark.parametrize("name", ["yiyi_oom_snapshot.pickle", "cranberrii_memory_snapshot.pickle",
+                                  "magma27_memory_snapshot.pickle", "muduard_memory_snapshot.pkl",
+                                  "constructorsun_memory_snapshot.pickle", "kkaitlyn_memory_ctx256_forward_.pickle"])
+def test_every_real_snapshot_gives_its_lanes(name):
+    path = REAL_TRACES / name
+    if not path.exists():
+        pytest.skip(f"real trace {name} not present in {REAL_TRACES}")
+    import veotrace
+
+    run = veotrace.view(path)
+    sites = json.loads(run_cli("sites", path, "-f", "json").stdout)
+    lanes = run.value.lanes
+    assert lanes and all(lane.maps for lane in lanes)
+    for lane in lanes:
+        d = lane.title.rsplit(" ", 1)[1]
+        peak = sites["devices"][d]["peaks"].get("allocated")
+        if peak and lane.group_kind == "site":
+            assert lane.peaks[0]["bytes"] == peak["bytes"]
+    assert "<iframe" in run._repr_html_()
+
+
+def test_what_sites_and_fragmentation_refuse_view_refuses_with_the_same_line(tmp_path):
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00\x01 not a trace" * 50)
+    no_addr = tmp_path / "noaddr.csv"
+    no_addr.write_text("ts_ns,op,size_bytes\n1,alloc,512\n2,free,512\n")
+    cut = tmp_path / "cut.pickle"
+    cut.write_bytes(pickle.dumps(__import__("veotrace.synth.torch", fromlist=["x"]).stacked_snapshot(events=500))[:-4000])
+    for path, other in ((junk, "fragmentation"), (no_addr, "fragmentation"), (cut, "sites"), (cut, "fragmentation")):
+        want = run_cli(other, path, "-f", "json")
+        got = run_cli("view", path, "-o", tmp_path / "v.html")
+        assert want.exit_code != 0 and got.exit_code == want.exit_code, (path, got.stderr)
+        assert got.stderr.strip().splitlines()[-1] == want.stderr.strip().splitlines()[-1]
+        assert got.stderr.count("Error:") == 1 and "Traceback" not in got.stderr
+    assert not (tmp_path / "v.html").exists()
+
+
+def test_an_output_that_is_an_input_a_folder_or_unwritable_is_one_error_line(tmp_path, snap):
+    copy = tmp_path / "in.pickle"
+    copy.write_bytes(snap.read_bytes())
+    # the input itself, a folder, a path through a file and one in a missing folder (root may write anywhere else)
+    for target in (copy, tmp_path, copy / "v.html", tmp_path / "missing" / "v.html"):
+        r = run_cli("view", copy, "-o", target)
+        assert r.exit_code in (1, 2), (target, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error:"), (target, r.stderr)
+    assert copy.read_bytes() == snap.read_bytes()
+
+
+def test_each_device_is_a_lane_with_its_ooms_and_annotations_marked_and_mapped(tmp_path):
+    """synthetic_snapshot plants per device an oom entry (a 16 GiB request) and an action no reader knows."""
+    from veotrace.synth.torch import synthetic_snapshot
+
+    snap, _ = synthetic_snapshot(n_allocs=120, devices=2, seed=4)
+    path = tmp_path / "two.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    import veotrace
+
+    lanes = veotrace.view(path).value.lanes
+    assert [lane.title for lane in lanes] == ["two.pickle, device 0", "two.pickle, device 1"]
+    for lane, trace in zip(lanes, snap["device_traces"]):
+        (oom,) = lane.ooms
+        assert oom["request_bytes"] == 1 << 34
+        assert oom["state"] == next(i for i, e in enumerate(trace) if e["action"] == "oom") + 1
+        assert [m["text"] for m in lane.marks] == ["user_defined", "snapshot"]
+        assert any("OOM" in m["label"] for m in lane.maps)
+        assert lane.reserved is not None and lane.frag is not None and len(lane.frag["x"]) >= 1
+
+
+def test_a_crowded_map_is_binned_within_its_row_budget_keeping_every_byte():
+    from veotrace.viewer.maps import KIND_BIN, KIND_BLOCK, KIND_FREE, state_map
+
+    rng = np.random.default_rng(2)
+    size = rng.integers(1, 64, 5000) * 512
+    addr = (1 << 30) + np.cumsum(size + rng.integers(0, 3, 5000) * 512) - size
+    group, site = rng.integers(0, 4, 5000), np.zeros(5000, np.int64)
+    ranges = [(1 << 30, int(addr[-1] + size[-1]) + 4096), (1 << 40, (1 << 40) + (2 << 20))]
+    full_m, full, _ = state_map(ranges, addr, size, group, site, max_rows=10**6)
+    m, rows, pins = state_map(ranges, addr, size, group, site, max_rows=1000)
+    assert m == full_m and len(rows["kind"]) <= 1000
+    binned = rows["kind"] == KIND_BIN
+    assert binned.any() and rows["live"][binned].sum() == size.sum()
+    free_full = full["size"][full["kind"] == KIND_FREE].sum()
+    assert rows["free"][binned].sum() + rows["size"][rows["kind"] == KIND_FREE].sum() == free_full
+    assert not (rows["kind"] == KIND_BLOCK).any() and pins[0]["live_bytes"] == size.sum()
+    # without ranges (a log without segments) the blocks are binned too
+    m2, rows2, _ = state_map([], addr, size, group, site, max_rows=1000)
+    assert len(rows2["kind"]) <= 1000 and rows2["live"][rows2["kind"] == KIND_BIN].sum() == size.sum()

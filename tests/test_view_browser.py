@@ -1,0 +1,120 @@
+"""veotrace view in a real browser (headless Chromium over the DevTools protocol, tools/cdp.py; one launch for
+the module): the page loads with no console error and no request; the bands at the peak, read from the
+page's own data, are sites' bytes by site; a zoom draws another level; hovering a known site's band shows
+its file and line; the segment map at the peak is fragmentation --at's; hostile strings stay text."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_browser import BROWSERS
+from tests.test_view import HOSTILE, hostile_snapshot, stacked
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tools.cdp import Browser  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    path = next((p for p in map(shutil.which, BROWSERS) if p), None)
+    if path is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
+    with Browser(path, tmp_path_factory.mktemp("chromium-profile")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def page(browser, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("viewpage")
+    snap = stacked(tmp, events=6000, stacks=12)
+    out = tmp / "view.html"
+    r = run_cli("view", snap, "-o", out)
+    assert r.exit_code == 0, r.stderr
+    p = browser.open(out.as_uri())
+    assert p.evaluate("window.veotraceView && veotraceView.ready") is True
+    return snap, p
+
+
+def test_the_page_loads_with_no_console_error_and_no_request(page):
+    _, p = page
+    assert p.evaluate("veotraceView.errors") == []
+    assert p.errors() == []
+    assert p.requests() == []
+
+
+def test_the_bands_at_the_peak_read_from_the_page_are_sites_bytes_by_site(page):
+    snap, p = page
+    got = p.evaluate("""(() => {
+        const l = veotraceView.lanes[0], d = l.data, peak = d.peaks[0];
+        let i = 0; while (l.state[i] !== peak.state) i++;
+        return {names: d.groups.map(g => g.name), bytes: l.bytes.map(b => b[i])};
+    })()""")
+    sites = json.loads(run_cli("sites", snap, "-f", "json").stdout)["devices"]["0"]["peaks"]["allocated"]["sites"]
+    k = len(got["names"]) - 1
+    assert got["names"][:k] == [r["site"] for r in sites[:k]]
+    assert got["bytes"][:k] == [r["bytes"] for r in sites[:k]]
+    assert got["bytes"][k] == sum(r["bytes"] for r in sites[k:])
+
+
+def test_a_zoom_draws_a_finer_level(page):
+    _, p = page
+    before = p.evaluate("veotraceView.lanes[0].drawn.level")
+    ms = p.evaluate("(() => { const l = veotraceView.lanes[0]; const [a, b] = l.span; "
+                    "return l.zoom(a + (b - a) * 0.4, a + (b - a) * 0.4 + (b - a) / 200); })()")
+    after = p.evaluate("veotraceView.lanes[0].drawn")
+    assert after["level"] > before and after["points"] > 0 and ms < 1000
+    p.evaluate("(() => { const l = veotraceView.lanes[0]; return l.zoom(l.span[0], l.span[1]); })()")
+    assert p.evaluate("veotraceView.lanes[0].drawn.level") == before
+
+
+def test_hovering_a_known_sites_band_shows_its_file_and_line(page):
+    _, p = page
+    where = p.evaluate("""(() => {
+        const l = veotraceView.lanes[0], u = l.chart, d = l.data, peak = d.peaks[0];
+        const k = l.drawn.pick.findIndex(i => l.state[i] === peak.state);
+        const i = l.drawn.pick[k];
+        const mid = l.bytes[0][i] / 2;  // the bottom band: the site of most bytes at the peak
+        const r = u.over.getBoundingClientRect();
+        return {x: r.left + u.valToPos(u.data[0][k], "x"), y: r.top + u.valToPos(mid, "y"), stack: d.groups[0].stack[0]};
+    })()""")
+    p.mouse(where["x"], where["y"])
+    p.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")  # uPlot moves its cursor on a frame
+    text = p.evaluate("document.querySelector('.vt-info').textContent")
+    filename, line = where["stack"][0], where["stack"][1]
+    assert filename.startswith("/work/model/layer")
+    assert f"{filename}:{line}" in text and "site: " in text
+
+
+def test_the_segment_map_at_the_peak_read_from_the_page_is_fragmentation_at(page):
+    snap, p = page
+    m = p.evaluate("""(() => {
+        const l = veotraceView.lanes[0], k = l.maps.findIndex(m => m.label.startsWith("peak allocated"));
+        l.showMap(k);
+        const m = l.maps[k];
+        return {at: m.fragmentation_at, rows: Array.from(m.rows.kind, (kind, i) => [kind, m.rows.addr[i], m.rows.size[i]]),
+                head: document.querySelector('.vt-maphead').textContent};
+    })()""")
+    at = json.loads(run_cli("fragmentation", snap, "--at", m["at"], "-f", "json").stdout)["at"]
+    kinds = {"segment": 0, "block": 1, "free": 2}
+    assert sorted(map(tuple, m["rows"])) == sorted((kinds[r["kind"]], r["address"], r["size_bytes"]) for r in at["state"])
+    assert f"--at {m['at']}" in m["head"]
+
+
+def test_hostile_strings_are_shown_as_text_and_run_nothing(browser, tmp_path):
+    out = tmp_path / "hostile.html"
+    assert run_cli("view", hostile_snapshot(tmp_path), "-o", out).exit_code == 0
+    p = browser.open(out.as_uri())
+    assert p.evaluate("veotraceView.ready") is True
+    assert p.errors() == [] and p.requests() == [] and p.evaluate("veotraceView.errors") == []
+    assert p.evaluate("document.title") == "veotrace view" or "pwned" not in p.evaluate("document.title")
+    assert p.evaluate("document.querySelectorAll('img, iframe, script[src]').length") == 0
+    legend = p.evaluate("Array.from(document.querySelectorAll('.vt-legend li span:last-child'), e => e.textContent)")
+    shown = "\n".join(legend)
+    assert HOSTILE[0] in shown or any(h[:50] in shown for h in HOSTILE)
+    assert p.evaluate("veotraceView.lanes[0].data.phases[0].name") == HOSTILE[0]

@@ -1,0 +1,187 @@
+"""Run `view`: inputs -> the interactive memory timeline (``veotrace.viewer``), one lane per input and device,
+written as one self-contained HTML file.
+
+Each input (a snapshot, a log file, or a folder of rotated logs) is read as ``fragmentation`` reads it,
+so what ``fragmentation`` (and for a snapshot, ``sites``) refuses, ``view`` refuses with the same line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from veotrace.defaults import SITES_DEPTH
+from veotrace.runs import common
+from veotrace.runs.result import RunResult
+
+#: States kept over all lanes of a page, and segment-map rows over all its maps: the page's size bound
+#: (about 6 MiB at most, whatever the trace's size; see benchmarks/bench_view.py).
+POINTS_BUDGET = 48_000
+MAP_ROWS_BUDGET = 60_000
+MIN_MAP_ROWS = 600
+#: Evenly spaced instants with a segment map, per lane.
+KEYFRAMES = 16
+
+
+@dataclass
+class ViewRun(RunResult):
+    """``view``'s result: ``value`` is the ``ViewResult`` (``view/1``); ``html()`` the page, which
+    ``_repr_html_`` shows inside a notebook."""
+
+    command = "view"
+
+    def headline(self) -> list[tuple[str, Any]]:
+        out = []
+        for lane in self.value.lanes:
+            p = lane.peaks[0] if lane.peaks else None
+            if p is not None:
+                top = lane.groups[max(range(len(p["by_group"])), key=p["by_group"].__getitem__)]["name"] if p["by_group"] else "-"
+                out.append((f"{lane.title}: peak", f"{p['bytes']:,} B, most by {top}"))
+        return out
+
+    def render(self, console, *, max_rows: int = 40) -> None:
+        for k, v in self.headline():
+            console.print(f"{k}: {v}")
+
+    def html(self) -> str:
+        """The whole page (what ``veotrace view -o`` writes)."""
+        from veotrace.viewer.page import document
+
+        return document(self.value.page_data(), title=", ".join(str(p) for p in self.value.params["inputs"]))
+
+    def _repr_html_(self) -> str:
+        """The page inside an iframe: a notebook runs its scripts apart from the notebook's own."""
+        import html
+
+        return (f'<iframe style="width:100%;height:900px;border:0" sandbox="allow-scripts" '
+                f'srcdoc="{html.escape(self.html(), quote=True)}"></iframe>')
+
+
+def view(paths, output=None, *, site_filter: str | None = None, site_depth: int = SITES_DEPTH, time_unit: str = "ns",
+         skip_bad_rows: bool = False, format_hint: str | None = None) -> ViewRun:
+    """The interactive memory timeline: per input and device, live bytes over time stacked by site (a
+    PyTorch snapshot with stacks) or by size class and stream (logs), the reserved bytes over them, the
+    external fragmentation per window beneath, the peaks, OOMs and phases marked, and the segment and
+    block map at each peak, OOM, phase boundary, keyframe and the end; one offline HTML file.
+
+    Args:
+        paths: inputs, each its own lane(s): PyTorch snapshots, alloc/free logs, folders of rotated logs.
+        output: the HTML file to write (None: only the result, e.g. for a notebook).
+        site_filter, site_depth: the site rule, as ``sites``.
+
+    Raises:
+        UsageError: bad options, or an output that is an input or a folder. VeotraceError: an input
+        ``fragmentation`` (or for a snapshot, ``sites``) refuses, or an output that cannot be written.
+    """
+    from veotrace.outputs import check_output
+
+    paths = common.as_paths(paths)
+    inputs = common.input_files(paths)
+    if output is not None:
+        output = Path(output)
+        _check_target(output)
+        check_output(output, inputs)
+    rule = common.site_rule(site_filter, site_depth)
+    options, report = common.reading(time_unit, skip_bad_rows, format_hint)
+    per_input = POINTS_BUDGET // max(1, len(paths))
+    lanes, notes = [], []
+    for given in paths:
+        lanes += _lanes_of(given, rule, options, report, per_input)
+    map_rows = max(MIN_MAP_ROWS, MAP_ROWS_BUDGET // max(1, sum(len(lane.maps) for lane in lanes)))
+    for lane in lanes:
+        lane.maps = [_finish_map(m, map_rows) for m in lane.maps]
+    from veotrace.viewer.model import ViewResult
+
+    result = ViewResult(lanes, {"inputs": [str(p) for p in paths], "site_filter": rule.internal,
+                                "site_depth": rule.depth, "points_budget": POINTS_BUDGET,
+                                "map_rows_budget": MAP_ROWS_BUDGET}, notes)
+    run = ViewRun(result, report.messages(), inputs)
+    if output is not None:
+        from veotrace.outputs import write_bytes
+
+        data = run.html().encode("utf-8")
+        write_bytes(data, output, inputs=inputs)
+        run.closing.append(f"Wrote {output} ({len(data) / 2**20:.2f} MiB, {len(lanes)} lane{'s' * (len(lanes) != 1)})")
+    return run
+
+
+def _check_target(output: Path) -> None:
+    from veotrace.plot.base import check_writable
+
+    check_writable(output, "view", "a file name such as view.html")
+
+
+def _finish_map(m: dict, map_rows: int) -> dict:
+    """A map held as its state (a replay's, made at its instant) becomes rows within the page's budget."""
+    make = m.pop("make", None)
+    if make is not None:
+        m["metrics"], m["rows"], m["pins"] = make(map_rows)
+        m["binned"] = bool((m["rows"]["kind"] == 3).any())
+    return m
+
+
+def _lanes_of(given, rule, options, report, budget: int) -> list:
+    """The lanes of one input: a snapshot's devices (``view.snapshot``), or a log's (``view.logs``)."""
+    from veotrace.sources import resolve_inputs
+
+    found = resolve_inputs([given], "alloc_events", options=options, report=report)
+    snaps = [p for p, fmt in found if fmt.name == "torch-snapshot"]
+    name = Path(str(given)).name
+    if snaps:
+        if len(found) != 1:
+            from veotrace.errors import UsageError
+
+            raise UsageError(f"{given}: give one PyTorch snapshot per input (each is its own lane)",
+                             hint="Name each snapshot on the command line")
+        from veotrace.viewer.snapshot import snapshot_lanes
+
+        return snapshot_lanes(snaps[0], rule, title=name, points_budget=budget)
+    return _log_lanes(given, name, options, report, budget)
+
+
+def _log_lanes(given, name: str, options, report, budget: int) -> list:
+    """A log's lanes: the bands from its events, then ``fragmentation``'s own replay of it for the maps
+    at the lanes' instants and the fragmentation beneath (so each is ``fragmentation --at`` there)."""
+    from veotrace.runs.fragmentation import read_and_replay
+    from veotrace.sources.base import ReadReport
+    from veotrace.viewer import logs
+    from veotrace.viewer.maps import replay_map
+
+    devices = logs.replay_log(common.event_batches([given], options=options, report=ReadReport(), columns=logs.COLUMNS))
+    t0 = min((int(e.t[e.t >= 0].min()) for e, _ in devices.values() if (e.t >= 0).any()), default=None)
+    lanes, instants = {}, {}
+    for d, (e, names) in devices.items():
+        lane, _ = logs.log_lane(e, names, title=f"{name}, device {d}", t0_ns=t0,
+                                points_budget=budget // max(1, len(devices)))
+        lanes[d] = lane
+        for t, label in logs.instants_ns(lane, e, KEYFRAMES).items():
+            instants.setdefault(t, {})[d] = (label, e)
+    kw = {"max_gap": None}
+
+    def on_at(at_ns: int, d: int, state) -> None:
+        got = instants.get(at_ns, {}).get(d)
+        if got is None or d not in lanes:
+            return
+        label, e = got
+        state = state.copy()  # the replay goes on: this instant's own copy, made into rows once the budget is known
+        lanes[d].maps.append({"label": label, "x": (at_ns - t0) / 1e9, "state": int((e.t <= at_ns).sum()),
+                              "fragmentation_at": f"{(at_ns - t0) / 1e9:.9f}s",
+                              "make": lambda rows, st=state: replay_map(st, max_gap=kw["max_gap"], threshold=kw["threshold"],
+                                                                       max_rows=rows)})
+
+    from veotrace.frag.metrics import DEFAULT_MAX_GAP, DEFAULT_THRESHOLD
+
+    kw.update(max_gap=DEFAULT_MAX_GAP, threshold=DEFAULT_THRESHOLD)
+    result = read_and_replay([given], options=options, report=report, at_each=sorted(instants), on_at=on_at)
+    for d, lane in lanes.items():
+        logs.add_windows(lane, result.windows, d, t0)
+        st = result.final_states.get(d)
+        if st is not None:
+            n = lane.entries
+            lane.maps.append({"label": "end", "x": float(lane.x[-1]) if lane.x.size else 0.0, "state": n,
+                              "fragmentation_at": "end",
+                              "make": lambda rows, st=st: replay_map(st, max_gap=kw["max_gap"], threshold=kw["threshold"],
+                                                                     max_rows=rows)})
+        lane.maps.sort(key=lambda m: m["state"])
+    return [lanes[d] for d in sorted(lanes)]

@@ -1,0 +1,406 @@
+/* veotrace view: the memory timeline of one page, drawn with uPlot from the data embedded beside it.
+   Every string from an input is set with textContent (never as markup); the page asks for nothing
+   from outside (its Content-Security-Policy forbids it). */
+(function () {
+  "use strict";
+  const COLORS = ["#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f", "#edc949", "#af7aa1", "#ff9da7",
+                  "#9c755f", "#bab0ab"];
+  const OTHER_COLOR = "#c7c7c7";
+  const api = window.veotraceView || (window.veotraceView = {lanes: [], timings: {}, errors: []});
+
+  function el(tag, cls, textValue) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (textValue !== undefined && textValue !== null) e.textContent = String(textValue);
+    return e;
+  }
+
+  function decode(col) {
+    if (col === null || col === undefined) return null;
+    const raw = atob(col.b);
+    const bytes = new Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    let a;
+    if (col.t === "u1") a = bytes;
+    else if (col.t === "u4") a = new Uint32Array(bytes.buffer, 0, col.n);
+    else a = new Float64Array(bytes.buffer, 0, col.n);
+    if (col.q === 1 && col.t !== "u4") return a;
+    const out = new Float64Array(col.n);
+    for (let i = 0; i < col.n; i++) out[i] = a[i] * col.q;
+    return out;
+  }
+
+  function fmtBytes(n) {
+    if (n === null || n === undefined || !isFinite(n)) return "–";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let v = Math.abs(n), k = 0;
+    while (v >= 1024 && k < units.length - 1) { v /= 1024; k++; }
+    return (n < 0 ? "-" : "") + (k ? v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2) : String(v)) + " " + units[k];
+  }
+  function fmtX(lane, x) {
+    if (lane.x_unit === "s") return x >= 100 ? x.toFixed(1) + " s" : x.toPrecision(6) + " s";
+    return "entry " + Math.round(x).toLocaleString("en");
+  }
+  function fmtNum(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en"); }
+
+  function lowerBound(arr, v) {
+    let lo = 0, hi = arr.length;
+    while (lo < hi) { const m = (lo + hi) >> 1; if (arr[m] < v) lo = m + 1; else hi = m; }
+    return lo;
+  }
+
+  function Lane(root, d, index) {
+    const lane = {data: d, index: index};
+    const x = decode(d.x), level = decode(d.level), state = decode(d.state);
+    const bytes = d.bytes.map(decode), blocks = d.blocks.map(decode), reserved = decode(d.reserved);
+    const G = bytes.length, P = x.length, L = d.buckets.length;
+    lane.x = x; lane.bytes = bytes; lane.blocks = blocks; lane.reserved = reserved; lane.state = state;
+    const cum = [];  // cumulative bytes, bottom group first
+    for (let g = 0; g < G; g++) {
+      const c = new Float64Array(P);
+      for (let i = 0; i < P; i++) c[i] = bytes[g][i] + (g ? cum[g - 1][i] : 0);
+      cum.push(c);
+    }
+    const byLevel = [];  // per level (0..L: L is every state kept), the points drawn there
+    for (let l = 0; l <= L; l++) {
+      const idx = [];
+      for (let i = 0; i < P; i++) if (level[i] <= l) idx.push(i);
+      byLevel.push(Int32Array.from(idx));
+    }
+    const color = g => (d.groups[g] && d.groups[g].other ? OTHER_COLOR : COLORS[g % COLORS.length]);
+
+    const box = el("section", "vt-lane");
+    box.appendChild(el("h3", "vt-title", d.title));
+    for (const n of d.notes) box.appendChild(el("p", "vt-note", n));
+    const legend = el("ul", "vt-legend");
+    for (let g = G - 1; g >= 0; g--) {
+      const li = el("li");
+      const sw = el("span", "vt-swatch");
+      sw.style.background = color(g);
+      li.appendChild(sw);
+      li.appendChild(el("span", null, d.groups[g].name));
+      legend.appendChild(li);
+    }
+    if (reserved) {
+      const li = el("li"); const sw = el("span", "vt-swatch vt-reserved-swatch"); li.appendChild(sw);
+      let most = 0;
+      for (const v of reserved) if (v > most) most = v;
+      li.appendChild(el("span", null, `reserved (peak ${fmtBytes(most)}; above the live bytes' scale it is clipped)`));
+      legend.appendChild(li);
+    }
+    const tools = el("div", "vt-tools");
+    const levelText = el("span", "vt-level");
+    const reset = el("button", null, "Whole trace");
+    const out = el("button", null, "Zoom out");
+    tools.append(reset, out, levelText);
+    const chartBox = el("div", "vt-chart");
+    const fragBox = el("div", "vt-frag");
+    const info = el("pre", "vt-info", "Hover a band for its site and stack; drag to zoom; click a time for its segment map.");
+    const mapHead = el("div", "vt-maphead");
+    const mapPick = el("div", "vt-mappick");
+    const mapCanvas = el("canvas", "vt-map");
+    const mapInfo = el("pre", "vt-mapinfo");
+    box.append(legend, tools, chartBox, fragBox, info, el("h4", null, "Segment and block map"), mapPick, mapHead,
+               mapCanvas, mapInfo);
+    root.appendChild(box);
+
+    const width = () => Math.max(400, chartBox.clientWidth || root.clientWidth || 1000);
+    const x0 = x[0], x1 = x[P - 1] > x0 ? x[P - 1] : x0 + 1;
+    lane.drawn = {level: null, points: 0};
+
+    function slice(a, b) {
+      const px = width();
+      let l = L;
+      for (let k = 0; k < L; k++) {
+        if (d.buckets[k] * (b - a) / (x1 - x0) >= px) { l = k; break; }
+      }
+      const idx = byLevel[l];
+      const xs = new Float64Array(idx.length);
+      for (let i = 0; i < idx.length; i++) xs[i] = x[idx[i]];
+      let lo = Math.max(0, lowerBound(xs, a) - 1), hi = Math.min(idx.length, lowerBound(xs, b) + 1);
+      if (hi <= lo) { lo = 0; hi = idx.length; }
+      const pick = idx.subarray(lo, hi);
+      const cols = [Array.from(pick, i => x[i])];
+      for (let g = G - 1; g >= 0; g--) cols.push(Array.from(pick, i => cum[g][i]));
+      if (reserved) cols.push(Array.from(pick, i => reserved[i]));
+      lane.drawn = {level: l, levels: L, points: pick.length, from: a, to: b, pick: pick};
+      levelText.textContent = (l < L ? `summary level ${l + 1} of ${L} (${fmtNum(d.buckets[l])} buckets over the trace, ` +
+        "the highest and lowest state of each)" : "every state kept here (exact near peaks and OOMs; elsewhere the finest summary)") +
+        `: ${fmtNum(pick.length)} points`;
+      return cols;
+    }
+
+    const series = [{label: d.x_unit === "s" ? "seconds" : "entry"}];
+    for (let g = G - 1; g >= 0; g--) {
+      series.push({label: d.groups[g].name.slice(0, 80), stroke: color(g), fill: color(g), width: 0, points: {show: false}});
+    }
+    if (reserved) series.push({label: "reserved", stroke: "#222", width: 1.5, dash: [6, 3], points: {show: false}});
+    let relevel = false;
+    function drawMarks(u) {
+      const ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, dpr = devicePixelRatio || 1;
+      ctx.save();
+      ctx.beginPath(); ctx.rect(u.bbox.left, top, u.bbox.width, h); ctx.clip();
+      for (const ph of d.phases) {
+        if (ph.depth !== 0) continue;
+        const a = u.valToPos(ph.start, "x", true), b = u.valToPos(ph.end, "x", true);
+        ctx.fillStyle = "rgba(120,120,200,0.18)";
+        ctx.fillRect(a, top, Math.max(1, b - a), 14 * dpr);
+        if (b - a > 40 * dpr) { ctx.fillStyle = "#333"; ctx.font = `${10 * dpr}px sans-serif`; ctx.fillText(ph.name.slice(0, 60), a + 2, top + 10 * dpr); }
+      }
+      let row = 0;  // each mark's label one line lower than the last, so marks close together stay readable
+      const line = (v, col, label) => {
+        const p = u.valToPos(v, "x", true);
+        ctx.strokeStyle = col; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([]);
+        ctx.beginPath(); ctx.moveTo(p, top); ctx.lineTo(p, top + h); ctx.stroke();
+        ctx.font = `${10 * dpr}px sans-serif`;
+        const w = ctx.measureText(label).width, x = p + 3 + w > u.bbox.left + u.bbox.width ? p - 3 - w : p + 3;
+        ctx.fillStyle = col; ctx.fillText(label, x, top + (26 + 12 * (row++ % 6)) * dpr);
+      };
+      for (const m of d.marks) line(m.x, "#999", m.text.slice(0, 40));
+      for (const o of d.ooms) line(o.x, "#d62728", "OOM " + fmtBytes(o.request_bytes));
+      for (const p of d.peaks) line(p.x, p.kind === "allocated" ? "#000" : "#555", "peak " + p.kind + " " + fmtBytes(p.bytes));
+      ctx.restore();
+    }
+    const opts = {
+      width: width(), height: 320, series: series, legend: {show: false},
+      // the live bytes fill the height; reserved bytes far above them (a huge segment) are drawn clipped, said in the info
+      scales: {x: {time: false}, y: {range: (u, lo, hi) => {
+        let live = 1;
+        for (const v of u.data[1] || []) if (v > live) live = v;
+        return [0, (hi <= 4 * live ? Math.max(hi, 1) : live) * 1.08];
+      }}},
+      axes: [{label: d.x_unit === "s" ? "seconds after the first event" : "entry (no times recorded)"},
+             {values: (u, vals) => vals.map(fmtBytes), size: 80, label: "bytes"}],
+      cursor: {drag: {x: true, y: false}, points: {show: false}},
+      hooks: {
+        draw: [drawMarks],
+        setScale: [(u, key) => {
+          if (key !== "x" || relevel) return;
+          relevel = true;
+          const t = performance.now(), a = u.scales.x.min, b = u.scales.x.max;
+          u.setData(slice(a, b), false);
+          api.timings.lastRedraw = performance.now() - t;
+          relevel = false;
+          if (frag) frag.setScale("x", {min: u.scales.x.min, max: u.scales.x.max});
+        }],
+        setCursor: [u => hover(u)],
+      },
+    };
+    const u = new uPlot(opts, slice(x0, x1), chartBox);
+    lane.chart = u;
+    let frag = null;
+    if (d.frag && d.frag.x.length) {
+      const fx = d.frag.x, fy = d.frag.external_frag.map(v => (v === null ? null : v));
+      frag = new uPlot({width: width(), height: 110, legend: {show: false}, cursor: {show: false},
+        series: [{}, {label: "external fragmentation", stroke: "#8c564b", width: 1.5, points: {show: false},
+          paths: uPlot.paths.stepped({align: 1})}],
+        scales: {x: {time: false, range: () => [u.scales.x.min, u.scales.x.max]}, y: {range: [0, 1]}},
+        axes: [{show: false}, {label: "external frag", size: 80}]}, [fx, fy], fragBox);
+      fragBox.appendChild(el("p", "vt-note", "External fragmentation (1 - largest free / free) at the end of each window."));
+    } else {
+      fragBox.appendChild(el("p", "vt-note", d.x_unit === "s" ? "No external fragmentation per window: no reserved segments." :
+        "No external fragmentation per window: windows need times."));
+    }
+    lane.frag = frag;
+
+    function groupAt(i, yv) {
+      for (let g = 0; g < G; g++) if (yv <= cum[g][i] && yv >= (g ? cum[g - 1][i] : 0) && bytes[g][i] > 0) return g;
+      return -1;
+    }
+    lane.groupAt = groupAt;
+    function hover(u) {
+      if (!lane.drawn.pick || u.cursor.left === undefined || u.cursor.left < 0) return;
+      // the drawn point nearest the cursor (found here: uPlot's own index can lag a data swap after a zoom)
+      const xs = u.data[0], xv = u.posToVal(u.cursor.left, "x");
+      let ci = Math.min(lowerBound(xs, xv), xs.length - 1);
+      if (ci > 0 && xv - xs[ci - 1] < xs[ci] - xv) ci -= 1;
+      const i = lane.drawn.pick[ci];
+      const yv = u.posToVal(u.cursor.top, "y");
+      const g = groupAt(i, yv);
+      const lines = [`${fmtX(d, x[i])} (state after entry ${fmtNum(state[i])}): ${fmtBytes(cum[G - 1][i])} live` +
+        (reserved ? `, ${fmtBytes(reserved[i])} reserved` : "")];
+      if (g >= 0) {
+        const grp = d.groups[g];
+        lines.push(`${d.group_kind === "site" && !grp.other ? "site" : "group"}: ${grp.name}`);
+        lines.push(`${fmtBytes(bytes[g][i])} (${fmtNum(bytes[g][i])} bytes) in ${fmtNum(blocks[g][i])} blocks`);
+        if (grp.stack) {
+          lines.push(`stack (${grp.user_frames} user frames first, of ${grp.frames}):`);
+          for (const f of grp.stack) lines.push(`  ${f[0]}:${f[1]} ${f[2]}${f[3] ? "   (internal)" : ""}`);
+        } else if (grp.other) {
+          lines.push("the groups outside the largest ones at the peak, summed");
+        }
+      }
+      info.textContent = lines.join("\n");
+      lane.hovered = g;
+    }
+
+    // segment maps
+    const maps = d.maps.map(m => {
+      const rows = {};
+      for (const k in m.rows) rows[k] = decode(m.rows[k]);
+      return Object.assign({}, m, {rows: rows});
+    });
+    lane.maps = maps;
+    lane.shown = null;
+    function showMap(k) {
+      const m = maps[k];
+      lane.shown = k;
+      const mt = m.metrics;
+      mapHead.textContent = `${m.label} at ${fmtX(d, m.x)} (state after entry ${fmtNum(m.state)}): ${fmtBytes(mt.reserved_bytes)} reserved in ` +
+        `${fmtNum(mt.segments)} segments, ${fmtBytes(mt.live_bytes)} live in ${fmtNum(mt.live_blocks)} blocks, ` +
+        `${fmtBytes(mt.free_bytes)} free in ${fmtNum(mt.free_blocks)} gaps, largest ${fmtBytes(mt.largest_free_bytes)}, ` +
+        `external fragmentation ${mt.external_frag === null ? "–" : mt.external_frag.toFixed(4)}` +
+        (m.fragmentation_at ? `  (as: veotrace fragmentation --at ${m.fragmentation_at})` : "") +
+        (m.binned ? "; crowded segments drawn as address bins" : "");
+      drawMap(m);
+      for (const b of mapPick.children) b.classList.toggle("vt-on", Number(b.dataset.k) === k);
+    }
+    lane.showMap = showMap;
+    for (let k = 0; k < maps.length; k++) {
+      const b = el("button", null, `${maps[k].label} ${fmtX(d, maps[k].x)}`);
+      b.dataset.k = String(k);
+      b.addEventListener("click", () => showMap(k));
+      mapPick.appendChild(b);
+    }
+    let layout = [];
+    function drawMap(m) {
+      const r = m.rows, n = r.kind.length;
+      const segs = [];
+      for (let i = 0; i < n; i++) if (r.kind[i] === 0) segs.push({i: i, range: r.range[i], addr: r.addr[i], size: r.size[i], rows: []});
+      const outside = {i: -1, range: -1, addr: 0, size: 0, rows: []};
+      const byRange = new Map(segs.map(s => [s.range, s]));
+      for (let i = 0; i < n; i++) {
+        if (r.kind[i] === 0) continue;
+        const s = r.range[i] >= 0 ? byRange.get(r.range[i]) : outside;
+        s.rows.push(i);
+      }
+      if (outside.rows.length) {
+        let lo = Infinity, hi = -Infinity;
+        for (const i of outside.rows) { lo = Math.min(lo, r.addr[i]); hi = Math.max(hi, r.addr[i] + r.size[i]); }
+        outside.addr = lo; outside.size = hi - lo; segs.push(outside);
+      }
+      segs.sort((a, b) => b.size - a.size || a.addr - b.addr);
+      const W = Math.max(400, mapCanvas.parentNode.clientWidth || 1000), rowH = 14, gap = 4;
+      const maxSize = segs.length ? segs[0].size : 1;
+      const rowsOut = [];
+      let cur = [], used = 0;
+      for (const s of segs) {  // pack segments into rows of at most the largest segment's width
+        if (cur.length && used + s.size > maxSize) { rowsOut.push(cur); cur = []; used = 0; }
+        cur.push(s); used += s.size;
+      }
+      if (cur.length) rowsOut.push(cur);
+      const shown = rowsOut.slice(0, 400);
+      const dpr = devicePixelRatio || 1;
+      mapCanvas.width = W * dpr; mapCanvas.height = Math.max(1, shown.length * (rowH + gap)) * dpr;
+      mapCanvas.style.width = W + "px"; mapCanvas.style.height = shown.length * (rowH + gap) + "px";
+      const ctx = mapCanvas.getContext("2d");
+      ctx.scale(dpr, dpr);
+      const scale = (W - 2) / maxSize;
+      layout = [];
+      shown.forEach((row, ri) => {
+        let off = 0;
+        const y = ri * (rowH + gap);
+        for (const s of row) {
+          const sx = 1 + off * scale, sw = Math.max(1, s.size * scale);
+          ctx.fillStyle = "#f4f4f4"; ctx.fillRect(sx, y, sw, rowH);
+          for (const i of s.rows) {
+            const bx = sx + (r.addr[i] - s.addr) * scale, bw = Math.max(0.5, r.size[i] * scale);
+            if (r.kind[i] === 1) { ctx.fillStyle = r.group[i] >= 0 ? color(r.group[i]) : "#888"; ctx.fillRect(bx, y, bw, rowH); }
+            else if (r.kind[i] === 2) { ctx.fillStyle = "#ffffff"; ctx.fillRect(bx, y + 3, bw, rowH - 6); }
+            else if (r.kind[i] === 3) {
+              const liveShare = r.size[i] ? r.live[i] / r.size[i] : 0;
+              ctx.fillStyle = r.group[i] >= 0 ? color(r.group[i]) : "#888";
+              ctx.fillRect(bx, y + rowH * (1 - liveShare), bw, rowH * liveShare);
+            }
+          }
+          ctx.strokeStyle = "#333"; ctx.lineWidth = 1; ctx.strokeRect(sx, y, sw, rowH);
+          layout.push({s: s, x: sx, w: sw, y: y, h: rowH});
+          off += s.size + 2 / scale;
+        }
+      });
+      if (rowsOut.length > shown.length) mapHead.textContent += `; first ${shown.length} of ${rowsOut.length} rows of segments drawn`;
+      mapInfo.textContent = "Hover the map: a block's site, a free gap, and which sites pin a segment's free bytes.";
+      lane.mapLayout = layout;
+    }
+    function mapHover(ev) {
+      if (lane.shown === null) return;
+      const m = maps[lane.shown], r = m.rows;
+      const rect = mapCanvas.getBoundingClientRect();
+      const px = ev.clientX - rect.left, py = ev.clientY - rect.top;
+      const hit = layout.find(b => px >= b.x && px <= b.x + b.w && py >= b.y && py <= b.y + b.h);
+      if (!hit) return;
+      const a = hit.s.addr + (px - hit.x) / (hit.w) * hit.s.size;
+      let found = -1;
+      for (const i of hit.s.rows) if (a >= r.addr[i] && a < r.addr[i] + r.size[i]) { found = i; if (r.kind[i] !== 2) break; }
+      const lines = [hit.s.range >= 0 ? `segment 0x${hit.s.addr.toString(16)}: ${fmtBytes(hit.s.size)}` : "blocks outside every known segment"];
+      const pin = m.pins.find(p => p.range === hit.s.range);
+      if (pin) lines.push(`${fmtBytes(pin.free_bytes)} free here, pinned by ${fmtNum(pin.live_blocks)} live blocks (${fmtBytes(pin.live_bytes)}); most by: ` +
+        pin.sites.map(s => d.sites[s]).join("; "));
+      if (found >= 0) {
+        const k = r.kind[found];
+        if (k === 1) lines.push(`block 0x${r.addr[found].toString(16)}: ${fmtBytes(r.size[found])}; site: ${r.site[found] >= 0 ? d.sites[r.site[found]] : "–"}`);
+        else if (k === 2) lines.push(`free gap 0x${r.addr[found].toString(16)}: ${fmtBytes(r.size[found])}`);
+        else if (k === 3) lines.push(`address bin 0x${r.addr[found].toString(16)} (${fmtBytes(r.size[found])}): ${fmtBytes(r.live[found])} live, ` +
+          `${fmtBytes(r.free[found])} free, largest gap ${fmtBytes(r.gap[found])}` + (r.group[found] >= 0 ? `; mostly ${d.groups[r.group[found]].name}` : ""));
+      }
+      mapInfo.textContent = lines.join("\n");
+    }
+    mapCanvas.addEventListener("mousemove", mapHover);
+    if (maps.length) {
+      const peak = maps.findIndex(m => m.label.startsWith("peak allocated"));
+      showMap(peak >= 0 ? peak : maps.length - 1);
+    } else {
+      mapHead.textContent = "No segment map: the input records no segments or blocks.";
+    }
+    // click a time (a click without a drag): the nearest instant with a map
+    let down = null;
+    u.over.addEventListener("mousedown", ev => { down = [ev.clientX, ev.clientY]; });
+    u.over.addEventListener("mouseup", ev => {
+      if (!down || Math.abs(ev.clientX - down[0]) > 3 || !maps.length) return;
+      const xv = u.posToVal(ev.clientX - u.over.getBoundingClientRect().left, "x");
+      let best = 0;
+      for (let k = 1; k < maps.length; k++) if (Math.abs(maps[k].x - xv) < Math.abs(maps[best].x - xv)) best = k;
+      showMap(best);
+      mapHead.textContent = `(nearest instant with a map to ${fmtX(d, xv)}) ` + mapHead.textContent;
+    });
+    reset.addEventListener("click", () => u.setScale("x", {min: x0, max: x1}));
+    out.addEventListener("click", () => {
+      const a = u.scales.x.min, b = u.scales.x.max, w = (b - a) * 2, c = (a + b) / 2;
+      u.setScale("x", {min: Math.max(x0, c - w / 2), max: Math.min(x1, c + w / 2)});
+    });
+    u.over.addEventListener("wheel", ev => {
+      ev.preventDefault();
+      const a = u.scales.x.min, b = u.scales.x.max, f = ev.deltaY < 0 ? 0.8 : 1.25;
+      const c = u.posToVal(ev.clientX - u.over.getBoundingClientRect().left, "x");
+      u.setScale("x", {min: Math.max(x0, c - (c - a) * f), max: Math.min(x1, c + (b - c) * f)});
+    }, {passive: false});
+    // zoom to [a, b]; resolves with the milliseconds until the next frame is painted
+    lane.zoom = (a, b) => new Promise(resolve => {
+      const t = performance.now();
+      u.setScale("x", {min: a, max: b});
+      requestAnimationFrame(() => resolve(performance.now() - t));
+    });
+    lane.span = [x0, x1];
+    return lane;
+  }
+
+  function mount(root, data) {
+    for (const n of data.notes) root.appendChild(el("p", "vt-note", n));
+    data.lanes.forEach((d, i) => api.lanes.push(Lane(root, d, i)));
+  }
+
+  window.addEventListener("error", ev => api.errors.push(String(ev.message)));
+  for (const node of document.querySelectorAll("script.vt-data")) {
+    const root = document.getElementById(node.dataset.target);
+    try {
+      mount(root, JSON.parse(node.textContent));
+    } catch (e) {
+      api.errors.push(String(e && e.stack || e));
+      root.appendChild(el("p", "vt-error", "The view could not be drawn: " + e));
+      throw e;
+    }
+  }
+  api.timings.firstDraw = performance.now();  // every chart drawn (uPlot draws on creation)
+  api.ready = true;
+  requestAnimationFrame(() => { api.timings.firstPaint = performance.now(); });  // and on screen
+})();

@@ -1,0 +1,130 @@
+"""The lanes of alloc/free logs (no stacks): one per device, live bytes by size class and stream.
+
+The events are replayed as ``fragmentation`` replays them (``alloc`` takes a block at its address, a
+second alloc there replaces it; ``free``/``free_completed`` give it back; ``free_requested`` keeps it
+until completed), each block in the group of its stream and power-of-two size class. The segment
+maps come from ``fragmentation``'s own replay (``frag``'s ``at_each``), so each is ``fragmentation
+--at`` at its instant, and the external fragmentation beneath is ``fragmentation``'s windows'.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from veotrace.viewer.lanes import class_name, size_class, stack_groups
+from veotrace.viewer.snapshot import A_ALLOC, A_OOM, A_OTHER, _Entries
+
+_ACT = {"alloc": A_ALLOC, "oom": A_OOM}
+COLUMNS = ("ts_ns", "op", "size_bytes", "address", "device", "stream")
+
+
+def replay_log(batches) -> dict[int, tuple[_Entries, dict]]:
+    """Per device, its entries (group keys index (stream, size class) pairs) and the key names.
+
+    Vectorised: the events are ordered by (device, address, read order); in each address's run an event
+    finds the last alloc before it and the last release before it (forward maxima of their positions),
+    and the block is live when that alloc is later than that release."""
+    import pyarrow as pa
+
+    parts = [b.select(list(COLUMNS)) if set(COLUMNS) <= set(b.schema.names) else _with_columns(b) for b in batches]
+    if not parts:
+        return {}
+    t = pa.Table.from_batches(parts).combine_chunks()
+    op = np.asarray(t.column("op").cast(pa.string()).to_numpy(zero_copy_only=False))
+    n = op.size
+    ts = t.column("ts_ns").fill_null(-1).to_numpy()
+    size = t.column("size_bytes").fill_null(0).to_numpy().astype(np.int64)
+    has_addr = t.column("address").is_valid().to_numpy(zero_copy_only=False)
+    addr = t.column("address").fill_null(0).to_numpy().astype(np.uint64)
+    dev = t.column("device").fill_null(0).to_numpy().astype(np.int64)
+    stream_valid = t.column("stream").is_valid().to_numpy(zero_copy_only=False)
+    stream = t.column("stream").fill_null(0).to_numpy().astype(np.int64)
+    is_alloc = (op == "alloc") & has_addr
+    is_free = np.isin(op, ("free", "free_completed")) & has_addr
+    # group keys: (stream or none, size class) of each alloc
+    pairs = np.stack([np.where(stream_valid, stream, -1), size_class(size)], axis=1)
+    uniq, key = np.unique(pairs[is_alloc], axis=0, return_inverse=True)
+    ad_code = np.full(n, -1, np.int64)
+    ad_code[is_alloc] = key.ravel()
+    ad_size = np.where(is_alloc, size, 0)
+    rm_code = np.full(n, -1, np.int64)
+    rm_size = np.zeros(n, np.int64)
+    touch = np.flatnonzero(is_alloc | is_free)
+    order = touch[np.lexsort((touch, addr[touch], dev[touch]))]
+    if order.size:
+        pos = np.arange(order.size)
+        start = np.r_[True, (addr[order][1:] != addr[order][:-1]) | (dev[order][1:] != dev[order][:-1])]
+        run_start = np.maximum.accumulate(np.where(start, pos, 0))
+        last_alloc = np.r_[-1, np.maximum.accumulate(np.where(is_alloc[order], pos, -1))[:-1]]
+        last_free = np.r_[-1, np.maximum.accumulate(np.where(is_free[order], pos, -1))[:-1]]
+        live = (last_alloc >= run_start) & (last_alloc > last_free)
+        hit, src = order[live], order[last_alloc[live]]
+        rm_code[hit], rm_size[hit] = ad_code[src], size[src]
+    act = np.where(op == "alloc", A_ALLOC, np.where(op == "oom", A_OOM, A_OTHER)).astype(np.int8)
+    names = {k: (f"stream {s}, " if s >= 0 else "") + class_name(int(c)) for k, (s, c) in enumerate(uniq.tolist())}
+    out = {}
+    for d in np.unique(dev).tolist():
+        m = dev == d
+        out[d] = (_Entries(act[m], ts[m], size[m], rm_code[m].astype(np.int32), rm_size[m], ad_code[m].astype(np.int32),
+                           ad_size[m], []), names)
+    return out
+
+
+def _with_columns(batch):
+    """A batch with every column of COLUMNS (a log without a stream or device column: nulls)."""
+    import pyarrow as pa
+
+    types = {"ts_ns": pa.int64(), "op": pa.string(), "size_bytes": pa.int64(), "address": pa.uint64(),
+             "device": pa.int32(), "stream": pa.int64()}
+    cols = [batch.column(c) if c in batch.schema.names else pa.nulls(batch.num_rows, types[c]) for c in COLUMNS]
+    return pa.RecordBatch.from_arrays(cols, names=list(COLUMNS))
+
+
+def log_lane(e: _Entries, names: dict, *, title: str, t0_ns: int | None, points_budget: int):
+    """The lane of one device's log entries (``replay_log``): its bands, peaks and OOMs; the maps and the
+    fragmentation beneath are added from ``fragmentation``'s replay (``add_map``, ``add_windows``)."""
+    from veotrace.viewer.model import Lane
+
+    n = e.act.size
+    timed = n > 0 and bool((e.t >= 0).all()) and t0_ns is not None
+    x = (e.t - t0_ns) / 1e9 if timed else np.arange(n, dtype=np.float64)
+    x = np.r_[x[:1], x] if n else np.zeros(1)
+    st = stack_groups(e, np.zeros(0, np.int64), np.zeros(0, np.int64), names, x, points_budget)
+    groups = [{"name": names[k]} for k in st.top]
+    if st.n_groups > len(st.top):
+        groups.append({"name": "(other size classes)", "other": True})
+    notes = ["an alloc/free log records no stacks: the bands are size classes and streams, not sites"]
+    if not timed:
+        notes.append("no timestamps: drawn by entry order; the segment map is the end state's")
+    lane = Lane(title=title, group_kind="size class and stream", x_unit="s" if timed else "entry", groups=groups,
+                x=x[st.keep], level=st.level, state=st.keep, buckets=st.buckets, bytes=st.bytes, blocks=st.blocks,
+                notes=notes, entries=n)
+    lane.peaks.append(st.peak_row(x))
+    ooms = np.flatnonzero(e.act == A_OOM)
+    lane.ooms = [{"x": float(x[i + 1]), "state": int(i + 1), "request_bytes": int(e.size[i])} for i in ooms[:20].tolist()]
+    return lane, st
+
+
+def instants_ns(lane, e: _Entries, keyframes: int) -> dict[int, str]:
+    """The times (ns) of a timed log lane's maps: each peak, each OOM, keyframes; label of each."""
+    n = e.act.size
+    if not n or lane.x_unit != "s":
+        return {}
+    want = [(p["state"], f"peak {p['kind']}") for p in lane.peaks] + [(o["state"], "OOM") for o in lane.ooms]
+    want += [(int(k), "keyframe") for k in np.linspace(0, n, keyframes + 2)[1:-1].round().astype(int)]
+    out: dict[int, str] = {}
+    for s, label in want:
+        t = int(e.t[max(s - 1, 0)])
+        if label not in out.get(t, ""):
+            out[t] = f"{out[t]}, {label}" if t in out else label
+    return out
+
+
+def add_windows(lane, windows, device: int, t0_ns: int | None) -> None:
+    """``fragmentation``'s windows of ``device`` beneath the lane: external fragmentation at each end."""
+    rows = [r for r in windows.to_pylist() if r["device"] == device]
+    if not rows or lane.x_unit != "s" or t0_ns is None:
+        return
+    lane.frag = {"x": [(r["end_ns"] - t0_ns) / 1e9 for r in rows],
+                 "external_frag": [r["external_frag"] for r in rows], "free_bytes": [r["free_bytes"] for r in rows],
+                 "largest_free_bytes": [r["largest_free_bytes"] for r in rows]}

@@ -1,0 +1,277 @@
+"""A PyTorch snapshot's lanes, one per device: its live bytes after each trace entry by site (the blocks and
+sizes ``sites`` replays, so the bands at a peak are ``sites``' bytes by site there), the reserved bytes,
+the peaks, OOMs, phases and annotations, and the segment maps at the instants that matter.
+
+Two passes over each device's trace (``attribution.sweep.walk``, as ``sites`` walks it): the first
+keeps per entry only what it adds and removes (a few numbers), from which the levels of every group
+are cumulative sums; the second stops at each chosen state (the peaks, each OOM, phase boundaries,
+evenly spaced keyframes, the end) for its map and at each window's end for its external fragmentation.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
+from veotrace.viewer.lanes import class_name, size_class, stack_groups
+from veotrace.viewer.maps import state_map
+from veotrace.viewer.model import Lane, text
+
+OTHER = "(other sites)"
+#: Evenly spaced instants with a map, beside the peaks, OOMs, phase boundaries and the end.
+KEYFRAMES = 16
+MAX_OOMS, MAX_BOUNDARIES, MAX_PHASES, MAX_MARKS = 20, 24, 2000, 500
+#: Frames of a site's stack kept for the hover.
+MAX_FRAMES = 64
+KNOWN_ACTIONS = {"alloc", "free_requested", "free_completed", "free", "segment_alloc", "segment_free", "segment_map",
+                 "segment_unmap", "oom"}
+_ACT = {"alloc": 1, "oom": 2, **{a: 3 for a in DEVICE_OPS}, **{a: 4 for a in RELEASE_OPS}}
+A_OTHER, A_ALLOC, A_OOM, A_GROW, A_SHRINK = 0, 1, 2, 3, 4
+
+
+@dataclass
+class _Entries:
+    """One device's trace as the first pass keeps it: per entry its action class, time (-1: none), size,
+    and the block it removes and adds (site code, bytes; -1 and 0 for none)."""
+
+    act: np.ndarray
+    t: np.ndarray
+    size: np.ndarray
+    rm_code: np.ndarray
+    rm_size: np.ndarray
+    ad_code: np.ndarray
+    ad_size: np.ndarray
+    odd: list  # (entry, action text) of entries of another action (annotations, snapshots, ...)
+
+
+def _first_pass(sweep) -> _Entries:
+    from veotrace.attribution.sweep import walk
+
+    act, t, size = array("b"), array("q"), array("q")
+    rmc, rms, adc, ads = array("i"), array("q"), array("i"), array("q")
+    odd = []
+    get = _ACT.get
+    for i, row, _blocks, removed, added in walk(sweep.rows(), sweep.pre, sweep.free_op):
+        if row is None:
+            break
+        name = row[0]
+        act.append(get(name, A_OTHER))
+        if name not in KNOWN_ACTIONS and len(odd) < MAX_MARKS:
+            odd.append((i, name))
+        t.append(row[3] if isinstance(row[3], int) else -1)
+        size.append(row[2] if isinstance(row[2], int) else 0)
+        for block, codes, sizes in ((removed, rmc, rms), (added, adc, ads)):  # block: (size, requested, site)
+            codes.append(-1 if block is None else block[2])
+            sizes.append(0 if block is None else block[0])
+    arr = lambda a, dt: np.frombuffer(a, dt) if len(a) else np.zeros(0, dt)  # noqa: E731
+    return _Entries(arr(act, np.int8), arr(t, np.int64), arr(size, np.int64), arr(rmc, np.int32), arr(rms, np.int64),
+                    arr(adc, np.int32), arr(ads, np.int64), odd)
+
+
+def snapshot_lanes(path, rule, *, title: str, points_budget: int) -> list[Lane]:
+    """The lanes of the snapshot at ``path`` (one per device with a trace or blocks).
+
+    Args:
+        rule: the site rule (``attribution.stacks.SiteRule``).
+        title: the input's name on each lane.
+        points_budget: states kept over the snapshot's lanes (``levels``).
+
+    Each map is held as its state and made into rows by its ``make(max_rows)`` once the page's
+    budget is known.
+    """
+    from veotrace.attribution.attribute import annotation_ranges, device_sweep, final_blocks
+    from veotrace.attribution.stacks import Interner
+    from veotrace.attribution.traces import traces_of
+
+    traces = traces_of(path)
+    snap = traces.snap
+    names = Interner(rule)
+    final = final_blocks(snap, names)
+    devices = sorted({*traces.devices, *final})
+    t0 = min((t for t in map(traces.first_us, traces.devices) if t is not None), default=None)
+    ranges_by_device, _counts = annotation_ranges(snap.external_annotations)
+    lanes = []
+    for d in devices:
+        sweep = device_sweep(traces, d, names, final.get(d, {}))
+        e = _first_pass(sweep)
+        lanes.append(_lane(sweep, e, names, traces, d, t0, ranges_by_device.get(d, []), title, points_budget // len(devices)))
+    return lanes
+
+
+def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title: str, points_budget: int) -> Lane:
+    n = e.act.size
+    timed = n > 0 and bool((e.t >= 0).all()) and t0 is not None
+    notes = []
+    stacks = traces.with_frames > 0
+    if not stacks:
+        notes.append("no stacks recorded: the bands are size classes, not sites (record with "
+                     "torch.cuda.memory._record_memory_history(stacks='python') to see sites)")
+    if n and not timed:
+        notes.append("no times recorded (time_us): drawn by entry order; phases, windows and maps at a clicked time "
+                     "need times")
+    if not n:
+        notes.append("no trace entries: only the state at the snapshot is shown")
+    pre = list(sweep.pre.values())
+    pre_size = np.array([v[0] for v in pre], np.int64)
+    pre_code = np.array([v[2] for v in pre], np.int64)
+    if stacks:  # the group of a block: its site, or (no stacks) its power-of-two size class
+        key = lambda codes, sizes: codes  # noqa: E731
+    else:
+        key = lambda codes, sizes: size_class(sizes)  # noqa: E731
+    k_e = _Entries(e.act, e.t, e.size, np.where(e.rm_code >= 0, key(e.rm_code, e.rm_size), -1).astype(np.int32),
+                   e.rm_size, np.where(e.ad_code >= 0, key(e.ad_code, e.ad_size), -1).astype(np.int32), e.ad_size, e.odd)
+    pre_key = key(pre_code, pre_size) if pre_size.size else np.zeros(0, np.int64)
+    if stacks:
+        key_name = dict(enumerate(names.sites))
+    else:
+        n_keys = int(max(k_e.rm_code.max(initial=0), k_e.ad_code.max(initial=0), pre_key.max(initial=0))) + 1
+        key_name = {k: class_name(k) for k in range(n_keys)}
+    x = ((e.t - t0) / 1e6 if timed else np.arange(n, dtype=np.float64))
+    x = np.r_[x[:1], x] if n else np.zeros(1)
+    reserved = _reserved(e, traces.snap.segments, d, traces.segment_rows(d))
+    st = stack_groups(k_e, pre_key, pre_size, key_name, x, points_budget)
+    groups = [_group(k, key_name, names, stacks) for k in st.top]
+    if st.n_groups > len(st.top):
+        groups.append({"name": OTHER if stacks else "(other size classes)", "other": True})
+    lane = Lane(title=f"{title}, device {d}", group_kind="site" if stacks else "size class",
+                x_unit="s" if timed else "entry", groups=groups, x=x[st.keep], level=st.level, state=st.keep,
+                buckets=st.buckets, bytes=st.bytes, blocks=st.blocks,
+                reserved=None if reserved is None else reserved[st.keep], notes=notes, entries=n)
+    lane.peaks.append(st.peak_row(x))
+    slots, total = st.slots, st.total
+    # what is marked
+    if reserved is not None:
+        rp = int(np.argmax(reserved))
+        lane.peaks.append({"kind": "reserved", "x": float(x[rp]), "state": rp, "bytes": int(reserved[rp])})
+    ooms = np.flatnonzero(e.act == A_OOM)
+    lane.ooms = [{"x": float(x[i + 1]), "state": int(i + 1), "request_bytes": int(e.size[i])} for i in ooms[:MAX_OOMS].tolist()]
+    lane.marks = [{"x": float(x[i + 1]), "text": text(a)} for i, a in e.odd]
+    if timed:
+        lane.phases = [{"start": (a - t0) / 1e6, "end": (b - t0) / 1e6, "name": text(nm), "depth": k}
+                       for a, b, nm, k in annotation[:MAX_PHASES]]
+        if len(annotation) > MAX_PHASES:
+            notes.append(f"{len(annotation):,} phase ranges: the first {MAX_PHASES:,} are drawn")
+    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0)
+    return lane
+
+
+def _group(k: int, key_name: dict, names, stacks: bool) -> dict:
+    g = {"name": text(key_name[k])}
+    if stacks:
+        stack = names.stack_of.get(k)
+        if stack:
+            internal = names.rule._re
+            frames = [(text(f), ln, text(fn), bool(internal.search(str(f)))) for f, ln, fn in stack]
+            user = [fr for fr in frames if not fr[3]]
+            g["stack"] = [list(fr) for fr in (user + [fr for fr in frames if fr[3]])[:MAX_FRAMES]]
+            g["user_frames"] = len(user)
+            g["frames"] = len(frames)
+    return g
+
+
+def _reserved(e: _Entries, segments, d: int, seg_rows) -> np.ndarray | None:
+    """Reserved bytes at each of the n + 1 states, from the final segments back through the segment events
+    (as ``sites``); None when the trace has none."""
+    if not seg_rows:
+        return None
+    from veotrace.attribution.sweep import segment_ranges
+
+    end = sum(b - a for a, b in segment_ranges(segments, d))
+    step = np.where(e.act == A_GROW, e.size, np.where(e.act == A_SHRINK, -e.size, 0))
+    level = np.r_[0, np.cumsum(step)]
+    return level + end - int(level[-1])
+
+
+def _instants(lane: Lane, e: _Entries, x, total, reserved, timed: bool, t0) -> list[tuple[int, str]]:
+    """(state, label) of each map: the peaks, each OOM, phase boundaries, keyframes, the end; for a timed
+    trace each is the state after every entry at or before its time (as ``fragmentation --at``)."""
+    n = e.act.size
+    tm = np.maximum.accumulate(e.t) if n else e.t
+    want = [(p["state"], f"peak {p['kind']}") for p in lane.peaks]
+    want += [(o["state"], "OOM") for o in lane.ooms]
+    if timed and lane.phases:
+        bounds = sorted({(p["start"], "phase start") for p in lane.phases if p["depth"] == 0}
+                        | {(p["end"], "phase end") for p in lane.phases if p["depth"] == 0})
+        step = max(1, len(bounds) // MAX_BOUNDARIES)
+        for s, label in bounds[::step][:MAX_BOUNDARIES]:
+            want.append((int(np.searchsorted(tm, t0 + round(s * 1e6), "right")), label))
+    want += [(int(k), "keyframe") for k in np.linspace(0, n, KEYFRAMES + 2)[1:-1].round().astype(int)]
+    want.append((n, "end"))
+    out: dict[int, str] = {}
+    for s, label in want:
+        if timed and 0 < s < n + 1:  # the state after every entry at the time of entry s - 1
+            s = int(np.searchsorted(tm, tm[s - 1], "right"))
+        if label not in out.get(s, ""):
+            out[s] = f"{out[s]}, {label}" if s in out else label
+    return sorted(out.items())
+
+
+def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, reserved, timed, t0) -> None:
+    """The maps at the lane's instants and the external fragmentation at each window's end: one walk."""
+    from veotrace.attribution.sweep import free_layout, ranges_after, walk
+
+    instants = _instants(lane, e, x, total, reserved, timed, t0)
+    windows = _window_edges(e, t0) if timed else None
+    stops: dict[int, list] = {}
+    for s, label in instants:
+        stops.setdefault(s, []).append(("map", label))
+    if windows is not None:
+        for s, end_x in windows:
+            stops.setdefault(s, []).append(("window", end_x))
+    frag = {"x": [], "external_frag": [], "free_bytes": [], "largest_free_bytes": []}
+    site_ids: dict[int, int] = {}
+    ranges = sweep.ranges
+    rows = sweep.rows()
+    for i, row, blocks, _rm, _ad in walk(rows, sweep.pre, sweep.free_op):
+        for what, arg in stops.get(i, ()):
+            if what == "window":
+                f = free_layout(ranges, blocks)
+                frag["x"].append(arg)
+                frag["external_frag"].append(f["external_frag"])
+                frag["free_bytes"].append(f["free_bytes"])
+                frag["largest_free_bytes"].append(f["largest_free_bytes"])
+            else:
+                lane.maps.append(_map(i, arg, ranges, blocks, key, slots, site_ids, x, e, timed, t0))
+        if row is None:
+            break
+        ranges = ranges_after(ranges, row)
+    lane.frag = frag if windows is not None else None
+    lane.sites = [text(names.sites[c]) for c in sorted(site_ids, key=site_ids.get)]
+
+
+def _window_edges(e: _Entries, t0) -> list[tuple[int, float]]:
+    """(state, window end in seconds) at the end of each window of the one window rule (aligned to
+    multiples of the window, as ``fragmentation``'s): the state after every entry before the edge."""
+    from veotrace.analysis import timescale
+    from veotrace.defaults import FRAGMENTATION_WINDOW_S
+
+    if not e.t.size:
+        return []
+    ts = e.t * 1000
+    w, _why = timescale.fit_window(int(ts.min()), int(ts.max()), FRAGMENTATION_WINDOW_S, lambda: ts, ts.size)
+    step = max(1, round((w / timescale.NS_PER_S if w else FRAGMENTATION_WINDOW_S) * 1e6))
+    edges = np.arange((int(e.t[0]) // step + 1) * step, int(e.t[-1]) + step + 1, step, dtype=np.int64)
+    states = np.searchsorted(np.maximum.accumulate(e.t), edges, "left")
+    return list(zip(states.tolist(), ((edges - t0) / 1e6).tolist()))
+
+
+def _map(state: int, label: str, ranges, blocks: dict, key, slots, site_ids: dict, x, e: _Entries, timed: bool, t0) -> dict:
+    addr = np.fromiter(blocks.keys(), np.uint64, len(blocks)).astype(np.int64)
+    vals = np.fromiter((v for b in blocks.values() for v in (b[0], b[2])), np.int64, 2 * len(blocks)).reshape(-1, 2)
+    size, code = vals[:, 0], vals[:, 1]
+    group = slots[key(code, size)] if code.size else np.zeros(0, np.int64)
+    site = np.array([site_ids.setdefault(c, len(site_ids)) for c in code.tolist()], np.int64)
+    ranges = list(ranges)  # the walk's own list goes on changing: the map is made once the page's budget is known
+    out = {"label": label, "state": state, "x": float(x[state]),
+           "make": lambda max_rows: state_map(ranges, addr, size, group, site, max_rows=max_rows)}
+    if timed and state:
+        at_us = int(e.t[state - 1])
+        out["fragmentation_at"] = f"{(at_us - t0) / 1e6:.6f}s"
+    elif timed:
+        out["fragmentation_at"] = None
+    if state == e.act.size:
+        out["fragmentation_at"] = "end"
+    return out
