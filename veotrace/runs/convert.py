@@ -73,9 +73,10 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
         from veotrace.sources.snapshots.converted import metadata
         from veotrace.sources.snapshots.torch_snapshot import oom_free_bytes, snapshot_info
 
+        info = snapshot_info(snapshots[0])
         meta = metadata(snapshots[0], table_path(output, "segments"), table_path(output, "blocks"),
-                        snapshot_info(snapshots[0]).allocator_settings, oom_free_bytes(snapshots[0]),
-                        table_path(output, "keys"))
+                        info.allocator_settings, oom_free_bytes(snapshots[0]), table_path(output, "keys"),
+                        releases=info.releases)
     with output_file(output, "wb", inputs=inputs) as sink:
         rows = write_parquet(_events(resolved, options, report, notes, on_progress), sink, metadata=meta)
     messages = list(report.messages())

@@ -269,7 +269,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
         path = inputs[0][0]
         info = None if converted else ts.snapshot_info(path)
         settings = converted.allocator_settings if converted else info.allocator_settings
-        releases = None if info is None else info.releases
+        releases = converted.releases if converted else info.releases
     rel, rel_from = release_of(torch_version, releases)
     if snapshot:
         snap_conf = cf.from_settings(settings, path=path, torch_release=rel) if settings else cf.TorchConf(

@@ -30,6 +30,7 @@ class ConvertedSnapshot:
     allocator_settings: dict | None
     oom_free: dict | None = None  # (device, ts_ns, request) -> the device's free bytes at each recorded OOM
     keys: Path | None = None  # each event's allocation site and record_function phase (``seq``, ``site``, ``phase``)
+    releases: tuple[str, str] | None = None  # the torch releases the snapshot's keys point to (model.release_bounds)
 
     def read_keys(self) -> pa.Table | None:
         """The events' sites and phases (``--by site|phase``), or None when convert wrote none."""
@@ -52,13 +53,15 @@ class ConvertedSnapshot:
 
 
 def metadata(snapshot: Path, segments: Path, blocks: Path, allocator_settings: dict | None,
-             oom_free: dict | None = None, keys: Path | None = None) -> dict[bytes, bytes]:
+             oom_free: dict | None = None, keys: Path | None = None,
+             releases: tuple[str, str] | None = None) -> dict[bytes, bytes]:
     """The schema metadata ``convert`` adds to the events file of ``snapshot`` (tables named relative to it;
-    ``oom_free``: ``torch_snapshot.oom_free_bytes``; ``keys``: the events' sites and phases)."""
+    ``oom_free``: ``torch_snapshot.oom_free_bytes``; ``keys``: the events' sites and phases; ``releases``:
+    the torch releases its keys point to, which the conversion's own keys no longer show)."""
     doc = {"source": str(snapshot), "segments": segments.name, "blocks": blocks.name,
            "allocator_settings": allocator_settings,
            "oom_free": [[*key, free] for key, free in (oom_free or {}).items()],
-           "keys": None if keys is None else keys.name}
+           "keys": None if keys is None else keys.name, "releases": None if releases is None else list(releases)}
     return {KEY: json.dumps(doc, default=str).encode()}
 
 
@@ -80,12 +83,20 @@ def converted_snapshot(path: Path) -> ConvertedSnapshot | None:
         return ConvertedSnapshot(path, str(doc["source"]), path.with_name(doc["segments"]),
                                  path.with_name(doc["blocks"]), doc.get("allocator_settings"),
                                  {(d, t, r): free for d, t, r, free in doc.get("oom_free") or ()},
-                                 path.with_name(doc["keys"]) if doc.get("keys") else None)
+                                 path.with_name(doc["keys"]) if doc.get("keys") else None,
+                                 _releases(doc.get("releases")))
     except (ValueError, KeyError, TypeError):
         from veotrace.errors import TraceFormatError
 
         raise TraceFormatError("its veotrace.snapshot metadata is damaged", path=path,
                                hint="Convert the snapshot again with 'veotrace convert'") from None
+
+
+def _releases(value: object) -> tuple[str, str] | None:
+    """The ``releases`` of the metadata, when it is two release names (else None: nothing says)."""
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) and len(v) < 8 for v in value):
+        return value[0], value[1]
+    return None
 
 
 def _read(table: Path, events: Path, rows: int | None = None) -> pa.Table:
