@@ -1,0 +1,151 @@
+"""Pickle mutations at the opcode level and snapshots pickled as no pickler writes them, for the differential
+tests of the two snapshot reads (tests/test_snapshot_differential.py), the hypothesis properties and atheris.
+
+- ``boundaries(data)``: the offsets where the opcodes of a pickle start (and its end).
+- ``cut_at``, ``delete_op``, ``duplicate_op``, ``move_op``: one opcode cut after, dropped, written twice or moved.
+- ``unframed(data)``: a protocol 4/5 pickle without its FRAME opcodes (still what pickle reads), so that an
+  opcode deleted or duplicated is judged for itself, not by the frame length it breaks.
+- ``Dup(pairs)`` and ``dumps(obj)``: a dict pickled with duplicate keys (``Dup``), otherwise as pickle writes it.
+- ``oddities(snapshot)``: named pickles of one snapshot dict with each layout the issue-40 fuzzing met.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import pickletools
+import random
+
+
+def boundaries(data: bytes) -> list[int]:
+    """The offsets at which the opcodes of ``data`` start, then ``len(data)`` (as far as the opcodes parse)."""
+    out = []
+    try:
+        for _op, _arg, pos in pickletools.genops(data):
+            out.append(pos)
+    except (ValueError, TypeError):
+        pass
+    return out + [len(data)]
+
+
+def spans(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each opcode of ``data``."""
+    b = boundaries(data)
+    return list(zip(b, b[1:]))
+
+
+def cut_at(data: bytes, at: int) -> bytes:
+    return data[:at]
+
+
+def delete_op(data: bytes, span: tuple[int, int]) -> bytes:
+    a, b = span
+    return data[:a] + data[b:]
+
+
+def duplicate_op(data: bytes, span: tuple[int, int]) -> bytes:
+    a, b = span
+    return data[:b] + data[a:b] + data[b:]
+
+
+def move_op(data: bytes, span: tuple[int, int], to: int) -> bytes:
+    """The opcode at ``span`` moved to before offset ``to`` (an opcode boundary of ``data``)."""
+    a, b = span
+    rest = data[:a] + data[b:]
+    at = to if to <= a else to - (b - a)
+    return rest[:at] + data[a:b] + rest[at:]
+
+
+def unframed(data: bytes) -> bytes:
+    """``data`` without its FRAME opcodes: the same objects for pickle (frames only group reads)."""
+    out, last = [], 0
+    for op, _arg, pos in pickletools.genops(data):
+        if op.name == "FRAME":
+            out.append(data[last:pos])
+            last = pos + 9
+    out.append(data[last:])
+    return b"".join(out)
+
+
+def mutate_ops(data: bytes, rng: random.Random) -> bytes:
+    """One random opcode-level change: delete, duplicate, move, cut after, or a run of opcodes written twice."""
+    s = spans(data)
+    if not s:
+        return data
+    span = rng.choice(s)
+    k = rng.random()
+    if k < 0.3:
+        return delete_op(data, span)
+    if k < 0.55:
+        return duplicate_op(data, span)
+    if k < 0.7:
+        return move_op(data, span, rng.choice(s)[0])
+    if k < 0.8:
+        return cut_at(data, span[0])
+    i = rng.randrange(len(s))
+    j = min(len(s) - 1, i + rng.randint(1, 12))
+    return data[:s[j][1]] + data[s[i][0]:s[j][1]] + data[s[j][1]:]
+
+
+class Dup:
+    """A dict pickled with these (key, value) pairs in this order, a key given twice kept twice."""
+
+    def __init__(self, pairs: list[tuple]) -> None:
+        self.pairs = pairs
+
+
+class _Pickler(pickle._Pickler):  # the Python pickler: its dispatch table can take Dup
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def save_dup(self, obj: Dup) -> None:
+        self.write(pickle.EMPTY_DICT)
+        self.memoize(obj)
+        self._batch_setitems(iter(obj.pairs))
+
+    dispatch[Dup] = save_dup
+
+
+def dumps(obj, protocol: int = 4) -> bytes:
+    """``obj`` pickled as ``pickle.dumps`` writes it, but ``Dup`` dicts with their duplicate keys (no frames)."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol).dump(obj)
+    return buf.getvalue()
+
+
+def oddities(snap: dict) -> dict[str, bytes]:
+    """Pickles of ``snap`` (a snapshot dict with at least one device of 3+ entries) laid out as the fuzzing of
+    issue 40 met them, each read differently by the two reads before it; every one must now read alike."""
+    segs, tr = snap["segments"], snap["device_traces"][0]
+    e = dict(tr[1])
+    entry = lambda *pairs: Dup(list(pairs))  # noqa: E731 - a one-line constructor
+    with_entry = lambda ent: dumps({"segments": segs, "device_traces": [[tr[0], ent, *tr[2:]]]})  # noqa: E731
+    return {
+        # copies: the key given twice is what differs (the same entries twice would be read again from the memo)
+        "device_traces_twice_short_first": dumps(Dup([("segments", segs), ("device_traces", [copy.deepcopy(tr[:3])]),
+                                                      ("device_traces", [tr])])),
+        "device_traces_twice_long_first": dumps(Dup([("segments", segs), ("device_traces", [tr]),
+                                                     ("device_traces", [copy.deepcopy(tr[:3])])])),
+        "entry_size_bad_then_good": with_entry(entry(("action", e["action"]), ("size", "x"), ("addr", e["addr"]),
+                                                     ("size", 4096))),
+        "entry_size_good_then_bad": with_entry(entry(("action", e["action"]), ("size", 4096), ("addr", e["addr"]),
+                                                     ("size", "x"))),
+        "entry_action_bad_then_good": with_entry(entry(("action", 7), ("size", 4096), ("addr", e["addr"]),
+                                                       ("action", "alloc"))),
+        "entry_action_good_then_bad": with_entry(entry(("action", "alloc"), ("size", 4096), ("addr", e["addr"]),
+                                                       ("action", 7))),
+        "entry_frames_twice": with_entry(entry(("action", "alloc"), ("size", 4096), ("addr", e["addr"]),
+                                               ("frames", [{"name": "a", "filename": "a.py", "line": 1}]),
+                                               ("frames", [{"name": "b", "filename": "b.py", "line": 2}]))),
+        "entry_unhashable_key": with_entry(entry(("action", "alloc"), ([1], 2))),
+        "segment_unhashable_key": dumps({"segments": [Dup([({}, 1)])], "device_traces": [tr]}),
+        "entry_shared_by_the_memo": dumps({"segments": segs, "device_traces": [[tr[0], tr[1], tr[1], *tr[2:]]]}),
+        "device_list_shared_by_the_memo": dumps({"segments": segs, "device_traces": [tr, tr]}),
+        "entry_read_again_elsewhere": dumps({"segments": segs, "device_traces": [tr], "again": tr[1]}),
+        # two stacks whose frames hold the same values under other names: two sites, not one
+        "frame_names_swapped": dumps({"segments": segs, "device_traces": [[
+            tr[0], dict(e, frames=[{"name": "f", "filename": "g", "line": 1}]),
+            dict(e, frames=[{"filename": "f", "name": "g", "line": 1}]), *tr[2:]]]}),
+        "protocol_2": pickle.dumps(snap, protocol=2),
+        "unframed_protocol_5": unframed(pickle.dumps(snap, protocol=5)),
+    }
