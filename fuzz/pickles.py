@@ -7,15 +7,19 @@ tests of the two snapshot reads (tests/test_snapshot_differential.py), the hypot
   opcode deleted or duplicated is judged for itself, not by the frame length it breaks.
 - ``Dup(pairs)`` and ``dumps(obj)``: a dict pickled with duplicate keys (``Dup``), otherwise as pickle writes it.
 - ``oddities(snapshot)``: named pickles of one snapshot dict with each layout the issue-40 fuzzing met.
+- ``both(path)``: what the whole and the streamed read give for a snapshot file (events, warnings, segments,
+  OOM free bytes, sites), and ``difference(whole, streamed)``: the first thing they disagree on, or None.
 """
 
 from __future__ import annotations
 
 import copy
 import io
+import os
 import pickle
 import pickletools
 import random
+from pathlib import Path
 
 
 def boundaries(data: bytes) -> list[int]:
@@ -149,3 +153,89 @@ def oddities(snap: dict) -> dict[str, bytes]:
         "protocol_2": pickle.dumps(snap, protocol=2),
         "unframed_protocol_5": unframed(pickle.dumps(snap, protocol=5)),
     }
+
+
+STREAM_ENV = "VEOTRACE_SNAPSHOT_STREAM_BYTES"
+
+
+def _forget() -> None:
+    from veotrace.sources.snapshots import large
+    from veotrace.sources.snapshots import torch_snapshot as ts
+
+    ts._load_cached.cache_clear()
+    large._READ.clear()
+    large._WHOLE.clear()
+
+
+def answer(path: Path, *, sites: bool = True, skip: bool = False, events_only: bool = False) -> dict:
+    """Everything a command reads from a snapshot: its events (or the error), the warnings and skipped rows,
+    its segments and layout, the OOMs' free bytes and (``sites``) each row's site."""
+    import pyarrow as pa
+
+    from veotrace.errors import VeotraceError
+    from veotrace.sources import ReadOptions, ReadReport
+    from veotrace.sources.snapshots import torch_snapshot as ts
+
+    _forget()
+    out: dict = {}
+    report = ReadReport()
+    try:
+        batches = ts.iter_alloc_events(path, options=ReadOptions(skip_bad_rows=skip), report=report)
+        out["events"] = pa.Table.from_batches(list(batches)).drop_columns(["source_file"])
+    except VeotraceError as exc:
+        out["events"] = f"{type(exc).__name__}: {exc}"
+    out["report"] = (report.warnings, report.skipped_rows, [m for *_, m in report.first_skipped])
+    if events_only:
+        return out
+    try:
+        snap = ts.snapshot_info(path)
+        out["info"] = (snap.segments, snap.layout, snap.has_time, snap.allocator_settings, snap.annotations,
+                       snap.time_back, snap.first_back, snap.external_annotations)
+        out["oom"] = ts.oom_free_bytes(path)
+    except VeotraceError as exc:
+        out["info"] = f"{type(exc).__name__}: {exc}"
+    if sites and not isinstance(out["events"], str):
+        from veotrace.attribution.rows import snapshot_row_keys
+
+        try:
+            keys, labels = snapshot_row_keys(path, "site")
+            out["sites"] = (keys.tolist(), labels)
+        except VeotraceError as exc:
+            out["sites"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def both(path: Path, *, sites: bool = True, skip: bool = False, events_only: bool = False) -> tuple[dict, dict, bool]:
+    """(the whole read's answer, the streamed read's, whether the streamed read was clean: its own decoding)."""
+    from veotrace.errors import VeotraceError
+    from veotrace.sources.snapshots import large
+
+    before = os.environ.pop(STREAM_ENV, None)
+    try:
+        whole = answer(path, sites=sites, skip=skip, events_only=events_only)
+        os.environ[STREAM_ENV] = "1"
+        _forget()
+        try:
+            clean = large.use_stream(path)
+        except VeotraceError:
+            clean = False  # refused by the streamed read itself: only past the whole read's bound
+        streamed = answer(path, sites=sites, skip=skip, events_only=events_only)
+    finally:
+        os.environ.pop(STREAM_ENV, None)
+        if before is not None:
+            os.environ[STREAM_ENV] = before
+    return whole, streamed, clean
+
+
+def difference(whole: dict, streamed: dict) -> str | None:
+    """The first part of the two answers that differs (None: the same verdict and answer)."""
+    import pyarrow as pa
+
+    if whole.keys() != streamed.keys():
+        return f"parts {sorted(whole)} against {sorted(streamed)}"
+    for key, w in whole.items():
+        s = streamed[key]
+        same = w.equals(s) if isinstance(w, pa.Table) and isinstance(s, pa.Table) else w == s
+        if not same:
+            return f"{key}: {str(w)[:300]} | {str(s)[:300]}"
+    return None

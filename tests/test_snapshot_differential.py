@@ -15,10 +15,7 @@ import pytest
 
 from fuzz import pickles
 from tests.conftest import REAL_TRACES, SAMPLES
-from veotrace.errors import VeotraceError
-from veotrace.sources import ReadOptions, ReadReport
-from veotrace.sources.snapshots import large, stream
-from veotrace.sources.snapshots import torch_snapshot as ts
+from veotrace.sources.snapshots import stream
 from veotrace.synth.torch import synthetic_snapshot
 
 pytestmark = pytest.mark.skipif(not stream.available(), reason="the streaming read needs the C parts built")
@@ -27,65 +24,14 @@ REAL = sorted(p for p in REAL_TRACES.glob("*") if p.suffix in (".pickle", ".pkl"
 SAMPLE = sorted((SAMPLES / "snapshots").glob("*.pickle"))
 
 
-def _forget() -> None:
-    ts._load_cached.cache_clear()
-    large._READ.clear()
-    large._WHOLE.clear()
-
-
-def _answer(path: Path, *, sites: bool, skip: bool = False, events_only: bool = False) -> dict:
-    """Everything a command reads from a snapshot: its events (or the error), the warnings and skipped rows,
-    its segments and layout, the OOMs' free bytes and (``sites``) each row's site."""
-    _forget()
-    out: dict = {}
-    report = ReadReport()
-    try:
-        batches = ts.iter_alloc_events(path, options=ReadOptions(skip_bad_rows=skip), report=report)
-        out["events"] = pa.Table.from_batches(list(batches)).drop_columns(["source_file"])
-    except VeotraceError as exc:
-        out["events"] = f"{type(exc).__name__}: {exc}"
-    out["report"] = (report.warnings, report.skipped_rows, [m for *_, m in report.first_skipped])
-    if events_only:
-        return out
-    try:
-        snap = ts.snapshot_info(path)
-        out["info"] = (snap.segments, snap.layout, snap.has_time, snap.allocator_settings, snap.annotations,
-                       snap.time_back, snap.first_back, snap.external_annotations)
-        out["oom"] = ts.oom_free_bytes(path)
-    except VeotraceError as exc:
-        out["info"] = f"{type(exc).__name__}: {exc}"
-    if sites and not isinstance(out["events"], str):
-        from veotrace.attribution.rows import snapshot_row_keys
-
-        keys, labels = snapshot_row_keys(path, "site")
-        out["sites"] = (keys.tolist(), labels)
-    return out
-
-
-def both(monkeypatch, path: Path, *, sites: bool = True, skip: bool = False,
-         events_only: bool = False) -> tuple[dict, dict, bool]:
-    """(the whole read's answer, the streamed read's, whether the streamed read was clean: its own decoding)."""
-    monkeypatch.delenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", raising=False)
-    whole = _answer(path, sites=sites, skip=skip, events_only=events_only)
-    monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", "1")
-    _forget()
-    try:
-        clean = large.use_stream(path)
-    except VeotraceError:
-        clean = False  # refused by the streamed read itself: only past the whole read's bound
-    streamed = _answer(path, sites=sites, skip=skip, events_only=events_only)
-    monkeypatch.delenv("VEOTRACE_SNAPSHOT_STREAM_BYTES")
-    return whole, streamed, clean
+def both(monkeypatch, path: Path, **kw) -> tuple[dict, dict, bool]:
+    del monkeypatch  # fuzz.pickles.both sets and restores the streaming threshold itself
+    return pickles.both(path, **kw)
 
 
 def assert_same(whole: dict, streamed: dict, what: str) -> None:
-    assert whole.keys() == streamed.keys(), what
-    for key, w in whole.items():
-        s = streamed[key]
-        if isinstance(w, pa.Table) and isinstance(s, pa.Table):
-            assert w.equals(s), (what, key)
-        else:
-            assert w == s, (what, key, str(w)[:300], str(s)[:300])
+    diff = pickles.difference(whole, streamed)
+    assert diff is None, (what, diff)
 
 
 @pytest.mark.parametrize("path", [*SAMPLE, *REAL], ids=lambda p: p.name)
@@ -166,13 +112,12 @@ def test_keys_given_twice_and_the_layouts_that_read_differently_before(monkeypat
         assert_same(whole, streamed, name)
     # pickle keeps a key's last value: the entry is refused or accepted for its last size, on both reads
     assert "must be an integer, got 'x'" in whole_of(monkeypatch, tmp_path, small, "entry_size_good_then_bad")
-    assert isinstance(_answer(_case(tmp_path, "g", pickles.oddities(small)["entry_size_bad_then_good"]),
-                              sites=False)["events"], pa.Table)
+    assert isinstance(pickles.answer(_case(tmp_path, "g", pickles.oddities(small)["entry_size_bad_then_good"]),
+                                     sites=False)["events"], pa.Table)
 
 
 def whole_of(monkeypatch, tmp_path, small, name: str) -> str:
-    monkeypatch.delenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", raising=False)
-    return str(_answer(_case(tmp_path, name, pickles.oddities(small)[name]), sites=False)["events"])
+    return str(pickles.answer(_case(tmp_path, name, pickles.oddities(small)[name]), sites=False)["events"])
 
 
 def test_device_traces_twice_gives_the_last_as_pickle_does(monkeypatch, tmp_path, small):
