@@ -78,6 +78,27 @@ def test_pure_python_nesting_walk_agrees_with_the_c_one():
         assert safe_pickle.nesting(data) == safe_pickle._nesting_py(data, 100) == (6, len(data), 1)
 
 
+def test_the_two_walks_agree_opcode_for_opcode_on_mutated_pickles():
+    """Result, offset and how the walk stopped: the pure-Python walk is a port of the C one, so a build without
+    the C parts refuses (and cuts) the same pickles at the same bytes."""
+    import random
+
+    from fuzz.mutate import mutate
+    from fuzz.pickles import mutate_ops
+    from veotrace.sources.snapshots import safe_pickle
+
+    if safe_pickle._picklescan is None:
+        pytest.skip("the C walk is not built")
+    seeds = [pickle.dumps({"segments": [{"address": 1, "total_size": 2, "t": (0, 0)}], "device_traces": [[
+        {"action": "alloc", "addr": 2**63 + i, "size": 4096, "frames": [{"name": "f", "line": i}]} for i in range(6)]]},
+        protocol=p) for p in (2, 4, 5)]
+    rng = random.Random(40)
+    for _ in range(2000):
+        data = rng.choice(seeds)
+        data = (mutate_ops if rng.random() < 0.5 else mutate)(data, rng)
+        assert safe_pickle.nesting(data) == safe_pickle._nesting_py(data, 100), data
+
+
 def _log(tmp_path, bad_lines: dict[int, str], n: int = 1001) -> Path:
     lines = ["timestamp,op_type,size_bytes"] + [f"{i * 1000},alloc,4096" for i in range(n)]
     for lineno, text in bad_lines.items():

@@ -154,6 +154,12 @@ def nesting(data: bytes, limit: int = MAX_NESTING, int_bytes: int = MAX_PICKLE_I
 _CALLABLE_OPS = frozenset(b"c\x93ioRb\x81\x92\x82\x83\x84PQ")
 _BUFFER_OPS = frozenset(b"\x96\x97\x98")
 _MEMO_MAX, _MEMO_SLACK = 1 << 26, 4096  # as MEMO_MAX and MEMO_SLACK in _picklescan.c
+#: The length-prefixed opcodes: (bytes of the length, whether it is signed): LONG1 SHORT_BINSTRING SHORT_BINUNICODE
+#: SHORT_BINBYTES, LONG4 BINSTRING BINUNICODE BINBYTES, BINUNICODE8 BINBYTES8.
+_COUNTED = {0x8A: (1, False), 0x55: (1, False), 0x8C: (1, False), 0x43: (1, False), 0x8B: (4, True), 0x54: (4, True),
+            0x58: (4, False), 0x42: (4, False), 0x8D: (8, False), 0x8E: (8, False)}
+#: The memo opcodes' index argument: bytes of a little-endian integer, or None for decimal text (PUT, GET).
+_MEMO_ARG = {0x71: 1, 0x72: 4, 0x70: None, 0x68: 1, 0x6A: 4, 0x67: None}
 
 
 def _nesting_py(data: bytes, limit: int, int_bytes: int = MAX_PICKLE_INT_BYTES) -> tuple[int, int, int]:
@@ -176,6 +182,14 @@ def _nesting_py(data: bytes, limit: int, int_bytes: int = MAX_PICKLE_INT_BYTES) 
         while j < len(head) and head[j:j + 1].isdigit():
             j += 1
         return int(head[:j]) if j else 0
+
+    def memo_arg(at: int, width: int | None) -> tuple[int, int] | None:
+        """A memo index at ``at`` and where the opcode ends: ``width`` bytes little-endian, or decimal text to a
+        newline (None); None when the data ends inside it."""
+        if width is not None:
+            return None if n_data - at < width else (le(at, width), at + width)
+        nl = data.find(b"\n", at)
+        return None if nl < 0 else (text_number(at, nl), nl + 1)
 
     def depth(x: int) -> bool:
         nonlocal deepest
@@ -202,37 +216,18 @@ def _nesting_py(data: bytes, limit: int, int_bytes: int = MAX_PICKLE_INT_BYTES) 
             stack.append(0)
         elif op in _BUFFER_OPS:
             return -5, op_at, 0
-        elif op in (0x8A, 0x55, 0x8C, 0x43):  # LONG1 SHORT_BINSTRING SHORT_BINUNICODE SHORT_BINBYTES
-            if n_data - p < 1:
+        elif op in _COUNTED:  # LONG1/4, strings and bytes: a length of ``width`` bytes, then that many bytes
+            width, signed = _COUNTED[op]
+            if n_data - p < width:
                 return deepest, op_at, 2
-            k = data[p]
-            if op == 0x8A and k > int_bytes:
-                return -7, op_at, 0
-            if n_data - p < 1 + k:
-                return deepest, op_at, 2
-            pos = p + 1 + k
-            stack.append(0)
-        elif op in (0x8B, 0x54, 0x58, 0x42):  # LONG4 BINSTRING BINUNICODE BINBYTES
-            if n_data - p < 4:
-                return deepest, op_at, 2
-            k = int.from_bytes(data[p:p + 4], "little", signed=op in (0x8B, 0x54))
-            if k < 0:
+            k = int.from_bytes(data[p:p + width], "little", signed=signed)
+            if not 0 <= k <= 1 << 62:  # a negative length (LONG4, BINSTRING): the unpickler refuses it
                 return deepest, op_at, 0
-            if op == 0x8B and k > int_bytes:
+            if op in (0x8A, 0x8B) and k > int_bytes:
                 return -7, op_at, 0
-            if n_data - p < 4 + k:
+            if n_data - p < width + k:
                 return deepest, op_at, 2
-            pos = p + 4 + k
-            stack.append(0)
-        elif op in (0x8D, 0x8E):  # BINUNICODE8 BINBYTES8
-            if n_data - p < 8:
-                return deepest, op_at, 2
-            k = le(p, 8)
-            if k > 1 << 62:
-                return deepest, op_at, 0
-            if n_data - p < 8 + k:
-                return deepest, op_at, 2
-            pos = p + 8 + k
+            pos = p + width + k
             stack.append(0)
         elif op in b"ILFSV":  # newline-terminated text
             nl = data.find(b"\n", p)
@@ -333,18 +328,10 @@ def _nesting_py(data: bytes, limit: int, int_bytes: int = MAX_PICKLE_INT_BYTES) 
             if depth(m + 1):
                 return -1, op_at, 0
         elif op in (0x94, 0x71, 0x72, 0x70):  # MEMOIZE BINPUT LONG_BINPUT PUT
-            if op == 0x94:
-                k, pos = len(memo), p
-            elif op in (0x71, 0x72):
-                w = 1 if op == 0x71 else 4
-                if n_data - p < w:
-                    return deepest, op_at, 2
-                k, pos = le(p, w), p + w
-            else:
-                nl = data.find(b"\n", p)
-                if nl < 0:
-                    return deepest, op_at, 2
-                k, pos = text_number(p, nl), nl + 1
+            arg = (len(memo), p) if op == 0x94 else memo_arg(p, _MEMO_ARG[op])
+            if arg is None:
+                return deepest, op_at, 2
+            k, pos = arg
             if not stack:
                 return deepest, op_at, 0
             if k > len(memo) + _MEMO_SLACK or k > _MEMO_MAX:
@@ -352,16 +339,10 @@ def _nesting_py(data: bytes, limit: int, int_bytes: int = MAX_PICKLE_INT_BYTES) 
             memo.extend([-1] * (k + 1 - len(memo)))
             memo[k] = min(stack[-1], 127)
         elif op in (0x68, 0x6A, 0x67):  # BINGET LONG_BINGET GET
-            if op in (0x68, 0x6A):
-                w = 1 if op == 0x68 else 4
-                if n_data - p < w:
-                    return deepest, op_at, 2
-                k, pos = le(p, w), p + w
-            else:
-                nl = data.find(b"\n", p)
-                if nl < 0:
-                    return deepest, op_at, 2
-                k, pos = text_number(p, nl), nl + 1
+            arg = memo_arg(p, _MEMO_ARG[op])
+            if arg is None:
+                return deepest, op_at, 2
+            k, pos = arg
             if k >= len(memo) or memo[k] < 0:
                 return deepest, op_at, 0
             stack.append(memo[k])
