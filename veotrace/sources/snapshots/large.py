@@ -129,10 +129,10 @@ def _fits(path: Path, first: stream.Pass1 | None = None) -> bool:
             return os.stat(path).st_size <= limit
         total = 0
         while total <= limit:
-            chunk = stream_.read(stream.CHUNK_BYTES)
-            if not chunk:
+            n = stream_.read_buffer(stream.CHUNK_BYTES).size  # not read(n): see stream._chunks
+            if not n:
                 return True
-            total += len(chunk)
+            total += n
         return False
     except data_errors():
         return True  # the whole read says what is wrong with the compressed stream

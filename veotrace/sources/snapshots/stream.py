@@ -95,8 +95,8 @@ def _chunks(path: Path) -> Iterator[bytes]:
     stream, _raw = open_decompressed(path)
     try:
         while True:
-            try:
-                chunk = stream.read(CHUNK_BYTES)
+            try:  # read_buffer: pyarrow's read(n) keeps its n-byte bytes when a gzip stream turns out truncated
+                chunk = stream.read_buffer(CHUNK_BYTES).to_pybytes()
             except (OSError, EOFError) as exc:
                 from veotrace.sources.base import detail
 
@@ -104,7 +104,7 @@ def _chunks(path: Path) -> Iterator[bytes]:
                                        hint="Re-copy the file, or decompress what remains and read that") from None
             if not chunk:
                 return
-            yield bytes(chunk)
+            yield chunk
     finally:
         stream.close()
 
