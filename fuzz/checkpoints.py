@@ -114,6 +114,8 @@ def mutate_state(data: bytes, rng: random.Random) -> bytes:
     if k < 0.15 or not isinstance(doc, dict):
         return mutate(data, rng)
     paths = [p for p in _paths(doc) if p]
+    if not paths:  # an empty object: nothing to change inside
+        return mutate(data, rng)
     path = rng.choice(paths)
     parent = doc
     for step in path[:-1]:

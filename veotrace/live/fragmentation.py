@@ -119,8 +119,15 @@ class FragWindows:
         devices = c.mapping(c.integer(-(1 << 31), (1 << 31) - 1), device_state_schema(), max_len=MAX_DEVICES)
         windows = c.mapping(c.integer(-(1 << 31), (1 << 31) - 1), _win_schema(), max_len=MAX_DEVICES)
         times = c.mapping(c.integer(-(1 << 31), (1 << 31) - 1), c.TIME, max_len=MAX_DEVICES)
-        replay = c.record({"states": devices, "open": windows, "last_ts": times, "first_ts": times, "n_read": c.COUNT,
-                           "placed": c.COUNT})
+        base = c.record({"states": devices, "open": windows, "last_ts": times, "first_ts": times, "n_read": c.COUNT,
+                         "placed": c.COUNT})
+
+        def replay(v, where):
+            r = base(v, where)
+            if not set(r["first_ts"]) == set(r["last_ts"]) == set(r["states"]) >= set(r["open"]):
+                raise c.Bad(where, "holds devices in states, open, first_ts and last_ts that do not match (every "
+                                   "device replayed has a state and both times; an open window a state)")
+            return r
         return c.record({"replay": replay, "span": c.span,
                          "events_read": c.COUNT, "pieces": c.COUNT, "round_bytes": c.integer(1, 1 << 30),
                          "prev_name": c.text(), "prev_final": devices})
@@ -181,7 +188,7 @@ def _win_schema():
     """``frag.windows._Win`` (a device's open window) as the checkpoint holds it."""
     from veotrace.live import checkpoint as c
 
-    t = c.optional(c.TIME)
+    t = c.TIME  # a checkpoint is of a time-window replay (Replay.to_json): its windows have times
     return c.record({"k": c.integer(), "t_from": t, "events": c.COUNT, "allocs": c.COUNT, "frees": c.COUNT,
                      "dev_allocs": c.COUNT, "dev_frees": c.COUNT, "peak_live": c.COUNT, "peak_reserved": c.COUNT,
                      "integral": c.number(0.0), "t_start": t, "level": c.COUNT, "cont": c.flag})
