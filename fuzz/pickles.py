@@ -150,9 +150,24 @@ def oddities(snap: dict) -> dict[str, bytes]:
         "frame_names_swapped": dumps({"segments": segs, "device_traces": [[
             tr[0], dict(e, frames=[{"name": "f", "filename": "g", "line": 1}]),
             dict(e, frames=[{"filename": "f", "name": "g", "line": 1}]), *tr[2:]]]}),
+        "entry_field_read_again": _int_read_again(snap),
         "protocol_2": pickle.dumps(snap, protocol=2),
         "unframed_protocol_5": unframed(pickle.dumps(snap, protocol=5)),
     }
+
+
+def _int_read_again(snap: dict) -> bytes:
+    """``snap`` with its first two entries' streams one int: memoised at the first, read again by a BINGET at the
+    second (pickle memoises no int; the decoder refused the second entry's stream, which the model accepts)."""
+    e0, e1 = snap["device_traces"][0][:2]
+    doc = copy.deepcopy(snap)
+    doc["device_traces"][0][0] = dict(e0, stream=117)
+    doc["device_traces"][0][1] = dict(e1, stream=118)
+    data = pickle.dumps(doc, protocol=2)  # explicit memo indices: a PUT added renumbers nothing
+    first, second = data.index(b"K\x75"), data.index(b"K\x76")
+    free = 1 + max(arg for op, arg, _pos in pickletools.genops(data) if op.name in ("BINPUT", "LONG_BINPUT"))
+    index = free.to_bytes(4, "little")
+    return data[:first + 2] + b"r" + index + data[first + 2:second] + b"j" + index + data[second + 2:]
 
 
 STREAM_ENV = "VEOTRACE_SNAPSHOT_STREAM_BYTES"

@@ -496,6 +496,16 @@ static int entry_set(Decoder *d, Entry *e, Val *kv, Val *v)
         else r = unfaithful(d, "a trace entry's frames is a number or another trace entry");
         goto drop;
     }
+    if (IS_OBJ(v) && PyLong_CheckExact(v->o)) { /* an int the memo keeps (read again by a GET): its value, as pushed */
+        int over = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v->o, &over);
+        if (!over && !(x == -1 && PyErr_Occurred())) { Val iv = {NULL, x, T_INT, R_NONE, 0}; val_clear(v); *v = iv; }
+        else if (over > 0 && _PyLong_NumBits(v->o) <= 64) {
+            Val uv = {NULL, (int64_t)PyLong_AsUnsignedLongLong(v->o), T_UINT, R_NONE, 0};
+            val_clear(v); *v = uv;
+        }
+        PyErr_Clear();
+    }
     if (k == K_ADDR) { e->addr_i64 = v->tag == T_INT; e->v[k] = v->i; e->uaddr = 0; }
     if (IS_OBJ(v) && v->o == Py_None) { e->set[k] = 2; goto drop; }
     if (v->tag == T_INT || v->tag == T_UINT) {

@@ -204,7 +204,9 @@ def _entry_error(obj, d: int, i: int, path: Path) -> TraceFormatError:
         model._check_entry(obj, lambda: where, path)
     except TraceFormatError as exc:
         return exc
-    raise AssertionError(f"{where}: the decoder stopped at an entry the model accepts ({obj!r:.200})")
+    # the decoder refused what the model accepts: it cannot build this entry as pickle does (the whole read decides)
+    return TraceFormatError(f"{where} holds what the streaming read cannot build as pickle does ({obj!r:.120})",
+                            path=path)
 
 
 class _Tracker:
