@@ -100,6 +100,31 @@ def _consistent(state: dict, path: Path) -> None:
     if not pieces and read > sum(g["lines"] for g in tail):
         raise c.damaged(path, f"windows.events_read = {read:,} is more than the {sum(g['lines'] for g in tail):,} "
                               "lines its tail says were read")
+    for i, g in enumerate(tail):
+        wrong = _shape_wrong(g)
+        if wrong:
+            raise c.damaged(path, f"tail[{i}] {wrong}")
+
+
+def _shape_wrong(g: dict) -> str | None:
+    """What is wrong with a generation's log shape (JSON Lines, or CSV and its header) against its own first
+    bytes (``fp``: the file's first line is there): a follower resumed with another shape would read the log's
+    lines as another format's and blame the log."""
+    fp = base64.b64decode(g["fp"])
+    if fp.startswith(b"piece:"):
+        return None
+    lines = fp.split(b"\n")
+    first = next((ln for ln in lines[:-1] if ln.strip()), None)  # a whole line: the file's first that is not blank
+    if g["done"] and g["jsonl"] is None:
+        return "has read lines of a log whose shape (CSV or JSON Lines) it does not hold"
+    if first is None or g["jsonl"] is None:
+        return None
+    text = first.removeprefix(b"\xef\xbb\xbf").strip()
+    if g["jsonl"] != text.startswith(b"{"):
+        return f"says the log is {'JSON Lines' if g['jsonl'] else 'CSV'}, and its first line is not"
+    if not g["jsonl"] and g["header"] != text.decode("utf-8", "replace"):
+        return "holds a CSV header that is not the log's first line"
+    return None
 
 
 def _same(state: dict, expected: dict, keys: tuple[str, ...], path: Path) -> None:
