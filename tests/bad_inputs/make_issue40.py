@@ -71,6 +71,7 @@ def _pickles() -> dict[str, bytes]:
         "snapshot_entry_key_twice.pickle": odd["entry_size_good_then_bad"],
         "snapshot_entry_read_twice.pickle": odd["entry_shared_by_the_memo"],
         "snapshot_unhashable_key.pickle": odd["entry_unhashable_key"],
+        "snapshot_int_read_again.pickle": odd["entry_field_read_again"],  # refused streamed, with an AssertionError
         "frame_length_lies.pickle": _frame_lies(),
         "binbytes_claim_4gib.pickle": b"\x80\x04B\xff\xff\xff\xff\x00\x00\x00.",  # BINBYTES of 4 GiB in 11 bytes
         "snapshot_segment_2_62.pickle": pickle.dumps({"segments": [seg], "device_traces": [[]]}, protocol=4),
@@ -149,6 +150,8 @@ def _states() -> dict[str, bytes]:
         "state_tail_emptied.json": changed("entropy", lambda d: d.update(tail=[])),
         "state_bad_base64.json": changed("fragmentation", lambda d: frag_first_state(d).update(addr="AAAAA")),
         "state_blocks_unsorted.json": changed("fragmentation", swap_blocks),
+        # found by hypothesis: a tail that says JSON Lines of a CSV log had the log's line 1,509 blamed for it
+        "state_tail_shape_wrong.json": changed("entropy", lambda d: d["tail"][0].update(jsonl=True)),
         # found by atheris: an open window without its time ended the resumed replay in a TypeError
         "state_window_without_time.json": changed("fragmentation", lambda d: next(iter(
             d["windows"]["replay"]["open"].values())).update(t_from=None)),
