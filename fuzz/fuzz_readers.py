@@ -1,9 +1,10 @@
 """Coverage-guided fuzzing of every reader and command target with atheris (libFuzzer), for a fixed time budget each.
 
-    pip install atheris                                    # not a test dependency
+    pip install 'veotrace[fuzz]'                           # atheris: not a test dependency
     python3 fuzz/fuzz_readers.py --seconds 60              # every reader, 60 s each, summary table
     python3 fuzz/fuzz_readers.py --target alloc_events --seconds 300
     python3 fuzz/fuzz_readers.py --target fragmentation --target simulate --target banks --target gate_baseline --target report
+    python3 fuzz/fuzz_readers.py --target snapshot_stream --target checkpoint_entropy --target checkpoint_fragmentation
 
 Each reader runs in its own process, starting from the valid seed files of ``fuzz/targets.py``;
 inputs are mutated by libFuzzer and by ``fuzz/mutate.py`` (truncation, huge numbers, stray quotes,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import random
 import re
 import subprocess
@@ -43,7 +45,14 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
         import veotrace.sources.nsight.nsys_sqlite  # noqa: F401
         import veotrace.sources.parquet  # noqa: F401
         import veotrace.sources.probe  # noqa: F401
+        import veotrace.sources.snapshots.large  # noqa: F401
+        import veotrace.sources.snapshots.stream  # noqa: F401
         import veotrace.sources.snapshots.torch_snapshot  # noqa: F401
+        if target.startswith("checkpoint_"):
+            import veotrace.live  # noqa: F401
+            import veotrace.live.checkpoint  # noqa: F401
+            import veotrace.live.contract  # noqa: F401
+            import veotrace.runs.follow  # noqa: F401
         if target in ("fragmentation", "simulate", "banks", "gate_baseline", "report"):
             import veotrace.allocators  # noqa: F401
             import veotrace.analysis.banks  # noqa: F401
@@ -52,11 +61,16 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
             import veotrace.reporting.run  # noqa: F401
             import veotrace.runs.fragmentation  # noqa: F401
             import veotrace.runs.simulate  # noqa: F401
+    from fuzz.checkpoints import mutate_state
     from fuzz.mutate import mutate
-    from fuzz.targets import run
+    from fuzz.pickles import mutate_ops
+    from fuzz.targets import STATE_TARGETS, run
     from veotrace.errors import VeotraceError
 
     scratch = workdir / f"input-{target}-{os.getpid()}"
+    if target in STATE_TARGETS:  # a checkpoint names the log it follows: beside it, in the work dir
+        scratch = workdir / f"input-{target}.state"
+    structured = mutate_state if target in STATE_TARGETS else mutate_ops if target == "snapshot_stream" else mutate
 
     def test_one_input(data: bytes) -> None:
         scratch.write_bytes(data)
@@ -66,21 +80,39 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
             pass
 
     def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
-        if seed % 2:
+        if seed % 3 == 0:
             return atheris.Mutate(data, max_size)
-        return mutate(data, random.Random(seed))[: max(max_size, 1)]
+        rng = random.Random(seed)
+        return (structured if seed % 3 == 1 else mutate)(data, rng)[: max(max_size, 1)]
 
     atheris.Setup(argv, test_one_input, custom_mutator=custom_mutator)
     atheris.Fuzz()
 
 
 def _corpus(target: str, workdir: Path) -> Path:
-    from fuzz.targets import SEED_COMMANDS, SEED_TARGETS, seeds
+    from fuzz.targets import SEED_COMMANDS, SEED_TARGETS, STATE_TARGETS, seeds
 
     corpus = workdir / "corpus" / target
     corpus.mkdir(parents=True, exist_ok=True)
+    if target in STATE_TARGETS:
+        from fuzz.checkpoints import seed_states
+
+        command = target.removeprefix("checkpoint_")
+        (corpus / f"{command}.state").write_bytes(seed_states(workdir)[f"{command}.state"])
+        return corpus
+    if target == "snapshot_stream":
+        from fuzz.pickles import oddities, unframed
+        from veotrace.synth.torch import synthetic_snapshot
+
+        snap, _ = synthetic_snapshot(seed=2, n_allocs=4, devices=2)
+        for protocol in (2, 4, 5):
+            (corpus / f"small-{protocol}.pickle").write_bytes(pickle.dumps(snap, protocol=protocol))
+        (corpus / "small-unframed.pickle").write_bytes(unframed(pickle.dumps(snap, protocol=5)))
+        for name, data in oddities(snap).items():
+            (corpus / f"{name}.pickle").write_bytes(data)
     for name, data in seeds(workdir).items():
-        if target in SEED_TARGETS[name] + SEED_COMMANDS.get(name, ()) or target == "info":
+        wanted = target in SEED_TARGETS[name] + SEED_COMMANDS.get(name, ()) or target == "info"
+        if wanted or (target == "snapshot_stream" and name.endswith((".pickle", ".pkl"))):
             (corpus / name).write_bytes(data)
     return corpus
 

@@ -115,6 +115,31 @@ def _report(path: Path) -> None:
         out.unlink(missing_ok=True)
 
 
+# ----------------------------------------------------------------------------- issue 40
+def _snapshot_stream(path: Path) -> None:
+    """The streamed decoder against the whole read on the same file: one verdict and one answer, or a bug."""
+    from fuzz.pickles import both, difference
+
+    whole, streamed, _clean = both(path, sites=path.stat().st_size < 1 << 16)
+    diff = difference(whole, streamed)
+    if diff is not None:
+        raise AssertionError(f"the whole and the streamed read differ: {diff}")
+    if isinstance(whole["events"], str) and "CorruptPickle" in whole["events"]:
+        whole, streamed, _clean = both(path, sites=False, skip=True, events_only=True)  # --skip-bad-rows' rows
+        diff = difference(whole, streamed)
+        if diff is not None:
+            raise AssertionError(f"the whole and the streamed read keep different rows: {diff}")
+
+
+def _checkpoint(command: str) -> Callable[[Path], None]:
+    """The follower of ``command`` resumed from a (mutated) checkpoint, over the log beside it, to its end."""
+    def run(path: Path) -> None:
+        from fuzz.checkpoints import resume
+
+        resume(command, path)
+    return run
+
+
 #: target name -> the reader call it exercises.
 TARGETS: dict[str, Callable[[Path], None]] = {
     "alloc_events": _consume_alloc,
@@ -131,7 +156,15 @@ TARGETS: dict[str, Callable[[Path], None]] = {
     "banks": _banks,
     "gate_baseline": _gate_baseline,
     "report": _report,
+    # issue 40: the streamed snapshot decoder (against the whole read), and the --state checkpoint loader
+    "snapshot_stream": _snapshot_stream,
+    "checkpoint_entropy": _checkpoint("entropy"),
+    "checkpoint_bursts": _checkpoint("bursts"),
+    "checkpoint_fragmentation": _checkpoint("fragmentation"),
+    "checkpoint_gate": _checkpoint("gate"),
 }
+#: The targets fed their own seeds and mutations (fuzz.pickles, fuzz.checkpoints), not the readers' files.
+STATE_TARGETS = ("checkpoint_entropy", "checkpoint_bursts", "checkpoint_fragmentation", "checkpoint_gate")
 #: The command targets: slower per input than the readers (a run each), fuzzed on fewer seeds.
 COMMAND_TARGETS = ("fragmentation", "simulate", "banks", "gate_baseline", "report")
 

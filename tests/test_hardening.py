@@ -23,23 +23,35 @@ CASES = [line.split("\t") for line in (BAD / "EXPECTED.tsv").read_text().splitli
          if line.strip() and not line.startswith("#")]
 
 
-@pytest.mark.parametrize("name, command, code, message", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_gives_its_one_error_line(name, command, code, message):
+def _case_args(name: str, command: str) -> list:
     path = BAD / name
     command, *extra = command.split()
     if "{path}" in extra:  # the file goes where the command names it ({log}: a sample log), e.g. gate's --baseline
         args = [command, *(path if a == "{path}" else LOG if a == "{log}" else a for a in extra)]
     else:
         args = [command, path, path] if command == "correlate" else [command, *extra, path]
-    if command == "entropy":
+    if command == "entropy" and not {"--follow", "--window", "--window-events"} & set(extra):
         args += ["--window-events", "10"]
-    r = run_cli(*args)
-    assert r.exit_code == int(code)
-    assert r.stdout == ""
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"Error: {path}"), r.stderr
-    assert message in lines[0]
-    assert len(lines[0]) < 400
+    return args
+
+
+@pytest.mark.parametrize("name, command, code, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_its_one_error_line(monkeypatch, name, command, code, message):
+    path = BAD / name
+    r = run_cli(*_case_args(name, command))
+    assert r.exit_code == int(code), r.stderr
+    if int(code) == 0:  # a file that is now read as it should be: what it shows, and no error
+        assert message in r.stdout and "Error:" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    else:
+        assert r.stdout == ""
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: " if int(code) == 2 else f"Error: {path}"), r.stderr
+        assert message in lines[0]
+        assert len(lines[0]) < 400
+    if name.endswith(".pickle") and "--follow" not in command:  # one reading: the streamed read says the same
+        monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", "1")
+        streamed = run_cli(*_case_args(name, command))
+        assert (streamed.exit_code, streamed.stdout, streamed.stderr) == (r.exit_code, r.stdout, r.stderr)
 
 
 def test_deep_tuple_pickle_does_not_kill_the_process():
@@ -54,15 +66,37 @@ def test_deep_tuple_pickle_does_not_kill_the_process():
 def test_pure_python_nesting_walk_agrees_with_the_c_one():
     from veotrace.sources.snapshots import safe_pickle
 
-    for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle", "pickle_int_5000_digits.pickle"):
+    for name in ("deep_tuple_key.pickle", "deep_list.pickle", "names_a_callable.pickle", "pickle_int_5000_digits.pickle",
+                 "binbytes_claim_4gib.pickle", "frame_length_lies.pickle"):
         data = (BAD / name).read_bytes()
-        assert safe_pickle._nesting_py(data, 100)[0] == safe_pickle.nesting(data)[0]
+        assert safe_pickle._nesting_py(data, 100) == safe_pickle.nesting(data)
     for name in ("muduard_memory_snapshot.pkl",):
         try:
             data = real_trace(name).read_bytes()
         except Exception:  # noqa: BLE001 - skipped below when the real traces are absent
             continue
-        assert safe_pickle.nesting(data) == (safe_pickle._nesting_py(data, 100)[0], -1)
+        assert safe_pickle.nesting(data) == safe_pickle._nesting_py(data, 100) == (6, len(data), 1)
+
+
+def test_the_two_walks_agree_opcode_for_opcode_on_mutated_pickles():
+    """Result, offset and how the walk stopped: the pure-Python walk is a port of the C one, so a build without
+    the C parts refuses (and cuts) the same pickles at the same bytes."""
+    import random
+
+    from fuzz.mutate import mutate
+    from fuzz.pickles import mutate_ops
+    from veotrace.sources.snapshots import safe_pickle
+
+    if safe_pickle._picklescan is None:
+        pytest.skip("the C walk is not built")
+    seeds = [pickle.dumps({"segments": [{"address": 1, "total_size": 2, "t": (0, 0)}], "device_traces": [[
+        {"action": "alloc", "addr": 2**63 + i, "size": 4096, "frames": [{"name": "f", "line": i}]} for i in range(6)]]},
+        protocol=p) for p in (2, 4, 5)]
+    rng = random.Random(40)
+    for _ in range(2000):
+        data = rng.choice(seeds)
+        data = (mutate_ops if rng.random() < 0.5 else mutate)(data, rng)
+        assert safe_pickle.nesting(data) == safe_pickle._nesting_py(data, 100), data
 
 
 def _log(tmp_path, bad_lines: dict[int, str], n: int = 1001) -> Path:
@@ -485,3 +519,92 @@ def test_command_fuzz_findings_now_run(tmp_path, name, args):
     args = [str(tmp_path / "r.html") if a == "{out}" else a for a in args]
     r = run_cli(args[0], BAD / name, *args[1:])
     assert r.exit_code == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------------- issue 40
+def test_sites_refuses_a_window_count_past_fragmentations_bound_before_the_work():
+    """sites on the sample with --window 1ns ran past a minute (2.6 million 1 us windows); now fragmentation's
+    bound and words, at once."""
+    import time
+
+    t = time.perf_counter()
+    r = run_cli("sites", SAMPLE_SNAPSHOT, "--window", "1ns")
+    assert r.exit_code == 1 and r.stdout == "" and time.perf_counter() - t < 10
+    assert r.stderr.startswith(f"Error: {SAMPLE_SNAPSHOT}: the trace spans more than 200,000 windows (counted per device)")
+    assert run_cli("sites", SAMPLE_SNAPSHOT, "--window", "100ms", "-f", "json").exit_code == 0  # 27 windows: fine
+
+
+SAMPLE_SNAPSHOT = Path(__file__).parents[1] / "sample_traces" / "snapshots" / "memory_snapshot.pickle"
+
+
+def _jobs_log(path: Path, gap_ns: int = 0) -> Path:
+    """3,000 rows 1 ms apart (a gap of ``gap_ns`` half way), a first row whose size does not parse (its
+    timestamp 1 ns) and a few bad rows further on."""
+    rows = ["timestamp,op_type,size_bytes", "1,alloc,abc"]
+    for i in range(3000):
+        t = 5_000_000_000 + i * 1_000_000 + (gap_ns if i >= 1500 else 0)
+        rows.append(f"{t},alloc,12.5" if i % 701 == 5 else f"{t},{'alloc' if i % 3 else 'free'},{4096 << (i % 5)}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _every_n(monkeypatch, *args) -> list[tuple]:
+    """(exit, stdout, stderr without the --jobs advice) of ``args`` with --jobs 1, 2, 3 on pieces of ~8 KB."""
+    from veotrace import engine
+
+    monkeypatch.setattr(engine, "SPLIT_BYTES", 8000)
+    out = []
+    for n in (1, 2, 3):
+        r = run_cli(*args, "--jobs", str(n))
+        out.append((r.exit_code, r.stdout, "\n".join(ln for ln in r.stderr.splitlines() if not ln.startswith("note: --jobs"))))
+    return out
+
+
+def test_jobs_with_skip_bad_rows_give_one_output_for_every_n(monkeypatch, tmp_path):
+    """The skipped first row's timestamp set --jobs 2's window origin (window 0 at 1 ns); the origin probe now
+    reads the task's columns, so it leaves out the rows the task leaves out."""
+    path = _jobs_log(tmp_path / "log.csv")
+    runs = _every_n(monkeypatch, "entropy", path, "--skip-bad-rows", "--window", "100ms", "-f", "json")
+    assert runs[0] == runs[1] == runs[2] and runs[0][0] == 0
+    import json
+
+    windows = json.loads(runs[0][1])["windows"]
+    assert windows[0]["start_ns"] == 5_000_000_000 and len(windows) == 30
+    assert "Warning: skipped 6 bad rows (--skip-bad-rows)" in runs[0][2]
+
+
+def test_the_run_span_warning_is_said_of_the_whole_run_for_every_n(monkeypatch, tmp_path):
+    """The span warning was judged batch by batch: one process read the gap inside a batch and warned, the
+    pieces each saw no gap and did not. It is now the run's, said once, the same for every --jobs."""
+    path = _jobs_log(tmp_path / "log.csv", gap_ns=1100 * 10**9)
+    runs = _every_n(monkeypatch, "entropy", path, "--skip-bad-rows", "--window", "10ms", "-f", "csv", "-o",
+                    tmp_path / "w.csv")
+    assert runs[0] == runs[1] == runs[2] and runs[0][0] == 0
+    assert runs[0][2].count("Warning: the run spans 18.38 min (110,300 windows for 2,995 rows read)") == 1
+
+
+def test_a_checkpoint_past_the_whole_file_bound_is_refused_unread(monkeypatch, tmp_path):
+    from fuzz.checkpoints import seed_states
+
+    state = tmp_path / "big.state"
+    state.write_bytes(seed_states(tmp_path)["entropy.state"])
+    monkeypatch.setenv("VEOTRACE_MAX_FILE_BYTES", "1K")
+    r = run_cli("entropy", "--follow", tmp_path / "follow.csv", "--state", state, "--window", "1s", "--idle-timeout", "0.1s")
+    assert r.exit_code == 1 and r.stderr.startswith(f"Error: {state}: the checkpoint is damaged: is ")
+    assert "bytes, more than the 1,024 of a file read whole" in r.stderr
+
+
+def test_gate_follow_resumes_from_its_own_checkpoint(tmp_path):
+    """Its options held a tuple, which the checkpoint holds as a list: a restarted gate --follow always refused
+    its own checkpoint ('the checkpoint is of params ...')."""
+    from fuzz.checkpoints import resume, seed_states
+
+    state = tmp_path / "gate.state"
+    state.write_bytes(seed_states(tmp_path)["gate.state"])
+    notes = []
+    assert resume("gate", state) in ("pass", "fail")
+    from veotrace.runs.follow_gate import follow_gate
+
+    follow_gate(tmp_path / "follow.csv", baseline=tmp_path / "follow-baseline.json", emit=lambda r: None,
+                note=notes.append, idle_timeout=0.1, poll=0.05, state=state, resamples=99)
+    assert any(n.startswith("Resuming from") for n in notes)

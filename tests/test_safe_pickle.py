@@ -48,10 +48,26 @@ def test_any_global_is_refused(obj):
 
 
 def test_truncated_pickle_is_one_clear_error():
+    from veotrace.sources.snapshots.safe_pickle import CorruptPickle
+
     blob = pickle.dumps({"segments": list(range(1000))}, protocol=4)
     for cut in (3, len(blob) // 2, len(blob) - 1):
-        with pytest.raises(TraceFormatError, match="truncated or corrupt"):
+        with pytest.raises(CorruptPickle, match=f"is cut short: its {cut:,} bytes end before the pickle's STOP"):
             loads_plain(blob[:cut])
+
+
+def test_a_length_claimed_past_the_end_is_refused_before_it_is_allocated():
+    """BINBYTES/BINBYTES8 lengths the unpickler allocates before it reads: 4 GiB for an 11-byte file; the walk
+    sees the data end inside the opcode and refuses it as cut short, unpickling nothing."""
+    import resource
+
+    from veotrace.sources.snapshots.safe_pickle import CorruptPickle
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for blob in (b"\x80\x04B\xff\xff\xff\xff\x00\x00.", b"\x80\x04\x8e\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00."):
+        with pytest.raises(CorruptPickle, match="the last complete opcode ends at byte 2"):
+            loads_plain(blob)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # KiB: nothing near 4 GiB
 
 
 def test_non_pickle_file_is_refused(tmp_path: Path):

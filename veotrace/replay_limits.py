@@ -11,16 +11,26 @@ check again the tables given to them through the API.
 Each device is replayed on its own allocator state (and, in ``simulate``, its own model per policy), so
 a replay's cost has a part per device; past MAX_DEVICES distinct devices (a device column holding
 something else, such as a rank times a stream, or a row number) it is refused as soon as it is seen.
+A replay's window rows are bounded too (``MAX_WINDOW_ROWS``, counted per device: fragmentation's
+windows, the stranded-bytes series of ``sites``), with one message (``too_many_windows``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from veotrace.defaults import FRAGMENTATION_MAX_WINDOW_ROWS as MAX_WINDOW_ROWS
 from veotrace.defaults import MAX_BLOCK_BYTES, MAX_DEVICES
 from veotrace.errors import AnalysisError
 
-__all__ = ["MAX_BLOCK_BYTES", "MAX_DEVICES", "check_block_sizes", "check_devices"]
+__all__ = ["MAX_BLOCK_BYTES", "MAX_DEVICES", "MAX_WINDOW_ROWS", "check_block_sizes", "check_devices", "too_many_windows"]
+
+
+def too_many_windows() -> AnalysisError:
+    """The error of a replay that would materialise more than MAX_WINDOW_ROWS window rows (windows x devices;
+    a unit mistake, a tiny --window, or events far apart in time, whose empty windows in between each get a row)."""
+    return AnalysisError(f"the trace spans more than {MAX_WINDOW_ROWS:,} windows (counted per device)",
+                         hint="Use a longer --window, or check --time-unit and the timestamps")
 
 
 def check_devices(n: int) -> None:
@@ -33,13 +43,14 @@ def check_devices(n: int) -> None:
                                  "need no replay")
 
 
-def check_block_sizes(size: np.ndarray, batch=None, column: str = "size_bytes", path=None) -> None:
+def check_block_sizes(size: np.ndarray, batch=None, column: str = "size_bytes", path=None, *, skippable: bool = True) -> None:
     """Raise when a size in ``size`` (the ``column`` of ``batch``) is above MAX_BLOCK_BYTES: one Error
-    naming the value, and its file (``path``, else the batch's ``source_file`` when it has one)."""
+    naming the value, and its file (``path``, else the batch's ``source_file`` when it has one); ``skippable``:
+    the command reads with --skip-bad-rows (the hint says so)."""
     if size.size and int(size.max()) > MAX_BLOCK_BYTES:
         if path is None and batch is not None and "source_file" in batch.schema.names:
             path = batch.column("source_file")[int(np.argmax(size))].as_py()
         raise AnalysisError(path=path, message=f"an event's {column} is {int(size.max())} bytes, above 2**44 (16 TiB), more than any "
                             "device or host allocation", field=column,
-                            hint="Check that column (an address or a count in it, or a wrong unit), or leave such "
-                                 "rows out with --skip-bad-rows")
+                            hint="Check that column (an address or a count in it, or a wrong unit)"
+                                 + (", or leave such rows out with --skip-bad-rows" if skippable else ""))

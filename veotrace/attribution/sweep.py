@@ -17,6 +17,7 @@ from itertools import chain
 import numpy as np
 
 from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner
+from veotrace.replay_limits import MAX_WINDOW_ROWS, too_many_windows
 from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
 
 ROUND = 512
@@ -194,6 +195,8 @@ def stranded_series(sweep: Sweep, names: Interner, t0: int, last_us: int, window
     ``aligned``: windows end at multiples of ``window_s`` of the time base, as fragmentation's do."""
     step = max(1, round(window_s * 1e6))
     edge = (t0 // step + 1) * step if aligned else t0 + step
+    if max(0, last_us - edge) // step + 2 > MAX_WINDOW_ROWS:  # fragmentation's bound and words, before any window
+        raise too_many_windows()
     edges = list(range(edge, last_us + 1, step))
     edges.append(edges[-1] + step if edges else edge)  # the window holding the last entry
     out: list[dict] = []

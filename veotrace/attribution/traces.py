@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 
 from veotrace.attribution.stacks import Interner
 from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
@@ -31,6 +32,7 @@ class WholeTraces:
         self.devices = [d for d, t in enumerate(traces) if t]
         self.entries = sum(len(t) for t in traces)
         self.with_frames = sum(1 for t in traces for e in t if e.get("frames"))
+        self.max_size = max((e.get("size") or 0 for t in traces for e in t), default=0)
 
     def _trace(self, d: int) -> list[dict]:
         return self.snap.device_traces[d] if d < len(self.snap.device_traces) else []
@@ -83,7 +85,7 @@ class StreamedTraces:
         completed = actions.index("free_completed") if "free_completed" in actions else -1
         framed = np.array([bool(s) for s in self.source.stacks] + [False])  # stack id -1: no frames list
         info: dict[int, dict] = {}
-        self.entries = self.with_frames = 0
+        self.entries = self.with_frames = self.max_size = 0
         times = []
         for b in self.source.batches():
             device = b.column("device").to_numpy()
@@ -92,6 +94,7 @@ class StreamedTraces:
             stack = b.column("stack").to_numpy()
             self.entries += b.num_rows
             self.with_frames += int(framed[stack].sum())
+            self.max_size = max(self.max_size, pc.max(b.column("size")).as_py() or 0)
             valid = time_us.is_valid().to_numpy(zero_copy_only=False)
             t = time_us.fill_null(0).to_numpy()
             times.append(t[valid])
@@ -167,11 +170,20 @@ class StreamedTraces:
 
 
 def traces_of(path: Path):
-    """The snapshot at ``path`` as traces: streamed when the reader streams it, else read whole."""
+    """The snapshot at ``path`` as traces: streamed when the reader streams it, else read whole.
+
+    Raises:
+        AnalysisError: an entry's size above 16 TiB, the one size rule of every command (``replay_limits``):
+            the attribution's running sums are int64, as the replays' are.
+    """
+    from veotrace.replay_limits import check_block_sizes
     from veotrace.sources.snapshots.large import use_stream
 
     if use_stream(path):
-        return StreamedTraces(path)
-    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+        traces = StreamedTraces(path)
+    else:
+        from veotrace.sources.snapshots.torch_snapshot import load_snapshot
 
-    return WholeTraces(load_snapshot(path))
+        traces = WholeTraces(load_snapshot(path))
+    check_block_sizes(np.array([traces.max_size], np.int64), path=str(path), skippable=False)
+    return traces

@@ -101,8 +101,8 @@ def run(paths: Sequence[Path], job: Job, config: EngineConfig, *, report: ReadRe
 
     with _engine(paths, job.options, job.columns, SPLIT_BYTES if split else None, config) as (
             pieces, planned, run_pieces, on_worker):
-        job = settle_window(job, pieces, lambda p: on_worker(first_timestamp, p, job.options),
-                            lambda ps: on_worker(window_origin, ps, job.options))
+        job = settle_window(job, pieces, lambda p: on_worker(first_timestamp, p, job.options, job.columns),
+                            lambda ps: on_worker(window_origin, ps, job.options, job.columns))
         part = run_pieces(pieces, job, on_progress)
     report.merge(planned)
     report.merge(part.report)

@@ -98,15 +98,17 @@ def run_piece(piece: Piece, job: Job, index: int = 0) -> Partial:
     return Partial(function(batches, **job.params, **extra), report)
 
 
-def first_timestamp(piece: Piece, options: ReadOptions) -> int | None:
+def first_timestamp(piece: Piece, options: ReadOptions, columns: Sequence[str] | None = None) -> int | None:
     """The first timestamp of ``piece`` (reads its first small block only); None when that block has
-    none or the read fails (the piece's task then meets the same problem and reports it)."""
+    none or the read fails (the piece's task then meets the same problem and reports it). ``columns``: the
+    task's, so that ``--skip-bad-rows`` leaves out the rows the task leaves out (a row whose size does not
+    parse has a timestamp that a read of that column alone would keep)."""
     import dataclasses
 
     from veotrace.errors import VeotraceError
 
     batches = read_piece(piece, options=dataclasses.replace(options, block_bytes=PROBE_BYTES),
-                         report=ReadReport(), columns=("ts_ns",))
+                         report=ReadReport(), columns=_with_ts(columns))
     try:
         for batch in batches:
             ts = batch.column("ts_ns")
@@ -119,9 +121,10 @@ def first_timestamp(piece: Piece, options: ReadOptions) -> int | None:
         batches.close()
 
 
-def window_origin(pieces: Sequence[Piece], options: ReadOptions) -> int | None:
+def window_origin(pieces: Sequence[Piece], options: ReadOptions, columns: Sequence[str] | None = None) -> int | None:
     """Entropy's window origin (``entropy_series.origin_of``) from the first rows of the pieces, in
-    input order, as one process reading the whole input finds it (usually in the first small block)."""
+    input order, as one process reading the whole input finds it (usually in the first small block):
+    read with the task's ``columns``, so that the rows ``--skip-bad-rows`` leaves out set no origin."""
     import dataclasses
 
     from veotrace.analysis.entropy.entropy_series import origin_of
@@ -130,7 +133,7 @@ def window_origin(pieces: Sequence[Piece], options: ReadOptions) -> int | None:
 
     def batches():
         for piece in pieces:
-            it = read_piece(piece, options=small, report=ReadReport(), columns=("ts_ns",))
+            it = read_piece(piece, options=small, report=ReadReport(), columns=_with_ts(columns))
             try:
                 yield from it
             finally:
@@ -141,6 +144,10 @@ def window_origin(pieces: Sequence[Piece], options: ReadOptions) -> int | None:
 
 #: Bytes read to find a piece's first timestamp.
 PROBE_BYTES = 256 << 10
+
+
+def _with_ts(columns: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if columns is None else tuple(dict.fromkeys(("ts_ns", *columns)))
 
 
 def settle_window(job: Job, pieces: Sequence[Piece], first_ts, origin_ts) -> Job:

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
-from veotrace.defaults import FRAGMENTATION_MAX_WINDOW_ROWS
 from veotrace.frag import metrics as M
 from veotrace.frag.decode import by_device, decode, latency_values
 from veotrace.frag.layout import Layout
@@ -30,19 +29,10 @@ from veotrace.frag.state import (
     OP_SEG_MAP,
     DeviceState,
 )
-from veotrace.replay_limits import check_devices
+from veotrace.replay_limits import MAX_WINDOW_ROWS, check_devices, too_many_windows
 
-#: Refuse to materialise more window rows than this (windows x devices; a unit mistake, a tiny --window,
-#: or events far apart in time, whose empty windows in between each get a row).
-MAX_WINDOWS = FRAGMENTATION_MAX_WINDOW_ROWS
-
-
-def too_many_windows() -> Exception:
-    """The error for a replay past MAX_WINDOWS rows (one process, or the pieces' rows joined)."""
-    from veotrace.errors import AnalysisError
-
-    return AnalysisError(f"the trace spans more than {MAX_WINDOWS:,} windows (counted per device)",
-                         hint="Use a longer --window, or check --time-unit and the timestamps")
+#: Refuse to materialise more window rows than this (replay_limits: the bound and its message, shared with sites).
+MAX_WINDOWS = MAX_WINDOW_ROWS
 
 
 @dataclass

@@ -103,6 +103,23 @@ class BurstWindows:
                 "printed": self.printed, "last_end": self.last_end, "events_read": self.events_read,
                 "events_counted": self.events_counted, "late_rows": self.late_rows}
 
+    def state_schema(self):
+        """What ``to_state`` writes, as ``live.checkpoint`` checks it before ``from_state`` uses it."""
+        from veotrace.live import checkpoint as c
+
+        def runs(v, where):
+            start, end, count, nbytes = c.fixed(c.ascending(c.TIME), c.items(c.TIME), c.items(c.COUNT),
+                                                c.items(c.COUNT))(v, where)
+            if not len(start) == len(end) == len(count) == len(nbytes):
+                raise c.Bad(where, "holds lists of different lengths (start, end, count, bytes of each open run)")
+            if any(a > b for a, b in zip(start, end)):
+                raise c.Bad(where, "holds a run that ends before it starts")
+            return [start, end, count, nbytes]
+
+        t = c.optional(c.TIME)
+        return c.record({"open": runs, "first_ns": t, "watermark": t, "boundary": t, "printed": c.COUNT, "last_end": t,
+                         "events_read": c.COUNT, "events_counted": c.COUNT, "late_rows": c.COUNT})
+
     def from_state(self, s: dict) -> None:
         start, end, count, nbytes = (np.asarray(v, np.int64) for v in s["open"])
         self.open = BurstRuns(self.gap_ns, start, end, count, nbytes)

@@ -62,34 +62,94 @@ def identity(command: str, target: Path, params: dict) -> dict:
     """What a checkpoint must match to be resumed: format, version, command, input and window options."""
     from veotrace import __version__
 
+    # as the file holds them (tuples are JSON lists): gate's options held a tuple, so its checkpoint never matched
     return {"format": STATE_FORMAT, "veotrace": __version__, "command": command,
-            "input": str(Path(target).resolve()), "params": params}
+            "input": str(Path(target).resolve()), "params": json.loads(json.dumps(params))}
 
 
-def load_state(path: Path, expected: dict) -> dict | None:
-    """The checkpoint at ``path`` (None when there is none yet), checked against ``expected`` (``identity``).
+def load_state(path: Path, expected: dict, windows_schema, extra_schema=None) -> dict | None:
+    """The checkpoint at ``path`` (None when there is none yet), checked before any of it is used: read with the
+    bounds of any input (``live.checkpoint.read``), its format, version and command against ``expected``
+    (``identity``), every field against its schema (the tail's generations, ``windows_schema`` of the
+    analysis' open windows, ``extra_schema`` of the gate's verdicts), then its input and options.
 
     Raises:
-        VeotraceError: not a checkpoint, or one of another format, version, command, input or options.
+        VeotraceError: not a checkpoint, a damaged one (naming the field), or one of another format, version,
+            command, input or options.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
+    from veotrace.live import checkpoint as c
+
+    state = c.read(path)
+    if state is None:
         return None
-    try:
-        state = json.loads(text)
-        if not isinstance(state, dict):
-            raise ValueError
-    except (ValueError, UnicodeDecodeError):
-        raise VeotraceError("not a follow checkpoint (not a JSON object)", path=path,
-                            hint="Give another --state file, or remove this one to start from the beginning") from None
-    for key in ("format", "veotrace", "command", "input", "params"):
+    _same(state, expected, ("format", "veotrace", "command"), path)  # then the fields are this version's and command's
+    state = c.check(state, _schema(windows_schema, extra_schema), path)
+    _consistent(state, path)
+    _same(state, expected, ("input", "params"), path)
+    return state
+
+
+def _consistent(state: dict, path: Path) -> None:
+    """The windows' counts against the lines the tail read: a checkpoint whose tail was emptied or cut would
+    resume by reading the log again from the start, counting its rows twice."""
+    from veotrace.live import checkpoint as c
+
+    read = state["windows"].get("events_read", 0)
+    tail = state["tail"]
+    pieces = any(base64.b64decode(g["fp"]).startswith(b"piece:") for g in tail)
+    if not pieces and read > sum(g["lines"] for g in tail):
+        raise c.damaged(path, f"windows.events_read = {read:,} is more than the {sum(g['lines'] for g in tail):,} "
+                              "lines its tail says were read")
+    for i, g in enumerate(tail):
+        wrong = _shape_wrong(g)
+        if wrong:
+            raise c.damaged(path, f"tail[{i}] {wrong}")
+
+
+def _shape_wrong(g: dict) -> str | None:
+    """What is wrong with a generation's log shape (JSON Lines, or CSV and its header) against its own first
+    bytes (``fp``: the file's first line is there): a follower resumed with another shape would read the log's
+    lines as another format's and blame the log."""
+    fp = base64.b64decode(g["fp"])
+    if fp.startswith(b"piece:"):
+        return None
+    lines = fp.split(b"\n")
+    first = next((ln for ln in lines[:-1] if ln.strip()), None)  # a whole line: the file's first that is not blank
+    if g["done"] and g["jsonl"] is None:
+        return "has read lines of a log whose shape (CSV or JSON Lines) it does not hold"
+    if first is None or g["jsonl"] is None:
+        return None
+    text = first.removeprefix(b"\xef\xbb\xbf").strip()
+    if g["jsonl"] != text.startswith(b"{"):
+        return f"says the log is {'JSON Lines' if g['jsonl'] else 'CSV'}, and its first line is not"
+    if not g["jsonl"] and g["header"] != text.decode("utf-8", "replace"):
+        return "holds a CSV header that is not the log's first line"
+    return None
+
+
+def _same(state: dict, expected: dict, keys: tuple[str, ...], path: Path) -> None:
+    for key in keys:
         if state.get(key) != expected[key]:
             raise VeotraceError(
-                f"the checkpoint is of {key} {json.dumps(state.get(key))}, this run's is {json.dumps(expected[key])}",
+                f"the checkpoint is of {key} {json.dumps(state.get(key))[:200]}, this run's is {json.dumps(expected[key])}",
                 path=path,
                 hint="Give another --state file, or remove this one to start from the beginning")
-    return state
+
+
+def _schema(windows_schema, extra_schema):
+    """The whole checkpoint's schema (see the module docstring for its fields)."""
+    from veotrace.live import checkpoint as c
+    from veotrace.live.tail import FP_BYTES
+    from veotrace.sources.limits import max_line_bytes
+
+    generation = c.record({"fp": c.packed(1, max_bytes=FP_BYTES + 1024), "done": c.COUNT, "lines": c.COUNT,
+                           "name": c.text(), "jsonl": c.optional(c.flag),
+                           "header": c.optional(c.text(max_line_bytes()))})
+    fields = {"format": c.text(64), "veotrace": c.text(64), "command": c.text(64), "input": c.text(),
+              "params": lambda v, where: v, "tail": c.items(generation, max_len=1 << 20), "windows": windows_schema}
+    if extra_schema is not None:
+        fields["extra"] = extra_schema
+    return c.record(fields, optional_keys=("extra",))
 
 
 def save_state(path: Path, state: dict) -> None:

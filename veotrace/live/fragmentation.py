@@ -27,6 +27,7 @@ from veotrace.frag.layout import Layout
 from veotrace.frag.result import check_params
 from veotrace.frag.state import DeviceState
 from veotrace.frag.windows import Replay
+from veotrace.replay_limits import MAX_BLOCK_BYTES, MAX_DEVICES
 
 
 class FragWindows:
@@ -111,6 +112,26 @@ class FragWindows:
                 "pieces": self.pieces, "round_bytes": self.replay.round_bytes, "prev_name": self.prev_name,
                 "prev_final": {str(d): st.to_json() for d, st in self.prev_final.items()}}
 
+    def state_schema(self):
+        """What ``to_state`` writes, as ``live.checkpoint`` checks it before ``from_state`` uses it."""
+        from veotrace.live import checkpoint as c
+
+        devices = c.mapping(c.integer(-(1 << 31), (1 << 31) - 1), device_state_schema(), max_len=MAX_DEVICES)
+        windows = c.mapping(c.integer(-(1 << 31), (1 << 31) - 1), _win_schema(), max_len=MAX_DEVICES)
+        times = c.mapping(c.integer(-(1 << 31), (1 << 31) - 1), c.TIME, max_len=MAX_DEVICES)
+        base = c.record({"states": devices, "open": windows, "last_ts": times, "first_ts": times, "n_read": c.COUNT,
+                         "placed": c.COUNT})
+
+        def replay(v, where):
+            r = base(v, where)
+            if not set(r["first_ts"]) == set(r["last_ts"]) == set(r["states"]) >= set(r["open"]):
+                raise c.Bad(where, "holds devices in states, open, first_ts and last_ts that do not match (every "
+                                   "device replayed has a state and both times; an open window a state)")
+            return r
+        return c.record({"replay": replay, "span": c.span,
+                         "events_read": c.COUNT, "pieces": c.COUNT, "round_bytes": c.integer(1, 1 << 30),
+                         "prev_name": c.text(), "prev_final": devices})
+
     def from_state(self, s: dict) -> None:
         self.replay.from_json(s["replay"])
         self.first_ns, self.last_ns = s["span"]
@@ -118,3 +139,56 @@ class FragWindows:
         self.replay.round_bytes = int(s["round_bytes"])
         self.prev_name = s["prev_name"]
         self.prev_final = {int(d): DeviceState.from_json(v) for d, v in s["prev_final"].items()}
+
+
+def device_state_schema():
+    """``frag.state.DeviceState.to_json`` as ``live.checkpoint`` checks it: the live blocks' arrays of one length,
+    addresses in ascending order (the replay bisects them), sizes within the one size rule, segments sorted and
+    disjoint, counters never negative."""
+    from dataclasses import fields
+
+    import numpy as np
+
+    from veotrace.frag.state import ReplayCounters
+    from veotrace.live import checkpoint as c
+
+    u64 = c.integer(0, (1 << 64) - 1)
+
+    def ascending(raw: bytes) -> str | None:
+        a = np.frombuffer(raw, "<u8")
+        return "holds addresses out of ascending order" if a.size > 1 and (a[1:] <= a[:-1]).any() else None
+
+    def sizes(raw: bytes) -> str | None:
+        a = np.frombuffer(raw, "<i8")
+        return f"holds a size outside 0 .. {MAX_BLOCK_BYTES:,}" if a.size and ((a < 0) | (a > MAX_BLOCK_BYTES)).any() else None
+
+    def segments(v, where):
+        out = c.items(c.fixed(u64, u64, c.flag))(v, where)
+        for i, (a, b, _x) in enumerate(out):
+            if b <= a or (i and a < out[i - 1][1]):
+                raise c.Bad(f"{where}[{i}]", f"= [{a}, {b}] is not a range after the one before it (sorted, disjoint)")
+        return out
+
+    base = c.record({"addr": c.packed(8, each=ascending), "size": c.packed(8, each=sizes), "req": c.packed(8, each=sizes),
+                     "pending": c.items(u64), "segments": segments, "live_bytes": c.COUNT, "reserved_bytes": c.COUNT,
+                     "counters": c.record({f.name: c.COUNT for f in fields(ReplayCounters)}), "segmented": c.flag,
+                     "known": c.fixed(c.packed(8), c.packed(8)), "known_add": c.items(c.fixed(u64, u64))})
+
+    def check(v, where):
+        d = base(v, where)
+        if not len(d["addr"]) == len(d["size"]) == len(d["req"]):
+            raise c.Bad(where, "holds live-block arrays of different lengths (addr, size, req)")
+        if len(d["known"][0]) != len(d["known"][1]):
+            raise c.Bad(f"{where}.known", "holds range starts and ends of different lengths")
+        return d
+    return check
+
+
+def _win_schema():
+    """``frag.windows._Win`` (a device's open window) as the checkpoint holds it."""
+    from veotrace.live import checkpoint as c
+
+    t = c.TIME  # a checkpoint is of a time-window replay (Replay.to_json): its windows have times
+    return c.record({"k": c.integer(), "t_from": t, "events": c.COUNT, "allocs": c.COUNT, "frees": c.COUNT,
+                     "dev_allocs": c.COUNT, "dev_frees": c.COUNT, "peak_live": c.COUNT, "peak_reserved": c.COUNT,
+                     "integral": c.number(0.0), "t_start": t, "level": c.COUNT, "cont": c.flag})

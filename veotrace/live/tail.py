@@ -10,9 +10,12 @@ copy, and nothing twice); a file that shrinks, or whose first bytes change, star
 line end; a file deleted while followed is read to its end from the open handle. The generations
 (without the files) are what a checkpoint keeps, so a restarted follower skips what it read.
 
-A folder may instead hold a series of PyTorch snapshot pieces (pickles, ``live.torch_dump``): a piece
-is written under a dot-name and renamed into place, so it is complete when it appears; it is yielded
-once, whole (``Piece``), and known by its name and size (its generation's ``fp`` and ``done``).
+A folder may instead hold a series of PyTorch snapshot pieces (pickles, ``live.torch_dump``; gzip'd or
+zstd'd too, as the offline read of the folder takes them): a piece is written under a dot-name and
+renamed into place, so it is complete when it appears; it is yielded once, whole (``Piece``), and known
+by its name and size (its generation's ``fp`` and ``done``). A file of another format veotrace knows
+(a snapshot followed as a log, Parquet, SQLite, ...) is named by that format: refused when followed
+alone, skipped in a folder (as the folder's offline read skips it), never parsed as a log's header.
 """
 
 from __future__ import annotations
@@ -87,10 +90,6 @@ class Piece:
     """A PyTorch snapshot piece of a folder being followed, complete (renamed into place), to be read whole."""
 
     path: str
-
-
-#: The first byte of a pickle of protocol 2 or later (PyTorch's snapshots are 4 or 5).
-PICKLE_START = b"\x80"
 
 
 def _piece_fp(path: Path) -> bytes:
@@ -198,7 +197,16 @@ class Tail:
                 head = raw + fh.read(FP_BYTES - 4) if kind is None else _decompressed_head(path)
         except FileNotFoundError:
             return None
-        if kind is None and head.startswith(PICKLE_START) and self.target.is_dir():
+        other = _other_format(head)
+        if other is not None and (other.name != "torch-snapshot" or not self.target.is_dir()):
+            if not self.target.is_dir():
+                raise TraceFormatError(f"a {other.description}, not an alloc/free log", path=path,
+                                       hint="--follow reads a growing CSV or JSON Lines log, a folder of rotated logs, "
+                                            "or a folder of PyTorch snapshot pieces (veotrace.live.torch_dump)")
+            self.skipped.append(f"{path} (a {other.description})")  # as the folder's offline read skips it
+            f = self.files[key] = _File(path, key, Generation(fp=head or b"", name=str(path)), finished=True)
+            return f
+        if other is not None:  # a snapshot piece, plain or compressed
             fp = _piece_fp(path)
             gen = next((g for g in reversed(self.generations()) if g.fp == fp and g.done == st.st_size), None)
             f = _File(path, key, gen or Generation(fp=fp, name=str(path)), piece=True, finished=gen is not None)
@@ -356,6 +364,14 @@ def _skip(stream, n: int) -> None:
         if not got:
             return
         n -= len(got)
+
+
+def _other_format(head: bytes | None):
+    """The format of a file starting with ``head`` when it is one veotrace reads but not an alloc/free log."""
+    from veotrace.sources.detect import sniff_head
+
+    fmt = sniff_head(head) if head else None
+    return None if fmt is None or fmt.name in ("alloc-csv", "alloc-jsonl") else fmt
 
 
 def _decompressed_head(path: Path) -> bytes | None:

@@ -172,6 +172,30 @@ class EntropyWindows:
                 "events_read": self.events_read, "events_counted": self.events_counted, "late_rows": self.late_rows,
                 "step_last": [[j, m] for j, m in self.step_last.items()], "prefix_last": self.prefix_last}
 
+    def state_schema(self):
+        """What ``to_state`` writes, as ``live.checkpoint`` checks it before ``from_state`` uses it."""
+        from veotrace.live import checkpoint as c
+
+        k = c.integer(-c.INT64, c.INT64 - 1)
+        base = c.record({"origin": c.TIME, "first_ns": c.TIME, "k_lo": k, "next_k": k, "k0": c.optional(k),
+                         "counts": c.items(c.items(c.COUNT, length=self.n_classes)),
+                         "span": c.span, "events_read": c.COUNT,
+                         "events_counted": c.COUNT, "late_rows": c.COUNT, "step_last": c.items(c.fixed(k, c.TIME)),
+                         "prefix_last": c.optional(c.TIME)})
+
+        def check(v, where):
+            d = base(v, where)
+            if d["counts"] and d["k0"] is None:
+                raise c.Bad(f"{where}.k0", "is null while windows are open (counts)")
+            if d["events_counted"] > d["events_read"]:
+                raise c.Bad(f"{where}.events_counted", f"= {d['events_counted']:,} is more than events_read")
+            k_lo = (d["first_ns"] - d["origin"] - self.window_ns) // self.step_ns + 1  # as _settle sets it
+            if d["k_lo"] != k_lo or d["next_k"] < k_lo:
+                raise c.Bad(f"{where}.k_lo", f"= {d['k_lo']:,} and next_k = {d['next_k']:,} are not the windows of "
+                                             f"first_ns and origin (k_lo {k_lo:,}, next_k not below it)")
+            return d
+        return check
+
     def from_state(self, s: dict) -> None:
         self.origin, self.first_ns, self.k_lo, self.next_k = s["origin"], s["first_ns"], s["k_lo"], s["next_k"]
         a = self.acc = WindowCounts(self.window_ns, self.step_ns, self.n_classes, self.origin)

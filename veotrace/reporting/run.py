@@ -126,7 +126,8 @@ def planned(paths: list[Path], options: Any, held: Any = None) -> tuple[list, li
 
 
 def _why_not(infos: list, skipped: list[str], jobs: list[Job]) -> str:
-    parts = [f"{i.path} ({i.error.split('. ')[0] if i.error else 'feeds no analysis'})" for i in infos]
+    parts = [f"{i.path} ({i.error.split('. ')[0] if i.error else i.problems[0] if i.problems else 'feeds no analysis'})"
+             for i in infos]
     parts += [f"{j.paths[0]} ({j.note})" for j in jobs if j.note]
     if skipped:
         parts.append(f"{len(skipped)} file{'' if len(skipped) == 1 else 's'} that are not traces")

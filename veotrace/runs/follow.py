@@ -47,7 +47,7 @@ class Follower:
         #: (state to keep, restore from it) for the checkpoint.
         self.on_window: Callable[[dict], str | None] | None = None
         self.stop: str | None = None
-        self.extra: tuple[Callable[[], dict], Callable[[dict], None]] | None = None
+        self.extra: tuple[Callable[[], dict], Callable[[dict], None], object] | None = None
 
     def feed(self, lines) -> None:
         from veotrace.live.tail import Piece
@@ -232,7 +232,7 @@ def run_follow(command: str, target, windows, params: dict, columns, *, emit: Em
     ident = identity(command, target, params)
     known = []
     if state is not None:
-        saved = load_state(state, ident)
+        saved = load_state(state, ident, windows.state_schema(), None if extra is None else extra[2])
         if saved is not None:
             known = [generation_from_json(g, target) for g in saved["tail"]]
             windows.from_state(saved["windows"])

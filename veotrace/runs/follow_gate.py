@@ -62,6 +62,21 @@ class GateJudge:
     def to_state(self) -> dict:
         return {"starts": self.starts, "h": self.h, "verdict": self.verdict}
 
+    @staticmethod
+    def state_schema():
+        """What ``to_state`` writes, as ``live.checkpoint`` checks it: a start and an entropy per window, the verdict."""
+        from veotrace.live import checkpoint as c
+
+        base = c.record({"starts": c.ascending(c.TIME), "h": c.items(c.optional(c.number(0.0, 64.0))),
+                         "verdict": c.optional(c.one_of("pass", "fail"))}, optional_keys=("starts", "h", "verdict"))
+
+        def check(v, where):
+            d = base(v, where)
+            if len(d.get("starts", [])) != len(d.get("h", [])):
+                raise c.Bad(where, "holds window starts and entropies of different lengths")
+            return d
+        return check
+
     def from_state(self, s: dict) -> None:
         self.starts, self.h, self.verdict = list(s.get("starts", [])), list(s.get("h", [])), s.get("verdict")
 
@@ -101,6 +116,9 @@ def follow_gate(target, *, baseline, emit: Emit, note: Note, on_fail: Callable[[
     from veotrace.live.windows import EntropyWindows
     from veotrace.runs.gate import gate_options, load_baselines, requested_params
 
+    if baseline is None:  # --history is offline only (check_follow refuses it): the baseline is what it judges against
+        raise UsageError("gate --follow judges each window against --baseline FILE, and none was given",
+                         hint="Save one with 'veotrace entropy LOG --save-baseline FILE' from a good run")
     opts = gate_options(**gate_kw)
     base, _, opts = load_baselines(Path(baseline), None, opts,
                                    requested_params(window, step, None, ops, min_class, max_class, time_unit))
@@ -119,7 +137,7 @@ def follow_gate(target, *, baseline, emit: Emit, note: Note, on_fail: Callable[[
               "gate": {k: (str(v) if k == "max_increase" else v) for k, v in opts.__dict__.items()}}
     run_follow("gate", target, windows, params, COLUMNS, emit=emit, note=note, time_unit=p["time_unit"],
                skip_bad_rows=skip_bad_rows, until=until, idle_timeout=idle_timeout, poll=poll, state=state,
-               clock=clock, on_window=judge.window, extra=(judge.to_state, judge.from_state))
+               clock=clock, on_window=judge.window, extra=(judge.to_state, judge.from_state, judge.state_schema()))
     if judge.verdict is None:
         n = sum(v is not None for v in judge.h)
         note(f"Warning: no verdict: the log had {n} non-empty window{'s' * (n != 1)}; the gate needs "

@@ -60,7 +60,7 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     """
     from veotrace.attribution.attribute import attribute
     from veotrace.attribution.traces import traces_of
-    from veotrace.errors import UsageError
+    from veotrace.errors import AnalysisError, UsageError
     from veotrace.sources import resolve_inputs
 
     rule = common.site_rule(site_filter, site_depth)
@@ -80,7 +80,11 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     window_s, why = common.seconds(window, "--window"), None
     if window_s is None and snap.has_time:
         window_s, why = _window(traces)
-    result = attribute(traces, rule, at_s=at_s, window_s=window_s)
+    try:
+        result = attribute(traces, rule, at_s=at_s, window_s=window_s)
+    except AnalysisError as exc:  # a bound of the replay (too many windows): the snapshot is the file concerned
+        exc.path = exc.path or str(snaps[0])
+        raise
     notes = [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])]
     if why is not None:
         from veotrace.analysis.timescale import window_note

@@ -18,7 +18,7 @@ import pyarrow as pa
 from veotrace.analysis.entropy.entropy_notes import class_label, display, edge_note, phase_note, series_summary
 from veotrace.analysis.entropy.entropy_notes import notes as notes_of
 from veotrace.analysis.entropy.entropy_notes import phases as phases_of
-from veotrace.analysis.entropy.entropy_series import EntropyPartial, check_span
+from veotrace.analysis.entropy.entropy_series import EntropyPartial, check_span, span_warning
 from veotrace.analysis.groups import check_by, device_rows, require_counted, stack_groups
 from veotrace.analysis.groups import keys as group_keys
 from veotrace.analysis.groups import label as group_label
@@ -248,7 +248,7 @@ def finish_entropy(part: EntropyPartial, *, segments: Sequence[float] = ()) -> E
     table, trend, h = _series(pooled, first_ns, n_cls, x_unit, last_ns)
     x = _x(table)
     segs = segment_trends(x, h, segments, x_unit="hours" if x_unit == "hours" else "window") if segments else []
-    notes = part.notes + notes_of(part, pooled, segments, x, first_ns, last_ns)
+    notes = part.notes + [w for w in [span_warning(part)] if w] + notes_of(part, pooled, segments, x, first_ns, last_ns)
     params = {"window_s": (part.window_ns / 1e9) if not part.event_mode else None,
               "step_s": (part.step_ns / 1e9) if not part.event_mode else None,
               "window_events": part.window_events if part.event_mode else None,

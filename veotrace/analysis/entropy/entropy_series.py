@@ -172,6 +172,7 @@ class EntropyPartial:
         elif self.has_null_ts and not other.event_mode and not (other.auto and other.buffering):
             raise AnalysisError("some events have no timestamps (e.g. a PyTorch snapshot recorded without time_us)",
                                 hint="Use --window-events N to count windows of N consecutive events")
+        _merged_span(self, other)
         self.pooled.merge(other.pooled)
         for key, acc in other.groups.items():
             if key in self.groups:
@@ -314,7 +315,7 @@ def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> t
     Returns:
         The batch's (min, max) timestamp.
     """
-    stream, n_read, rows_in_file, notes = part, part.n_read, part.rows_in_file, part.notes
+    stream, n_read, rows_in_file = part, part.n_read, part.rows_in_file
     p = stream.pooled
     lo, hi = int(ts.min()), int(ts.max())
     first = lo if p.first_ns is None else min(lo, p.first_ns)
@@ -337,15 +338,43 @@ def check_span(part: EntropyPartial, ts: np.ndarray, batch: pa.RecordBatch) -> t
             f"({rest[0]:,} .. {rest[1]:,} ns); with it the run would span {span}, "
             f"{timescale.plural(n_win, 'window')} for {timescale.plural(n_read, 'row')}",
             path=name, hint="Fix or remove that row (a timestamp in another unit?), or check --time-unit")
+    _refuse_span(stream.window_ns, n_win, n_read, span, name)
+    return lo, hi  # the warning of an implausible span is the run's, said once it is read (span_warning)
+
+
+def _refuse_span(window_ns: int, n_win: int, n_read: int, span: str, name: str | None) -> None:
     if n_win > timescale.REFUSE_MIN_WINDOWS and n_win > timescale.REFUSE_WINDOWS_PER_ROW * max(n_read, 1):
-        w = timescale.fmt_duration(stream.window_ns / timescale.NS_PER_S)
+        w = timescale.fmt_duration(window_ns / timescale.NS_PER_S)
         raise AnalysisError(f"the run spans {span}: {timescale.plural(n_win, 'window')} of {w} for "
                             f"{timescale.plural(n_read, 'row')} read, nearly all empty", path=name,
                             hint="Check --time-unit (the timestamps may not be nanoseconds), or give a longer --window")
-    if not any(n.startswith("Warning: the run spans") for n in notes):
-        notes.append(f"Warning: the run spans {span} ({timescale.plural(n_win, 'window')} for "
-                     f"{timescale.plural(n_read, 'row')} read); check --time-unit or use a longer --window")
-    return lo, hi
+
+
+def _merged_span(a: EntropyPartial, b: EntropyPartial) -> None:
+    """Refuse before merging two partials whose spans together are what ``check_span`` refuses in one read
+    of the run (pieces of a log far apart in time each pass alone): the same verdict for every --jobs."""
+    p, q = a.pooled, b.pooled
+    if a.event_mode or p.first_ns is None or q.first_ns is None:
+        return
+    first, last = min(p.first_ns, q.first_ns), max(p.last_ns, q.last_ns)
+    n_win = timescale.windows_spanned(first, last, a.window_ns, a.step_ns, p.origin_ns)
+    n_read = a.n_read + b.n_read
+    name = next(iter(a.rows_in_file), None) or next(iter(b.rows_in_file), None)
+    _refuse_span(a.window_ns, n_win, n_read, timescale.fmt_duration((last - first) / 1e9), name)
+
+
+def span_warning(part: EntropyPartial) -> str | None:
+    """The warning of a run whose span is implausible for its rows (a unit mistake, rows far apart), from the
+    whole run read: the same words whichever pieces it was read in (``--jobs``), said once."""
+    p = part.pooled
+    if part.event_mode or p.first_ns is None:
+        return None
+    n_win = timescale.windows_spanned(p.first_ns, p.last_ns, part.window_ns, part.step_ns, p.origin_ns)
+    if not timescale.implausible_span(n_win, part.n_read):
+        return None
+    return (f"Warning: the run spans {timescale.fmt_duration((p.last_ns - p.first_ns) / 1e9)} "
+            f"({timescale.plural(n_win, 'window')} for {timescale.plural(part.n_read, 'row')} read); check "
+            "--time-unit or use a longer --window")
 
 
 def _source_name(batch: pa.RecordBatch) -> str | None:

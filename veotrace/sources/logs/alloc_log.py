@@ -68,7 +68,18 @@ def _header(path: Path, is_jsonl: bool) -> list[str]:
             except (json.JSONDecodeError, TypeError):
                 break
         return sorted(keys)
-    return [c.strip().strip('"') for c in next(csv.reader([lines[0]]))]
+    return header_names(lines[0], path)
+
+
+def header_names(line: str, path) -> list[str]:
+    """A CSV log's column names from its first line, for the whole read and a follower alike: cut where
+    ``str.splitlines`` cuts it (a bare CR ends it too), refused as one error when it is not CSV."""
+    line = (line.splitlines() or [""])[0]
+    try:
+        return [c.strip().strip('"') for c in next(csv.reader([line]), [])]
+    except csv.Error as exc:
+        raise TraceFormatError(f"the header line is not CSV ({exc})", path=path, line=1,
+                               hint="An alloc/free log starts with a header: timestamp,op_type,size_bytes") from None
 
 
 def _check_columns(path: Path, names: list[str]) -> dict[str, str]:

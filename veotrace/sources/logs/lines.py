@@ -7,7 +7,6 @@ line and field of a bad value or, with ``--skip-bad-rows``, skips and counts tha
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +43,7 @@ class LogShape:
         text = first_line.removeprefix(b"\xef\xbb\xbf").strip()
         if text.startswith(b"{"):
             return cls(True)
-        names = [c.strip().strip('"') for c in next(csv.reader([text.decode("utf-8", errors="replace")]))]
+        names = alloc_log.header_names(text.decode("utf-8", errors="replace"), path)
         return cls(False, text, names, alloc_log._check_columns(Path(path), names))
 
     def is_header(self, line: bytes) -> bool:

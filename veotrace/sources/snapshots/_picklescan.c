@@ -18,6 +18,16 @@
  * `int_bytes` bytes (LONG1/LONG4, or INT/LONG text of more digits than that many bytes hold) with -7:
  * a 5,000-digit dict key is built, then any str() of it fails on Python's 4,300-digit bound.
  *
+ * A FRAME must hold whole opcodes: its length ends where an opcode ends, no FRAME starts inside
+ * another, and the one holding STOP ends with it (as every pickler writes them), else -9 at the FRAME.
+ * The C unpickler reading a file only checks that a frame's bytes exist, and an opcode running past
+ * the frame's end is then read from the bytes after the frame's claim: the same bytes would mean one
+ * thing to it and another to a reader that ignores frames (the streaming decoder), so both reads
+ * refuse such a pickle instead.  The walk also says where and how it stopped (`stopped`: 1 at STOP,
+ * 2 when the data ends inside an opcode or before STOP, 0 at an opcode the unpickler fails at), so
+ * that a length claimed past the end of the data (BINBYTES of 4 GiB in an 11-byte file, which the
+ * unpickler allocates before it finds the end) is refused as cut short without unpickling.
+ *
  * The same walk runs over a whole buffer (depth) or fed in chunks (stream_*), for the snapshot
  * reader that streams files of any size (snapshots/stream.py).
  */
@@ -81,7 +91,14 @@ typedef struct {
     int limit, int_bytes;
     uint64_t memo_max; /* largest memo index accepted (MEMO_MAX; STREAM_MEMO_MAX for the chunked walk) */
     int stopped; /* STOP seen */
+    int64_t frame_at, frame_end; /* the open FRAME's offset and where it ends (-1: none open) */
 } ScanState;
+
+static void state_init(ScanState *s, int limit, int int_bytes, uint64_t memo_max)
+{
+    s->limit = limit; s->int_bytes = int_bytes; s->memo_max = memo_max;
+    s->frame_at = s->frame_end = -1;
+}
 
 static int memo_set(ScanState *s, uint64_t n, int32_t depth)
 {
@@ -121,11 +138,12 @@ static void state_free(ScanState *s)
 }
 
 /* Walks d[0:len) (the file's bytes from `base`) from the state `s`.  Returns the deepest nesting seen
- * (>= 0) when the walk ended (STOP, or a point the unpickler fails at: *where = its offset, or -1
- * after STOP), -1 when it passes the limit (*where = offset), -2 when an opcode names a class or
- * callable (*where = offset), -3 on out of memory, -7 at an integer wider than `int_bytes` (*where =
- * offset), and -8 when `final` is 0 and an opcode runs past the end of `d` (*where = its offset: feed
- * again from there with more bytes). */
+ * (>= 0) when the walk ended (*where = the offset it ended at: after STOP, at the opcode the data ends
+ * in or the unpickler fails at; s->stopped says which), -1 when it passes the limit (*where = offset),
+ * -2 when an opcode names a class or callable (*where = offset), -3 on out of memory, -7 at an
+ * integer wider than `int_bytes` (*where = offset), -9 at a FRAME whose length does not end with an
+ * opcode (*where = the FRAME's offset), and -8 when `final` is 0 and an opcode runs past the end of
+ * `d` (*where = its offset: feed again from there with more bytes). */
 static long long scan(ScanState *s, const unsigned char *d, Py_ssize_t len, Py_ssize_t base, int final,
                       Py_ssize_t *where)
 {
@@ -141,6 +159,11 @@ static long long scan(ScanState *s, const unsigned char *d, Py_ssize_t len, Py_s
     *where = -1;
     while (p < end) {
         op_at = p - d;
+        if (s->frame_end >= 0) {
+            int64_t here = (int64_t)base + op_at;
+            if (here == s->frame_end) s->frame_end = -1;
+            else if (here > s->frame_end) { *where = (Py_ssize_t)s->frame_at; result = -9; goto out; }
+        }
         unsigned char op = *p++;
         uint64_t n;
         int32_t m, x;
@@ -162,8 +185,8 @@ static long long scan(ScanState *s, const unsigned char *d, Py_ssize_t len, Py_s
         case 0x8b: case 'T': case 'X': case 'B':              /* LONG4 BINSTRING BINUNICODE BINBYTES */
             NEED(4); n = le(p, 4);
             if (op == 0x8b || op == 'T') n = (uint64_t)(int64_t)(int32_t)n;
+            if (n > (uint64_t)1 << 62) goto done; /* a negative length (LONG4, BINSTRING): the unpickler refuses it */
             if (op == 0x8b && n > (uint64_t)int_bytes) { *where = base + op_at; result = -7; goto out; }
-            if (n > (uint64_t)1 << 62) goto done;
             NEED(4 + n); p += 4 + n; PUSH(0); break;
         case 0x8d: case 0x8e:                                 /* BINUNICODE8 BINBYTES8 */
             NEED(8); n = le(p, 8);
@@ -180,8 +203,16 @@ static long long scan(ScanState *s, const unsigned char *d, Py_ssize_t len, Py_s
         }
         /* framing and protocol */
         case 0x80: NEED(1); p += 1; break;                    /* PROTO */
-        case 0x95: NEED(8); p += 8; break;                    /* FRAME: its bytes follow inline */
-        case '.': s->stopped = 1; op_at = p - d; goto done;   /* STOP */
+        case 0x95:                                            /* FRAME: its bytes follow inline */
+            NEED(8); n = le(p, 8); p += 8;
+            if (s->frame_end >= 0 || n > ((uint64_t)1 << 62)) { *where = base + op_at; result = -9; goto out; }
+            if (n) { s->frame_at = (int64_t)base + op_at; s->frame_end = (int64_t)base + (p - d) + (int64_t)n; }
+            break;
+        case '.':                                             /* STOP */
+            if (s->frame_end >= 0 && s->frame_end != (int64_t)base + (p - d)) {
+                *where = (Py_ssize_t)s->frame_at; result = -9; goto out;
+            }
+            s->stopped = 1; op_at = p - d; goto done;
         /* stack shape */
         case '(': if (vec_push(&s->marks, (int32_t)s->st.n) < 0) { result = -3; goto out; } break;
         case '2': if (!s->st.n) goto done; PUSH(TOP); break;  /* DUP */
@@ -277,18 +308,20 @@ static PyObject *py_depth(PyObject *self, PyObject *args)
     int limit, int_bytes = 1 << 30;
     Py_ssize_t where = -1;
     long long r;
+    int stopped;
     ScanState s = {0};
     if (!PyArg_ParseTuple(args, "y*i|i", &buf, &limit, &int_bytes))
         return NULL;
-    s.limit = limit; s.int_bytes = int_bytes; s.memo_max = MEMO_MAX;
+    state_init(&s, limit, int_bytes, MEMO_MAX);
     Py_BEGIN_ALLOW_THREADS
     r = scan(&s, (const unsigned char *)buf.buf, buf.len, 0, 1, &where);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
+    stopped = s.stopped;
     state_free(&s);
     if (r == -3)
         return PyErr_NoMemory();
-    return Py_BuildValue("(Ln)", r, r >= 0 ? (Py_ssize_t)-1 : where);
+    return Py_BuildValue("(Lni)", r, where, stopped);
 }
 
 /* The chunked walk: a capsule holding a ScanState. */
@@ -305,7 +338,7 @@ static PyObject *py_stream_new(PyObject *self, PyObject *args)
         return NULL;
     ScanState *s = calloc(1, sizeof(ScanState));
     if (!s) return PyErr_NoMemory();
-    s->limit = limit; s->int_bytes = int_bytes; s->memo_max = STREAM_MEMO_MAX;
+    state_init(s, limit, int_bytes, STREAM_MEMO_MAX);
     s->needed = calloc(1024, 1); s->needed_cap = 1024;
     if (!s->needed) { free(s); return PyErr_NoMemory(); }
     return PyCapsule_New(s, "veotrace.picklescan", capsule_free);
@@ -344,10 +377,12 @@ static PyObject *py_stream_needed(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"depth", py_depth, METH_VARARGS,
-     "depth(data, limit, int_bytes=2**30) -> (depth, offset): the deepest container nesting (>= 0); -1 when "
-     "it passes limit, -2 when an opcode names a class or callable, -5 at a bytearray or out-of-band buffer "
-     "opcode, -6 at a memo index far past the entries so far, -7 at an integer wider than int_bytes, with "
-     "the opcode's offset."},
+     "depth(data, limit, int_bytes=2**30) -> (depth, offset, stopped): the deepest container nesting (>= 0), "
+     "with the offset the walk ended at and how (stopped 1: after STOP; 2: the data ends inside an opcode or "
+     "before STOP; 0: at an opcode the unpickler fails at); or -1 when it passes limit, -2 when an opcode "
+     "names a class or callable, -5 at a bytearray or out-of-band buffer opcode, -6 at a memo index far past "
+     "the entries so far, -7 at an integer wider than int_bytes, -9 at a FRAME whose length does not end "
+     "with an opcode, with the opcode's offset."},
     {"stream_new", py_stream_new, METH_VARARGS,
      "stream_new(limit, int_bytes) -> state: the same walk fed in chunks (stream_feed), tracking which memo "
      "entries some GET reads (stream_needed)."},

@@ -8,10 +8,25 @@
  * (`needed`); only those objects are kept here, so the memo costs the strings and frames a file shares,
  * not every dict it holds (the C unpickler keeps them all).
  *
- * Where an entry is not what _check_entry accepts (a field that is not a plain integer in range, an
- * action that is not a string, no action, not a dict), decoding stops with the offending fields as a
- * dict (`odd`), for the Python side to give the whole read's error.  Opcodes a snapshot never holds
- * (protocol 0 text, sets, bytes) stop it with -10, and the caller reads the file whole instead.
+ * One reading: what this decoder gives is what pickle's own C unpickler builds from the same bytes (the
+ * whole read, safe_pickle), or nothing.  It follows the unpickler's rules where they decide the result
+ * (the stack's fence at the top MARK, APPEND(S) on lists only, ADDITEMS on sets, SETITEM(S) on dicts,
+ * duplicate keys: the last value wins, unhashable keys refused), and where it cannot build the same thing
+ * it stops with -10 and says why (`why`), before anything it decoded is used:
+ *   - an opcode no snapshot writer uses (protocol 0 text, DUP, POP_MARK, BINBYTES8, a PROTO above 5, ...),
+ *     or one the unpickler fails at (a stack underflow, a type error, an unhashable key: `why` holds its
+ *     message);
+ *   - an entry, a device's list or the device_traces list kept in the memo and read again (pickle would
+ *     share the one object; its entries were decoded into columns here), a 'device_traces' key set twice
+ *     on the top-level dict, a device list or entry that does not end where PyTorch's layout puts it
+ *     (popped, put in a tuple, not the next item of device_traces, ...), an item of a device's list that
+ *     is a dict built another way (DICT);
+ *   - a STOP with more than the top-level object on the stack.
+ * The caller (stream.py) then reads the file whole, as pickle reads it, when it is within the whole
+ * read's bound (VEOTRACE_MAX_FILE_BYTES), and otherwise refuses it naming the byte: the streamed answer
+ * is never a different one.  Where an entry is not what _check_entry accepts (a field that is not a
+ * plain integer in range, an action that is not a string, no action, not a dict), decoding stops with the
+ * offending fields as a dict (`odd`, -9), for the Python side to give the whole read's error.
  *
  * Frames: an entry's frames list is interned to a stack id: by the identity of its frame dicts when the
  * memo holds them all (PyTorch pickles each distinct frame once and refers to it), else by content.
@@ -52,8 +67,8 @@ typedef struct {
     int64_t v[NKEYS];
     uint8_t set[NKEYS]; /* 0 absent, 1 valid int, 2 None, 3 other */
     uint8_t uaddr;      /* addr >= 2**63 */
-    uint8_t shared;     /* the memo keeps it: never sunk */
     uint8_t has_fr;     /* frames given as fptr[fstart:fstart+flen] */
+    uint8_t addr_i64;   /* addr is an int64 (negative too): an oom entry's free bytes in older PyTorch */
     Py_ssize_t fstart, flen;
 } Entry;
 
@@ -101,9 +116,25 @@ typedef struct {
     PyObject **fptr; uint8_t *fown; Py_ssize_t fn, fcap; /* frames of the entries on the stack; fown: owned */
     PyObject *graveyard; /* objects a PUT replaced in the memo while GETs may still lend them */
     PyObject *result, *odd;
+    PyObject *why; /* why decoding stopped with -10 (a str), or NULL */
     int64_t odd_dev, odd_index;
     int has_time, has_meta, stopped;
+    int outer_done; /* the device_traces list was stored as the top-level dict's 'device_traces' */
+    int64_t sunk;   /* entries decoded into columns */
 } Decoder;
+
+/* Stop with -10: the decoder cannot build what pickle would from here on (see the header). */
+static int unfaithful(Decoder *d, const char *why)
+{
+    if (!d->why) d->why = PyUnicode_FromString(why);
+    return -10;
+}
+
+/* The lowest stack index an opcode may take items from: the top MARK's (the unpickler's fence). */
+static Py_ssize_t fence(Decoder *d)
+{
+    return d->mn ? d->marks[d->mn - 1] : 0;
+}
 
 static void val_clear(Val *v)
 {
@@ -272,9 +303,10 @@ static int frames_add(Decoder *d, Val *v)
         if (!o) { PyErr_NoMemory(); return -1; }
         d->fown = o; d->fcap = cap;
     }
+    if (v->role != R_NONE) return unfaithful(d, "a device list in a frames list");
     if (v->tag == T_BORROWED) { d->fptr[d->fn] = v->o; d->fown[d->fn++] = 0; return 0; }
     PyObject *o = materialize(v);
-    if (!o) return PyErr_Occurred() ? -1 : -10;
+    if (!o) return PyErr_Occurred() ? -1 : unfaithful(d, "a frames list holding a trace entry or frames list");
     d->fptr[d->fn] = o; d->fown[d->fn++] = 1;
     return 0;
 }
@@ -316,10 +348,10 @@ static int32_t intern_items(Decoder *d, PyObject **items, Py_ssize_t n, int held
     if (!key) return -2;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *f = items[i], *k;
-        if (PyDict_CheckExact(f)) {
-            PyObject *vals = PyDict_Values(f);
-            k = vals ? PySequence_Tuple(vals) : NULL;
-            Py_XDECREF(vals);
+        if (PyDict_CheckExact(f)) { /* its (key, value) pairs: a frame is its names and their values */
+            PyObject *items = PyDict_Items(f);
+            k = items ? PySequence_Tuple(items) : NULL;
+            Py_XDECREF(items);
         } else {
             k = f; Py_INCREF(k);
         }
@@ -353,14 +385,15 @@ static Py_ssize_t memo_slot(Decoder *d, uint64_t n)
 
 static int memo_put(Decoder *d, uint64_t n)
 {
-    if (!d->n) return -10;
+    if (d->n <= fence(d)) return unfaithful(d, "a memo PUT with nothing above the MARK (unpickling stack underflow)");
     if ((Py_ssize_t)n + 1 > d->memo_n) d->memo_n = (Py_ssize_t)n + 1;
     Py_ssize_t slot = memo_slot(d, n);
     if (slot < 0) return 0; /* never read again: not kept */
     Val *t = &d->st[d->n - 1];
-    if (t->tag == T_ENTRY) { d->pool[t->i].shared = 1; return 0; }
+    if (t->tag == T_ENTRY || t->role != R_NONE) /* pickle shares the object; here its entries become columns */
+        return unfaithful(d, "a trace entry or device list that the memo keeps and the pickle reads again");
     if (t->tag == T_FRAMES) { /* a frames list read again later: built as a list after all */
-        if (d->fn != t->i) return -10;
+        if (d->fn != t->i) return unfaithful(d, "a frames list memoised after its first frames");
         PyObject *l = PyList_New(0);
         if (!l) return -1;
         t->o = l; t->tag = T_OBJ;
@@ -383,10 +416,7 @@ static int memo_put(Decoder *d, uint64_t n)
 static int memo_get(Decoder *d, uint64_t n)
 {
     Py_ssize_t slot = memo_slot(d, n);
-    if (slot < 0 || !d->memo[slot]) {
-        /* a GET of an entry dict the memo does not keep (sunk into columns) */
-        return -10;
-    }
+    if (slot < 0 || !d->memo[slot]) return unfaithful(d, "a GET of a memo entry never stored (Memo value not found)");
     Val v = {d->memo[slot], 0, T_BORROWED, R_NONE, 0};
     return push(d, v);
 }
@@ -397,49 +427,86 @@ static int frames_add(Decoder *d, Val *v);
  * stack (APPENDS then finds no items above its mark). Most of a snapshot's opcodes are these GETs. */
 static inline int frames_open(Decoder *d)
 {
-    return d->mn && d->marks[d->mn - 1] == d->n && d->n && d->st[d->n - 1].tag == T_FRAMES;
+    return d->mn && d->marks[d->mn - 1] == d->n && d->n && d->st[d->n - 1].tag == T_FRAMES
+        && (d->mn < 2 || d->marks[d->mn - 2] != d->n);
+}
+
+/* Whether frames GETs went straight to `fptr` since the frames list's MARK (items pickle holds on its
+ * stack above the MARK, which an opcode other than APPENDS would take there). */
+static inline int frames_hidden(Decoder *d)
+{
+    return frames_open(d) && d->fn > d->st[d->n - 1].i;
 }
 
 static int frame_get(Decoder *d, uint64_t n)
 {
     Py_ssize_t slot = memo_slot(d, n);
-    if (slot < 0 || !d->memo[slot]) return -10;
+    if (slot < 0 || !d->memo[slot]) return unfaithful(d, "a GET of a memo entry never stored (Memo value not found)");
     Val v = {d->memo[slot], 0, T_BORROWED, R_NONE, 0};
     return frames_add(d, &v);
 }
 
 /* ---- entries ---- */
 
-static int entry_bad(Entry *e, PyObject *key, Val *v)
+static int entry_bad(Decoder *d, Entry *e, PyObject *key, Val *v)
 {
     PyObject *o = materialize(v);
-    if (!o) return -1;
+    if (!o) return PyErr_Occurred() ? -1 : unfaithful(d, "a trace entry's field holds another trace entry or frames list");
     if (!e->bad && !(e->bad = PyDict_New())) { Py_DECREF(o); return -1; }
     int r = PyDict_SetItem(e->bad, key, o);
     Py_DECREF(o);
     return r;
 }
 
-/* entry[key] = v; takes v's reference. */
+/* A field set again (a duplicate key: pickle keeps the last value) is no longer refused for its first. */
+static int entry_unbad(Entry *e, PyObject *key)
+{
+    if (!e->bad) return 0;
+    int has = PyDict_Contains(e->bad, key);
+    if (has <= 0) return has;
+    if (PyDict_DelItem(e->bad, key) < 0) return -1;
+    if (!PyDict_GET_SIZE(e->bad)) Py_CLEAR(e->bad);
+    return 0;
+}
+
+/* entry[key] = v, as pickle's SETITEM(S) on a dict: a key set twice keeps its last value; takes v's reference. */
 static int entry_set(Decoder *d, Entry *e, Val *kv, Val *v)
 {
     int r = 0, k;
+    if (kv->role != R_NONE || v->role != R_NONE || kv->tag == T_ENTRY || kv->tag == T_FRAMES) {
+        r = unfaithful(d, "a trace entry keyed by a dict or list, or holding a device list");
+        goto drop;
+    }
     if (!IS_OBJ(kv)) goto drop; /* an integer key: no field of a snapshot */
     PyObject *key = kv->o;
+    if (!PyUnicode_CheckExact(key) && PyObject_Hash(key) == -1) goto drop; /* unhashable: pickle's TypeError */
     for (k = 0; k < NKEYS; k++) if (is_key(d, key, k)) break;
     if (k == NKEYS) goto drop;
     if (k == K_META) { d->has_meta = 1; goto drop; }
     if (k == K_TIME) d->has_time = 1;
+    if ((r = entry_unbad(e, key)) < 0) goto drop;
     if (k == K_ACTION) {
         if (IS_OBJ(v) && PyUnicode_Check(v->o)) { Py_INCREF(v->o); Py_XSETREF(e->action, v->o); e->set[k] = 1; }
-        else { e->set[k] = 3; r = entry_bad(e, key, v); }
+        else { Py_CLEAR(e->action); e->set[k] = 3; r = entry_bad(d, e, key, v); }
         goto drop;
     }
     if (k == K_FRAMES) {
         if (v->tag == T_FRAMES) { e->has_fr = 1; e->fstart = v->i; e->flen = d->fn - v->i; Py_CLEAR(e->frames); }
         else if (IS_OBJ(v)) { Py_INCREF(v->o); Py_XSETREF(e->frames, v->o); e->has_fr = 0; }
+        else r = unfaithful(d, "a trace entry's frames is a number or another trace entry");
         goto drop;
     }
+    if (IS_OBJ(v) && PyLong_CheckExact(v->o)) { /* an int the memo keeps (read again by a GET): its value, as pushed */
+        int over = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v->o, &over);
+        if (!over && !(x == -1 && PyErr_Occurred())) { Val iv = {NULL, x, T_INT, R_NONE, 0}; val_clear(v); *v = iv; }
+        else if (over > 0 && _PyLong_NumBits(v->o) <= 64) {
+            Val uv = {NULL, (int64_t)PyLong_AsUnsignedLongLong(v->o), T_UINT, R_NONE, 0};
+            val_clear(v); *v = uv;
+        }
+        PyErr_Clear();
+    }
+    if (k == K_ADDR) { e->addr_i64 = v->tag == T_INT; e->v[k] = v->i; e->uaddr = 0; }
     if (IS_OBJ(v) && v->o == Py_None) { e->set[k] = 2; goto drop; }
     if (v->tag == T_INT || v->tag == T_UINT) {
         int ok = v->tag == T_INT ? v->i >= 0 && (k != K_TIME || v->i < TIME_US_MAX) : k == K_ADDR;
@@ -447,8 +514,9 @@ static int entry_set(Decoder *d, Entry *e, Val *kv, Val *v)
         if (ok) { e->set[k] = 1; e->v[k] = v->i; if (k == K_ADDR) e->uaddr = v->tag == T_UINT; goto drop; }
     }
     e->set[k] = 3;
-    if (k != K_DEVFREE) r = entry_bad(e, key, v);
+    if (k != K_DEVFREE) r = entry_bad(d, e, key, v);
 drop:
+    if (r == 0 && PyErr_Occurred()) r = -1; /* PyObject_Hash's TypeError: the caller says why */
     val_clear(kv);
     val_clear(v);
     return r;
@@ -492,7 +560,6 @@ static int odd_item(Decoder *d, Val *item, int64_t dev, int64_t index)
         if (!o) return -1;
         if (e->bad) { Py_INCREF(o); }
         if (e->action && PyDict_SetItemString(o, "action", e->action) < 0) { Py_DECREF(o); return -1; }
-        if (e->shared && PyDict_SetItemString(o, "__shared__", Py_True) < 0) { Py_DECREF(o); return -1; }
     } else {
         o = materialize(item);
         if (!o) return -1;
@@ -504,6 +571,10 @@ static int odd_item(Decoder *d, Val *item, int64_t dev, int64_t index)
 
 static int sink(Decoder *d, Val *inner, Val *item)
 {
+    if (item->role != R_NONE || item->tag == T_FRAMES)
+        return unfaithful(d, "a device's trace holds a device list or a frames list");
+    if (item->tag != T_ENTRY && IS_OBJ(item) && PyDict_Check(item->o))
+        return unfaithful(d, "a trace entry built by the DICT opcode, or read from the memo");
     int64_t index = inner->i++;
     int64_t dev = inner->dev;
     if (item->tag != T_ENTRY) return odd_item(d, item, dev, index);
@@ -513,22 +584,23 @@ static int sink(Decoder *d, Val *inner, Val *item)
         if (PyDict_DelItemString(e->bad, "addr") < 0) return -1;
         if (!PyDict_GET_SIZE(e->bad)) Py_CLEAR(e->bad);
     }
-    if (!e->action || e->bad || e->shared) return odd_item(d, item, dev, index);
+    if (!e->action || e->bad) return odd_item(d, item, dev, index);
     int32_t dv = (int32_t)dev, act = action_id(d, e->action);
     int32_t stack = e->has_fr ? intern_items(d, d->fptr + e->fstart, e->flen, frames_held(d, e), NULL)
                               : intern_stack(d, e->frames);
     if (act < 0 || stack == -2) return -1;
     uint8_t tv = e->set[K_TIME] == 1, av = e->set[K_ADDR] == 1 && !oom, sv = e->set[K_STREAM] == 1, fv = 0;
     int64_t size = e->set[K_SIZE] == 1 ? e->v[K_SIZE] : 0, free_bytes = 0;
-    if (oom) { /* device_free, or addr in older PyTorch: _int_or_none(e.get("device_free", e.get("addr"))) */
+    if (oom) { /* device_free, or addr in older PyTorch: model.oom_free_bytes (an int64, else None) */
         if (e->set[K_DEVFREE]) { fv = e->set[K_DEVFREE] == 1; free_bytes = e->v[K_DEVFREE]; }
-        else if (e->set[K_ADDR] == 1 && !e->uaddr) { fv = 1; free_bytes = e->v[K_ADDR]; }
+        else if (e->set[K_ADDR] && e->addr_i64) { fv = 1; free_bytes = e->v[K_ADDR]; }
     }
     if (col_push(d, C_DEV, &dv) || col_push(d, C_TS, &e->v[K_TIME]) || col_push(d, C_TSV, &tv)
         || col_push(d, C_SIZE, &size) || col_push(d, C_ADDR, &e->v[K_ADDR]) || col_push(d, C_ADDRV, &av)
         || col_push(d, C_STREAM, &e->v[K_STREAM]) || col_push(d, C_STREAMV, &sv) || col_push(d, C_ACTION, &act)
         || col_push(d, C_FREE, &free_bytes) || col_push(d, C_FREEV, &fv) || col_push(d, C_STACK, &stack))
         return -1;
+    d->sunk++;
     return 0;
 }
 
@@ -559,29 +631,66 @@ static int new_pool_entry(Decoder *d)
     return push(d, v);
 }
 
-/* Items base..n-1 go into the container at base-1 (APPENDS / SETITEMS / APPEND / SETITEM). */
-static int fill(Decoder *d, Py_ssize_t base, int pairs)
+/* The top-level dict's d[key] = v, where v may be the device_traces list (R_OUTER): it is the value of
+ * 'device_traces', once; any other value of that key after it would replace the entries decoded. */
+static int root_set(Decoder *d, Val *kv, Val *v)
 {
-    if (base < 1 || base > d->n) return -10;
+    int is_dt = IS_OBJ(kv) && PyUnicode_CheckExact(kv->o) && PyUnicode_Compare(kv->o, DEVICE_TRACES) == 0;
+    if (v->role == R_OUTER && !is_dt) return unfaithful(d, "the device_traces list stored under another key");
+    if (is_dt && d->outer_done) return unfaithful(d, "the top-level dict's 'device_traces' key set twice");
+    if (v->role == R_OUTER) d->outer_done = 1;
+    return 0;
+}
+
+/* Items base..n-1 go into the container at base-1 (op: APPEND(S) 'e', SETITEM(S) 'u', ADDITEMS 0x90), with the
+ * unpickler's checks: the container above the fence (the MARK below, now the top one), APPEND(S) on a list,
+ * ADDITEMS on a set, SETITEM(S) on a dict, an even count of SETITEMS items; no items: nothing is checked. */
+static int fill(Decoder *d, Py_ssize_t base, unsigned char op)
+{
+    if (base > d->n || base <= fence(d)) return unfaithful(d, "unpickling stack underflow");
+    if (base == d->n) return 0;
     Val *c = &d->st[base - 1];
     int r = 0;
     Py_ssize_t i;
-    if (pairs) {
-        if ((d->n - base) % 2) return -10;
+    if (op == 'u') {
+        if ((d->n - base) % 2) return unfaithful(d, "odd number of items for SETITEMS");
         for (i = base; i < d->n && !r; i += 2) {
             if (c->tag == T_ENTRY) { r = entry_set(d, &d->pool[c->i], &d->st[i], &d->st[i + 1]); continue; }
-            if (!IS_OBJ(c) || !PyDict_Check(c->o)) { r = -10; break; }
+            if (!IS_OBJ(c) || !PyDict_CheckExact(c->o)) { r = unfaithful(d, "SETITEMS on something other than a dict"); break; }
+            if (c->role == R_ROOT && (r = root_set(d, &d->st[i], &d->st[i + 1]))) break;
+            uint8_t vrole = d->st[i + 1].role;
+            if (d->st[i].role != R_NONE || (vrole != R_NONE && !(vrole == R_OUTER && c->role == R_ROOT))) {
+                r = unfaithful(d, "a device list stored where PyTorch's layout does not put it");
+                break;
+            }
             PyObject *k = materialize(&d->st[i]), *v = k ? materialize(&d->st[i + 1]) : NULL;
-            r = (!k || !v) ? (PyErr_Occurred() ? -1 : -10) : PyDict_SetItem(c->o, k, v);
+            r = (!k || !v) ? (PyErr_Occurred() ? -1 : unfaithful(d, "a trace entry or frames list as a dict's key or value"))
+                           : PyDict_SetItem(c->o, k, v);
             Py_XDECREF(k); Py_XDECREF(v);
         }
     } else {
+        if (c->tag == T_FRAMES && op != 'e') r = unfaithful(d, "ADDITEMS on a list");
         for (i = base; i < d->n && !r; i++) {
-            if (c->role == R_INNER && IS_OBJ(c)) { r = sink(d, c, &d->st[i]); continue; }
+            if (c->role == R_INNER && IS_OBJ(c)) {
+                r = op == 'e' ? sink(d, c, &d->st[i]) : unfaithful(d, "ADDITEMS on a list");
+                continue;
+            }
             if (c->tag == T_FRAMES) { r = frames_add(d, &d->st[i]); continue; }
-            if (!IS_OBJ(c) || !(PyList_Check(c->o) || PySet_Check(c->o))) { r = -10; break; }
-            PyObject *v = materialize(&d->st[i]);
-            r = !v ? (PyErr_Occurred() ? -1 : -10) : PyList_Check(c->o) ? PyList_Append(c->o, v) : PySet_Add(c->o, v);
+            int ok = IS_OBJ(c) && (op == 'e' ? PyList_CheckExact(c->o) : PySet_CheckExact(c->o));
+            if (!ok) { r = unfaithful(d, op == 'e' ? "APPEND(S) on something other than a list" : "ADDITEMS on something other than a set"); break; }
+            Val *item = &d->st[i];
+            if (c->role == R_OUTER) { /* device_traces: its items are the devices' lists, in order */
+                if (item->role != R_INNER || item->dev != (int64_t)PyList_GET_SIZE(c->o)) {
+                    r = unfaithful(d, "device_traces holds something other than the devices' lists, in order");
+                    break;
+                }
+            } else if (item->role != R_NONE) {
+                r = unfaithful(d, "a device list stored where PyTorch's layout does not put it");
+                break;
+            }
+            PyObject *v = materialize(item);
+            r = !v ? (PyErr_Occurred() ? -1 : unfaithful(d, "a trace entry or frames list in a list or set"))
+                   : op == 'e' ? PyList_Append(c->o, v) : PySet_Add(c->o, v);
             Py_XDECREF(v);
         }
     }
@@ -594,22 +703,24 @@ static int fill(Decoder *d, Py_ssize_t base, int pairs)
 /* A tuple/list/dict/frozenset of items base..n-1, replacing them. */
 static int build(Decoder *d, Py_ssize_t base, unsigned char op)
 {
-    if (base < 0 || base > d->n) return -10;
+    if (base < fence(d) || base > d->n) return unfaithful(d, "unpickling stack underflow");
     Py_ssize_t k = d->n - base;
+    for (Py_ssize_t i = base; i < d->n; i++)
+        if (d->st[i].role != R_NONE) return unfaithful(d, "a device list put in a tuple, list, dict or frozenset");
+    if (op == 'd' && k % 2) return unfaithful(d, "odd number of items for DICT");
     PyObject *o = op == 'd' ? PyDict_New() : op == 'l' ? PyList_New(k) : op == 0x91 ? PySet_New(NULL) : PyTuple_New(k);
     if (!o) return -1;
     int r = 0;
     for (Py_ssize_t i = 0; i < k && !r; i++) {
         if (op == 'd') {
-            if (k % 2) { r = -10; break; }
             PyObject *kk = materialize(&d->st[base + i]), *v = kk ? materialize(&d->st[base + i + 1]) : NULL;
-            r = (!kk || !v) ? (PyErr_Occurred() ? -1 : -10) : PyDict_SetItem(o, kk, v);
+            r = (!kk || !v) ? (PyErr_Occurred() ? -1 : unfaithful(d, "a trace entry or frames list in a DICT")) : PyDict_SetItem(o, kk, v);
             Py_XDECREF(kk); Py_XDECREF(v);
             i++;
             continue;
         }
         PyObject *v = materialize(&d->st[base + i]);
-        if (!v) { r = PyErr_Occurred() ? -1 : -10; break; }
+        if (!v) { r = PyErr_Occurred() ? -1 : unfaithful(d, "a trace entry or frames list in a tuple, list or frozenset"); break; }
         if (op == 'l') PyList_SET_ITEM(o, i, v);
         else if (op == 0x91) { r = PySet_Add(o, v); Py_DECREF(v); }
         else PyTuple_SET_ITEM(o, i, v);
@@ -661,7 +772,7 @@ static int decode(Decoder *d, const unsigned char *buf, Py_ssize_t len, Py_ssize
         case 0x88: Py_INCREF(Py_True); CHECK(push_obj(d, Py_True, R_NONE)); break;
         case 0x89: Py_INCREF(Py_False); CHECK(push_obj(d, Py_False, R_NONE)); break;
         case 0x8a: NEED(1); n = p[0]; NEED(1 + n); CHECK(push_long(d, p + 1, n)); p += 1 + n; break;
-        case 0x8b: NEED(4); n = le(p, 4); if (n > 64) { r = -10; goto out; } NEED(4 + n);
+        case 0x8b: NEED(4); n = le(p, 4); if (n > 64) { r = unfaithful(d, "a LONG4 of more than 64 bytes"); goto out; } NEED(4 + n);
             CHECK(push_long(d, p + 4, n)); p += 4 + n; break;
         case 0x8c: NEED(1); n = p[0]; NEED(1 + n);
             CHECK(push_obj(d, PyUnicode_DecodeUTF8((const char *)p + 1, (Py_ssize_t)n, "surrogatepass"), R_NONE));
@@ -669,7 +780,7 @@ static int decode(Decoder *d, const unsigned char *buf, Py_ssize_t len, Py_ssize
         case 'X': NEED(4); n = le(p, 4); NEED(4 + n);
             CHECK(push_obj(d, PyUnicode_DecodeUTF8((const char *)p + 4, (Py_ssize_t)n, "surrogatepass"), R_NONE));
             p += 4 + n; break;
-        case 0x8d: NEED(8); n = le(p, 8); if (n > ((uint64_t)1 << 40)) { r = -10; goto out; } NEED(8 + n);
+        case 0x8d: NEED(8); n = le(p, 8); if (n > ((uint64_t)1 << 40)) { r = unfaithful(d, "a string of more than 2**40 bytes"); goto out; } NEED(8 + n);
             CHECK(push_obj(d, PyUnicode_DecodeUTF8((const char *)p + 8, (Py_ssize_t)n, "surrogatepass"), R_NONE));
             p += 8 + n; break;
         case 'U': NEED(1); n = p[0]; NEED(1 + n);
@@ -681,12 +792,15 @@ static int decode(Decoder *d, const unsigned char *buf, Py_ssize_t len, Py_ssize
         case 'B': NEED(4); n = le(p, 4); NEED(4 + n);
             CHECK(push_obj(d, PyBytes_FromStringAndSize((const char *)p + 4, (Py_ssize_t)n), R_NONE));
             p += 4 + n; break;
-        case 0x80: NEED(1); p += 1; break;
-        case 0x95: NEED(8); p += 8; break;
+        case 0x80: NEED(1); if (p[0] > 5) { r = unfaithful(d, "unsupported pickle protocol"); goto out; } p += 1; break;
+        case 0x95: NEED(8); p += 8; break; /* FRAME: pass 1 checked that its length ends with an opcode */
         case '.':
-            if (d->n != 1) { r = -10; goto out; }
+            if (d->n != 1 || fence(d) >= 1) { r = unfaithful(d, "a STOP with more than the top-level object on the stack"); goto out; }
+            if ((d->sunk || d->devices) && (d->st[0].role != R_ROOT || !d->outer_done)) {
+                r = unfaithful(d, "trace entries outside the top-level dict's device_traces"); goto out;
+            }
             d->result = materialize(&d->st[0]);
-            if (!d->result) { r = PyErr_Occurred() ? -1 : -10; goto out; }
+            if (!d->result) { r = PyErr_Occurred() ? -1 : unfaithful(d, "the pickle is one trace entry"); goto out; }
             val_clear(&d->st[0]); d->n = 0;
             d->stopped = 1; op_at = p - buf; r = 1; goto out;
         case '(':
@@ -698,9 +812,13 @@ static int decode(Decoder *d, const unsigned char *buf, Py_ssize_t len, Py_ssize
             }
             d->marks[d->mn++] = d->n; break;
         case '0':
+            if (frames_hidden(d)) { r = unfaithful(d, "a POP of a frame read from the memo"); goto out; }
             if (d->mn && d->marks[d->mn - 1] == d->n) d->mn--;
-            else if (d->n) { val_clear(&d->st[--d->n]); pool_trim(d); }
-            else { r = -10; goto out; }
+            else if (d->n > fence(d)) {
+                if (d->st[d->n - 1].role != R_NONE) { r = unfaithful(d, "the top-level dict or a device list popped"); goto out; }
+                val_clear(&d->st[--d->n]); pool_trim(d);
+            }
+            else { r = unfaithful(d, "unpickling stack underflow"); goto out; }
             break;
         case '}':
             if (!d->n) { CHECK(push_obj(d, PyDict_New(), R_ROOT)); break; }
@@ -715,29 +833,42 @@ static int decode(Decoder *d, const unsigned char *buf, Py_ssize_t len, Py_ssize
         }
         case ')': CHECK(push_obj(d, PyTuple_New(0), R_NONE)); break;
         case 0x8f: CHECK(push_obj(d, PySet_New(NULL), R_NONE)); break;
-        case 'a': if (d->n < 2) { r = -10; goto out; } CHECK(fill(d, d->n - 1, 0)); break;
-        case 's': if (d->n < 3) { r = -10; goto out; } CHECK(fill(d, d->n - 2, 1)); break;
+        case 'a': CHECK(fill(d, d->n - 1, 'e')); break;
+        case 's': CHECK(fill(d, d->n - 2, 'u')); break;
         case 'e': case 'u': case 0x90:
-            if (!d->mn) { r = -10; goto out; }
-            CHECK(fill(d, d->marks[--d->mn], op == 'u')); break;
+            if (!d->mn) { r = unfaithful(d, "could not find MARK"); goto out; }
+            CHECK(fill(d, d->marks[--d->mn], op)); break;
         case 'l': case 't': case 'd': case 0x91:
-            if (!d->mn) { r = -10; goto out; }
+            if (!d->mn) { r = unfaithful(d, "could not find MARK"); goto out; }
+            if (frames_hidden(d)) { r = unfaithful(d, "frames read from the memo built into another container"); goto out; }
             CHECK(build(d, d->marks[--d->mn], op)); break;
         case 0x85: case 0x86: case 0x87:
-            if (d->n < op - 0x84) { r = -10; goto out; }
             CHECK(build(d, d->n - (op - 0x84), 't')); break;
         case 0x94: CHECK(memo_put(d, (uint64_t)d->memo_n)); break;
         case 'q': NEED(1); CHECK(memo_put(d, p[0])); p += 1; break;
         case 'r': NEED(4); CHECK(memo_put(d, le(p, 4))); p += 4; break;
         case 'h': NEED(1); CHECK(frames_open(d) ? frame_get(d, p[0]) : memo_get(d, p[0])); p += 1; break;
         case 'j': NEED(4); CHECK(frames_open(d) ? frame_get(d, le(p, 4)) : memo_get(d, le(p, 4))); p += 4; break;
-        default: r = -10; goto out; /* protocol 0 text, POP_MARK, DUP, ...: no snapshot writer uses them */
+        default: r = unfaithful(d, "an opcode no snapshot writer uses"); goto out; /* protocol 0 text, POP_MARK, DUP, ... */
         }
     }
     op_at = p - buf;
     r = 0;
 out:
     *at = base + op_at;
+    if (r == -1) { /* what pickle raises here too (a bad UTF-8 string, an unhashable key): the whole read says it */
+        if (!PyErr_Occurred()) r = unfaithful(d, "an internal error");
+        else if (!PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyObject *text = value ? PyObject_Str(value) : NULL;
+            if (!text) PyErr_Clear();
+            if (!d->why) d->why = text ? text : PyUnicode_FromString("an error");
+            else Py_XDECREF(text);
+            Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+            r = -10;
+        }
+    }
     return r;
 #undef NEED
 #undef CHECK
@@ -781,7 +912,7 @@ static void Decoder_dealloc(Decoder *d)
     Py_XDECREF(d->actions); Py_XDECREF(d->action_list); Py_XDECREF(d->last_action);
     Py_XDECREF(d->stacks_by_content); Py_XDECREF(d->stack_list);
     PyMem_Free(d->ident_hash); PyMem_Free(d->ident_id);
-    Py_XDECREF(d->result); Py_XDECREF(d->odd);
+    Py_XDECREF(d->result); Py_XDECREF(d->odd); Py_XDECREF(d->why);
     Py_TYPE(d)->tp_free((PyObject *)d);
 }
 
@@ -850,6 +981,7 @@ static PyObject *Decoder_take(Decoder *d, PyObject *unused)
 
 static PyObject *Decoder_rows(Decoder *d, void *unused) { return PyLong_FromSsize_t(d->cols[0].n); }
 static PyObject *Decoder_result(Decoder *d, void *unused) { return Py_NewRef(d->result ? d->result : Py_None); }
+static PyObject *Decoder_why(Decoder *d, void *unused) { return Py_NewRef(d->why ? d->why : Py_None); }
 static PyObject *Decoder_odd(Decoder *d, void *unused)
 {
     return Py_BuildValue("(OLL)", d->odd ? d->odd : Py_None, (long long)d->odd_dev, (long long)d->odd_index);
@@ -866,7 +998,7 @@ static PyMethodDef Decoder_methods[] = {
     {"feed", (PyCFunction)Decoder_feed, METH_VARARGS,
      "feed(data, base) -> (status, offset): decode data (the file's bytes from offset base). status 1: STOP "
      "(result holds the object, its device lists emptied); 0: feed again from offset with more bytes; -9: an odd "
-     "entry (see odd); -10: an opcode this decoder does not take, at offset."},
+     "entry (see odd); -10: what pickle would build otherwise (or refuse) from the opcode at offset (see why)."},
     {"take", (PyCFunction)Decoder_take, METH_NOARGS, "take() -> {column: bytes}: the rows decoded since the last take."},
     {"flush", (PyCFunction)Decoder_flush, METH_NOARGS,
      "flush() -> count: sink the complete entries left on the stack when the data ends early."},
@@ -877,6 +1009,7 @@ static PyGetSetDef Decoder_getset[] = {
     {"rows", (getter)Decoder_rows, NULL, "rows not yet taken", NULL},
     {"result", (getter)Decoder_result, NULL, "the unpickled object once STOP was read (None before)", NULL},
     {"odd", (getter)Decoder_odd, NULL, "(fields, device, index) of the entry that stopped decoding", NULL},
+    {"why", (getter)Decoder_why, NULL, "why decoding stopped with -10 (what pickle would build differently), or None", NULL},
     {"flags", (getter)Decoder_flags, NULL, "has_time, has_user_metadata (any entry has the key), devices", NULL},
     {"actions", (getter)Decoder_actions, NULL, "the action strings by id", NULL},
     {"stacks", (getter)Decoder_stacks, NULL, "each stack id's frames list (first seen)", NULL},

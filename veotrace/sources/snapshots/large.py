@@ -1,15 +1,22 @@
 """Reader: PyTorch snapshots read by the streaming path (``stream``) -> the same tables as the whole read.
 
-``torch_snapshot`` sends a file here when ``use_stream(path)``: a build with the C parts and a file of at
-least ``defaults.SNAPSHOT_STREAM_BYTES`` (``VEOTRACE_SNAPSHOT_STREAM_BYTES``; 1 streams every file, which
-the tests do to compare both reads). ``info(path)`` is the file's ``Snapshot`` with its device lists empty
-(the segments, settings and annotations as the whole read has them), cached while the file is unchanged;
-``alloc_events(path)`` streams the entries as ``ALLOC_EVENTS`` batches in the whole read's row order.
+A file is streamed when ``use_stream(path)``: a build with the C parts, a file of at least
+``defaults.SNAPSHOT_STREAM_BYTES`` (``VEOTRACE_SNAPSHOT_STREAM_BYTES``; 1 streams every file, which the tests
+do to compare both reads), and a streamed read that is *clean* (``stream``: it builds what pickle builds).
+The first call decodes the file (both passes, the entries' columns spilled) and keeps the outcome while the
+file is unchanged, so the answer of every route is decided once: a read that is not clean hands the file to
+the whole read (``torch_snapshot``) when it is within ``VEOTRACE_MAX_FILE_BYTES``, whose verdict, message and
+answer are then the only ones; past that bound the streamed read's error is the answer (a file cut short or
+corrupt keeps its entries before the point under ``--skip-bad-rows``). ``info(path)`` is the file's
+``Snapshot`` with its device lists empty; ``alloc_events(path)`` streams the entries as ``ALLOC_EVENTS``
+batches in the whole read's row order; ``salvage`` gives a cut or corrupt file's entries before the point
+(the whole read's ``--skip-bad-rows``, so that both routes keep the same rows).
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -19,18 +26,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veotrace.defaults import SNAPSHOT_STREAM_BYTES
+from veotrace.errors import TraceFormatError
 from veotrace.schemas import ALLOC_EVENTS, conform, repeated
-from veotrace.sources.limits import STREAM_ENV, from_env
+from veotrace.sources.limits import STREAM_ENV, from_env, max_file_bytes
 from veotrace.sources.snapshots import model as ts
 from veotrace.sources.snapshots import stream
+from veotrace.sources.snapshots.safe_pickle import CorruptPickle
 
-_CACHE: dict[tuple, tuple[ts.Snapshot, stream.Decoded]] = {}
-_CACHE_FILES = 4
+#: Files decoded and kept (each its Snapshot, what its entries told and its spill file), newest last.
+_READ: OrderedDict[tuple, tuple[ts.Snapshot, stream.Decoded, stream.Spill]] = OrderedDict()
+_KEEP = 4
+#: Files whose streamed read is not clean and that are read whole instead (their keys, newest last).
+_WHOLE: OrderedDict[tuple, None] = OrderedDict()
 
 
 def use_stream(path: Path) -> bool:
-    """Whether ``path`` is read by the streaming path: the C parts are built and the file is large."""
-    return stream.available() and os.stat(path).st_size >= from_env(STREAM_ENV, SNAPSHOT_STREAM_BYTES)
+    """Whether ``path`` is read by the streaming path: the C parts are built, the file is large, and its streamed
+    read builds what pickle builds (decided by one decode, kept for the reads that follow).
+
+    Raises:
+        TraceFormatError: a file past the whole read's bound that the streaming read refuses.
+    """
+    if not stream.available() or os.stat(path).st_size < from_env(STREAM_ENV, SNAPSHOT_STREAM_BYTES):
+        return False
+    return _read(path) is not None
 
 
 def _key(path: Path) -> tuple:
@@ -38,68 +57,118 @@ def _key(path: Path) -> tuple:
     return str(path), st.st_mtime_ns, st.st_size
 
 
-def _remember(path: Path, decoded: stream.Decoded) -> tuple[ts.Snapshot, stream.Decoded]:
-    segments, traces = ts._checked_top(decoded.top, path)
-    if any(traces):  # entries the decoder did not recognise as device_traces' (not the layout PyTorch writes)
-        from veotrace.errors import TraceFormatError
-        from veotrace.sources.limits import STREAM_ENV
+def _read(path: Path) -> tuple[ts.Snapshot, stream.Decoded, stream.Spill] | None:
+    """The streamed read of ``path`` (cached), or None when the whole read decides it (see the module docstring)."""
+    key = _key(path)
+    if key in _READ:
+        _READ.move_to_end(key)
+        return _READ[key]
+    if key in _WHOLE:
+        return None
+    try:
+        first = stream.scan(path)
+    except TraceFormatError:
+        if _fits(path):  # the whole read's walk refuses it too, in its words
+            return _read_whole(key)
+        raise
+    spill = stream.Spill()
+    try:
+        decoded = stream.decode(path, first, spill.write)
+        spill.finish()
+        snap = _snapshot(path, decoded) if decoded.error is None else None
+    except BaseException:
+        spill.close()
+        raise
+    if snap is None:
+        if _fits(path, first):
+            spill.close()
+            return _read_whole(key)
+        if decoded.error is None:  # a top level pickle builds otherwise (_snapshot): too large to read whole
+            spill.close()
+            raise TraceFormatError("its device_traces are not laid out as torch.cuda.memory._dump_snapshot() writes "
+                                   "them, so the streaming read cannot take their entries, and it is too large to read "
+                                   "whole", path=path, hint=_RAISE)
+        if not isinstance(decoded.error, CorruptPickle):  # refused whole; a cut or corrupt one keeps its rows
+            spill.close()
+            raise _past_bound(decoded.error)
+        snap = ts.Snapshot([], [[] for _ in range(decoded.devices)], "", decoded.has_time, None, 0,
+                           decoded.time_back, decoded.first_back)
+    if len(_READ) >= _KEEP:
+        _READ.popitem(last=False)[1][2].close()
+    _READ[key] = (snap, decoded, spill)
+    return _READ[key]
 
-        raise TraceFormatError("its device_traces are not laid out as torch.cuda.memory._dump_snapshot() writes them, "
-                               "so the streaming read cannot take their entries", path=path,
-                               hint=f"Read it whole: {STREAM_ENV}= a size above the file's (within VEOTRACE_MAX_FILE_BYTES)")
-    snap = ts._snapshot_of(decoded.top, segments, [[] for _ in range(decoded.devices)], decoded.has_time,
+
+_RAISE = "Raise VEOTRACE_MAX_FILE_BYTES above the file's size to read it whole, if the file is trusted"
+
+
+def _past_bound(error: TraceFormatError) -> TraceFormatError:
+    """A not-clean streamed read's error, for a file past the whole read's bound (no whole read says it)."""
+    if "streaming read cannot build" not in error.message:
+        return error
+    return TraceFormatError(f"{error.message}, and it is too large to read whole", path=error.path, hint=_RAISE)
+
+
+def _read_whole(key: tuple) -> None:
+    if len(_WHOLE) >= 64:
+        _WHOLE.popitem(last=False)
+    _WHOLE[key] = None
+    return None
+
+
+def _fits(path: Path, first: stream.Pass1 | None = None) -> bool:
+    """Whether the whole read takes ``path`` (its decompressed size within ``VEOTRACE_MAX_FILE_BYTES``)."""
+    from veotrace.sources.base import data_errors, open_decompressed
+
+    limit = max_file_bytes()
+    if first is not None and first.size > limit:
+        return False
+    stream_, raw = open_decompressed(path)
+    try:
+        if stream_ is raw:
+            return os.stat(path).st_size <= limit
+        total = 0
+        while total <= limit:
+            n = stream_.read_buffer(stream.CHUNK_BYTES).size  # not read(n): see stream._chunks
+            if not n:
+                return True
+            total += n
+        return False
+    except data_errors():
+        return True  # the whole read says what is wrong with the compressed stream
+    finally:
+        stream_.close()
+
+
+def _snapshot(path: Path, decoded: stream.Decoded) -> ts.Snapshot | None:
+    """The Snapshot of a clean streamed read (its device lists empty); None when its device_traces were not the
+    list the decoder streams (a top level pickle builds another way: read whole)."""
+    segments, traces = ts._checked_top(decoded.top, path)
+    if any(traces):
+        return None
+    return ts._snapshot_of(decoded.top, segments, [[] for _ in range(decoded.devices)], decoded.has_time,
                            decoded.has_user_metadata, (decoded.time_back, decoded.first_back))
-    if len(_CACHE) >= _CACHE_FILES:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[_key(path)] = (snap, decoded)
-    return snap, decoded
+
+
+def _streamed(path: Path) -> tuple[ts.Snapshot, stream.Decoded, stream.Spill]:
+    got = _read(path)
+    if got is None:
+        raise ValueError(f"{path} is read whole, not streamed (check use_stream first)")
+    return got
 
 
 def summary(path: Path) -> tuple[ts.Snapshot, stream.Decoded]:
-    """The snapshot without its entries, and what its entries told (counts, OOMs' free bytes), from one
-    streamed read (cached). A file cut short raises its error here: its segments are past the cut or not."""
-    hit = _CACHE.get(_key(path))
-    if hit is not None:
-        return hit
-    decoded = stream.decode(path, stream.scan(path))
-    if decoded.cut is not None:
-        raise decoded.cut
-    return _remember(path, decoded)
+    """The snapshot without its entries, and what its entries told (counts, OOMs' free bytes), from the one
+    streamed read. A file cut short raises its error here: its segments are past the cut or not."""
+    snap, decoded, _ = _streamed(path)
+    if decoded.error is not None:
+        raise decoded.error
+    return snap, decoded
 
 
 def info(path: Path) -> ts.Snapshot:
     """``torch_snapshot.load_snapshot``'s Snapshot, with empty device lists."""
     return summary(path)[0]
-
-
-def _spilled(path: Path) -> tuple[ts.Snapshot, stream.Decoded, stream.Spill]:
-    """Both passes over ``path`` with the entries' columns in a spill file, kept for the next read of the same
-    file (``row_columns`` after ``alloc_events``: convert's sites and phases). Refused before any row when pass 1
-    refuses the file."""
-    key = _key(path)
-    if _SPILL.get("key") == key:
-        return _SPILL["value"]
-    first = stream.scan(path)
-    spill = stream.Spill()
-    try:
-        decoded = stream.decode(path, first, spill.write)
-        spill.finish()
-    except BaseException:
-        spill.close()
-        raise
-    if decoded.cut is None:
-        snap, _ = _remember(path, decoded)
-    else:
-        segments = decoded.top if isinstance(decoded.top, list) else []
-        snap = ts.Snapshot(segments, [[] for _ in range(decoded.devices)], "", decoded.has_time, None, 0,
-                           decoded.time_back, decoded.first_back)
-    if _SPILL.get("value") is not None:
-        _SPILL["value"][2].close()
-    _SPILL.update(key=key, value=(snap, decoded, spill))
-    return snap, decoded, spill
-
-
-_SPILL: dict = {}
 
 
 def _rows(snap: ts.Snapshot, decoded: stream.Decoded, spill: stream.Spill) -> Iterator[pa.RecordBatch]:
@@ -114,19 +183,42 @@ def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterato
     """The entries as ``ALLOC_EVENTS`` batches (``columns`` of them), in the whole read's order.
 
     Raises:
-        TraceFormatError: refused by pass 1 (before any batch), an entry refused (the whole read's message),
-            no trace entries, or the file cut short (after the entries before the cut, unless ``skip_bad_rows``:
-            then a counted warning in ``report``).
+        TraceFormatError: before any batch: refused (the whole read's message), no trace entries, or the file
+            cut short or corrupt (unless ``skip_bad_rows``: then its entries before the point and a counted
+            warning in ``report``).
     """
-    snap, decoded, spill = _spilled(path)
+    snap, decoded, spill = _streamed(path)
+    if decoded.error is not None and not (skip_bad_rows and isinstance(decoded.error, CorruptPickle)):
+        raise decoded.error
+    yield from _events(path, snap, decoded, spill, report, columns)
+
+
+def salvage(path: Path, *, report, columns) -> Iterator[pa.RecordBatch]:
+    """A cut or corrupt snapshot's entries before the point, and the counted warning saying where
+    (``--skip-bad-rows``: the whole read's, when pickle refuses the file; the rows the streamed read keeps)."""
+    first = stream.scan(path)
+    spill = stream.Spill()
+    try:
+        decoded = stream.decode(path, first, spill.write)
+        spill.finish()
+        snap = ts.Snapshot([], [[] for _ in range(decoded.devices)], "", decoded.has_time, None, 0,
+                           decoded.time_back, decoded.first_back)
+        yield from _events(path, snap, decoded, spill, report, columns)
+    finally:
+        spill.close()
+
+
+def _events(path: Path, snap: ts.Snapshot, decoded: stream.Decoded, spill: stream.Spill, report,
+            columns) -> Iterator[pa.RecordBatch]:
     if not decoded.rows:
-        if decoded.cut is not None:
-            raise decoded.cut
+        if decoded.error is not None:
+            raise decoded.error
         raise ts.no_trace_events(path, len(snap.segments), sum(len(s.get("blocks", ())) for s in snap.segments))
     if report is not None:
         report.warnings.extend(ts.time_warnings(path, snap))
     actions = pa.array([str(a) for a in decoded.actions], pa.string())
     seq = 0
+
     def own(name: str) -> pa.Array:
         # a copy: the columns of a batch read back share one buffer (the message's body), which a caller
         # holding a few columns of every batch (fragmentation's seeding) would keep whole
@@ -149,11 +241,9 @@ def alloc_events(path: Path, *, skip_bad_rows: bool, report, columns) -> Iterato
         if columns is not None:
             table = table.select(list(columns))
         yield from table.to_batches(max_chunksize=ts.BATCH_ROWS)
-    if decoded.cut is not None:
-        if not skip_bad_rows:
-            raise decoded.cut
-        if report is not None:
-            report.skip_row(path, None, decoded.cut.message)
+    if decoded.error is not None and report is not None:
+        rows = f"{decoded.rows:,} trace entr{'y' if decoded.rows == 1 else 'ies'} read before it"
+        report.skip_row(path, None, f"{decoded.error.message}; {rows}")
 
 
 class Rows(NamedTuple):
@@ -172,9 +262,9 @@ class Rows(NamedTuple):
 
 def row_batches(path: Path) -> Rows:
     """The entries of the snapshot at ``path`` as ``Rows`` (one streamed read, shared with the reader's)."""
-    snap, decoded, spill = _spilled(path)
-    if decoded.cut is not None:
-        raise decoded.cut
+    snap, decoded, spill = _streamed(path)
+    if decoded.error is not None:
+        raise decoded.error
     return Rows(snap, decoded.stacks, list(decoded.actions), bool(snap.has_time and decoded.devices > 1),
                 spill.batches)
 

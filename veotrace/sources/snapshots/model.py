@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from veotrace.errors import TraceFormatError
+from veotrace.replay_limits import MAX_BLOCK_BYTES
 
 #: Rows per yielded batch of either read; bounds memory of downstream streaming analyses.
 BATCH_ROWS = 65_536
@@ -154,9 +155,12 @@ def _time_back(traces: list[list[dict]]) -> tuple[int, tuple[int, int, int] | No
 
 
 #: Largest value of each numeric field (exclusive): sizes and times are int64 in the tables (time_us
-#: becomes ns), addresses uint64.
+#: becomes ns), addresses uint64; a segment's and a block's sizes the one size rule of every command
+#: (replay_limits: 16 TiB, so that the replays' and the attribution's int64 sums of them stay exact).
 _INT64 = 1 << 63
 _TIME_US_MAX = _INT64 // 1000
+_SIZE = MAX_BLOCK_BYTES + 1
+_BOUNDS = {1 << 64: "2**64-1", _INT64: "2**63-1", _SIZE: "2**44 (16 TiB), more than any device allocation"}
 
 
 def _value(obj: dict, key: str, where, path: Path, *, upper: int = _INT64, required: bool = False) -> None:
@@ -175,8 +179,8 @@ def _value(obj: dict, key: str, where, path: Path, *, upper: int = _INT64, requi
     if isinstance(value, bool) or not isinstance(value, int):
         raise TraceFormatError(f"{where}[{key!r}] must be an integer, got {_short(value)}", path=path, field=key)
     if not 0 <= value < upper:
-        bound = "2**64" if upper == 1 << 64 else "2**63" if upper == _INT64 else f"{upper:,}"
-        raise TraceFormatError(f"{where}[{key!r}] = {_short(value)} is outside 0 .. {bound}-1", path=path, field=key)
+        bound = _BOUNDS.get(upper, f"{upper - 1:,}")
+        raise TraceFormatError(f"{where}[{key!r}] = {_short(value)} is outside 0 .. {bound}", path=path, field=key)
 
 
 def _short(value: object) -> str:
@@ -188,9 +192,10 @@ def _short(value: object) -> str:
 
 def _check_segment(seg: dict, where: str, path: Path) -> None:
     _value(seg, "address", where, path, upper=1 << 64, required=True)
-    _value(seg, "total_size", where, path, required=True)
-    for key in ("allocated_size", "active_size", "requested_size", "stream"):
-        _value(seg, key, where, path)
+    _value(seg, "total_size", where, path, upper=_SIZE, required=True)
+    for key in ("allocated_size", "active_size", "requested_size"):
+        _value(seg, key, where, path, upper=_SIZE)
+    _value(seg, "stream", where, path)
     _value(seg, "device", where, path, upper=1 << 31)
     blocks = seg.get("blocks", ())
     if not isinstance(blocks, (list, tuple)):
@@ -199,8 +204,8 @@ def _check_segment(seg: dict, where: str, path: Path) -> None:
         at = f"{where}['blocks'][{j}]"
         if not isinstance(block, dict):
             raise TraceFormatError(f"{at} must be a dict, got {_short(block)}", path=path)
-        _value(block, "size", at, path, required=True)
-        _value(block, "requested_size", at, path)
+        _value(block, "size", at, path, upper=_SIZE, required=True)
+        _value(block, "requested_size", at, path, upper=_SIZE)
         _value(block, "address", at, path, upper=1 << 64)
 
 

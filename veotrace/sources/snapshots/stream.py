@@ -13,8 +13,16 @@ merge holds those columns in memory, as ``torch_snapshot.events_table`` does).
 
 The whole-file bound (``limits.max_file_bytes``) does not apply; a single opcode's argument is bounded
 by ``limits.MAX_OPCODE_BYTES``. Entries are checked by ``torch_snapshot``'s own rules, with the same
-messages. A file cut short gives its entries up to the cut and then the error naming the byte offset
-(``cut_short``), which ``--skip-bad-rows`` turns into a counted warning.
+messages.
+
+One reading of every pickle: the streamed answer is the whole read's (what pickle's C unpickler builds,
+checked by ``model``), or not given. Pass 2 is *clean* when it reached the STOP pass 1 saw with every
+entry decoded as pickle would place it (``_snapstream.c`` stops with -10 where it cannot, saying why).
+When it is not clean (cut short, corrupt, an odd entry, a layout or opcode pickle builds otherwise),
+``Decoded.error`` says why and ``large`` hands the file to the whole read when it is within its bound,
+so that its verdict and message are the answer; past the bound that error is the answer. The entries
+complete before the point where a not-clean read stopped are still in the spill: ``--skip-bad-rows``
+keeps them with a counted warning (on both routes: ``large.salvage``).
 """
 
 from __future__ import annotations
@@ -76,15 +84,19 @@ class Decoded:
     actions: list = field(default_factory=list)  # the action strings by id
     devices_with_rows: int = 0
     untimed_rows: int = 0  # rows without time_us
-    cut: TraceFormatError | None = None  # the file ended early: the error, raised or warned by the caller
+    #: Why the decoded rows are not the whole read's answer (None: they are): the file is cut short or
+    #: corrupt (a ``CorruptPickle``), an entry is refused, or pickle would build it otherwise. The rows
+    #: complete before that point (``rows`` of them) were passed on.
+    error: TraceFormatError | None = None
+    stop: int = 0  # the offset where a not-clean read stopped
 
 
 def _chunks(path: Path) -> Iterator[bytes]:
     stream, _raw = open_decompressed(path)
     try:
         while True:
-            try:
-                chunk = stream.read(CHUNK_BYTES)
+            try:  # read_buffer: pyarrow's read(n) keeps its n-byte bytes when a gzip stream turns out truncated
+                chunk = stream.read_buffer(CHUNK_BYTES).to_pybytes()
             except (OSError, EOFError) as exc:
                 from veotrace.sources.base import detail
 
@@ -92,7 +104,7 @@ def _chunks(path: Path) -> Iterator[bytes]:
                                        hint="Re-copy the file, or decompress what remains and read that") from None
             if not chunk:
                 return
-            yield bytes(chunk)
+            yield chunk
     finally:
         stream.close()
 
@@ -143,7 +155,8 @@ def scan(path: Path) -> Pass1:
 
 
 def decode(path: Path, first: Pass1, on_rows: Callable[[dict], None] | None = None) -> Decoded:
-    """Pass 2: the entries' columns to ``on_rows`` (a dict of numpy arrays) as they are decoded."""
+    """Pass 2: the entries' columns to ``on_rows`` (a dict of numpy arrays) as they are decoded; when the read is
+    not clean, those complete where it stopped too, and ``error`` says why (see the module docstring)."""
     dec = _snapstream.Decoder(first.needed, first.memo_count)
     state = {"status": 0, "at": 0}
     tracker = _Tracker()
@@ -155,40 +168,45 @@ def decode(path: Path, first: Pass1, on_rows: Callable[[dict], None] | None = No
         return at, status != 0
 
     _fed(path, step)
-    status = state["status"]
-    if status == -9:
-        obj, d, i = dec.odd
-        _refuse_entry(obj, d, i, path)
-    if status == -10 and not (state["at"] == first.end and not first.stopped):
-        raise TraceFormatError(f"byte {state['at']:,} holds an opcode that a memory snapshot never holds (or one of its "
-                               "trace entries is referred to twice), which the streaming read does not take", path=path,
-                               hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()")
+    status, at = state["status"], state["at"]
     flags = dec.flags
-    cut = None
-    if status != 1:  # cut short, or corrupt at the opcode pass 1 stopped at
+    error = None
+    if not (status == 1 and first.stopped and at == first.end):
+        error = _why(dec, status, at, first, path)
         dec.flush()
         tracker.take(dec, on_rows)
-        read = f"{tracker.rows:,} trace entr{'y' if tracker.rows == 1 else 'ies'} read before it"
-        what = (f"the snapshot is cut short: its {first.size:,} bytes end before the pickle's STOP (the last complete "
-                f"opcode ends at byte {first.end:,}); {read}" if first.cut else
-                f"the snapshot is corrupt at byte {first.end:,} (no pickle can go on from there); {read}")
-        cut = TraceFormatError(what, path=path,
-                               hint="Re-copy the file (a partial download?), or --skip-bad-rows to use the entries read")
     return Decoded(dec.result, flags["devices"], tracker.rows, flags["has_time"], flags["has_user_metadata"],
-                   tracker.back, tracker.first_back, tracker.oom, dec.stacks, list(dec.actions), cut=cut,
-                   devices_with_rows=len(tracker.per_device), untimed_rows=tracker.untimed)
+                   tracker.back, tracker.first_back, tracker.oom, dec.stacks, list(dec.actions), error=error,
+                   stop=at, devices_with_rows=len(tracker.per_device), untimed_rows=tracker.untimed)
 
 
-def _refuse_entry(obj, d: int, i: int, path: Path) -> None:
+def _why(dec, status: int, at: int, first: Pass1, path: Path) -> TraceFormatError:
+    """The error of a pass 2 that did not end clean (the first reason, in file order)."""
+    if status == -9:
+        obj, d, i = dec.odd
+        return _entry_error(obj, d, i, path)
+    if status == -10 and (first.stopped or at < first.end):  # before where pass 1 stopped, or it saw STOP
+        return TraceFormatError(f"byte {at:,} holds what the streaming read cannot build as pickle does ({dec.why})",
+                                path=path, hint="Only load pickles from torch.cuda.memory._dump_snapshot() or "
+                                                "memory_snapshot()")
+    if first.cut:
+        return safe_pickle.cut_short(first.size, first.end, path)
+    return safe_pickle.CorruptPickle(f"the snapshot is corrupt at byte {first.end:,} (no pickle can go on from there)",
+                                     path=path, hint="Re-copy the file, or dump the snapshot again")
+
+
+def _entry_error(obj, d: int, i: int, path: Path) -> TraceFormatError:
     """The whole read's error for the entry the decoder stopped at (its refused fields and action)."""
     where = f"device_traces[{d}][{i}]"
     if not isinstance(obj, dict) or "action" not in obj:
-        raise model._shape_error(path, f"{where} has no 'action'")
-    if obj.pop("__shared__", False):
-        raise TraceFormatError(f"{where} is referred to twice in the pickle, which no memory snapshot does", path=path,
-                               hint="Only load pickles from torch.cuda.memory._dump_snapshot() or memory_snapshot()")
-    model._check_entry(obj, lambda: where, path)
-    raise TraceFormatError(f"{where} could not be read", path=path)  # not reached: the decoder stops on a refusal
+        return model._shape_error(path, f"{where} has no 'action'")
+    try:
+        model._check_entry(obj, lambda: where, path)
+    except TraceFormatError as exc:
+        return exc
+    # the decoder refused what the model accepts: it cannot build this entry as pickle does (the whole read decides)
+    return TraceFormatError(f"{where} holds what the streaming read cannot build as pickle does ({obj!r:.120})",
+                            path=path)
 
 
 class _Tracker:

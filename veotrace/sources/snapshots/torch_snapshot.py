@@ -31,7 +31,7 @@ from veotrace.sources.snapshots.model import (  # noqa: F401 - Snapshot, NoTrace
     no_trace_events,
     time_warnings,
 )
-from veotrace.sources.snapshots.safe_pickle import load_plain
+from veotrace.sources.snapshots.safe_pickle import CorruptPickle, load_plain
 
 #: Both spellings of the pending-free state (C++ vs the memory.py docstring) -> the C++ one.
 _STATE_ALIASES = {"active_awaiting_free": "active_pending_free"}
@@ -49,7 +49,9 @@ def oom_free_bytes(path: Path) -> dict[tuple[int, int | None, int], int | None]:
         for e in trace:
             if e["action"] == "oom":
                 t = _int_or_none(e.get("time_us"))
-                out[(d, None if t is None else t * 1000, e.get("size") or 0)] = _int_or_none(e.get("device_free", e.get("addr")))
+                free = e.get("device_free", e.get("addr"))  # an int64, else None (the streaming decoder's columns)
+                out[(d, None if t is None else t * 1000, e.get("size") or 0)] = (
+                    free if type(free) is int and -(1 << 63) <= free < 1 << 63 else None)
     return out
 
 
@@ -146,7 +148,14 @@ def iter_alloc_events(
         if on_progress is not None:
             on_progress(path.stat().st_size)
         return
-    snap = load_snapshot(path)
+    try:
+        snap = load_snapshot(path)
+    except CorruptPickle:
+        if not (options.skip_bad_rows and large.stream.available()):
+            raise
+        # --skip-bad-rows keeps the entries before the cut or the corruption, as the streamed read does
+        yield from large.salvage(path, report=report, columns=columns)
+        return
     if not any(snap.device_traces):
         raise no_trace_events(path, len(snap.segments), sum(len(seg.get("blocks", ())) for seg in snap.segments))
     if report is not None:  # there are trace events: refused above otherwise
