@@ -156,7 +156,9 @@ def test_every_finding_on_a_real_file_says_what_its_command_says(name):
 @pytest.mark.parametrize("name", NOTHING)
 def test_a_real_file_that_feeds_no_analysis_is_refused_with_why(name):
     r = run_cli("diagnose", real_trace(name))
-    assert r.exit_code == 1 and r.stderr.count("Error:") == 1 and "feeds no analysis" in r.stderr
+    # the line names the file and its problem (issue 40), or says it feeds no analysis
+    assert r.exit_code == 1 and r.stderr.count("Error:") == 1 and "none of the inputs feeds an analysis" in r.stderr
+    assert f"{name} (" in r.stderr
 
 
 def test_every_finding_on_the_samples_says_what_its_command_says():
