@@ -272,6 +272,7 @@ def test_a_stream_per_row(cli, tmp_path):
     assert _json(cli, "fragmentation", path)["summary"]["events_read"] == 2000
 
 
+@pytest.mark.slow  # a scale test (about 6 s), run by .ci/run's slow step
 def test_a_snapshot_of_many_devices(cli, tmp_path):
     snap, peaks = spread.device_snapshot(300)
     path = spread.write_snapshot(snap, tmp_path / "snapshot.pickle")

@@ -35,6 +35,7 @@ def test_every_planted_event_is_found_in_its_place(tmp_path, seed):
     assert burst["source"].endswith("profile.sqlite") and abs(burst["start"] - s.burst_at_s) <= 3600
 
 
+@pytest.mark.slow  # 20 seeded scenarios (about 20 s): a rate over seeds, run by .ci/run's slow step
 def test_a_clean_scenario_gives_nothing_above_low_in_19_of_20_seeds(tmp_path):
     noisy = 0
     for seed in range(20):

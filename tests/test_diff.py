@@ -95,6 +95,7 @@ def test_ten_percent_more_device_allocations_is_found(tmp_path):
     assert result.exit_code == 3 and result.value.fail_on[0]["failed"]
 
 
+@pytest.mark.slow  # several seeded runs (about 4 s), run by .ci/run's slow step
 def test_runs_of_one_process_with_different_seeds_show_no_significant_change(tmp_path):
     flagged = 0
     for i in range(20):
