@@ -145,6 +145,31 @@ def test_garbage_collection_releases_the_old_large_blocks_it_recorded(tmp_path, 
     assert (v["recorded_segment_allocs"], v["reproduced"], v["extra"]) == (5, 5, 0)
 
 
+@pytest.mark.parametrize("core", ["c", "python"])
+def test_a_recorded_ooms_probe_replays_the_recorded_collection_too(tmp_path, core):
+    """The trace above, then a malloc of 200 MiB that failed with 10 MiB free. The OOM's probe replays the
+    trace up to it under the settings in use as the validation does: the collection frees A and B, so
+    2 + 50 + 60 = 112 MiB are reserved before the request and the budget is 122 MiB (it took the collection
+    for another setting's and kept A and B: 182 MiB)."""
+    s, a, b, c, d = BASE, BASE + 2 * MiB, BASE + 32 * MiB, BASE + 72 * MiB, BASE + 122 * MiB
+    path = snapshot(tmp_path, [("segment_alloc", s, 2 * MiB), *alloc_free(s, 512),
+                               ("segment_alloc", a, 30 * MiB), ("alloc", a, 30 * MiB), ("segment_alloc", b, 40 * MiB),
+                               ("alloc", b, 40 * MiB), ("segment_alloc", c, 50 * MiB), ("alloc", c, 50 * MiB),
+                               ("free_requested", a, 30 * MiB), ("free_completed", a, 30 * MiB),
+                               ("free_requested", b, 40 * MiB), ("free_completed", b, 40 * MiB),
+                               ("segment_free", a, 30 * MiB), ("segment_free", b, 40 * MiB),
+                               ("segment_alloc", d, 60 * MiB), ("alloc", d, 60 * MiB), ("alloc", s, 512)],
+                    [(s, 2 * MiB, 512), (c, 50 * MiB, 50 * MiB), (d, 60 * MiB, 60 * MiB)],
+                    settings(garbage_collection_threshold=0.5))
+    snap = pickle.loads(path.read_bytes())
+    trace = snap["device_traces"][0]
+    trace.append({"action": "oom", "device_free": 10 * MiB, "size": 200 * MiB, "stream": 0,
+                  "time_us": trace[-1]["time_us"] + 1})
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    w = simulate([path], policy=["torch"], torch_core=core).value.params["recorded_ooms"][0]["what_if"]
+    assert w["policies"][0]["reserved_before_bytes"] == 112 * MiB and w["budget_bytes"] == 122 * MiB
+
+
 def test_a_run_of_releases_followed_by_its_oom_is_the_failed_retry():
     """release_cached_blocks, then the last alloc_block fails: the oom entry follows the segment_frees."""
     segs = [(BASE, 20 * MiB, 0, False)]

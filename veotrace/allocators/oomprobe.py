@@ -145,6 +145,7 @@ def _joined(req: Requests, upto: int, probe: Requests) -> Requests:
     out = Requests()
     for name in FIELDS:
         setattr(out, name, getattr(head, name) + getattr(probe, name))
+    out.release_conf = req.release_conf  # the models made for it replay the recorded releases as the trace's own do
     return out
 
 
