@@ -106,9 +106,9 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     model runs on the core :func:`torchcore.choose_core` picks (``validation.torch_core``)."""
     from veotrace.allocators.torchcore import choose_core
 
-    seeds = seed.request_seeds()
+    seeds, top = seed.request_seeds(), peaks(table)  # both builds classify the releases by the same peaks
     with_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True, conf=conf,
-                              peaks=peaks(table))
+                              peaks=top)
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
                 "nothing to validate against"}
@@ -120,7 +120,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     _, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
     no_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False, conf=conf,
-                            peaks=peaks(table))
+                            peaks=top)
     _, rec2 = run_torch(no_rel, conf, seed, cap, core)
     alone = compare(no_rel, rec2)
     alone.pop("first_mismatches")
