@@ -302,8 +302,8 @@ def fraction(value: float | str | None, capacity: int | None, option: str = "--f
 
 
 def settings_lines(conf) -> list[str]:
-    """What the settings' reading tells the user (stderr): the release assumed, the recorded options not
-    understood (each once), the recorded string's contradictions with the fields, options with no effect."""
+    """What the settings' reading tells the user (stderr): the recorded options not understood (each once), the
+    recorded string's contradictions with the fields, and options accepted with no effect on the model."""
     rec = conf.recorded or {}
     lines = [f"Warning: the recorded PYTORCH_CUDA_ALLOC_CONF holds an option veotrace does not follow: {n}; the "
              "replay leaves it out" for n in rec.get("not_understood", [])]

@@ -311,6 +311,7 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     from veotrace.allocators.oomprobe import LEFT_OUT
     from veotrace.tuning.evaluate import part_peaks
     from veotrace.tuning.search import robustness, savings
+    from veotrace.tuning.space import export_lines
 
     trust = _trust(validation)
     best = None if rec is None else rec["id"]
@@ -339,7 +340,7 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     trust["knobs"] = _knobs(cand, in_use, trust["validated"])
     trust["model_does_not_know"] = list(MODEL_UNKNOWNS)
     out = {"conf": rec["conf"], "id": rec["id"], "in_use": bool(rec.get("in_use")),
-           **_export(cand),
+           **export_lines(cand.conf, cand.text),
            "rule": f"least {objective.replace('-', ' ')} that fits, ties by fewest device allocations, then fewest "
                    "flushes, then fewest knobs changed; never a combination known to misbehave",
            **{k: rec[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},
@@ -369,12 +370,6 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
             out["robustness"].append(dict(robustness(mine[i], their[i], names, b["conf"] or "PyTorch defaults"),
                                           baseline=label, parts=what))
     return out
-
-
-def _export(cand) -> dict:
-    from veotrace.tuning.space import export_lines
-
-    return export_lines(cand.conf, cand.text)
 
 
 def _trust(validation) -> dict:
