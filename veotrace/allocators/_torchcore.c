@@ -30,6 +30,9 @@
 #define kRoundLarge (2LL << 20)         /* round up large allocations to 2 MiB */
 #define VA_ALIGN (2LL << 20)            /* base.VA_ALIGN: device allocations are 2 MiB aligned */
 #define ROUNDUP_INTERVALS 16
+#define VA_BASE 0x7F0000000000LL        /* base.VA_BASE */
+#define DESCENDING_TOP (VA_BASE + (1LL << 44)) /* driver.DESCENDING_TOP */
+#define TIE_WALK 32                     /* driver.TIE_WALK */
 #define NO_LIMIT UINT64_MAX             /* max_split_size default (SIZE_MAX) */
 
 /* Request kinds (requests.REQ_*) and event op codes (base.EV_*). */
@@ -249,6 +252,15 @@ typedef struct {
     Block **slabs;
     size_t n_slabs;
     Block *spare; /* recycled blocks, chained through next */
+    /* the driver's address space (driver.Driver): live segment ranges by start, the extremes ever used, the
+     * learned rule, and the recorded segment_allocs as (request, bytes, address) triples by request */
+    struct Range { int64_t start, end; int assumed; } *drv;
+    size_t n_drv, cap_drv;
+    int drv_any, drv_dir, drv_reuse;
+    int64_t drv_lo, drv_hi, drv_start;
+    int64_t *drv_rec;
+    Py_ssize_t n_rec;
+    int64_t assumed_addresses, assumed_ties;
 } Core;
 
 static Block *new_block(Core *c, int64_t size, int64_t addr, int64_t stream, int is_small)
@@ -399,6 +411,134 @@ static inline int64_t expandable_size(const Block *b)
     return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
 }
 
+/* ---- the driver's addresses (driver.py) ----------------------------------------------------------- */
+
+static inline int64_t align_up(int64_t v) { return (v + VA_ALIGN - 1) / VA_ALIGN * VA_ALIGN; }
+static inline int64_t align_down(int64_t v) { return v / VA_ALIGN * VA_ALIGN; }
+
+/* The index of the last live range starting at or below addr, or -1. */
+static Py_ssize_t drv_find(const Core *c, int64_t addr)
+{
+    Py_ssize_t lo = 0, hi = (Py_ssize_t)c->n_drv;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (c->drv[mid].start <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo - 1;
+}
+
+static int drv_is_free(const Core *c, int64_t a, int64_t b)
+{
+    Py_ssize_t i = drv_find(c, a);
+    if (i >= 0 && c->drv[i].end > a) return 0;
+    return i + 1 >= (Py_ssize_t)c->n_drv || c->drv[i + 1].start >= b;
+}
+
+/* Driver.reserve: mark [addr, addr + size) used. addr, or -1 with an exception set. */
+static int64_t drv_reserve(Core *c, int64_t addr, int64_t size, int assumed)
+{
+    if (c->n_drv == c->cap_drv) {
+        size_t cap = c->cap_drv ? 2 * c->cap_drv : 16;
+        struct Range *grown = PyMem_Realloc(c->drv, cap * sizeof(struct Range));
+        if (!grown) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->drv = grown, c->cap_drv = cap;
+    }
+    Py_ssize_t i = drv_find(c, addr) + 1;
+    memmove(c->drv + i + 1, c->drv + i, (c->n_drv - (size_t)i) * sizeof(struct Range));
+    c->drv[i].start = addr, c->drv[i].end = addr + size, c->drv[i].assumed = assumed;
+    c->n_drv++;
+    if (!c->drv_any || addr < c->drv_lo) c->drv_lo = addr;
+    if (!c->drv_any || addr + size > c->drv_hi) c->drv_hi = addr + size;
+    c->drv_any = 1;
+    return addr;
+}
+
+static void drv_release(Core *c, int64_t addr)
+{
+    Py_ssize_t i = drv_find(c, addr);
+    if (i < 0 || c->drv[i].start != addr) return;
+    memmove(c->drv + i, c->drv + i + 1, (c->n_drv - (size_t)i - 1) * sizeof(struct Range));
+    c->n_drv--;
+}
+
+/* Driver.assumed: the rule's address for size bytes. */
+static int64_t drv_assumed(const Core *c, int64_t size)
+{
+    int64_t n = align_up(size > 1 ? size : 1), addr;
+    if (c->drv_dir > 0) {
+        int64_t base = c->drv_any ? c->drv_lo : c->drv_start;
+        if (c->drv_reuse) {
+            int64_t pos = base;
+            for (size_t k = 0; k < c->n_drv; k++) {
+                if (c->drv[k].start >= pos + n) return pos;
+                int64_t e = align_up(c->drv[k].end);
+                if (e > pos) pos = e;
+            }
+            return pos;
+        }
+        int64_t top = c->drv_any && c->drv_hi > base ? c->drv_hi : base;
+        return align_up(top);
+    }
+    int64_t top = c->drv_any ? c->drv_hi : DESCENDING_TOP;
+    if (c->drv_reuse) {
+        int64_t pos = align_down(top);
+        for (Py_ssize_t k = (Py_ssize_t)c->n_drv - 1; k >= 0; k--) {
+            if (c->drv[k].end <= pos - n) return pos - n;
+            int64_t s = align_down(c->drv[k].start);
+            if (s < pos) pos = s;
+        }
+        addr = pos - n;
+    } else {
+        addr = align_down(c->drv_any ? c->drv_lo : top) - n;
+    }
+    if (addr < VA_ALIGN) addr = align_up(c->drv_any ? c->drv_hi : VA_BASE); /* no room below: above everything */
+    return addr;
+}
+
+/* Driver.take: the recorded address of a cudaMalloc of size bytes while serving request c->req, else the
+ * rule's. -1 with an exception set. */
+static int64_t drv_take(Core *c, int64_t size)
+{
+    Py_ssize_t lo = 0, hi = c->n_rec;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (c->drv_rec[3 * mid] < c->req) lo = mid + 1;
+        else hi = mid;
+    }
+    for (Py_ssize_t k = lo; k < c->n_rec && c->drv_rec[3 * k] == c->req; k++) {
+        int64_t a = c->drv_rec[3 * k + 2];
+        if (c->drv_rec[3 * k + 1] == size && drv_is_free(c, a, a + size)) {
+            c->drv_rec[3 * k + 1] = -1; /* used */
+            return drv_reserve(c, a, size, 0);
+        }
+    }
+    c->assumed_addresses++;
+    return drv_reserve(c, drv_assumed(c, size), size, 1);
+}
+
+/* Driver.take_high: a range above every one used (an expandable segment's reservation). */
+static int64_t drv_take_high(Core *c, int64_t span)
+{
+    int64_t top = c->drv_any && c->drv_hi > c->drv_start ? c->drv_hi : c->drv_start;
+    if (top > INT64_MAX - span - VA_ALIGN) {
+        PyErr_SetString(PyExc_OverflowError, "the model's address space passed 2^63 bytes");
+        return -1;
+    }
+    return drv_reserve(c, align_up(top), span, 1);
+}
+
+/* Driver.tie: did an assumed address decide between equal free blocks at chosen and other? */
+static int drv_tie(const Core *c, int64_t chosen, int64_t other)
+{
+    Py_ssize_t a = drv_find(c, chosen), b = drv_find(c, other);
+    if (a == b || a < 0 || b < 0 || c->drv[a].end <= chosen || c->drv[b].end <= other) return 0;
+    return c->drv[a].assumed || c->drv[b].assumed;
+}
+
 /* Best fit: the first free block of the stream at least `size`, in (size, address) order (with expandable
  * segments, the following ones while the unmapped space after them makes them a closer fit:
  * Expandable.get_free_block_expandable); an oversize block (>= max_split_size) only for a request that
@@ -419,6 +559,15 @@ static Block *get_free_block(Core *c, int is_small, int64_t size, int64_t stream
     } else if (block->size >= size + c->max_non_split_rounding_size) {
         return NULL; /* allow oversized blocks only up to max_non_split_rounding_size above the request */
     }
+    Block *nx = block; /* equal blocks behind it: was the tie the driver's? */
+    for (int k = 0; k < TIE_WALK; k++) {
+        nx = successor(root, nx, 0);
+        if (!nx || nx->stream != stream || nx->size != block->size) break;
+        if (drv_tie(c, block->addr, nx->addr)) {
+            c->assumed_ties++;
+            break;
+        }
+    }
     pool_erase(c, block);
     return block;
 }
@@ -433,18 +582,6 @@ static void splice(Block *block, Block *before, Block *after)
     if (before) before->next = block;
     block->next = after;
     if (after) after->prev = block;
-}
-
-/* Take span bytes of model address space (AddressSpace.take); -1 with OverflowError past int64. */
-static int64_t va_take(Core *c, int64_t span)
-{
-    int64_t addr = c->va_next, step = (span > 1 ? span : 1) + VA_ALIGN - 1, next;
-    if (step < 0 || __builtin_add_overflow(addr, step / VA_ALIGN * VA_ALIGN, &next)) {
-        PyErr_SetString(PyExc_OverflowError, "the model's address space passed 2^63 bytes");
-        return -1;
-    }
-    c->va_next = next;
-    return addr;
 }
 
 /* Absorb a free neighbour of the same mapping into dst; returns the subsumed size (0 when not merged). */
@@ -490,7 +627,7 @@ static Block *find_expandable_block(Core *c, int is_small, int64_t size, int64_t
         return NULL;
     }
     int64_t span = (want + page - 1) / page * page;
-    int64_t base = va_take(c, span);
+    int64_t base = drv_take_high(c, span);
     if (base < 0) return NULL;
     Block *cand = new_block(c, span, base, stream, is_small);
     if (!cand) return NULL;
@@ -589,7 +726,7 @@ static Block *alloc_block(Core *c, int is_small, int64_t size, int64_t alloc_siz
     if (!force && c->has_allowed && c->reserved + alloc_size > c->allowed) return NULL;
     if (c->expandable) return try_allocate_expandable_block(c, is_small, size, stream, force);
     if (!force && c->has_capacity && c->reserved + alloc_size > c->capacity) return NULL;
-    int64_t addr = va_take(c, alloc_size);
+    int64_t addr = drv_take(c, alloc_size);
     if (addr < 0) return NULL;
     Block *block = new_block(c, alloc_size, addr, stream, is_small);
     if (!block) return NULL;
@@ -607,6 +744,7 @@ static int release_block(Core *c, Block *block)
 {
     c->device_frees++;
     c->reserved -= block->size;
+    drv_release(c, block->addr);
     if (emit(c, E_SEGMENT_FREE, block->addr, block->size, block->stream, block->size) < 0) return -1;
     pool_erase(c, block);
     drop_block(c, block);
@@ -896,6 +1034,7 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw)
         if (c->capacity == -1 && PyErr_Occurred()) return -1;
     }
     c->max_split_size = mss, c->max_non_split_rounding_size = mnsrs, c->va_next = va;
+    c->drv_start = align_up(va), c->drv_dir = 1, c->drv_reuse = 1;
     c->rng = 2463534242u;
     return 0;
 }
@@ -911,6 +1050,8 @@ static void Core_dealloc(Core *c)
     PyMem_Free(c->ev);
     PyMem_Free(c->scratch);
     PyMem_Free(c->armed_segs);
+    PyMem_Free(c->drv);
+    PyMem_Free(c->drv_rec);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -1166,16 +1307,14 @@ static PyObject *Core_seed(Core *c, PyObject *args)
         for (Block *b = first; b; b = b->next)
             if (!b->allocated) insert_into_blocks(c, b);
         c->reserved += size;
+        if (drv_reserve(c, base, size, 0) < 0) goto fail; /* a recorded address */
         if (base + size > top) top = base + size;
     }
     Py_DECREF(segs);
     c->req = saved;
     if (c->reserved > c->peak_reserved) c->peak_reserved = c->reserved;
     if (c->allocated > c->peak_allocated) c->peak_allocated = c->allocated;
-    if (top) {
-        int64_t next = (top + kSmallBuffer - 1) / kSmallBuffer * kSmallBuffer;
-        if (next > c->va_next) c->va_next = next;
-    }
+    (void)top;
     return Py_NewRef(Py_None);
 fail:
     Py_DECREF(segs);
@@ -1198,7 +1337,9 @@ static PyObject *Core_counters(Core *c, PyObject *noargs)
                                                  (long long)c->oom_allocated)
                                  : Py_NewRef(Py_None);
     if (!first) return NULL;
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N}", "reserved", (long long)c->reserved,
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N}", "assumed_addresses",
+                         (long long)c->assumed_addresses, "assumed_ties", (long long)c->assumed_ties,
+                         "reserved", (long long)c->reserved,
                          "allocated", (long long)c->allocated, "peak_reserved", (long long)c->peak_reserved,
                          "peak_allocated", (long long)c->peak_allocated, "device_allocs",
                          (long long)c->device_allocs, "device_frees", (long long)c->device_frees, "flushes",
@@ -1207,6 +1348,35 @@ static PyObject *Core_counters(Core *c, PyObject *noargs)
 }
 
 static PyObject *Core_live(Core *c, PyObject *noargs) { return PyLong_FromSize_t(c->handles.n); }
+
+/* set_driver(direction, reuse, recorded): the driver's rule and the recorded segment_allocs as a flat
+ * sequence of (request, bytes, address), by request. */
+static PyObject *Core_set_driver(Core *c, PyObject *args)
+{
+    int dir, reuse;
+    PyObject *rec;
+    if (!PyArg_ParseTuple(args, "ipO", &dir, &reuse, &rec)) return NULL;
+    PyObject *seq = PySequence_Fast(rec, "recorded must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int64_t *arr = n ? PyMem_Malloc((size_t)n * sizeof(int64_t)) : NULL;
+    if (n && !arr) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        arr[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, k));
+        if (arr[k] == -1 && PyErr_Occurred()) {
+            PyMem_Free(arr);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    PyMem_Free(c->drv_rec);
+    c->drv_rec = arr, c->n_rec = n / 3, c->drv_dir = dir >= 0 ? 1 : -1, c->drv_reuse = reuse;
+    return Py_NewRef(Py_None);
+}
 
 static PyMethodDef Core_methods[] = {
     {"run", (PyCFunction)Core_run, METH_VARARGS,
@@ -1222,6 +1392,9 @@ static PyMethodDef Core_methods[] = {
      "take_events() -> bytes of int64 (request, op, address, size, stream, block) rows; clears them."},
     {"counters", (PyCFunction)Core_counters, METH_NOARGS, "counters() -> dict of the PolicyCounters fields."},
     {"live", (PyCFunction)Core_live, METH_NOARGS, "live() -> number of allocated blocks held."},
+    {"set_driver", (PyCFunction)Core_set_driver, METH_VARARGS,
+     "set_driver(direction, reuse, recorded): the driver's rule (driver.DriverRule) and its recorded "
+     "segment_allocs, a flat sequence of (request, bytes, address) by request."},
     {NULL, NULL, 0, NULL},
 };
 

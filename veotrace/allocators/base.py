@@ -73,6 +73,10 @@ class PolicyCounters:
     flushes: int = 0
     alloc_retries: int = 0
     ooms: int = 0
+    #: cudaMalloc calls given an address the recording never made (``driver.Driver``), and the best-fit ties
+    #: such an address decided (the prediction depends on the driver's rule where this is not 0).
+    assumed_addresses: int = 0
+    assumed_ties: int = 0
     #: The first request that did not fit --capacity: {"request": i, "size_bytes": n, "reserved_bytes": r}.
     first_oom: dict | None = None
     notes: list[str] = field(default_factory=list)
@@ -80,7 +84,7 @@ class PolicyCounters:
     def merge(self, other: PolicyCounters) -> None:
         """Sum of devices: peaks add up (per-device peaks may happen at different times: an upper bound)."""
         for name in ("reserved", "allocated", "peak_reserved", "peak_allocated", "device_allocs",
-                     "device_frees", "flushes", "alloc_retries", "ooms"):
+                     "device_frees", "flushes", "alloc_retries", "ooms", "assumed_addresses", "assumed_ties"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         if other.first_oom and (self.first_oom is None or other.first_oom["request"] < self.first_oom["request"]):
             self.first_oom = other.first_oom

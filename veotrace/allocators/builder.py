@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from veotrace.allocators import releases as rl
 from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.driver import learn
 from veotrace.allocators.requests import (
     MAX_UNKNOWN_FREES,
     NO_ADDR,
@@ -139,6 +140,7 @@ class RequestBuilder:
         self.pending: dict[int, list[list]] = {}  # device -> recorded entries waiting for its next alloc
         self.recorded: list[list] = []
         self.released: list[list] = []
+        self.seg_entries: list[tuple[int, str, int, int]] = []  # (device, op, address, bytes): driver.learn's
 
     def _categories(self, batch) -> tuple[np.ndarray, np.ndarray, list[str]]:
         """Category of every row, and the op of every row as an index into the returned names."""
@@ -225,7 +227,9 @@ class RequestBuilder:
                     run.next_alloc = (int(size[row]), int(stream[row]))  # the failed request (rounded)
                     self._settle(run)
                 continue
-            entry = [d, None, names[codes[row]], int(size[row])]
+            entry = [d, None, names[codes[row]], int(size[row]), int(addr[row])]
+            if entry[2] in ("segment_alloc", "segment_free") and addr[row] != NO_ADDR:
+                self.seg_entries.append((d, entry[2], int(addr[row]), int(size[row])))
             level = self.level.get(d, 0)
             if cat[row] == _ROW_RELEASE:
                 self.released.append(entry)
@@ -331,8 +335,13 @@ class RequestBuilder:
         for entries in self.pending.values():
             for entry, _ in entries:
                 entry[1] = req.offset + len(req)
-        req.recorded = [(d, r, op, s) for d, r, op, s in self.recorded]
-        req.released = [(d, r, op, s) for d, r, op, s in self.released]
+        req.recorded = [(d, r, op, s) for d, r, op, s, _ in self.recorded]
+        req.released = [(d, r, op, s) for d, r, op, s, _ in self.released]
+        req.seg_addr = [(d, r, s, a) for d, r, op, s, a in self.recorded if op == "segment_alloc" and a != NO_ADDR]
+        by_dev: dict[int, list] = {}
+        for d, op, a, s in self.seg_entries:
+            by_dev.setdefault(d, []).append((op, a, s))
+        req.driver_rules = {d: learn(e) for d, e in by_dev.items()}
         req.releases = rl.summary([r.kind for r in self.runs], [len(r.segs) for r in self.runs])
         req.release_conf = self.conf
         req.counts = {"allocs": n["allocs"], "frees": n["frees"], "unknown_frees": n["frees"] - n["paired"],

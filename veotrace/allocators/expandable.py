@@ -77,7 +77,7 @@ class Expandable:
         # A request larger than that range (possible only past --capacity, on the replay's forced OOM
         # path) gets a range of its own size, so the replay can go on past the OOM it reports.
         span = -(-max(memory + memory // 8, size) // page) * page
-        seg = ExpandableSegment(self.a.va.take(span), page)
+        seg = ExpandableSegment(self.a.driver.take_high(span), page)
         candidate = Block(span, seg.base, stream, pool, seg)
         candidate.mapped = False
         pool.insert_unmapped(candidate)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from veotrace.allocators.base import AddressSpace
+
 
 class Policy(Protocol):
     """One device's simulated allocator, as the replay drives it (``allocators.replay``).
@@ -59,20 +61,36 @@ class PolicyContext:
 def _torch(ctx: PolicyContext) -> Policy:
     # the settings the trace was recorded with replay its partial releases as recorded (allocators.releases)
     exact = ctx.conf.same(getattr(ctx.req, "release_conf", None))
+    rule, recorded = driver_of(ctx.req, ctx.device)
     if ctx.core == "c":
         from veotrace.allocators.torchcore import CTorchAllocator
 
-        model = CTorchAllocator(ctx.conf, capacity=ctx.capacity, rec=ctx.rec, va=ctx.va, exact_releases=exact)
+        model = CTorchAllocator(ctx.conf, capacity=ctx.capacity, rec=ctx.rec, va=ctx.va, exact_releases=exact,
+                                driver=(rule, recorded))
         if ctx.seed is not None and ctx.seed.used:
             model.seed(ctx.seed, ctx.device, ctx.conf)
         return model
+    from veotrace.allocators.driver import Driver
     from veotrace.allocators.seed import seed_state
     from veotrace.allocators.torch import TorchAllocator
 
-    model = TorchAllocator(ctx.conf, capacity=ctx.capacity, rec=ctx.rec, va=ctx.va, exact_releases=exact)
+    model = TorchAllocator(ctx.conf, capacity=ctx.capacity, rec=ctx.rec, va=ctx.va, exact_releases=exact,
+                           driver=Driver(rule, recorded, start=(ctx.va or AddressSpace()).next))
     if ctx.seed is not None and ctx.seed.used:
         seed_state(model, ctx.seed, ctx.device, ctx.conf)
     return model
+
+
+def driver_of(req, device: int):
+    """(the driver's rule on ``device``, {request: [(bytes, address)]} of its recorded segment_allocs) from the
+    requests (``driver.DriverRule()`` and none for requests that carry no segment entries, e.g. a stream)."""
+    from veotrace.allocators.driver import DriverRule
+
+    recorded: dict[int, list] = {}
+    for d, r, s, a in getattr(req, "seg_addr", ()):
+        if d == device:
+            recorded.setdefault(r, []).append((s, a))
+    return getattr(req, "driver_rules", {}).get(device) or DriverRule(), recorded
 
 
 def _tiered(oracle: bool) -> Callable[[PolicyContext], Policy]:

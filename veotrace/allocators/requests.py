@@ -62,6 +62,10 @@ class Requests:
     rel: array = field(default_factory=lambda: array("q"))
     releases: dict = field(default_factory=dict)
     release_conf: Any = None
+    #: (device, request index, bytes, address) of each recorded segment_alloc (the driver's pointer), and the
+    #: rule of each device's driver learned from the trace (:mod:`veotrace.allocators.driver`).
+    seg_addr: list = field(default_factory=list)
+    driver_rules: dict = field(default_factory=dict)
     #: Index of the first entry: a chunk of a streamed read holds requests offset..offset+len-1.
     offset: int = 0
     _lifetimes: tuple | None = field(default=None, repr=False, compare=False)  # (length, lifetimes_ns())
@@ -97,6 +101,8 @@ class Requests:
         for k in range(0, len(self.rel), 4):  # each partial release's segments go with its request
             (head if self.rel[k] < self.offset + keep else tail).rel.extend(self.rel[k:k + 4])
         head.release_conf = tail.release_conf = self.release_conf
+        head.driver_rules = tail.driver_rules = self.driver_rules
+        head.seg_addr = tail.seg_addr = self.seg_addr
         return head, tail
 
     def release_segments(self, i: int) -> list[tuple[int, int, int]]:

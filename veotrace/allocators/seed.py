@@ -190,10 +190,9 @@ def seed_state(alloc: TorchAllocator, seed: Seed, device: int, conf: TorchConf) 
             if not b.allocated:
                 pool.insert_into_blocks(b)
         alloc.c.reserved += size
+        alloc.driver.reserve(base, size)  # a recorded address
         top = max(top, base + size)
     rec.req = saved
     c = alloc.c
     c.peak_reserved, c.peak_allocated = max(c.peak_reserved, c.reserved), max(c.peak_allocated, c.allocated)
-    if top:
-        alloc.va.next = max(alloc.va.next, -(-top // kSmallBuffer) * kSmallBuffer)
     return c.reserved

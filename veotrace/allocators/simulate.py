@@ -262,6 +262,14 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
             extra["tiers"] = {k: (np.sum([s[k] for s in stats], axis=0).tolist()) for k in stats[0]}
         if len(models) > 1:  # the totals add per-device peaks, which may fall at different moments
             extra["per_device"] = per_device(models)
+        if name == "torch":  # the cudaMalloc addresses: recorded, or assumed by the rule learned from the trace
+            from veotrace.allocators import driver
+
+            rules = getattr(req, "driver_rules", {})
+            extra["addresses"] = driver.summary(total, rules)
+            said = driver.note(total, rules)
+            if said:
+                total.notes.append(said)
         rows.append(_policy_row(name, total, oom_at, frag, extra))
         if tap is not None:
             keyed[name] = tap.result()

@@ -38,6 +38,7 @@ from veotrace.allocators.blocks import (  # noqa: F401
     roundup_power2_next_division,
 )
 from veotrace.allocators.conf import NO_LIMIT, TorchConf
+from veotrace.allocators.driver import TIE_WALK, Driver
 from veotrace.allocators.expandable import Expandable
 
 #: Distinct requested sizes whose rounding is remembered (the model's own speed-up, not PyTorch's).
@@ -56,14 +57,18 @@ class TorchAllocator:
         rec: where events go; counters: totals kept up to date.
         exact_releases: these are the settings the trace was recorded with: its partial releases inside a
             malloc (max_split_size retries, garbage collection) are replayed as recorded (:meth:`release`).
+        driver: the cudaMalloc addresses (:class:`veotrace.allocators.driver.Driver`: the recorded ones, else
+            the rule learned from the trace); default: no recording, ascending from ``va``'s start.
     """
 
     def __init__(self, conf: TorchConf, *, capacity: int | None = None, rec: Recorder | None = None,
-                 va: AddressSpace | None = None, exact_releases: bool = False) -> None:
+                 va: AddressSpace | None = None, exact_releases: bool = False, driver: Driver | None = None) -> None:
         self.conf, self.capacity = conf, capacity
         self.rec = rec or Recorder()
         self.c = PolicyCounters()
         self.va = va or AddressSpace()
+        self.driver = driver or Driver(start=self.va.next)
+        self.driver.c = self.c
         self.large_blocks, self.small_blocks = BlockPool(False), BlockPool(True)
         self.mss = conf.max_split_size
         self.max_non_split_rounding_size = conf.max_non_split_rounding_size
@@ -134,6 +139,12 @@ class TorchAllocator:
                 return None
         elif block.size >= size + self.max_non_split_rounding_size:
             return None
+        for j in range(i + 1, min(i + 1 + TIE_WALK, len(lst))):  # equal blocks behind it: was the tie the driver's?
+            if lst[j][0] != block.size:
+                break
+            if self.driver.tie(block.addr, lst[j][1]):
+                self.c.assumed_ties += 1
+                break
         del lst[i]  # pool.erase, with the position known (the walk's, where it moved on: PyTorch's iterator)
         del pool.free[block.addr]
         return block
@@ -152,7 +163,7 @@ class TorchAllocator:
             return self.es.try_allocate_expandable_block(pool, size, stream, force=force)
         if not force and self.capacity is not None and self.c.reserved + alloc_size > self.capacity:
             return None
-        block = Block(alloc_size, self.va.take(alloc_size), stream, pool)
+        block = Block(alloc_size, self.driver.take(alloc_size, self.rec.req), stream, pool)
         c = self.c
         c.reserved += alloc_size
         if c.reserved > c.peak_reserved:
@@ -275,6 +286,7 @@ class TorchAllocator:
         c = self.c
         c.device_frees += 1
         c.reserved -= block.size
+        self.driver.release(block.addr)
         self.rec.emit(EV_SEGMENT_FREE, block.addr, block.size, block.stream, block.size)
         block.pool.erase(block)
 

@@ -94,7 +94,7 @@ class CTorchAllocator:
     """One device's ``DeviceCachingAllocator`` in C; the replay calls :meth:`run_chunk` instead of malloc/free."""
 
     def __init__(self, conf: TorchConf, *, capacity: int | None, rec: CoreRecorder, va: AddressSpace | None = None,
-                 exact_releases: bool = False) -> None:
+                 exact_releases: bool = False, driver: tuple | None = None) -> None:
         # limits past what any size reaches act as no limit (the same decisions), so they fit C's integers;
         # a max_split_size past 2^63 is NO_LIMIT too (release_available_cached_blocks reads it as int64)
         mss = conf.max_split_size if conf.max_split_size < 1 << 63 else NO_LIMIT
@@ -108,6 +108,10 @@ class CTorchAllocator:
                                     allowed=None if allowed is None else min(allowed, 1 << 62))
         self.rec = rec
         rec.cores.append(self.core)
+        if driver is not None:  # (driver.DriverRule, {request: [(bytes, address)]}): as driver.Driver takes them
+            rule, recorded = driver
+            flat = [v for r in sorted(recorded) for s, a in recorded[r] for v in (r, s, a)]
+            self.core.set_driver(rule.direction, rule.reuse, flat)
 
     def run_chunk(self, req, device: int | None, start: int, end: int) -> None:
         """Serve requests ``start..end-1`` (only those of ``device`` unless it is None); ``req`` holds them

@@ -1,0 +1,111 @@
+"""The driver's cudaMalloc addresses (issue 46 item 1), worked from CUDACachingAllocator.cpp: best fit walks
+free blocks in BlockComparatorSize order (stream, size, then ``ptr``), so of two equal free blocks the one
+at the lower address serves. Under the recorded settings a device allocation the recording made gets its
+recorded pointer; one it never made gets the rule :func:`driver.learn` reads from the trace."""
+
+from __future__ import annotations
+
+import pytest
+from test_releases import BASE, MiB, snapshot
+
+from veotrace.allocators import driver as dv
+from veotrace.allocators.builder import build_requests
+from veotrace.allocators.conf import TorchConf
+from veotrace.allocators.replay import replay
+from veotrace.allocators.simulate import make_policy
+from veotrace.allocators.torchcore import recorder_for
+from veotrace.runs.simulate import simulate
+from veotrace.sources.snapshots.torch_snapshot import events_table, load_snapshot
+
+
+def freed(a: int, s: int) -> list[tuple]:
+    return [("free_requested", a, s), ("free_completed", a, s)]
+
+
+def minimal(tmp_path, descending: bool):
+    """The issue's program (one device, stream 0, default settings): a = malloc(400 MiB) -> cudaMalloc X; free
+    a; b, c = malloc(200 MiB) twice (b splits X, c takes the rest); d = malloc(200 MiB) -> cudaMalloc Y;
+    free b, free d; e = malloc(200 MiB): two free 200 MiB blocks, get_free_block's lower_bound takes the one
+    at the lower address; free c; f = malloc(400 MiB).
+    - Y below X: e takes Y; freeing c merges X's halves into one free 400 MiB block (try_merge_blocks);
+      f takes it. 2 cudaMalloc, 600 MiB peak reserved.
+    - Y above X: e takes X's first half; c's free half cannot merge with it; f needs a third cudaMalloc Z.
+      3 cudaMalloc, 1,000 MiB."""
+    x = BASE + 4096 * MiB
+    y = x - 1024 * MiB if descending else x + 1024 * MiB
+    acts = [("segment_alloc", x, 400 * MiB), ("alloc", x, 400 * MiB), *freed(x, 400 * MiB),
+            ("alloc", x, 200 * MiB), ("alloc", x + 200 * MiB, 200 * MiB),
+            ("segment_alloc", y, 200 * MiB), ("alloc", y, 200 * MiB),
+            *freed(x, 200 * MiB), *freed(y, 200 * MiB)]
+    if descending:
+        acts += [("alloc", y, 200 * MiB), *freed(x + 200 * MiB, 200 * MiB), ("alloc", x, 400 * MiB)]
+        live = [(x, 400 * MiB, 400 * MiB), (y, 200 * MiB, 200 * MiB)]
+    else:
+        z = y + 1024 * MiB
+        acts += [("alloc", x, 200 * MiB), *freed(x + 200 * MiB, 200 * MiB), ("segment_alloc", z, 400 * MiB),
+                 ("alloc", z, 400 * MiB)]
+        live = [(x, 400 * MiB, 200 * MiB), (y, 200 * MiB, 0), (z, 400 * MiB, 400 * MiB)]
+    return snapshot(tmp_path, acts, live)
+
+
+@pytest.mark.parametrize("core", ["c", "python"])
+@pytest.mark.parametrize("descending, allocs, peak", [(True, 2, 600), (False, 3, 1000)])
+def test_the_recorded_addresses_decide_the_tie_as_pytorch(tmp_path, core, descending, allocs, peak):
+    res = simulate([minimal(tmp_path, descending)], policy=["torch"], torch_core=core).value
+    v, row = res.validation, res.policies[0]
+    assert (v["recorded_segment_allocs"], v["reproduced"], v["extra"]) == (allocs, allocs, 0)
+    assert (row["device_allocs"], row["peak_reserved_bytes"]) == (allocs, peak * MiB)
+    assert row["addresses"]["assumed_cudamallocs"] == 0  # every cudaMalloc got its recorded pointer
+    assert row["addresses"]["rule"]["0"]["direction"] == ("descending" if descending else "ascending")
+
+
+def _replay(path, core: str, keep_recorded: bool):
+    table = events_table(load_snapshot(path), "t")
+    req = build_requests(table)
+    if not keep_recorded:  # a what-if: none of the cudaMalloc calls is the recording's
+        req.seg_addr = []
+    rec = recorder_for("torch", core)
+    models = replay(lambda d: make_policy("torch", d, req, rec, conf=TorchConf(), capacity=None, seed=None,
+                                          tiers=None, core=core), req)
+    return models[0].c
+
+
+@pytest.mark.parametrize("core", ["c", "python"])
+@pytest.mark.parametrize("descending, allocs", [(True, 2), (False, 3)])
+def test_the_learned_direction_gives_assumed_addresses_and_counts_the_tie(tmp_path, core, descending, allocs):
+    """Without the recorded pointers, the rule learned from the trace (Y below X: descending) places the
+    second cudaMalloc below the first, and e's choice between the two equal 200 MiB blocks is a tie an
+    assumed address decided: counted once."""
+    c = _replay(minimal(tmp_path, descending), core, keep_recorded=False)
+    assert c.device_allocs == allocs
+    assert c.assumed_addresses == allocs
+    assert c.assumed_ties == 1
+    assert _replay(minimal(tmp_path, descending), core, keep_recorded=True).assumed_ties == 0
+
+
+def test_learn_reads_the_direction_and_the_reuse_of_freed_ranges():
+    down = dv.learn([("segment_alloc", 10 << 30, 2 << 20), ("segment_alloc", 9 << 30, 2 << 20),
+                     ("segment_alloc", 8 << 30, 2 << 20)])
+    assert (down.direction, down.fresh_down, down.fresh_up) == (dv.DESCENDING, 2, 0)
+    up = dv.learn([("segment_alloc", 1 << 30, 2 << 20), ("segment_alloc", 2 << 30, 2 << 20)])
+    assert up.direction == dv.ASCENDING
+    reuse = dv.learn([("segment_alloc", 1 << 30, 4 << 20), ("segment_free", 1 << 30, 4 << 20),
+                      ("segment_alloc", 1 << 30, 2 << 20)])
+    assert (reuse.reuse, reuse.reused) == (True, 1)
+    never = dv.learn([("segment_alloc", 1 << 30, 4 << 20), ("segment_free", 1 << 30, 4 << 20),
+                      ("segment_alloc", 2 << 30, 2 << 20)])
+    assert (never.reuse, never.not_reused) == (False, 1)
+    assert dv.learn([]) == dv.DriverRule()
+
+
+def test_the_rule_hands_out_ranges_from_its_end():
+    d = dv.Driver(dv.DriverRule(dv.DESCENDING, True))
+    a = d.take(4 << 20, 0)
+    b = d.take(2 << 20, 1)
+    assert b == a - (2 << 20)
+    d.release(a)
+    assert d.take(2 << 20, 2) == a + (2 << 20)  # the freed range, from its top
+    up = dv.Driver(dv.DriverRule(dv.ASCENDING, False))
+    p, q = up.take(2 << 20, 0), up.take(2 << 20, 1)
+    up.release(p)
+    assert up.take(2 << 20, 2) == q + (2 << 20)  # never reused: past the highest
