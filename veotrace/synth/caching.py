@@ -5,8 +5,11 @@ It shares no code with :mod:`veotrace.allocators` (the model it checks): it is w
 ``c10/cuda/CUDACachingAllocator.cpp`` (``DeviceCachingAllocator``: ``malloc``, ``get_free_block``,
 ``alloc_block``, ``release_available_cached_blocks``, ``release_cached_blocks``,
 ``garbage_collect_cached_blocks``, ``free_block``, ``emptyCache``, ``setMemoryFraction``), on a fake
-device whose ``cudaMalloc`` fails past its memory and hands freed address ranges out again, lowest
-first, as CUDA does. Every release is recorded with why it happened (``ProgramTruth.releases``), which
+device whose ``cudaMalloc`` fails past its memory and hands freed address ranges out again: from the
+bottom of the address space (``Settings.driver="ascending"``: the lowest free range that holds it) or
+from its top (``"descending"``: the highest, from its end), as CUDA drivers do. With ``Program.frames``,
+each release records the stack PyTorch gathers (``emptyCache``: ``maybeGatherContext(RecordContext::ALL)``,
+frames naming ``empty_cache``; a retry inside ``malloc``: the allocating op's context). Every release is recorded with why it happened (``ProgramTruth.releases``), which
 no trace says. One stream, one device, no expandable segments, no CUDA graphs.
 """
 
@@ -22,6 +25,11 @@ _LARGE_BUFFER, _MIN_LARGE_ALLOC, _ROUND_LARGE = 20 * MiB, 10 * MiB, 2 * MiB
 _SIZE_MAX = (1 << 64) - 1
 #: Where the fake device's addresses start (a typical CUDA VA base).
 _VA_BASE = 0x7F10_0000_0000
+#: The stacks recorded with an entry: emptyCache's own context (torch.cuda.empty_cache's frame), and an op's.
+_EMPTY_CACHE_FRAMES = [{"name": "empty_cache", "filename": "torch/cuda/memory.py", "line": 222},
+                       {"name": "train_step", "filename": "train.py", "line": 40}]
+_OP_FRAMES = [{"name": "forward", "filename": "model.py", "line": 12},
+              {"name": "train_step", "filename": "train.py", "line": 31}]
 T0_US = 1_760_000_000_000_000
 
 
@@ -36,6 +44,7 @@ class Settings:
     gc_threshold: float = 0.0
     fraction: float | None = None
     device_memory: int = 80 << 30
+    driver: str = "ascending"
 
     def allocator_settings(self) -> dict:
         """``allocator_settings`` as a snapshot of PyTorch 2.9 writes it (the string holds what the fields
@@ -96,6 +105,7 @@ class CachingAllocator:
         self.heads: list[_Block] = []  # the first block of every segment
         self.before: list[list[tuple[int, int]]] = []  # per recorded entry: the segments reserved before it
         self.run_starts: list[int] = []  # the trace index of each run of releases (truth.releases)
+        self.frames = False  # record the stacks PyTorch gathers (Program.frames)
 
     # -- the device -------------------------------------------------------------------------------
     def _record(self, action: str, addr: int, size: int, **extra) -> None:
@@ -103,6 +113,9 @@ class CachingAllocator:
             self.before.append([(h.addr, sum(_chain_sizes(h))) for h in self.heads])  # reserved before it
             self.t_us += 7
             key = "device_free" if action == "oom" else "addr"
+            if self.frames and action in ("segment_free", "segment_alloc", "alloc", "oom"):
+                extra = {**extra, "frames": _EMPTY_CACHE_FRAMES if action == "segment_free" and self.why == "empty_cache"
+                         else _OP_FRAMES}
             self.trace.append({"action": action, key: addr, "size": size, "stream": 0, "time_us": self.t_us, **extra})
             if action == "segment_alloc":
                 self.truth.device_allocs += 1
@@ -115,6 +128,12 @@ class CachingAllocator:
 
     def _cuda_malloc(self, size: int) -> int | None:
         if self.reserved + size > self.s.device_memory:
+            return None
+        if self.s.driver == "descending":  # the highest free range that holds it, from its top
+            for r in reversed(self.va):
+                if r[1] >= size:
+                    r[1] -= size
+                    return r[0] + r[1]
             return None
         for r in self.va:  # the lowest free range that holds it: freed addresses come back
             if r[1] >= size:
@@ -332,7 +351,9 @@ class Program:
     ``empty_cache_p`` and once as recording starts when ``empty_cache_at_start``, on a device of
     ``headroom`` x the loop's need (so full devices retry) unless ``device_memory`` says. The step count
     before recording is ``warmup``; ``settings.device_memory`` is replaced by the device's. ``truncate``
-    drops that many of the oldest entries (a ring buffer that wrapped)."""
+    drops that many of the oldest entries (a ring buffer that wrapped). ``jitter``: the spread of each
+    step's sizes (0: every step asks the same sizes, so equal free blocks tie and the driver's addresses
+    decide); ``frames``: record the stacks (see the module docstring)."""
 
     seed: int = 0
     iterations: int = 12
@@ -344,6 +365,8 @@ class Program:
     headroom: float = 1.6
     device_memory: int | None = None
     settings: Settings = field(default_factory=Settings)
+    frames: bool = False
+    jitter: float = 0.25
 
 
 def run_program(p: Program) -> tuple[dict, ProgramTruth]:
@@ -359,10 +382,11 @@ def run_program(p: Program) -> tuple[dict, ProgramTruth]:
     settings = Settings(**{**p.settings.__dict__,
                            "device_memory": p.device_memory or int(need * p.headroom) // _SMALL_BUFFER * _SMALL_BUFFER})
     a = CachingAllocator(settings)
+    a.frames = p.frames
     held = [a.malloc(w) for w in weights]  # the model: live from before recording to the end
 
     def step(k: int) -> None:
-        scale = 1.0 + 0.25 * rng.standard_normal()
+        scale = 1.0 + p.jitter * rng.standard_normal()
         live = []
         for size in base:
             try:
