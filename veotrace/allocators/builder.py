@@ -41,7 +41,8 @@ class _Run:
     """A run of releases of one device with no request between them (one REQ_RELEASE): its segments
     (address, bytes, stream, unmapped pages?), and what follows it, for :func:`releases.classify`."""
 
-    __slots__ = ("device", "before", "req", "segs", "in_malloc", "then_oom", "next_alloc", "kind", "level", "could_fail")
+    __slots__ = ("device", "before", "req", "segs", "in_malloc", "then_oom", "next_alloc", "kind", "level", "could_fail",
+                 "verdicts", "decided")
 
     def __init__(self, device: int, before: int, row: int, level: int) -> None:
         self.device, self.before, self.req = device, before, -1 - row  # the request index once known
@@ -51,6 +52,8 @@ class _Run:
         self.in_malloc = self.then_oom = False
         self.next_alloc: tuple[int, int] | None = None
         self.kind = rl.REL_EMPTY_CACHE
+        self.verdicts: set[str] = set()  # what the frames recorded with its entries say (releases.frames_verdict)
+        self.decided = "rule"
 
 
 def _column(batch, name: str, fill: int, dtype) -> np.ndarray:
@@ -120,8 +123,10 @@ class RequestBuilder:
     """
 
     def __init__(self, *, seeds=(), use_releases: bool = True, free_op: str | None = None, key: str = "address",
-                 t0: int = NO_TIME, conf: TorchConf | None = None, peaks: dict[int, int] | None = None) -> None:
+                 t0: int = NO_TIME, conf: TorchConf | None = None, peaks: dict[int, int] | None = None,
+                 frames: dict[int, str] | None = None) -> None:
         self.req = Requests()
+        self.frames = frames or {}  # seq -> what the frames of that release say (releases.release_frames)
         self.use_releases, self.free_op, self.key = use_releases, free_op, key
         self.conf = conf or TorchConf()
         self.peaks, self.level = peaks, {}  # level: per device, segment bytes allocated less released so far
@@ -188,7 +193,7 @@ class RequestBuilder:
         paired = np.zeros(n_rows, bool)
         paired[rows[got]] = True
         req_rows = np.flatnonzero(is_alloc | paired)
-        new_runs, found = self._device_events(cat, codes, names, req_rows, device, size, stream, addr)
+        new_runs, found = self._device_events(cat, codes, names, req_rows, device, size, stream, addr, seq)
         rel_rows = np.array(sorted(new_runs), np.int64)
         rows_all = np.sort(np.concatenate([req_rows, rel_rows])).astype(np.int64) if len(rel_rows) else req_rows
         kinds = np.where(is_alloc[rows_all], REQ_MALLOC, REQ_FREE)
@@ -211,7 +216,7 @@ class RequestBuilder:
         self.requested += len(req_rows)
         self._resolve(found, device, is_alloc, row_req)
 
-    def _device_events(self, cat, codes, names, req_rows, device, size, stream, addr):
+    def _device_events(self, cat, codes, names, req_rows, device, size, stream, addr, seq=None):
         """Walk the (few) segment and OOM rows of a batch. Returns {row: run} of the runs of releases it starts
         (each a REQ_RELEASE at that row) and the recorded entries (row, entry, run or None) waiting for the next
         alloc of their device (a device allocation right after a run names that run)."""
@@ -238,6 +243,11 @@ class RequestBuilder:
                     run = self.last = new_runs[row] = _Run(d, before, row, level)
                     self.runs.append(run)
                 run.segs.append((int(addr[row]), int(size[row]), int(stream[row]), names[codes[row]] == Op.SEGMENT_UNMAP))
+                said = self.frames.get(int(seq[row])) if self.frames and seq is not None else None
+                if said is not None:
+                    run.verdicts.add(said)
+                    if said == rl.BY_EMPTY_CACHE:  # emptyCache's own stack, whatever follows
+                        run.decided = "frames"
                 found.append((row, entry, None))
                 continue
             self.recorded.append(entry)
@@ -257,7 +267,10 @@ class RequestBuilder:
     def _settle(self, run: _Run) -> None:
         """Classify a run inside a malloc candidate now that what followed it is known, and write its kind
         into its REQ_RELEASE (``-1 - kind``: recorded, not followed, under ``use_releases=False``)."""
-        run.kind = rl.classify(run.segs, run.next_alloc, run.then_oom, self.conf, run.could_fail)
+        told = rl.classify_by_frames(run.verdicts, run.segs, run.next_alloc, run.then_oom, self.conf)
+        run.decided = "frames" if told is not None else "rule"
+        run.kind = told if told is not None else rl.classify(run.segs, run.next_alloc, run.then_oom, self.conf,
+                                                             run.could_fail)
         if run in self.open:
             self.open.remove(run)
         self._write(run)
@@ -342,7 +355,8 @@ class RequestBuilder:
         for d, op, a, s in self.seg_entries:
             by_dev.setdefault(d, []).append((op, a, s))
         req.driver_rules = {d: learn(e) for d, e in by_dev.items()}
-        req.releases = rl.summary([r.kind for r in self.runs], [len(r.segs) for r in self.runs])
+        req.releases = rl.summary([r.kind for r in self.runs], [len(r.segs) for r in self.runs],
+                                  [r.decided for r in self.runs])
         req.release_conf = self.conf
         req.counts = {"allocs": n["allocs"], "frees": n["frees"], "unknown_frees": n["frees"] - n["paired"],
                       "zero_size_allocs": n["zero_size_allocs"],
@@ -353,7 +367,8 @@ class RequestBuilder:
 
 def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tuple[int, int, int, int]] = (),
                    max_unknown_frees: float = MAX_UNKNOWN_FREES, use_releases: bool = True,
-                   key: str = "address", conf: TorchConf | None = None, peaks: dict[int, int] | None = None) -> Requests:
+                   key: str = "address", conf: TorchConf | None = None, peaks: dict[int, int] | None = None,
+                   frames: dict[int, str] | None = None) -> Requests:
     """Requests from an ``alloc_events/1`` table, or from its batches as a reader yields them (streamed).
 
     Args:
@@ -366,6 +381,8 @@ def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tup
             (:mod:`veotrace.allocators.releases`); default PyTorch's.
         peaks: per device, the highest level of segment bytes the trace reaches (:func:`peaks`), for a
             trace read whole before its requests are built (a snapshot): see :class:`RequestBuilder`.
+        frames: ``{seq: verdict}`` of the releases whose recorded frames say who made them
+            (:func:`releases.release_frames`); they decide before the rule.
 
     Raises:
         AnalysisError: no allocation with a size, or too many frees of unknown blocks.
@@ -377,7 +394,7 @@ def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tup
         t0 = int(ts[0].as_py()) if len(ts) else NO_TIME
         batches = data.to_batches()
     builder = RequestBuilder(seeds=seeds, use_releases=use_releases, free_op=free_op, key=key, t0=t0, conf=conf,
-                             peaks=peaks)
+                             peaks=peaks, frames=frames)
     for batch in batches:
         builder.add(batch)
     return builder.finish(max_unknown_frees)

@@ -19,6 +19,13 @@ any other request, and none of the segments it frees would have served that mall
 stream and pool, large enough, within the ``max_split_size`` rules of the recorded settings): the
 recorded sizes say which blocks were free. Any other run is an ``empty_cache()``.
 
+**The stacks decide first.** PyTorch records a context with each release: ``emptyCache`` gathers its own
+(``auto context = maybeGatherContext(RecordContext::ALL); ... release_cached_blocks(context)``: frames
+naming ``empty_cache``), while a release inside ``malloc`` carries the malloc's
+(``maybeGatherContext(RecordContext::STATE)``: the allocating op's frames). Where the trace recorded frames
+with a run's ``segment_free`` entries (:func:`frames_verdict`), they say which it was; only where none were
+recorded does the rule above decide. ``summary`` says how many runs each decided.
+
 How each kind is replayed (:data:`REPLAYED_AS`): an ``empty_cache()`` is part of the program, so every
 policy and every candidate setting releases its cache at that point; the releases inside a malloc
 belong to the recorded setting and the device's memory, so the recorded setting replays them as
@@ -93,13 +100,68 @@ def classify(segs: list[tuple[int, int, int, bool]], next_alloc: tuple[int, int]
     return REL_OOM_RETRY
 
 
-def summary(kinds: list[int], segments: list[int]) -> dict:
+#: What a run's recorded frames say: emptyCache's own context, or a malloc's (an op's) context.
+BY_EMPTY_CACHE, BY_MALLOC = "empty_cache", "malloc"
+
+
+def frames_verdict(frames) -> str | None:
+    """What the frames recorded with a release say (None: no frames recorded): ``"empty_cache"`` when a frame
+    names ``empty_cache`` (torch.cuda.empty_cache; ``emptyCache`` in C++ stacks), else ``"malloc"``."""
+    if not frames:
+        return None
+    for f in frames:
+        name = f.get("name", "") if isinstance(f, dict) else str(f)
+        if "empty_cache" in str(name) or "emptyCache" in str(name):
+            return BY_EMPTY_CACHE
+    return BY_MALLOC
+
+
+def release_frames(snap) -> dict[int, str]:
+    """``{seq: verdict}`` of every segment_free/segment_unmap entry of a snapshot that recorded frames, with
+    ``seq`` as ``torch_snapshot.events_table`` numbers the rows (devices merged by time when timed)."""
+    entries = [(e.get("time_us"), d, k, e) for d, trace in enumerate(snap.device_traces) for k, e in enumerate(trace)]
+    if snap.has_time and len(snap.device_traces) > 1:
+        big = 1 << 62
+        entries = sorted(entries, key=lambda x: x[0] if isinstance(x[0], int) else big)
+    out = {}
+    for seq, (_, _, _, e) in enumerate(entries):
+        if e.get("action") in ("segment_free", "segment_unmap"):
+            v = frames_verdict(e.get("frames"))
+            if v is not None:
+                out[seq] = v
+    return out
+
+
+def classify_by_frames(verdicts: set[str], segs, next_alloc, then_oom: bool, conf: TorchConf) -> int | None:
+    """The kind of a run whose entries recorded frames (``verdicts``), or None to leave it to :func:`classify`:
+    emptyCache's frames make it the program's call; a malloc's make it a release inside that malloc."""
+    if BY_EMPTY_CACHE in verdicts:
+        return REL_EMPTY_CACHE
+    if BY_MALLOC not in verdicts:
+        return None
+    if then_oom:
+        return REL_OOM
+    if any(un for *_, un in segs):
+        return REL_OOM_RETRY
+    if conf.max_split_size != (1 << 64) - 1 and all(s >= conf.max_split_size for _, s, _, _ in segs):
+        return REL_SPLIT_RETRY
+    if conf.garbage_collection_threshold > 0 and all(s != kSmallBuffer for _, s, _, _ in segs):
+        return REL_GC
+    return REL_OOM_RETRY
+
+
+def summary(kinds: list[int], segments: list[int], decided: list[str] | None = None) -> dict:
     """``recorded_releases`` of the JSON: runs and segments in all and by kind, with how each is replayed
-    (``kinds``: the kind of every run; ``segments``: its number of segment_free/segment_unmap entries)."""
+    (``kinds``: the kind of every run; ``segments``: its number of segment_free/segment_unmap entries;
+    ``decided``: "frames" or "rule" for each run: what told its kind)."""
     runs, segs = Counter(), Counter()
     for k, n in zip(kinds, segments, strict=True):
         runs[KINDS[k]] += 1
         segs[KINDS[k]] += n
+    told = Counter(decided or [])
     return {"runs": len(kinds), "segments": sum(segments),
+            "decided_by": {"frames": told["frames"], "rule": len(kinds) - told["frames"],
+                           "why": "frames: the stack recorded with the release (emptyCache's names empty_cache, a "
+                                  "malloc's the allocating op); rule: the entries around the run (no frames recorded)"},
             "by_kind": {k: {"runs": runs[k], "segments": segs[k], "replayed_as": REPLAYED_AS[k]}
                         for k in KINDS if runs[k]}}

@@ -39,6 +39,9 @@ class Seed:
     live: list[tuple[int, int, int, int, int | None]] = field(default_factory=list)
     segments: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
     expandable: bool = False
+    #: ``{seq: verdict}`` of the releases whose frames (read with the snapshot) say who made them
+    #: (``releases.release_frames``): the builders classify those runs by them.
+    release_frames: dict = field(default_factory=dict)
     _by_device: dict | None = field(default=None, repr=False, compare=False)
 
     def of_device(self, device: int) -> tuple[list, list]:

@@ -108,7 +108,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
 
     seeds, top = seed.request_seeds(), peaks(table)  # both builds classify the releases by the same peaks
     with_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True, conf=conf,
-                              peaks=top)
+                              peaks=top, frames=seed.release_frames)
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
                 "nothing to validate against"}
@@ -120,7 +120,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     _, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
     no_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False, conf=conf,
-                            peaks=top)
+                            peaks=top, frames=seed.release_frames)
     _, rec2 = run_torch(no_rel, conf, seed, cap, core)
     alone = compare(no_rel, rec2)
     alone.pop("first_mismatches")

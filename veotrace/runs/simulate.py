@@ -277,6 +277,10 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
         segments, blocks = ((converted.read_segments(), converted.read_blocks()) if converted
                             else (ts.read_segments(path), ts.read_blocks(path)))
         seed = rebuild(table, segments, blocks)
+        if not converted and info.device_traces:  # the frames recorded with each release (issue 46 item 2)
+            from veotrace.allocators.releases import release_frames
+
+            seed.release_frames = release_frames(info)
     conf = (cf.parse_conf(conf_text, torch_release=rel) if conf_text is not None else
             (snap_conf or cf.TorchConf(torch_release=rel)))
     if fraction is not None:
