@@ -8,7 +8,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from test_releases import BASE, MiB, T0
+from test_releases import BASE, T0, MiB
 
 from veotrace.allocators import releases as rl
 from veotrace.runs.simulate import simulate

@@ -18,7 +18,7 @@ from veotrace.allocators import replay as rp
 from veotrace.allocators.base import EV_NAMES, EV_SEGMENT_ALLOC, EV_SEGMENT_MAP, Recorder
 from veotrace.allocators.builder import build_requests, peaks
 from veotrace.allocators.conf import TorchConf
-from veotrace.allocators.requests import MAX_UNKNOWN_FREES, REQ_FREE, REQ_SEED, Requests
+from veotrace.allocators.requests import MAX_UNKNOWN_FREES, REQ_FREE, REQ_MALLOC, REQ_SEED, Requests
 from veotrace.allocators.seed import Seed
 from veotrace.allocators.torch import get_allocation_size, round_size
 
@@ -117,8 +117,10 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     # one core for both runs, chosen with the capacity the run without releases has (given or inferred): the
     # core must cover that run too (expandable segments past a 2^50-byte capacity run in Python)
     core = choose_core(conf, cap, torch_core)[0]
-    _, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
+    models, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
+    out["assumed_addresses"] = {"cudamallocs": sum(m.c.assumed_addresses for m in models.values()),
+                                "best_fit_ties_decided": sum(m.c.assumed_ties for m in models.values())}
     no_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False, conf=conf,
                             peaks=top, frames=seed.release_frames)
     _, rec2 = run_torch(no_rel, conf, seed, cap, core)
@@ -127,7 +129,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     alone["capacity"] = cap if not inferred else {str(d): v for d, v in cap.items()}
     alone["capacity_from"] = "--capacity" if not inferred else "the trace's peak reserved bytes per device"
     out["without_recorded_releases"] = alone
-    out["allocator"] = allocator_check(with_rel, conf)
+    out["allocator"] = port_signs(with_rel, out, allocator_check(with_rel, conf))
     if out["allocator"]["pytorch_cuda_caching"] is False:  # a statement about another allocator, not PyTorch
         out["meets_targets"] = alone["meets_targets"] = False
     out["explanations"] = explain(table, seed, conf, with_rel, out, alone)
@@ -170,6 +172,35 @@ def allocator_check(req: Requests, conf: TorchConf) -> dict:
     return out
 
 
+def port_signs(req: Requests, out: dict, check: dict) -> dict:
+    """Every sign the trace gives that another vendor's port of the allocator wrote it, added to ``check``
+    (:func:`allocator_check`'s) as ``signs``: stream ids that are all pointers with none on stream 0 (PyTorch's
+    CUDA default stream is 0, and a port writes its own stream handles, e.g. ``aclrtStream``), the segment
+    sizes, and a replay that fails from the first device allocation. Stream ids alone prove nothing (PyTorch
+    writes ``cudaStream_t`` pointers for its other streams): the pointers and the failure from the first
+    request together name the trace another allocator's."""
+    import numpy as np
+
+    kind = np.frombuffer(req.kind, np.int64)
+    streams = np.unique(np.frombuffer(req.stream, np.int64)[kind == REQ_MALLOC]) if len(kind) else np.zeros(0, np.int64)
+    pointers = bool(len(streams)) and 0 not in streams and bool((np.abs(streams) > 1 << 32).all())
+    first_alloc = next((r for _, r, op, _ in req.recorded if op == "segment_alloc"), None)
+    first = out["first_mismatches"][0]["request"] if out["first_mismatches"] else None
+    from_first = not out["meets_targets"] and first is not None and first_alloc is not None and first <= first_alloc
+    signs = {"stream_ids_all_pointers": pointers, "streams": [hex(int(v)) for v in streams[:4]],
+             "off_sizes": check["off_sizes"], "checked_sizes": check["checked"],
+             "fails_from_first_device_allocation": from_first}
+    out_check = dict(check, signs=signs)
+    if check["pytorch_cuda_caching"] is not False and pointers and from_first:
+        out_check["pytorch_cuda_caching"] = False
+        out_check["why"] = (f"another vendor's port of the allocator wrote this trace: every allocation's stream id is "
+                            f"a pointer ({', '.join(signs['streams'])}; PyTorch's CUDA default stream is 0) and the "
+                            f"replay fails from the first device allocation (request {first:,}), while "
+                            f"{check['checked'] - check['off_sizes']} of {check['checked']} segment sizes are "
+                            "get_allocation_size's: the torch model's numbers here are not PyTorch's")
+    return out_check
+
+
 def explain(table: pa.Table, seed: Seed, conf: TorchConf, req: Requests, out: dict, alone: dict) -> list[str]:
     """Why the model does not match this trace: only causes the trace shows, each with its count; when
     none is found, that is said, with the first mismatch."""
@@ -195,7 +226,13 @@ def explain(table: pa.Table, seed: Seed, conf: TorchConf, req: Requests, out: di
         why.append(f"{late} frees completed later than requested (record_stream on other streams); the model "
                    "returns blocks at free_completed, but cannot know the events PyTorch polled in between")
     first = next((m for m in out["first_mismatches"]), None)
-    if not out["meets_targets"] and seed.used and first is not None:
+    ties = (out.get("assumed_addresses") or {}).get("best_fit_ties_decided", 0)
+    if not out["meets_targets"] and ties:
+        why.append(f"{ties} best-fit ties between equal free blocks were decided by addresses the recording never "
+                   "made (the model's own extra cudaMalloc calls, placed by the driver's rule learned from the trace): "
+                   "PyTorch breaks such ties by the driver's pointers (BlockComparatorSize), so the splits that follow "
+                   "can differ")
+    if not out["meets_targets"] and seed.used and first is not None and not ties:
         live = _seeded_live_at(req, first["request"])
         if live:
             why.append(f"the first mismatch (request {first['request']:,}) comes while {live} blocks live before "

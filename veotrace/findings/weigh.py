@@ -45,6 +45,6 @@ def command_notes(command: str, d: dict, messages=()) -> list[str]:
         w = choice["window_s"]
         out.append(f"windows of {w:g} s: {choice['reason']}" if w >= 1 else f"windows of {w * 1e3:g} ms: {choice['reason']}")
     trust = ((d.get("recommendation") or {}).get("trust")) or {}
-    if command == "tune" and trust and not trust.get("validated"):
+    if command == "tune" and trust and not trust.get("ran", trust.get("validated")):  # ran and failed: said apart
         out.append("the torch model is not validated on this trace (nothing recorded to check its replay against)")
     return list(dict.fromkeys(n.removeprefix("Note: ").removeprefix("note: ").removeprefix("Warning: ") for n in out))

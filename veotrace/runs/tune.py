@@ -315,9 +315,9 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
 
     trust = _trust(validation)
     best = None if rec is None else rec["id"]
-    if trust["validated"] and validation["allocator"]["pytorch_cuda_caching"] is False:
+    if trust["ran"] and validation["allocator"]["pytorch_cuda_caching"] is False:
         return {"conf": None, "trust": trust, "why": validation["allocator"]["why"], "best_candidate": best}
-    if trust["validated"] and not validation["meets_targets"]:
+    if trust["ran"] and not validation["meets_targets"]:
         return {"conf": None, "trust": trust,
                 "why": (f"the torch model misses its validation targets on this trace (reproduced "
                         f"{validation['share']:.1%} of the recorded device allocations, {validation['extra']} extra; "
@@ -373,11 +373,23 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
 
 
 def _trust(validation) -> dict:
-    """How far the torch model was checked on this trace (``validation``)."""
-    trust = {"validated": validation is not None and bool(validation.get("recorded_segment_allocs"))}
-    if trust["validated"]:
+    """How far the torch model was checked on this trace (``validation``): ``ran`` (the trace records device
+    allocations to check against), ``met`` (the replay met the targets; None when it did not run) and
+    ``validated`` (ran and met: never true for a validation that failed), with ``validation`` saying the
+    same in one word ("met", "failed" or "not run")."""
+    ran = validation is not None and bool(validation.get("recorded_segment_allocs"))
+    met = bool(validation["meets_targets"]) if ran else None
+    trust = {"validated": bool(ran and met), "ran": ran, "met": met,
+             "validation": "met" if met else "failed" if ran else "not run"}
+    if ran:
         trust.update(share_reproduced=validation["share"], extra=validation["extra"],
                      extra_share=validation["extra_share"], meets_targets=validation["meets_targets"])
+        if validation.get("allocator", {}).get("pytorch_cuda_caching") is False:
+            trust["allocator"] = validation["allocator"]["why"]
+        if not met:
+            trust["note"] = (f"the validation ran and failed: the torch model reproduces {validation['share'] or 0:.1%} "
+                             f"of this trace's device allocations ({validation['extra']} extra; targets >= 95% and "
+                             "<= 5%)" + (": " + trust["allocator"] if "allocator" in trust else ""))
     else:
         trust["note"] = "not validated: the trace records no device allocations to check the torch model against"
     return trust
