@@ -70,7 +70,7 @@ class DriverRule:
     def describe(self) -> str:
         d = "descending" if self.direction == DESCENDING else "ascending"
         how = "learned from the trace's segment addresses" if self.learned else "assumed: the trace shows none"
-        return f"{d} addresses, {'reusing' if self.reuse else 'never reusing'} freed ranges ({how})"
+        return f"{d} addresses, {'reusing' if self.reuse else 'never reusing'} freed ranges, {how}"
 
 
 def learn(entries) -> DriverRule:
@@ -206,20 +206,19 @@ class Driver:
         return self.seg[a][1] or self.seg[b][1]
 
 
-def summary(counters, rules: dict) -> dict:
-    """The ``addresses`` object of a torch row: cudaMalloc calls given an assumed address, the best-fit ties
-    those decided, whether the prediction depends on them, and each device's rule."""
-    ties = counters.assumed_ties
-    return {"assumed_cudamallocs": counters.assumed_addresses, "best_fit_ties_decided": ties,
-            "depends_on_assumed_addresses": ties > 0,
-            "rule": {str(d): r.to_dict() for d, r in sorted(rules.items())} or DriverRule().to_dict()}
 
-
-def note(counters, rules: dict) -> str | None:
-    """The sentence a row carries when an assumed address decided a best-fit tie (None when none did)."""
-    if not counters.assumed_ties:
-        return None
-    rule = next(iter(rules.values()), DriverRule())
-    return (f"the prediction depends on the driver's addresses: {counters.assumed_ties:,} best-fit ties between "
-            f"equal free blocks were decided by the address assumed for one of the "
-            f"{counters.assumed_addresses:,} cudaMalloc calls the recording never made ({rule.describe()})")
+def summary(assumed: int, ties: int, rules: dict, devices=()) -> dict:
+    """The ``addresses`` object of a torch row (simulate) or a recommendation's trust (tune): the cudaMalloc
+    calls given an assumed address, the best-fit ties those decided, whether the prediction depends on them,
+    each device's rule, and ``said``: the sentence the text output prints."""
+    devs = sorted(set(devices) | set(rules))
+    by_dev = {str(d): (rules.get(d) or DriverRule()) for d in devs} or {"0": DriverRule()}
+    rule = next(iter(by_dev.values()))
+    said = (f"{assumed:,} cudaMalloc call{'' if assumed == 1 else 's'} the recording never made got an assumed "
+            f"address ({rule.describe()}); {ties:,} best-fit tie{' was' if ties == 1 else 's were'} decided by one")
+    if ties:
+        said += ": the prediction depends on the addresses assumed"
+    elif not assumed:
+        said = "every cudaMalloc got the address the recording gave it: no best-fit tie was decided by an assumed one"
+    return {"assumed_cudamallocs": assumed, "best_fit_ties_decided": ties, "depends_on_assumed_addresses": ties > 0,
+            "rule": {d: r.to_dict() for d, r in by_dev.items()}, "said": said}

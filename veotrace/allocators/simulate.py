@@ -265,11 +265,8 @@ def simulate(req: Requests | RequestStream, *, policies: list[str], conf: TorchC
         if name == "torch":  # the cudaMalloc addresses: recorded, or assumed by the rule learned from the trace
             from veotrace.allocators import driver
 
-            rules = getattr(req, "driver_rules", {})
-            extra["addresses"] = driver.summary(total, rules)
-            said = driver.note(total, rules)
-            if said:
-                total.notes.append(said)
+            extra["addresses"] = driver.summary(total.assumed_addresses, total.assumed_ties,
+                                                getattr(req, "driver_rules", {}), models)
         rows.append(_policy_row(name, total, oom_at, frag, extra))
         if tap is not None:
             keyed[name] = tap.result()

@@ -41,6 +41,10 @@ def render_simulate(console: Console, result, *, max_rows: int) -> None:
     if footer:
         console.print(footer)
     _render_per_device(console, result, by_name, max_rows)
+    addresses = (by_name.get("torch") or {}).get("addresses")
+    if addresses:  # the driver's addresses (allocators.driver): the JSON's sentence
+        warn = "[yellow]" if addresses["depends_on_assumed_addresses"] else "[dim]"
+        console.print(f"{warn}torch addresses:[/] {addresses['said']}", highlight=False)
     for o in p.get("recorded_ooms") or []:
         _render_recorded_oom(console, o)
     if result.keyed is not None:

@@ -76,6 +76,8 @@ def _render_recommendation(console: Console, rec: dict) -> None:
                       f"allocations ({t['extra']} extra)", highlight=False)
     else:
         console.print(f"  trust: {t['note']}", highlight=False)
+    if t.get("addresses"):  # the driver's addresses (allocators.driver): the JSON's sentence
+        console.print(f"  addresses: {t['addresses']['said']}", highlight=False)
     knobs = t.get("knobs") or {}
     if knobs.get("predicted"):
         console.print(f"  predicted only (changed from what the recording ran with): {', '.join(knobs['predicted'])}"

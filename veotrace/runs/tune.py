@@ -338,6 +338,10 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     base_rows = [(label, by_id[i]) for label, i in first]
     cand = cands[rec["id"]]
     trust["knobs"] = _knobs(cand, in_use, trust["validated"])
+    from veotrace.allocators.driver import summary as addresses
+
+    trust["addresses"] = addresses(rec.get("assumed_addresses", 0), rec.get("assumed_ties", 0),
+                                   getattr(req, "driver_rules", {}), req.devices)
     trust["model_does_not_know"] = list(MODEL_UNKNOWNS)
     out = {"conf": rec["conf"], "id": rec["id"], "in_use": bool(rec.get("in_use")),
            **export_lines(cand.conf, cand.text),
