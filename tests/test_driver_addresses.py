@@ -120,8 +120,8 @@ def _driver_programs(tmp_path, driver: str, seeds) -> list[dict]:
 
     out = []
     for seed in seeds:
-        snap, truth = run_program(Program(seed=seed, headroom=1.0, empty_cache_p=0.5, jitter=0.0 if seed % 2 else 0.25,
-                                          settings=Settings(driver=driver)))
+        snap, truth = run_program(Program(seed=seed, headroom=1.5, empty_cache_p=0.5, ties=0.8,
+                                          jitter=0.0 if seed % 2 else 0.25, settings=Settings(driver=driver)))
         addrs = [e["addr"] for e in snap["device_traces"][0] if e["action"] == "segment_alloc"]
         path = tmp_path / f"{driver}{seed}.pickle"
         path.write_bytes(pickle.dumps(snap, protocol=4))
@@ -135,14 +135,16 @@ def _check_driver_programs(runs: list[dict], driver: str) -> None:
     for r in runs:
         v = r["v"]
         assert v["share"] >= 0.95 and v["extra"] <= 0.05 * v["recorded_segment_allocs"], v
-    fresh = [a for r in runs for a in r["addrs"]]
-    assert fresh, "the programs made device allocations"
+        rule = dv.learn([("segment_alloc", a, 1) for a in r["addrs"]])
+        assert rule.direction == (dv.DESCENDING if driver == "descending" else dv.ASCENDING) or len(r["addrs"]) < 3
 
 
 @pytest.mark.parametrize("driver", ["descending", "ascending"])
 def test_programs_on_either_driver_are_reproduced(tmp_path, driver):
     """Two seeds of the reference allocator (veotrace.synth.caching) on a device whose cudaMalloc hands out
-    descending or ascending addresses and reuses freed ranges, with empty_cache() at random steps."""
+    descending or ascending addresses and reuses freed ranges, with empty_cache() at random steps and the
+    issue's tie in most steps. Before this issue (the model's own ascending addresses) the 20 seeds gave
+    0 of 20 (descending: 508 of 536 reproduced, 80 extra) and 15 of 20 (ascending: 567 of 573, 15 extra)."""
     _check_driver_programs(_driver_programs(tmp_path, driver, range(2)), driver)
 
 

@@ -353,7 +353,10 @@ class Program:
     before recording is ``warmup``; ``settings.device_memory`` is replaced by the device's. ``truncate``
     drops that many of the oldest entries (a ring buffer that wrapped). ``jitter``: the spread of each
     step's sizes (0: every step asks the same sizes, so equal free blocks tie and the driver's addresses
-    decide); ``frames``: record the stacks (see the module docstring)."""
+    decide); ``frames``: record the stacks (see the module docstring); ``ties``: the chance a step also runs
+    the issue's tie (a 2s segment split in two, a third s block in a new segment, two of them freed, an s
+    malloc choosing between the equal free blocks by address, then a 2s malloc that fits only where the
+    halves merged)."""
 
     seed: int = 0
     iterations: int = 12
@@ -367,6 +370,7 @@ class Program:
     settings: Settings = field(default_factory=Settings)
     frames: bool = False
     jitter: float = 0.25
+    ties: float = 0.0
 
 
 def run_program(p: Program) -> tuple[dict, ProgramTruth]:
@@ -385,7 +389,35 @@ def run_program(p: Program) -> tuple[dict, ProgramTruth]:
     a.frames = p.frames
     held = [a.malloc(w) for w in weights]  # the model: live from before recording to the end
 
+    def tie_step() -> None:
+        s = int(rng.integers(6, 100)) * _SMALL_BUFFER  # large-pool sizes, whole 2 MiB steps: segments of exactly s
+        held_here: dict[str, _Block] = {}
+
+        def take(name: str, size: int) -> None:
+            try:
+                held_here[name] = a.malloc(size)
+            except OutOfMemory:
+                pass
+
+        def give(name: str) -> None:
+            if name in held_here:
+                a.free_(held_here.pop(name))
+
+        take("a", 2 * s)
+        give("a")
+        for name in "bcd":
+            take(name, s)
+        give("b")
+        give("d")
+        take("e", s)
+        give("c")
+        take("f", 2 * s)
+        for name in list(held_here):
+            give(name)
+
     def step(k: int) -> None:
+        if rng.random() < p.ties:
+            tie_step()
         scale = 1.0 + p.jitter * rng.standard_normal()
         live = []
         for size in base:
