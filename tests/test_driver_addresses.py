@@ -155,6 +155,50 @@ def test_twenty_seeds_on_either_driver_meet_the_targets(tmp_path, driver):
     _check_driver_programs(_driver_programs(tmp_path, driver, range(20)), driver)
 
 
+def random_requests(seed: int, n: int, streams: int, devices: int, releases: bool):
+    """A seeded alloc/free sequence with equal sizes repeated (ties), every pool, some empty_cache() calls."""
+    import random
+
+    from veotrace.allocators.requests import REQ_FREE, REQ_MALLOC, REQ_RELEASE, Requests
+
+    rng = random.Random(seed)
+    req = Requests()
+    live: dict[int, list[int]] = {d: [] for d in range(devices)}
+    seen: list[int] = []
+    for i in range(n):
+        d, r = rng.randrange(devices), rng.random()
+        if live[d] and r < 0.45:
+            j = live[d].pop(rng.randrange(len(live[d])))
+            req.add(REQ_FREE, 0, req.stream[j], d, j, 0, i, i)
+        elif releases and r < 0.47:
+            req.add(REQ_RELEASE, rng.choice([0, 1]), 0, d, -1, 0, i, i)
+        else:
+            size = rng.choice(seen) if seen and rng.random() < 0.4 else rng.choice(
+                [rng.randint(1, MiB), rng.randint(MiB, 10 * MiB), rng.randint(10 * MiB, 200 * MiB)])
+            seen.append(size)
+            live[d].append(req.add(REQ_MALLOC, size, rng.randrange(streams), d, -1, 0, i, i))
+    return req
+
+
+def assert_same(req, conf, capacity):
+    """The torch model's events and counters on both cores."""
+    import numpy as np
+
+    from veotrace.allocators import replay as rp
+
+    out = []
+    for core in ("c", "python"):
+        rec, models, parts = recorder_for("torch", core), {}, []
+        for _ in rp.iter_replay(lambda d, rec=rec, core=core: make_policy(
+                "torch", d, req, rec, conf=conf, capacity=capacity, seed=None, tiers=None, core=core), req, models):
+            parts.append(rec.drain())
+        out.append((np.concatenate(parts), {d: m.c for d, m in models.items()}))
+    (ev_c, c_c), (ev_py, c_py) = out
+    assert ev_c.shape == ev_py.shape and (ev_c == ev_py).all()
+    assert c_c == c_py
+    return c_c
+
+
 @pytest.mark.skipif(__import__("veotrace.allocators.torchcore", fromlist=["_torchcore"])._torchcore is None,
                     reason="the compiled core is not built")
 @pytest.mark.parametrize("seed", range(8))
@@ -162,8 +206,6 @@ def test_the_driver_gives_the_same_events_on_both_cores(seed):
     """Random traces with recorded pointers (some at ranges the model still holds) and every rule, under
     settings that make cudaMalloc calls the recording never made: the same events and counters (ties too)."""
     import random
-
-    from test_simulate_core import assert_same, random_requests
 
     from veotrace.allocators.base import VA_ALIGN
     from veotrace.allocators.blocks import get_allocation_size, round_size
@@ -182,3 +224,25 @@ def test_the_driver_gives_the_same_events_on_both_cores(seed):
         counters = assert_same(req, parse_conf(conf) if conf else TorchConf(), rng.choice([None, 600 * MiB]))
         if not conf.startswith("expandable"):  # expandable segments map pages in a reserved range: no cudaMalloc
             assert sum(c.assumed_addresses for c in counters.values()) > 0
+
+
+def test_the_explanation_names_ties_decided_by_assumed_addresses(tmp_path, monkeypatch):
+    """The descending program replayed with no recorded pointers and an ascending rule: e takes X's half (the
+    lower assumed address), c's half cannot merge, f needs a cudaMalloc the trace never made. The
+    validation's explanation names the assumed addresses, not the blocks live before recording."""
+    import veotrace.allocators.builder as builder
+
+    finish = builder.RequestBuilder.finish
+
+    def without_pointers(self, *a, **k):
+        req = finish(self, *a, **k)
+        req.seg_addr, req.driver_rules = [], {0: dv.DriverRule(dv.ASCENDING, True)}
+        return req
+
+    monkeypatch.setattr(builder.RequestBuilder, "finish", without_pointers)
+    v = simulate([minimal(tmp_path, True)], policy=["torch"]).value.validation
+    assert not v["meets_targets"] and v["extra"] == 1
+    assert v["assumed_addresses"]["best_fit_ties_decided"] == 1
+    assert any("best-fit tie between equal free blocks was decided by addresses the recording never made" in w
+               for w in v["explanations"])
+    assert not any("live before recording" in w for w in v["explanations"])

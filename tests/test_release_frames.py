@@ -85,3 +85,27 @@ def test_frames_verdict():
         == "empty_cache"
     assert rl.frames_verdict(OP) == "malloc"
     assert rl.frames_verdict([]) is None and rl.frames_verdict(None) is None
+
+
+@pytest.mark.parametrize("program", [{"headroom": 0.9}, {"headroom": 0.7, "empty_cache_p": 0.6},
+                                     {"headroom": 1.2, "settings": "gc"}])
+def test_programs_with_frames_are_classified_exactly_as_made(tmp_path, program):
+    """The reference allocator (veotrace.synth.caching) recording the stacks PyTorch gathers: every run of
+    releases is classified as the program made it, including the runs the entries alone cannot tell
+    (an empty_cache() right before a malloc that needs a new segment past the trace's peak reads as an
+    OOM retry without frames)."""
+    from collections import Counter
+
+    from test_releases import kinds, validation
+
+    from veotrace.synth.caching import Program, Settings, run_program
+
+    if program.get("settings") == "gc":
+        program = dict(program, settings=Settings(gc_threshold=0.5, fraction=0.8))
+    for seed in range(4):
+        snap, truth = run_program(Program(seed=seed, frames=True, **program))
+        path = tmp_path / f"p{seed}.pickle"
+        path.write_bytes(pickle.dumps(snap, protocol=4))
+        v = validation(path)
+        assert Counter(kinds(v)) == Counter(truth.releases), seed
+        assert v["recorded_releases"]["decided_by"]["rule"] == 0 and v["meets_targets"], seed

@@ -228,8 +228,9 @@ def explain(table: pa.Table, seed: Seed, conf: TorchConf, req: Requests, out: di
     first = next((m for m in out["first_mismatches"]), None)
     ties = (out.get("assumed_addresses") or {}).get("best_fit_ties_decided", 0)
     if not out["meets_targets"] and ties:
-        why.append(f"{ties} best-fit ties between equal free blocks were decided by addresses the recording never "
-                   "made (the model's own extra cudaMalloc calls, placed by the driver's rule learned from the trace): "
+        why.append(f"{ties} best-fit tie{'' if ties == 1 else 's'} between equal free blocks "
+                   f"{'was' if ties == 1 else 'were'} decided by "
+                   "addresses the recording never made (the model's own extra cudaMalloc calls, placed by the driver's rule learned from the trace): "
                    "PyTorch breaks such ties by the driver's pointers (BlockComparatorSize), so the splits that follow "
                    "can differ")
     if not out["meets_targets"] and seed.used and first is not None and not ties:
