@@ -261,6 +261,7 @@ typedef struct {
     int64_t *drv_rec;
     Py_ssize_t n_rec;
     int64_t assumed_addresses, assumed_ties;
+    int64_t assumed_live; /* live ranges at an assumed address (no tie can be the driver's while 0) */
 } Core;
 
 static Block *new_block(Core *c, int64_t size, int64_t addr, int64_t stream, int is_small)
@@ -451,6 +452,7 @@ static int64_t drv_reserve(Core *c, int64_t addr, int64_t size, int assumed)
     memmove(c->drv + i + 1, c->drv + i, (c->n_drv - (size_t)i) * sizeof(struct Range));
     c->drv[i].start = addr, c->drv[i].end = addr + size, c->drv[i].assumed = assumed;
     c->n_drv++;
+    c->assumed_live += assumed;
     if (!c->drv_any || addr < c->drv_lo) c->drv_lo = addr;
     if (!c->drv_any || addr + size > c->drv_hi) c->drv_hi = addr + size;
     c->drv_any = 1;
@@ -461,6 +463,7 @@ static void drv_release(Core *c, int64_t addr)
 {
     Py_ssize_t i = drv_find(c, addr);
     if (i < 0 || c->drv[i].start != addr) return;
+    c->assumed_live -= c->drv[i].assumed;
     memmove(c->drv + i, c->drv + i + 1, (c->n_drv - (size_t)i - 1) * sizeof(struct Range));
     c->n_drv--;
 }
@@ -560,7 +563,7 @@ static Block *get_free_block(Core *c, int is_small, int64_t size, int64_t stream
         return NULL; /* allow oversized blocks only up to max_non_split_rounding_size above the request */
     }
     Block *nx = block; /* equal blocks behind it: was the tie the driver's? */
-    for (int k = 0; k < TIE_WALK; k++) {
+    for (int k = 0; c->assumed_live && k < TIE_WALK; k++) {
         nx = successor(root, nx, 0);
         if (!nx || nx->stream != stream || nx->size != block->size) break;
         if (drv_tie(c, block->addr, nx->addr)) {

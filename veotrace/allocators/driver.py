@@ -114,7 +114,7 @@ class Driver:
             ``assumed_ties`` are counted (a ``PolicyCounters``).
     """
 
-    __slots__ = ("rule", "recorded", "c", "starts", "seg", "lo", "hi", "start")
+    __slots__ = ("rule", "recorded", "c", "starts", "seg", "lo", "hi", "start", "assumed_live")
 
     def __init__(self, rule: DriverRule | None = None, recorded: dict | None = None, counters=None,
                  start: int = VA_BASE) -> None:
@@ -124,6 +124,7 @@ class Driver:
         self.starts: list[int] = []  # the live ranges' starts, sorted
         self.seg: dict[int, tuple[int, bool]] = {}  # start -> (end, assumed)
         self.lo = self.hi = None  # the lowest start and highest end ever used
+        self.assumed_live = 0  # live ranges at an assumed address (no tie can be the driver's while 0)
         self.start = -(-start // VA_ALIGN) * VA_ALIGN
 
     # -- the ranges ---------------------------------------------------------------------------------
@@ -137,14 +138,17 @@ class Driver:
         """Mark ``[addr, addr + size)`` used (a segment), as recorded or assumed."""
         insort(self.starts, addr)
         self.seg[addr] = (addr + size, assumed)
+        self.assumed_live += assumed
         self.lo = addr if self.lo is None else min(self.lo, addr)
         self.hi = addr + size if self.hi is None else max(self.hi, addr + size)
         return addr
 
     def release(self, addr: int) -> None:
         """cudaFree of the segment at ``addr``."""
-        if self.seg.pop(addr, None) is not None:
+        gone = self.seg.pop(addr, None)
+        if gone is not None:
             del self.starts[bisect_right(self.starts, addr) - 1]
+            self.assumed_live -= gone[1]
 
     def segment_of(self, addr: int) -> int | None:
         """The start of the segment holding ``addr``."""

@@ -139,12 +139,13 @@ class TorchAllocator:
                 return None
         elif block.size >= size + self.max_non_split_rounding_size:
             return None
-        for j in range(i + 1, min(i + 1 + TIE_WALK, len(lst))):  # equal blocks behind it: was the tie the driver's?
-            if lst[j][0] != block.size:
-                break
-            if self.driver.tie(block.addr, lst[j][1]):
-                self.c.assumed_ties += 1
-                break
+        if self.driver.assumed_live and i + 1 < len(lst) and lst[i + 1][0] == block.size:
+            for j in range(i + 1, min(i + 1 + TIE_WALK, len(lst))):  # equal blocks behind it: the driver's tie?
+                if lst[j][0] != block.size:
+                    break
+                if self.driver.tie(block.addr, lst[j][1]):
+                    self.c.assumed_ties += 1
+                    break
         del lst[i]  # pool.erase, with the position known (the walk's, where it moved on: PyTorch's iterator)
         del pool.free[block.addr]
         return block
