@@ -111,13 +111,25 @@ def test_the_rule_hands_out_ranges_from_its_end():
     assert up.take(2 << 20, 2) == q + (2 << 20)  # never reused: past the highest
 
 
-def _driver_programs(tmp_path, driver: str, seeds) -> list[dict]:
+def _driver_programs(tmp_path, driver: str, seeds, monkeypatch=None) -> list[dict]:
+    """Validation of seeded programs on ``driver``; with ``monkeypatch``, the replay is given no recorded
+    pointer (every cudaMalloc gets the rule's address, learned from the trace, as a what-if would)."""
     import pickle
 
     from test_releases import validation
 
+    import veotrace.allocators.builder as builder
     from veotrace.synth.caching import Program, Settings, run_program
 
+    if monkeypatch is not None:
+        finish = builder.RequestBuilder.finish
+
+        def rule_only(self, *a, **k):
+            req = finish(self, *a, **k)
+            req.seg_addr = []
+            return req
+
+        monkeypatch.setattr(builder.RequestBuilder, "finish", rule_only)
     out = []
     for seed in seeds:
         snap, truth = run_program(Program(seed=seed, headroom=1.5, empty_cache_p=0.5, ties=0.8,
@@ -137,6 +149,21 @@ def _check_driver_programs(runs: list[dict], driver: str) -> None:
         assert v["share"] >= 0.95 and v["extra"] <= 0.05 * v["recorded_segment_allocs"], v
         rule = dv.learn([("segment_alloc", a, 1) for a in r["addrs"]])
         assert rule.direction == (dv.DESCENDING if driver == "descending" else dv.ASCENDING) or len(r["addrs"]) < 3
+
+
+@pytest.mark.parametrize("driver", ["descending", "ascending"])
+def test_the_rule_alone_reproduces_programs_on_either_driver(tmp_path, driver, monkeypatch):
+    """The same programs with every address assumed (the rule learned from the trace's own segment entries,
+    no recorded pointer used): the rule names the driver's addresses, so the targets hold too."""
+    runs = _driver_programs(tmp_path, driver, range(2), monkeypatch)
+    _check_driver_programs(runs, driver)
+    assert all(r["v"]["assumed_addresses"]["cudamallocs"] >= r["v"]["recorded_segment_allocs"] for r in runs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver", ["descending", "ascending"])
+def test_twenty_seeds_with_the_rule_alone_meet_the_targets(tmp_path, driver, monkeypatch):
+    _check_driver_programs(_driver_programs(tmp_path, driver, range(20), monkeypatch), driver)
 
 
 @pytest.mark.parametrize("driver", ["descending", "ascending"])

@@ -124,8 +124,9 @@ class RequestBuilder:
 
     def __init__(self, *, seeds=(), use_releases: bool = True, free_op: str | None = None, key: str = "address",
                  t0: int = NO_TIME, conf: TorchConf | None = None, peaks: dict[int, int] | None = None,
-                 frames: dict[int, str] | None = None) -> None:
+                 frames: dict[int, str] | None = None, segments=()) -> None:
         self.req = Requests()
+        self.segments = [(s[0], s[1], s[2]) for s in segments]  # (device, address, bytes) live before the trace
         self.frames = frames or {}  # seq -> what the frames of that release say (releases.release_frames)
         self.use_releases, self.free_op, self.key = use_releases, free_op, key
         self.conf = conf or TorchConf()
@@ -354,7 +355,7 @@ class RequestBuilder:
         by_dev: dict[int, list] = {}
         for d, op, a, s in self.seg_entries:
             by_dev.setdefault(d, []).append((op, a, s))
-        req.driver_rules = {d: learn(e) for d, e in by_dev.items()}
+        req.driver_rules = {d: learn(e, [(a, s) for dd, a, s in self.segments if dd == d]) for d, e in by_dev.items()}
         req.releases = rl.summary([r.kind for r in self.runs], [len(r.segs) for r in self.runs],
                                   [r.decided for r in self.runs])
         req.release_conf = self.conf
@@ -368,7 +369,7 @@ class RequestBuilder:
 def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tuple[int, int, int, int]] = (),
                    max_unknown_frees: float = MAX_UNKNOWN_FREES, use_releases: bool = True,
                    key: str = "address", conf: TorchConf | None = None, peaks: dict[int, int] | None = None,
-                   frames: dict[int, str] | None = None) -> Requests:
+                   frames: dict[int, str] | None = None, segments=()) -> Requests:
     """Requests from an ``alloc_events/1`` table, or from its batches as a reader yields them (streamed).
 
     Args:
@@ -383,6 +384,8 @@ def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tup
             trace read whole before its requests are built (a snapshot): see :class:`RequestBuilder`.
         frames: ``{seq: verdict}`` of the releases whose recorded frames say who made them
             (:func:`releases.release_frames`); they decide before the rule.
+        segments: (device, address, bytes, ...) of the segments live before the trace began (a seed's), which
+            the driver's rule is learned with (:func:`driver.learn`).
 
     Raises:
         AnalysisError: no allocation with a size, or too many frees of unknown blocks.
@@ -394,7 +397,7 @@ def build_requests(data: pa.Table | Iterable[pa.RecordBatch], *, seeds: list[tup
         t0 = int(ts[0].as_py()) if len(ts) else NO_TIME
         batches = data.to_batches()
     builder = RequestBuilder(seeds=seeds, use_releases=use_releases, free_op=free_op, key=key, t0=t0, conf=conf,
-                             peaks=peaks, frames=frames)
+                             peaks=peaks, frames=frames, segments=segments)
     for batch in batches:
         builder.add(batch)
     return builder.finish(max_unknown_frees)

@@ -41,6 +41,8 @@ ASCENDING, DESCENDING = 1, -1
 DESCENDING_TOP = VA_BASE + (1 << 44)
 #: Equal free blocks behind the one chosen that the tie check looks at (ties are short runs).
 TIE_WALK = 32
+#: segment_alloc entries each candidate rule is scored on (the first ones: the rule is read, not fitted).
+LEARN_MAX = 4000
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,9 @@ class DriverRule:
     fresh_up: int = 0
     reused: int = 0
     not_reused: int = 0
+    #: segment_alloc addresses this rule names exactly, run along the trace (of ``checked``)
+    named: int = 0
+    checked: int = 0
 
     @property
     def learned(self) -> bool:
@@ -63,7 +68,9 @@ class DriverRule:
                 "evidence": {"fresh_segment_allocs_below_the_last": self.fresh_down,
                              "fresh_segment_allocs_above_the_last": self.fresh_up,
                              "segment_allocs_in_freed_ranges": self.reused,
-                             "segment_allocs_past_a_freed_range_that_fit": self.not_reused},
+                             "segment_allocs_past_a_freed_range_that_fit": self.not_reused,
+                             "segment_alloc_addresses_the_rule_names": self.named,
+                             "segment_alloc_addresses_checked": self.checked},
                 "learned_from": "the trace's segment_alloc/segment_free addresses" if self.learned else
                 "no evidence in the trace: ascending, reusing freed ranges (assumed)"}
 
@@ -73,19 +80,24 @@ class DriverRule:
         return f"{d} addresses, {'reusing' if self.reuse else 'never reusing'} freed ranges, {how}"
 
 
-def learn(entries) -> DriverRule:
+def learn(entries, seeded=()) -> DriverRule:
     """The rule of one device from its segment entries in trace order: ``(op, address, bytes)``, ``op`` one of
-    ``segment_alloc``/``segment_free`` (others are ignored)."""
+    ``segment_alloc``/``segment_free`` (others are ignored); ``seeded``: ``(address, bytes)`` of the segments
+    live before the trace began.
+
+    Each of the four rules (descending or ascending, reusing freed ranges or not) is run along the trace:
+    before every ``segment_alloc`` it names the address it would hand out given the ranges then live (as
+    recorded), and the rule that names the most recorded addresses wins. Ties go to the direction most
+    fresh ``segment_alloc`` entries took (each against the one before it, outside any range a
+    ``segment_free`` returned) and to reuse when a ``segment_alloc`` landed in a freed range or none could
+    have."""
     freed: list[tuple[int, int]] = []  # (start, end) of ranges returned and not handed out again
     down = up = reused = not_reused = 0
     last = None
-    for op, addr, size in entries:
-        if addr is None or size <= 0:
-            continue
+    allocs = [(op, a, s) for op, a, s in entries if a is not None and s > 0 and op in ("segment_alloc", "segment_free")]
+    for op, addr, size in allocs:
         if op == "segment_free":
             freed.append((addr, addr + size))
-            continue
-        if op != "segment_alloc":
             continue
         hit = next((k for k, (a, b) in enumerate(freed) if a <= addr and addr + size <= b), None)
         if hit is not None:
@@ -101,8 +113,35 @@ def learn(entries) -> DriverRule:
             else:
                 up += 1
         last = addr
-    return DriverRule(DESCENDING if down > up else ASCENDING, reused > 0 or not_reused == 0, down, up, reused,
-                      not_reused)
+    direction = DESCENDING if down > up else ASCENDING
+    reuse = reused > 0 or not_reused == 0
+    best, best_key = (direction, reuse, 0, 0), None
+    for cand_dir in (direction, -direction):
+        for cand_reuse in (reuse, not reuse):
+            hits, n = _named(DriverRule(cand_dir, cand_reuse), allocs, seeded)
+            key = hits  # the first candidate (the counts' choice) wins a tie: only a strict gain moves
+            if best_key is None or key > best_key:
+                best, best_key = (cand_dir, cand_reuse, hits, n), key
+    return DriverRule(best[0], best[1], down, up, reused, not_reused, best[2], best[3])
+
+
+def _named(rule: DriverRule, allocs, seeded) -> tuple[int, int]:
+    """(how many recorded segment_alloc addresses ``rule`` names, of how many), run along the trace."""
+    d = Driver(rule)
+    for a, s in seeded:
+        d.reserve(a, s)
+    hits = n = 0
+    for op, addr, size in allocs:
+        if n >= LEARN_MAX:
+            break
+        if op == "segment_free":
+            d.release(addr)
+            continue
+        n += 1
+        hits += d.assumed(size) == addr
+        if d._free(addr, addr + size):
+            d.reserve(addr, size)
+    return hits, n
 
 
 class Driver:

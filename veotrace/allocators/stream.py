@@ -97,4 +97,4 @@ def open_requests(events, policies: list[str], seed, *, max_unknown_frees: float
     if seed is None:  # a log: the same requests whole or streamed (no look at the whole trace first)
         return build_requests(events(True) if callable(events) else events, **kw)
     return build_requests(events, seeds=seed.request_seeds(), peaks=peaks(events),
-                          frames=getattr(seed, "release_frames", None), **kw)
+                          frames=getattr(seed, "release_frames", None), segments=seed.segments, **kw)

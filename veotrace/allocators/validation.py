@@ -108,7 +108,8 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
 
     seeds, top = seed.request_seeds(), peaks(table)  # both builds classify the releases by the same peaks
     with_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=True, conf=conf,
-                              peaks=top, frames=seed.release_frames)
+                              peaks=top, frames=seed.release_frames,
+                              segments=seed.segments)
     if not with_rel.recorded:
         return {"recorded_segment_allocs": 0, "note": "the trace records no segment_alloc/segment_map entries: "
                 "nothing to validate against"}
@@ -122,7 +123,8 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     out["assumed_addresses"] = {"cudamallocs": sum(m.c.assumed_addresses for m in models.values()),
                                 "best_fit_ties_decided": sum(m.c.assumed_ties for m in models.values())}
     no_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False, conf=conf,
-                            peaks=top, frames=seed.release_frames)
+                            peaks=top, frames=seed.release_frames,
+                              segments=seed.segments)
     _, rec2 = run_torch(no_rel, conf, seed, cap, core)
     alone = compare(no_rel, rec2)
     alone.pop("first_mismatches")
