@@ -98,6 +98,16 @@ def test_learn_reads_the_direction_and_the_reuse_of_freed_ranges():
     assert dv.learn([]) == dv.DriverRule()
 
 
+def test_a_same_size_driver_hands_a_range_freed_lately_again():
+    d = dv.Driver(dv.DriverRule(dv.DESCENDING, False, True))
+    a, b, c = d.take(4 << 20, 0), d.take(2 << 20, 1), d.take(4 << 20, 2)
+    d.release(a)
+    d.release(c)
+    assert d.take(4 << 20, 3) == c  # the newest freed range of that size
+    assert d.take(4 << 20, 4) == a
+    assert d.take(2 << 20, 5) < min(a, b, c)  # no freed range of that size: the rule's direction
+
+
 def test_the_rule_hands_out_ranges_from_its_end():
     d = dv.Driver(dv.DriverRule(dv.DESCENDING, True))
     a = d.take(4 << 20, 0)
@@ -245,8 +255,8 @@ def test_the_driver_gives_the_same_events_on_both_cores(seed):
         if k == REQ_MALLOC and rng.random() < 0.4:
             size = get_allocation_size(round_size(req.size[i], TorchConf()))
             req.seg_addr.append((req.device[i], i, size, dv.VA_BASE + rng.randrange(1 << 12) * VA_ALIGN))
-    req.driver_rules = {d: dv.DriverRule(rng.choice([dv.ASCENDING, dv.DESCENDING]), rng.random() < 0.5)
-                        for d in range(3) if rng.random() < 0.8}
+    req.driver_rules = {d: dv.DriverRule(rng.choice([dv.ASCENDING, dv.DESCENDING]), rng.random() < 0.5,
+                                         rng.random() < 0.5) for d in range(3) if rng.random() < 0.8}
     for conf in ("", "max_split_size_mb:40", "expandable_segments:True"):
         counters = assert_same(req, parse_conf(conf) if conf else TorchConf(), rng.choice([None, 600 * MiB]))
         if not conf.startswith("expandable"):  # expandable segments map pages in a reserved range: no cudaMalloc

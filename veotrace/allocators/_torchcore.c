@@ -33,6 +33,7 @@
 #define VA_BASE 0x7F0000000000LL        /* base.VA_BASE */
 #define DESCENDING_TOP (VA_BASE + (1LL << 44)) /* driver.DESCENDING_TOP */
 #define TIE_WALK 32                     /* driver.TIE_WALK */
+#define FREED_KEEP 64                   /* driver.FREED_KEEP */
 #define NO_LIMIT UINT64_MAX             /* max_split_size default (SIZE_MAX) */
 
 /* Request kinds (requests.REQ_*) and event op codes (base.EV_*). */
@@ -262,6 +263,9 @@ typedef struct {
     Py_ssize_t n_rec;
     int64_t assumed_addresses, assumed_ties;
     int64_t assumed_live; /* live ranges at an assumed address (no tie can be the driver's while 0) */
+    int drv_same;         /* DriverRule.same_size: a range freed lately goes again to a cudaMalloc of its size */
+    int64_t drv_freed[FREED_KEEP][2]; /* (address, bytes) of the ranges freed last, a ring */
+    int64_t n_freed;      /* ranges freed in all (the ring holds the last FREED_KEEP) */
 } Core;
 
 static Block *new_block(Core *c, int64_t size, int64_t addr, int64_t stream, int is_small)
@@ -464,6 +468,9 @@ static void drv_release(Core *c, int64_t addr)
     Py_ssize_t i = drv_find(c, addr);
     if (i < 0 || c->drv[i].start != addr) return;
     c->assumed_live -= c->drv[i].assumed;
+    int64_t *slot = c->drv_freed[c->n_freed % FREED_KEEP];
+    slot[0] = addr, slot[1] = c->drv[i].end - addr;
+    c->n_freed++;
     memmove(c->drv + i, c->drv + i + 1, (c->n_drv - (size_t)i - 1) * sizeof(struct Range));
     c->n_drv--;
 }
@@ -472,6 +479,13 @@ static void drv_release(Core *c, int64_t addr)
 static int64_t drv_assumed(const Core *c, int64_t size)
 {
     int64_t n = align_up(size > 1 ? size : 1), addr;
+    if (c->drv_same) { /* a range freed lately, of this size, the newest first */
+        int64_t oldest = c->n_freed > FREED_KEEP ? c->n_freed - FREED_KEEP : 0;
+        for (int64_t k = c->n_freed - 1; k >= oldest; k--) {
+            const int64_t *f = c->drv_freed[k % FREED_KEEP];
+            if (f[1] == size && drv_is_free(c, f[0], f[0] + size)) return f[0];
+        }
+    }
     if (c->drv_dir > 0) {
         int64_t base = c->drv_any ? c->drv_lo : c->drv_start;
         if (c->drv_reuse) {
@@ -1356,9 +1370,9 @@ static PyObject *Core_live(Core *c, PyObject *noargs) { return PyLong_FromSize_t
  * sequence of (request, bytes, address), by request. */
 static PyObject *Core_set_driver(Core *c, PyObject *args)
 {
-    int dir, reuse;
+    int dir, reuse, same = 0;
     PyObject *rec;
-    if (!PyArg_ParseTuple(args, "ipO", &dir, &reuse, &rec)) return NULL;
+    if (!PyArg_ParseTuple(args, "ipO|p", &dir, &reuse, &rec, &same)) return NULL;
     PyObject *seq = PySequence_Fast(rec, "recorded must be a sequence");
     if (!seq) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -1377,7 +1391,7 @@ static PyObject *Core_set_driver(Core *c, PyObject *args)
     }
     Py_DECREF(seq);
     PyMem_Free(c->drv_rec);
-    c->drv_rec = arr, c->n_rec = n / 3, c->drv_dir = dir >= 0 ? 1 : -1, c->drv_reuse = reuse;
+    c->drv_rec = arr, c->n_rec = n / 3, c->drv_dir = dir >= 0 ? 1 : -1, c->drv_reuse = reuse, c->drv_same = same;
     return Py_NewRef(Py_None);
 }
 
@@ -1396,7 +1410,7 @@ static PyMethodDef Core_methods[] = {
     {"counters", (PyCFunction)Core_counters, METH_NOARGS, "counters() -> dict of the PolicyCounters fields."},
     {"live", (PyCFunction)Core_live, METH_NOARGS, "live() -> number of allocated blocks held."},
     {"set_driver", (PyCFunction)Core_set_driver, METH_VARARGS,
-     "set_driver(direction, reuse, recorded): the driver's rule (driver.DriverRule) and its recorded "
+     "set_driver(direction, reuse, recorded, same_size=False): the driver's rule (driver.DriverRule) and its recorded "
      "segment_allocs, a flat sequence of (request, bytes, address) by request."},
     {NULL, NULL, 0, NULL},
 };

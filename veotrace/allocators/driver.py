@@ -43,6 +43,8 @@ DESCENDING_TOP = VA_BASE + (1 << 44)
 TIE_WALK = 32
 #: segment_alloc entries each candidate rule is scored on (the first ones: the rule is read, not fitted).
 LEARN_MAX = 4000
+#: Ranges freed last that a same-size cudaMalloc may be handed again (``DriverRule.same_size``).
+FREED_KEEP = 64
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,15 @@ class DriverRule:
 
     direction: int = ASCENDING
     reuse: bool = True
+    #: a cudaMalloc of the size of a range freed lately gets that range again (the newest first)
+    same_size: bool = False
     fresh_down: int = 0
     fresh_up: int = 0
     reused: int = 0
     not_reused: int = 0
-    #: segment_alloc addresses this rule names exactly, run along the trace (of ``checked``)
+    #: segment_alloc entries this rule places where the trace did among the live segments (what decides a
+    #: best-fit tie), and the addresses it names exactly, run along the trace (of ``checked``)
+    placed: int = 0
     named: int = 0
     checked: int = 0
 
@@ -65,10 +71,12 @@ class DriverRule:
 
     def to_dict(self) -> dict:
         return {"direction": "descending" if self.direction == DESCENDING else "ascending", "reuse_freed": self.reuse,
+                "same_size_again": self.same_size,
                 "evidence": {"fresh_segment_allocs_below_the_last": self.fresh_down,
                              "fresh_segment_allocs_above_the_last": self.fresh_up,
                              "segment_allocs_in_freed_ranges": self.reused,
                              "segment_allocs_past_a_freed_range_that_fit": self.not_reused,
+                             "segment_allocs_the_rule_places_among_the_live_segments": self.placed,
                              "segment_alloc_addresses_the_rule_names": self.named,
                              "segment_alloc_addresses_checked": self.checked},
                 "learned_from": "the trace's segment_alloc/segment_free addresses" if self.learned else
@@ -77,7 +85,8 @@ class DriverRule:
     def describe(self) -> str:
         d = "descending" if self.direction == DESCENDING else "ascending"
         how = "learned from the trace's segment addresses" if self.learned else "assumed: the trace shows none"
-        return f"{d} addresses, {'reusing' if self.reuse else 'never reusing'} freed ranges, {how}"
+        same = ", a freed range again for the same size" if self.same_size else ""
+        return f"{d} addresses, {'reusing' if self.reuse else 'never reusing'} freed ranges{same}, {how}"
 
 
 def learn(entries, seeded=()) -> DriverRule:
@@ -85,12 +94,13 @@ def learn(entries, seeded=()) -> DriverRule:
     ``segment_alloc``/``segment_free`` (others are ignored); ``seeded``: ``(address, bytes)`` of the segments
     live before the trace began.
 
-    Each of the four rules (descending or ascending, reusing freed ranges or not) is run along the trace:
-    before every ``segment_alloc`` it names the address it would hand out given the ranges then live (as
-    recorded), and the rule that names the most recorded addresses wins. Ties go to the direction most
-    fresh ``segment_alloc`` entries took (each against the one before it, outside any range a
-    ``segment_free`` returned) and to reuse when a ``segment_alloc`` landed in a freed range or none could
-    have."""
+    Each of the eight rules (descending or ascending; reusing freed ranges or not; handing a range freed
+    lately to a cudaMalloc of its size or not) is run along the trace: before every ``segment_alloc`` it
+    names the address it would hand out given the ranges then live (as recorded). The rule that places the
+    most of them where the trace did among the live segments (what decides a best-fit tie), then names the
+    most exactly, wins. Ties go to the direction most fresh ``segment_alloc`` entries took (each against
+    the one before it, outside any range a ``segment_free`` returned), to reuse when a ``segment_alloc``
+    landed in a freed range or none could have, and to no same-size preference."""
     freed: list[tuple[int, int]] = []  # (start, end) of ranges returned and not handed out again
     down = up = reused = not_reused = 0
     last = None
@@ -115,22 +125,25 @@ def learn(entries, seeded=()) -> DriverRule:
         last = addr
     direction = DESCENDING if down > up else ASCENDING
     reuse = reused > 0 or not_reused == 0
-    best, best_key = (direction, reuse, 0, 0), None
+    best, best_key = (direction, reuse, False, 0, 0, 0), None
     for cand_dir in (direction, -direction):
         for cand_reuse in (reuse, not reuse):
-            hits, n = _named(DriverRule(cand_dir, cand_reuse), allocs, seeded)
-            key = hits  # the first candidate (the counts' choice) wins a tie: only a strict gain moves
-            if best_key is None or key > best_key:
-                best, best_key = (cand_dir, cand_reuse, hits, n), key
-    return DriverRule(best[0], best[1], down, up, reused, not_reused, best[2], best[3])
+            for same in (False, True):
+                placed, named, n = _named(DriverRule(cand_dir, cand_reuse, same), allocs, seeded)
+                key = (placed, named)  # the first candidate (the counts' choice) wins a tie: only a gain moves
+                if best_key is None or key > best_key:
+                    best, best_key = (cand_dir, cand_reuse, same, placed, named, n), key
+    return DriverRule(best[0], best[1], best[2], down, up, reused, not_reused, best[3], best[4], best[5])
 
 
-def _named(rule: DriverRule, allocs, seeded) -> tuple[int, int]:
-    """(how many recorded segment_alloc addresses ``rule`` names, of how many), run along the trace."""
+def _named(rule: DriverRule, allocs, seeded) -> tuple[int, int, int]:
+    """(how many recorded segment_allocs ``rule`` places where the trace did among the live segments, how many
+    addresses it names exactly, of how many), run along the trace."""
     d = Driver(rule)
     for a, s in seeded:
-        d.reserve(a, s)
-    hits = n = 0
+        if d._free(a, a + s):
+            d.reserve(a, s)
+    placed = hits = n = 0
     for op, addr, size in allocs:
         if n >= LEARN_MAX:
             break
@@ -138,10 +151,12 @@ def _named(rule: DriverRule, allocs, seeded) -> tuple[int, int]:
             d.release(addr)
             continue
         n += 1
-        hits += d.assumed(size) == addr
+        guess = d.assumed(size)
+        hits += guess == addr
+        placed += bisect_right(d.starts, guess) == bisect_right(d.starts, addr)
         if d._free(addr, addr + size):
             d.reserve(addr, size)
-    return hits, n
+    return placed, hits, n
 
 
 class Driver:
@@ -153,7 +168,7 @@ class Driver:
             ``assumed_ties`` are counted (a ``PolicyCounters``).
     """
 
-    __slots__ = ("rule", "recorded", "c", "starts", "seg", "lo", "hi", "start", "assumed_live")
+    __slots__ = ("rule", "recorded", "c", "starts", "seg", "lo", "hi", "start", "assumed_live", "freed")
 
     def __init__(self, rule: DriverRule | None = None, recorded: dict | None = None, counters=None,
                  start: int = VA_BASE) -> None:
@@ -164,6 +179,7 @@ class Driver:
         self.seg: dict[int, tuple[int, bool]] = {}  # start -> (end, assumed)
         self.lo = self.hi = None  # the lowest start and highest end ever used
         self.assumed_live = 0  # live ranges at an assumed address (no tie can be the driver's while 0)
+        self.freed: list[tuple[int, int]] = []  # (address, bytes) of the last FREED_KEEP ranges freed, oldest first
         self.start = -(-start // VA_ALIGN) * VA_ALIGN
 
     # -- the ranges ---------------------------------------------------------------------------------
@@ -188,6 +204,9 @@ class Driver:
         if gone is not None:
             del self.starts[bisect_right(self.starts, addr) - 1]
             self.assumed_live -= gone[1]
+            self.freed.append((addr, gone[0] - addr))
+            if len(self.freed) > FREED_KEEP:
+                del self.freed[0]
 
     def segment_of(self, addr: int) -> int | None:
         """The start of the segment holding ``addr``."""
@@ -213,6 +232,10 @@ class Driver:
     def assumed(self, size: int) -> int:
         """The rule's address for ``size`` bytes (a whole number of VA_ALIGN steps)."""
         n = -(-max(size, 1) // VA_ALIGN) * VA_ALIGN
+        if self.rule.same_size:  # a range freed lately, of this size, the newest first
+            for a, s in reversed(self.freed):
+                if s == size and self._free(a, a + size):
+                    return a
         starts, seg = self.starts, self.seg
         if self.rule.direction == ASCENDING:
             base = self.start if self.lo is None else self.lo

@@ -111,7 +111,7 @@ class CTorchAllocator:
         if driver is not None:  # (driver.DriverRule, {request: [(bytes, address)]}): as driver.Driver takes them
             rule, recorded = driver
             flat = [v for r in sorted(recorded) for s, a in recorded[r] for v in (r, s, a)]
-            self.core.set_driver(rule.direction, rule.reuse, flat)
+            self.core.set_driver(rule.direction, rule.reuse, flat, rule.same_size)
 
     def run_chunk(self, req, device: int | None, start: int, end: int) -> None:
         """Serve requests ``start..end-1`` (only those of ``device`` unless it is None); ``req`` holds them
