@@ -545,6 +545,7 @@ static int64_t drv_take_high(Core *c, int64_t span)
         PyErr_SetString(PyExc_OverflowError, "the model's address space passed 2^63 bytes");
         return -1;
     }
+    c->assumed_addresses++;
     return drv_reserve(c, align_up(top), span, 1);
 }
 

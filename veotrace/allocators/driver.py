@@ -227,6 +227,8 @@ class Driver:
     def take_high(self, span: int) -> int:
         """An address range above every one used (an expandable segment's reservation)."""
         top = max(self.hi or self.start, self.start)
+        if self.c is not None:
+            self.c.assumed_addresses += 1
         return self.reserve(-(-top // VA_ALIGN) * VA_ALIGN, span, True)
 
     def assumed(self, size: int) -> int:
@@ -274,17 +276,19 @@ class Driver:
 
 
 def summary(assumed: int, ties: int, rules: dict, devices=()) -> dict:
-    """The ``addresses`` object of a torch row (simulate) or a recommendation's trust (tune): the cudaMalloc
-    calls given an assumed address, the best-fit ties those decided, whether the prediction depends on them,
+    """The ``addresses`` object of a torch row (simulate) or a recommendation's trust (tune): the device
+    allocations (cudaMalloc calls, expandable segments' reservations) given an assumed address, the best-fit ties those decided, whether the prediction depends on them,
     each device's rule, and ``said``: the sentence the text output prints."""
     devs = sorted(set(devices) | set(rules))
     by_dev = {str(d): (rules.get(d) or DriverRule()) for d in devs} or {"0": DriverRule()}
     rule = next(iter(by_dev.values()))
-    said = (f"{assumed:,} cudaMalloc call{'' if assumed == 1 else 's'} the recording never made got an assumed "
-            f"address ({rule.describe()}); {ties:,} best-fit tie{' was' if ties == 1 else 's were'} decided by one")
+    said = (f"{assumed:,} device allocation{'' if assumed == 1 else 's'} (cudaMalloc, or an expandable segment's "
+            f"reserved range) the recording never made got an assumed address ({rule.describe()}); {ties:,} best-fit "
+            f"tie{' was' if ties == 1 else 's were'} decided by one")
     if ties:
         said += ": the prediction depends on the addresses assumed"
     elif not assumed:
-        said = "every cudaMalloc got the address the recording gave it: no best-fit tie was decided by an assumed one"
-    return {"assumed_cudamallocs": assumed, "best_fit_ties_decided": ties, "depends_on_assumed_addresses": ties > 0,
+        said = ("every device allocation got the address the recording gave it: no best-fit tie was decided by an "
+                "assumed one")
+    return {"assumed_device_allocations": assumed, "best_fit_ties_decided": ties, "depends_on_assumed_addresses": ties > 0,
             "rule": {d: r.to_dict() for d, r in by_dev.items()}, "said": said}

@@ -120,7 +120,7 @@ def validate(table: pa.Table, seed: Seed, conf: TorchConf, *, capacity: int | No
     core = choose_core(conf, cap, torch_core)[0]
     models, rec = run_torch(with_rel, conf, seed, None, core)  # the recorded releases stand for the device's limit
     out = compare(with_rel, rec)
-    out["assumed_addresses"] = {"cudamallocs": sum(m.c.assumed_addresses for m in models.values()),
+    out["assumed_addresses"] = {"device_allocations": sum(m.c.assumed_addresses for m in models.values()),
                                 "best_fit_ties_decided": sum(m.c.assumed_ties for m in models.values())}
     no_rel = build_requests(table, seeds=seeds, max_unknown_frees=max_unknown_frees, use_releases=False, conf=conf,
                             peaks=top, frames=seed.release_frames,

@@ -24,7 +24,7 @@ TUNE_CANDIDATES = tagged(
         pa.field("ooms", pa.int64(), nullable=False),
         pa.field("gmlake_frag", pa.float64(), nullable=True),  # 1 - peak allocated / peak reserved (GMLake)
         pa.field("pruned_at", pa.int64(), nullable=True),  # the request it stopped after
-        # cudaMalloc calls the recording never made (an address assumed by the driver's rule learned from the
+        # device allocations the recording never made (cudaMalloc or an expandable reservation: an address assumed by the driver's rule learned from the
         # trace), and the best-fit ties such an address decided: the prediction depends on them when not 0
         pa.field("assumed_addresses", pa.int64(), nullable=True),
         pa.field("assumed_ties", pa.int64(), nullable=True),

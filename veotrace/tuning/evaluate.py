@@ -88,7 +88,7 @@ def _row(cand, models: dict, core: str, why_core: str, status: str, part, why: s
            "peak_reserved_bytes": t.peak_reserved, "peak_allocated_bytes": t.peak_allocated,
            "device_allocs": t.device_allocs, "device_frees": t.device_frees, "flushes": t.flushes,
            "alloc_retries": t.alloc_retries, "ooms": t.ooms, "first_oom": t.first_oom,
-           # cudaMalloc calls the recording never made, and the best-fit ties their assumed addresses decided
+           # device allocations the recording never made, and the best-fit ties their assumed addresses decided
            "assumed_addresses": t.assumed_addresses, "assumed_ties": t.assumed_ties,
            # GMLake's fragmentation at the peak: the share of the peak reserved bytes never live at once
            "gmlake_frag": 1 - t.peak_allocated / t.peak_reserved if t.peak_reserved else None,
