@@ -165,7 +165,9 @@ def _releases_text(r: dict) -> str:
     if not r.get("runs"):
         return "none"
     kinds = ", ".join(f"{k['runs']} {name.replace('_', ' ')} ({k['segments']} segments)" for name, k in r["by_kind"].items())
-    return f"{r['runs']} runs of {r['segments']} segments: {kinds}"
+    told = r.get("decided_by")  # what told each run's kind (allocators.releases): its frames, or the rule
+    how = f"; told by their frames: {told['frames']}, by the entries around them: {told['rule']}" if told else ""
+    return f"{r['runs']} runs of {r['segments']} segments: {kinds}{how}"
 
 
 def _ooms_text(row: dict) -> str:
