@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from veotrace.defaults import FRAGMENTATION_THRESHOLD, GATE_ALPHA
+from veotrace.attribution.stacks import short_site
+from veotrace.defaults import (FINDING_MIN_BURSTS, FINDING_MIN_SPAN_S, FINDING_MIN_WINDOWS, FRAGMENTATION_THRESHOLD,
+                               GATE_ALPHA)
 from veotrace.findings.model import Finding, fmt_span
 from veotrace.findings.weigh import gib, impact
 
@@ -55,6 +57,21 @@ class Context:
         return self.at(self.first_ns + seconds * 1e9)
 
 
+def span_note(span_s: float, count: int, min_count: int, what: str) -> str | None:
+    """Why a trend or burst finding is a note (None: it can matter to a long job): a run shorter than
+    FINDING_MIN_SPAN_S, or fewer than ``min_count`` ``what``; said with both thresholds."""
+    short, few = span_s < FINDING_MIN_SPAN_S, count < min_count
+    if not (short or few):
+        return None
+    said = []
+    if short:
+        said.append(f"the trace spans {fmt_span(span_s)}, under {fmt_span(FINDING_MIN_SPAN_S)}")
+    if few:
+        said.append(f"{count:,} {what}, under {min_count:,}")
+    return (f"{' and '.join(said)}: this is the shape of one pass or a few steps, not a drift a long job would feel "
+            f"(a trend or burst finding needs at least {fmt_span(FINDING_MIN_SPAN_S)} and {min_count:,} {what})")
+
+
 def _onset(values: np.ndarray) -> int:
     """The split of ``values`` that best separates two means (largest between-segment sum of squares):
     where a rise begins."""
@@ -74,7 +91,8 @@ def entropy(d: dict, ctx: Context) -> list[Finding]:
     command's own units (its slope unit, the span in words that fit it) and, when idle gaps split the run,
     over the phases of activity it found. It starts where the windows' mean shifts most (one split).
     Impact: the rise in bits (1 bit = 1); confidence: 1 - p, scaled down when under half the windows
-    hold events (the trend then rests on few of them)."""
+    hold events (the trend then rests on few of them). A note, not a problem, over a run shorter than
+    FINDING_MIN_SPAN_S or with fewer than FINDING_MIN_WINDOWS windows holding allocations (``span_note``)."""
     t, s = d.get("trend") or {}, d.get("summary") or {}
     ts = t.get("theil_sen") or {}
     p = (t.get("kendall") or {}).get("p_value")
@@ -97,14 +115,17 @@ def entropy(d: dict, ctx: Context) -> list[Finding]:
         i = _onset(np.array([x["entropy_bits"] for x in w], float))
         start, end = ctx.at(w[i]["start_ns"]), ctx.at(w[-1].get("end_ns") or w[-1]["start_ns"])
     where = (f" across its {len(phases)} phases of activity (idle gaps between them)" if len(phases) > 1 else "")
-    return [Finding("entropy_trend", f"size-class entropy rises {rise:.2f} bits over {fmt_span(span_s)}{where} "
-                    f"({slope:.3g} {unit}; {windows - empty:,} of {windows:,} windows hold allocations)",
-                    ctx.source, "time", start, end, min(1.0, rise), (1 - p) * min(1.0, 2 * filled),
-                    {"slope_bits_per_hour": ts["slope"], "slope": slope, "slope_unit": unit,
-                     "ci": [ts["low"], ts["high"]], "kendall_p": p, "rise_bits": rise, "span_s": span_s,
-                     "windows": windows, "empty_windows": empty, "phases": len(phases)}, ctx.command,
-                    "gate the run against a baseline (veotrace gate) and look for the allocations that fragment "
-                    "it (veotrace sites, veotrace tune)")]
+    f = Finding("entropy_trend", f"size-class entropy rises {rise:.2f} bits over {fmt_span(span_s)}{where} "
+                f"({slope:.3g} {unit}; {windows - empty:,} of {windows:,} windows hold allocations)",
+                ctx.source, "time", start, end, min(1.0, rise), (1 - p) * min(1.0, 2 * filled),
+                {"slope_bits_per_hour": ts["slope"], "slope": slope, "slope_unit": unit,
+                 "ci": [ts["low"], ts["high"]], "kendall_p": p, "rise_bits": rise, "span_s": span_s,
+                 "windows": windows, "empty_windows": empty, "phases": len(phases),
+                 "min_span_s": FINDING_MIN_SPAN_S, "min_windows": FINDING_MIN_WINDOWS}, ctx.command,
+                "gate the run against a baseline (veotrace gate) and look for the allocations that fragment "
+                "it (veotrace sites, veotrace tune)")
+    why = span_note(span_s, windows - empty, FINDING_MIN_WINDOWS, "windows holding allocations")
+    return [f.as_note(why) if why else f]
 
 
 def fragmentation(d: dict, ctx: Context) -> list[Finding]:
@@ -167,7 +188,8 @@ def bursts(d: dict, ctx: Context) -> list[Finding]:
     BURST_MIN_EXCESS: on a short run where even spread events are all closer than the gap there is no
     contrast and no finding. The span is the densest stretch: the ten bursts in a row with the most
     events. Impact: a quarter of the excess (bursts cost latency, not memory); confidence: 1 with at
-    least 10 bursts, else bursts / 10."""
+    least 10 bursts, else bursts / 10. A note, not a problem, over a run shorter than FINDING_MIN_SPAN_S
+    or with fewer than FINDING_MIN_BURSTS bursts (``span_note``)."""
     s, p = d.get("summary") or {}, d.get("params") or {}
     share, n = s.get("share_in_bursts"), s.get("bursts") or 0
     counted, gap_ms = s.get("events_counted") or 0, p.get("gap_ms")
@@ -191,14 +213,17 @@ def bursts(d: dict, ctx: Context) -> list[Finding]:
         start, end = ctx.at(bs[i]["start_ns"]), ctx.at(bs[i + k - 1]["end_ns"])
     what = p.get("events") or "alloc"
     moved = s.get("bytes_in_bursts")
-    return [Finding("burst_cluster", f"{share:.0%} of {what} events come in {n:,} bursts ({gap_ms:g} ms gap), against "
-                    f"{expected:.0%} if the same {counted:,} were spread evenly over {fmt_span(span_s)}"
-                    + (f"; {gib(moved)} allocated in them" if moved else ""), ctx.source, "time", start, end,
-                    excess / 4, min(1.0, n / 10),
-                    {"bursts": n, "share_in_bursts": share, "expected_share_if_even": expected, "excess": excess,
-                     "events_in_bursts": s.get("events_in_bursts"), "events_counted": counted, "span_s": span_s,
-                     "gap_ms": gap_ms, "bytes_in_bursts": moved}, ctx.command,
-                    "pre-allocate or reuse buffers across the burst (a caching allocator serves repeats from its cache)")]
+    why = span_note(span_s, n, FINDING_MIN_BURSTS, "bursts")
+    f = Finding("burst_cluster", f"{share:.0%} of {what} events come in {n:,} bursts ({gap_ms:g} ms gap), against "
+                f"{expected:.0%} if the same {counted:,} were spread evenly over {fmt_span(span_s)}"
+                + (f"; {gib(moved)} allocated in them" if moved else ""), ctx.source, "time", start, end,
+                excess / 4, min(1.0, n / 10),
+                {"bursts": n, "share_in_bursts": share, "expected_share_if_even": expected, "excess": excess,
+                 "events_in_bursts": s.get("events_in_bursts"), "events_counted": counted, "span_s": span_s,
+                 "gap_ms": gap_ms, "bytes_in_bursts": moved, "min_span_s": FINDING_MIN_SPAN_S,
+                 "min_bursts": FINDING_MIN_BURSTS}, ctx.command,
+                "pre-allocate or reuse buffers across the burst (a caching allocator serves repeats from its cache)")
+    return [f.as_note(why) if why else f]
 
 
 def l2(d: dict, ctx: Context) -> list[Finding]:
@@ -300,7 +325,7 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
         top = (pin.get("sites") or [None])[0]
         if top and against and top["stranded_bytes"] >= STRANDED_MIN_SHARE * against:
             pinned = top["stranded_bytes"]
-            out.append(Finding("pinning_site", f"device {dev}: {top['site'][-70:]} pins {gib(pinned)} of free space "
+            out.append(Finding("pinning_site", f"device {dev}: {short_site(top['site'])} pins {gib(pinned)} of free space "
                                f"in {top['segments']} segments at the end ({min(1.0, pinned / against):.0%} of the "
                                f"{what}, {gib(against)})",
                                ctx.source, "none", None, None, impact(pinned, scale), 0.8,

@@ -310,7 +310,7 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     defaults when the trace does not say), trust per knob and robustness; or why there is none."""
     from veotrace.allocators.oomprobe import LEFT_OUT
     from veotrace.tuning.evaluate import part_peaks
-    from veotrace.tuning.search import robustness, savings
+    from veotrace.tuning.search import kept, robustness, savings, verdict
     from veotrace.tuning.space import export_lines
 
     trust = _trust(validation)
@@ -348,11 +348,17 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     # savings against what the job ran with: the settings in use when the trace says, else PyTorch's defaults
     against = [(label, b) for label, b in base_rows if b["status"] == "finished" and (in_use is None or b.get("in_use"))]
     out["savings"] = [] if out["in_use"] else [dict(savings(rec, b), baseline=label) for label, b in against]
+    out["verdict"] = verdict(rec, against[0][1] if against else None, objective)
+    if not out["in_use"] and not out["verdict"]["helps"]:  # under the margin: keep the settings in use
+        label, base = against[0]
+        rec, cand = base, cands[base["id"]]
+        trust["knobs"] = _knobs(cand, in_use, trust["validated"])
+        out = kept(out, base, label, objective, has_settings=in_use is not None)
     finished = [r for r in rows if r["status"] == "finished"]
     if len({r["peak_reserved_bytes"] for r in finished}) == 1 and len(finished) == len(rows):  # a pruned one was past it
         out["ties"] = (f"every setting run to the end has the same peak reserved ({rec['peak_reserved_bytes']:,} bytes): "
                        "no setting changes the peak on this trace")
-    if out["in_use"]:  # nothing to paste: the job already runs with them
+    if out["in_use"] and not out.get("keep"):  # nothing to paste: the job already runs with them
         out.update(export=None, python=None, why="the settings in use are the best of the grid: keep them")
     out["robustness"] = []
     others = [(label, b) for label, b in against if b["id"] != rec["id"]]
