@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from veotrace.attribution.stacks import short_site
-from veotrace.defaults import (FINDING_MIN_BURSTS, FINDING_MIN_SPAN_S, FINDING_MIN_WINDOWS, FRAGMENTATION_THRESHOLD,
-                               GATE_ALPHA)
+from veotrace.defaults import FINDING_MIN_BURSTS, FINDING_MIN_SPAN_S, FINDING_MIN_WINDOWS, FRAGMENTATION_THRESHOLD, GATE_ALPHA
 from veotrace.findings.model import Finding, fmt_span
 from veotrace.findings.weigh import gib, impact
 
