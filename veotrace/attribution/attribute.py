@@ -170,10 +170,13 @@ def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], sn
     end = {"allocated_bytes": total, "sites": _rows(by_site, names, total)}
     pins: dict[int, dict] = {}
     segments, stranded_total = [], 0
+    reserved = free_total = 0  # the device's segments at the end: what they reserve, and of it free
     for i, seg in enumerate(snap.segments):
         if (seg.get("device") if isinstance(seg.get("device"), int) else 0) != d:
             continue
         free = sum(b["size"] for b in seg.get("blocks", ()) if b.get("state") not in LIVE_STATES)
+        reserved += seg.get("total_size") or 0
+        free_total += free
         held = held_by.get(i, [])
         if not free or not held:
             continue
@@ -208,6 +211,7 @@ def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], sn
                      "allocated_before_trace": p["before_trace"]})
     rows.sort(key=lambda r: (-r["stranded_bytes"], -r["sole_bytes"], r["site"]))
     segments.sort(key=lambda r: -r["free_bytes"])
+    end.update(reserved_bytes=reserved or None, free_bytes=free_total if reserved else None)
     return {"end": end, "pinning": {"stranded_bytes": stranded_total, "segments": len(segments),
                                     "sites": rows, "top_segments": segments[:20]}}
 

@@ -22,7 +22,7 @@ NOTE = "note"
 #: Every severity a finding can have, highest first.
 SEVERITY_NAMES = (*(name for name, _ in SEVERITIES), NOTE)
 #: Axes a finding's span may be on.
-AXES = ("time", "launch", "frame", "none")
+AXES = ("time", "launch", "frame", "event", "none")
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Finding:
     kind: str
     title: str
     source: str
-    axis: str  # "time" (seconds on the common axis), "launch", "frame", or "none" (the whole run)
+    axis: str  # "time" (seconds on the common axis), "launch", "frame", "event" (a trace without times), or "none"
     start: float | None
     end: float | None
     impact: float

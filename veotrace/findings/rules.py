@@ -8,7 +8,7 @@ module constants (one place each).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,8 +26,6 @@ FRAG_MIN_RUN = 3
 #: this much of the rest: (share - expected) / (1 - expected) (a quarter of it is the impact: bursts cost
 #: latency, not memory, and most training loops allocate in bursts).
 BURST_MIN_EXCESS = 0.5
-#: A recommended allocator setting is a finding when it saves at least this share of peak reserved.
-TUNE_MIN_SAVING = 0.05
 #: Cached-but-free bytes at the peak reserved, as a share of it, for a finding.
 CACHED_MIN_SHARE = 0.05
 #: Free bytes stranded at the end, as a share of the reserved bytes, for a finding.
@@ -42,6 +40,32 @@ class Context:
     command: str
     t0_ns: int | None  # the common axis' zero (ns on this source's clock, after --align)
     first_ns: int | None = None  # this source's first event (ns), for results timed from it
+    #: The other analyses' JSON of the same source, by command (``tune``'s verdict and the program's own
+    #: ``empty_cache()`` calls, which the memory rules follow).
+    related: dict = field(default_factory=dict)
+
+    def program_releases(self, device) -> list[dict]:
+        """The program's own ``empty_cache()`` runs on ``device`` (``tune``'s ``params.program_releases``,
+        ``tuning.program``), in trace order; [] when tune did not run."""
+        listed = ((((self.related.get("tune") or {}).get("params") or {}).get("program_releases")) or {}).get("listed")
+        return [r for r in listed or [] if str(r.get("device")) == str(device)]
+
+    def tune_says(self) -> str | None:
+        """What ``tune`` concluded on this source, for a memory finding's suggestion (None: it did not run):
+        its export line with the saving, or that no setting is a gain (keep the settings in use), or why it
+        recommends none. ``diagnose`` never suggests a setting tune does not recommend."""
+        d = self.related.get("tune")
+        if not d:
+            return None
+        rec = d.get("recommendation") or {}
+        if rec.get("conf") is None and not rec.get("keep"):
+            return f"veotrace tune recommends no allocator setting here ({rec.get('why')})"
+        if rec.get("in_use") or rec.get("keep"):
+            return ("veotrace tune finds no allocator setting that lowers the peak by a margin that matters: keep the "
+                    "settings in use, and look at who holds the memory (veotrace sites)")
+        best = (rec.get("savings") or [{}])[0]
+        share = best.get("peak_reserved_share")
+        return (f"{rec.get('export')}" + (f" (veotrace tune: {share:.1%} less peak reserved)" if share is not None else ""))
 
     def at(self, ns: int | float | None) -> float | None:
         """Seconds on the common axis of an absolute time of this source."""
@@ -134,7 +158,12 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
     ``params.fragmented_when``), per device, and whether it lasts to the end. Impact, in bytes: the bytes at stake are the free bytes outside the
     largest free block (those a large request cannot use) at the worst window of the run, against the
     device's peak (``weigh.impact``); confidence: 1 when the run lasts to the end, else its share of
-    FRAG_MIN_RUN x 2."""
+    FRAG_MIN_RUN x 2.
+
+    Windows during the program's own ``empty_cache()`` (``Context.program_releases``: they hold its
+    releases) show the cache the program was giving back: they count as not fragmented, and when the
+    worst of the first run was among them, that state is said as a note of its own. Without times, the
+    windows are counted in trace events (axis ``event``: the first event of the run on its device)."""
     p = d.get("params") or {}
     thr = p.get("threshold", FRAGMENTATION_THRESHOLD)
     when = p.get("fragmented_when") or f"largest free block under {thr:.0%} of the free bytes"
@@ -143,40 +172,97 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
     for w in d.get("windows", []):
         by_dev.setdefault(w.get("device", 0), []).append(w)
     for dev, ws in sorted(by_dev.items()):
-        flags = [bool(w.get("fragmented")) for w in ws]
-        run, first = 0, None
-        for i, f in enumerate(flags):
-            run = run + 1 if f else 0
-            if run >= FRAG_MIN_RUN:
-                first = i - run + 1
-                break
-        if first is None:
+        events = np.cumsum([0] + [w.get("events") or 0 for w in ws])  # each window's first event on the device
+        releases = ctx.program_releases(dev)
+        released = [_in_release(w, events[i], events[i + 1] - 1, releases) for i, w in enumerate(ws)]
+        raw = _crossing([bool(w.get("fragmented")) for w in ws])
+        flags = [bool(w.get("fragmented")) and released[i] is None for i, w in enumerate(ws)]
+        found = _crossing(flags)
+        if raw is not None:
+            first0, run0 = raw
+            worst0 = max(range(first0, first0 + run0), key=lambda i: _outside(ws[i]))
+            if released[worst0] is not None and (found is None or _outside(ws[worst0]) > max(
+                    _outside(w) for w in ws[found[0]:found[0] + found[1]])):
+                out.append(_released_state(ws[worst0], int(events[worst0]), released[worst0], dev, when, thr, ctx))
+        if found is None:
             continue
-        while first + run < len(flags) and flags[first + run]:
-            run += 1
+        first, run = found
         stays = all(flags[first:])
         tail = len(ws) - first
         frag_after = [w["external_frag"] for w in ws[first:] if w.get("external_frag") is not None]
         flagged = ws[first:first + run]
-        worst = max(flagged, key=lambda w: (w.get("free_bytes") or 0) - (w.get("largest_free_bytes") or 0))
-        at_stake = (worst.get("free_bytes") or 0) - (worst.get("largest_free_bytes") or 0)
+        worst = max(flagged, key=_outside)
+        at_stake = _outside(worst)
         peak = max(max(w.get("reserved_bytes_peak") or 0, w.get("live_bytes_peak") or 0, w.get("reserved_bytes") or 0)
                    for w in ws)
+        timed = ws[first].get("start_ns") is not None
+        axis, start, end = (("time", ctx.at(ws[first].get("start_ns")), ctx.at(ws[-1].get("end_ns"))) if timed else
+                            ("event", float(events[first]), float(events[-1] - 1)))
+        said = (f"from event {int(events[first]):,} (window {first} of {len(ws)}, {ws[first].get('events') or 0:,} events "
+                f"each) to the end" if not timed else "from then to the end") if stays else f"for {run} windows in a row"
         out.append(Finding(
-            "fragmentation_crossing", f"device {dev}: fragmented "
-            + ("from then to the end" if stays else f"for {run} windows in a row")
-            + f" ({when}): {gib(at_stake)} of free bytes outside the largest free block",
-            ctx.source, "time", ctx.at(ws[first].get("start_ns")), ctx.at(ws[-1].get("end_ns")), impact(at_stake, peak),
+            "fragmentation_crossing", f"device {dev}: fragmented {said} ({when}): {gib(at_stake)} of free bytes outside "
+            "the largest free block",
+            ctx.source, axis, start, end, impact(at_stake, peak),
             1.0 if stays else min(1.0, run / (2 * FRAG_MIN_RUN)),
             {"device": dev, "threshold": thr, "external_frag_above": 1 - thr, "fragmented_when": when,
              "first_window": ws[first]["window"], "windows_in_a_row": run, "windows_after": tail,
              "stays": stays, "mean_external_frag_after": float(np.mean(frag_after)) if frag_after else None,
              "external_frag_range": [min(w["external_frag"] for w in flagged), max(w["external_frag"] for w in flagged)],
              "worst_window": worst["window"], "free_bytes": worst.get("free_bytes"),
-             "largest_free_bytes": worst.get("largest_free_bytes"), "device_peak_bytes": peak},
-            ctx.command, "see which live blocks strand the free space (veotrace sites) and what a setting saves "
-                         "(veotrace tune)", bytes_at_stake=at_stake))
+             "largest_free_bytes": worst.get("largest_free_bytes"), "device_peak_bytes": peak,
+             "windows_in_program_empty_cache": sum(r is not None for r in released)},
+            ctx.command, "see which live blocks strand the free space (veotrace sites); "
+            + (ctx.tune_says() or "what a setting saves: veotrace tune"), bytes_at_stake=at_stake))
     return out
+
+
+def _outside(w: dict) -> int:
+    """A window's free bytes outside its largest free block."""
+    return (w.get("free_bytes") or 0) - (w.get("largest_free_bytes") or 0)
+
+
+def _crossing(flags: list[bool]) -> tuple[int, int] | None:
+    """(first, length) of the first run of at least FRAG_MIN_RUN flags in a row, to its end; None without one."""
+    run, first = 0, None
+    for i, f in enumerate(flags):
+        run = run + 1 if f else 0
+        if run >= FRAG_MIN_RUN:
+            first = i - run + 1
+            break
+    if first is None:
+        return None
+    while first + run < len(flags) and flags[first + run]:
+        run += 1
+    return first, run
+
+
+def _in_release(w: dict, first_event: int, last_event: int, releases: list[dict]) -> dict | None:
+    """The program's ``empty_cache()`` run that window ``w`` holds (by time, else by its events on the
+    device), or None."""
+    for r in releases:
+        if w.get("start_ns") is not None and r.get("first_ts_ns") is not None:
+            if r["first_ts_ns"] < w["end_ns"] and r["last_ts_ns"] >= w["start_ns"]:
+                return r
+        elif r["first_entry"] <= last_event and r["last_entry"] >= first_event:
+            return r
+    return None
+
+
+def _released_state(w: dict, first_event: int, r: dict, dev, when: str, thr: float, ctx: Context) -> Finding:
+    """The note for a fragmented state the program gave back itself: its worst window during its own
+    ``empty_cache()``."""
+    outside = _outside(w)
+    timed = w.get("start_ns") is not None
+    return Finding(
+        "fragmentation_released", f"device {dev}: {gib(outside)} of free bytes outside the largest free block ({when}) "
+        f"while the program released its cache itself: its own empty_cache() gave back {gib(r['bytes'])} in "
+        f"{r['segments']:,} segments", ctx.source, "time" if timed else "event",
+        ctx.at(w.get("start_ns")) if timed else float(first_event), None, impact(outside, w.get("reserved_bytes_peak")),
+        1.0, {"device": dev, "window": w.get("window"), "free_bytes": w.get("free_bytes"),
+              "largest_free_bytes": w.get("largest_free_bytes"), "threshold": thr, "program_empty_cache": r},
+        ctx.command, None, bytes_at_stake=outside).as_note(
+        "the state before the program's own empty_cache(), which released it: not a problem of the run")
 
 
 def bursts(d: dict, ctx: Context) -> list[Finding]:
@@ -301,8 +387,13 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
     """From ``sites``: cached-but-free bytes at each device's peak reserved (CACHED_MIN_SHARE of it or
     more; confidence 0.9: the model of the peak), and the top site pinning free space at the end
     (STRANDED_MIN_SHARE of the peak reserved bytes, or of the peak allocated without segment events, or
-    more; confidence 0.8). Impact: those bytes against the
-    device's peak (``weigh.impact``)."""
+    more; confidence 0.8). Impact: those bytes against the device's peak (``weigh.impact``).
+
+    A peak reserved that the program's own ``empty_cache()`` released next (no segment event of the
+    device between the peak and that call: ``Context.program_releases``) is the cache the program gave
+    back itself: said as a note, not the run's problem. A snapshot whose trace allocates nothing (an
+    OOM dump, a ``memory_snapshot()`` taken alone) has one state, the end: who holds its memory then is
+    the finding (``held_at_snapshot``, :func:`held`)."""
     out = []
     for dev, v in sorted((d.get("devices") or {}).items()):
         peaks = v.get("peaks") or {}
@@ -311,12 +402,18 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
         if peak.get("bytes") and (peak.get("cached_free_bytes") or 0) >= CACHED_MIN_SHARE * peak["bytes"]:
             cached = peak["cached_free_bytes"]
             share = cached / peak["bytes"]
-            out.append(Finding("cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak "
-                               f"reserved of {gib(peak['bytes'])} ({share:.0%})", ctx.source, "time",
-                               ctx.since_first(peak.get("t_s")), None, impact(cached, scale), 0.9,
-                               {"device": dev, "peak_reserved_bytes": peak["bytes"], "cached_free_bytes": cached,
-                                "share": share}, ctx.command,
-                               "an allocator setting that reuses the cache better (veotrace tune)", bytes_at_stake=cached))
+            gave = _released_next(peak, ctx.program_releases(dev))
+            f = Finding("cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak "
+                        f"reserved of {gib(peak['bytes'])} ({share:.0%})"
+                        + (f", which the program released itself next: its own empty_cache() gave back "
+                           f"{gib(gave['bytes'])} in {gave['segments']:,} segments" if gave else ""),
+                        ctx.source, "time", ctx.since_first(peak.get("t_s")), None, impact(cached, scale), 0.9,
+                        {"device": dev, "peak_reserved_bytes": peak["bytes"], "cached_free_bytes": cached,
+                         "share": share, "at_entry": peak.get("at_entry"), "program_empty_cache": gave}, ctx.command,
+                        None if gave else (ctx.tune_says() or "an allocator setting that reuses the cache better "
+                                                              "(veotrace tune)"), bytes_at_stake=cached)
+            out.append(f.as_note("the program's own empty_cache() released this cache: not a problem of the run")
+                       if gave else f)
         pin = v.get("pinning") or {}
         # sites gives the peak reserved when the trace records segment events, else the peak allocated (its
         # end state has no reserved total)
@@ -333,30 +430,80 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                                            "segments", "blocks", "block_bytes")}},
                                ctx.command, "free or pre-allocate those long-lived blocks elsewhere (they hold "
                                             "segments that could otherwise be released or reused)", bytes_at_stake=pinned))
+        out += held(dev, v, ctx)
     return out
 
 
+#: Sites named in a held-at-snapshot finding's title at most.
+HELD_TOP = 3
+
+
+def held(dev, v: dict, ctx: Context) -> list[Finding]:
+    """Who holds the memory of a device whose trace allocates nothing (the trace's own peak is 0 bytes: the
+    end state is the only state): the live bytes by site, largest first, the sites that name no line of
+    code (no stack, allocated before the trace) said apart. Impact: the live bytes against the device's
+    scale (``weigh.impact``); confidence 0.9 (the snapshot's own blocks)."""
+    own = ((v.get("peaks") or {}).get("allocated") or {}).get("trace_own")
+    end = v.get("end") or {}
+    total = end.get("allocated_bytes") or 0
+    if own is None or own.get("bytes") or not total:
+        return []
+    from veotrace.attribution.stacks import LABELS
+
+    rows = end.get("sites") or []
+    named = [r for r in rows if r["site"] not in LABELS and not r["site"].startswith("(")]
+    unnamed = sum(r["bytes"] for r in rows if r not in named)
+    if not named:
+        return []
+    parts = [f"{gib(r['bytes'])} ({r['bytes'] / total:.0%}, {r['blocks']:,} blocks) at {short_site(r['site'], 60)}"
+             for r in named[:HELD_TOP]]
+    more = len(named) - HELD_TOP
+    reserved, free = end.get("reserved_bytes"), end.get("free_bytes")
+    return [Finding("held_at_snapshot", f"device {dev}: {gib(total)} live when the snapshot was taken (its trace "
+                    f"allocates nothing: this state is all it holds): " + "; ".join(parts)
+                    + (f"; {more:,} more sites" if more > 0 else "")
+                    + (f"; {gib(unnamed)} without a line of code (no stack recorded)" if unnamed else "")
+                    + (f"; {gib(reserved)} reserved, {gib(free)} of it free" if reserved else ""),
+                    ctx.source, "none", None, None, impact(total, total), 0.9,
+                    {"device": dev, "allocated_bytes": total, "reserved_bytes": reserved, "free_bytes": free,
+                     "sites": named[:10], "unnamed_bytes": unnamed}, ctx.command,
+                    f"shrink, offload or free what {short_site(named[0]['site'], 60)} holds first (veotrace sites)",
+                    bytes_at_stake=total)]
+
+
+def _released_next(peak: dict, releases: list[dict]) -> dict | None:
+    """The program's ``empty_cache()`` run that released the state of ``peak`` (sites' peak, at its trace
+    entry ``at_entry``; -1: before the trace): the first run after it with no segment event of the
+    device in between. None without one."""
+    at = peak.get("at_entry")
+    if at is None:
+        return None
+    return next((r for r in releases if r["prev_device_event_entry"] <= at < r["first_entry"]), None)
+
+
 def tune(d: dict, ctx: Context) -> list[Finding]:
-    """A setting that saves at least TUNE_MIN_SAVING of peak reserved against the settings in use (PyTorch's
-    defaults when the trace does not say; never the settings in use themselves): impact, the bytes saved
-    against the baseline's peak (``weigh.impact``); confidence 0.9 when the torch model is validated on the
-    trace, 0.6 when there is nothing to validate against. The knobs the recording never exercised are named."""
+    """The setting tune recommends (it lowers the objective by its margin against the settings in use,
+    ``tuning.search.verdict``; PyTorch's defaults when the trace does not say; never the settings in use
+    themselves): diagnose follows tune's verdict, so a setting tune keeps out (a tie, a gain under the
+    margin, an unreadable trace) is never a finding. Impact, the bytes saved against the baseline's peak
+    (``weigh.impact``); confidence 0.9 when the torch model is validated on the trace, 0.6 when there is
+    nothing to validate against. The knobs the recording never exercised are named."""
     rec = d.get("recommendation") or {}
-    if rec.get("conf") is None or rec.get("in_use"):
+    if rec.get("conf") is None or rec.get("in_use") or rec.get("keep") or rec.get("export") is None:
         return []
     best = max(rec.get("savings") or [], key=lambda s: s.get("peak_reserved_share") or 0, default=None)
-    if best is None or (best.get("peak_reserved_share") or 0) < TUNE_MIN_SAVING:
+    if best is None or not best.get("peak_reserved_share") or best["peak_reserved_bytes"] <= 0:
         return []
     trusted = (rec.get("trust") or {}).get("validated")
     predicted = ((rec.get("trust") or {}).get("knobs") or {}).get("predicted") or []
     saved = best["peak_reserved_bytes"]
-    return [Finding("allocator_setting", f"{rec['export']} would save {best['peak_reserved_share']:.0%} of peak reserved "
-                    f"({best['peak_reserved_bytes'] / 2**30:.2f} GiB) against {best['baseline']}"
+    return [Finding("allocator_setting", f"{rec['export']} would save {best['peak_reserved_share']:.1%} of peak reserved "
+                    f"({gib(saved)}) against {best['baseline']}"
                     + (f" (predicted only: {', '.join(predicted)})" if predicted and trusted else
                        " (the model is not validated on this trace)" if not trusted else ""), ctx.source, "none",
                     None, None, impact(saved, saved / best["peak_reserved_share"]), 0.9 if trusted else 0.6,
-                    {"conf": rec["conf"], "saving": best, "validated": trusted}, ctx.command, rec["export"],
-                    bytes_at_stake=saved)]
+                    {"conf": rec["conf"], "saving": best, "validated": trusted, "verdict": rec.get("verdict")},
+                    ctx.command, rec["export"], bytes_at_stake=saved)]
 
 
 #: The rule of each analysis (the registry's command names).

@@ -147,6 +147,9 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
 
         validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
                               torch_core=torch_core)
+    from veotrace.tuning.program import program_releases
+
+    released = program_releases(req, table)  # the program's own empty_cache() calls, for diagnose's rules
     del table
     settle = _settler(req, cands, in_use, in_use_ooms, seed, limit, torch_core)
     rows = _search(req, cands, [i for _, i in first], seed, limit, torch_core, objective,
@@ -167,7 +170,7 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
                 "requests": len(req), "counts": req.counts,
                 "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
                 "baselines": {label: i for label, i in first}, "in_use": in_use.to_dict() if in_use else None,
-                "recorded_ooms": in_use_ooms, "read": report.to_dict(),
+                "recorded_ooms": in_use_ooms, "program_releases": released, "read": report.to_dict(),
                 "engine": config.kind, "jobs": config.jobs},
         candidates=rows, pareto=pareto(rows), validation=validation, notes=notes,
         recommendation=_recommendation(rec, rows, first, validation, req, seed, limit, torch_core, cands, paths, options,
