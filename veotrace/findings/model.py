@@ -113,7 +113,7 @@ def fmt_span(seconds: float) -> str:
     """A duration for a sentence: 40.0 min, 3.2 h, 250 ms."""
     s = abs(seconds)
     for unit, size in (("h", 3600.0), ("min", 60.0), ("s", 1.0)):
-        if s >= size:
+        if s >= size * 0.9995:  # 999.7 ms reads 1.0 s, not 1000 ms
             return f"{s / size:.1f} {unit}"
     return f"{s * 1e3:.0f} ms"
 

@@ -407,7 +407,8 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                         f"reserved of {gib(peak['bytes'])} ({share:.0%})"
                         + (f", which the program released itself next: its own empty_cache() gave back "
                            f"{gib(gave['bytes'])} in {gave['segments']:,} segments" if gave else ""),
-                        ctx.source, "time", ctx.since_first(peak.get("t_s")), None, impact(cached, scale), 0.9,
+                        ctx.source, "time", ctx.since_first(0.0 if peak.get("at_entry") == -1 else peak.get("t_s")),
+                        None, impact(cached, scale), 0.9,
                         {"device": dev, "peak_reserved_bytes": peak["bytes"], "cached_free_bytes": cached,
                          "share": share, "at_entry": peak.get("at_entry"), "program_empty_cache": gave}, ctx.command,
                         None if gave else (ctx.tune_says() or "an allocator setting that reuses the cache better "
@@ -489,6 +490,14 @@ def tune(d: dict, ctx: Context) -> list[Finding]:
     (``weigh.impact``); confidence 0.9 when the torch model is validated on the trace, 0.6 when there is
     nothing to validate against. The knobs the recording never exercised are named."""
     rec = d.get("recommendation") or {}
+    bad = rec.get("contradiction")
+    if bad:  # the input contradicts itself where it changes tune's answer: said, nothing recommended
+        over = bad["peak_live_bytes"] - bad["reserved_bytes"]
+        return [Finding("input_contradiction", bad["why"].split(": the reserved")[0] + ": its reserved bytes cannot be "
+                        "known, so no allocator setting is recommended from it", ctx.source, "none", None, None,
+                        impact(over, bad["peak_live_bytes"]), 1.0, dict(bad), ctx.command,
+                        "record with torch.cuda.memory._record_memory_history() from the job's start, so the trace "
+                        "holds its segment events", bytes_at_stake=over)]
     if rec.get("conf") is None or rec.get("in_use") or rec.get("keep") or rec.get("export") is None:
         return []
     best = max(rec.get("savings") or [], key=lambda s: s.get("peak_reserved_share") or 0, default=None)

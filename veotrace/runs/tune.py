@@ -313,6 +313,7 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     defaults when the trace does not say), trust per knob and robustness; or why there is none."""
     from veotrace.allocators.oomprobe import LEFT_OUT
     from veotrace.tuning.evaluate import part_peaks
+    from veotrace.tuning.program import reserved_unknown
     from veotrace.tuning.search import kept, robustness, savings, verdict
     from veotrace.tuning.space import export_lines
 
@@ -326,6 +327,9 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
                         f"{validation['share']:.1%} of the recorded device allocations, {validation['extra']} extra; "
                         "targets >= 95% and <= 5%): its predictions are not trusted here"),
                 "best_candidate": best}
+    unknown = reserved_unknown(req, seed, rows)
+    if unknown is not None:  # the input contradicts itself: nothing to recommend from
+        return {"conf": None, "trust": trust, "why": unknown["why"], "contradiction": unknown, "best_candidate": best}
     unreproduced = [o for o in in_use_ooms if (o.get("what_if") or {}).get("reproduced") is False]
     if unreproduced:
         o = unreproduced[0]

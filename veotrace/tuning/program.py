@@ -82,3 +82,27 @@ def program_releases(req, table) -> dict:
         if len(out["listed"]) < MAX_LISTED:
             out["listed"].append(run)
     return out
+
+
+def reserved_unknown(req, seed, rows: list[dict]) -> dict | None:
+    """The contradiction of a snapshot whose trace records no segment event (no ``segment_alloc``/``free``/
+    ``map``/``unmap``) yet holds more live bytes at once than the snapshot's segments reserve: no allocator
+    could have served the trace from those segments, so the segments of the trace's time were made and
+    released without a record (or the trace is not this snapshot's), and the reserved bytes over the trace
+    cannot be known. ``rows``: tune's finished candidates (their peak live bytes, the replay's). Returns
+    ``{"peak_live_bytes", "reserved_bytes", "segments", "why"}``, or None when the input holds together."""
+    from veotrace.findings.weigh import gib
+
+    if seed is None or not seed.segments or req.recorded or req.released:
+        return None
+    reserved = sum(s[2] for s in seed.segments)
+    live = max((r.get("peak_allocated_bytes") or 0 for r in rows if r.get("status") == "finished"), default=0)
+    if live <= reserved:
+        return None
+    return {"peak_live_bytes": int(live), "reserved_bytes": int(reserved), "segments": len(seed.segments),
+            "why": (f"the trace contradicts its snapshot: it holds up to {gib(live)} live at once while the "
+                    f"snapshot's {len(seed.segments):,} segments reserve {gib(reserved)}, and it records no segment "
+                    "event, so the segments that held it were made and released without a record (or the trace is "
+                    "not this snapshot's): the reserved bytes over the trace cannot be known, and no setting is "
+                    "recommended from it. Record with _record_memory_history() from the job's start (its segment "
+                    "events with it)")}

@@ -182,7 +182,7 @@ def kept(out: dict, base: dict, label: str, objective: str, *, has_settings: boo
                  "export": None, "python": None, "savings": [], "side_note": side,
                  **{k: base[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},
                  "why": (f"no setting lowers {what} by a margin that matters ({unit(v['margin'])} here: the larger of "
-                         f"{TUNE_MIN_GAIN_SHARE:.0%} of {label}'s and {floor}): keep "
+                         f"{TUNE_MIN_GAIN_SHARE:.0%} of {what} under {label} and {floor}): keep "
                          + ("the settings in use" if has_settings else
                             "the settings in use (the trace does not say which: PyTorch's defaults assumed)"))})
     return keep
