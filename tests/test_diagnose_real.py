@@ -101,6 +101,13 @@ def _released_windows(ws: list[dict], releases: list[dict]) -> list[bool]:
         out.append(any((r["first_ts_ns"] < w["end_ns"] and r["last_ts_ns"] >= w["start_ns"]) if w["start_ns"] is not None
                        else (r["first_entry"] <= last and r["last_entry"] >= first) for r in releases))
         first = last + 1
+    for i in range(len(out) - 1):  # the window just before the call: its end state is what the call released
+        starts = sum(w["events"] for w in ws[:i + 1])
+        if not out[i] and out[i + 1] and any(r["prev_device_event_entry"] <= starts - 1 < r["first_entry"] and (
+                (r["first_ts_ns"] < ws[i + 1]["end_ns"] and r["last_ts_ns"] >= ws[i + 1]["start_ns"])
+                if ws[i + 1]["start_ns"] is not None else r["first_entry"] <= starts + ws[i + 1]["events"] - 1)
+                for r in releases):
+            out[i] = True
     return out
 
 

@@ -90,9 +90,13 @@ def test_the_real_training_snapshot_names_the_backward_pass():
 
 # -- 2. the program's own empty_cache() --------------------------------------------------------------------
 
+#: The opening empty_cache() on a short run: the all-tie grid too (every setting's peak is the state before it).
+TIE = {"steps": 3, "step_s": 0.01}
+
+
 def test_the_state_the_program_released_is_a_note_not_the_top_finding(root):
-    path = _file(root, "opening_empty_cache")
-    _, truth = fa.opening_empty_cache()
+    path = _file(root, "opening_empty_cache", **TIE)
+    _, truth = fa.opening_empty_cache(**TIE)
     d = _json("diagnose", path)
     released = [f for f in d["findings"] if (f["evidence"].get("program_empty_cache") or {})]
     assert released and all(f["severity"] == NOTE for f in released)
@@ -103,6 +107,7 @@ def test_the_state_the_program_released_is_a_note_not_the_top_finding(root):
     assert not any(f["kind"] == "cached_free_at_peak" and f["severity"] != NOTE for f in d["findings"])
 
 
+@pytest.mark.slow  # a real diagnose (test_diagnose_real judges its top finding in the default suite)
 def test_the_real_opening_empty_cache_is_not_ranked_first():
     """kkaitlyn's full step opens with the program's empty_cache() (430 segment_free): the 28.65 GiB of free
     bytes outside the largest block before it were the top 'high' finding; now a note, and the top finding is
@@ -115,7 +120,7 @@ def test_the_real_opening_empty_cache_is_not_ranked_first():
 
 
 def test_diagnose_and_tune_agree_on_whether_a_setting_helps(root):
-    for path in (_file(root, "opening_empty_cache", steps=3, step_s=0.01), _file(root, "forward_pass")):
+    for path in (_file(root, "opening_empty_cache", **TIE), _file(root, "forward_pass")):
         t = _json("tune", path)["recommendation"]
         d = _json("diagnose", path)
         setting = [f for f in d["findings"] if f["kind"] == "allocator_setting"]
@@ -178,7 +183,7 @@ def test_notes_rank_last_and_never_fail_a_gate():
 # -- 4. a tie in tune ---------------------------------------------------------------------------------------
 
 def test_a_tie_keeps_the_settings_in_use_and_says_the_tie_breaker_aside(root):
-    path = _file(root, "opening_empty_cache", steps=3, step_s=0.01)
+    path = _file(root, "opening_empty_cache", **TIE)
     d = _json("tune", path)
     rec = d["recommendation"]
     rows = [r for r in d["candidates"] if r["status"] == "finished"]
@@ -236,6 +241,7 @@ def test_a_consistent_trace_without_segment_events_is_not_called_a_contradiction
 
 # -- 7. words -------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a real diagnose (test_diagnose_real checks the words on every real file in the default suite)
 def test_a_snapshot_without_times_says_where_fragmentation_starts_in_events():
     d = _json("diagnose", str(real_trace("cranberrii_memory_snapshot.pickle")))
     frag = [f for f in d["findings"] if f["kind"] == "fragmentation_crossing"]

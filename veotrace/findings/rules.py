@@ -161,7 +161,8 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
     FRAG_MIN_RUN x 2.
 
     Windows during the program's own ``empty_cache()`` (``Context.program_releases``: they hold its
-    releases) show the cache the program was giving back: they count as not fragmented, and when the
+    releases), and the window just before one whose end state is what the call released (no segment event
+    between), show the cache the program was giving back: they count as not fragmented, and when the
     worst of the first run was among them, that state is said as a note of its own. Without times, the
     windows are counted in trace events (axis ``event``: the first event of the run on its device)."""
     p = d.get("params") or {}
@@ -175,6 +176,10 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
         events = np.cumsum([0] + [w.get("events") or 0 for w in ws])  # each window's first event on the device
         releases = ctx.program_releases(dev)
         released = [_in_release(w, events[i], events[i + 1] - 1, releases) for i, w in enumerate(ws)]
+        for i in range(len(ws) - 1):  # the window just before the call, its end state the one the call released
+            r = released[i + 1]
+            if released[i] is None and r is not None and r["prev_device_event_entry"] <= events[i + 1] - 1 < r["first_entry"]:
+                released[i] = r
         raw = _crossing([bool(w.get("fragmented")) for w in ws])
         flags = [bool(w.get("fragmented")) and released[i] is None for i, w in enumerate(ws)]
         found = _crossing(flags)
