@@ -82,6 +82,15 @@ def test_fragmentation_by_site_names_the_backward_pass(root):
     assert BACKWARD_THREAD in r.stdout and "thread48.o" not in r.stdout
 
 
+def test_view_names_the_backward_pass(root, tmp_path):
+    out = tmp_path / "view.html"
+    r = run_cli("view", _file(root, "backward_thread"), "-o", out)
+    assert r.exit_code == 0, r.stderr
+    html = out.read_text()
+    assert BACKWARD_THREAD in html and "thread48.o:0" not in html
+
+
+@pytest.mark.slow  # a real sites run (a few seconds on a busy machine)
 def test_the_real_training_snapshot_names_the_backward_pass():
     d = _json("sites", str(real_trace("cranberrii_memory_snapshot.pickle")))
     names = {r["site"] for v in d["devices"].values() for p in v["peaks"].values() for r in p.get("sites", [])}
@@ -251,6 +260,20 @@ def test_a_snapshot_without_times_says_where_fragmentation_starts_in_events():
     assert "from then to the end" not in r.stdout and "event 0" in r.stdout
 
 
+def test_fragmentation_without_times_says_the_event_it_starts_at():
+    from veotrace.findings.rules import fragmentation
+
+    ctx = Context("run.pickle", "veotrace fragmentation run.pickle", t0_ns=None)
+    free = 1 << 30
+    ws = [{"window": k, "device": 0, "start_ns": None, "end_ns": None, "events": 1000, "external_frag": x,
+           "fragmented": x > 0.35, "free_bytes": free, "largest_free_bytes": round(free * (1 - x)),
+           "reserved_bytes": 4 * free} for k, x in enumerate([0.1, 0.5, 0.6, 0.7, 0.8])]
+    (f,) = fragmentation({"params": {"threshold": 0.65}, "windows": ws}, ctx)
+    assert f.axis == "event" and f.start == 1000 and "from event 1,000 (window 1 of 5" in f.title
+    assert "from then to the end" not in f.title
+
+
+@pytest.mark.slow  # a real tune run
 def test_tune_says_the_defaults_once():
     r = run_cli("tune", real_trace("cranberrii_memory_snapshot.pickle"))
     assert "(PyTorch defaults)" not in r.stdout.replace("\n", " ").split("against the settings in use")[1][:120]
