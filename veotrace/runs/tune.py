@@ -45,6 +45,8 @@ class TuneRun(RunResult):
         out = [("recommendation", rec["export"] or rec["why"]), ("predicted peak reserved", rec["peak_reserved_bytes"])]
         for s in rec["savings"]:
             out.append((f"saves against {s['against']}", s["peak_reserved_bytes"]))
+        if rec.get("side_note"):  # the tie-breaker: under the margin, not a gain
+            out.append(("side note", rec["side_note"]["text"]))
         return out
 
     def render(self, console, *, max_rows: int = 40) -> None:
