@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import pickle
 from functools import lru_cache
 
@@ -200,7 +201,7 @@ def test_a_tie_keeps_the_settings_in_use_and_says_the_tie_breaker_aside(root):
     assert rec["keep"] and rec["in_use"] and rec["export"] is None and rec["savings"] == []
     side = rec["side_note"]
     assert side["export"].startswith("export PYTORCH_CUDA_ALLOC_CONF=") and side["gain"] == 0
-    assert side["margin"] == max(TUNE_MIN_GAIN_BYTES, -(-rec["peak_reserved_bytes"] * TUNE_MIN_GAIN_SHARE // 1))
+    assert side["margin"] == max(TUNE_MIN_GAIN_BYTES, math.ceil(rec["peak_reserved_bytes"] * TUNE_MIN_GAIN_SHARE))
     assert "fewer device allocations" in side["text"] or "more device allocations" in side["text"]
     r = run_cli("tune", path)
     assert "Keep the settings in use" in r.stdout and "Recommended" not in r.stdout and "side note" in r.stdout
@@ -302,3 +303,21 @@ def test_dir_lists_each_name_once():
         getattr(veotrace, name)
     counts = collections.Counter(dir(veotrace))
     assert not [k for k, n in counts.items() if n > 1]
+
+
+def test_the_verdict_is_a_gain_only_past_the_margin_or_when_the_baseline_does_not_fit():
+    from veotrace.tuning.search import margin, verdict
+
+    def row(i, peak, ooms=0):
+        return {"id": i, "status": "finished", "peak_reserved_bytes": peak, "device_allocs": 10, "flushes": 0,
+                "ooms": ooms}
+
+    base = row(0, 10 << 30)
+    assert margin(base) == max(TUNE_MIN_GAIN_BYTES, math.ceil((10 << 30) * TUNE_MIN_GAIN_SHARE))
+    assert margin(row(0, 100 << 20)) == TUNE_MIN_GAIN_BYTES  # one large segment under a small peak
+    assert not verdict(row(1, (10 << 30) - margin(base) + 1), base)["helps"]
+    assert verdict(row(1, (10 << 30) - margin(base)), base)["helps"]
+    assert not verdict(row(1, 10 << 30), base)["helps"]  # a tie on the objective: no gain, whatever the tie-breaker
+    # a baseline that runs into a recorded OOM under the capacity cannot be kept: fitting is the gain
+    assert verdict(row(1, (11 << 30)), row(0, 10 << 30, ooms=1), capacity=12 << 30)["helps"]
+    assert verdict(row(1, 10 << 30), None)["helps"]  # nothing to compare with

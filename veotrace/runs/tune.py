@@ -357,7 +357,7 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     # savings against what the job ran with: the settings in use when the trace says, else PyTorch's defaults
     against = [(label, b) for label, b in base_rows if b["status"] == "finished" and (in_use is None or b.get("in_use"))]
     out["savings"] = [] if out["in_use"] else [dict(savings(rec, b), baseline=label) for label, b in against]
-    out["verdict"] = verdict(rec, against[0][1] if against else None, objective)
+    out["verdict"] = verdict(rec, against[0][1] if against else None, objective, limit)
     if not out["in_use"] and not out["verdict"]["helps"]:  # under the margin: keep the settings in use
         label, base = against[0]
         rec, cand = base, cands[base["id"]]

@@ -146,14 +146,19 @@ def margin(base: dict, objective: str = "peak-reserved") -> int:
     return max(floor, int(-(-base[key] * TUNE_MIN_GAIN_SHARE // 1)))
 
 
-def verdict(rec: dict, base: dict | None, objective: str = "peak-reserved") -> dict:
+def verdict(rec: dict, base: dict | None, objective: str = "peak-reserved", capacity=None) -> dict:
     """Whether ``rec`` (the rule's pick) is a gain over ``base`` (the settings in use, or PyTorch's defaults
     when the trace does not say): ``{"gain", "margin", "objective", "helps"}``; ``helps`` is False when the
     objective improves by less than :func:`margin` (a tie, or a difference that does not matter), and
-    True without a baseline to compare with."""
+    True without a baseline to compare with, or when the baseline cannot be chosen itself (it does not fit
+    ``capacity``: a recorded OOM it runs into, or it is known to misbehave): then fitting is the gain."""
     if base is None or rec["id"] == base["id"]:
         return {"objective": objective, "gain": 0, "margin": None if base is None else margin(base, objective),
                 "helps": base is None}
+    if not choosable(base, capacity):
+        return {"objective": objective, "gain": int(base[OBJECTIVES[objective]] - rec[OBJECTIVES[objective]]),
+                "margin": margin(base, objective), "helps": True,
+                "why": "the baseline does not fit (an OOM under the capacity) or is known to misbehave"}
     key = OBJECTIVES[objective]
     gain, need = base[key] - rec[key], margin(base, objective)
     return {"objective": objective, "gain": int(gain), "margin": need, "helps": gain >= need}
