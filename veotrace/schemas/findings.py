@@ -13,7 +13,7 @@ FINDINGS = tagged(
     [
         pa.field("rank", pa.int64(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),  # entropy_trend, fragmentation_crossing, l2_break, ...
-        pa.field("severity", pa.string(), nullable=False),  # high, medium, low (by score)
+        pa.field("severity", pa.string(), nullable=False),  # high, medium, low (by score); note (why: evidence "note")
         pa.field("score", pa.float64(), nullable=False),  # impact x confidence
         pa.field("impact", pa.float64(), nullable=False),
         pa.field("confidence", pa.float64(), nullable=False),
