@@ -447,17 +447,15 @@ HELD_TOP = 3
 def held(dev, v: dict, ctx: Context) -> list[Finding]:
     """Who holds the memory of a device whose trace allocates nothing (the trace's own peak is 0 bytes: the
     end state is the only state): the live bytes by site, largest first, the sites that name no line of
-    code (no stack, allocated before the trace) said apart. Impact: the live bytes against the device's
+    code (no stack, internal frames only) said apart. Impact: the live bytes against the device's
     scale (``weigh.impact``); confidence 0.9 (the snapshot's own blocks)."""
     own = ((v.get("peaks") or {}).get("allocated") or {}).get("trace_own")
     end = v.get("end") or {}
     total = end.get("allocated_bytes") or 0
     if own is None or own.get("bytes") or not total:
         return []
-    from veotrace.attribution.stacks import LABELS
-
     rows = end.get("sites") or []
-    named = [r for r in rows if r["site"] not in LABELS and not r["site"].startswith("(")]
+    named = [r for r in rows if not r["site"].startswith("(")]  # a line of code, or the backward pass
     unnamed = sum(r["bytes"] for r in rows if r not in named)
     if not named:
         return []
@@ -468,7 +466,8 @@ def held(dev, v: dict, ctx: Context) -> list[Finding]:
     return [Finding("held_at_snapshot", f"device {dev}: {gib(total)} live when the snapshot was taken (its trace "
                     f"allocates nothing: this state is all it holds): " + "; ".join(parts)
                     + (f"; {more:,} more sites" if more > 0 else "")
-                    + (f"; {gib(unnamed)} without a line of code (no stack recorded)" if unnamed else "")
+                    + (f"; {gib(unnamed)} with no line of code to name (no stack recorded, or internal frames "
+                       "only)" if unnamed else "")
                     + (f"; {gib(reserved)} reserved, {gib(free)} of it free" if reserved else ""),
                     ctx.source, "none", None, None, impact(total, total), 0.9,
                     {"device": dev, "allocated_bytes": total, "reserved_bytes": reserved, "free_bytes": free,
