@@ -63,7 +63,9 @@ def _fragmentation(f, ev, d):
     k = [w["window"] for w in ws].index(ev["first_window"])
     run = ws[k:k + ev["windows_in_a_row"]]
     # windows during the program's own empty_cache() count as not fragmented (its release, not the run's state)
-    gave = _released_windows(ws, _releases(f["command"], ev["device"]))
+    runs = ev["program_empty_cache_runs"]  # the program's own empty_cache() calls (tune's JSON, when there are some)
+    assert not runs or runs == _releases(f["command"], ev["device"])
+    gave = _released_windows(ws, runs)
     assert sum(gave) == ev["windows_in_program_empty_cache"]
     flags = [w["fragmented"] and not g for w, g in zip(ws, gave)]
     assert all(flags[k:k + len(run)]) and (k + len(run) == len(ws) or not flags[k + len(run)])

@@ -216,7 +216,8 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
              "external_frag_range": [min(w["external_frag"] for w in flagged), max(w["external_frag"] for w in flagged)],
              "worst_window": worst["window"], "free_bytes": worst.get("free_bytes"),
              "largest_free_bytes": worst.get("largest_free_bytes"), "device_peak_bytes": peak,
-             "windows_in_program_empty_cache": sum(r is not None for r in released)},
+             "windows_in_program_empty_cache": sum(r is not None for r in released),
+             "program_empty_cache_runs": releases},
             ctx.command, "see which live blocks strand the free space (veotrace sites); "
             + (ctx.tune_says() or "what a setting saves: veotrace tune"), bytes_at_stake=at_stake))
     return out
