@@ -67,4 +67,7 @@ def findings_markdown(result) -> str:
         if x.suggestion and x.severity not in ("low", "note"):  # low ones are in the table; their advice would drown the rest
             lines.append(f"- **{x.title}**: {x.suggestion} (`{x.command}`)")
             lines += [f"  - note: {n}" for n in x.notes]
+    for x in result.findings:
+        if x.note:  # why it is a note, not a problem of the run
+            lines.append(f"- *note*, not ranked as a problem: {x.title}: {x.note}")
     return "\n".join(lines) + "\n"
