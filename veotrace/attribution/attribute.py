@@ -333,7 +333,14 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
     own, own_peak, before_live = [0, 0], {"allocated": (0, -1, None), "requested": (0, -1, None)}, set(pre)
     reserved = array("q", [0]) if segs else None
     res = 0
+    run, largest = None, None  # the run of segment releases going on, and the largest by bytes: [first, last, bytes]
     for i, (act, a, n, t, bsize, code) in enumerate(_sized(traces.rows(d, names), final, last_alloc)):
+        if reserved is not None:
+            if act in RELEASE_OPS:
+                run = [i, i, n] if run is None else [run[0], i, run[2] + n]
+            elif run is not None:
+                largest = run if largest is None or run[2] > largest[2] else largest
+                run = None
         if act == "alloc":
             old = blocks.pop(a, None)
             if old is not None:
@@ -367,6 +374,8 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             reserved.append(res)
     if reserved is not None:  # reserved bytes from the final segments back through the trace's segment events
         levels["reserved"] = array("q", (r + end_reserved - seg_net for r in reserved))
+        if run is not None:
+            largest = run if largest is None or run[2] > largest[2] else largest
     at = {k: int(np.argmax(np.frombuffer(v, np.int64))) for k, v in levels.items()} if peaks else {}  # first maximum
     # pass 3: the live blocks by site at each peak, and the time of the entry each is reached at
     rows = _sized(traces.rows(d, names), final, last_alloc)
@@ -381,12 +390,31 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
                        "requested_bytes": int(levels["requested"][idx]), "reserved_bytes": r,
                        "cached_free_bytes": None if r is None else r - int(levels["allocated"][idx]),
                        "sites": _rows(sites, names, total)}
+    if "reserved" in found and largest is not None and largest[1] + 2 < len(levels["reserved"]):
+        # the peak reserved after the largest run of releases (an empty_cache() of most of the cache, say):
+        # the state the run itself reached once that cache was gone
+        after = np.frombuffer(levels["reserved"], np.int64)[largest[1] + 2:]
+        idx = largest[1] + 2 + int(np.argmax(after))
+        t = _time_of(traces.rows(d, names), idx - 1)
+        r, al = int(levels["reserved"][idx]), int(levels["allocated"][idx])
+        found["reserved"]["after_largest_release"] = {
+            "release": {"first_entry": largest[0], "last_entry": largest[1], "bytes": largest[2]},
+            "at_entry": idx - 1, "t_s": None if t is None or t0 is None else (t - t0) / 1e6, "bytes": r,
+            "allocated_bytes": al, "cached_free_bytes": r - al}
     for kind, (b, idx, t) in own_peak.items():
         if kind in found:  # the peak with the blocks live before the trace, and the trace's own
             found[kind]["before_trace_bytes"] = sum(v[0 if kind == "allocated" else 1] for v in pre.values())
             found[kind]["trace_own"] = {"bytes": b, "at_entry": idx,
                                         "t_s": None if t is None or t0 is None else (t - t0) / 1e6}
     return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, levels["allocated"], final)
+
+
+def _time_of(rows, entry: int) -> int | None:
+    """The time_us of trace entry ``entry`` (None without one)."""
+    for i, row in enumerate(rows):
+        if i == entry:
+            return row[3] if isinstance(row[3], int) else None
+    return None
 
 
 def _own(own: list, block: tuple, a: int, before_live: set, sign: int) -> None:

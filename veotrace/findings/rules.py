@@ -397,7 +397,8 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
 
     A peak reserved that the program's own ``empty_cache()`` released next (no segment event of the
     device between the peak and that call: ``Context.program_releases``) is the cache the program gave
-    back itself: said as a note, not the run's problem. A snapshot whose trace allocates nothing (an
+    back itself: said as a note, not the run's problem; the run's own peak reserved after that call (sites'
+    ``after_largest_release``, when the call is that largest run of releases) is weighed instead. A snapshot whose trace allocates nothing (an
     OOM dump, a ``memory_snapshot()`` taken alone) has one state, the end: who holds its memory then is
     the finding (``held_at_snapshot``, :func:`held`)."""
     out = []
@@ -421,6 +422,19 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                                               "(veotrace tune)"), bytes_at_stake=cached)
             out.append(f.as_note("the program's own empty_cache() released this cache: not a problem of the run")
                        if gave else f)
+            after = peak.get("after_largest_release") or {}
+            if gave and after and after["release"]["first_entry"] == gave["first_entry"] and after.get("bytes") and \
+                    (after.get("cached_free_bytes") or 0) >= CACHED_MIN_SHARE * after["bytes"]:
+                # the run's own peak once the program's cache was gone: its cached-but-free bytes are the run's
+                cached = after["cached_free_bytes"]
+                out.append(Finding(
+                    "cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak reserved of "
+                    f"{gib(after['bytes'])} ({cached / after['bytes']:.0%}) after the program's own empty_cache()",
+                    ctx.source, "time", ctx.since_first(after.get("t_s")), None, impact(cached, scale), 0.9,
+                    {"device": dev, "peak_reserved_bytes": after["bytes"], "cached_free_bytes": cached,
+                     "share": cached / after["bytes"], "at_entry": after.get("at_entry"), "after_program_empty_cache":
+                     gave}, ctx.command, ctx.tune_says() or "an allocator setting that reuses the cache better "
+                                                           "(veotrace tune)", bytes_at_stake=cached))
         pin = v.get("pinning") or {}
         # sites gives the peak reserved when the trace records segment events, else the peak allocated (its
         # end state has no reserved total)
