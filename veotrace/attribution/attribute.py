@@ -377,9 +377,13 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
         if run is not None:
             largest = run if largest is None or run[2] > largest[2] else largest
     at = {k: int(np.argmax(np.frombuffer(v, np.int64))) for k, v in levels.items()} if peaks else {}  # first maximum
+    after_idx = None  # the peak reserved after the largest run of releases (an empty_cache() of most of the cache)
+    if "reserved" in at and largest is not None and largest[1] + 2 < len(levels["reserved"]):
+        after_idx = largest[1] + 2 + int(np.argmax(np.frombuffer(levels["reserved"], np.int64)[largest[1] + 2:]))
     # pass 3: the live blocks by site at each peak, and the time of the entry each is reached at
     rows = _sized(traces.rows(d, names), final, last_alloc)
-    by_peak, times = _by_site_at(rows, pre, free_op, sorted(set(at.values()))) if at else ({}, {})
+    wanted = sorted(set(at.values()) | ({after_idx} if after_idx is not None else set()))
+    by_peak, times = _by_site_at(rows, pre, free_op, wanted) if at else ({}, {})
     found = {}
     for kind, idx in at.items():
         sites, total = by_peak[idx]
@@ -390,12 +394,10 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
                        "requested_bytes": int(levels["requested"][idx]), "reserved_bytes": r,
                        "cached_free_bytes": None if r is None else r - int(levels["allocated"][idx]),
                        "sites": _rows(sites, names, total)}
-    if "reserved" in found and largest is not None and largest[1] + 2 < len(levels["reserved"]):
+    if after_idx is not None:
         # the peak reserved after the largest run of releases (an empty_cache() of most of the cache, say):
         # the state the run itself reached once that cache was gone
-        after = np.frombuffer(levels["reserved"], np.int64)[largest[1] + 2:]
-        idx = largest[1] + 2 + int(np.argmax(after))
-        t = _time_of(traces.rows(d, names), idx - 1)
+        idx, t = after_idx, times.get(after_idx)
         r, al = int(levels["reserved"][idx]), int(levels["allocated"][idx])
         found["reserved"]["after_largest_release"] = {
             "release": {"first_entry": largest[0], "last_entry": largest[1], "bytes": largest[2]},
@@ -407,14 +409,6 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             found[kind]["trace_own"] = {"bytes": b, "at_entry": idx,
                                         "t_s": None if t is None or t0 is None else (t - t0) / 1e6}
     return _Replay(found, pre, last_alloc, free_op, alloc_time, alloc_site, levels["allocated"], final)
-
-
-def _time_of(rows, entry: int) -> int | None:
-    """The time_us of trace entry ``entry`` (None without one)."""
-    for i, row in enumerate(rows):
-        if i == entry:
-            return row[3] if isinstance(row[3], int) else None
-    return None
 
 
 def _own(own: list, block: tuple, a: int, before_live: set, sign: int) -> None:
