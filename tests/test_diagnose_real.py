@@ -62,20 +62,77 @@ def _fragmentation(f, ev, d):
     ws = [w for w in d["windows"] if w["device"] == ev["device"]]
     k = [w["window"] for w in ws].index(ev["first_window"])
     run = ws[k:k + ev["windows_in_a_row"]]
-    assert all(w["fragmented"] for w in run) and (k + len(run) == len(ws) or not ws[k + len(run)]["fragmented"])
+    # windows during the program's own empty_cache() count as not fragmented (its release, not the run's state)
+    runs = ev["program_empty_cache_runs"]  # the program's own empty_cache() calls (tune's JSON, when there are some)
+    assert not runs or runs == _releases(f["command"], ev["device"])
+    gave = _released_windows(ws, runs)
+    assert sum(gave) == ev["windows_in_program_empty_cache"]
+    flags = [w["fragmented"] and not g for w, g in zip(ws, gave)]
+    assert all(flags[k:k + len(run)]) and (k + len(run) == len(ws) or not flags[k + len(run)])
     assert all(w["external_frag"] > 1 - p["threshold"] for w in run)  # what "fragmented" means, window by window
     assert ev["external_frag_range"] == [min(w["external_frag"] for w in run), max(w["external_frag"] for w in run)]
     worst = next(w for w in run if w["window"] == ev["worst_window"])
     assert f["bytes_at_stake"] == worst["free_bytes"] - worst["largest_free_bytes"] == max(
         w["free_bytes"] - w["largest_free_bytes"] for w in run)
-    assert ev["stays"] == all(w["fragmented"] for w in ws[k:])
+    assert ev["stays"] == all(flags[k:])
+    assert ("from then to the end" in f["title"]) == (ev["stays"] and f["axis"] == "time")
     assert f["impact"] == pytest.approx(impact(f["bytes_at_stake"], ev["device_peak_bytes"]), abs=1e-4)
 
 
 def _cached(f, ev, d):
     peak = d["devices"][ev["device"]]["peaks"]["reserved"]
+    if ev.get("after_program_empty_cache"):  # the run's own peak once the program's empty_cache() gave its cache back
+        peak = peak["after_largest_release"]
+        assert peak["release"]["first_entry"] == ev["after_program_empty_cache"]["first_entry"]
     assert (ev["peak_reserved_bytes"], ev["cached_free_bytes"]) == (peak["bytes"], peak["cached_free_bytes"])
     assert f["bytes_at_stake"] == peak["cached_free_bytes"]
+    gave = ev.get("program_empty_cache")
+    if gave:  # the program's own empty_cache() released the state of the peak: a note, with that call's numbers
+        assert f["severity"] == "note" and gave in _releases(f["command"], ev["device"])
+        assert gave["prev_device_event_entry"] <= peak["at_entry"] < gave["first_entry"]
+
+
+def _releases(command: str, device) -> list[dict]:
+    """The program's own empty_cache() runs on ``device`` that tune (on the same file) lists."""
+    d, _ = _run("veotrace tune " + shlex.join(shlex.split(command)[2:]))
+    return [r for r in d["params"]["program_releases"]["listed"] if str(r["device"]) == str(device)]
+
+
+def _released_windows(ws: list[dict], releases: list[dict]) -> list[bool]:
+    """Which windows hold one of the program's own empty_cache() runs (by time, else by their events)."""
+    out, first = [], 0
+    for w in ws:
+        last = first + w["events"] - 1
+        out.append(any((r["first_ts_ns"] < w["end_ns"] and r["last_ts_ns"] >= w["start_ns"]) if w["start_ns"] is not None
+                       else (r["first_entry"] <= last and r["last_entry"] >= first) for r in releases))
+        first = last + 1
+    for i in range(len(out) - 1):  # the window just before the call: its end state is what the call released
+        starts = sum(w["events"] for w in ws[:i + 1])
+        if not out[i] and out[i + 1] and any(r["prev_device_event_entry"] <= starts - 1 < r["first_entry"] and (
+                (r["first_ts_ns"] < ws[i + 1]["end_ns"] and r["last_ts_ns"] >= ws[i + 1]["start_ns"])
+                if ws[i + 1]["start_ns"] is not None else r["first_entry"] <= starts + ws[i + 1]["events"] - 1)
+                for r in releases):
+            out[i] = True
+    return out
+
+
+def _released(f, ev, d):
+    w = next(w for w in d["windows"] if w["device"] == ev["device"] and w["window"] == ev["window"])
+    assert f["severity"] == "note" and f["bytes_at_stake"] == w["free_bytes"] - w["largest_free_bytes"]
+    assert ev["program_empty_cache"] in _releases(f["command"], ev["device"])
+
+
+def _held(f, ev, d):
+    v = d["devices"][str(ev["device"])]
+    assert v["peaks"]["allocated"]["trace_own"]["bytes"] == 0  # the trace allocates nothing: the end is all there is
+    assert f["bytes_at_stake"] == ev["allocated_bytes"] == v["end"]["allocated_bytes"]
+    named = [r for r in v["end"]["sites"] if not r["site"].startswith("(")]
+    assert ev["sites"][0] == named[0] and named[0]["site"].split("/")[-1] in f["title"]
+
+
+def _contradiction(f, ev, d):
+    rec = d["recommendation"]
+    assert rec["conf"] is None and rec["contradiction"] == ev and ev["peak_live_bytes"] > ev["reserved_bytes"]
 
 
 def _pinning(f, ev, d):
@@ -131,7 +188,8 @@ def _coherence(f, ev, d):
 
 CHECKS = {"fragmentation_crossing": _fragmentation, "cached_free_at_peak": _cached, "pinning_site": _pinning,
           "recorded_oom": _oom, "allocator_setting": _setting, "entropy_trend": _entropy, "burst_cluster": _bursts,
-          "l2_break": _l2, "address_flow_correlation": _correlate, "coherence_onset": _coherence}
+          "l2_break": _l2, "address_flow_correlation": _correlate, "coherence_onset": _coherence,
+          "fragmentation_released": _released, "held_at_snapshot": _held, "input_contradiction": _contradiction}
 
 
 def _diagnosed(paths) -> dict:
@@ -151,6 +209,43 @@ def test_every_finding_on_a_real_file_says_what_its_command_says(name):
     assert all(f["bytes_at_stake"] for f in memory)
     # no burst finding on a trace of a few seconds: evenly spread allocations would be as bursty
     assert not [f for f in out["findings"] if f["kind"] == "burst_cluster" and f["evidence"]["span_s"] < 3]
+    _acted_on(name, out)
+
+
+#: Site labels that name no line of code a person could change.
+UNACTIONABLE_SITES = ("(no stack recorded)", "(only internal frames)", "(allocated before the trace)", "??:", ".o:")
+
+
+def _acted_on(name: str, out: dict) -> None:
+    """The top finding is one a person would act on (issue 49). Judged by these rules, each from the
+    finding's JSON and the JSON of the commands it names:
+    - it is not a note (a trend over one pass, the state before the program's own ``empty_cache()``), nor
+      about a state the program released itself (``program_empty_cache`` in its evidence);
+    - it says what to try (a suggestion);
+    - a site it names is a line of code (``file:line function``, or the backward pass), never a label
+      for no stack, internal frames only, or a C/C++ frame;
+    - an allocator setting it names (in its title or suggestion) is the one ``tune`` recommends on the same
+      file (never one tune keeps out: a tie, a gain under the margin, an unreadable trace);
+    - a trend or burst on top spans at least FINDING_MIN_SPAN_S.
+    A PyTorch snapshot always has a top finding (an OOM dump without a trace included)."""
+    from veotrace.defaults import FINDING_MIN_SPAN_S
+
+    if name.endswith((".pickle", ".pkl")):
+        assert out["findings"], f"{name}: no finding"
+    if not out["findings"]:
+        return
+    top = out["findings"][0]
+    assert top["severity"] != "note" and not top["evidence"].get("program_empty_cache"), top["title"]
+    assert top["suggestion"], top["title"]
+    site = top["evidence"].get("site") or ((top["evidence"].get("sites") or [{}])[0]).get("site")
+    if site is not None:
+        assert not any(bad in site for bad in UNACTIONABLE_SITES), site
+    said = f"{top['title']} {top['suggestion']}"
+    if "PYTORCH_CUDA_ALLOC_CONF" in said:
+        rec = _run("veotrace tune " + shlex.join(shlex.split(top["command"])[2:]))[0]["recommendation"]
+        assert rec["export"] and not rec.get("keep") and rec["export"] in said
+    if top["kind"] in ("entropy_trend", "burst_cluster"):
+        assert top["evidence"]["span_s"] >= FINDING_MIN_SPAN_S
 
 
 @pytest.mark.parametrize("name", NOTHING)

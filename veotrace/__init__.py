@@ -36,4 +36,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted({*globals(), *__all__})  # each name once (a function looked up is a global too)

@@ -109,6 +109,20 @@ DIAGNOSE_HOLD_BYTES = 2 << 30  # alloc/free events diagnose keeps from its descr
 REPORT_MAX_LAG = 3  # lags its correlate section draws, when the series is long enough (10x)
 REPORT_POLICIES = ("torch", "bestfit", "ideal")  # its simulate section (all seven take several times longer)
 
+# the first answer: when tune's best setting is a gain, and when diagnose's trend and burst findings can matter
+# A setting beats the settings in use only when it lowers the objective by at least the larger of: this share of
+# the baseline's value and, for bytes, one large segment (PyTorch's kLargeBuffer, 20 MiB), for counts, one. Under
+# it the headline is "keep the settings in use" and the best setting is a side note with its numbers (smaller
+# differences are within what the model does not know: the CUDA context, other processes).
+TUNE_MIN_GAIN_SHARE = 0.01
+TUNE_MIN_GAIN_BYTES = 20 << 20
+# A trend (entropy) or burst finding is ranked only over a run at least this long, with at least as many windows
+# holding events (a trend) or bursts: a shorter trace is one pass or a few steps, whose shape within is what such a
+# pass looks like, not a drift a long job would feel. Else it is a note.
+FINDING_MIN_SPAN_S = 60.0
+FINDING_MIN_WINDOWS = 10
+FINDING_MIN_BURSTS = 20
+
 # sites
 SITES_DEPTH = 1  # user frames that name an allocation site (--site-depth)
 SITES_TOP = 10  # sites shown per table in the terminal (JSON and CSV keep every one)

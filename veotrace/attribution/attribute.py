@@ -170,10 +170,13 @@ def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], sn
     end = {"allocated_bytes": total, "sites": _rows(by_site, names, total)}
     pins: dict[int, dict] = {}
     segments, stranded_total = [], 0
+    reserved = free_total = 0  # the device's segments at the end: what they reserve, and of it free
     for i, seg in enumerate(snap.segments):
         if (seg.get("device") if isinstance(seg.get("device"), int) else 0) != d:
             continue
         free = sum(b["size"] for b in seg.get("blocks", ()) if b.get("state") not in LIVE_STATES)
+        reserved += seg.get("total_size") or 0
+        free_total += free
         held = held_by.get(i, [])
         if not free or not held:
             continue
@@ -208,6 +211,7 @@ def _end(live: dict[int, tuple], names: Interner, alloc_time: dict[int, int], sn
                      "allocated_before_trace": p["before_trace"]})
     rows.sort(key=lambda r: (-r["stranded_bytes"], -r["sole_bytes"], r["site"]))
     segments.sort(key=lambda r: -r["free_bytes"])
+    end.update(reserved_bytes=reserved or None, free_bytes=free_total if reserved else None)
     return {"end": end, "pinning": {"stranded_bytes": stranded_total, "segments": len(segments),
                                     "sites": rows, "top_segments": segments[:20]}}
 
@@ -329,7 +333,14 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
     own, own_peak, before_live = [0, 0], {"allocated": (0, -1, None), "requested": (0, -1, None)}, set(pre)
     reserved = array("q", [0]) if segs else None
     res = 0
+    run, largest = None, None  # the run of segment releases going on, and the largest by bytes: [first, last, bytes]
     for i, (act, a, n, t, bsize, code) in enumerate(_sized(traces.rows(d, names), final, last_alloc)):
+        if reserved is not None:
+            if act in RELEASE_OPS:
+                run = [i, i, n] if run is None else [run[0], i, run[2] + n]
+            elif run is not None:
+                largest = run if largest is None or run[2] > largest[2] else largest
+                run = None
         if act == "alloc":
             old = blocks.pop(a, None)
             if old is not None:
@@ -363,10 +374,16 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
             reserved.append(res)
     if reserved is not None:  # reserved bytes from the final segments back through the trace's segment events
         levels["reserved"] = array("q", (r + end_reserved - seg_net for r in reserved))
+        if run is not None:
+            largest = run if largest is None or run[2] > largest[2] else largest
     at = {k: int(np.argmax(np.frombuffer(v, np.int64))) for k, v in levels.items()} if peaks else {}  # first maximum
+    after_idx = None  # the peak reserved after the largest run of releases (an empty_cache() of most of the cache)
+    if "reserved" in at and largest is not None and largest[1] + 2 < len(levels["reserved"]):
+        after_idx = largest[1] + 2 + int(np.argmax(np.frombuffer(levels["reserved"], np.int64)[largest[1] + 2:]))
     # pass 3: the live blocks by site at each peak, and the time of the entry each is reached at
     rows = _sized(traces.rows(d, names), final, last_alloc)
-    by_peak, times = _by_site_at(rows, pre, free_op, sorted(set(at.values()))) if at else ({}, {})
+    wanted = sorted(set(at.values()) | ({after_idx} if after_idx is not None else set()))
+    by_peak, times = _by_site_at(rows, pre, free_op, wanted) if at else ({}, {})
     found = {}
     for kind, idx in at.items():
         sites, total = by_peak[idx]
@@ -377,6 +394,15 @@ def _replay(traces, d: int, final: dict[int, tuple], names: Interner, t0, end_re
                        "requested_bytes": int(levels["requested"][idx]), "reserved_bytes": r,
                        "cached_free_bytes": None if r is None else r - int(levels["allocated"][idx]),
                        "sites": _rows(sites, names, total)}
+    if after_idx is not None:
+        # the peak reserved after the largest run of releases (an empty_cache() of most of the cache, say):
+        # the state the run itself reached once that cache was gone
+        idx, t = after_idx, times.get(after_idx)
+        r, al = int(levels["reserved"][idx]), int(levels["allocated"][idx])
+        found["reserved"]["after_largest_release"] = {
+            "release": {"first_entry": largest[0], "last_entry": largest[1], "bytes": largest[2]},
+            "at_entry": idx - 1, "t_s": None if t is None or t0 is None else (t - t0) / 1e6, "bytes": r,
+            "allocated_bytes": al, "cached_free_bytes": r - al}
     for kind, (b, idx, t) in own_peak.items():
         if kind in found:  # the peak with the blocks live before the trace, and the trace's own
             found[kind]["before_trace_bytes"] = sum(v[0 if kind == "allocated" else 1] for v in pre.values())

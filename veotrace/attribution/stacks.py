@@ -15,12 +15,23 @@ import re
 from dataclasses import dataclass, field
 
 #: Frames whose file matches this are internal: PyTorch's package, the standard library (a
-#: ``lib/pythonX.Y/`` not under site-packages), frozen and generated modules, C/C++ frames.
+#: ``lib/pythonX.Y/`` not under site-packages), frozen and generated modules, C/C++ frames (a source file,
+#: or, where the unwinder found no source, the object or library the code is in: libstdc++'s
+#: ``execute_native_thread_routine`` comes as ``thread48.o``).
 DEFAULT_INTERNAL = (r"([\\/]torch[\\/]|[\\/]lib[\\/]python3\.\d+[\\/](?!site-packages)|^<|^\?\?$|"
-                    r"\.(c|cc|cpp|cu|cuh|h|hpp)$|^$)")
+                    r"\.(c|cc|cpp|cxx|cu|cuh|h|hh|hpp|o|a|so|dylib|dll)(\.\d+)*$|^$)")
 #: The site of an entry without frames, and of one whose every frame is internal.
 NO_FRAMES = "(no stack recorded)"
 ALL_INTERNAL = "(only internal frames)"
+#: The site of a stack of internal frames only that runs on the autograd engine's thread: the gradients
+#: and their temporaries made by the backward pass (no Python frame: the engine's own C++ thread).
+BACKWARD_THREAD = "backward pass (autograd engine thread)"
+#: Frame names that show the autograd engine's thread (``torch/csrc/autograd/engine.cpp``,
+#: ``python_engine.cpp``): its loop, its start, a node it evaluates.
+AUTOGRAD_ENGINE = re.compile(r"torch::autograd::(python::PythonEngine::thread_init|Engine::thread_main|"
+                             r"Engine::thread_init|Engine::evaluate_function|Engine::execute_with_graph_task)")
+#: Sites that name no line of the user's code (the labels above).
+LABELS = (NO_FRAMES, ALL_INTERNAL, BACKWARD_THREAD)
 #: Blocks live before the trace started (its ring buffer dropped their alloc entries).
 BEFORE_TRACE = "(allocated before the trace)"
 
@@ -51,7 +62,42 @@ class SiteRule:
             user.append(f"{filename}:{f.get('line', '?')} {f.get('name', '?')}")
             if len(user) >= self.depth:
                 break
-        return " < ".join(user) if user else ALL_INTERNAL
+        if user:
+            return " < ".join(user)
+        return internal_label(frames)
+
+
+def internal_label(frames) -> str:
+    """The site of a stack whose every frame is internal: the backward pass when the autograd engine's
+    thread runs it (:data:`AUTOGRAD_ENGINE` among its frames' names), else :data:`ALL_INTERNAL`."""
+    for f in frames:
+        if isinstance(f, dict) and AUTOGRAD_ENGINE.search(str(f.get("name", ""))):
+            return BACKWARD_THREAD
+    return ALL_INTERNAL
+
+
+def short_site(site: str, width: int = 70) -> str:
+    """A site for a line of text, at most about ``width`` characters: each frame's ``file:line function``
+    kept whole, its path cut at a separator from the start (``.../diffusers/models/attention.py:1262
+    __call__``), never mid-name; the last file name and function stay even past ``width``."""
+    if len(site) <= width or site in LABELS:
+        return site
+    frames = site.split(" < ")
+    budget = max(16, (width - 3 * (len(frames) - 1)) // len(frames))
+    out = []
+    for fr in frames:
+        path, sep, rest = fr.rpartition(":")
+        if not sep or len(fr) <= budget:
+            out.append(fr)
+            continue
+        parts = re.split(r"(?<=[\\/])", path)  # each part keeps its separator
+        kept = parts[-1]
+        for part in reversed(parts[:-1]):
+            if len(part) + len(kept) + 4 + len(rest) + 1 > budget:
+                break
+            kept = part + kept
+        out.append(("..." + ("" if kept.startswith(("/", "\\")) else "/") if kept != path else "") + kept + ":" + rest)
+    return " < ".join(out)
 
 
 def block_frames(block: dict):

@@ -8,11 +8,12 @@ module constants (one place each).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from veotrace.defaults import FRAGMENTATION_THRESHOLD, GATE_ALPHA
+from veotrace.attribution.stacks import short_site
+from veotrace.defaults import FINDING_MIN_BURSTS, FINDING_MIN_SPAN_S, FINDING_MIN_WINDOWS, FRAGMENTATION_THRESHOLD, GATE_ALPHA
 from veotrace.findings.model import Finding, fmt_span
 from veotrace.findings.weigh import gib, impact
 
@@ -25,8 +26,6 @@ FRAG_MIN_RUN = 3
 #: this much of the rest: (share - expected) / (1 - expected) (a quarter of it is the impact: bursts cost
 #: latency, not memory, and most training loops allocate in bursts).
 BURST_MIN_EXCESS = 0.5
-#: A recommended allocator setting is a finding when it saves at least this share of peak reserved.
-TUNE_MIN_SAVING = 0.05
 #: Cached-but-free bytes at the peak reserved, as a share of it, for a finding.
 CACHED_MIN_SHARE = 0.05
 #: Free bytes stranded at the end, as a share of the reserved bytes, for a finding.
@@ -41,6 +40,32 @@ class Context:
     command: str
     t0_ns: int | None  # the common axis' zero (ns on this source's clock, after --align)
     first_ns: int | None = None  # this source's first event (ns), for results timed from it
+    #: The other analyses' JSON of the same source, by command (``tune``'s verdict and the program's own
+    #: ``empty_cache()`` calls, which the memory rules follow).
+    related: dict = field(default_factory=dict)
+
+    def program_releases(self, device) -> list[dict]:
+        """The program's own ``empty_cache()`` runs on ``device`` (``tune``'s ``params.program_releases``,
+        ``tuning.program``), in trace order; [] when tune did not run."""
+        listed = ((((self.related.get("tune") or {}).get("params") or {}).get("program_releases")) or {}).get("listed")
+        return [r for r in listed or [] if str(r.get("device")) == str(device)]
+
+    def tune_says(self) -> str | None:
+        """What ``tune`` concluded on this source, for a memory finding's suggestion (None: it did not run):
+        its export line with the saving, or that no setting is a gain (keep the settings in use), or why it
+        recommends none. ``diagnose`` never suggests a setting tune does not recommend."""
+        d = self.related.get("tune")
+        if not d:
+            return None
+        rec = d.get("recommendation") or {}
+        if rec.get("conf") is None and not rec.get("keep"):
+            return f"veotrace tune recommends no allocator setting here ({rec.get('why')})"
+        if rec.get("in_use") or rec.get("keep"):
+            return ("veotrace tune finds no allocator setting that lowers the peak by a margin that matters: keep the "
+                    "settings in use, and look at who holds the memory (veotrace sites)")
+        best = (rec.get("savings") or [{}])[0]
+        share = best.get("peak_reserved_share")
+        return (f"{rec.get('export')}" + (f" (veotrace tune: {share:.1%} less peak reserved)" if share is not None else ""))
 
     def at(self, ns: int | float | None) -> float | None:
         """Seconds on the common axis of an absolute time of this source."""
@@ -53,6 +78,21 @@ class Context:
         if seconds is None or self.first_ns is None:
             return None
         return self.at(self.first_ns + seconds * 1e9)
+
+
+def span_note(span_s: float, count: int, min_count: int, what: str) -> str | None:
+    """Why a trend or burst finding is a note (None: it can matter to a long job): a run shorter than
+    FINDING_MIN_SPAN_S, or fewer than ``min_count`` ``what``; said with both thresholds."""
+    short, few = span_s < FINDING_MIN_SPAN_S, count < min_count
+    if not (short or few):
+        return None
+    said = []
+    if short:
+        said.append(f"the trace spans {fmt_span(span_s)}, under {fmt_span(FINDING_MIN_SPAN_S)}")
+    if few:
+        said.append(f"{count:,} {what}, under {min_count:,}")
+    return (f"{' and '.join(said)}: this is the shape of one pass or a few steps, not a drift a long job would feel "
+            f"(a trend or burst finding needs at least {fmt_span(FINDING_MIN_SPAN_S)} and {min_count:,} {what})")
 
 
 def _onset(values: np.ndarray) -> int:
@@ -74,7 +114,8 @@ def entropy(d: dict, ctx: Context) -> list[Finding]:
     command's own units (its slope unit, the span in words that fit it) and, when idle gaps split the run,
     over the phases of activity it found. It starts where the windows' mean shifts most (one split).
     Impact: the rise in bits (1 bit = 1); confidence: 1 - p, scaled down when under half the windows
-    hold events (the trend then rests on few of them)."""
+    hold events (the trend then rests on few of them). A note, not a problem, over a run shorter than
+    FINDING_MIN_SPAN_S or with fewer than FINDING_MIN_WINDOWS windows holding allocations (``span_note``)."""
     t, s = d.get("trend") or {}, d.get("summary") or {}
     ts = t.get("theil_sen") or {}
     p = (t.get("kendall") or {}).get("p_value")
@@ -97,14 +138,17 @@ def entropy(d: dict, ctx: Context) -> list[Finding]:
         i = _onset(np.array([x["entropy_bits"] for x in w], float))
         start, end = ctx.at(w[i]["start_ns"]), ctx.at(w[-1].get("end_ns") or w[-1]["start_ns"])
     where = (f" across its {len(phases)} phases of activity (idle gaps between them)" if len(phases) > 1 else "")
-    return [Finding("entropy_trend", f"size-class entropy rises {rise:.2f} bits over {fmt_span(span_s)}{where} "
-                    f"({slope:.3g} {unit}; {windows - empty:,} of {windows:,} windows hold allocations)",
-                    ctx.source, "time", start, end, min(1.0, rise), (1 - p) * min(1.0, 2 * filled),
-                    {"slope_bits_per_hour": ts["slope"], "slope": slope, "slope_unit": unit,
-                     "ci": [ts["low"], ts["high"]], "kendall_p": p, "rise_bits": rise, "span_s": span_s,
-                     "windows": windows, "empty_windows": empty, "phases": len(phases)}, ctx.command,
-                    "gate the run against a baseline (veotrace gate) and look for the allocations that fragment "
-                    "it (veotrace sites, veotrace tune)")]
+    f = Finding("entropy_trend", f"size-class entropy rises {rise:.2f} bits over {fmt_span(span_s)}{where} "
+                f"({slope:.3g} {unit}; {windows - empty:,} of {windows:,} windows hold allocations)",
+                ctx.source, "time", start, end, min(1.0, rise), (1 - p) * min(1.0, 2 * filled),
+                {"slope_bits_per_hour": ts["slope"], "slope": slope, "slope_unit": unit,
+                 "ci": [ts["low"], ts["high"]], "kendall_p": p, "rise_bits": rise, "span_s": span_s,
+                 "windows": windows, "empty_windows": empty, "phases": len(phases),
+                 "min_span_s": FINDING_MIN_SPAN_S, "min_windows": FINDING_MIN_WINDOWS}, ctx.command,
+                "gate the run against a baseline (veotrace gate) and look for the allocations that fragment "
+                "it (veotrace sites, veotrace tune)")
+    why = span_note(span_s, windows - empty, FINDING_MIN_WINDOWS, "windows holding allocations")
+    return [f.as_note(why) if why else f]
 
 
 def fragmentation(d: dict, ctx: Context) -> list[Finding]:
@@ -114,7 +158,13 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
     ``params.fragmented_when``), per device, and whether it lasts to the end. Impact, in bytes: the bytes at stake are the free bytes outside the
     largest free block (those a large request cannot use) at the worst window of the run, against the
     device's peak (``weigh.impact``); confidence: 1 when the run lasts to the end, else its share of
-    FRAG_MIN_RUN x 2."""
+    FRAG_MIN_RUN x 2.
+
+    Windows during the program's own ``empty_cache()`` (``Context.program_releases``: they hold its
+    releases), and the window just before one whose end state is what the call released (no segment event
+    between), show the cache the program was giving back: they count as not fragmented, and when the
+    worst of the first run was among them, that state is said as a note of its own. Without times, the
+    windows are counted in trace events (axis ``event``: the first event of the run on its device)."""
     p = d.get("params") or {}
     thr = p.get("threshold", FRAGMENTATION_THRESHOLD)
     when = p.get("fragmented_when") or f"largest free block under {thr:.0%} of the free bytes"
@@ -123,40 +173,102 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
     for w in d.get("windows", []):
         by_dev.setdefault(w.get("device", 0), []).append(w)
     for dev, ws in sorted(by_dev.items()):
-        flags = [bool(w.get("fragmented")) for w in ws]
-        run, first = 0, None
-        for i, f in enumerate(flags):
-            run = run + 1 if f else 0
-            if run >= FRAG_MIN_RUN:
-                first = i - run + 1
-                break
-        if first is None:
+        events = np.cumsum([0] + [w.get("events") or 0 for w in ws])  # each window's first event on the device
+        releases = ctx.program_releases(dev)
+        released = [_in_release(w, events[i], events[i + 1] - 1, releases) for i, w in enumerate(ws)]
+        for i in range(len(ws) - 1):  # the window just before the call, its end state the one the call released
+            r = released[i + 1]
+            if released[i] is None and r is not None and r["prev_device_event_entry"] <= events[i + 1] - 1 < r["first_entry"]:
+                released[i] = r
+        raw = _crossing([bool(w.get("fragmented")) for w in ws])
+        flags = [bool(w.get("fragmented")) and released[i] is None for i, w in enumerate(ws)]
+        found = _crossing(flags)
+        if raw is not None:
+            first0, run0 = raw
+            worst0 = max(range(first0, first0 + run0), key=lambda i: _outside(ws[i]))
+            if released[worst0] is not None and (found is None or _outside(ws[worst0]) > max(
+                    _outside(w) for w in ws[found[0]:found[0] + found[1]])):
+                out.append(_released_state(ws[worst0], int(events[worst0]), released[worst0], dev, when, thr, ctx))
+        if found is None:
             continue
-        while first + run < len(flags) and flags[first + run]:
-            run += 1
+        first, run = found
         stays = all(flags[first:])
         tail = len(ws) - first
         frag_after = [w["external_frag"] for w in ws[first:] if w.get("external_frag") is not None]
         flagged = ws[first:first + run]
-        worst = max(flagged, key=lambda w: (w.get("free_bytes") or 0) - (w.get("largest_free_bytes") or 0))
-        at_stake = (worst.get("free_bytes") or 0) - (worst.get("largest_free_bytes") or 0)
+        worst = max(flagged, key=_outside)
+        at_stake = _outside(worst)
         peak = max(max(w.get("reserved_bytes_peak") or 0, w.get("live_bytes_peak") or 0, w.get("reserved_bytes") or 0)
                    for w in ws)
+        timed = ws[first].get("start_ns") is not None
+        axis, start, end = (("time", ctx.at(ws[first].get("start_ns")), ctx.at(ws[-1].get("end_ns"))) if timed else
+                            ("event", float(events[first]), float(events[-1] - 1)))
+        said = (f"from event {int(events[first]):,} (window {first} of {len(ws)}, {ws[first].get('events') or 0:,} events "
+                f"each) to the end" if not timed else "from then to the end") if stays else f"for {run} windows in a row"
         out.append(Finding(
-            "fragmentation_crossing", f"device {dev}: fragmented "
-            + ("from then to the end" if stays else f"for {run} windows in a row")
-            + f" ({when}): {gib(at_stake)} of free bytes outside the largest free block",
-            ctx.source, "time", ctx.at(ws[first].get("start_ns")), ctx.at(ws[-1].get("end_ns")), impact(at_stake, peak),
+            "fragmentation_crossing", f"device {dev}: fragmented {said} ({when}): {gib(at_stake)} of free bytes outside "
+            "the largest free block",
+            ctx.source, axis, start, end, impact(at_stake, peak),
             1.0 if stays else min(1.0, run / (2 * FRAG_MIN_RUN)),
             {"device": dev, "threshold": thr, "external_frag_above": 1 - thr, "fragmented_when": when,
              "first_window": ws[first]["window"], "windows_in_a_row": run, "windows_after": tail,
              "stays": stays, "mean_external_frag_after": float(np.mean(frag_after)) if frag_after else None,
              "external_frag_range": [min(w["external_frag"] for w in flagged), max(w["external_frag"] for w in flagged)],
              "worst_window": worst["window"], "free_bytes": worst.get("free_bytes"),
-             "largest_free_bytes": worst.get("largest_free_bytes"), "device_peak_bytes": peak},
-            ctx.command, "see which live blocks strand the free space (veotrace sites) and what a setting saves "
-                         "(veotrace tune)", bytes_at_stake=at_stake))
+             "largest_free_bytes": worst.get("largest_free_bytes"), "device_peak_bytes": peak,
+             "windows_in_program_empty_cache": sum(r is not None for r in released),
+             "program_empty_cache_runs": releases},
+            ctx.command, "see which live blocks strand the free space (veotrace sites); "
+            + (ctx.tune_says() or "what a setting saves: veotrace tune"), bytes_at_stake=at_stake))
     return out
+
+
+def _outside(w: dict) -> int:
+    """A window's free bytes outside its largest free block."""
+    return (w.get("free_bytes") or 0) - (w.get("largest_free_bytes") or 0)
+
+
+def _crossing(flags: list[bool]) -> tuple[int, int] | None:
+    """(first, length) of the first run of at least FRAG_MIN_RUN flags in a row, to its end; None without one."""
+    run, first = 0, None
+    for i, f in enumerate(flags):
+        run = run + 1 if f else 0
+        if run >= FRAG_MIN_RUN:
+            first = i - run + 1
+            break
+    if first is None:
+        return None
+    while first + run < len(flags) and flags[first + run]:
+        run += 1
+    return first, run
+
+
+def _in_release(w: dict, first_event: int, last_event: int, releases: list[dict]) -> dict | None:
+    """The program's ``empty_cache()`` run that window ``w`` holds (by time, else by its events on the
+    device), or None."""
+    for r in releases:
+        if w.get("start_ns") is not None and r.get("first_ts_ns") is not None:
+            if r["first_ts_ns"] < w["end_ns"] and r["last_ts_ns"] >= w["start_ns"]:
+                return r
+        elif r["first_entry"] <= last_event and r["last_entry"] >= first_event:
+            return r
+    return None
+
+
+def _released_state(w: dict, first_event: int, r: dict, dev, when: str, thr: float, ctx: Context) -> Finding:
+    """The note for a fragmented state the program gave back itself: its worst window during its own
+    ``empty_cache()``."""
+    outside = _outside(w)
+    timed = w.get("start_ns") is not None
+    return Finding(
+        "fragmentation_released", f"device {dev}: {gib(outside)} of free bytes outside the largest free block ({when}) "
+        f"while the program released its cache itself: its own empty_cache() gave back {gib(r['bytes'])} in "
+        f"{r['segments']:,} segments", ctx.source, "time" if timed else "event",
+        ctx.at(w.get("start_ns")) if timed else float(first_event), None, impact(outside, w.get("reserved_bytes_peak")),
+        1.0, {"device": dev, "window": w.get("window"), "free_bytes": w.get("free_bytes"),
+              "largest_free_bytes": w.get("largest_free_bytes"), "threshold": thr, "program_empty_cache": r},
+        ctx.command, None, bytes_at_stake=outside).as_note(
+        "the state before the program's own empty_cache(), which released it: not a problem of the run")
 
 
 def bursts(d: dict, ctx: Context) -> list[Finding]:
@@ -167,7 +279,8 @@ def bursts(d: dict, ctx: Context) -> list[Finding]:
     BURST_MIN_EXCESS: on a short run where even spread events are all closer than the gap there is no
     contrast and no finding. The span is the densest stretch: the ten bursts in a row with the most
     events. Impact: a quarter of the excess (bursts cost latency, not memory); confidence: 1 with at
-    least 10 bursts, else bursts / 10."""
+    least 10 bursts, else bursts / 10. A note, not a problem, over a run shorter than FINDING_MIN_SPAN_S
+    or with fewer than FINDING_MIN_BURSTS bursts (``span_note``)."""
     s, p = d.get("summary") or {}, d.get("params") or {}
     share, n = s.get("share_in_bursts"), s.get("bursts") or 0
     counted, gap_ms = s.get("events_counted") or 0, p.get("gap_ms")
@@ -191,14 +304,17 @@ def bursts(d: dict, ctx: Context) -> list[Finding]:
         start, end = ctx.at(bs[i]["start_ns"]), ctx.at(bs[i + k - 1]["end_ns"])
     what = p.get("events") or "alloc"
     moved = s.get("bytes_in_bursts")
-    return [Finding("burst_cluster", f"{share:.0%} of {what} events come in {n:,} bursts ({gap_ms:g} ms gap), against "
-                    f"{expected:.0%} if the same {counted:,} were spread evenly over {fmt_span(span_s)}"
-                    + (f"; {gib(moved)} allocated in them" if moved else ""), ctx.source, "time", start, end,
-                    excess / 4, min(1.0, n / 10),
-                    {"bursts": n, "share_in_bursts": share, "expected_share_if_even": expected, "excess": excess,
-                     "events_in_bursts": s.get("events_in_bursts"), "events_counted": counted, "span_s": span_s,
-                     "gap_ms": gap_ms, "bytes_in_bursts": moved}, ctx.command,
-                    "pre-allocate or reuse buffers across the burst (a caching allocator serves repeats from its cache)")]
+    why = span_note(span_s, n, FINDING_MIN_BURSTS, "bursts")
+    f = Finding("burst_cluster", f"{share:.0%} of {what} events come in {n:,} bursts ({gap_ms:g} ms gap), against "
+                f"{expected:.0%} if the same {counted:,} were spread evenly over {fmt_span(span_s)}"
+                + (f"; {gib(moved)} allocated in them" if moved else ""), ctx.source, "time", start, end,
+                excess / 4, min(1.0, n / 10),
+                {"bursts": n, "share_in_bursts": share, "expected_share_if_even": expected, "excess": excess,
+                 "events_in_bursts": s.get("events_in_bursts"), "events_counted": counted, "span_s": span_s,
+                 "gap_ms": gap_ms, "bytes_in_bursts": moved, "min_span_s": FINDING_MIN_SPAN_S,
+                 "min_bursts": FINDING_MIN_BURSTS}, ctx.command,
+                "pre-allocate or reuse buffers across the burst (a caching allocator serves repeats from its cache)")
+    return [f.as_note(why) if why else f]
 
 
 def l2(d: dict, ctx: Context) -> list[Finding]:
@@ -277,8 +393,14 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
     """From ``sites``: cached-but-free bytes at each device's peak reserved (CACHED_MIN_SHARE of it or
     more; confidence 0.9: the model of the peak), and the top site pinning free space at the end
     (STRANDED_MIN_SHARE of the peak reserved bytes, or of the peak allocated without segment events, or
-    more; confidence 0.8). Impact: those bytes against the
-    device's peak (``weigh.impact``)."""
+    more; confidence 0.8). Impact: those bytes against the device's peak (``weigh.impact``).
+
+    A peak reserved that the program's own ``empty_cache()`` released next (no segment event of the
+    device between the peak and that call: ``Context.program_releases``) is the cache the program gave
+    back itself: said as a note, not the run's problem; the run's own peak reserved after that call (sites'
+    ``after_largest_release``, when the call is that largest run of releases) is weighed instead. A snapshot whose trace allocates nothing (an
+    OOM dump, a ``memory_snapshot()`` taken alone) has one state, the end: who holds its memory then is
+    the finding (``held_at_snapshot``, :func:`held`)."""
     out = []
     for dev, v in sorted((d.get("devices") or {}).items()):
         peaks = v.get("peaks") or {}
@@ -287,12 +409,32 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
         if peak.get("bytes") and (peak.get("cached_free_bytes") or 0) >= CACHED_MIN_SHARE * peak["bytes"]:
             cached = peak["cached_free_bytes"]
             share = cached / peak["bytes"]
-            out.append(Finding("cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak "
-                               f"reserved of {gib(peak['bytes'])} ({share:.0%})", ctx.source, "time",
-                               ctx.since_first(peak.get("t_s")), None, impact(cached, scale), 0.9,
-                               {"device": dev, "peak_reserved_bytes": peak["bytes"], "cached_free_bytes": cached,
-                                "share": share}, ctx.command,
-                               "an allocator setting that reuses the cache better (veotrace tune)", bytes_at_stake=cached))
+            gave = _released_next(peak, ctx.program_releases(dev))
+            f = Finding("cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak "
+                        f"reserved of {gib(peak['bytes'])} ({share:.0%})"
+                        + (f", which the program released itself next: its own empty_cache() gave back "
+                           f"{gib(gave['bytes'])} in {gave['segments']:,} segments" if gave else ""),
+                        ctx.source, "time", ctx.since_first(0.0 if peak.get("at_entry") == -1 else peak.get("t_s")),
+                        None, impact(cached, scale), 0.9,
+                        {"device": dev, "peak_reserved_bytes": peak["bytes"], "cached_free_bytes": cached,
+                         "share": share, "at_entry": peak.get("at_entry"), "program_empty_cache": gave}, ctx.command,
+                        None if gave else (ctx.tune_says() or "an allocator setting that reuses the cache better "
+                                                              "(veotrace tune)"), bytes_at_stake=cached)
+            out.append(f.as_note("the program's own empty_cache() released this cache: not a problem of the run")
+                       if gave else f)
+            after = peak.get("after_largest_release") or {}
+            if gave and after and after["release"]["first_entry"] == gave["first_entry"] and after.get("bytes") and \
+                    (after.get("cached_free_bytes") or 0) >= CACHED_MIN_SHARE * after["bytes"]:
+                # the run's own peak once the program's cache was gone: its cached-but-free bytes are the run's
+                cached = after["cached_free_bytes"]
+                out.append(Finding(
+                    "cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak reserved of "
+                    f"{gib(after['bytes'])} ({cached / after['bytes']:.0%}) after the program's own empty_cache()",
+                    ctx.source, "time", ctx.since_first(after.get("t_s")), None, impact(cached, scale), 0.9,
+                    {"device": dev, "peak_reserved_bytes": after["bytes"], "cached_free_bytes": cached,
+                     "share": cached / after["bytes"], "at_entry": after.get("at_entry"), "after_program_empty_cache":
+                     gave}, ctx.command, ctx.tune_says() or "an allocator setting that reuses the cache better "
+                                                           "(veotrace tune)", bytes_at_stake=cached))
         pin = v.get("pinning") or {}
         # sites gives the peak reserved when the trace records segment events, else the peak allocated (its
         # end state has no reserved total)
@@ -300,7 +442,7 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
         top = (pin.get("sites") or [None])[0]
         if top and against and top["stranded_bytes"] >= STRANDED_MIN_SHARE * against:
             pinned = top["stranded_bytes"]
-            out.append(Finding("pinning_site", f"device {dev}: {top['site'][-70:]} pins {gib(pinned)} of free space "
+            out.append(Finding("pinning_site", f"device {dev}: {short_site(top['site'])} pins {gib(pinned)} of free space "
                                f"in {top['segments']} segments at the end ({min(1.0, pinned / against):.0%} of the "
                                f"{what}, {gib(against)})",
                                ctx.source, "none", None, None, impact(pinned, scale), 0.8,
@@ -309,30 +451,87 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                                            "segments", "blocks", "block_bytes")}},
                                ctx.command, "free or pre-allocate those long-lived blocks elsewhere (they hold "
                                             "segments that could otherwise be released or reused)", bytes_at_stake=pinned))
+        out += held(dev, v, ctx)
     return out
 
 
+#: Sites named in a held-at-snapshot finding's title at most.
+HELD_TOP = 3
+
+
+def held(dev, v: dict, ctx: Context) -> list[Finding]:
+    """Who holds the memory of a device whose trace allocates nothing (the trace's own peak is 0 bytes: the
+    end state is the only state): the live bytes by site, largest first, the sites that name no line of
+    code (no stack, internal frames only) said apart. Impact: the live bytes against the device's
+    scale (``weigh.impact``); confidence 0.9 (the snapshot's own blocks)."""
+    own = ((v.get("peaks") or {}).get("allocated") or {}).get("trace_own")
+    end = v.get("end") or {}
+    total = end.get("allocated_bytes") or 0
+    if own is None or own.get("bytes") or not total:
+        return []
+    rows = end.get("sites") or []
+    named = [r for r in rows if not r["site"].startswith("(")]  # a line of code, or the backward pass
+    unnamed = sum(r["bytes"] for r in rows if r not in named)
+    if not named:
+        return []
+    parts = [f"{gib(r['bytes'])} ({r['bytes'] / total:.0%}, {r['blocks']:,} blocks) at {short_site(r['site'], 60)}"
+             for r in named[:HELD_TOP]]
+    more = len(named) - HELD_TOP
+    reserved, free = end.get("reserved_bytes"), end.get("free_bytes")
+    return [Finding("held_at_snapshot", f"device {dev}: {gib(total)} live when the snapshot was taken (its trace "
+                    f"allocates nothing: this state is all it holds): " + "; ".join(parts)
+                    + (f"; {more:,} more sites" if more > 0 else "")
+                    + (f"; {gib(unnamed)} with no line of code to name (no stack recorded, or internal frames "
+                       "only)" if unnamed else "")
+                    + (f"; {gib(reserved)} reserved, {gib(free)} of it free" if reserved else ""),
+                    ctx.source, "none", None, None, impact(total, total), 0.9,
+                    {"device": dev, "allocated_bytes": total, "reserved_bytes": reserved, "free_bytes": free,
+                     "sites": named[:10], "unnamed_bytes": unnamed}, ctx.command,
+                    f"shrink, offload or free what {short_site(named[0]['site'], 60)} holds first (veotrace sites)",
+                    bytes_at_stake=total)]
+
+
+def _released_next(peak: dict, releases: list[dict]) -> dict | None:
+    """The program's ``empty_cache()`` run that released the state of ``peak`` (sites' peak, at its trace
+    entry ``at_entry``; -1: before the trace): the first run after it with no segment event of the
+    device in between. None without one."""
+    at = peak.get("at_entry")
+    if at is None:
+        return None
+    return next((r for r in releases if r["prev_device_event_entry"] <= at < r["first_entry"]), None)
+
+
 def tune(d: dict, ctx: Context) -> list[Finding]:
-    """A setting that saves at least TUNE_MIN_SAVING of peak reserved against the settings in use (PyTorch's
-    defaults when the trace does not say; never the settings in use themselves): impact, the bytes saved
-    against the baseline's peak (``weigh.impact``); confidence 0.9 when the torch model is validated on the
-    trace, 0.6 when there is nothing to validate against. The knobs the recording never exercised are named."""
+    """The setting tune recommends (it lowers the objective by its margin against the settings in use,
+    ``tuning.search.verdict``; PyTorch's defaults when the trace does not say; never the settings in use
+    themselves): diagnose follows tune's verdict, so a setting tune keeps out (a tie, a gain under the
+    margin, an unreadable trace) is never a finding. Impact, the bytes saved against the baseline's peak
+    (``weigh.impact``); confidence 0.9 when the torch model is validated on the trace, 0.6 when there is
+    nothing to validate against. The knobs the recording never exercised are named."""
     rec = d.get("recommendation") or {}
-    if rec.get("conf") is None or rec.get("in_use"):
+    bad = rec.get("contradiction")
+    if bad:  # the input contradicts itself where it changes tune's answer: said, nothing recommended
+        over = bad["peak_live_bytes"] - bad["reserved_bytes"]
+        return [Finding("input_contradiction", bad["why"].split(": the reserved")[0] + ": its reserved bytes cannot be "
+                        "known, so no allocator setting is recommended from it", ctx.source, "none", None, None,
+                        impact(over, bad["peak_live_bytes"]), 1.0, dict(bad), ctx.command,
+                        "record with torch.cuda.memory._record_memory_history() from the job's start, so the trace "
+                        "holds its segment events", bytes_at_stake=over)]
+    if rec.get("conf") is None or rec.get("in_use") or rec.get("keep") or rec.get("export") is None:
         return []
     best = max(rec.get("savings") or [], key=lambda s: s.get("peak_reserved_share") or 0, default=None)
-    if best is None or (best.get("peak_reserved_share") or 0) < TUNE_MIN_SAVING:
+    if best is None or not best.get("peak_reserved_share") or best["peak_reserved_bytes"] <= 0:
         return []
     trusted = (rec.get("trust") or {}).get("validated")
     predicted = ((rec.get("trust") or {}).get("knobs") or {}).get("predicted") or []
     saved = best["peak_reserved_bytes"]
-    return [Finding("allocator_setting", f"{rec['export']} would save {best['peak_reserved_share']:.0%} of peak reserved "
-                    f"({best['peak_reserved_bytes'] / 2**30:.2f} GiB) against {best['baseline']}"
+    return [Finding("allocator_setting", f"{rec['export']} would save {best['peak_reserved_share']:.1%} of peak reserved "
+                    f"({gib(saved)}) against {best['baseline']}"
                     + (f" (predicted only: {', '.join(predicted)})" if predicted and trusted else
                        " (the model is not validated on this trace)" if not trusted else ""), ctx.source, "none",
                     None, None, impact(saved, saved / best["peak_reserved_share"]), 0.9 if trusted else 0.6,
-                    {"conf": rec["conf"], "saving": best, "validated": trusted}, ctx.command, rec["export"],
-                    bytes_at_stake=saved)]
+                    {"conf": rec["conf"], "saving": best, "validated": trusted, "verdict": rec.get("verdict")},
+                    ctx.command, rec["export"], bytes_at_stake=saved)]
 
 
 #: The rule of each analysis (the registry's command names).

@@ -41,7 +41,7 @@ def command_notes(command: str, d: dict, messages=()) -> list[str]:
     if disagree:
         out.append(f"{' and '.join(disagree['hold'])} hold; {'; '.join(disagree['do_not_hold'])}")
     choice = s.get("window_choice")
-    if choice and choice.get("reason"):
+    if choice and choice.get("reason") and not any(choice["reason"] in str(n) for n in out):  # said once
         w = choice["window_s"]
         out.append(f"windows of {w:g} s: {choice['reason']}" if w >= 1 else f"windows of {w * 1e3:g} ms: {choice['reason']}")
     trust = ((d.get("recommendation") or {}).get("trust")) or {}

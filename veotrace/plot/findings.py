@@ -11,7 +11,7 @@ import numpy as np
 from veotrace.plot.base import ALERT, MUTED, TREND, new_figure
 from veotrace.plot.common import empty, time_unit
 
-_COLOUR = {"high": ALERT, "medium": TREND, "low": MUTED}
+_COLOUR = {"high": ALERT, "medium": TREND, "low": MUTED, "note": MUTED}
 
 
 def _label(source: str, analysis: str) -> str:

@@ -38,7 +38,7 @@ def plot_tune(result: Any, *, size: tuple[int, int]):
     if rec.get("id") in by_id:
         r = by_id[rec["id"]]
         ax.scatter([r["device_allocs"]], [r["peak_reserved_bytes"] / scale], s=140, marker="*", color=TREND,
-                   label=("kept (in use): " if rec.get("in_use") else "recommended: ") + (rec["conf"] or "PyTorch defaults"),
+                   label=("kept (in use): " if rec.get("in_use") or rec.get("keep") else "recommended: ") + (rec["conf"] or "PyTorch defaults"),
                    zorder=5)
     ax.set_xlabel("device allocations (cudaMalloc / map)")
     ax.set_ylabel(f"peak reserved ({unit})")

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from veotrace.findings.model import fmt_at
+from veotrace.findings.model import SEVERITY_NAMES, fmt_at
 from veotrace.render.console import fmt_bytes, rows_table
 
-_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
+_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim", "note": "dim"}
+
+
+def severity_counts(findings: list) -> str:
+    """``1 high, 0 medium, 2 low, 1 note``: the findings by severity (notes counted only when there are some)."""
+    return ", ".join(f"{n} {s}" + ("s" if s == "note" and n != 1 else "")
+                     for s in SEVERITY_NAMES if (n := sum(x.severity == s for x in findings)) or s != "note")
 
 
 def render_findings(console: Console, result, *, max_rows: int) -> None:
     """Draw ``result`` (a DiagnoseResult) on ``console``."""
     f = result.findings
-    counts = ", ".join(f"{sum(x.severity == s for x in f)} {s}" for s in ("high", "medium", "low"))
+    counts = severity_counts(f)
     console.print(f"[bold]Findings[/] ({counts}; ranked by impact x confidence)", highlight=False)
     rows = [{"n": i + 1, "sev": x.severity, "at": fmt_at(x.axis, x.start), "title": x.title, "score": f"{x.score:.2f}",
              "bytes": fmt_bytes(x.bytes_at_stake) if x.bytes_at_stake is not None else "-", "src": x.source}
@@ -28,6 +34,8 @@ def render_findings(console: Console, result, *, max_rows: int) -> None:
     for x in f[: min(5, len(f))]:
         if x.links:
             console.print(f"[dim]{x.title}:[/] " + "; ".join(x.links), highlight=False)
+        if x.note:
+            console.print(f"  [dim]a note, not ranked as a problem:[/] {x.note}", highlight=False)
         if x.suggestion:
             console.print(f"  [dim]what to try:[/] {x.suggestion}  [dim]({x.command})[/]", highlight=False)
         for note in x.notes:
@@ -56,7 +64,10 @@ def findings_markdown(result) -> str:
         lines.append(f"| {i} | {x.severity} | {fmt_at(x.axis, x.start)} | {title} | `{x.source}` |")
     lines.append("")
     for x in result.findings:
-        if x.suggestion and x.severity != "low":  # low ones are in the table; their advice would drown the rest
+        if x.suggestion and x.severity not in ("low", "note"):  # low ones are in the table; their advice would drown the rest
             lines.append(f"- **{x.title}**: {x.suggestion} (`{x.command}`)")
             lines += [f"  - note: {n}" for n in x.notes]
+    for x in result.findings:
+        if x.note:  # why it is a note, not a problem of the run
+            lines.append(f"- *note*, not ranked as a problem: {x.title}: {x.note}")
     return "\n".join(lines) + "\n"

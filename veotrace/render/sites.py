@@ -9,8 +9,10 @@ from veotrace.render.console import fmt_bytes, rows_table, summary_table
 
 
 def _short(site: str, width: int = 70) -> str:
-    """A site's last path components when it is long (the JSON keeps the full path)."""
-    return site if len(site) <= width else "..." + site[-(width - 3):]
+    """A site's last path components when it is long, cut at a separator (the JSON keeps the full path)."""
+    from veotrace.attribution.stacks import short_site
+
+    return short_site(site, width)
 
 
 def render_sites(console: Console, result, *, max_rows: int) -> None:

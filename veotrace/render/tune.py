@@ -53,19 +53,29 @@ def _fewer(n: int, what: str) -> str:
     return f"{n:,} fewer {what}" if n > 0 else f"{-n:,} more {what}" if n < 0 else f"as many {what}"
 
 
+def _names(s: dict) -> bool:
+    """Does a saving's baseline label need its settings in brackets (not when the label says them already:
+    "the settings in use (PyTorch's defaults: the snapshot records none)" against PyTorch's defaults)?"""
+    said = s["baseline"]
+    return s["against"] != said and not (s["against"] == "PyTorch defaults" and "PyTorch's defaults" in said)
+
+
 def _render_recommendation(console: Console, rec: dict) -> None:
     if rec.get("conf") is None:
         console.print(f"[bold red]No recommendation:[/] {rec['why']}", highlight=False)
         return
-    head = "Keep the settings in use" if rec.get("in_use") else "Recommended"
+    head = "Keep the settings in use" if rec.get("in_use") or rec.get("keep") else "Recommended"
     console.print(f"[bold]{head}[/] (predicted peak reserved {fmt_bytes(rec['peak_reserved_bytes'])}, "
                   f"{rec['device_allocs']:,} device allocations):", highlight=False)
     console.print(f"  {rec['export'] or rec['why']}", highlight=False, soft_wrap=True)
     if rec.get("python"):
         console.print(f"  {rec['python']}", highlight=False, soft_wrap=True)
+    side = rec.get("side_note")
+    if side:
+        console.print(f"  [dim]side note: {side['text']}[/]", highlight=False, soft_wrap=True)
     for s in rec["savings"]:
         share = "" if s["peak_reserved_share"] is None else f" ({s['peak_reserved_share']:.1%})"
-        console.print(f"  against {s['baseline']}" + (f" ({s['against']})" if s["against"] != s["baseline"] else "") +
+        console.print(f"  against {s['baseline']}" + (f" ({s['against']})" if _names(s) else "") +
                       f": peak reserved {fmt_bytes(s['peak_reserved_bytes'])}{share} less, "
                       f"{_fewer(s['device_allocs'], 'device allocations')}", highlight=False)
     if rec.get("ties"):

@@ -32,8 +32,9 @@ class DiagnoseRun(RunResult):
         return {"findings": findings_table(self.value.findings)}
 
     def headline(self) -> list[tuple[str, Any]]:
-        out = [("findings", ", ".join(f"{sum(f.severity == s for f in self.value.findings)} {s}"
-                                      for s, _ in SEVERITIES))]
+        from veotrace.render.findings import severity_counts
+
+        out = [("findings", severity_counts(self.value.findings))]
         for f in self.value.findings[:3]:
             out.append((f"{f.severity}: {fmt_at(f.axis, f.start)}", f.title))
         return out

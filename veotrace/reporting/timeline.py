@@ -60,6 +60,10 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
     t0 = _map_clocks(sources, allocs or {})
     findings: list[Finding] = []
     analyses, lanes = [], []
+    related: dict[str, dict] = {}  # each source's results by command: a rule reads the others' (findings.rules.Context)
+    for job, result, _ in results:
+        if not isinstance(result, str):
+            related.setdefault(source_name(job), {})[job.command] = result.to_dict()
     for job, result, command in results:
         if isinstance(result, str):
             analyses.append({"command": command, "status": "refused", "why": result})
@@ -72,7 +76,8 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
             ctx = Context(src["name"], command, t0_ns=src["zero_ns"] - off, first_ns=src["first_ns"])
         else:
             ctx = Context(src["name"], command, t0_ns=None)
-        rule, d = RULES[job.command], result.to_dict()
+        ctx.related = related.get(source_name(job), {})
+        rule, d = RULES[job.command], ctx.related.get(job.command) or result.to_dict()
         found = rule(d, ctx, period) if job.command == "coherence" else rule(d, ctx)
         row = lane(job.command, d, ctx, command)
         if row is not None:

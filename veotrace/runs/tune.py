@@ -45,6 +45,8 @@ class TuneRun(RunResult):
         out = [("recommendation", rec["export"] or rec["why"]), ("predicted peak reserved", rec["peak_reserved_bytes"])]
         for s in rec["savings"]:
             out.append((f"saves against {s['against']}", s["peak_reserved_bytes"]))
+        if rec.get("side_note"):  # the tie-breaker: under the margin, not a gain
+            out.append(("side note", rec["side_note"]["text"]))
         return out
 
     def render(self, console, *, max_rows: int = 40) -> None:
@@ -147,6 +149,9 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
 
         validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
                               torch_core=torch_core)
+    from veotrace.tuning.program import program_releases
+
+    released = program_releases(req, table)  # the program's own empty_cache() calls, for diagnose's rules
     del table
     settle = _settler(req, cands, in_use, in_use_ooms, seed, limit, torch_core)
     rows = _search(req, cands, [i for _, i in first], seed, limit, torch_core, objective,
@@ -167,7 +172,7 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
                 "requests": len(req), "counts": req.counts,
                 "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
                 "baselines": {label: i for label, i in first}, "in_use": in_use.to_dict() if in_use else None,
-                "recorded_ooms": in_use_ooms, "read": report.to_dict(),
+                "recorded_ooms": in_use_ooms, "program_releases": released, "read": report.to_dict(),
                 "engine": config.kind, "jobs": config.jobs},
         candidates=rows, pareto=pareto(rows), validation=validation, notes=notes,
         recommendation=_recommendation(rec, rows, first, validation, req, seed, limit, torch_core, cands, paths, options,
@@ -310,7 +315,8 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     defaults when the trace does not say), trust per knob and robustness; or why there is none."""
     from veotrace.allocators.oomprobe import LEFT_OUT
     from veotrace.tuning.evaluate import part_peaks
-    from veotrace.tuning.search import robustness, savings
+    from veotrace.tuning.program import reserved_unknown
+    from veotrace.tuning.search import kept, robustness, savings, verdict
     from veotrace.tuning.space import export_lines
 
     trust = _trust(validation)
@@ -323,6 +329,9 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
                         f"{validation['share']:.1%} of the recorded device allocations, {validation['extra']} extra; "
                         "targets >= 95% and <= 5%): its predictions are not trusted here"),
                 "best_candidate": best}
+    unknown = reserved_unknown(req, seed, rows)
+    if unknown is not None:  # the input contradicts itself: nothing to recommend from
+        return {"conf": None, "trust": trust, "why": unknown["why"], "contradiction": unknown, "best_candidate": best}
     unreproduced = [o for o in in_use_ooms if (o.get("what_if") or {}).get("reproduced") is False]
     if unreproduced:
         o = unreproduced[0]
@@ -352,11 +361,17 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     # savings against what the job ran with: the settings in use when the trace says, else PyTorch's defaults
     against = [(label, b) for label, b in base_rows if b["status"] == "finished" and (in_use is None or b.get("in_use"))]
     out["savings"] = [] if out["in_use"] else [dict(savings(rec, b), baseline=label) for label, b in against]
+    out["verdict"] = verdict(rec, against[0][1] if against else None, objective, limit)
+    if not out["in_use"] and not out["verdict"]["helps"]:  # under the margin: keep the settings in use
+        label, base = against[0]
+        rec, cand = base, cands[base["id"]]
+        trust["knobs"] = _knobs(cand, in_use, trust["validated"])
+        out = kept(out, base, label, objective, has_settings=in_use is not None)
     finished = [r for r in rows if r["status"] == "finished"]
     if len({r["peak_reserved_bytes"] for r in finished}) == 1 and len(finished) == len(rows):  # a pruned one was past it
         out["ties"] = (f"every setting run to the end has the same peak reserved ({rec['peak_reserved_bytes']:,} bytes): "
                        "no setting changes the peak on this trace")
-    if out["in_use"]:  # nothing to paste: the job already runs with them
+    if out["in_use"] and not out.get("keep"):  # nothing to paste: the job already runs with them
         out.update(export=None, python=None, why="the settings in use are the best of the grid: keep them")
     out["robustness"] = []
     others = [(label, b) for label, b in against if b["id"] != rec["id"]]

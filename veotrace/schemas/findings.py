@@ -13,14 +13,14 @@ FINDINGS = tagged(
     [
         pa.field("rank", pa.int64(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),  # entropy_trend, fragmentation_crossing, l2_break, ...
-        pa.field("severity", pa.string(), nullable=False),  # high, medium, low (by score)
+        pa.field("severity", pa.string(), nullable=False),  # high, medium, low (by score); note (why: evidence "note")
         pa.field("score", pa.float64(), nullable=False),  # impact x confidence
         pa.field("impact", pa.float64(), nullable=False),
         pa.field("confidence", pa.float64(), nullable=False),
         pa.field("bytes_at_stake", pa.int64(), nullable=True),  # the bytes a memory finding is about
         pa.field("title", pa.string(), nullable=False),
         pa.field("source", pa.string(), nullable=False),
-        pa.field("axis", pa.string(), nullable=False),  # time (seconds on the common axis), launch, frame, none
+        pa.field("axis", pa.string(), nullable=False),  # time (seconds on the common axis), launch, frame, event (a trace without times), none
         pa.field("start", pa.float64(), nullable=True),
         pa.field("end", pa.float64(), nullable=True),
         pa.field("command", pa.string(), nullable=False),  # the veotrace command that shows it

@@ -4,6 +4,9 @@ the recommendation by a stated rule; and its robustness over parts of the trace 
 Rule (``recommend``): among finished candidates that fit (no allocation over the capacity) and are not
 known to misbehave, the least objective (default peak reserved bytes, summed over devices); ties by
 fewest device allocations, then fewest flushes, then the shorter setting (fewer knobs changed).
+Verdict (``verdict``): that candidate replaces the settings in use only when it lowers the objective by
+the margin of ``defaults.TUNE_MIN_GAIN_SHARE`` / ``TUNE_MIN_GAIN_BYTES``; else the settings in use are
+kept and the candidate (chosen by a tie-breaker, or by less than the margin) is a side note.
 The front is over finished candidates: peak reserved against device allocations (each
 ``cudaMalloc``/``cudaFree`` synchronises the device: a speed cost), both minimised.
 """
@@ -12,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from veotrace.tuning.evaluate import evaluate, ranked
+from veotrace.defaults import TUNE_MIN_GAIN_BYTES, TUNE_MIN_GAIN_SHARE
+from veotrace.tuning.evaluate import OBJECTIVES, evaluate, ranked
 
 #: Candidates are first replayed on 1/PROBE_DIV of the requests, to order (and prune) the full runs.
 PROBE_DIV = 16
@@ -132,3 +136,62 @@ def robustness(rec_peaks: dict, base_peaks: dict, names: dict[int, str], against
         saved[name] = sum(base_peaks[d].get(k, 0) - rec_peaks.get(d, {}).get(k, 0) for d in base_peaks)
     part_only = any(v > 0 for v in saved.values()) and any(v <= 0 for v in saved.values())
     return {"against": against, "savings_bytes": saved, "wins_on_part_only": part_only}
+
+
+def margin(base: dict, objective: str = "peak-reserved") -> int:
+    """The least gain in ``objective`` that matters against ``base`` (a finished row): TUNE_MIN_GAIN_SHARE
+    of its value, and at least TUNE_MIN_GAIN_BYTES for bytes (one large segment), one for a count."""
+    key = OBJECTIVES[objective]
+    floor = TUNE_MIN_GAIN_BYTES if key.endswith("_bytes") else 1
+    return max(floor, int(-(-base[key] * TUNE_MIN_GAIN_SHARE // 1)))
+
+
+def verdict(rec: dict, base: dict | None, objective: str = "peak-reserved", capacity=None) -> dict:
+    """Whether ``rec`` (the rule's pick) is a gain over ``base`` (the settings in use, or PyTorch's defaults
+    when the trace does not say): ``{"gain", "margin", "objective", "helps"}``; ``helps`` is False when the
+    objective improves by less than :func:`margin` (a tie, or a difference that does not matter), and
+    True without a baseline to compare with, or when the baseline cannot be chosen itself (it does not fit
+    ``capacity``: a recorded OOM it runs into, or it is known to misbehave): then fitting is the gain."""
+    if base is None or rec["id"] == base["id"]:
+        return {"objective": objective, "gain": 0, "margin": None if base is None else margin(base, objective),
+                "helps": base is None}
+    if not choosable(base, capacity):
+        return {"objective": objective, "gain": int(base[OBJECTIVES[objective]] - rec[OBJECTIVES[objective]]),
+                "margin": margin(base, objective), "helps": True,
+                "why": "the baseline does not fit (an OOM under the capacity) or is known to misbehave"}
+    key = OBJECTIVES[objective]
+    gain, need = base[key] - rec[key], margin(base, objective)
+    return {"objective": objective, "gain": int(gain), "margin": need, "helps": gain >= need}
+
+
+def kept(out: dict, base: dict, label: str, objective: str, *, has_settings: bool) -> dict:
+    """The recommendation ``out`` (the rule's pick) turned into "keep the settings in use" when its
+    ``verdict`` says it is no gain: ``base``'s numbers (``label``: what the trace says the job ran with), no
+    line to paste, and the pick as ``side_note`` with its numbers (its export line, what it saves)."""
+    from veotrace.findings.weigh import gib
+
+    v = out["verdict"]
+    what = objective.replace("-", " ")
+    in_bytes = OBJECTIVES[objective].endswith("_bytes")
+    unit = gib if in_bytes else (lambda n: f"{n:,}")
+    floor = f"one {gib(TUNE_MIN_GAIN_BYTES)} segment" if in_bytes else "one"
+    s = (out["savings"] or [{}])[0]
+    share = "" if s.get("peak_reserved_share") is None else f" ({s['peak_reserved_share']:.2%})"
+    side = {"conf": out["conf"], "export": out.get("export"), "python": out.get("python"),
+            "savings": out["savings"], "gain": v["gain"], "margin": v["margin"],
+            "text": (f"tie-breaker, not a gain: {out.get('export') or out['conf']} gives {what} "
+                     f"{unit(max(v['gain'], 0))}{share if in_bytes else ''} less and "
+                     f"{_fewer(s.get('device_allocs', 0), 'device allocations')} against {label}")}
+    keep = {k: v2 for k, v2 in out.items() if k not in ("export", "python", "savings")}
+    keep.update({"conf": base["conf"], "id": base["id"], "in_use": bool(base.get("in_use")), "keep": True,
+                 "export": None, "python": None, "savings": [], "side_note": side,
+                 **{k: base[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},
+                 "why": (f"no setting lowers {what} by a margin that matters ({unit(v['margin'])} here: the larger of "
+                         f"{TUNE_MIN_GAIN_SHARE:.0%} of {what} under {label} and {floor}): keep "
+                         + ("the settings in use" if has_settings else
+                            "the settings in use (the trace does not say which: PyTorch's defaults assumed)"))})
+    return keep
+
+
+def _fewer(n: int, what: str) -> str:
+    return f"{n:,} fewer {what}" if n > 0 else f"{-n:,} more {what}" if n < 0 else f"as many {what}"
