@@ -132,6 +132,30 @@ def release_frames(snap) -> dict[int, str]:
     return out
 
 
+def release_frames_streamed(stacks: list, actions: list, merge: bool, batches) -> dict[int, str]:
+    """:func:`release_frames` of a snapshot the reader streams (``sources.snapshots.large.Rows``): each row's
+    action and stack ids, numbered as the streamed reader numbers the rows (merged by time, nulls last, when
+    ``merge``), so that the streamed and the whole read of one file classify its releases alike."""
+    import numpy as np
+
+    releasing = np.array([a in ("segment_free", "segment_unmap") for a in actions] + [False], dtype=bool)
+    said = [frames_verdict(frames) for frames in stacks]
+    action = np.concatenate([b.column("action").to_numpy(zero_copy_only=False) for b in batches()] or [np.zeros(0)])
+    stack = np.concatenate([b.column("stack").to_numpy(zero_copy_only=False) for b in batches()] or [np.zeros(0)])
+    action, stack = action.astype(np.int64), stack.astype(np.int64)
+    seq = np.arange(action.size, dtype=np.int64)
+    if merge and action.size:
+        big = np.iinfo(np.int64).max
+        when = np.concatenate([b.column("time_us").fill_null(big).to_numpy() for b in batches()])
+        seq[np.argsort(when, kind="stable")] = np.arange(action.size, dtype=np.int64)
+    out = {}
+    for row in np.flatnonzero(releasing[np.where(action >= 0, action, len(actions))] & (stack >= 0)):
+        v = said[stack[row]]
+        if v is not None:
+            out[int(seq[row])] = v
+    return out
+
+
 def classify_by_frames(verdicts: set[str], segs, next_alloc, then_oom: bool, conf: TorchConf) -> int | None:
     """The kind of a run whose entries recorded frames (``verdicts``), or None to leave it to :func:`classify`:
     emptyCache's frames make it the program's call; a malloc's make it a release inside that malloc."""
