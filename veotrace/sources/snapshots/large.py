@@ -47,6 +47,8 @@ def use_stream(path: Path) -> bool:
     Raises:
         TraceFormatError: a file past the whole read's bound that the streaming read refuses.
     """
+    if not isinstance(path, Path):  # a URL (sources.remote.UrlPath): read whole through fsspec, never streamed
+        return False
     if not stream.available() or os.stat(path).st_size < from_env(STREAM_ENV, SNAPSHOT_STREAM_BYTES):
         return False
     return _read(path) is not None

@@ -79,6 +79,8 @@ def load_snapshot(path: Path) -> Snapshot:
     Raises:
         TraceFormatError: not a pickle, a pickle naming a class, truncated, or of the wrong shape.
     """
+    if not isinstance(path, Path):  # a URL (sources.remote.UrlPath): no mtime to key a cache on, read each time
+        return _validate(load_plain(path), path)
     st = path.stat()
     return _load_cached(str(path), st.st_mtime_ns, st.st_size)
 
