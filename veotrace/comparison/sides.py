@@ -140,7 +140,9 @@ def load(side: Side, *, options: Any, columns: Any = None) -> Side:
 
 def _held(path: Any) -> str:
     try:
-        return holds(Path(str(path)))
+        from veotrace.sources.remote import as_path
+
+        return holds(as_path(path))  # a URL stays a UrlPath (Path() folds file:///x into file:/x: "does not exist")
     except (OSError, VeotraceError):
         return "cannot be read"
 
