@@ -66,7 +66,9 @@ def input_files(paths: Sequence[Any]) -> list:
     for the output guard; URLs other than ``file://`` are never outputs."""
     from veotrace.sources.base import expand_paths, local_path
 
-    local = [q for q in (p if isinstance(p, Path) else local_path(p) for p in paths) if q is not None]
+    # a file:// URL whose file is missing is left to the reader, whose error names the URL as given
+    local = [p if isinstance(p, Path) else q for p in paths
+             if isinstance(p, Path) or ((q := local_path(p)) is not None and (q.exists() or q.is_symlink()))]
     return expand_paths(local)
 
 
