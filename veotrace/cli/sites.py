@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from veotrace.cli.app import app
-from veotrace.cli.common import FormatOpt, OutputFormat, OutputOpt, PlotOpt, PlotSizeOpt, RowsOpt, show, user_errors
+from veotrace.cli.common import (
+    FormatOpt,
+    OutputFormat,
+    OutputOpt,
+    PlotOpt,
+    PlotSizeOpt,
+    RowsOpt,
+    path_or_url,
+    show,
+    user_errors,
+)
 from veotrace.defaults import SITES_DEPTH
 
 
 @app.command("sites")
 def sites_command(
-    paths: Annotated[list[Path], typer.Argument(help="One PyTorch memory snapshot (_dump_snapshot), recorded with stacks.")],
+    paths: Annotated[list[object], typer.Argument(help="One PyTorch memory snapshot (_dump_snapshot), recorded with stacks; or a URL fsspec reads (veotrace[remote]).", parser=path_or_url)],
     site_filter: Annotated[str | None, typer.Option("--site-filter", help="Regex on a frame's file marking it internal [default: PyTorch, the standard library, C/C++ frames].")] = None,
     site_depth: Annotated[int, typer.Option("--site-depth", help="User frames that name a site (2: a.py:10 f < b.py:20 g).")] = SITES_DEPTH,
     window: Annotated[str | None, typer.Option("--window", help="Stranded bytes at the end of each window of this length: 100ms, 5m (a bare number is seconds) [default: 5 min, or one that fits a shorter trace].")] = None,

@@ -122,7 +122,9 @@ def measure_both(sides: list[Side], **reading: Any) -> list[Measures]:
 
 def _held(path: Any) -> str:
     try:
-        return holds(Path(str(path)))
+        from veotrace.sources.remote import as_path
+
+        return holds(as_path(path))  # a URL stays a UrlPath (Path() folds file:///x into file:/x: "does not exist")
     except OSError:
         return "cannot be read"
 

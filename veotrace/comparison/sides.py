@@ -113,7 +113,7 @@ def load(side: Side, *, options: Any, columns: Any = None) -> Side:
     from veotrace.schemas import ALLOC_EVENTS
     from veotrace.schemas.events import alloc_events_schema
     from veotrace.sources import iter_alloc_events, read_table
-    from veotrace.sources.snapshots.torch_snapshot import NoTraceEvents, load_snapshot
+    from veotrace.sources.snapshots.torch_snapshot import NoTraceEvents, snapshot_info
 
     try:
         if side.snapshot is not None or side.converted is not None:  # small: every column, as fragmentation reads it
@@ -125,7 +125,7 @@ def load(side: Side, *, options: Any, columns: Any = None) -> Side:
     except NoTraceEvents:  # segments and blocks only: fragmentation still reports the state
         side.events = ALLOC_EVENTS.empty_table()
     if side.snapshot is not None:
-        snap = load_snapshot(side.snapshot)  # cached: the read above loaded it
+        snap = snapshot_info(side.snapshot)  # cached: the read above loaded it (whole, or streamed past the whole bound)
         side.settings = snap.allocator_settings if isinstance(snap.allocator_settings, dict) else None
         side.annotations = snap.external_annotations
     elif side.converted is not None:
@@ -140,7 +140,9 @@ def load(side: Side, *, options: Any, columns: Any = None) -> Side:
 
 def _held(path: Any) -> str:
     try:
-        return holds(Path(str(path)))
+        from veotrace.sources.remote import as_path
+
+        return holds(as_path(path))  # a URL stays a UrlPath (Path() folds file:///x into file:/x: "does not exist")
     except (OSError, VeotraceError):
         return "cannot be read"
 

@@ -35,7 +35,7 @@ class SnapshotPiece:
     """One snapshot's state when taken (``final``, per device) and its trace entries (``events``: SEEDING
     columns, empty when it has none)."""
 
-    path: Path
+    path: Path  # or a sources.remote.UrlPath
     final: dict[int, DeviceState]
     events: pa.Table
 
@@ -49,9 +49,11 @@ def load_piece(path: Path, *, options, report, events: pa.Table | None = None) -
     """
     from veotrace.schemas.events import alloc_events_schema
     from veotrace.sources import iter_alloc_events, read_table
+    from veotrace.sources.remote import as_path
     from veotrace.sources.snapshots.converted import converted_snapshot
     from veotrace.sources.snapshots.model import NoTraceEvents
 
+    path = as_path(path)  # a URL stays a sources.remote.UrlPath (Path() would fold file:///x into file:/x)
     converted = converted_snapshot(path)
     if converted is not None:
         final = initial_from_tables(converted.read_segments(), converted.read_blocks())
@@ -59,14 +61,14 @@ def load_piece(path: Path, *, options, report, events: pa.Table | None = None) -
         final = initial_from_tables(read_table([path], "segments", options=options, report=report),
                                     read_table([path], "blocks", options=options, report=report))
     if events is not None:
-        return SnapshotPiece(Path(path), final, events)
+        return SnapshotPiece(path, final, events)
     wanted = alloc_events_schema(SEEDING)
     try:
         events = pa.Table.from_batches(list(iter_alloc_events([path], options=options, report=report,
                                                               columns=SEEDING)), schema=wanted)
     except NoTraceEvents:  # segments and blocks only: its state, no entries
         events = wanted.empty_table()
-    return SnapshotPiece(Path(path), final, events)
+    return SnapshotPiece(path, final, events)
 
 
 def seeded(piece: SnapshotPiece, *, options, columns: Sequence[str]) -> tuple[dict[int, DeviceState], Iterator]:

@@ -66,7 +66,9 @@ def input_files(paths: Sequence[Any]) -> list:
     for the output guard; URLs other than ``file://`` are never outputs."""
     from veotrace.sources.base import expand_paths, local_path
 
-    local = [q for q in (p if isinstance(p, Path) else local_path(p) for p in paths) if q is not None]
+    # a file:// URL whose file is missing is left to the reader, whose error names the URL as given
+    local = [p if isinstance(p, Path) else q for p in paths
+             if isinstance(p, Path) or ((q := local_path(p)) is not None and (q.exists() or q.is_symlink()))]
     return expand_paths(local)
 
 
@@ -245,12 +247,13 @@ def hours_list(text: str | Sequence[float] | None) -> list[float]:
 def oom_free(paths: Sequence[Any]) -> dict:
     """The device's free bytes at each OOM a snapshot (or its Parquet conversion) recorded, by (device,
     ts_ns, request); empty for other inputs, whose traces record no free bytes."""
+    from veotrace.sources.base import expand_paths
     from veotrace.sources.detect import sniff
     from veotrace.sources.snapshots.converted import converted_snapshot
     from veotrace.sources.snapshots.torch_snapshot import oom_free_bytes
 
     out: dict = {}
-    for p in input_files(paths):
+    for p in expand_paths(as_paths(paths)):  # URLs too (input_files lists local files only: s3:// said "unknown free")
         fmt = sniff(p)
         if fmt is not None and fmt.name == "torch-snapshot":
             out.update(oom_free_bytes(p))

@@ -47,12 +47,11 @@ def info(paths, *, time_unit: str = "ns", skip_bad_rows: bool = False, format_hi
     for i in infos:  # a snapshot records the device's free bytes at each OOM: the reader's table has no column
         alloc = i.details.get("alloc_events") or {}
         if alloc.get("recorded_ooms") and i.format == "torch-snapshot":
-            from pathlib import Path
-
             from veotrace.analysis.ooms import with_device_free
             from veotrace.sources.snapshots.torch_snapshot import oom_free_bytes
 
-            alloc["recorded_ooms"] = with_device_free(alloc["recorded_ooms"], oom_free_bytes(Path(i.path)))
+            # as_paths: a URL's i.path is read again through fsspec (Path() would fold file:///x into file:/x)
+            alloc["recorded_ooms"] = with_device_free(alloc["recorded_ooms"], oom_free_bytes(common.as_paths(i.path)[0]))
     messages = []
     for p in probes:
         p.report.warnings.clear()  # reader notes (e.g. "no time_us") are part of the description

@@ -26,6 +26,8 @@ from veotrace.sources.base import arrow_file, detail, local_path, natural_key  #
 _URL = re.compile(rf"^{URL_SCHEME}://")
 #: fsspec file systems by protocol, per process (workers build their own).
 _FS: dict[str, object] = {}
+#: fsspec ``info`` fields that change when an object is rewritten (S3/HTTP, GCS, local/SFTP, Azure, memory).
+_VERSION_KEYS = ("ETag", "etag", "generation", "md5Hash", "mtime", "LastModified", "last_modified", "updated", "created")
 
 
 def is_url(text: object) -> bool:
@@ -118,8 +120,12 @@ class UrlPath:
         return self._call(lambda fs, key: fs.open(key, "rb"))
 
     def stat(self) -> SimpleNamespace:
+        """``st_size``, and ``st_version``: what changes when the object is rewritten (its ETag, generation or
+        modified time, the first the store gives; None when it gives none), which readers that keep a decoded
+        file (the snapshot readers) key it on, as they key a local file on its ``st_mtime_ns``."""
         info = self._call(lambda fs, key: fs.info(key))
-        return SimpleNamespace(st_size=int(info.get("size") or 0), st_mtime=0.0)
+        version = next((f"{k}={info[k]}" for k in _VERSION_KEYS if info.get(k) is not None), None)
+        return SimpleNamespace(st_size=int(info.get("size") or 0), st_mtime=0.0, st_version=version)
 
     def is_dir(self) -> bool:
         return bool(self._call(lambda fs, key: fs.isdir(key)))

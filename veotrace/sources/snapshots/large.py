@@ -47,14 +47,20 @@ def use_stream(path: Path) -> bool:
     Raises:
         TraceFormatError: a file past the whole read's bound that the streaming read refuses.
     """
-    if not stream.available() or os.stat(path).st_size < from_env(STREAM_ENV, SNAPSHOT_STREAM_BYTES):
+    if not stream.available() or _stat(path).st_size < from_env(STREAM_ENV, SNAPSHOT_STREAM_BYTES):
         return False
     return _read(path) is not None
 
 
+def _stat(path: Path):
+    """A local file's ``os.stat``, or a URL's (``sources.remote.UrlPath``: both passes read it through fsspec)."""
+    return os.stat(path) if isinstance(path, Path) else path.stat()
+
+
 def _key(path: Path) -> tuple:
-    st = os.stat(path)
-    return str(path), st.st_mtime_ns, st.st_size
+    st = _stat(path)
+    # a URL has no st_mtime_ns: its st_version (ETag, generation, modified time) tells a rewritten object
+    return str(path), getattr(st, "st_mtime_ns", None) or getattr(st, "st_version", None), st.st_size
 
 
 def _read(path: Path) -> tuple[ts.Snapshot, stream.Decoded, stream.Spill] | None:
@@ -126,7 +132,7 @@ def _fits(path: Path, first: stream.Pass1 | None = None) -> bool:
     stream_, raw = open_decompressed(path)
     try:
         if stream_ is raw:
-            return os.stat(path).st_size <= limit
+            return _stat(path).st_size <= limit
         total = 0
         while total <= limit:
             n = stream_.read_buffer(stream.CHUNK_BYTES).size  # not read(n): see stream._chunks

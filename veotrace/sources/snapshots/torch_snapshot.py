@@ -68,9 +68,9 @@ def _validate(obj: object, path: Path) -> Snapshot:
 
 
 @lru_cache(maxsize=4)
-def _load_cached(path: str, mtime_ns: int, size: int) -> Snapshot:
+def _load_cached(path: Path, mtime_ns: int | str | None, size: int) -> Snapshot:
     del mtime_ns, size  # part of the cache key only: a rewritten file is read again
-    return _validate(load_plain(Path(path)), Path(path))
+    return _validate(load_plain(path), path)
 
 
 def load_snapshot(path: Path) -> Snapshot:
@@ -80,7 +80,8 @@ def load_snapshot(path: Path) -> Snapshot:
         TraceFormatError: not a pickle, a pickle naming a class, truncated, or of the wrong shape.
     """
     st = path.stat()
-    return _load_cached(str(path), st.st_mtime_ns, st.st_size)
+    # a URL (sources.remote.UrlPath) has no st_mtime_ns: its st_version (ETag, generation, modified time) stands in
+    return _load_cached(path, getattr(st, "st_mtime_ns", None) or getattr(st, "st_version", None), st.st_size)
 
 
 def snapshot_info(path: Path) -> Snapshot:
