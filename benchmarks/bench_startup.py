@@ -52,7 +52,7 @@ COMMANDS: dict[str, list[str]] = {
     "gate": ["gate", "{small}", "--baseline", "{tmp}/base.json"],
     "report": ["report", "{small}", "-o", "{tmp}/report.html"],
     "diagnose": ["diagnose", str(S / "simulate" / "training_log.csv")],
-    "banks": ["banks", str(S / "arrays" / "addrs.npy")],
+    "banks": ["banks", "--stride", "2"],
     "formats": ["formats"],
 }
 
