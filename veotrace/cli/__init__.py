@@ -61,13 +61,23 @@ def main() -> None:
     if "pandas" not in sys.modules and not os.environ.get("VEOTRACE_ALLOW_PANDAS"):
         sys.meta_path.insert(0, _HidePandas())
     args = sys.argv[1:]
+    fresh = app.pending is not None
+    saved = None if fresh else list(app.registered_commands)
     if not _register_invoked_only(args[:1]):
         if args == ["--version"]:  # the root's eager option: no command is built
-            if app.pending is not None:
+            if fresh:
                 app.pending = lambda: None
         else:
+            if saved is None:
+                saved = list(app.registered_commands)
             _help_only()
-    app()
+    try:
+        app()
+    finally:  # a caller that goes on using ``app`` in this process (tests) sees every command again
+        if saved is not None:
+            app.registered_commands[:] = saved
+        elif fresh:
+            app.pending = _load
 
 
 def run() -> None:
