@@ -218,7 +218,7 @@ def main() -> None:
         print(f"(a) vs (c) speed-up: {tc / ta:.1f}x (target >= 5)")
     if td is not None:
         print(f"(a) vs (d) polars:   {td / ta:.2f}x (target >= 1.0, i.e. no slower)")
-        print(f"(a) time / (d) time: {ta / td:.2f} (issue 18 target <= 0.6)")
+        print(f"(a) time / (d) time: {ta / td:.2f} (issue 51 target <= 0.5)")
     if tc is not None and tb is not None:
         print(f"(b) vs (c) speed-up: {tc / tb:.1f}x (target >= 8)")
     if tc is not None:

@@ -203,6 +203,7 @@ def _synthetic_pairs(n: int, rho: float, phi: float, seed: int):
     return align_pairs(values, valid, epe)
 
 
+@pytest.mark.slow  # a rate over 400 seeded replications (about 5 s): run by .ci/run's slow step
 def test_fisher_ci_covers_rho_in_95_percent_of_independent_replications():
     rho, reps = 0.6, 400
     covered = 0
@@ -213,6 +214,7 @@ def test_fisher_ci_covers_rho_in_95_percent_of_independent_replications():
     assert 0.93 <= covered / reps <= 0.97
 
 
+@pytest.mark.slow  # a rate over 200 seeded replications of 400 resamples (about 8 s): run by .ci/run's slow step
 def test_block_bootstrap_ci_allows_for_autocorrelation():
     """AR(1) frames (phi = 0.7): the i.i.d. Fisher CI is too narrow; the moving-block bootstrap covers far better.
 

@@ -1,6 +1,6 @@
 """The documentation site (mkdocs.yml, docs/, tools/gen_docs.py): every command has a page in the nav, every
 option of every command is on its page, every page is in the nav, the README stays short, and the figures are
-what tools/docs_figures.py draws (slow). `.ci/run` builds the site itself with `mkdocs build --strict`.
+what tools/docs_figures.py draws (slow). `.ci/run` builds the site itself with `properdocs build --strict`.
 """
 
 from __future__ import annotations

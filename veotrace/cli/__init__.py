@@ -4,12 +4,19 @@ A command module declares the command's options and calls its run function (``ve
 the commands and their order come from ``veotrace.registry``. Command modules import only typer,
 the standard library and the light run modules at module level; analyses and readers are imported
 when the command runs, which keeps ``veotrace --help`` fast.
+
+The command modules themselves are imported when the app's commands are first asked for
+(``LazyTyper``): all of them for ``app`` used as a library (tests, ``tools/gen_docs.py``), only the one
+named on the command line for the console script, none for ``veotrace --version``, and for the
+top-level help each command's name and help text without its options (``_help_only``).
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
 import importlib
+import inspect
 import os
 import sys
 import threading
@@ -18,8 +25,17 @@ from importlib.abc import MetaPathFinder
 from veotrace import registry
 from veotrace.cli.app import app
 
-for _entry in registry.commands():  # in --help order
-    importlib.import_module(_entry.cli)
+
+def _load(commands: set[str] | None = None) -> None:
+    """Import the command modules (of ``commands``, else every one): each registers its command on ``app``."""
+    wanted = [e for e in registry.commands() if commands is None or e.command in commands]
+    for entry in wanted:
+        importlib.import_module(entry.cli)
+    order = {e.cli: i for i, e in enumerate(registry.commands())}  # --help order, whatever was imported first
+    app.registered_commands.sort(key=lambda c: order.get(c.callback.__module__, len(order)))
+
+
+app.pending = _load
 
 
 #: Data-frame libraries other packages import when installed and veotrace never uses.
@@ -44,8 +60,24 @@ def main() -> None:
     """Console-script entry point."""
     if "pandas" not in sys.modules and not os.environ.get("VEOTRACE_ALLOW_PANDAS"):
         sys.meta_path.insert(0, _HidePandas())
-    _register_invoked_only(sys.argv[1:2])
-    app()
+    args = sys.argv[1:]
+    fresh = app.pending is not None
+    saved = None if fresh else list(app.registered_commands)
+    if not _register_invoked_only(args[:1]):
+        if args == ["--version"]:  # the root's eager option: no command is built
+            if fresh:
+                app.pending = lambda: None
+        else:
+            if saved is None:
+                saved = list(app.registered_commands)
+            _help_only()
+    try:
+        app()
+    finally:  # a caller that goes on using ``app`` in this process (tests) sees every command again
+        if saved is not None:
+            app.registered_commands[:] = saved
+        elif fresh:
+            app.pending = _load
 
 
 def run() -> None:
@@ -80,17 +112,44 @@ def _leave(code: object) -> None:
     os._exit(code or 0)
 
 
-def _register_invoked_only(first: list[str]) -> None:
-    """Keep only the command named first on the command line, when one is.
+def _register_invoked_only(first: list[str]) -> bool:
+    """Keep only the command named first on the command line, when one is (True then).
 
     Typer turns every registered command's signature into click parameters before running one,
     evaluating each string annotation (``from __future__ import annotations``): about 0.1 s of every
-    run for 13 commands. Help, version and unknown names still see every command.
+    run for 13 commands; and importing every command module would load what their options need.
+    Only the named command's module is imported when none is yet. Help, version and unknown names
+    still see every command.
     """
-    named = [c for c in app.registered_commands
-             if first and (c.name or c.callback.__name__.replace("_", "-")) == first[0]]
+    if not first or first[0] not in {e.command for e in registry.commands()}:
+        return False
+    if app.pending is not None:
+        app.pending = lambda: _load({first[0]})
+    named = [c for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == first[0]]
     if len(named) == 1:
         app.registered_commands[:] = named
+    return True
+
+
+def _help_only() -> None:
+    """Every command as its name and help text alone, for the top-level help and an unknown name's error.
+
+    The group's help lists each command's name and first line, which need none of its options: Typer
+    building all of them evaluated every option's annotation for nothing (0.04 s). The command is run
+    through its real registration whenever it is named (``_register_invoked_only``).
+    """
+    def described(info):
+        stub = copy.copy(info)
+        stub.name = info.name or info.callback.__name__.replace("_", "-")
+        stub.help = inspect.getdoc(info.callback) if info.help is None else info.help
+        stub.callback = _no_options
+        return stub
+
+    app.registered_commands[:] = [described(c) for c in app.registered_commands]
+
+
+def _no_options() -> None:
+    """Stands for a command in the top-level help (never run: a named command is registered for real)."""
 
 
 __all__ = ["app", "main", "run"]

@@ -2,9 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import typer
 
-app = typer.Typer(
+
+class LazyTyper(typer.Typer):
+    """A Typer app whose command modules are imported when its commands are first asked for.
+
+    ``veotrace.cli`` sets ``pending`` to the function that imports them (each registers on the app);
+    the first read of ``registered_commands`` (Typer building the click group, ``--help``, a test's
+    ``CliRunner``) calls it once. The console entry point narrows it to the command being run, so that
+    ``veotrace entropy`` imports no other command's module (issue 51).
+    """
+
+    #: Imports the command modules: called once, on the first read of ``registered_commands``.
+    pending: Callable[[], None] | None = None
+
+    @property
+    def registered_commands(self) -> list:
+        if self.pending is not None:
+            load, self.pending = self.pending, None
+            load()
+        return self._commands
+
+    @registered_commands.setter
+    def registered_commands(self, value: list) -> None:
+        self._commands = value
+
+
+app = LazyTyper(
     name="veotrace",
     help="GPU memory and kernel trace analysis: fragmentation entropy, bursts, L2 change points, coherence.",
     no_args_is_help=True,

@@ -50,7 +50,6 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
     from veotrace.analysis.bursts import bursts as analysis
     from veotrace.analysis.groups import columns_for
     from veotrace.analysis.ops import OpsMissing
-    from veotrace.attribution.rows import KEYED
     from veotrace.errors import UsageError
     from veotrace.sources import read_table
 
@@ -75,7 +74,7 @@ def bursts(paths, *, gap: str | float = f"{BURSTS_GAP_MS:g}ms", events: str = "a
     else:
         columns = analysis.COLUMNS + columns_for(grouped.get("by"), device)
         try:
-            if grouped.get("by") in KEYED:  # rows keyed by site or phase (a snapshot, its Parquet file, tagged logs)
+            if common.keyed(grouped.get("by")):  # rows keyed by site or phase (a snapshot, its Parquet file, tagged logs)
                 batches, names = common.keyed_read(paths, grouped["by"], options=options, report=report,
                                                    columns=columns, on_progress=on_progress,
                                                    rule=common.site_rule(site_filter, site_depth))

@@ -48,6 +48,15 @@ def as_paths(paths: Any) -> list:
     return [as_path(p) for p in paths]
 
 
+def keyed(by: str | None) -> bool:
+    """Whether ``--by`` keys rows by site or phase (``attribution.rows.KEYED``); attribution loads only then."""
+    if by is None:
+        return False
+    from veotrace.attribution.rows import KEYED
+
+    return by in KEYED
+
+
 def event_batches(paths, *, options, report, columns, on_progress: Progress = None, inputs=None, events=None):
     """The alloc/free event batches of ``paths`` with ``columns``: read now, or taken from ``events``, the
     ``ALLOC_EVENTS`` table of those same paths read already (``veotrace diff`` reads each side once for

@@ -59,7 +59,6 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
     from veotrace.analysis.entropy.entropy import COLUMNS, compute_entropy
     from veotrace.analysis.groups import columns_for
     from veotrace.analysis.ops import OpsMissing
-    from veotrace.attribution.rows import KEYED
     from veotrace.errors import UsageError
 
     paths = common.as_paths(paths)
@@ -74,7 +73,7 @@ def entropy(paths, *, window: str | float | None = None, step: str | float | Non
     columns = COLUMNS + columns_for(params.get("by"), device)
     names = None
     try:
-        if params.get("by") in KEYED:  # rows keyed by site or phase (a snapshot, its Parquet file, tagged logs), one process
+        if common.keyed(params.get("by")):  # rows keyed by site or phase (a snapshot, its Parquet file, tagged logs), one process
             batches, names = common.keyed_read(paths, params["by"], options=options, report=report, columns=columns,
                                                on_progress=on_progress, rule=common.site_rule(site_filter, site_depth))
             result = compute_entropy(batches, **params, segments=hours)
