@@ -128,3 +128,9 @@ DIFF_ALIGN = "time"
 
 # following a growing log (--follow; veotrace/live)
 FOLLOW_POLL_S = 0.5  # seconds between two looks at the followed files (--poll)
+
+# the MCP server (veotrace mcp; veotrace/mcp)
+MCP_TIMEOUT_S = 120.0  # a tool call still running after this many seconds is stopped (--timeout); its worker is replaced
+MCP_ROW_LIMIT = 10  # rows of each list a tool result shows unless asked for more (row_limit, row_offset, full)
+MCP_MAX_CHARS = 20_000  # a cut result longer than this as JSON shows fewer rows per list (an assistant's reading budget)
+MCP_READY_S = 120.0  # longest wait for a fresh worker to import what the commands need
