@@ -20,6 +20,8 @@ from veotrace.cli.app import app
 
 for _entry in registry.commands():  # in --help order
     importlib.import_module(_entry.cli)
+for _module in registry.SERVICES:  # veotrace mcp, after the analyses
+    importlib.import_module(_module)
 
 
 #: Data-frame libraries other packages import when installed and veotrace never uses.
