@@ -26,8 +26,9 @@ REFUSED = frozenset({
 })
 #: Options declared as text that name a file the command reads (checked against the roots like paths).
 TEXT_PATHS = frozenset({"space"})
-#: Commands whose result is a page written to a file (the server picks the file): no JSON of their own.
-PAGES = frozenset({"view", "report"})
+#: The file suffix of commands whose result is a file they must write (``--output`` required: the server
+#: picks the file, in its pages folder, and returns its path); others' is ``.out``.
+WRITES = {"view": ".html", "report": ".html", "convert": ".parquet"}
 #: The arguments every tool takes besides its command's options (how much of the result to show).
 CONTROLS: dict[str, dict[str, Any]] = {
     "full": {"type": "boolean", "default": False,
@@ -89,7 +90,10 @@ def command_spec(name: str, command, description: str) -> dict[str, Any]:
     required: list[str] = []
     params: list[dict[str, Any]] = []
     formats: list[str] = []
+    writes = None
     for param in command.params:
+        if param.name == "output" and param.required:
+            writes = WRITES.get(name, ".out")
         if param.name == "fmt":
             formats = [str(getattr(c, "value", c)) for c in getattr(param.type, "choices", ())]
         if param.name in SERVER_OWNED or param.name in REFUSED or param.name in CONTROLS:
@@ -128,7 +132,7 @@ def command_spec(name: str, command, description: str) -> dict[str, Any]:
     else:
         description += " (For a first look at a trace, call diagnose first.)"
     return {"name": name, "description": description, "inputSchema": schema, "params": params,
-            "json": "json" in formats, "page": name in PAGES}
+            "json": "json" in formats, "writes": writes}
 
 
 def tool_specs() -> list[dict[str, Any]]:

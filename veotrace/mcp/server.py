@@ -123,10 +123,10 @@ class Service:
         shown = "veotrace " + shlex.join(call.argv)
         key = (tuple(call.argv), self._signature(spec, arguments))
         with self._cache_lock:
-            ran = self._results.get(key) if self.cache and not spec["page"] else None
+            ran = self._results.get(key) if self.cache and not spec["writes"] else None
         if ran is None:
             ran = self._run(spec, call.argv)
-            if self.cache and not spec["page"]:
+            if self.cache and not spec["writes"]:
                 with self._cache_lock:
                     self._results[key] = ran
                     while len(self._results) > CACHED:
@@ -153,8 +153,8 @@ class Service:
         name = spec["name"]
         digest = hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:12]
         target: Path | None = None
-        if spec["page"]:
-            target = self.pages / f"{name}-{digest}.html"
+        if spec["writes"]:
+            target = self.pages / f"{name}-{digest}{spec['writes']}"
         elif spec["json"]:
             target = self.pages / ".results" / f"{name}-{digest}-{threading.get_ident()}.json"
             target.parent.mkdir(exist_ok=True)
@@ -173,7 +173,7 @@ class Service:
             if target is not None:
                 target.unlink(missing_ok=True)
             raise ToolError(error_line(answer["stderr"], code))
-        if spec["page"]:
+        if spec["writes"]:
             assert target is not None
             self.written.append(target)
             result: Any = {"path": str(target), "bytes": target.stat().st_size}
@@ -237,7 +237,8 @@ def build(service: Service):
 
     async def list_resources(ctx, params) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=[
-            types.Resource(name=p.name, uri=p.as_uri(), mime_type="text/html") for p in service.written])
+            types.Resource(name=p.name, uri=p.as_uri(), mime_type="text/html" if p.suffix == ".html" else "application/octet-stream")
+            for p in service.written])
 
     async def read_resource(ctx, params) -> types.ReadResourceResult:
         uri = str(params.uri)
