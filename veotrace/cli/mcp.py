@@ -43,19 +43,21 @@ def mcp_command(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds a tool call may run; a slower one is stopped and the server goes on.", min=0.1)] = MCP_TIMEOUT_S,
     http: Annotated[str | None, typer.Option("--http", help="Serve streamable HTTP at HOST:PORT (loopback only, e.g. 127.0.0.1:8765; path /mcp) instead of stdio.")] = None,
     pages: Annotated[Path | None, typer.Option("--pages", help="Folder the view and report pages are written to [default: a new temporary folder].", file_okay=False)] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Run every call's command, also one just run on the same unchanged files (paging through a result otherwise reuses it).")] = False,
 ) -> None:
     """Serve every command as a Model Context Protocol tool (stdio, or --http on the loopback) for an assistant."""
     with user_errors():
         address = loopback(http) if http is not None else None
-        try:
-            import mcp  # noqa: F401  (the official SDK: an optional extra)
-        except ImportError:
+        import importlib.util
+
+        if importlib.util.find_spec("mcp") is None or importlib.util.find_spec("mcp_types") is None:
             from veotrace.errors import VeotraceError
 
-            raise VeotraceError("the MCP server needs the official SDK: pip install 'veotrace[mcp]'") from None
+            raise VeotraceError("the MCP server needs the official SDK: pip install 'veotrace[mcp]'")
         from veotrace.mcp.server import Service, serve_http, serve_stdio
 
-        service = Service(root, allow_remote=allow_remote, timeout=timeout, pages=pages)
+        service = Service(root, allow_remote=allow_remote, timeout=timeout, pages=pages, cache=not no_cache)
+        service.start()  # the worker warms up while the SDK (about 1 s of imports) loads here
         roots = ", ".join(str(r) for r in service.policy.roots)
         if address is None:
             err(f"veotrace mcp: serving on stdio; reading under {roots}; pages in {service.pages}")

@@ -74,12 +74,16 @@ class Service:
         self._results: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self.written: list[Path] = []
+        self._started = False
 
     def specs(self) -> list[dict[str, Any]]:
         return self.worker.tools()
 
     def start(self) -> None:
-        """Warm the worker up in the background (the first call then pays no import)."""
+        """Warm the worker up in the background (the first call then pays no import); once."""
+        if self._started:
+            return
+        self._started = True
         threading.Thread(target=self._warm, daemon=True, name="veotrace-mcp-warm").start()
 
     def _warm(self) -> None:
