@@ -44,6 +44,7 @@ def mcp_command(
     http: Annotated[str | None, typer.Option("--http", help="Serve streamable HTTP at HOST:PORT (loopback only, e.g. 127.0.0.1:8765; path /mcp) instead of stdio.")] = None,
     pages: Annotated[Path | None, typer.Option("--pages", help="Folder the view and report pages are written to [default: a new temporary folder].", file_okay=False)] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Run every call's command, also one just run on the same unchanged files (paging through a result otherwise reuses it).")] = False,
+    parallel: Annotated[bool, typer.Option("--parallel", help="Let diagnose run its analyses on forked processes, one per core (faster on large inputs with idle cores; on small ones forking the warm server costs more than it saves).")] = False,
 ) -> None:
     """Serve every command as a Model Context Protocol tool (stdio, or --http on the loopback) for an assistant."""
     with user_errors():
@@ -56,7 +57,8 @@ def mcp_command(
             raise VeotraceError("the MCP server needs the official SDK: pip install 'veotrace[mcp]'")
         from veotrace.mcp.server import Service, serve_http, serve_stdio
 
-        service = Service(root, allow_remote=allow_remote, timeout=timeout, pages=pages, cache=not no_cache)
+        service = Service(root, allow_remote=allow_remote, timeout=timeout, pages=pages, cache=not no_cache,
+                          parallel=parallel)
         service.start()  # the worker warms up while the SDK (about 1 s of imports) loads here
         roots = ", ".join(str(r) for r in service.policy.roots)
         if address is None:
