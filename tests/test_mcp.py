@@ -104,6 +104,12 @@ def test_the_tools_are_the_registry_and_diagnose_says_to_call_it_first(service):
     assert "on_fail" not in by["gate"].input_schema["properties"]
     assert by["simulate"].input_schema["properties"]["conf"]["type"] == "string"
     assert {"full", "select", "row_offset", "row_limit"} <= set(by["banks"].input_schema["properties"])
+    # the parameters that name files, each checked against the roots (typer's TyperPath, path_or_url, tuples of paths)
+    paths = {s["name"]: [p["name"] for p in s["params"] if p["path"]] for s in service.specs()}
+    assert paths["correlate"] == ["addrs", "epe", "baseline"] and paths["gate"] == ["paths", "baseline", "history"]
+    assert paths["tune"] == ["paths", "space"] and paths["banks"] == ["addresses"] and paths["diff"] == ["before", "after"]
+    assert all(paths[e.command][:1] in (["paths"], ["frames"], ["addrs"], ["before"], ["addresses"], [])
+               for e in registry.commands())
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -180,6 +186,12 @@ def test_refusals_are_tool_errors_and_the_server_serves_on(service, folder):
         ("info", {"paths": [str(folder / "outside")]}, "outside the folders this server reads"),  # a link leading out
         ("info", {"paths": ["s3://bucket/trace.pickle"]}, "--allow-remote"),
         ("tune", {"paths": [str(SNAPSHOT)], "space": "/etc/hostname"}, "outside the folders"),  # a file named as text
+        ("sites", {"paths": ["/etc/hostname"]}, "outside the folders"),
+        ("coherence", {"frames": "/etc/hostname"}, "outside the folders"),
+        ("gate", {"paths": [str(SAMPLES / "alloc_logs")], "baseline": "/etc/hostname"}, "outside the folders"),
+        ("banks", {"addresses": "/etc/hostname"}, "outside the folders"),
+        ("correlate", {"addrs": str(SAMPLES / "arrays" / "addrs.npy"), "epe": str(SAMPLES / "arrays" / "epe.npy"),
+                       "baseline": [str(SAMPLES / "arrays" / "addrs0.npy"), "/etc/hostname"]}, "outside the folders"),
         ("diagnose", {"paths": [str(SNAPSHOT)], "nope": 1}, "no option nope"),
         ("diagnose", {"paths": [str(SNAPSHOT)], "on_fail": "rm -rf /"}, "no option on_fail"),
         ("entropy", {"paths": [str(SNAPSHOT)], "window_events": "ten"}, "window_events must be an integer"),

@@ -71,10 +71,16 @@ def _json_type(param) -> dict[str, Any]:
     return {"type": "string"}
 
 
+def _names_a_path(kind) -> bool:
+    return any(c.__name__.endswith("Path") for c in type(kind).__mro__)  # click's Path, typer's TyperPath
+
+
 def _is_path(param) -> bool:
     """Whether the parameter's values name files or folders (checked against the roots)."""
-    if param.name in TEXT_PATHS or "Path" in _kinds(param):
+    if param.name in TEXT_PATHS or _names_a_path(param.type):
         return True
+    if "Tuple" in _kinds(param):  # correlate --baseline ADDRS0 EPE0
+        return any(_names_a_path(t) for t in param.type.types)
     # the commands' PathsArg parses with path_or_url (a function: click shows it as FuncParamType)
     return getattr(getattr(param.type, "func", None), "__name__", "") == "path_or_url"
 

@@ -17,6 +17,7 @@ import io
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -158,7 +159,8 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join([package_parent, *filter(None, [env.get("PYTHONPATH")])])
         env[ONE_CORE] = "0" if self.parallel else "1"
         self._proc = subprocess.Popen([sys.executable, "-m", "veotrace.mcp.worker"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=None, cwd=self.cwd, env=env)
+                                      stdout=subprocess.PIPE, stderr=None, cwd=self.cwd, env=env,
+                                      start_new_session=True)  # its own group: a kill takes its forked children too
         self._buffer = b""
         self._ready = False
 
@@ -233,6 +235,8 @@ class Worker:
 
     def _kill(self) -> None:
         if self._proc is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._proc.pid, signal.SIGKILL)  # the worker's own group (start_new_session)
             with contextlib.suppress(OSError):
                 self._proc.kill()
             with contextlib.suppress(Exception):
