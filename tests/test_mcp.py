@@ -59,6 +59,10 @@ def folder(tmp_path_factory):
     r = run_cli("entropy", SAMPLES / "alloc_logs", "--save-baseline", path / "base.json", "-f", "json", "-o", path / "e.json")
     assert r.exit_code == 0, r.stderr
     (path / "outside").symlink_to("/etc/hostname")
+    (path / "logs").mkdir()
+    (path / "logs" / "a.csv").symlink_to(SAMPLES / "alloc_logs_bursty" / "alloc.log.csv")  # inside a root: fine
+    (path / "leaky").mkdir()
+    (path / "leaky" / "b.csv").symlink_to("/etc/hostname")
     return path
 
 
@@ -184,6 +188,7 @@ def test_refusals_are_tool_errors_and_the_server_serves_on(service, folder):
     refused = [
         ("diagnose", {"paths": ["/etc/passwd"]}, "outside the folders this server reads"),
         ("info", {"paths": [str(folder / "outside")]}, "outside the folders this server reads"),  # a link leading out
+        ("info", {"paths": [str(folder / "leaky")]}, "a link to outside the folders"),  # a folder holding one
         ("info", {"paths": ["s3://bucket/trace.pickle"]}, "--allow-remote"),
         ("tune", {"paths": [str(SNAPSHOT)], "space": "/etc/hostname"}, "outside the folders"),  # a file named as text
         ("sites", {"paths": ["/etc/hostname"]}, "outside the folders"),
@@ -204,7 +209,7 @@ def test_refusals_are_tool_errors_and_the_server_serves_on(service, folder):
         out = []
         for name, arguments, _ in refused:
             out.append(await c.call_tool(name, arguments))
-        out.append(await c.call_tool("info", {"paths": [str(SNAPSHOT)]}))
+        out.append(await c.call_tool("info", {"paths": [str(folder / "logs")]}))
         return out
 
     results = talk(build(service), work)

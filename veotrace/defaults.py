@@ -133,4 +133,5 @@ FOLLOW_POLL_S = 0.5  # seconds between two looks at the followed files (--poll)
 MCP_TIMEOUT_S = 120.0  # a tool call still running after this many seconds is stopped (--timeout); its worker is replaced
 MCP_ROW_LIMIT = 10  # rows of each list a tool result shows unless asked for more (row_limit, row_offset, full)
 MCP_MAX_CHARS = 20_000  # a cut result longer than this as JSON shows fewer rows per list (an assistant's reading budget)
+MCP_FOLDER_ENTRIES = 100_000  # entries of a folder argument checked for links leading out of the roots (more: refused)
 MCP_READY_S = 120.0  # longest wait for a fresh worker to import what the commands need

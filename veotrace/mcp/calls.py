@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veotrace.defaults import MCP_FOLDER_ENTRIES as FOLDER_ENTRIES
 from veotrace.defaults import MCP_MAX_CHARS, MCP_ROW_LIMIT
 from veotrace.errors import UsageError
 
@@ -54,10 +55,21 @@ class Policy:
             else:
                 return
         resolved = Path(os.path.realpath(os.path.expanduser(text)))
-        if not any(resolved == root or resolved.is_relative_to(root) for root in self.roots):
-            roots = ", ".join(str(r) for r in self.roots)
-            raise ToolError(f"{text}: outside the folders this server reads ({roots}); "
+        if not self._inside(resolved):
+            raise ToolError(f"{text}: outside the folders this server reads ({self._shown()}); "
                             "restart it with --root for that folder, or copy the file under one")
+        if resolved.is_dir():  # a folder of logs: no link in it may lead out either
+            for n, entry in enumerate(resolved.rglob("*")):
+                if n >= FOLDER_ENTRIES:
+                    raise ToolError(f"{text}: more than {FOLDER_ENTRIES:,} entries to check; name the files, or a smaller folder")
+                if entry.is_symlink() and not self._inside(Path(os.path.realpath(entry))):
+                    raise ToolError(f"{entry}: a link to outside the folders this server reads ({self._shown()})")
+
+    def _inside(self, resolved: Path) -> bool:
+        return any(resolved == root or resolved.is_relative_to(root) for root in self.roots)
+
+    def _shown(self) -> str:
+        return ", ".join(str(r) for r in self.roots)
 
 
 @dataclass
