@@ -278,3 +278,44 @@ def test_http_listens_on_the_loopback_only():
     assert loopback("127.0.0.1:8765") == ("127.0.0.1", 8765)
     assert loopback("[::1]:80") == ("::1", 80)
     assert loopback("localhost:9") == ("localhost", 9)
+
+
+def test_without_the_sdk_one_error_line_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else find(name, *a))
+    r = run_cli("mcp")
+    assert r.exit_code == 1 and r.stderr.strip() == "Error: the MCP server needs the official SDK: pip install 'veotrace[mcp]'"
+
+
+@pytest.mark.slow
+def test_over_streamable_http_on_the_loopback(folder):
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen([sys.executable, "-m", "veotrace", "mcp", "--http", f"127.0.0.1:{port}", "--root", str(SAMPLES),
+                               "--pages", str(folder / "http")], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+
+        async def work(c):
+            return await c.list_tools(), await c.call_tool("info", {"paths": ["/etc/hostname"]}), \
+                await c.call_tool("info", {"paths": [str(SNAPSHOT)]})
+
+        tools, refused, done = talk(f"http://127.0.0.1:{port}/mcp", work)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert [t.name for t in tools.tools] == [e.command for e in registry.commands()]
+    assert refused.is_error and "outside the folders" in refused.content[0].text
+    assert not done.is_error and done.structured_content["result"] == json.loads(run_cli("info", SNAPSHOT, "-f", "json").stdout)
