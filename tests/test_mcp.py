@@ -319,3 +319,22 @@ def test_over_streamable_http_on_the_loopback(folder):
     assert [t.name for t in tools.tools] == [e.command for e in registry.commands()]
     assert refused.is_error and "outside the folders" in refused.content[0].text
     assert not done.is_error and done.structured_content["result"] == json.loads(run_cli("info", SNAPSHOT, "-f", "json").stdout)
+
+
+def test_a_page_of_a_result_is_reused_until_its_files_change(service, folder):
+    logs = folder / "growing"
+    logs.mkdir()
+    lines = (SAMPLES / "alloc_logs_bursty" / "alloc.log.csv").read_text().splitlines(keepends=True)
+    (logs / "alloc.log.csv").write_text("".join(lines[:400]))
+
+    async def work(c):
+        first = (await c.call_tool("bursts", {"paths": [str(logs)], "full": True})).structured_content
+        again = (await c.call_tool("bursts", {"paths": [str(logs)], "full": True})).structured_content
+        with open(logs / "alloc.log.csv", "a") as fh:  # the log grows: the next call runs the command again
+            fh.write("".join(lines[400:]))
+        grown = (await c.call_tool("bursts", {"paths": [str(logs)], "full": True})).structured_content
+        return first, again, grown
+
+    first, again, grown = talk(build(service), work)
+    assert first == again
+    assert grown["result"] == json.loads(run_cli("bursts", logs, "-f", "json").stdout) != first["result"]

@@ -134,4 +134,5 @@ MCP_TIMEOUT_S = 120.0  # a tool call still running after this many seconds is st
 MCP_ROW_LIMIT = 10  # rows of each list a tool result shows unless asked for more (row_limit, row_offset, full)
 MCP_MAX_CHARS = 20_000  # a cut result longer than this as JSON shows fewer rows per list (an assistant's reading budget)
 MCP_FOLDER_ENTRIES = 100_000  # entries of a folder argument checked for links leading out of the roots (more: refused)
+MCP_CACHE_BYTES = 256 << 20  # results kept for paging, at most this much of their JSON (the oldest go first)
 MCP_READY_S = 120.0  # longest wait for a fresh worker to import what the commands need

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from veotrace.defaults import MCP_TIMEOUT_S
+from veotrace.defaults import MCP_CACHE_BYTES, MCP_TIMEOUT_S
 from veotrace.mcp.calls import Policy, ToolError, command_line, cut, pick
 from veotrace.mcp.worker import Worker, WorkerDied, WorkerTimeout
 
@@ -103,18 +103,29 @@ class Service:
         raise ToolError(f"no tool {name!r}; the tools are {', '.join(s['name'] for s in specs)}")
 
     def _signature(self, spec: dict[str, Any], arguments: dict[str, Any]) -> tuple:
-        """The inputs' size and modification time: a cached result is used only for unchanged files."""
-        out = []
+        """The inputs' size and modification time (a folder's: each file's in it): a cached result is used
+        only for unchanged files."""
+        out: list[tuple] = []
         for param in spec["params"]:
             value = arguments.get(param["name"])
             if param["path"] and value:
                 for v in value if isinstance(value, list) else [value]:
-                    try:
-                        st = os.stat(str(v))
-                        out.append((str(v), st.st_size, st.st_mtime_ns))
-                    except OSError:
-                        out.append((str(v), None, None))
+                    path = Path(str(v))
+                    for one in [path, *(sorted(path.rglob("*")) if path.is_dir() else [])]:
+                        try:
+                            st = one.stat()
+                            out.append((str(one), st.st_size, st.st_mtime_ns))
+                        except OSError:
+                            out.append((str(one), None, None))
         return tuple(out)
+
+    def _keep(self, key: tuple, ran: dict[str, Any]) -> None:
+        """Cache ``ran`` under ``key``, the oldest results going first past CACHED results or MCP_CACHE_BYTES."""
+        with self._cache_lock:
+            self._results[key] = ran
+            while len(self._results) > CACHED or (
+                    len(self._results) > 1 and sum(r["bytes"] for r in self._results.values()) > MCP_CACHE_BYTES):
+                self._results.popitem(last=False)
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
         """Run tool ``name``: its envelope (command, exit_code, messages, headline, result, left_out).
@@ -132,11 +143,8 @@ class Service:
             ran = self._results.get(key) if self.cache and not spec["writes"] else None
         if ran is None:
             ran = self._run(spec, call.argv)
-            if self.cache and not spec["writes"]:
-                with self._cache_lock:
-                    self._results[key] = ran
-                    while len(self._results) > CACHED:
-                        self._results.popitem(last=False)
+            if self.cache and not spec["writes"] and ran["bytes"] <= MCP_CACHE_BYTES:
+                self._keep(key, ran)
         envelope: dict[str, Any] = {"command": shown, "exit_code": ran["exit"], "messages": ran["messages"]}
         if ran["exit"] == 3:
             envelope["check"] = "the command's check found a problem (exit code 3)"
@@ -150,7 +158,7 @@ class Service:
             if left:
                 envelope["left_out"] = left
                 envelope["more"] = ("Lists were cut (left_out): call again with row_offset / row_limit to page, "
-                                    "select to pick one part (e.g. select='" + left[0]["list"].split(".")[0] + "'), "
+                                    "select to pick one part (e.g. select='" + next(iter(left[0].values())).split(".")[0] + "'), "
                                     "or full=true for the whole result.")
         return envelope
 
@@ -183,15 +191,17 @@ class Service:
             assert target is not None
             self.written.append(target)
             result: Any = {"path": str(target), "bytes": target.stat().st_size}
+            size = 0
         elif spec["json"]:
             assert target is not None
             try:
-                result = json.loads(target.read_text())
+                text = target.read_text(encoding="utf-8")
+                result, size = json.loads(text), len(text)
             finally:
                 target.unlink(missing_ok=True)
         else:
-            result = answer["stdout"]
-        return {"exit": code, "messages": messages, "headline": answer.get("headline"), "result": result}
+            result, size = answer["stdout"], len(answer["stdout"])
+        return {"exit": code, "messages": messages, "headline": answer.get("headline"), "result": result, "bytes": size}
 
     def page(self, uri: str) -> str:
         """The path of the page a ``veotrace://view/PATH`` or ``veotrace://report/PATH`` resource names (written now)."""
