@@ -141,6 +141,8 @@ def test_the_cut_result_pages_through_the_same_rows(service):
         first = (await c.call_tool("entropy", arguments)).structured_content
         later = (await c.call_tool("entropy", {**arguments, "row_offset": 230, "row_limit": 5})).structured_content
         part = (await c.call_tool("entropy", {**arguments, "select": "windows.3"})).structured_content
+        one = (await c.call_tool("entropy", {**arguments, "paths": arguments["paths"][0]})).structured_content  # a string
+        assert one == first
         return full, first, later, part
 
     full, first, later, part = talk(build(service), work)

@@ -123,6 +123,8 @@ def command_line(spec: dict[str, Any], arguments: dict[str, Any] | None, policy:
         if arguments.get(key) in (None, []):
             raise ToolError(f"{tool}: {key} is required")
     for key, value in arguments.items():
+        if isinstance(value, str) and properties[key].get("type") == "array" and "maxItems" not in properties[key]:
+            arguments[key] = value = [value]  # one path given as a string, as assistants often do
         if value is not None:
             _check_value(tool, key, properties[key], value)
     options: list[str] = []

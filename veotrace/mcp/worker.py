@@ -13,6 +13,7 @@ the worker is killed and a fresh one started, so a slow or stuck command never s
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -106,10 +107,9 @@ def main() -> None:
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever else writes to fd 1 lands on stderr, not in the protocol
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), write_through=True)
-    if "pandas" not in sys.modules and not os.environ.get("VEOTRACE_ALLOW_PANDAS"):
-        from veotrace.cli import _HidePandas  # as the command line does: pyarrow's pandas import costs, never helps
-
-        sys.meta_path.insert(0, _HidePandas())
+    hide = getattr(importlib.import_module("veotrace.cli"), "_HidePandas", None)
+    if hide is not None and "pandas" not in sys.modules and not os.environ.get("VEOTRACE_ALLOW_PANDAS"):
+        sys.meta_path.insert(0, hide())  # as the command line does: pyarrow's pandas import costs, never helps
     import typer.main
 
     from veotrace.cli.app import app
