@@ -340,3 +340,30 @@ def test_a_page_of_a_result_is_reused_until_its_files_change(service, folder):
     first, again, grown = talk(build(service), work)
     assert first == again
     assert grown["result"] == json.loads(run_cli("bursts", logs, "-f", "json").stdout) != first["result"]
+
+
+def test_every_hostile_input_gets_the_reader_s_refusal(service):
+    """The bad inputs of tests/bad_inputs (EXPECTED.tsv: file, command, exit, message) that one command refuses
+    given the file alone: through the server, the same refusal, and the server goes on."""
+    bad = REPO / "tests" / "bad_inputs"
+    rows = [line.split("\t") for line in (bad / "EXPECTED.tsv").read_text(encoding="utf-8").splitlines()
+            if line and not line.startswith("#")]
+    first = {s["name"]: s["params"][0] for s in service.specs() if s["params"]}
+    cases = [(name, command, message) for name, command, code, message in rows
+             if code == "1" and command in first and first[command]["path"] and command != "correlate"]
+    assert len(cases) >= 20
+
+    async def work(c):
+        out = []
+        for name, command, _ in cases:
+            param = first[command]
+            value = [str(bad / name)] if param["many"] else str(bad / name)
+            out.append(await c.call_tool(command, {param["name"]: value}))
+        out.append(await c.call_tool("info", {"paths": [str(SNAPSHOT)]}))
+        return out
+
+    results = talk(build(service), work)
+    for (name, command, message), result in zip(cases, results):
+        text = result.content[0].text
+        assert result.is_error and text.startswith(f"Error: {bad / name}") and message in text, (name, command, text)
+    assert not results[-1].is_error
