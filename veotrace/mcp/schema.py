@@ -31,14 +31,10 @@ TEXT_PATHS = frozenset({"space"})
 WRITES = {"view": ".html", "report": ".html", "convert": ".parquet"}
 #: The arguments every tool takes besides its command's options (how much of the result to show).
 CONTROLS: dict[str, dict[str, Any]] = {
-    "full": {"type": "boolean", "default": False,
-             "description": "Return the whole result (the command's --format json object) instead of the cut one."},
-    "select": {"type": "string",
-               "description": "Show only this part of the result: a key path with dots, e.g. 'findings' or 'findings.0.evidence'."},
-    "row_offset": {"type": "integer", "minimum": 0, "default": 0,
-                   "description": "First row shown of each long list (to page through one: 10, 20, ...)."},
-    "row_limit": {"type": "integer", "minimum": 1,
-                  "description": "Rows shown of each long list (default 10; fewer when the result would be too long to read)."},
+    "full": {"type": "boolean", "default": False, "description": "The whole result (the command's --format json), not cut."},
+    "select": {"type": "string", "description": "Only this part of the result, by key path: findings, findings.0.evidence."},
+    "row_offset": {"type": "integer", "minimum": 0, "default": 0, "description": "First row shown of each long list (to page)."},
+    "row_limit": {"type": "integer", "minimum": 1, "description": "Rows shown of each long list [default: 10, fewer for a long result]."},
 }
 
 #: What the diagnose tool's description starts with: it is where an assistant begins.
@@ -114,7 +110,7 @@ def command_spec(name: str, command, description: str) -> dict[str, Any]:
             schema["minItems"] = 1
         help_text = getattr(param, "help", None) or ("the input files or folders" if is_argument else "")
         if _is_path(param):
-            help_text += " (paths under the server's roots)"
+            help_text += " (under the server's roots)"
         if help_text:
             schema["description"] = help_text
         default = _default(param.default)
