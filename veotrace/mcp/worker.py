@@ -105,7 +105,12 @@ def _warm() -> None:
 def main() -> None:
     """The worker's loop: send the tool specs, warm up, say ready, then answer one request per line."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
+    requests = os.fdopen(os.dup(0), "r")
     os.dup2(2, 1)  # whatever else writes to fd 1 lands on stderr, not in the protocol
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # and nothing a command runs reads the requests
+    os.close(null)
+    sys.stdin = open(os.devnull)  # the process's stdin until it ends
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), write_through=True)
     hide = getattr(importlib.import_module("veotrace.cli"), "_HidePandas", None)
     if hide is not None and "pandas" not in sys.modules and not os.environ.get("VEOTRACE_ALLOW_PANDAS"):
@@ -126,7 +131,7 @@ def main() -> None:
         # the imports, so the readers' own pools (sized at import) keep the machine's count.
         os.cpu_count = lambda: 1
     proto.write(json.dumps({"ready": True}) + "\n")
-    for line in sys.stdin:
+    for line in requests:
         if not line.strip():
             continue
         answer = _run(group, json.loads(line))
