@@ -238,8 +238,7 @@ def test_the_command_s_own_refusal_is_its_error_line(service):
 
 
 def test_a_slow_call_is_stopped_and_the_next_one_served(folder):
-    service = Service([REPO], timeout=0.5, pages=folder / "slow")
-    service.worker.warm()
+    service = Service([REPO], timeout=0.5, pages=folder / "slow")  # its first call comes before any warm-up
     slow = {"addrs": str(SAMPLES / "arrays" / "addrs.npy"), "epe": str(SAMPLES / "arrays" / "epe.npy"), "resamples": 100_000}  # tens of seconds
 
     async def work(c):

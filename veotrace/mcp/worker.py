@@ -68,6 +68,12 @@ def _run(group, request: dict[str, Any]) -> dict[str, Any]:
         module.show = show
     out, err = io.StringIO(), io.StringIO()
     code: Any = 0
+    cpu_count = os.cpu_count
+    if os.environ.get(ONE_CORE) == "1":
+        # diagnose forks one process per core for its analyses. Forking this warm process (every module
+        # imported) cost 0.75 CPU-s a call on the sample snapshot, against 0.2 s for the same analyses in
+        # turn (2 cores, measured): the server runs them in turn unless started with --parallel.
+        os.cpu_count = lambda: 1
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -80,6 +86,7 @@ def _run(group, request: dict[str, Any]) -> dict[str, Any]:
                 traceback.print_exc()
                 code = 70
     finally:
+        os.cpu_count = cpu_count
         if original is not None:
             module.show = original
     if code is None:
@@ -90,16 +97,36 @@ def _run(group, request: dict[str, Any]) -> dict[str, Any]:
     return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue(), "headline": seen.get("headline")}
 
 
-def _warm() -> None:
-    """Import what the commands run on (readers, analyses, the run layer), so no call pays for it."""
-    from veotrace import registry
+def _import_all() -> None:
+    """Import every module of the commands' layers (readers, analyses, runs, renderers), so no call pays for it.
 
-    for entry in registry.ENTRIES:
-        with contextlib.suppress(ImportError):
-            registry.resolve(entry.run)
-    for module in ("veotrace.outputs", "veotrace.render.export", "veotrace.render.console"):
-        with contextlib.suppress(ImportError):
-            __import__(module)
+    Left out: the command line and this server (imported already), the Dask engine and the live follower
+    (no tool offers them), and the generators of synthetic data.
+    """
+    import pkgutil
+
+    import veotrace
+
+    skip = ("veotrace.cli", "veotrace.mcp", "veotrace.engine", "veotrace.live", "veotrace.synth", "veotrace.__main__")
+    for module in pkgutil.walk_packages(veotrace.__path__, "veotrace."):
+        if not module.name.startswith(skip):
+            with contextlib.suppress(Exception):
+                importlib.import_module(module.name)
+
+
+def _rehearse(group) -> None:
+    """Run diagnose once on a small generated snapshot: the first use of what it runs (array kernels, readers,
+    replays) costs as much again as the imports, and the first real call should not pay it (measured: a
+    first diagnose of the sample snapshot 1.1 s after the imports alone, 0.5 s after this)."""
+    import pickle
+    import tempfile
+
+    from veotrace.synth.torch import stacked_snapshot
+
+    with tempfile.TemporaryDirectory(prefix="veotrace-mcp-warm-") as folder:
+        snapshot = Path(folder) / "warm.pickle"
+        snapshot.write_bytes(pickle.dumps(stacked_snapshot(events=300, depth=2, stacks=3, seed=0)))
+        _run(group, {"argv": ["diagnose", "-f", "json", "-o", str(Path(folder) / "warm.json"), "--", str(snapshot)]})
 
 
 def main() -> None:
@@ -117,23 +144,31 @@ def main() -> None:
         sys.meta_path.insert(0, hide())  # as the command line does: pyarrow's pandas import costs, never helps
     import typer.main
 
+    from veotrace import registry
     from veotrace.cli.app import app
     from veotrace.mcp.schema import tool_specs
 
     specs = tool_specs()
     group = typer.main.get_command(app)
     proto.write(json.dumps({"tools": specs}) + "\n")
-    _warm()
-    if os.environ.get(ONE_CORE) == "1":
-        # diagnose forks one process per core for its analyses. Forking this warm process (every module
-        # imported) cost 0.75 CPU-s a call on the sample snapshot, against 0.2 s for the same analyses in
-        # turn (2 cores, measured): the server runs them in turn unless started with --parallel. After
-        # the imports, so the readers' own pools (sized at import) keep the machine's count.
-        os.cpu_count = lambda: 1
+    for entry in registry.ENTRIES:  # the run layer, light: ready in well under a second
+        with contextlib.suppress(ImportError):
+            registry.resolve(entry.run)
+    with contextlib.suppress(ImportError):  # sizes its parse pool by the machine's cores when imported
+        importlib.import_module("veotrace.sources.logs.alloc_log")
     proto.write(json.dumps({"ready": True}) + "\n")
-    for line in requests:
+    idle = [_import_all, lambda: _rehearse(group)]  # the rest of the warm-up, while no call waits
+    while True:
+        if idle and not select.select([requests], [], [], 0.2)[0]:
+            with contextlib.suppress(Exception):  # a call that comes meanwhile waits for this step only
+                idle.pop(0)()
+            continue
+        line = requests.readline()
+        if not line:
+            break
         if not line.strip():
             continue
+        proto.write(json.dumps({"started": True}) + "\n")  # the call's time starts now, not while it waited
         answer = _run(group, json.loads(line))
         proto.write(json.dumps(answer, default=str) + "\n")
 
@@ -229,6 +264,10 @@ class Worker:
             try:
                 self._proc.stdin.write((json.dumps({"argv": argv}) + "\n").encode())
                 self._proc.stdin.flush()
+                started = self._line(time.monotonic() + MCP_READY_S)  # after a warm-up in progress, if any
+                if started is None:
+                    self._kill()
+                    raise WorkerTimeout(f"the worker did not take the call within {MCP_READY_S:g} s")
                 answer = self._line(time.monotonic() + timeout)
             except (BrokenPipeError, WorkerDied):
                 self._kill()
