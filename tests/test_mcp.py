@@ -366,3 +366,17 @@ def test_every_hostile_input_gets_the_reader_s_refusal(service):
         text = result.content[0].text
         assert result.is_error and text.startswith(f"Error: {bad / name}") and message in text, (name, command, text)
     assert not results[-1].is_error
+
+
+def test_a_worker_grown_past_its_memory_bound_is_replaced_after_its_call(folder, monkeypatch):
+    import veotrace.mcp.worker as worker
+
+    monkeypatch.setattr(worker, "MCP_WORKER_RSS_BYTES", 1)  # any worker is past it
+    service = Service([REPO], pages=folder / "rss")
+    try:
+        first = service.call("banks", {"stride": 2, "full": True})
+        second = service.call("banks", {"stride": 3, "full": True})  # served by a fresh worker
+    finally:
+        service.close()
+    assert service.worker.restarts == 2
+    assert second["result"] == json.loads(run_cli("banks", "--stride", "3", "-f", "json").stdout) != first["result"]

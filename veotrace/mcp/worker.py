@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veotrace.defaults import MCP_READY_S
+from veotrace.defaults import MCP_READY_S, MCP_WORKER_RSS_BYTES
 
 #: The worker's environment variable: "1" runs diagnose's analyses in turn (``veotrace mcp`` without --parallel).
 ONE_CORE = "VEOTRACE_MCP_ONE_CORE"
@@ -94,7 +94,17 @@ def _run(group, request: dict[str, Any]) -> dict[str, Any]:
     elif not isinstance(code, int):
         err.write(f"{code}\n")
         code = 1
-    return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue(), "headline": seen.get("headline")}
+    return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue(), "headline": seen.get("headline"),
+            "rss": _rss()}
+
+
+def _rss() -> int | None:
+    """This process's resident memory now, in bytes (Linux), else None."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _import_all() -> None:
@@ -192,6 +202,7 @@ class Worker:
         self._lock = threading.Lock()
         self.specs: list[dict[str, Any]] | None = None
         self._ready = False
+        self.restarts = 0  # workers replaced for their memory
 
     def _start(self) -> None:
         package_parent = str(Path(__file__).resolve().parents[2])  # this checkout's veotrace, not another install
@@ -275,6 +286,9 @@ class Worker:
             if answer is None:
                 self._kill()
                 raise WorkerTimeout(f"stopped after {timeout:g} s (the server's --timeout)")
+            if (answer.get("rss") or 0) > MCP_WORKER_RSS_BYTES:
+                self._kill()  # a large run left a large heap behind: the next call starts a fresh worker
+                self.restarts += 1
             return answer
 
     def _kill(self) -> None:
