@@ -24,6 +24,7 @@ from veotrace.mcp.server import Service, build, page_uri
 
 SNAPSHOT = SAMPLES / "snapshots" / "memory_snapshot.pickle"
 HOSTILE = REPO / "tests" / "bad_inputs" / "names_a_callable.pickle"
+LOG = SAMPLES / "alloc_logs_bursty" / "alloc.log.csv"
 
 #: Per command: the tool's arguments, and the same run as a command line (written out independently).
 CASES: dict[str, tuple[dict, list[str]]] = {
@@ -380,3 +381,25 @@ def test_a_worker_grown_past_its_memory_bound_is_replaced_after_its_call(folder,
         service.close()
     assert service.worker.restarts == 2
     assert second["result"] == json.loads(run_cli("banks", "--stride", "3", "-f", "json").stdout) != first["result"]
+
+
+def test_urls_only_when_allowed_and_file_urls_under_the_roots(service, folder):
+    from veotrace.mcp.calls import Policy
+
+    async def work(c):
+        return [await c.call_tool("info", {"paths": [url], "full": True}) for url in
+                ("file:///etc/hostname", LOG.as_uri(), "memory://nowhere/trace.pickle")]
+
+    outside, inside, refused = talk(build(service), work)
+    assert outside.is_error and "outside the folders" in outside.content[0].text
+    assert not inside.is_error, inside.content[0].text
+    assert inside.structured_content["result"] == json.loads(run_cli("info", LOG.as_uri(), "-f", "json").stdout)
+    assert refused.is_error and "--allow-remote" in refused.content[0].text
+    kept = service.policy
+    service.policy = Policy.of([REPO, folder], allow_remote=True)
+    try:
+        allowed = talk(build(service), lambda c: c.call_tool("info", {"paths": ["memory://nowhere/trace.pickle"]}))
+    finally:
+        service.policy = kept
+    cli = run_cli("info", "memory://nowhere/trace.pickle")  # the command's own refusal: no such file there
+    assert allowed.is_error and allowed.content[0].text == cli.stderr.strip().splitlines()[-1]
