@@ -282,6 +282,12 @@ def test_http_listens_on_the_loopback_only():
     assert loopback("localhost:9") == ("localhost", 9)
 
 
+def test_started_in_the_root_folder_it_asks_for_roots(monkeypatch):
+    monkeypatch.chdir("/")
+    r = run_cli("mcp")
+    assert r.exit_code == 2 and "started in / with no --root" in r.stderr
+
+
 def test_without_the_sdk_one_error_line_says_what_to_install(monkeypatch):
     import importlib.util
 

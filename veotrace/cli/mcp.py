@@ -49,6 +49,12 @@ def mcp_command(
     """Serve every command as a Model Context Protocol tool (stdio, or --http on the loopback) for an assistant."""
     with user_errors():
         address = loopback(http) if http is not None else None
+        if not root and Path.cwd().resolve() == Path("/"):
+            from veotrace.errors import UsageError
+
+            # an assistant may start its servers in / (Claude Desktop does): the default would open the whole disk
+            raise UsageError("started in / with no --root: give --root DIR for the folders of traces "
+                             "the tools may read (--root / to allow every file)")
         import importlib.util
 
         if importlib.util.find_spec("mcp") is None or importlib.util.find_spec("mcp_types") is None:
