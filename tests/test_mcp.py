@@ -193,6 +193,9 @@ def test_refusals_are_tool_errors_and_the_server_serves_on(service, folder):
         ("info", {"paths": [str(folder / "outside")]}, "outside the folders this server reads"),  # a link leading out
         ("info", {"paths": [str(folder / "leaky")]}, "a link to outside the folders"),  # a folder holding one
         ("info", {"paths": ["s3://bucket/trace.pickle"]}, "--allow-remote"),
+        ("info", {"paths": ["file://localhost/etc/hostname"]}, "outside the folders"),
+        ("info", {"paths": ["file://otherhost/etc/hostname"]}, "a file URL names a file on this machine"),
+        ("info", {"paths": [str(SNAPSHOT) + "\0"]}, "a path has no NUL character"),
         ("tune", {"paths": [str(SNAPSHOT)], "space": "/etc/hostname"}, "outside the folders"),  # a file named as text
         ("sites", {"paths": ["/etc/hostname"]}, "outside the folders"),
         ("coherence", {"frames": "/etc/hostname"}, "outside the folders"),

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from veotrace.defaults import MCP_FOLDER_ENTRIES as FOLDER_ENTRIES
 from veotrace.defaults import MCP_MAX_CHARS, MCP_ROW_LIMIT
@@ -46,22 +47,27 @@ class Policy:
 
     def check_path(self, text: str) -> None:
         """Refuse ``text`` unless it is under a root (or a URL the server allows)."""
+        shown = text
         if "://" in text:
-            scheme, _, rest = text.partition("://")
-            if scheme.lower() == "file":
-                text = rest
+            url = urlsplit(text)
+            if url.scheme.lower() == "file":
+                if url.netloc not in ("", "localhost"):
+                    raise ToolError(f"{shown}: a file URL names a file on this machine (file:///path)")
+                text = unquote(url.path)
             elif not self.allow_remote:
-                raise ToolError(f"{text}: the server reads no URL (start it with --allow-remote to allow them)")
+                raise ToolError(f"{shown}: the server reads no URL (start it with --allow-remote to allow them)")
             else:
                 return
+        if "\0" in text:
+            raise ToolError(f"{shown!r}: a path has no NUL character")
         resolved = Path(os.path.realpath(os.path.expanduser(text)))
         if not self._inside(resolved):
-            raise ToolError(f"{text}: outside the folders this server reads ({self._shown()}); "
+            raise ToolError(f"{shown}: outside the folders this server reads ({self._shown()}); "
                             "restart it with --root for that folder, or copy the file under one")
         if resolved.is_dir():  # a folder of logs: no link in it may lead out either
             for n, entry in enumerate(resolved.rglob("*")):
                 if n >= FOLDER_ENTRIES:
-                    raise ToolError(f"{text}: more than {FOLDER_ENTRIES:,} entries to check; name the files, or a smaller folder")
+                    raise ToolError(f"{shown}: more than {FOLDER_ENTRIES:,} entries to check; name the files, or a smaller folder")
                 if entry.is_symlink() and not self._inside(Path(os.path.realpath(entry))):
                     raise ToolError(f"{entry}: a link to outside the folders this server reads ({self._shown()})")
 
@@ -81,7 +87,6 @@ class Call:
     select: str | None = None
     row_offset: int = 0
     row_limit: int | None = None
-    controls: dict[str, Any] = field(default_factory=dict)
 
 
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}

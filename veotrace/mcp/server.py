@@ -242,6 +242,9 @@ def build(service: Service):
         except ToolError as exc:
             text = str(exc) if str(exc).startswith("Error:") else f"Error: {exc}"
             return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+        except Exception as exc:  # a bug of the server's own: the call's error, and the server goes on
+            text = f"Error: the veotrace server failed ({type(exc).__name__}: {exc}); this is a bug, please report it"
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
         text = json.dumps(envelope, default=str)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                     structured_content=json.loads(text))
