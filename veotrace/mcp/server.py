@@ -176,10 +176,12 @@ class Service:
                                                         f"--output={target}", *argv[1:]]
         try:
             answer = self.worker.call(run_argv, self.timeout)
-        except WorkerTimeout as exc:
-            raise ToolError(f"Error: {name} {exc}; the server is still serving: narrow the input (a time range, "
-                            "one device) or restart the server with a longer --timeout") from None
-        except WorkerDied as exc:
+        except (WorkerTimeout, WorkerDied) as exc:
+            if target is not None:
+                target.unlink(missing_ok=True)  # what a stopped command had written of it
+            if isinstance(exc, WorkerTimeout):
+                raise ToolError(f"Error: {name} {exc}; the server is still serving: narrow the input (a time range, "
+                                "one device) or restart the server with a longer --timeout") from None
             raise ToolError(f"Error: {name}: {exc} (out of memory?); the next call starts a new one") from None
         code = answer["exit"]
         messages = [line for line in answer["stderr"].splitlines() if line.strip()]
