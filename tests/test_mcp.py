@@ -412,3 +412,21 @@ def test_urls_only_when_allowed_and_file_urls_under_the_roots(service, folder):
         service.policy = kept
     cli = run_cli("info", "memory://nowhere/trace.pickle")  # the command's own refusal: no such file there
     assert allowed.is_error and allowed.content[0].text == cli.stderr.strip().splitlines()[-1]
+
+
+def test_a_worker_killed_during_a_call_is_that_call_s_error_and_the_next_is_served(folder):
+    import signal
+    import threading
+
+    service = Service([REPO], timeout=60, pages=folder / "killed")
+    slow = {"addrs": str(SAMPLES / "arrays" / "addrs.npy"), "epe": str(SAMPLES / "arrays" / "epe.npy"), "resamples": 100_000}
+    try:
+        service.worker.warm()
+        pid = service.worker._proc.pid
+        threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()  # the out-of-memory killer, say
+        died = talk(build(service), lambda c: c.call_tool("correlate", slow))
+        after = service.call("banks", {})
+    finally:
+        service.close()
+    assert died.is_error and "the worker process ended during the call" in died.content[0].text
+    assert after["result"]["warps"]
