@@ -20,7 +20,7 @@ from veotrace.cli.app import app
 
 for _entry in registry.commands():  # in --help order
     importlib.import_module(_entry.cli)
-for _module in registry.SERVICES:  # veotrace mcp, after the analyses
+for _module in registry.SERVICES.values():  # veotrace mcp, after the analyses
     importlib.import_module(_module)
 
 
