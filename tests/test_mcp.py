@@ -242,7 +242,7 @@ def test_the_command_s_own_refusal_is_its_error_line(service):
 
 
 def test_a_slow_call_is_stopped_and_the_next_one_served(folder):
-    service = Service([REPO], timeout=0.5, pages=folder / "slow")  # its first call comes before any warm-up
+    service = Service([REPO], timeout=0.5, pages=folder / "slow", warm=False)  # its first call comes before any warm-up
     slow = {"addrs": str(SAMPLES / "arrays" / "addrs.npy"), "epe": str(SAMPLES / "arrays" / "epe.npy"), "resamples": 100_000}  # tens of seconds
 
     async def work(c):
@@ -382,7 +382,7 @@ def test_a_worker_grown_past_its_memory_bound_is_replaced_after_its_call(folder,
     import veotrace.mcp.worker as worker
 
     monkeypatch.setattr(worker, "MCP_WORKER_RSS_BYTES", 1)  # any worker is past it
-    service = Service([REPO], pages=folder / "rss")
+    service = Service([REPO], pages=folder / "rss", warm=False)
     try:
         first = service.call("banks", {"stride": 2, "full": True})
         second = service.call("banks", {"stride": 3, "full": True})  # served by a fresh worker
@@ -418,7 +418,7 @@ def test_a_worker_killed_during_a_call_is_that_call_s_error_and_the_next_is_serv
     import signal
     import threading
 
-    service = Service([REPO], timeout=60, pages=folder / "killed")
+    service = Service([REPO], timeout=60, pages=folder / "killed", warm=False)
     slow = {"addrs": str(SAMPLES / "arrays" / "addrs.npy"), "epe": str(SAMPLES / "arrays" / "epe.npy"), "resamples": 100_000}
     try:
         service.worker.warm()

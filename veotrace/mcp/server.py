@@ -62,14 +62,16 @@ class Service:
         pages: the folder view and report pages are written to (default: a new temporary folder).
         cache: keep recent results for paging (False: every call runs its command).
         parallel: let diagnose run its analyses on forked processes, one per core (else in turn).
+        warm: let the worker warm up while idle (every module, one rehearsal of diagnose); False for a
+            short-lived server.
     """
 
     def __init__(self, roots: list[str | Path] | None = None, *, allow_remote: bool = False,
                  timeout: float = MCP_TIMEOUT_S, pages: str | Path | None = None, cache: bool = True,
-                 parallel: bool = False) -> None:
+                 parallel: bool = False, warm: bool = True) -> None:
         self.policy = Policy.of(roots, allow_remote)
         self.timeout = timeout
-        self.worker = Worker(cwd=os.getcwd(), parallel=parallel)
+        self.worker = Worker(cwd=os.getcwd(), parallel=parallel, warm=warm)
         self.pages = Path(pages) if pages is not None else Path(tempfile.mkdtemp(prefix="veotrace-mcp-"))
         self.pages.mkdir(parents=True, exist_ok=True)
         self.cache = cache

@@ -30,6 +30,8 @@ from veotrace.defaults import MCP_READY_S, MCP_WORKER_RSS_BYTES
 
 #: The worker's environment variable: "1" runs diagnose's analyses in turn (``veotrace mcp`` without --parallel).
 ONE_CORE = "VEOTRACE_MCP_ONE_CORE"
+#: The worker's environment variable: "0" skips the warm-up beyond the run layer (``Worker(warm=False)``).
+WARM = "VEOTRACE_MCP_WARM"
 
 
 class WorkerTimeout(Exception):
@@ -167,7 +169,8 @@ def main() -> None:
     with contextlib.suppress(ImportError):  # sizes its parse pool by the machine's cores when imported
         importlib.import_module("veotrace.sources.logs.alloc_log")
     proto.write(json.dumps({"ready": True}) + "\n")
-    idle = [_import_all, lambda: _rehearse(group)]  # the rest of the warm-up, while no call waits
+    # the rest of the warm-up, while no call waits
+    idle = [_import_all, lambda: _rehearse(group)] if os.environ.get(WARM) != "0" else []
     while True:
         if idle and not select.select([requests], [], [], 0.2)[0]:
             with contextlib.suppress(Exception):  # a call that comes meanwhile waits for this step only
@@ -192,11 +195,14 @@ class Worker:
     Args:
         cwd: the worker's working folder (relative paths in calls resolve there, as in the server).
         parallel: let diagnose fork a process per core for its analyses (else they run in turn).
+        warm: when idle, import every module and run diagnose once on a small generated snapshot (False: a
+            short-lived worker, as in tests, imports only what its calls use).
     """
 
-    def __init__(self, cwd: str | Path | None = None, *, parallel: bool = False) -> None:
+    def __init__(self, cwd: str | Path | None = None, *, parallel: bool = False, warm: bool = True) -> None:
         self.cwd = str(cwd or os.getcwd())
         self.parallel = parallel
+        self.warm_up = warm
         self._proc: subprocess.Popen | None = None
         self._buffer = b""
         self._lock = threading.Lock()
@@ -209,6 +215,7 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([package_parent, *filter(None, [env.get("PYTHONPATH")])])
         env[ONE_CORE] = "0" if self.parallel else "1"
+        env[WARM] = "1" if self.warm_up else "0"
         self._proc = subprocess.Popen([sys.executable, "-m", "veotrace.mcp.worker"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=None, cwd=self.cwd, env=env,
                                       start_new_session=True)  # its own group: a kill takes its forked children too
