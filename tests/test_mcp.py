@@ -417,13 +417,21 @@ def test_urls_only_when_allowed_and_file_urls_under_the_roots(service, folder):
 def test_a_worker_killed_during_a_call_is_that_call_s_error_and_the_next_is_served(folder):
     import signal
     import threading
+    import time
 
     service = Service([REPO], timeout=60, pages=folder / "killed", warm=False)
     slow = {"addrs": str(SAMPLES / "arrays" / "addrs.npy"), "epe": str(SAMPLES / "arrays" / "epe.npy"), "resamples": 100_000}
     try:
         service.worker.warm()
         pid = service.worker._proc.pid
-        threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()  # the out-of-memory killer, say
+
+        def kill_once_busy():  # the out-of-memory killer, say, once the call holds the worker
+            while not service.worker._lock.locked():
+                time.sleep(0.01)
+            time.sleep(0.3)
+            os.kill(pid, signal.SIGKILL)
+
+        threading.Thread(target=kill_once_busy, daemon=True).start()
         died = talk(build(service), lambda c: c.call_tool("correlate", slow))
         after = service.call("banks", {})
     finally:
