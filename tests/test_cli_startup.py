@@ -45,7 +45,7 @@ def test_the_console_script_imports_only_the_named_command_module():
                          capture_output=True, text=True, timeout=120)
     from veotrace import registry
 
-    assert int(res.stdout) == len(registry.commands())
+    assert int(res.stdout) == len(registry.commands()) + len(registry.SERVICES)
 
 
 def test_help_lists_every_command_in_registry_order_with_its_help_text():
@@ -57,4 +57,4 @@ def test_help_lists_every_command_in_registry_order_with_its_help_text():
     fast = _run("--help").stdout
     assert fast.split("Commands:")[1] == full.split("Commands:")[1]
     listed = [line.split()[0] for line in fast.split("Commands:")[1].strip().splitlines()]
-    assert listed == [e.command for e in registry.commands()]
+    assert listed == [e.command for e in registry.commands()] + list(registry.SERVICES)

@@ -70,7 +70,7 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
                             "veotrace.cli.entropy", "veotrace.cli.follow_opts", "veotrace.cli.formats",
                             "veotrace.cli.fragmentation", "veotrace.cli.gate", "veotrace.cli.info", "veotrace.cli.l2",
                             "veotrace.cli.replay_opts", "veotrace.cli.report", "veotrace.cli.series_opts",
-                            "veotrace.cli.simulate", "veotrace.cli.sites", "veotrace.cli.tune", "veotrace.cli.view",
+                            "veotrace.cli.simulate", "veotrace.cli.sites", "veotrace.cli.tune", "veotrace.cli.view", "veotrace.cli.mcp",
                             # the help texts of --policy and --bins name the policies and the default bins
                             "veotrace.allocators", "veotrace.runs.fragmentation"}),
     # the card's main job: no pyarrow.compute, no attribution, no allocator models

@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runs",),
     ("comparison",),
     ("reporting",),
-    ("cli", "__main__", "__init__"),
+    ("cli", "mcp", "__main__", "__init__"),
 )
 
 

@@ -142,3 +142,12 @@ DIFF_ALIGN = "time"
 
 # following a growing log (--follow; veotrace/live)
 FOLLOW_POLL_S = 0.5  # seconds between two looks at the followed files (--poll)
+
+# the MCP server (veotrace mcp; veotrace/mcp)
+MCP_TIMEOUT_S = 120.0  # a tool call still running after this many seconds is stopped (--timeout); its worker is replaced
+MCP_ROW_LIMIT = 10  # rows of each list a tool result shows unless asked for more (row_limit, row_offset, full)
+MCP_MAX_CHARS = 20_000  # a cut result longer than this as JSON shows fewer rows per list (an assistant's reading budget)
+MCP_FOLDER_ENTRIES = 100_000  # entries of a folder argument checked for links leading out of the roots (more: refused)
+MCP_CACHE_BYTES = 256 << 20  # results kept for paging, at most this much of their JSON (the oldest go first)
+MCP_READY_S = 120.0  # longest wait for a fresh worker to import what the commands need, or to take a call
+MCP_WORKER_RSS_BYTES = 4 << 30  # a worker holding more than this after a call is replaced (its heap is not given back)

@@ -101,6 +101,8 @@ ENTRIES: tuple[Entry, ...] = (
 )
 
 BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}
+#: Commands that serve the ones above and are no analysis (no run function, API, info line or section): their CLI modules.
+SERVICES: dict[str, str] = {"mcp": "veotrace.cli.mcp"}
 
 
 def entry(name: str) -> Entry:

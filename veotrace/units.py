@@ -94,3 +94,12 @@ def parse_bytes(text: str | int, *, option: str) -> int:
     if not math.isfinite(size) or size < 1 or size >= 2**63:
         raise UsageError(f"{option} must be a positive size below 8 EiB, got {text!r}")
     return int(round(size))
+
+
+def gib(n: int | float | None) -> str:
+    """Bytes for a finding's title: 19.80 GiB, 24.0 MiB, 512 B."""
+    n = float(n or 0)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"

@@ -28,11 +28,12 @@ from veotrace.cli.app import app
 
 def _load(commands: set[str] | None = None) -> None:
     """Import the command modules (of ``commands``, else every one): each registers its command on ``app``."""
-    wanted = [e for e in registry.commands() if commands is None or e.command in commands]
-    for entry in wanted:
-        importlib.import_module(entry.cli)
+    wanted = [e.cli for e in registry.commands() if commands is None or e.command in commands]
+    wanted += [m for c, m in registry.SERVICES.items() if commands is None or c in commands]  # veotrace mcp
+    for module in wanted:
+        importlib.import_module(module)
     order = {e.cli: i for i, e in enumerate(registry.commands())}  # --help order, whatever was imported first
-    app.registered_commands.sort(key=lambda c: order.get(c.callback.__module__, len(order)))
+    app.order = lambda c: order.get(c.callback.__module__, len(order))
 
 
 app.pending = _load
@@ -121,7 +122,7 @@ def _register_invoked_only(first: list[str]) -> bool:
     Only the named command's module is imported when none is yet. Help, version and unknown names
     still see every command.
     """
-    if not first or first[0] not in {e.command for e in registry.commands()}:
+    if not first or first[0] not in {e.command for e in registry.commands()} | set(registry.SERVICES):
         return False
     if app.pending is not None:
         app.pending = lambda: _load({first[0]})

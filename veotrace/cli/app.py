@@ -18,12 +18,17 @@ class LazyTyper(typer.Typer):
 
     #: Imports the command modules: called once, on the first read of ``registered_commands``.
     pending: Callable[[], None] | None = None
+    #: The commands' order (``--help``'s): applied on every read, since a command module imported first
+    #: (``import veotrace.cli.entropy``) triggers ``pending`` from its own decorator and registers after the rest.
+    order: Callable[[object], int] | None = None
 
     @property
     def registered_commands(self) -> list:
         if self.pending is not None:
             load, self.pending = self.pending, None
             load()
+        if self.order is not None:
+            self._commands.sort(key=self.order)
         return self._commands
 
     @registered_commands.setter

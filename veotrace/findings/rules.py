@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from veotrace.attribution.stacks import short_site
 from veotrace.defaults import FINDING_MIN_BURSTS, FINDING_MIN_SPAN_S, FINDING_MIN_WINDOWS, FRAGMENTATION_THRESHOLD, GATE_ALPHA
 from veotrace.findings.model import Finding, fmt_span
 from veotrace.findings.weigh import gib, impact
@@ -78,6 +77,13 @@ class Context:
         if seconds is None or self.first_ns is None:
             return None
         return self.at(self.first_ns + seconds * 1e9)
+
+
+def short_site(site: str, width: int | None = None) -> str:
+    """``attribution.stacks.short_site``, imported when a finding names a site (a log's diagnose loads no attribution)."""
+    from veotrace.attribution.stacks import short_site as cut
+
+    return cut(site) if width is None else cut(site, width)
 
 
 def span_note(span_s: float, count: int, min_count: int, what: str) -> str | None:

@@ -9,6 +9,8 @@ toy peak does not outrank 20 GiB pinned on a large device. One scale per device,
 
 from __future__ import annotations
 
+from veotrace.units import gib  # noqa: F401 (the rules spell bytes with it; it lives in units for tune too)
+
 #: The least a device's scale is taken to be (8 GiB: the smallest GPU memory a training or inference job
 #: worth diagnosing runs on); a trace's own peak under it is not its device's size.
 MIN_SCALE_BYTES = 8 << 30
@@ -19,15 +21,6 @@ def impact(bytes_at_stake: int | float | None, peak_bytes: int | float | None) -
     if not bytes_at_stake or bytes_at_stake <= 0:
         return 0.0
     return min(1.0, float(bytes_at_stake) / max(float(peak_bytes or 0), MIN_SCALE_BYTES))
-
-
-def gib(n: int | float | None) -> str:
-    """Bytes for a finding's title: 19.80 GiB, 24.0 MiB, 512 B."""
-    n = float(n or 0)
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def command_notes(command: str, d: dict, messages=()) -> list[str]:

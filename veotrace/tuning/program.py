@@ -91,7 +91,7 @@ def reserved_unknown(req, seed, rows: list[dict]) -> dict | None:
     released without a record (or the trace is not this snapshot's), and the reserved bytes over the trace
     cannot be known. ``rows``: tune's finished candidates (their peak live bytes, the replay's). Returns
     ``{"peak_live_bytes", "reserved_bytes", "segments", "why"}``, or None when the input holds together."""
-    from veotrace.findings.weigh import gib
+    from veotrace.units import gib
 
     if seed is None or not seed.segments or req.recorded or req.released:
         return None

@@ -168,7 +168,7 @@ def kept(out: dict, base: dict, label: str, objective: str, *, has_settings: boo
     """The recommendation ``out`` (the rule's pick) turned into "keep the settings in use" when its
     ``verdict`` says it is no gain: ``base``'s numbers (``label``: what the trace says the job ran with), no
     line to paste, and the pick as ``side_note`` with its numbers (its export line, what it saves)."""
-    from veotrace.findings.weigh import gib
+    from veotrace.units import gib
 
     v = out["verdict"]
     what = objective.replace("-", " ")
