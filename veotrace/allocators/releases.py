@@ -156,6 +156,17 @@ def release_frames_streamed(stacks: list, actions: list, merge: bool, batches) -
     return out
 
 
+def snapshot_release_frames(path) -> dict[int, str]:
+    """The verdicts of the frames recorded with the releases of the snapshot at ``path``, on the read its
+    reader takes (whole or streamed): what simulate seeds and what ``convert`` keeps for the Parquet route."""
+    from veotrace.sources.snapshots.large import row_batches, use_stream
+    from veotrace.sources.snapshots.torch_snapshot import load_snapshot
+
+    if use_stream(path):
+        return release_frames_streamed(*row_batches(path)[1:])
+    return release_frames(load_snapshot(path))
+
+
 def classify_by_frames(verdicts: set[str], segs, next_alloc, then_oom: bool, conf: TorchConf) -> int | None:
     """The kind of a run whose entries recorded frames (``verdicts``), or None to leave it to :func:`classify`:
     emptyCache's frames make it the program's call; a malloc's make it a release inside that malloc."""

@@ -70,13 +70,14 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
     snapshots = [path for path, fmt in resolved if "segments" in fmt.provides]
     meta = None
     if len(resolved) == 1 and snapshots:  # read back as this snapshot (sources.snapshots.converted)
+        from veotrace.allocators.releases import snapshot_release_frames
         from veotrace.sources.snapshots.converted import metadata
         from veotrace.sources.snapshots.torch_snapshot import oom_free_bytes, snapshot_info
 
         info = snapshot_info(snapshots[0])
         meta = metadata(snapshots[0], table_path(output, "segments"), table_path(output, "blocks"),
                         info.allocator_settings, oom_free_bytes(snapshots[0]), table_path(output, "keys"),
-                        releases=info.releases)
+                        releases=info.releases, release_frames=snapshot_release_frames(snapshots[0]))
     with output_file(output, "wb", inputs=inputs) as sink:
         rows = write_parquet(_events(resolved, options, report, notes, on_progress), sink, metadata=meta)
     messages = list(report.messages())

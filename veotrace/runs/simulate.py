@@ -277,12 +277,10 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
         segments, blocks = ((converted.read_segments(), converted.read_blocks()) if converted
                             else (ts.read_segments(path), ts.read_blocks(path)))
         seed = rebuild(table, segments, blocks)
-        if not converted:  # the frames recorded with each release (issue 46 item 2), on either read
-            from veotrace.allocators.releases import release_frames, release_frames_streamed
-            from veotrace.sources.snapshots.large import row_batches, use_stream
+        # the frames recorded with each release (issue 46 item 2): from the file on either read, or as convert kept them
+        from veotrace.allocators.releases import snapshot_release_frames
 
-            seed.release_frames = (release_frames_streamed(*row_batches(path)[1:]) if use_stream(path)
-                                   else release_frames(info))
+        seed.release_frames = converted.release_frames if converted else snapshot_release_frames(path)
     conf = (cf.parse_conf(conf_text, torch_release=rel) if conf_text is not None else
             (snap_conf or cf.TorchConf(torch_release=rel)))
     if fraction is not None:

@@ -31,6 +31,8 @@ class ConvertedSnapshot:
     oom_free: dict | None = None  # (device, ts_ns, request) -> the device's free bytes at each recorded OOM
     keys: Path | None = None  # each event's allocation site and record_function phase (``seq``, ``site``, ``phase``)
     releases: tuple[str, str] | None = None  # the torch releases the snapshot's keys point to (model.release_bounds)
+    #: ``{seq: verdict}`` of the frames recorded with its releases (``allocators.releases.release_frames``)
+    release_frames: dict[int, str] | None = None
 
     def read_keys(self) -> pa.Table | None:
         """The events' sites and phases (``--by site|phase``), or None when convert wrote none."""
@@ -54,14 +56,17 @@ class ConvertedSnapshot:
 
 def metadata(snapshot: Path, segments: Path, blocks: Path, allocator_settings: dict | None,
              oom_free: dict | None = None, keys: Path | None = None,
-             releases: tuple[str, str] | None = None) -> dict[bytes, bytes]:
+             releases: tuple[str, str] | None = None,
+             release_frames: dict[int, str] | None = None) -> dict[bytes, bytes]:
     """The schema metadata ``convert`` adds to the events file of ``snapshot`` (tables named relative to it;
     ``oom_free``: ``torch_snapshot.oom_free_bytes``; ``keys``: the events' sites and phases; ``releases``:
-    the torch releases its keys point to, which the conversion's own keys no longer show)."""
+    the torch releases its keys point to, which the conversion's own keys no longer show; ``release_frames``: what
+    the frames recorded with its releases say, which the events table does not carry)."""
     doc = {"source": str(snapshot), "segments": segments.name, "blocks": blocks.name,
            "allocator_settings": allocator_settings,
            "oom_free": [[*key, free] for key, free in (oom_free or {}).items()],
-           "keys": None if keys is None else keys.name, "releases": None if releases is None else list(releases)}
+           "keys": None if keys is None else keys.name, "releases": None if releases is None else list(releases),
+           "release_frames": [[seq, v] for seq, v in sorted((release_frames or {}).items())]}
     return {KEY: json.dumps(doc, default=str).encode()}
 
 
@@ -84,12 +89,20 @@ def converted_snapshot(path: Path) -> ConvertedSnapshot | None:
                                  path.with_name(doc["blocks"]), doc.get("allocator_settings"),
                                  {(d, t, r): free for d, t, r, free in doc.get("oom_free") or ()},
                                  path.with_name(doc["keys"]) if doc.get("keys") else None,
-                                 _releases(doc.get("releases")))
+                                 _releases(doc.get("releases")), _release_frames(doc.get("release_frames")))
     except (ValueError, KeyError, TypeError):
         from veotrace.errors import TraceFormatError
 
         raise TraceFormatError("its veotrace.snapshot metadata is damaged", path=path,
                                hint="Convert the snapshot again with 'veotrace convert'") from None
+
+
+def _release_frames(value: object) -> dict[int, str]:
+    """The ``release_frames`` of the metadata (``[[seq, verdict], ...]``; a conversion older than them: none)."""
+    if not isinstance(value, list):
+        return {}
+    return {seq: v for seq, v in (p for p in value if isinstance(p, list) and len(p) == 2)
+            if isinstance(seq, int) and not isinstance(seq, bool) and v in ("empty_cache", "malloc")}
 
 
 def _releases(value: object) -> tuple[str, str] | None:
