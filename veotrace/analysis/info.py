@@ -244,7 +244,8 @@ def supports_tune(info: FileInfo) -> str | None:
     return "tune" if supports_simulate(info) else None
 
 
-TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays", "frames")
+TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays", "frames",
+               "profiler_memory", "memory_timeline")
 
 
 def span_of(info: FileInfo) -> dict:

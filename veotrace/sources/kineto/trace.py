@@ -1,0 +1,574 @@
+"""Reader of PyTorch profiler traces (Kineto chrome-trace JSON, plain or gzip): the ``[memory]`` events.
+
+Tables: ``alloc_events`` (the GPU events in the common schema: ``Bytes`` > 0 an ``alloc``, < 0 a ``free`` of
+``|Bytes|``, ``mem_kind`` the device type, ``device`` the lane :func:`lane`), ``profiler_memory``
+(``KINETO_MEMORY``: every memory event, CPU ones included, with the totals and, when asked, the enclosing
+op, Python frame and GPU kernel) and :func:`read_ops` (``KINETO_OPS``). Events are ordered by ``ts`` then
+``Ev Idx``. What the reader checks, and reports as counted warnings (never silently): the running sum of
+``Bytes`` per device against ``Total Allocated`` (from the bytes live before profiling, which the first
+event gives), a file cut mid-write (read up to its last complete event, the byte said), bytes that are no
+UTF-8. A bad ``[memory]`` event (no ``ts``, a size that is no 64-bit integer, NaN, a key twice) is one
+``Error:`` line naming its byte, or skipped and counted under ``--skip-bad-rows``.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from veotrace.errors import TraceFormatError
+from veotrace.schemas.kineto import CPU, KINETO_MEMORY, KINETO_OPS, device_name
+from veotrace.sources.base import ReadOptions, ReadReport, open_decompressed
+from veotrace.sources.kineto import scan
+
+#: Rows per alloc_events batch.
+BATCH_ROWS = 1 << 20
+#: A multi-node run's lanes: rank x LANE_STRIDE + Device Id (device ids repeat on every node).
+LANE_STRIDE = 1000
+#: Mismatches of the running-sum check listed by event.
+LISTED = 5
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+NONE = I64_MIN  # the sentinel of an absent value in the columns below
+NO_ADDR = (1 << 64) - 1
+#: GPU span kinds a memory event may fall in (the kernel, copy or collective running on its device).
+GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")  # the 2021 names capitalised
+CPU_KINDS = ("cpu_op", "python_function", "user_annotation", "Operator")
+
+
+class _Bad(Exception):
+    pass
+
+
+@dataclass
+class MemoryRead:
+    """One file's memory events (``table``, ``KINETO_MEMORY`` in order) and what the read found."""
+
+    path: str
+    table: pa.Table
+    rank: int | None
+    world_size: int | None
+    devices: list = field(default_factory=list)  # deviceProperties names
+    head: dict = field(default_factory=dict)
+    cut: dict | None = None  # {"at_byte", "read_to_byte", "reason"} when the file ends early
+    checks: dict = field(default_factory=dict)  # the running-sum check per lane
+    bad_utf8: int = 0
+    ops: pa.Table | None = None
+    lanes_multi_node: bool = False
+
+
+def _int(v, what: str, *, optional: bool = False) -> int:
+    if v is None:
+        if optional:
+            return NONE
+        raise _Bad(f"has no {what}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Bad(f"{what} is not a number ({str(v)[:40]!r})")
+    if isinstance(v, float):
+        if not math.isfinite(v) or v != int(v):
+            raise _Bad(f"{what} is not an integer ({v!r})")
+        v = int(v)
+    if not I64_MIN < v <= I64_MAX:
+        raise _Bad(f"{what} {v} is past the 64-bit range")
+    return v
+
+
+def _ts_ns(v) -> int:
+    if v is None:
+        raise _Bad("has no ts")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise _Bad(f"ts is not a finite number ({str(v)[:40]!r})")
+    ns = round(v * 1000) if isinstance(v, float) else v * 1000
+    if not I64_MIN < ns <= I64_MAX:
+        raise _Bad(f"ts {v} is past the 64-bit range")
+    return ns
+
+
+class _Columns:
+    """Compact columns of the memory events (8 bytes a value: 2M events hold ~110 MB, not Python objects)."""
+
+    def __init__(self) -> None:
+        self.ts, self.ev, self.dtype, self.did = array("q"), array("q"), array("b"), array("i")
+        self.addr, self.nbytes, self.ta, self.tr, self.tid = array("Q"), array("q"), array("q"), array("q"), array("q")
+
+    def add(self, obj, raw: bytes | None) -> bool:
+        """Append one event; False when ``obj`` is no memory event (a string that merely held the name)."""
+        if not isinstance(obj, dict) or obj.get("name") != "[memory]":
+            return False
+        args = obj.get("args")
+        if not isinstance(args, dict):
+            raise _Bad("has no args")
+        if raw is not None and raw.count(b'":') > len(obj) + len(args):
+            raise _Bad("has a key twice")
+        ts = _ts_ns(obj.get("ts"))
+        nbytes = _int(args.get("Bytes"), "Bytes")
+        dtype = _int(args.get("Device Type"), "Device Type")
+        did = _int(args.get("Device Id"), "Device Id")
+        if not -128 <= dtype < 128 or not -(1 << 31) <= did < (1 << 31):
+            raise _Bad(f"Device Type {dtype} / Device Id {did} out of range")
+        addr = args.get("Addr")
+        if addr is not None:
+            addr = _int(addr, "Addr") if not (isinstance(addr, int) and 0 <= addr < NO_ADDR) else addr
+            if addr < 0:
+                raise _Bad(f"Addr {addr} is negative")
+        ta = _int(args.get("Total Allocated"), "Total Allocated", optional=True)
+        tr = _int(args.get("Total Reserved"), "Total Reserved", optional=True)
+        ev = _int(args.get("Ev Idx"), "Ev Idx", optional=True)
+        tid = _id(obj.get("tid"))
+        self.ts.append(ts)
+        self.ev.append(ev)
+        self.dtype.append(dtype)
+        self.did.append(did)
+        self.addr.append(NO_ADDR if addr is None else addr)
+        self.nbytes.append(nbytes)
+        self.ta.append(ta)
+        self.tr.append(tr)
+        self.tid.append(NONE if tid is None else tid)
+        return True
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+def _bad(path, offset: int, why: str, options: ReadOptions, report: ReadReport) -> None:
+    if options.skip_bad_rows:
+        report.skip_row(path, None, f"byte {offset:,}: [memory] event {why}")
+        return
+    raise TraceFormatError(f"byte {offset:,}: a [memory] event {why}", path=path,
+                           hint="Fix or remove that event, or pass --skip-bad-rows to skip and count such events")
+
+
+def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None,
+                context: bool = False, on_progress: Callable[[int], None] | None = None) -> MemoryRead:
+    """Every ``[memory]`` event of ``path`` in (ts, Ev Idx) order, checked; ``context``: also the spans
+    (``read.ops``) and each event's enclosing op, frame and kernel (a full scan of every event)."""
+    report = report if report is not None else ReadReport()
+    cols = _Columns()
+    state = scan.ScanState()
+    spans: list[tuple] = []
+    fh, raw = open_decompressed(path)
+    with fh:
+        if not context:
+            for offset, text in scan.memory_events(fh, state, block=max(options.block_bytes // 2, 1 << 16)):
+                try:
+                    obj = scan._loads(text)
+                    cols.add(obj, text)
+                except _Bad as exc:
+                    _bad(path, offset, str(exc), options, report)
+                except ValueError as exc:
+                    _bad(path, offset, f"is not valid JSON ({str(exc).splitlines()[0][:80]})", options, report)
+                if on_progress is not None and len(cols) % 65536 == 0:
+                    on_progress(raw.tell())
+        else:
+            try:
+                for offset, obj in scan.all_events(fh, state, block=max(options.block_bytes // 2, 1 << 16)):
+                    if not isinstance(obj, dict):
+                        continue
+                    if obj.get("name") == "[memory]":
+                        try:
+                            cols.add(obj, None)
+                        except _Bad as exc:
+                            _bad(path, offset, str(exc), options, report)
+                    elif obj.get("ph") == "X" and obj.get("cat") in CPU_KINDS + GPU_KINDS:
+                        span = _span(obj)
+                        if span is not None:
+                            spans.append(span)
+            except ValueError as exc:
+                raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
+                                       hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
+    if not state.has_events_key:
+        raise TraceFormatError("no traceEvents list: a profiler trace holds its events there", path=path,
+                               hint="Export the trace with prof.export_chrome_trace(...) or tensorboard_trace_handler")
+    head = {**state.tail, **state.head}
+    dist = head.get("distributedInfo") if isinstance(head.get("distributedInfo"), dict) else {}
+    rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+    world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+    props = head.get("deviceProperties") if isinstance(head.get("deviceProperties"), list) else []
+    names = [str(p.get("name")) for p in props if isinstance(p, dict)]
+    result = MemoryRead(str(path), KINETO_MEMORY.empty_table(), rank, world, names, head, bad_utf8=state.bad_utf8)
+    result.lanes_multi_node = bool(world and rank is not None and world > max(len(names), 1))
+    n = len(cols)
+    if state.cut:
+        result.cut = {"at_byte": state.size, "read_to_byte": state.last_complete_end, "reason": state.cut_reason}
+        report.warnings.append(
+            f"Warning: {path}: {state.cut_reason} at {'decompressed ' if raw is not fh else ''}byte {state.size:,} "
+            f"(cut mid-write?): read the {n:,} [memory] events complete before byte {state.last_complete_end:,}")
+    if state.bad_utf8:
+        report.warnings.append(f"Warning: {path}: {state.bad_utf8:,} bytes that are no UTF-8 in names, read as U+FFFD")
+    result.table = _table(cols, path, rank)
+    if context:
+        result.ops, ids = _context(result.table, spans, path, rank)
+        result.table = result.table.set_column(KINETO_MEMORY.get_field_index("op_id"), "op_id", ids[0]) \
+            .set_column(KINETO_MEMORY.get_field_index("frame_id"), "frame_id", ids[1]) \
+            .set_column(KINETO_MEMORY.get_field_index("kernel_id"), "kernel_id", ids[2])
+    result.checks = running_sum_check(result.table)
+    for text in check_lines(path, result.checks):
+        report.warnings.append(text)
+    return result
+
+
+def _id(v) -> int | None:
+    """A pid/tid: an integer, or the 2021 format's digits in a string ("25738"); None otherwise ("stream 7")."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if I64_MIN < v <= I64_MAX else None
+    if isinstance(v, str) and v.isdigit() and len(v) < 19:
+        return int(v)
+    return None
+
+
+def _span(obj: dict) -> tuple | None:
+    ts, dur = obj.get("ts"), obj.get("dur")
+    if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or isinstance(ts, bool):
+        return None
+    if not (math.isfinite(ts) and math.isfinite(dur)):
+        return None
+    args = obj.get("args") if isinstance(obj.get("args"), dict) else {}
+    name = obj.get("name")
+    pid, tid = _id(obj.get("pid")), _id(obj.get("tid"))
+    dev, stream = args.get("device"), args.get("stream")
+    return (obj["cat"], str(name) if name is not None else "", round(ts * 1000), max(round(dur * 1000), 0),
+            pid, tid,
+            dev if isinstance(dev, int) else None, stream if isinstance(stream, int) else None)
+
+
+def _masked(values: np.ndarray, sentinel: int, typ) -> pa.Array:
+    mask = values == sentinel
+    return pa.array(values, typ, mask=mask if mask.any() else None)
+
+
+def _table(cols: _Columns, path, rank: int | None) -> pa.Table:
+    from veotrace.schemas.base import repeated
+
+    n = len(cols)
+    if not n:
+        return KINETO_MEMORY.empty_table()
+    ts = np.frombuffer(cols.ts, np.int64)
+    ev = np.frombuffer(cols.ev, np.int64)
+    order = None
+    if n > 1:
+        key_ev = np.where(ev == NONE, 0, ev)
+        dt, de = np.diff(ts), np.diff(key_ev)
+        if ((dt < 0) | ((dt == 0) & (de < 0))).any():
+            order = np.lexsort((np.arange(n), key_ev, ts))
+
+    def col(buf, dtype):
+        a = np.frombuffer(buf, dtype)
+        return a if order is None else a[order]
+
+    arrays = [
+        pa.array(col(cols.ts, np.int64), pa.int64()),
+        _masked(col(cols.ev, np.int64), NONE, pa.int64()),
+        pa.array(np.arange(n, dtype=np.int64)),
+        pa.nulls(n, pa.int32()) if rank is None else pa.array(np.full(n, rank, np.int32)),
+        pa.array(col(cols.dtype, np.int8)),
+        pa.array(col(cols.did, np.int32)),
+        _masked(col(cols.addr, np.uint64), NO_ADDR, pa.uint64()),
+        pa.array(col(cols.nbytes, np.int64)),
+        _masked(col(cols.ta, np.int64), NONE, pa.int64()),
+        _masked(col(cols.tr, np.int64), NONE, pa.int64()),
+        _masked(col(cols.tid, np.int64), NONE, pa.int64()),
+        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
+        repeated(str(path), n),
+    ]
+    return pa.Table.from_arrays(arrays, schema=KINETO_MEMORY)
+
+
+def lanes(table: pa.Table) -> list[tuple]:
+    """The (rank, device type, device id) of the table's devices, in order."""
+    if not table.num_rows:
+        return []
+    keys = zip(table.column("rank").to_pylist(), table.column("device_type").to_numpy().tolist(),
+               table.column("device_id").to_numpy().tolist())
+    return sorted(set(keys), key=lambda k: (k[0] is not None, k[0] or 0, k[1], k[2]))
+
+
+def lane_masks(table: pa.Table) -> Iterator[tuple[tuple, np.ndarray]]:
+    """((rank, device type, device id), row mask) per device of ``table``."""
+    dtype = table.column("device_type").to_numpy()
+    did = table.column("device_id").to_numpy()
+    rank = table.column("rank").to_numpy(zero_copy_only=False)
+    for key in lanes(table):
+        r = np.full(len(dtype), True) if key[0] is None else (rank == key[0])
+        yield key, r & (dtype == key[1]) & (did == key[2])
+
+
+def lane_text(key: tuple) -> str:
+    """``rank 1 cuda:1``, ``cpu``, ``hip:0``."""
+    rank, dtype, did = key
+    dev = device_name(dtype) if dtype == CPU else f"{device_name(dtype)}:{did}"
+    return dev if rank is None else f"rank {rank} {dev}"
+
+
+def running_sum_check(table: pa.Table) -> dict:
+    """Per device: whether the running sum of ``Bytes`` from the first event's ``Total Allocated - Bytes``
+    (the bytes live before profiling) equals ``Total Allocated`` at every event, the events where it stops
+    holding (each mismatch re-anchors, so one bad event is one mismatch), and the device's totals."""
+    out = {}
+    if not table.num_rows:
+        return out
+    nbytes = table.column("bytes").to_numpy()
+    ta_col, tr_col = table.column("total_allocated_bytes"), table.column("total_reserved_bytes")
+    ts = table.column("ts_ns").to_numpy()
+    ev = table.column("ev_idx").to_numpy(zero_copy_only=False)
+    for key, mask in lane_masks(table):
+        idx = np.flatnonzero(mask)
+        b = nbytes[idx]
+        entry = {"device": lane_text(key), "events": int(idx.size), "allocs": int((b > 0).sum()),
+                 "frees": int((b < 0).sum()), "has_totals": ta_col.null_count < table.num_rows}
+        csum = np.cumsum(b)
+        if ta_col.null_count == table.num_rows:
+            entry.update({"live_before_bytes": None, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+                          "checked": 0, "mismatches": 0, "first_mismatches": [],
+                          "running_sum_peak_bytes": int(max(csum.max(), 0))})
+            out[lane_text(key)] = entry
+            continue
+        ta = ta_col.take(pa.array(idx)).to_numpy(zero_copy_only=False)
+        tr = tr_col.take(pa.array(idx)).to_numpy(zero_copy_only=False)
+        ta_ok = ~np.isnan(ta) if ta.dtype.kind == "f" else np.ones(idx.size, bool)
+        ta_i = np.where(ta_ok, np.nan_to_num(ta), 0).astype(np.int64)
+        first = int(np.argmax(ta_ok)) if ta_ok.any() else 0
+        before = int(ta_i[first] - csum[first]) + int(csum[first] - b[first]) if ta_ok.any() else 0
+        offset = ta_i - csum  # constant while the running sum holds
+        checked = np.flatnonzero(ta_ok)
+        bad = checked[1:][np.diff(offset[checked]) != 0] if checked.size > 1 else checked[:0]
+        tr_ok = ~np.isnan(tr) if tr.dtype.kind == "f" else np.ones(idx.size, bool)
+        tr_i = np.where(tr_ok, np.nan_to_num(tr), 0).astype(np.int64)
+        trv = tr_i[tr_ok]
+        entry.update({
+            "live_before_bytes": int(ta_i[first] - b[first]),
+            "peak_allocated_bytes": int(ta_i[ta_ok].max()) if ta_ok.any() else None,
+            "peak_reserved_bytes": int(trv.max()) if trv.size else None,
+            "reserved_rises": int((np.diff(trv) > 0).sum()) if trv.size else 0,
+            "reserved_falls": int((np.diff(trv) < 0).sum()) if trv.size else 0,
+            "first_reserved_bytes": int(trv[0]) if trv.size else None,
+            "checked": int(checked.size), "mismatches": int(bad.size),
+            "first_mismatches": [{"ts_ns": int(ts[idx[i]]), "ev_idx": None if np.isnan(ev[idx[i]]) else int(ev[idx[i]]),
+                                  "bytes": int(b[i]), "total_allocated_bytes": int(ta_i[i]),
+                                  "expected_bytes": int(ta_i[i - 1] + b[i]) if i else None}
+                                 for i in bad[:LISTED]] if ev.dtype.kind == "f" else
+                                [{"ts_ns": int(ts[idx[i]]), "ev_idx": int(ev[idx[i]]), "bytes": int(b[i]),
+                                  "total_allocated_bytes": int(ta_i[i]),
+                                  "expected_bytes": int(ta_i[i - 1] + b[i]) if i else None} for i in bad[:LISTED]],
+        })
+        del before
+        out[lane_text(key)] = entry
+    return out
+
+
+def check_lines(path, checks: dict) -> list[str]:
+    """The warnings of the running-sum check (one per device where it fails)."""
+    out = []
+    for dev, c in checks.items():
+        if c.get("mismatches"):
+            m = c["first_mismatches"][0]
+            out.append(f"Warning: {path}: {dev}: at {c['mismatches']:,} of {c['checked']:,} [memory] events the running "
+                       f"sum of Bytes differs from Total Allocated (first: Ev Idx {m['ev_idx']}, ts {m['ts_ns']:,} ns, "
+                       f"Bytes {m['bytes']:,}, Total Allocated {m['total_allocated_bytes']:,}, expected "
+                       f"{m['expected_bytes']:,}): events are missing or the totals are another allocator's")
+    return out
+
+
+def lane(read: MemoryRead, device_id: np.ndarray) -> np.ndarray:
+    """The ``device`` of the common table: the Device Id, or rank x LANE_STRIDE + Device Id in a multi-node
+    run (the world is larger than the devices one trace lists, so device ids repeat across ranks)."""
+    if read.lanes_multi_node:
+        return (read.rank * LANE_STRIDE + device_id).astype(np.int32)
+    return device_id.astype(np.int32)
+
+
+def alloc_batches(read: MemoryRead, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """``ALLOC_EVENTS`` batches of the GPU events of ``read`` (CPU events are kept apart)."""
+    from veotrace.schemas import ALLOC_EVENTS
+    from veotrace.schemas.base import repeated
+    from veotrace.schemas.events import alloc_events_schema
+
+    t = read.table
+    gpu = pc_not_cpu(t)
+    schema = alloc_events_schema(columns)
+    t = t.filter(gpu) if gpu is not None else t
+    ops_dict = pa.array(["alloc", "free"], pa.string())
+    kinds = sorted(set(t.column("device_type").to_numpy().tolist()))
+    kind_dict = pa.array([device_name(k) for k in kinds], pa.string())
+    for start in range(0, t.num_rows, BATCH_ROWS):
+        part = t.slice(start, BATCH_ROWS)
+        n = part.num_rows
+        b = part.column("bytes").to_numpy()
+        dt = part.column("device_type").to_numpy()
+        cols = {
+            "ts_ns": part.column("ts_ns").combine_chunks(),
+            "seq": part.column("seq").combine_chunks(),
+            "op": pa.DictionaryArray.from_arrays(pa.array((b < 0).astype(np.int32)), ops_dict),
+            "size_bytes": pa.array(np.abs(b)),
+            "address": part.column("address").combine_chunks(),
+            "stream": pa.nulls(n, pa.int64()),
+            "device": pa.array(lane(read, part.column("device_id").to_numpy())),
+            "mem_kind": pa.DictionaryArray.from_arrays(pa.array(np.searchsorted(kinds, dt).astype(np.int32)), kind_dict),
+            "source_file": repeated(read.path, n),
+        }
+        yield pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+    del ALLOC_EVENTS
+
+
+def pc_not_cpu(t: pa.Table):
+    """The mask of the GPU rows (None when every row is one)."""
+    import pyarrow.compute as pc
+
+    mask = pc.not_equal(t.column("device_type"), CPU)
+    return None if pc.all(mask).as_py() in (True, None) else mask
+
+
+# --- the format module's entry points (veotrace.sources dispatches here) ---
+
+def iter_alloc_events(path: Path, *, options: ReadOptions, report: ReadReport, columns=None,
+                      on_progress=None) -> Iterator[pa.RecordBatch]:
+    read = cached_read(path, options, report, on_progress=on_progress)
+    yield from alloc_batches(read, columns)
+
+
+def read_profiler_memory(path: Path, *, options: ReadOptions, report: ReadReport) -> pa.Table:
+    read = cached_read(path, options, report)
+    return read.table.replace_schema_metadata({**KINETO_MEMORY.metadata, **_meta(read)})
+
+
+def _meta(read: MemoryRead) -> dict:
+    import json
+
+    return {b"veotrace.kineto": json.dumps({"path": read.path, "rank": read.rank, "world_size": read.world_size,
+                                           "devices": read.devices, "cut": read.cut, "checks": read.checks,
+                                           "bad_utf8": read.bad_utf8, "schema_version": read.head.get("schemaVersion"),
+                                           "with_stack": read.head.get("with_stack"),
+                                           "profile_memory": read.head.get("profile_memory"),
+                                           "lanes_multi_node": read.lanes_multi_node}).encode()}
+
+
+def read_meta(table: pa.Table) -> list[dict]:
+    """The read notes ``read_profiler_memory`` put on its table (one per file; several after a concat)."""
+    import json
+
+    meta = table.schema.metadata or {}
+    raw = meta.get(b"veotrace.kineto")
+    return [json.loads(raw)] if raw else []
+
+
+_CACHE: dict = {}
+
+
+def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context: bool = False,
+                on_progress=None) -> MemoryRead:
+    """``read_memory`` once per (file, size, mtime, options) within a process: info, the analyses and the
+    report read a trace's memory events many times; its warnings go to every report that asks."""
+    try:
+        st = Path(path).stat()
+        key = (str(path), st.st_size, st.st_mtime_ns, options.skip_bad_rows, context)
+    except (OSError, TypeError):
+        key = None
+    hit = _CACHE.get(key) if key is not None else None
+    if hit is None and key is not None and not context:  # a read with context serves one without
+        hit = _CACHE.get((*key[:4], True))
+    if hit is not None:
+        read, warnings, skipped = hit
+        for w in warnings:
+            if w not in report.warnings:
+                report.warnings.append(w)
+        for p, ln, why in skipped:
+            report.skip_row(p, ln, why)
+        return read
+    mine = ReadReport()
+    read = read_memory(path, options=options, report=mine, context=context, on_progress=on_progress)
+    report.merge(mine)
+    if key is not None:
+        if len(_CACHE) >= 4:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = (read, list(mine.warnings), list(mine.first_skipped) * 0 + list(mine.first_skipped))
+    return read
+
+
+def _context(table: pa.Table, spans: list[tuple], path, rank) -> tuple[pa.Table, tuple]:
+    """The ops table of ``spans`` and, for each memory event, the ids of the innermost cpu_op and
+    python_function enclosing it on its thread and of the GPU span running on its device then."""
+    from veotrace.schemas.base import repeated
+
+    spans.sort(key=lambda s: (s[2], -s[3]))
+    n = len(spans)
+    kinds = [s[0] for s in spans]
+    ops = pa.Table.from_arrays([
+        pa.array(np.arange(n, dtype=np.int64)),
+        pa.array(kinds, pa.string()).dictionary_encode(),
+        pa.array([s[1] for s in spans], pa.string()),
+        pa.array([s[2] for s in spans], pa.int64()), pa.array([s[3] for s in spans], pa.int64()),
+        pa.array([s[4] for s in spans], pa.int64()), pa.array([s[5] for s in spans], pa.int64()),
+        pa.array([s[6] for s in spans], pa.int32()), pa.array([s[7] for s in spans], pa.int64()),
+        pa.nulls(n, pa.int32()) if rank is None else pa.array(np.full(n, rank, np.int32)),
+        repeated(str(path), n)], schema=KINETO_OPS)
+    m = table.num_rows
+    ts = table.column("ts_ns").to_numpy()
+    tid = table.column("tid").to_numpy(zero_copy_only=False)
+    did = table.column("device_id").to_numpy()
+    dtype = table.column("device_type").to_numpy()
+    found = [np.full(m, -1, np.int64) for _ in range(3)]
+    groups: dict = {}
+    for i, s in enumerate(spans):
+        if s[0] in ("cpu_op", "user_annotation", "Operator"):
+            groups.setdefault((0, s[5]), []).append(i)
+        elif s[0] == "python_function":
+            groups.setdefault((1, s[5]), []).append(i)
+        else:
+            groups.setdefault((2, s[6]), []).append(i)
+    gpu_devices = {k[1] for k in groups if k[0] == 2}
+    lone = next(iter(gpu_devices)) if len(gpu_devices) == 1 else None
+    for (which, key), members in groups.items():
+        starts = np.array([spans[i][2] for i in members], np.int64)
+        ends = starts + np.array([spans[i][3] for i in members], np.int64)
+        ids = np.array(members, np.int64)
+        if which < 2:
+            rows = np.flatnonzero(~np.isnan(tid) & (tid == key)) if tid.dtype.kind == "f" else np.flatnonzero(tid == key)
+        else:  # the GPU's own id; a ROCm trace may number its GPU spans otherwise: the lone GPU then
+            same = (dtype != CPU) & (did == key)
+            if lone is not None and not same.any():
+                same = dtype != CPU
+            rows = np.flatnonzero(same)
+        if not rows.size:
+            continue
+        found[which][rows] = _innermost(starts, ends, ids, ts[rows], nested=which < 2)
+    out = tuple(pa.array(f, pa.int64(), mask=f < 0) for f in found)
+    return ops, out
+
+
+def _innermost(starts: np.ndarray, ends: np.ndarray, ids: np.ndarray, t: np.ndarray, *, nested: bool,
+               look_back: int = 16) -> np.ndarray:
+    """For each time ``t``, the id of the latest-starting span (sorted by start) that holds it, -1 for none.
+    Nested spans (one thread's ops): walk up the parents; GPU spans: look back over the last few."""
+    res = np.full(t.size, -1, np.int64)
+    at = np.searchsorted(starts, t, side="right") - 1
+    if nested:
+        parent = np.full(starts.size, -1, np.int64)
+        stack: list[int] = []
+        for i in range(starts.size):
+            while stack and ends[stack[-1]] < starts[i]:
+                stack.pop()
+            parent[i] = stack[-1] if stack else -1
+            stack.append(i)
+        for q in range(t.size):
+            i = at[q]
+            while i >= 0 and ends[i] < t[q]:
+                i = parent[i]
+            res[q] = ids[i] if i >= 0 else -1
+        return res
+    for q in range(t.size):
+        i = at[q]
+        lo = max(i - look_back, -1)
+        while i > lo and ends[i] < t[q]:
+            i -= 1
+        res[q] = ids[i] if i > lo else -1
+    return res
+
+
+def read_ops(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None) -> pa.Table:
+    """The ``KINETO_OPS`` spans of ``path`` (a full scan)."""
+    report = report if report is not None else ReadReport()
+    return cached_read(path, options, report, context=True).ops
