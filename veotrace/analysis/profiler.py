@@ -201,3 +201,70 @@ def growth_finding(growth: dict) -> dict | None:
                     f"{best['op']}" + (f" (GPU running {kern})" if kern else "") +
                     (f": {share:.0%} of the device's {best['device_rise_bytes']:,} bytes of growth" if share is not None else ""))
     return best
+
+
+#: What ``sites --by`` groups a profiler trace's allocations by: the column of the enclosing span.
+BY_COLUMN = {"op": "op_id", "frame": "frame_id", "module": "module_id", "kernel": "kernel_id"}
+BEFORE = "(live before profiling)"
+UNKNOWN = "(no enclosing {})"
+
+
+def peak_holders(table: pa.Table, ops: pa.Table | None, by: str = "op", *, top: int = GROWTH_TOP) -> dict:
+    """Who holds memory at each GPU device's peak of live bytes, by the ``by`` span (op, frame, module, kernel)
+    enclosing the allocation of each block live then; the bytes live before profiling (from the first event's
+    totals, less those the trace frees) are their own row. Also the holders at the end of the trace.
+
+    The peak is the largest ``Total Allocated`` (the running sum of ``Bytes`` in the 2021 format, which has
+    no addresses: its blocks are paired by nothing, so only the totals by op of the bytes allocated are given)."""
+    col = BY_COLUMN[by]
+    names = ops.column("name").to_pylist() if ops is not None and ops.num_rows else []
+    out: dict = {}
+    if not table.num_rows:
+        return out
+    key_ids = table.column(col).to_pylist()
+    addr = table.column("address").to_pylist()
+    nbytes = table.column("bytes").to_numpy()
+    ts = table.column("ts_ns").to_numpy()
+    ta_col = table.column("total_allocated_bytes")
+    for key, name, mask in _lanes(table):
+        if key[1] == CPU:
+            continue
+        idx = np.flatnonzero(mask)
+        b = nbytes[idx]
+        ta = ta_col.take(pa.array(idx)).to_numpy(zero_copy_only=False)
+        totals = ta.dtype.kind != "f"
+        level = ta if totals else np.cumsum(b)
+        peak_j = int(np.argmax(level))
+        before = int(ta[0] - b[0]) if totals else 0
+        live: dict = {}
+        freed_before = 0
+        holders_at_peak = None
+        for j, i in enumerate(idx):
+            a = addr[i]
+            if b[j] > 0:
+                if a is not None:
+                    live[a] = (int(b[j]), key_ids[i])
+            elif a is not None:
+                if live.pop(a, None) is None:
+                    freed_before += int(-b[j])
+            if j == peak_j:
+                holders_at_peak = _group(live, names, by, before - freed_before)
+        end = _group(live, names, by, before - freed_before)
+        out[name] = {"by": by, "peak_bytes": int(level[peak_j]), "peak_at_ns": int(ts[idx[peak_j]]),
+                     "peak_is": "Total Allocated" if totals else "running sum of Bytes",
+                     "at_peak": (holders_at_peak or [])[:top], "at_end": end[:top],
+                     "live_before_bytes": before if totals else None}
+    return out
+
+
+def _group(live: dict, names: list, by: str, before: int) -> list[dict]:
+    acc: dict = defaultdict(lambda: [0, 0])
+    for size, k in live.values():
+        label = names[k] if k is not None and 0 <= k < len(names) else UNKNOWN.format(by)
+        acc[label][0] += size
+        acc[label][1] += 1
+    total = sum(v[0] for v in acc.values()) + max(before, 0)
+    rows = [{"name": k, "bytes": v[0], "blocks": v[1], "share": v[0] / total if total else None} for k, v in acc.items()]
+    if before > 0:
+        rows.append({"name": BEFORE, "bytes": before, "blocks": None, "share": before / total if total else None})
+    return sorted(rows, key=lambda r: (-r["bytes"], r["name"]))

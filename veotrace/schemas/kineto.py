@@ -10,7 +10,7 @@ The data contract of ``veotrace.sources.kineto``:
   from ``distributedInfo`` (null when the trace has none). ``op_id`` / ``frame_id`` / ``kernel_id`` are the
   ``id`` in ``KINETO_OPS`` of the innermost ``cpu_op`` and ``python_function`` span enclosing the event on its
   thread, and of the GPU kernel, memcpy/memset or collective running on its device at that time (null when
-  none does, or when the read skipped the spans: the memory-only read of ``info`` and ``fragmentation``).
+  none does; ``module_id`` the innermost ``nn.Module: ...`` frame), or when the read skipped the spans: the memory-only read of ``info`` and ``fragmentation``).
 - ``KINETO_OPS`` (``kineto_ops/1``): the spans the memory events point at: ``kind`` is the trace's ``cat``
   (``cpu_op``, ``python_function``, ``user_annotation``, ``kernel``, ``gpu_memcpy``, ``gpu_memset``,
   ``gpu_user_annotation``), ``device``/``stream`` for GPU spans.
@@ -51,6 +51,7 @@ KINETO_MEMORY = tagged(
         pa.field("op_id", pa.int64(), nullable=True),
         pa.field("frame_id", pa.int64(), nullable=True),
         pa.field("kernel_id", pa.int64(), nullable=True),
+        pa.field("module_id", pa.int64(), nullable=True),  # innermost "nn.Module: ..." python_function (with_stack)
         pa.field("source_file", DICT_STR, nullable=False),
     ],
 )

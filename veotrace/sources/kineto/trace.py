@@ -203,9 +203,8 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     result.table = _table(cols, path, rank)
     if context:
         result.ops, ids = _context(result.table, spans, path, rank)
-        result.table = result.table.set_column(KINETO_MEMORY.get_field_index("op_id"), "op_id", ids[0]) \
-            .set_column(KINETO_MEMORY.get_field_index("frame_id"), "frame_id", ids[1]) \
-            .set_column(KINETO_MEMORY.get_field_index("kernel_id"), "kernel_id", ids[2])
+        for name, col in zip(("op_id", "frame_id", "kernel_id", "module_id"), ids):
+            result.table = result.table.set_column(KINETO_MEMORY.get_field_index(name), name, col)
     result.checks = running_sum_check(result.table)
     for text in check_lines(path, result.checks):
         report.warnings.append(text)
@@ -272,7 +271,7 @@ def _table(cols: _Columns, path, rank: int | None) -> pa.Table:
         _masked(col(cols.ta, np.int64), NONE, pa.int64()),
         _masked(col(cols.tr, np.int64), NONE, pa.int64()),
         _masked(col(cols.tid, np.int64), NONE, pa.int64()),
-        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
+        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
         repeated(str(path), n),
     ]
     return pa.Table.from_arrays(arrays, schema=KINETO_MEMORY)
@@ -489,8 +488,8 @@ def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context
 
 
 def _context(table: pa.Table, spans: list[tuple], path, rank) -> tuple[pa.Table, tuple]:
-    """The ops table of ``spans`` and, for each memory event, the ids of the innermost cpu_op and
-    python_function enclosing it on its thread and of the GPU span running on its device then."""
+    """The ops table of ``spans`` and, for each memory event, the ids of the innermost cpu_op, python_function
+    and ``nn.Module`` frame enclosing it on its thread and of the GPU span running on its device then."""
     from veotrace.schemas.base import repeated
 
     spans.sort(key=lambda s: (s[2], -s[3]))
@@ -510,13 +509,15 @@ def _context(table: pa.Table, spans: list[tuple], path, rank) -> tuple[pa.Table,
     tid = table.column("tid").to_numpy(zero_copy_only=False)
     did = table.column("device_id").to_numpy()
     dtype = table.column("device_type").to_numpy()
-    found = [np.full(m, -1, np.int64) for _ in range(3)]
+    found = [np.full(m, -1, np.int64) for _ in range(4)]
     groups: dict = {}
     for i, s in enumerate(spans):
         if s[0] in ("cpu_op", "user_annotation", "Operator"):
             groups.setdefault((0, s[5]), []).append(i)
         elif s[0] == "python_function":
             groups.setdefault((1, s[5]), []).append(i)
+            if s[1].startswith("nn.Module: "):
+                groups.setdefault((3, s[5]), []).append(i)
         else:
             groups.setdefault((2, s[6]), []).append(i)
     gpu_devices = {k[1] for k in groups if k[0] == 2}
@@ -525,7 +526,7 @@ def _context(table: pa.Table, spans: list[tuple], path, rank) -> tuple[pa.Table,
         starts = np.array([spans[i][2] for i in members], np.int64)
         ends = starts + np.array([spans[i][3] for i in members], np.int64)
         ids = np.array(members, np.int64)
-        if which < 2:
+        if which != 2:
             rows = np.flatnonzero(~np.isnan(tid) & (tid == key)) if tid.dtype.kind == "f" else np.flatnonzero(tid == key)
         else:  # the GPU's own id; a ROCm trace may number its GPU spans otherwise: the lone GPU then
             same = (dtype != CPU) & (did == key)
@@ -534,7 +535,7 @@ def _context(table: pa.Table, spans: list[tuple], path, rank) -> tuple[pa.Table,
             rows = np.flatnonzero(same)
         if not rows.size:
             continue
-        found[which][rows] = _innermost(starts, ends, ids, ts[rows], nested=which < 2)
+        found[which][rows] = _innermost(starts, ends, ids, ts[rows], nested=which != 2)
     out = tuple(pa.array(f, pa.int64(), mask=f < 0) for f in found)
     return ops, out
 
