@@ -124,3 +124,62 @@ def recorded_totals(paths, options, report, *, window_s: float | None) -> dict |
         return None
     table, _ = read_run(files, options, report, context=False)
     return {"devices": totals_series(table, window_s=window_s), "note": SEGMENTS_NOTE}
+
+
+def profiler_hip(paths, options) -> bool:
+    """Whether the inputs are profiler traces of a ROCm job (Device Type 6: its export line names the HIP variable)."""
+    from veotrace.sources import ReadReport
+    from veotrace.sources.kineto.trace import cached_read
+
+    report = ReadReport()
+    files = kineto_inputs(paths, options, report)
+    return any((cached_read(p, options, report).table.column("device_type").to_numpy() == 6).any() for p in files)
+
+
+def replay_input(files: list, options, report):
+    """``simulate``/``tune``'s input from profiler traces: the GPU events with the rises and falls of Total
+    Reserved as recorded device allocations and releases, and the seed from the first events' totals
+    (``allocators.kineto_seed``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from veotrace.allocators.kineto_seed import seed_from_totals, segment_rows
+    from veotrace.sources.base import call_guarded
+    from veotrace.sources.kineto.trace import alloc_batches, cached_read, lane, running_sum_check
+
+    tables, live_before, reserved_before = [], {}, {}
+    for path in files:
+        read = call_guarded(path, cached_read, path, options, report)
+        t = read.table.filter(np.asarray(read.table.column("device_type").to_numpy() != 0))
+        events = pa.Table.from_batches(list(alloc_batches(read))) if t.num_rows else None
+        if events is None or not events.num_rows:
+            continue
+        tr = t.column("total_reserved_bytes")
+        lanes = lane(read, t.column("device_id").to_numpy())
+        if tr.null_count == 0:
+            events, before = segment_rows(events, tr.to_numpy(), lanes)
+            reserved_before.update(before)
+        for key, c in running_sum_check(t).items():
+            if c.get("live_before_bytes") is not None:
+                did = key.split(":")[-1]
+                d = int(lane(read, np.array([int(did)]))[0])
+                live_before[d] = c["live_before_bytes"]
+        tables.append(events)
+    if not tables:
+        return None, None
+    table = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries().combine_chunks()
+    return table, seed_from_totals(table, live_before, reserved_before)
+
+
+def profiler_validation(validation: dict, seed, assumption: str) -> None:
+    """The validation of a profiler trace says what it is: no snapshot's settings nor final state, the
+    assumed state before profiling, and that the rises of Total Reserved are what it checks against."""
+    out = [a for a in validation.get("assumptions", []) if not a.startswith("the snapshot has no allocator_settings")]
+    out.insert(0, "a profiler trace records no allocator settings: PyTorch's defaults are assumed (a job that set "
+                  "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF / PYTORCH_ALLOC_CONF ran under other rules)")
+    out.append(assumption)
+    validation["assumptions"] = out
+    validation["seed"] = (f"seeded from the first events' totals (assumed layout): {len(seed.segments)} segments "
+                          f"({sum(s[2] for s in seed.segments):,} bytes) reserved and {len(seed.live)} blocks live "
+                          "before profiling began")
+    validation["recorded_from"] = "the rises of Total Reserved (each one device allocation of the rise)"
