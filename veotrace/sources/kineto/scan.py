@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
+import numpy as np
+
 NEEDLE = b'"[memory]"'
 #: Decompressed bytes per read.
 BLOCK = 8 << 20
@@ -110,13 +112,59 @@ def _loads(raw: bytes) -> object:
     return json.loads(raw.decode("utf-8", "replace"))
 
 
-def memory_events(fh: IO[bytes], state: ScanState, block: int = BLOCK) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(byte offset, raw JSON of the event)`` for each ``[memory]`` event, in file order.
+def _simple(buf: bytes, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For hits of the name in ``buf``: (start, end, mask) of those laid out as Kineto writes them (the name
+    before ``args``: no brace between the event's opening brace and the name, one opening brace (args) before
+    the first closing one, none between the two closing ones), found with array operations over the block's
+    braces. The rest go through :func:`_widen` one by one."""
+    arr = np.frombuffer(buf, np.uint8)
+    opens = np.flatnonzero(arr == 0x7B)
+    closes = np.flatnonzero(arr == 0x7D)
+    n = hits.size
+    if not n or not opens.size or closes.size < 2:
+        return np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool)
+    io = np.searchsorted(opens, hits) - 1
+    ok = io >= 0
+    start = opens[np.clip(io, 0, None)]
+    ic0 = np.searchsorted(closes, start)
+    ok &= (ic0 >= closes.size) | (closes[np.clip(ic0, 0, closes.size - 1)] > hits)
+    ic1 = np.searchsorted(closes, hits)
+    ok &= ic1 + 1 < closes.size
+    c1 = closes[np.clip(ic1, 0, closes.size - 1)]
+    c2 = closes[np.clip(ic1 + 1, 0, closes.size - 1)]
+    o_hit, o_c1, o_c2 = (np.searchsorted(opens, x) for x in (hits, c1, c2))
+    ok &= (o_c1 - o_hit == 1) & (o_c2 - o_c1 == 0)
+    return start, c2 + 1, ok
 
-    Each hit of ``"[memory]"`` is widened to the object around it: back to its opening brace (one more when
-    its ``args`` came before its name, as with sorted keys), forward to the brace that closes it. A memory
-    event holds no string with a brace, so counting braces is exact for it; the caller parses the slice and
-    checks its name. A hit whose object does not close before the stream ends marks the file as cut.
+
+def _widen(buf: bytes, hit: int, done: int) -> tuple[int, int] | None:
+    """(start, end) of the object around the name at ``hit`` for any layout; (start, -1) when it continues past
+    ``buf``; None when the name is inside no object we can see (a string that merely holds it)."""
+    start = buf.rfind(b"{", 0, hit)
+    if start >= 0 and buf.find(b"}", start, hit) >= 0:  # args before the name (keys sorted): one level up
+        start = buf.rfind(b"{", 0, start)
+    if start < done:
+        return None
+    need = buf.count(b"{", start, hit) - buf.count(b"}", start, hit)
+    e = hit
+    while need > 0:
+        close = buf.find(b"}", e)
+        if close < 0:
+            return start, -1
+        need += buf.count(b"{", e, close) - 1
+        e = close + 1
+    return start, e
+
+
+def memory_events(fh: IO[bytes], state: ScanState, block: int = BLOCK) -> Iterator[list[tuple[int, bytes]]]:
+    """Yield, block by block, lists of ``(byte offset, raw JSON of the event)`` for the ``[memory]`` events, in
+    file order.
+
+    Each hit of ``"[memory]"`` is widened to the object around it: back to its opening brace (one more when its
+    ``args`` came before its name, as with sorted keys), forward to the brace that closes it. A memory event
+    holds no string with a brace, so counting braces is exact for it; the caller parses the slices and checks
+    each name. Kineto's own layout is widened with array operations over the block (:func:`_simple`), any
+    other one event by event. A hit whose object does not close before the stream ends marks the file as cut.
     """
     carry, base = b"", 0  # base: absolute offset of carry[0]
     first = True
@@ -131,32 +179,33 @@ def memory_events(fh: IO[bytes], state: ScanState, block: int = BLOCK) -> Iterat
             tail = (tail + chunk)[-TAIL:]
             state.size += len(chunk)
         buf = carry + chunk
-        pos, done = 0, 0
-        pending = -1  # start of an event that did not close within buf
-        while True:
-            hit = buf.find(NEEDLE, pos)
-            if hit < 0:
-                break
-            start = buf.rfind(b"{", 0, hit)
-            if start >= 0 and buf.find(b"}", start, hit) >= 0:  # args before the name: one level up
-                start = buf.rfind(b"{", 0, start)
-            if start < done:  # not inside an object we can see: a string that merely holds the name
-                pos = hit + len(NEEDLE)
-                continue
-            need = buf.count(b"{", start, hit) - buf.count(b"}", start, hit)
-            e = hit
-            while need > 0:
-                close = buf.find(b"}", e)
-                if close < 0:
+        hits = []
+        p = buf.find(NEEDLE)
+        while p >= 0:
+            hits.append(p)
+            p = buf.find(NEEDLE, p + len(NEEDLE))
+        h = np.array(hits, np.int64)
+        starts, ends, ok = _simple(buf, h)
+        out: list[tuple[int, bytes]] = []
+        done, pending = 0, -1
+        okl = ok.tolist()
+        sl, el = starts.tolist(), ends.tolist()
+        for k, hit in enumerate(hits):
+            if okl[k] and sl[k] >= done:
+                s, e = sl[k], el[k]
+            else:
+                got = _widen(buf, hit, done)
+                if got is None:
+                    continue
+                s, e = got
+                if e < 0:  # the object continues past buf
+                    pending = s
                     break
-                need += buf.count(b"{", e, close) - 1
-                e = close + 1
-            if need > 0:  # the object continues past buf
-                pending = start
-                break
-            yield base + start, buf[start:e]
-            state.last_complete_end = base + e
-            done = pos = e
+            out.append((base + s, buf[s:e]))
+            done = e
+        if out:
+            state.last_complete_end = out[-1][0] + len(out[-1][1])
+            yield out
         if eof:
             if pending >= 0:
                 state.cut = True
