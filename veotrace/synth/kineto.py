@@ -89,15 +89,18 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
     def tsv(x: float) -> float | int:
         return round(x, 3) if hip else int(x)
 
+    seen_gpu = False
+
     def memory(ts: float, device: tuple, nbytes: int, addr: int, op: str, frame: str, kernel: str | None) -> None:
-        nonlocal ev_idx
+        nonlocal ev_idx, seen_gpu
         alloc[device] += nbytes
         grew = 0
         if device != cpu and nbytes > 0 and reserved[device] - (alloc[device] - nbytes) < nbytes:
             grew = -(-nbytes // SEGMENT) * SEGMENT
             reserved[device] += grew
-            truth.rises[device] += 1
-            truth.rise_bytes_by_op[op] = truth.rise_bytes_by_op.get(op, 0) + grew
+            if seen_gpu:  # a rise at the first event shows in no total before it: not in the answer
+                truth.rises[device] += 1
+                truth.rise_bytes_by_op[op] = truth.rise_bytes_by_op.get(op, 0) + grew
         truth.peak_allocated[device] = max(truth.peak_allocated[device], alloc[device])
         truth.peak_reserved[device] = max(truth.peak_reserved[device], reserved[device])
         if old_format:
@@ -117,6 +120,7 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
                "op": op, "frame": frame, "kernel": kernel if device != cpu else None, "ts_us": tsv(ts)}
         mem.append((tsv(ts), ev_idx, ev, row))
         ev_idx += 1
+        seen_gpu = seen_gpu or device != cpu
 
     for step in range(steps):
         frame = FRAMES[step % len(FRAMES)]

@@ -28,11 +28,11 @@ TAIL = 64 << 10
 #: The largest single event the full scan accepts (a kernel's name can be long, not this long).
 MAX_EVENT = 64 << 20
 
-try:  # orjson parses the small slices about twice as fast as json; json when it is not installed
+try:  # orjson parses the blocks of memory events about twice as fast as json (a dependency; json without it)
     from orjson import JSONDecodeError as _OrjsonError
     from orjson import loads as _fast_loads
-except ImportError:  # pragma: no cover - orjson is a dependency; kept for a bare install
-    _fast_loads, _OrjsonError = None, ValueError
+except ImportError:  # pragma: no cover - an install without orjson reads the same, slower
+    _fast_loads, _OrjsonError = json.loads, ValueError
 
 
 @dataclass
