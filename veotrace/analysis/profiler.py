@@ -41,18 +41,25 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
     from veotrace.sources.kineto.trace import running_sum_check
 
     n = table.num_rows
-    checks = running_sum_check(table)
+    noted = [m.get("checks") for m in meta or []]  # the reader's own check, when the table is one file's
+    checks = noted[0] if len(noted) == 1 and noted[0] is not None else running_sum_check(table)
     dtype = table.column("device_type").to_numpy() if n else np.zeros(0, np.int8)
-    ranks = sorted({r for r in table.column("rank").to_pylist() if r is not None}) if n else []
+    import pyarrow.compute as pc
+
+    ranks = sorted(r for r in pc.unique(table.column("rank")).to_pylist() if r is not None) if n else []
     gpu = int((dtype != CPU).sum())
     has_addr = table.column("address").null_count < n if n else False
     has_totals = table.column("total_allocated_bytes").null_count < n if n else False
     devices = {}
-    for _, name, mask in _lanes(table):
+    all_lanes = list(_lanes(table))
+    tr_all, ta_all = table.column("total_reserved_bytes"), table.column("total_allocated_bytes")
+    full = tr_all.null_count == 0 and ta_all.null_count == 0
+    for _, name, mask in all_lanes:
         c = checks[name]
-        tr = table.column("total_reserved_bytes").filter(pa.array(mask)).to_numpy(zero_copy_only=False)
-        ta = table.column("total_allocated_bytes").filter(pa.array(mask)).to_numpy(zero_copy_only=False)
-        cached = (tr - ta) if has_totals and tr.dtype.kind != "f" else None
+        cached = None
+        if full:  # reserved - allocated: the bytes cached but free after each event
+            tr, ta = tr_all.to_numpy(), ta_all.to_numpy()
+            cached = tr - ta if len(all_lanes) == 1 else tr[mask] - ta[mask]
         devices[name] = {k: c.get(k) for k in ("events", "allocs", "frees", "live_before_bytes", "peak_allocated_bytes",
                                                 "peak_reserved_bytes", "reserved_rises", "reserved_falls",
                                                 "first_reserved_bytes", "running_sum_peak_bytes", "mismatches")}
@@ -78,8 +85,6 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
                                                                   "bad_utf8", "schema_version", "with_stack")})
     if n:
         ts = table.column("ts_ns")
-        import pyarrow.compute as pc
-
         mm = pc.min_max(ts).as_py()
         out.update({"first_ns": mm["min"], "last_ns": mm["max"], "duration_s": (mm["max"] - mm["min"]) / 1e9})
     return out
@@ -95,27 +100,30 @@ def totals_series(table: pa.Table, *, window_s: float | None = None, windows: in
     t0 = int(ts_all.min())
     span = max(int(ts_all.max()) - t0, 1)
     width = int(window_s * 1e9) if window_s else max(-(-span // windows), 1)
-    for key, name, mask in _lanes(table):
+    all_lanes = list(_lanes(table))
+    ta_col, tr_col = table.column("total_allocated_bytes"), table.column("total_reserved_bytes")
+    whole = ta_col.null_count == 0 and tr_col.null_count == 0
+    for key, name, mask in all_lanes:
         if key[1] == CPU:
             continue
-        idx = np.flatnonzero(mask)
-        ta = table.column("total_allocated_bytes").take(pa.array(idx)).to_numpy(zero_copy_only=False)
-        tr = table.column("total_reserved_bytes").take(pa.array(idx)).to_numpy(zero_copy_only=False)
-        if ta.dtype.kind == "f" or tr.dtype.kind == "f":  # a few rows without totals: leave them out
-            ok = ~(np.isnan(ta.astype(float)) | np.isnan(tr.astype(float)))
-            idx, ta, tr = idx[ok], ta[ok].astype(np.int64), tr[ok].astype(np.int64)
-        if not idx.size:
+        if whole and len(all_lanes) == 1:  # one device with every total: its columns as they are
+            ta, tr, ts = ta_col.to_numpy(), tr_col.to_numpy(), ts_all
+        else:
+            ok = mask & ~np.asarray(ta_col.is_null()) & ~np.asarray(tr_col.is_null())
+            ta = ta_col.fill_null(0).to_numpy()[ok]
+            tr = tr_col.fill_null(0).to_numpy()[ok]
+            ts = ts_all[ok]
+        if not ta.size:
             continue
-        ts = ts_all[idx]
         w = (ts - t0) // width
         ends = np.flatnonzero(np.r_[w[1:] != w[:-1], True])
         starts = np.r_[0, ends[:-1] + 1]
-        rows = []
-        for s, e in zip(starts, ends):
-            rows.append({"window": int(w[e]), "start_ns": int(t0 + w[e] * width), "events": int(e - s + 1),
-                         "allocated_bytes": int(ta[e]), "reserved_bytes": int(tr[e]),
-                         "max_allocated_bytes": int(ta[s:e + 1].max()), "max_reserved_bytes": int(tr[s:e + 1].max()),
-                         "cached_free_bytes": int(tr[e] - ta[e])})
+        max_ta, max_tr = np.maximum.reduceat(ta, starts), np.maximum.reduceat(tr, starts)
+        rows = [{"window": int(w[e]), "start_ns": int(t0 + w[e] * width), "events": int(e - s + 1),
+                 "allocated_bytes": int(ta[e]), "reserved_bytes": int(tr[e]),
+                 "max_allocated_bytes": int(mt), "max_reserved_bytes": int(mr), "cached_free_bytes": int(tr[e] - ta[e])}
+                for s, e, mt, mr in zip(starts.tolist(), ends.tolist(), max_ta.tolist(), max_tr.tolist())]
+        del w
         cached = tr - ta
         pk = int(np.argmax(tr))
         out[name] = {"peak_allocated_bytes": int(ta.max()), "peak_reserved_bytes": int(tr.max()),

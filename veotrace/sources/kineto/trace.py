@@ -28,7 +28,7 @@ from veotrace.sources.base import ReadOptions, ReadReport, open_decompressed
 from veotrace.sources.kineto import scan
 
 #: Rows per alloc_events batch.
-BATCH_ROWS = 1 << 20
+BATCH_ROWS = 1 << 18
 #: Memory events parsed at once on the fast path (one JSON array; a bad one sends its batch to the slow path).
 BATCH_EVENTS = 20_000
 #: A multi-node run's lanes: rank x LANE_STRIDE + Device Id (device ids repeat on every node).
@@ -94,10 +94,10 @@ def _ts_ns(v) -> int:
 class _Columns:
     """Compact columns of the memory events (8 bytes a value: 2M events hold ~110 MB, not Python objects)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tid: bool = True) -> None:
+        self.keep_tid = tid  # the thread is needed only to find the ops around each event
         self.ts, self.ev, self.dtype, self.did = array("q"), array("q"), array("b"), array("i")
         self.addr, self.nbytes, self.ta, self.tr, self.tid = array("Q"), array("q"), array("q"), array("q"), array("q")
-        self.offset = array("q")  # byte offset in the file: the last tie-break of the order
 
     def add(self, obj, raw: bytes | None, offset: int = 0) -> bool:
         """Append one event; False when ``obj`` is no memory event (a string that merely held the name)."""
@@ -131,8 +131,8 @@ class _Columns:
         self.nbytes.append(nbytes)
         self.ta.append(ta)
         self.tr.append(tr)
-        self.tid.append(NONE if tid is None else tid)
-        self.offset.append(offset)
+        if self.keep_tid:
+            self.tid.append(NONE if tid is None else tid)
         return True
 
     def __len__(self) -> int:
@@ -200,8 +200,8 @@ class _Columns:
         self.nbytes.frombytes(nbytes.astype(np.int64).tobytes())
         self.ta.frombytes((ta.astype(np.int64) if ta is not None else np.full(n, NONE, np.int64)).tobytes())
         self.tr.frombytes((tr.astype(np.int64) if tr is not None else np.full(n, NONE, np.int64)).tobytes())
-        self.tid.frombytes(tid_arr.tobytes())
-        self.offset.extend(offsets)
+        if self.keep_tid:
+            self.tid.frombytes(tid_arr.tobytes())
         return True
 
 
@@ -218,13 +218,13 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     """Every ``[memory]`` event of ``path`` in (ts, Ev Idx) order, checked; ``context``: also the spans
     (``read.ops``) and each event's enclosing op, frame and kernel (a full scan of every event)."""
     report = report if report is not None else ReadReport()
-    cols = _Columns()
+    cols = _Columns(tid=context)
     state = scan.ScanState()
     spans: list[tuple] = []
     fh, raw = open_decompressed(path)
     with fh:
         if not context:
-            for batch in scan.memory_events(fh, state, block=max(options.block_bytes // 2, 1 << 16)):
+            for batch in scan.memory_events(fh, state, block=scan.MEMORY_BLOCK):
                 if not cols.add_batch([t for _, t in batch], [o for o, _ in batch]):
                     for offset, text in batch:
                         try:
@@ -306,9 +306,23 @@ def _span(obj: dict) -> tuple | None:
             dev if isinstance(dev, int) else None, stream if isinstance(stream, int) else None)
 
 
-def _masked(values: np.ndarray, sentinel: int, typ) -> pa.Array:
-    mask = values == sentinel
-    return pa.array(values, typ, mask=mask if mask.any() else None)
+def _masked(values: np.ndarray, sentinel: int | None, typ) -> pa.Array:
+    """An Arrow array over ``values``' own memory (no copy), null where it holds ``sentinel``."""
+    values = np.ascontiguousarray(values)
+    validity, nulls = None, 0
+    if sentinel is not None:
+        mask = values == sentinel
+        nulls = int(mask.sum())
+        if nulls:
+            validity = pa.py_buffer(np.packbits(~mask, bitorder="little"))
+    return pa.Array.from_buffers(typ, len(values), [validity, pa.py_buffer(values)], null_count=nulls)
+
+
+def _nulls(n: int, typ) -> pa.Array:
+    """``n`` nulls over zeroed buffers that take no memory until read (calloc): ``pa.nulls`` writes its zeros."""
+    values = np.zeros(n, typ.to_pandas_dtype())
+    validity = np.zeros((n + 7) // 8, np.uint8)
+    return pa.Array.from_buffers(typ, n, [pa.py_buffer(validity), pa.py_buffer(values)], null_count=n)
 
 
 def _table(cols: _Columns, path, rank: int | None) -> pa.Table:
@@ -320,53 +334,75 @@ def _table(cols: _Columns, path, rank: int | None) -> pa.Table:
     ts = np.frombuffer(cols.ts, np.int64)
     ev = np.frombuffer(cols.ev, np.int64)
     order = None
-    if n > 1:
-        key_ev = np.where(ev == NONE, 0, ev)
-        dt, de = np.diff(ts), np.diff(key_ev)
-        off = np.frombuffer(cols.offset, np.int64)
-        do = np.diff(off)
-        if ((dt < 0) | ((dt == 0) & (de < 0)) | ((dt == 0) & (de == 0) & (do < 0))).any():
-            order = np.lexsort((off, key_ev, ts))
+    if n > 1:  # already in (ts, Ev Idx) order, as the profiler writes it? (booleans only: no copy of a column)
+        key_ev = np.where(ev == NONE, 0, ev) if (ev == NONE).any() else ev
+        back = ts[1:] < ts[:-1]
+        back |= (ts[1:] == ts[:-1]) & (key_ev[1:] < key_ev[:-1])
+        if back.any():  # a stable sort: file order breaks the remaining ties
+            order = np.lexsort((key_ev, ts))
+        del back, key_ev
 
     def col(buf, dtype):
         a = np.frombuffer(buf, dtype)
         return a if order is None else a[order]
 
     arrays = [
-        pa.array(col(cols.ts, np.int64), pa.int64()),
+        _masked(col(cols.ts, np.int64), None, pa.int64()),
         _masked(col(cols.ev, np.int64), NONE, pa.int64()),
-        pa.array(np.arange(n, dtype=np.int64)),
-        pa.nulls(n, pa.int32()) if rank is None else pa.array(np.full(n, rank, np.int32)),
-        pa.array(col(cols.dtype, np.int8)),
-        pa.array(col(cols.did, np.int32)),
+        _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
+        _nulls(n, pa.int32()) if rank is None else _masked(np.full(n, rank, np.int32), None, pa.int32()),
+        _masked(col(cols.dtype, np.int8), None, pa.int8()),
+        _masked(col(cols.did, np.int32), None, pa.int32()),
         _masked(col(cols.addr, np.uint64), NO_ADDR, pa.uint64()),
-        pa.array(col(cols.nbytes, np.int64)),
+        _masked(col(cols.nbytes, np.int64), None, pa.int64()),
         _masked(col(cols.ta, np.int64), NONE, pa.int64()),
         _masked(col(cols.tr, np.int64), NONE, pa.int64()),
-        _masked(col(cols.tid, np.int64), NONE, pa.int64()),
-        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
+        _masked(col(cols.tid, np.int64), NONE, pa.int64()) if len(cols.tid) == n else _nulls(n, pa.int64()),
+        _nulls(n, pa.int64()), _nulls(n, pa.int64()), _nulls(n, pa.int64()), _nulls(n, pa.int64()),
         repeated(str(path), n),
     ]
     return pa.Table.from_arrays(arrays, schema=KINETO_MEMORY)
 
 
+def _lane_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    dtype = table.column("device_type").to_numpy()
+    did = table.column("device_id").to_numpy()
+    rc = table.column("rank")
+    rank = None if rc.null_count == len(rc) else rc.fill_null(-1).to_numpy()
+    return dtype, did, rank
+
+
 def lanes(table: pa.Table) -> list[tuple]:
-    """The (rank, device type, device id) of the table's devices, in order."""
+    """The (rank, device type, device id) of the table's devices, in order (no copy of a column when the
+    table holds one device, the common case)."""
     if not table.num_rows:
         return []
-    keys = zip(table.column("rank").to_pylist(), table.column("device_type").to_numpy().tolist(),
-               table.column("device_id").to_numpy().tolist())
-    return sorted(set(keys), key=lambda k: (k[0] is not None, k[0] or 0, k[1], k[2]))
+    dtype, did, rank = _lane_columns(table)
+    ranks = [None] if rank is None else sorted(set(np.unique(rank).tolist()))
+    out = []
+    for r in ranks:
+        rows = None if r is None or len(ranks) == 1 else rank == r
+        dt = dtype if rows is None else dtype[rows]
+        ids = did if rows is None else did[rows]
+        for t in ([int(dt[0])] if dt.min() == dt.max() else np.unique(dt).tolist()):
+            sel = ids if dt.min() == dt.max() else ids[dt == t]
+            for d in ([int(sel[0])] if sel.min() == sel.max() else np.unique(sel).tolist()):
+                out.append((None if r is None or r < 0 else r, t, d))
+    return sorted(out, key=lambda k: (k[0] is not None, k[0] or 0, k[1], k[2]))
 
 
 def lane_masks(table: pa.Table) -> Iterator[tuple[tuple, np.ndarray]]:
     """((rank, device type, device id), row mask) per device of ``table``."""
-    dtype = table.column("device_type").to_numpy()
-    did = table.column("device_id").to_numpy()
-    rank = table.column("rank").to_numpy(zero_copy_only=False)
-    for key in lanes(table):
-        r = np.full(len(dtype), True) if key[0] is None else (rank == key[0])
-        yield key, r & (dtype == key[1]) & (did == key[2])
+    dtype, did, rank = _lane_columns(table)
+    keys = lanes(table)
+    for key in keys:
+        if len(keys) == 1:
+            yield key, np.ones(len(dtype), bool)
+            continue
+        m = (dtype == key[1]) & (did == key[2])
+        if rank is not None:
+            m &= rank == (-1 if key[0] is None else key[0])
+        yield key, m
 
 
 def lane_text(key: tuple) -> str:
@@ -376,58 +412,75 @@ def lane_text(key: tuple) -> str:
     return dev if rank is None else f"rank {rank} {dev}"
 
 
+def _ints(table: pa.Table, name: str) -> np.ndarray | None:
+    """A column as int64 (zero-copy when it has no nulls), or None when it has any."""
+    col = table.column(name)
+    return None if col.null_count else col.to_numpy()
+
+
 def running_sum_check(table: pa.Table) -> dict:
     """Per device: whether the running sum of ``Bytes`` from the first event's ``Total Allocated - Bytes``
     (the bytes live before profiling) equals ``Total Allocated`` at every event, the events where it stops
-    holding (each mismatch re-anchors, so one bad event is one mismatch), and the device's totals."""
+    holding (each mismatch re-anchors, so one bad event is one mismatch), and the device's totals. A device's
+    rows are taken by mask only when the table holds several (one device: its columns as they are)."""
     out = {}
     if not table.num_rows:
         return out
     nbytes = table.column("bytes").to_numpy()
-    ta_col, tr_col = table.column("total_allocated_bytes"), table.column("total_reserved_bytes")
     ts = table.column("ts_ns").to_numpy()
-    ev = table.column("ev_idx").to_numpy(zero_copy_only=False)
-    for key, mask in lane_masks(table):
-        idx = np.flatnonzero(mask)
-        b = nbytes[idx]
-        entry = {"device": lane_text(key), "events": int(idx.size), "allocs": int((b > 0).sum()),
-                 "frees": int((b < 0).sum()), "has_totals": ta_col.null_count < table.num_rows}
+    ev_col = table.column("ev_idx")
+    ta_all, tr_all = _ints(table, "total_allocated_bytes"), _ints(table, "total_reserved_bytes")
+    some_totals = table.column("total_allocated_bytes").null_count < table.num_rows
+    if some_totals and (ta_all is None or tr_all is None):  # totals on some rows only: those rows are checked
+        ta_all = table.column("total_allocated_bytes").fill_null(NONE).to_numpy()
+        tr_all = table.column("total_reserved_bytes").fill_null(NONE).to_numpy()
+    all_lanes = list(lane_masks(table))
+    for key, mask in all_lanes:
+        whole = len(all_lanes) == 1
+
+        def pick(a, whole=whole, mask=mask):
+            return a if whole else a[mask]
+
+        b = pick(nbytes)
+        entry = {"device": lane_text(key), "events": int(b.size), "allocs": int((b > 0).sum()),
+                 "frees": int((b < 0).sum()), "has_totals": bool(some_totals)}
         csum = np.cumsum(b)
-        if ta_col.null_count == table.num_rows:
+        if not some_totals:
             entry.update({"live_before_bytes": None, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
                           "checked": 0, "mismatches": 0, "first_mismatches": [],
                           "running_sum_peak_bytes": int(max(csum.max(), 0))})
             out[lane_text(key)] = entry
             continue
-        ta = ta_col.take(pa.array(idx)).to_numpy(zero_copy_only=False)
-        tr = tr_col.take(pa.array(idx)).to_numpy(zero_copy_only=False)
-        ta_ok = ~np.isnan(ta) if ta.dtype.kind == "f" else np.ones(idx.size, bool)
-        ta_i = np.where(ta_ok, np.nan_to_num(ta), 0).astype(np.int64)
-        first = int(np.argmax(ta_ok)) if ta_ok.any() else 0
-        before = int(ta_i[first] - csum[first]) + int(csum[first] - b[first]) if ta_ok.any() else 0
-        offset = ta_i - csum  # constant while the running sum holds
-        checked = np.flatnonzero(ta_ok)
-        bad = checked[1:][np.diff(offset[checked]) != 0] if checked.size > 1 else checked[:0]
-        tr_ok = ~np.isnan(tr) if tr.dtype.kind == "f" else np.ones(idx.size, bool)
-        tr_i = np.where(tr_ok, np.nan_to_num(tr), 0).astype(np.int64)
-        trv = tr_i[tr_ok]
+        ta, tr = pick(ta_all), pick(tr_all)
+        present = ta != NONE
+        checked = np.arange(ta.size) if present.all() else np.flatnonzero(present)
+        offset = np.subtract(ta, csum, out=csum)  # constant while the running sum holds (in place: no copy)
+        if checked.size == ta.size:
+            bad = np.flatnonzero(offset[1:] != offset[:-1]) + 1
+        else:
+            bad = checked[1:][np.diff(offset[checked]) != 0] if checked.size > 1 else checked[:0]
+        trv = tr if (tr != NONE).all() else tr[tr != NONE]
+        first = int(checked[0]) if checked.size else 0
+        rows = np.flatnonzero(mask) if not whole else None
+
+        def row(i, rows=rows):
+            return int(i if rows is None else rows[i])
+
+        mism = []
+        for i in bad[:LISTED].tolist():
+            ev = ev_col[row(i)].as_py()
+            mism.append({"ts_ns": int(ts[row(i)]), "ev_idx": ev, "bytes": int(b[i]), "total_allocated_bytes": int(ta[i]),
+                         "expected_bytes": int(ta[checked[np.searchsorted(checked, i) - 1]] + b[i]) if i else None})
         entry.update({
-            "live_before_bytes": int(ta_i[first] - b[first]),
-            "peak_allocated_bytes": int(ta_i[ta_ok].max()) if ta_ok.any() else None,
+            "live_before_bytes": int(ta[first] - b[first]) if checked.size else None,
+            "peak_allocated_bytes": (int(ta.max()) if checked.size == ta.size else int(ta[checked].max()))
+            if checked.size else None,
             "peak_reserved_bytes": int(trv.max()) if trv.size else None,
-            "reserved_rises": int((np.diff(trv) > 0).sum()) if trv.size else 0,
-            "reserved_falls": int((np.diff(trv) < 0).sum()) if trv.size else 0,
+            "reserved_rises": int((trv[1:] > trv[:-1]).sum()) if trv.size else 0,
+            "reserved_falls": int((trv[1:] < trv[:-1]).sum()) if trv.size else 0,
             "first_reserved_bytes": int(trv[0]) if trv.size else None,
-            "checked": int(checked.size), "mismatches": int(bad.size),
-            "first_mismatches": [{"ts_ns": int(ts[idx[i]]), "ev_idx": None if np.isnan(ev[idx[i]]) else int(ev[idx[i]]),
-                                  "bytes": int(b[i]), "total_allocated_bytes": int(ta_i[i]),
-                                  "expected_bytes": int(ta_i[i - 1] + b[i]) if i else None}
-                                 for i in bad[:LISTED]] if ev.dtype.kind == "f" else
-                                [{"ts_ns": int(ts[idx[i]]), "ev_idx": int(ev[idx[i]]), "bytes": int(b[i]),
-                                  "total_allocated_bytes": int(ta_i[i]),
-                                  "expected_bytes": int(ta_i[i - 1] + b[i]) if i else None} for i in bad[:LISTED]],
+            "checked": int(checked.size), "mismatches": int(bad.size), "first_mismatches": mism,
         })
-        del before
         out[lane_text(key)] = entry
     return out
 
@@ -499,6 +552,15 @@ def pc_not_cpu(t: pa.Table):
 def iter_alloc_events(path: Path, *, options: ReadOptions, report: ReadReport, columns=None,
                       on_progress=None) -> Iterator[pa.RecordBatch]:
     read = cached_read(path, options, report, on_progress=on_progress)
+    t = read.table
+    gpu = int((t.column("device_type").to_numpy() != CPU).sum()) if t.num_rows else 0
+    if not gpu:
+        if t.num_rows:
+            raise TraceFormatError(f"the trace holds no GPU memory events: its {t.num_rows:,} [memory] events are the "
+                                   "CPU's (Device Type 0), which are kept apart from a GPU's numbers", path=path,
+                                   hint="'veotrace info FILE' describes them; profile a run on a GPU for the analyses")
+        raise TraceFormatError("the trace holds no [memory] events", path=path,
+                               hint="Record with torch.profiler.profile(profile_memory=True, ...)")
     yield from alloc_batches(read, columns)
 
 
