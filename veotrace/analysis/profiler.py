@@ -187,6 +187,7 @@ def reserved_growth(table: pa.Table, ops: pa.Table | None, *, top: int = GROWTH_
                               "kernels": dict(sorted(v["kernels"].items(), key=lambda kv: -kv[1])[:3])}
                              for k, v in by_op.items()), key=lambda r: (-r["bytes"], r["op"]))
         out[name] = {"rises": len(rises), "rise_bytes": int(sum(r["bytes"] for r in rises)),
+                     "peak_reserved_bytes": int(tr.max()) if tr.size else None,
                      "by_op": table_rows[:top], "first_rises": rises[:top],
                      "cached_free_after": [{"op": k, "byte_seconds": v} for k, v in
                                            sorted(held.items(), key=lambda kv: -kv[1])[:top]],
@@ -200,7 +201,8 @@ def growth_finding(growth: dict) -> dict | None:
     for dev, g in growth.items():
         for row in g["by_op"][:1]:
             if best is None or row["bytes"] > best["bytes"]:
-                best = {"device": dev, **row, "device_rise_bytes": g["rise_bytes"], "device_rises": g["rises"]}
+                best = {"device": dev, **row, "device_rise_bytes": g["rise_bytes"], "device_rises": g["rises"],
+                        "peak_reserved_bytes": g.get("peak_reserved_bytes")}
     if best is None or not best["bytes"]:
         return None
     kern = next(iter(best["kernels"]), None)

@@ -56,9 +56,10 @@ class KinetoTruth:
 def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, device_type: int = 1, device_id: int = 0,
                    rank: int | None = None, world_size: int | None = None, old_format: bool = False,
                    cpu_events: bool = True, live_before: int = 48 << 20, reserved_before: int = (48 << 20) + SEGMENT,
-                   ts0_us: float | None = None) -> tuple[dict, KinetoTruth]:
+                   ts0_us: float | None = None, nodes_gpus: int | None = None) -> tuple[dict, KinetoTruth]:
     """One rank's trace (the JSON object) and its truth. Times in microseconds from ``ts0_us``; each op
-    allocates 1-3 tensors (freed one or two ops later), under a python_function frame, while a kernel runs."""
+    allocates 1-3 tensors (freed one or two ops later), under a python_function frame, while a kernel runs.
+    ``nodes_gpus``: the GPUs one node lists in ``deviceProperties`` (default: the world's, one node)."""
     rng = np.random.default_rng(seed)
     hip = device_type == 6
     if ts0_us is None:  # CUDA traces: epoch microseconds (integers); ROCm: a monotonic clock with fractions
@@ -189,9 +190,10 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
     order = rng.permutation(len(events))  # the profiler writes spans and instants in its own order
     body = [events[i] for i in order]
     body.append({"name": "process_name", "ph": "M", "ts": tsv(ts0_us), "pid": pid, "tid": 0, "args": {"name": "python"}})
-    head = {"schemaVersion": 1,
-            "deviceProperties": [{"id": device_id, "name": "AMD Instinct MI300X" if hip else "NVIDIA H100 80GB HBM3",
-                                  "totalGlobalMem": 206141652992 if hip else 85520809984}]}
+    gpu = {"name": "AMD Instinct MI300X" if hip else "NVIDIA H100 80GB HBM3",
+           "totalGlobalMem": 206141652992 if hip else 85520809984}
+    listed = range(max(world_size or 1, device_id + 1)) if nodes_gpus is None else range(nodes_gpus)
+    head = {"schemaVersion": 1, "deviceProperties": [{"id": i, **gpu} for i in listed]}  # the node's GPUs
     if rank is not None:
         head["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world_size or 1}
     if not old_format:
