@@ -145,6 +145,13 @@ def test_a_folder_of_ranks_is_one_run_with_a_lane_per_rank(tmp_path):
     assert all(g["rises"] == t.rises[(1, k)] for k, (g, t) in enumerate(zip(growth.values(), truths)))
 
 
+def test_ranks_read_in_parallel_give_the_answer_of_one_process(tmp_path):
+    write_ranks(tmp_path / "run", 13, world_size=2)
+    one, two = (json.loads(run_cli("entropy", tmp_path / "run", "--window", "1ms", "--jobs", j, "-f", "json").stdout)
+                for j in ("1", "2"))
+    assert one["windows"] == two["windows"] and one["summary"] == two["summary"]
+
+
 def test_simulate_validates_against_the_rises_of_total_reserved(tmp_path):
     trace, truth = profiler_trace(9, steps=10)
     path = write_trace(tmp_path / "t.json", trace)
