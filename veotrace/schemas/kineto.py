@@ -61,7 +61,7 @@ KINETO_OPS = tagged(
     [
         pa.field("id", pa.int64(), nullable=False),  # position in this table
         pa.field("kind", DICT_STR, nullable=False),  # the trace's cat
-        pa.field("name", pa.string(), nullable=False),
+        pa.field("name", DICT_STR, nullable=False),  # each distinct name once
         pa.field("ts_ns", pa.int64(), nullable=False),
         pa.field("dur_ns", pa.int64(), nullable=False),
         pa.field("pid", pa.int64(), nullable=True),

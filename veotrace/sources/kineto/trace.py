@@ -220,7 +220,7 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     report = report if report is not None else ReadReport()
     cols = _Columns(tid=context)
     state = scan.ScanState()
-    spans: list[tuple] = []
+    spans = _Spans()
     fh, raw = _open(path)
     with fh:
         if not context:
@@ -248,7 +248,7 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
                     elif obj.get("ph") == "X" and obj.get("cat") in CPU_KINDS + GPU_KINDS:
                         span = _span(obj)
                         if span is not None:
-                            spans.append(span)
+                            spans.add(span)
             except ValueError as exc:
                 raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
                                        hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
@@ -305,6 +305,33 @@ def _id(v) -> int | None:
     if isinstance(v, str) and v.isdigit() and len(v) < 19:
         return int(v)
     return None
+
+
+class _Spans:
+    """The spans of a full scan in compact columns (names once each, in a dictionary): a long run's millions of
+    ops and kernels held at ~60 bytes each, not as Python objects."""
+
+    KINDS = CPU_KINDS + GPU_KINDS
+
+    def __init__(self) -> None:
+        self.kind, self.name = array("b"), array("i")
+        self.ts, self.dur, self.pid, self.tid, self.dev, self.stream = (array("q") for _ in range(6))
+        self.names: dict[str, int] = {}
+
+    def add(self, span: tuple) -> None:
+        cat, name, ts, dur, pid, tid, dev, stream = span
+        self.kind.append(self.KINDS.index(cat))
+        nid = self.names.get(name)
+        if nid is None:
+            nid = self.names[name] = len(self.names)
+        self.name.append(nid)
+        self.ts.append(ts)
+        self.dur.append(dur)
+        for col, v in ((self.pid, pid), (self.tid, tid), (self.dev, dev), (self.stream, stream)):
+            col.append(NONE if v is None else v)
+
+    def __len__(self) -> int:
+        return len(self.ts)
 
 
 def _span(obj: dict) -> tuple | None:
@@ -640,55 +667,61 @@ def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context
     return read
 
 
-def _context(table: pa.Table, spans: list[tuple], path, rank) -> tuple[pa.Table, tuple]:
+def _context(table: pa.Table, spans: _Spans, path, rank) -> tuple[pa.Table, tuple]:
     """The ops table of ``spans`` and, for each memory event, the ids of the innermost cpu_op, python_function
     and ``nn.Module`` frame enclosing it on its thread and of the GPU span running on its device then."""
     from veotrace.schemas.base import repeated
 
-    spans.sort(key=lambda s: (s[2], -s[3]))
     n = len(spans)
-    kinds = [s[0] for s in spans]
+    start = np.frombuffer(spans.ts, np.int64) if n else np.zeros(0, np.int64)
+    dur = np.frombuffer(spans.dur, np.int64) if n else np.zeros(0, np.int64)
+    order = np.lexsort((-dur, start))  # by start, the longer (the enclosing) first
+    kind = np.frombuffer(spans.kind, np.int8)[order] if n else np.zeros(0, np.int8)
+    name = np.frombuffer(spans.name, np.int32)[order] if n else np.zeros(0, np.int32)
+    start, dur = start[order], dur[order]
+
+    def col(buf):
+        return np.frombuffer(buf, np.int64)[order] if n else np.zeros(0, np.int64)
+
+    pid, tid_s, dev, stream = col(spans.pid), col(spans.tid), col(spans.dev), col(spans.stream)
+    names = list(spans.names)
+    kinds = pa.array(list(_Spans.KINDS), pa.string())
     ops = pa.Table.from_arrays([
-        pa.array(np.arange(n, dtype=np.int64)),
-        pa.array(kinds, pa.string()).dictionary_encode(),
-        pa.array([s[1] for s in spans], pa.string()),
-        pa.array([s[2] for s in spans], pa.int64()), pa.array([s[3] for s in spans], pa.int64()),
-        pa.array([s[4] for s in spans], pa.int64()), pa.array([s[5] for s in spans], pa.int64()),
-        pa.array([s[6] for s in spans], pa.int32()), pa.array([s[7] for s in spans], pa.int64()),
-        pa.nulls(n, pa.int32()) if rank is None else pa.array(np.full(n, rank, np.int32)),
+        _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
+        pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), kinds),
+        pa.DictionaryArray.from_arrays(pa.array(name), pa.array(names, pa.string())),
+        _masked(start, None, pa.int64()), _masked(dur, None, pa.int64()),
+        _masked(pid, NONE, pa.int64()), _masked(tid_s, NONE, pa.int64()),
+        _masked(np.where(dev == NONE, -1, dev).astype(np.int32), -1, pa.int32()), _masked(stream, NONE, pa.int64()),
+        _nulls(n, pa.int32()) if rank is None else _masked(np.full(n, rank, np.int32), None, pa.int32()),
         repeated(str(path), n)], schema=KINETO_OPS)
     m = table.num_rows
     ts = table.column("ts_ns").to_numpy()
-    tid = table.column("tid").to_numpy(zero_copy_only=False)
+    tid = table.column("tid").fill_null(NONE).to_numpy()
     did = table.column("device_id").to_numpy()
     dtype = table.column("device_type").to_numpy()
     found = [np.full(m, -1, np.int64) for _ in range(4)]
-    groups: dict = {}
-    for i, s in enumerate(spans):
-        if s[0] in ("cpu_op", "user_annotation", "Operator"):
-            groups.setdefault((0, s[5]), []).append(i)
-        elif s[0] == "python_function":
-            groups.setdefault((1, s[5]), []).append(i)
-            if s[1].startswith("nn.Module: "):
-                groups.setdefault((3, s[5]), []).append(i)
-        else:
-            groups.setdefault((2, s[6]), []).append(i)
-    gpu_devices = {k[1] for k in groups if k[0] == 2}
+    k = {c: i for i, c in enumerate(_Spans.KINDS)}
+    is_op = np.isin(kind, [k["cpu_op"], k["user_annotation"], k["Operator"]])
+    is_frame = kind == k["python_function"]
+    module_name = np.array([x.startswith("nn.Module: ") for x in names] or [False], bool)
+    is_module = is_frame & module_name[name] if n else is_frame
+    is_gpu = np.isin(kind, [k[c] for c in GPU_KINDS])
+    gpu_devices = set(np.unique(dev[is_gpu]).tolist()) - {NONE}
     lone = next(iter(gpu_devices)) if len(gpu_devices) == 1 else None
-    for (which, key), members in groups.items():
-        starts = np.array([spans[i][2] for i in members], np.int64)
-        ends = starts + np.array([spans[i][3] for i in members], np.int64)
-        ids = np.array(members, np.int64)
-        if which != 2:
-            rows = np.flatnonzero(~np.isnan(tid) & (tid == key)) if tid.dtype.kind == "f" else np.flatnonzero(tid == key)
-        else:  # the GPU's own id; a ROCm trace may number its GPU spans otherwise: the lone GPU then
-            same = (dtype != CPU) & (did == key)
-            if lone is not None and not same.any():
-                same = dtype != CPU
-            rows = np.flatnonzero(same)
-        if not rows.size:
-            continue
-        found[which][rows] = _innermost(starts, ends, ids, ts[rows], nested=which != 2)
+    for which, members, key_col in ((0, is_op, tid_s), (1, is_frame, tid_s), (2, is_gpu, dev), (3, is_module, tid_s)):
+        for key in np.unique(key_col[members]).tolist():
+            idx = np.flatnonzero(members & (key_col == key))
+            if which != 2:
+                rows = np.flatnonzero(tid == key) if key != NONE else idx[:0]
+            else:  # the GPU's own id; a ROCm trace may number its GPU spans otherwise: the lone GPU then
+                same = (dtype != CPU) & (did == key)
+                if lone is not None and not same.any():
+                    same = dtype != CPU
+                rows = np.flatnonzero(same)
+            if not rows.size or not idx.size:
+                continue
+            found[which][rows] = _innermost(start[idx], start[idx] + dur[idx], idx, ts[rows], nested=which != 2)
     out = tuple(pa.array(f, pa.int64(), mask=f < 0) for f in found)
     return ops, out
 
