@@ -127,11 +127,11 @@ def test_a_cut_file_reads_to_its_last_complete_event_and_says_where(tmp_path, gz
 
 
 def test_a_folder_of_ranks_is_one_run_with_a_lane_per_rank(tmp_path):
-    truths = write_ranks(tmp_path / "run", 11, world_size=3)
+    truths = write_ranks(tmp_path / "run", 11, world_size=2)
     r = run_cli("info", tmp_path / "run", "-f", "json")
     assert r.exit_code == 0, r.stderr
     files = json.loads(r.stdout)["files"]
-    assert [f["details"]["profiler_memory"]["ranks"] for f in files] == [[0], [1], [2]]
+    assert [f["details"]["profiler_memory"]["ranks"] for f in files] == [[0], [1]]
     r = run_cli("fragmentation", tmp_path / "run", "-f", "json")
     assert r.exit_code == 0, r.stderr
     rec = json.loads(r.stdout)["recorded_totals"]["devices"]
@@ -141,10 +141,11 @@ def test_a_folder_of_ranks_is_one_run_with_a_lane_per_rank(tmp_path):
         assert lane["peak_allocated_bytes"] == truth.peak_allocated[(1, rank)]
     r = run_cli("sites", tmp_path / "run", "-f", "json")
     growth = json.loads(r.stdout)["reserved_growth"]
-    assert sorted(growth) == [f"rank {k} cuda:{k}" for k in range(3)]
+    assert sorted(growth) == [f"rank {k} cuda:{k}" for k in range(2)]
     assert all(g["rises"] == t.rises[(1, k)] for k, (g, t) in enumerate(zip(growth.values(), truths)))
 
 
+@pytest.mark.slow  # starts a process pool
 def test_ranks_read_in_parallel_give_the_answer_of_one_process(tmp_path):
     write_ranks(tmp_path / "run", 13, world_size=2)
     one, two = (json.loads(run_cli("entropy", tmp_path / "run", "--window", "1ms", "--jobs", j, "-f", "json").stdout)
@@ -284,8 +285,8 @@ def _independent(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("name", ["switchtransformers_trace.json", "tracelens_normalization_layer_test.json.gz",
-                                  "kineto_resnet50_worker0.pt.trace.json.gz", "dtu_mlops_trace.json",
-                                  "unsloth_puzzels_trace.json"])
+                                  pytest.param("kineto_resnet50_worker0.pt.trace.json.gz", marks=pytest.mark.slow),
+                                  "dtu_mlops_trace.json", "unsloth_puzzels_trace.json"])
 def test_real_traces_match_an_independent_computation(name):
     path = _real(name)
     want = _independent(path)
