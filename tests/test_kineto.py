@@ -334,3 +334,16 @@ def test_real_memory_timeline():
     got = categories(table)
     assert got["before_profiling_bytes"] == sum(r[2] for r in rows if r[0] == -1)
     assert sum(got["end"].values()) == sum(r[2] for r in rows)
+
+
+def test_real_trace_both_scans_agree_and_fragmentation_shows_the_recorded_peaks():
+    path = _real("tracelens_normalization_layer_test.json.gz")
+    fast, full = read_memory(path), read_memory(path, context=True)
+    cols = [c for c in fast.table.column_names if not c.endswith("_id") and c != "tid"]
+    assert fast.table.select(cols).equals(full.table.select(cols))
+    want = _independent(path)[(6, 0)]
+    r = run_cli("fragmentation", path, "-f", "json")
+    rec = json.loads(r.stdout)["recorded_totals"]
+    assert (rec["devices"]["hip:0"]["peak_allocated_bytes"], rec["devices"]["hip:0"]["peak_reserved_bytes"]) == \
+        (want["peak_ta"], want["peak_tr"])
+    assert "segments" in rec["note"]
