@@ -347,3 +347,19 @@ def test_real_trace_both_scans_agree_and_fragmentation_shows_the_recorded_peaks(
     assert (rec["devices"]["hip:0"]["peak_allocated_bytes"], rec["devices"]["hip:0"]["peak_reserved_bytes"]) == \
         (want["peak_ta"], want["peak_tr"])
     assert "segments" in rec["note"]
+
+
+def test_pairing_counts_frees_of_blocks_from_before_profiling_and_flags_a_free_of_the_wrong_size(tmp_path):
+    trace, truth = profiler_trace(6, steps=5)
+    read = read_memory(write_trace(tmp_path / "t.json", trace))
+    pair = read.checks["cuda:0"]["pairing"]
+    assert (pair["frees_of_unknown"], pair["size_mismatches"], pair["allocs_at_live_address"]) == \
+        (truth.frees_of_unknown, 0, 0)
+    events = [_mem(**{"Bytes": 4096, "Total Allocated": 4096, "Addr": 8192, "Ev Idx": 1}),
+              _mem(**{"Bytes": -512, "Total Allocated": 3584, "Addr": 8192, "Ev Idx": 2}).replace('"ts": 10', '"ts": 11')]
+    path = tmp_path / "wrong.json"
+    path.write_text('{"traceEvents": [' + ", ".join(events) + "]}")
+    report = ReadReport()
+    pair = read_memory(path, report=report).checks["cuda:0"]["pairing"]
+    assert pair["size_mismatches"] == 1 and pair["first"][0]["ev_idx"] == 2
+    assert any("frees whose size is not their block's" in m for m in report.messages())

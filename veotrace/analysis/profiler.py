@@ -64,6 +64,7 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
                                                 "peak_reserved_bytes", "reserved_rises", "reserved_falls",
                                                 "first_reserved_bytes", "running_sum_peak_bytes", "mismatches")}
         devices[name]["peak_cached_free_bytes"] = int(cached.max()) if cached is not None and cached.size else None
+        devices[name]["pairing"] = c.get("pairing")
         devices[name]["kind"] = "cpu" if name.endswith("cpu") else "gpu"
     lacks = []
     if not gpu:

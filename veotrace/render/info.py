@@ -124,6 +124,12 @@ def profiler_items(prof: dict | None, timeline: dict | None) -> list[tuple[str, 
                         "(plus the unknown bytes live before profiling)")
             if d.get("mismatches"):
                 text += f"; {d['mismatches']:,} events off the running sum"
+            pair = d.get("pairing") or {}
+            if pair.get("frees_of_unknown"):
+                text += f"; {pair['frees_of_unknown']:,} frees of blocks from before profiling"
+            if pair.get("size_mismatches") or pair.get("allocs_at_live_address"):
+                text += (f"; {pair['size_mismatches']:,} frees of the wrong size, {pair['allocs_at_live_address']:,} "
+                         "allocations at a live address")
             items.append((name + (" (kept apart)" if d.get("kind") == "cpu" and prof.get("gpu_events") else ""), text))
         for f in prof.get("files", []):
             if f.get("cut"):

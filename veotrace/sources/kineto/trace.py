@@ -277,6 +277,7 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
         for name, col in zip(("op_id", "frame_id", "kernel_id", "module_id"), ids):
             result.table = result.table.set_column(KINETO_MEMORY.get_field_index(name), name, col)
     result.checks = running_sum_check(result.table)
+    pairing_check(result.table, result.checks)
     for text in check_lines(path, result.checks):
         report.warnings.append(text)
     return result
@@ -530,10 +531,60 @@ def running_sum_check(table: pa.Table) -> dict:
     return out
 
 
+def pairing_check(table: pa.Table, checks: dict) -> None:
+    """Per device with addresses, into ``checks[lane]["pairing"]``: frees of an address the trace has not
+    allocated (blocks live before profiling), frees whose size is not their block's, and allocations at an
+    address still live (a free the trace misses). Walked in chunks, holding only the live blocks."""
+    if not table.num_rows or table.column("address").null_count == table.num_rows:
+        return
+    addr_all = table.column("address").fill_null(NO_ADDR).to_numpy()
+    b_all = table.column("bytes").to_numpy()
+    ev_col = table.column("ev_idx")
+    all_lanes = list(lane_masks(table))
+    for key, mask in all_lanes:
+        whole = len(all_lanes) == 1
+        addr = addr_all if whole else addr_all[mask]
+        b = b_all if whole else b_all[mask]
+        rows = None if whole else np.flatnonzero(mask)
+        live: dict = {}
+        unknown = unknown_bytes = mismatched = at_live = 0
+        first: list = []
+        for lo in range(0, b.size, 1 << 16):
+            for j, (a, n) in enumerate(zip(addr[lo:lo + (1 << 16)].tolist(), b[lo:lo + (1 << 16)].tolist())):
+                if a == NO_ADDR:
+                    continue
+                if n > 0:
+                    if a in live:
+                        at_live += 1
+                        if len(first) < LISTED:
+                            first.append(("alloc at a live address", lo + j, n))
+                    live[a] = n
+                elif n < 0:
+                    size = live.pop(a, None)
+                    if size is None:
+                        unknown += 1
+                        unknown_bytes -= n
+                    elif size != -n:
+                        mismatched += 1
+                        if len(first) < LISTED:
+                            first.append((f"free of {-n:,} bytes of a {size:,}-byte block", lo + j, n))
+        checks[lane_text(key)]["pairing"] = {
+            "frees_of_unknown": unknown, "frees_of_unknown_bytes": unknown_bytes, "size_mismatches": mismatched,
+            "allocs_at_live_address": at_live,
+            "first": [{"what": w, "ev_idx": ev_col[int(i if rows is None else rows[i])].as_py(), "bytes": n}
+                      for w, i, n in first]}
+
+
 def check_lines(path, checks: dict) -> list[str]:
     """The warnings of the running-sum check (one per device where it fails)."""
     out = []
     for dev, c in checks.items():
+        pair = c.get("pairing") or {}
+        if pair.get("size_mismatches") or pair.get("allocs_at_live_address"):
+            f = pair["first"][0]
+            out.append(f"Warning: {path}: {dev}: {pair['size_mismatches']:,} frees whose size is not their block's and "
+                       f"{pair['allocs_at_live_address']:,} allocations at an address still live (first: {f['what']}, "
+                       f"Ev Idx {f['ev_idx']}): events are missing, or Bytes is not the block's")
         if c.get("mismatches"):
             m = c["first_mismatches"][0]
             out.append(f"Warning: {path}: {dev}: at {c['mismatches']:,} of {c['checked']:,} [memory] events the running "
