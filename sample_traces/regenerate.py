@@ -22,6 +22,7 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 from veotrace.synth.bursts import planted_bursts_log  # noqa: E402
 from veotrace.synth.frames import address_epe_series  # noqa: E402
+from veotrace.synth.kineto import kineto_text, profiler_trace  # noqa: E402
 from veotrace.synth.ncu import planted_l2  # noqa: E402
 from veotrace.synth.torch import synthetic_snapshot  # noqa: E402
 
@@ -74,7 +75,15 @@ def arrays() -> dict[str, bytes]:
             "epe_maps.npy": _npy(maps), "run.npz": npz.getvalue()}
 
 
+def profiler_rank(rank: int) -> bytes:
+    """One rank's PyTorch profiler trace (export_chrome_trace layout, profile_memory=True, with_stack=True) of a
+    two-rank run on one node: ops, Python frames, kernels, an all-reduce per step, [memory] events with totals."""
+    trace, _ = profiler_trace(seed=30 + rank, steps=10, ops_per_step=6, rank=rank, world_size=2, device_id=rank)
+    return kineto_text(trace).encode()
+
+
 SAMPLES = {
+    **{f"profiler/rank{r}.pt.trace.json": (lambda r=r: profiler_rank(r)) for r in (0, 1)},
     "alloc_logs_bursty/alloc.log.csv": bursty_log,
     "snapshots/memory_snapshot.pickle": snapshot,
     "ncu/launch_count_1.csv": ncu_few_launches,

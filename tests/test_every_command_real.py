@@ -23,6 +23,10 @@ from veotrace import registry
 
 CONVENTION = (0, 1, 2, 3)
 REAL = sorted(p for p in REAL_TRACES.glob("*") if p.is_file() and p.name != "SOURCES.md") if REAL_TRACES.is_dir() else []
+#: PyTorch profiler traces (issue 45), kept apart from the other real files: every command runs on them too.
+PROFILER_TRACES = REAL_TRACES.parent / "profiler_traces"
+REAL += sorted(p for p in PROFILER_TRACES.glob("*") if p.is_file() and p.name != "SOURCES.md") \
+    if PROFILER_TRACES.is_dir() else []
 SAMPLE_FILES = sorted(p for p in SAMPLES.rglob("*") if p.is_file() and p.suffix != ".py")
 FILES = [*REAL, *SAMPLE_FILES]
 IDS = [p.name if p in REAL else str(p.relative_to(SAMPLES)) for p in FILES]

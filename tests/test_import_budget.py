@@ -58,6 +58,10 @@ PLAN = {"veotrace.reporting", "veotrace.findings", "veotrace.analysis.info", "ve
         "veotrace.analysis.frames", "veotrace.analysis.ooms", "veotrace.sources.probe", "veotrace.sources.arrays",
         "veotrace.sources.frames", "pyarrow.compute"}
 
+#: The commands that also read profiler traces ask the run that dispatches them whether the inputs are ones
+#: (its readers and analyses load only when they are: ``sources.kineto``, ``analysis.profiler``).
+PROFILED = {"veotrace.runs.profiler"}
+
 #: Per command: the arguments (``{small}`` a 1,000-row CSV, ``{tmp}`` a scratch folder) and what it may load.
 CASES: dict[str, tuple[list[str], set[str]]] = {
     # the root's eager option: the compiled parts it names are imported, with their packages' __init__
@@ -86,15 +90,16 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
     "fragmentation": (["fragmentation", str(S / "alloc_addr" / "alloc_addr.csv")],
                       LOG | TEXT | ENGINE | FRAG | {"pyarrow.compute", "veotrace.cli.fragmentation", "veotrace.runs.fragmentation",
                                                    "veotrace.cli.follow_opts", "veotrace.cli.series_opts",
-                                                   "veotrace.sources.snapshots"}),
+                                                   "veotrace.sources.snapshots"} | PROFILED),
     "fragmentation-snapshot": (["fragmentation", SNAP],
                                SNAPSHOT | TEXT | ENGINE | FRAG | {"pyarrow.parquet", "veotrace.cli.fragmentation",
                                                                   "veotrace.runs.fragmentation", "veotrace.cli.follow_opts",
-                                                                  "veotrace.cli.series_opts"}),
+                                                                  "veotrace.cli.series_opts"} | PROFILED),
     "simulate": (["simulate", TRAINING],
-                 LOG | TEXT | REPLAY | {"veotrace.cli.simulate", "veotrace.cli.series_opts", "veotrace.sources.snapshots"}),
+                 LOG | TEXT | REPLAY | PROFILED | {"veotrace.cli.simulate", "veotrace.cli.series_opts",
+                                                    "veotrace.sources.snapshots"}),
     "tune": (["tune", TRAINING],
-             LOG | TEXT | REPLAY | ENGINE | {"veotrace.cli.tune", "veotrace.runs.tune", "veotrace.tuning",
+             LOG | TEXT | REPLAY | ENGINE | PROFILED | {"veotrace.cli.tune", "veotrace.runs.tune", "veotrace.tuning",
                                              "veotrace.sources.snapshots"}),
     "l2-breakpoints": (["l2-breakpoints", str(S / "ncu" / "l2_details.csv"), "--metric", "L2 Hit Rate"],
                        LOG | TEXT | {"pyarrow.compute", "veotrace.cli.l2", "veotrace.runs.l2", "veotrace.analysis.l2",
@@ -106,13 +111,13 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
                   READ | TEXT | {"pyarrow.compute", "pyarrow.csv", "veotrace.cli.coherence", "veotrace.runs.coherence",
                                  "veotrace.analysis.frames", "veotrace.sources.arrays", "veotrace.sources.frames"}),
     "sites": (["sites", SNAP],
-              SNAPSHOT | TEXT | {"veotrace.cli.sites", "veotrace.runs.sites", "veotrace.attribution",
+              SNAPSHOT | TEXT | PROFILED | {"veotrace.cli.sites", "veotrace.runs.sites", "veotrace.attribution",
                                  "veotrace.analysis.timescale"}),
     "view": (["view", SNAP, "-o", "{tmp}/view.html"],
              SNAPSHOT | {"veotrace.cli.view", "veotrace.runs.view", "veotrace.viewer", "veotrace.attribution",
                          "veotrace.plot", "veotrace.analysis.timescale"}),
     "diff": (["diff", str(S / "alloc_addr" / "alloc_addr.csv"), "{small}"],
-             LOG | TEXT | ENGINE | FRAG | {"pyarrow.compute", "scipy", "veotrace.cli.diff", "veotrace.comparison",
+             LOG | TEXT | ENGINE | FRAG | PROFILED | {"pyarrow.compute", "scipy", "veotrace.cli.diff", "veotrace.comparison",
                                            "veotrace.gating", "veotrace.runs.bursts", "veotrace.runs.entropy",
                                            "veotrace.runs.fragmentation", "veotrace.runs.sites", "veotrace.analysis.bursts",
                                            "veotrace.analysis.entropy", "veotrace.analysis.groups", "veotrace.analysis.ops",

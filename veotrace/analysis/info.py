@@ -126,7 +126,9 @@ def supports_entropy(info: FileInfo) -> str | None:
 
 def supports_sites(info: FileInfo) -> str | None:
     """sites attributes a PyTorch snapshot: its segments and blocks (the end state and stranded bytes),
-    and its trace when it has one (the peaks and phases)."""
+    and its trace when it has one (the peaks and phases); a profiler trace's GPU events by the op around them."""
+    if info.format == "kineto" and (info.details.get("profiler_memory") or {}).get("gpu_events"):
+        return "sites --by op"  # a profiler trace: by the op, frame, module or kernel around each allocation
     return "sites" if info.format == "torch-snapshot" and info.tables.get("segments") else None
 
 
@@ -244,7 +246,8 @@ def supports_tune(info: FileInfo) -> str | None:
     return "tune" if supports_simulate(info) else None
 
 
-TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays", "frames")
+TABLE_KINDS = ("alloc_events", "segments", "blocks", "gpu_activity", "ncu_metrics", "arrays", "frames",
+               "profiler_memory", "memory_timeline")
 
 
 def span_of(info: FileInfo) -> dict:

@@ -210,5 +210,21 @@ def frames_summary(frames: Any) -> dict:
             "metrics": list(frames.metrics), "columns": list(frames.columns)}
 
 
+def profiler_memory_summary(table: pa.Table) -> dict:
+    """A profiler trace's [memory] events: devices, ranks, peaks, rises, checks, what it lacks (analysis.profiler)."""
+    from veotrace.analysis.profiler import profiler_summary
+    from veotrace.sources.kineto.trace import read_meta
+
+    return profiler_summary(table, read_meta(table))
+
+
+def memory_timeline_summary(table: pa.Table) -> dict:
+    """export_memory_timeline's rows: bytes per category at the end and at the peak."""
+    from veotrace.sources.kineto.timeline import categories
+
+    return categories(table)
+
+
 SUMMARISERS = {"alloc_events": alloc_summary, "gpu_activity": gpu_summary, "segments": segments_summary,
-               "blocks": blocks_summary, "ncu_metrics": metrics_summary, "arrays": arrays_summary}
+               "blocks": blocks_summary, "ncu_metrics": metrics_summary, "arrays": arrays_summary,
+               "profiler_memory": profiler_memory_summary, "memory_timeline": memory_timeline_summary}

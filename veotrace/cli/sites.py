@@ -28,6 +28,7 @@ def sites_command(
     site_depth: Annotated[int, typer.Option("--site-depth", help="User frames that name a site (2: a.py:10 f < b.py:20 g).")] = SITES_DEPTH,
     window: Annotated[str | None, typer.Option("--window", help="Stranded bytes at the end of each window of this length: 100ms, 5m (a bare number is seconds) [default: 5 min, or one that fits a shorter trace].")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Also the free bytes stranded at this time after the first event: 1.5s, 200ms (a bare number is seconds).")] = None,
+    by: Annotated[str | None, typer.Option("--by", help="A PyTorch profiler trace: group allocations by the op, frame, module or kernel enclosing them [default: op].")] = None,
     fmt: FormatOpt = OutputFormat.table,
     output: OutputOpt = None,
     rows: RowsOpt = 40,
@@ -38,5 +39,5 @@ def sites_command(
     with user_errors():
         from veotrace.runs.sites import sites as run_sites
 
-        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth, at=at, window=window), fmt, output, rows=rows, plot=plot,
+        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth, at=at, window=window, by=by), fmt, output, rows=rows, plot=plot,
              plot_size=plot_size)

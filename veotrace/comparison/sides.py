@@ -11,13 +11,16 @@ from veotrace.errors import TraceFormatError, VeotraceError
 
 #: What a side holds, by the formats of its files (``veotrace.sources.detect``).
 KINDS = {"alloc-csv": "log", "alloc-jsonl": "log", "parquet": "log", "torch-snapshot": "snapshot",
-         "nsys-sqlite": "nsys"}
+         "nsys-sqlite": "nsys", "kineto": "profiler"}
 KIND_TEXT = {"log": "an alloc/free log", "snapshot": "a PyTorch memory snapshot",
-             "nsys": "an Nsight Systems SQLite export", "mixed": "files of several kinds"}
+             "nsys": "an Nsight Systems SQLite export", "mixed": "files of several kinds",
+             "profiler": "a PyTorch profiler trace"}
 #: Kinds that compare with each other: the same kind, or a snapshot against a log.
-COMPARABLE = ({"log"}, {"snapshot"}, {"nsys"}, {"log", "snapshot"})
+COMPARABLE = ({"log"}, {"snapshot"}, {"nsys"}, {"log", "snapshot"},
+              {"profiler"}, {"profiler", "log"}, {"profiler", "snapshot"})  # a profiler trace's events are a log's
 WHAT_COMPARES = ("diff compares alloc/free logs (CSV, JSON Lines, Parquet, a folder of rotated logs), PyTorch memory "
-                 "snapshots and their Parquet conversions by 'veotrace convert', and Nsight Systems SQLite exports with "
+                 "snapshots and their Parquet conversions by 'veotrace convert', PyTorch profiler traces, and Nsight "
+                 "Systems SQLite exports with "
                  "memory events (nsys profile --cuda-memory-usage=true): "
                  "the same kind on both sides, or a snapshot against a log")
 

@@ -458,6 +458,14 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                ctx.command, "free or pre-allocate those long-lived blocks elsewhere (they hold "
                                             "segments that could otherwise be released or reused)", bytes_at_stake=pinned))
         out += held(dev, v, ctx)
+    grew = d.get("finding")  # a profiler trace: the op during which Total Reserved rose most (analysis.profiler)
+    if grew and grew.get("bytes"):
+        out.append(Finding("reserved_growth_op", grew["text"], ctx.source, "none", None, None,
+                           impact(grew["bytes"], grew.get("peak_reserved_bytes")), 0.8,
+                           {k: grew.get(k) for k in ("device", "op", "bytes", "rises", "kernels", "device_rise_bytes",
+                                                     "peak_reserved_bytes")},
+                           ctx.command, "allocate what this op needs once and reuse it, or try an allocator setting "
+                                        "(veotrace tune)", bytes_at_stake=grew["bytes"]))
     return out
 
 

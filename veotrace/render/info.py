@@ -9,7 +9,7 @@ from veotrace.render.console import fmt_bytes, fmt_value, summary_table
 
 _KIND_TEXT = {"alloc_events": "alloc/free events", "segments": "segments", "blocks": "blocks",
               "gpu_activity": "GPU activity rows", "ncu_metrics": "ncu metric rows", "arrays": "array elements",
-              "frames": "frames"}
+              "frames": "frames", "profiler_memory": "memory events (all devices)", "memory_timeline": "memory timeline rows"}
 #: Most ops/kinds listed per file in the terminal (JSON has them all).
 MAX_LISTED = 6
 
@@ -99,11 +99,46 @@ def file_items(info) -> list[tuple[str, object]]:
     if frames is not None:
         items.append(("frame numbers", f"{frames['first_frame']:,} .. {frames['last_frame']:,} ({frames['frame_source']})"))
         items.append(("metrics", ", ".join(frames["metrics"])))
+    items += profiler_items(info.details.get("profiler_memory"), info.details.get("memory_timeline"))
     for name, arr in info.details.get("arrays", {}).get("arrays", {}).items():
         values = f"{fmt_value(arr['min'])} .. {fmt_value(arr['max'])}"
         items.append((f"array {name}", f"{arr['dtype']} shape {tuple(arr['shape'])}, {values}"))
     items.append(("supports", ", ".join(info.supports) or "none of the analyses"))
     items += [("problem", p) for p in info.problems]
+    return items
+
+
+def profiler_items(prof: dict | None, timeline: dict | None) -> list[tuple[str, object]]:
+    """A profiler trace's rows: per device its events, live before profiling, peaks and rises; CPU apart; lacks."""
+    items: list[tuple[str, object]] = []
+    if prof is not None:
+        if prof.get("ranks"):
+            items.append(("ranks", _ids(prof["ranks"])))
+        for name, d in prof.get("lanes", {}).items():
+            if d.get("peak_reserved_bytes") is not None or d.get("peak_allocated_bytes") is not None:
+                text = (f"{d['events']:,} events; live before profiling {fmt_bytes(d['live_before_bytes'])}; peak allocated "
+                        f"{fmt_bytes(d['peak_allocated_bytes'])}, peak reserved {fmt_bytes(d['peak_reserved_bytes'])}, "
+                        f"{d['reserved_rises']:,} rises of reserved")
+            else:
+                text = (f"{d['events']:,} events; peak of the running sum of Bytes {fmt_bytes(d['running_sum_peak_bytes'])} "
+                        "(plus the unknown bytes live before profiling)")
+            if d.get("mismatches"):
+                text += f"; {d['mismatches']:,} events off the running sum"
+            pair = d.get("pairing") or {}
+            if pair.get("frees_of_unknown"):
+                text += f"; {pair['frees_of_unknown']:,} frees of blocks from before profiling"
+            if pair.get("size_mismatches") or pair.get("allocs_at_live_address"):
+                text += (f"; {pair['size_mismatches']:,} frees of the wrong size, {pair['allocs_at_live_address']:,} "
+                         "allocations at a live address")
+            items.append((name + (" (kept apart)" if d.get("kind") == "cpu" and prof.get("gpu_events") else ""), text))
+        for f in prof.get("files", []):
+            if f.get("cut"):
+                c = f["cut"]
+                items.append(("cut", f"{c['reason']} at byte {c['at_byte']:,}: read up to byte {c['read_to_byte']:,}"))
+        items += [("lacks", text) for text in prof.get("lacks", [])]
+    if timeline is not None:
+        items.append(("bytes by category at the peak", _listed({k: fmt_bytes(v) for k, v in timeline["at_peak"].items()})))
+        items.append(("bytes by category at the end", _listed({k: fmt_bytes(v) for k, v in timeline["end"].items()})))
     return items
 
 

@@ -191,6 +191,13 @@ def sites(job, section, reading, size):
     run = run_sites(job.paths, format_hint=reading.get("format_hint"))
     res = run.value
     section.headline = run.headline()
+    if isinstance(res, dict):  # a profiler trace (runs.profiler): the ops during which reserved memory grew
+        _table(section, "Ops during which Total Reserved rose",
+               ["device", "op", "reserved grew by", "rises", "GPU running then"],
+               [[d, r["op"], r["bytes"], r["rises"], next(iter(r["kernels"]), None)]
+                for d, g in res["reserved_growth"].items() for r in g["by_op"]])
+        section.command = job.cli
+        return run
     rows = [[d, r["site"], r["stranded_bytes"], r["sole_bytes"], r["segments"], r["blocks"], r["block_bytes"]]
             for d, v in res.devices.items() for r in v["pinning"]["sites"]]
     rows.sort(key=lambda r: -r[2])

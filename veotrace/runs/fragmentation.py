@@ -40,6 +40,8 @@ class FragmentationRun(RunResult):
     #: ``--by site``: per device, the free bytes stranded at each window's end by site; ``--by phase``: the
     #: phases' states at entry and exit (``attribution``).
     pinning: dict | None = field(default=None)
+    #: A profiler trace's own totals per device (``runs.profiler.recorded_totals``), beside the replay.
+    recorded: dict | None = field(default=None)
 
     def to_dict(self) -> dict:
         if self.strides is not None:
@@ -56,6 +58,8 @@ class FragmentationRun(RunResult):
         if self.pinning is not None:  # --by site: "pinning"; --by phase: "phases"
             out["phases" if self.pinning["by"] == "phase" else "pinning"] = (
                 self.pinning["phases"] if self.pinning["by"] == "phase" else self.pinning)
+        if self.recorded is not None:
+            out["recorded_totals"] = self.recorded
         return out
 
     def tables(self) -> dict[str, Any]:
@@ -92,6 +96,10 @@ class FragmentationRun(RunResult):
             render_strides(console, self.strides)
         else:
             render_fragmentation(console, self.value, max_rows=max_rows, at=self.at)
+        if self.recorded is not None:
+            from veotrace.render.profiler import render_recorded_totals
+
+            render_recorded_totals(console, self.recorded)
         if self.pinning is not None and self.pinning["by"] == "phase":
             from veotrace.render.sites import render_phases
 
@@ -171,7 +179,12 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     result.summary["read"] = report.to_dict()
     pinning = (_pinning_by(by, paths, result, options, report, common.site_rule(site_filter, site_depth))
                if by is not None else None)
-    return FragmentationRun(result, messages, inputs, at=None if at is None else str(at), pinning=pinning)
+    from veotrace.runs.profiler import recorded_totals
+
+    recorded = recorded_totals(paths, options, report, window_s=result.params.get("window_s")
+                               if result.summary.get("has_time") else None)
+    return FragmentationRun(result, messages, inputs, at=None if at is None else str(at), pinning=pinning,
+                            recorded=recorded)
 
 
 def _pinning_by(by: str, paths, result, options, report, rule) -> dict:

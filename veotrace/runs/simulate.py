@@ -142,6 +142,10 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     if seed is not None and "torch" in names:
         result.validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
                                      torch_core=torch_core)
+        if (snap_conf.recorded or {}).get("profiler_trace"):  # what was assumed to replay a profiler trace
+            from veotrace.runs.profiler import profiler_validation
+
+            profiler_validation(result.validation, seed, snap_conf.recorded["profiler_trace"])
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
     if ooms:  # would each policy have served the request that failed?
         from veotrace.allocators.oomprobe import probe_ooms
@@ -263,8 +267,15 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
                    iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs))
         return ooms.tap(batches) if first and ooms is not None else batches  # the recorded OOMs, on the first read
 
-    table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches
-    snap_conf = seed = releases = None
+    from veotrace.runs.profiler import replay_input
+
+    profiled = events is None and not snapshot and all(f.name == "kineto" for _, f in inputs)
+    table, seed = replay_input([p for p, _ in inputs], options, report) if profiled else (None, None)
+    profiled = table is not None
+    if not profiled:
+        table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches
+    snap_conf = releases = None
+    seed = seed if profiled else None
     if snapshot:  # the snapshot itself, or its Parquet conversion with its tables and settings beside it
         path = inputs[0][0]
         info = None if converted else ts.snapshot_info(path)
@@ -281,6 +292,11 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
         from veotrace.allocators.releases import snapshot_release_frames
 
         seed.release_frames = converted.release_frames if converted else snapshot_release_frames(path)
+    if profiled:  # a profiler trace records no settings: PyTorch's defaults, said so (allocators.kineto_seed)
+        from veotrace.allocators.kineto_seed import ASSUMPTION
+
+        snap_conf = cf.TorchConf(source="PyTorch defaults (a profiler trace records no allocator settings)",
+                                 torch_release=rel, recorded={"profiler_trace": ASSUMPTION})
     conf = (cf.parse_conf(conf_text, torch_release=rel) if conf_text is not None else
             (snap_conf or cf.TorchConf(torch_release=rel)))
     if fraction is not None:

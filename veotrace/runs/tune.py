@@ -314,6 +314,7 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
     """The chosen setting with its export line, predicted savings against the settings in use (or PyTorch's
     defaults when the trace does not say), trust per knob and robustness; or why there is none."""
     from veotrace.allocators.oomprobe import LEFT_OUT
+    from veotrace.runs.profiler import profiler_hip
     from veotrace.tuning.evaluate import part_peaks
     from veotrace.tuning.program import reserved_unknown
     from veotrace.tuning.search import kept, robustness, savings, verdict
@@ -353,7 +354,7 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
                                    getattr(req, "driver_rules", {}), req.devices)
     trust["model_does_not_know"] = list(MODEL_UNKNOWNS)
     out = {"conf": rec["conf"], "id": rec["id"], "in_use": bool(rec.get("in_use")),
-           **export_lines(cand.conf, cand.text),
+           **export_lines(cand.conf, cand.text, hip=profiler_hip(paths, options)),
            "rule": f"least {objective.replace('-', ' ')} that fits, ties by fewest device allocations, then fewest "
                    "flushes, then fewest knobs changed; never a combination known to misbehave",
            **{k: rec[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},

@@ -7,7 +7,7 @@ import pyarrow as pa
 from veotrace.schemas.base import tagged
 
 INFO_FILES = tagged(
-    "info_files/2",
+    "info_files/3",
     [
         pa.field("path", pa.string(), nullable=False),
         pa.field("format", pa.string(), nullable=True),  # null: none of the supported formats
@@ -19,6 +19,8 @@ INFO_FILES = tagged(
         pa.field("ncu_metrics", pa.int64(), nullable=True),
         pa.field("arrays", pa.int64(), nullable=True),  # elements
         pa.field("frames", pa.int64(), nullable=True),  # rows of a per-frame metrics table (added in /2)
+        pa.field("profiler_memory", pa.int64(), nullable=True),  # a profiler trace's [memory] events (added in /3)
+        pa.field("memory_timeline", pa.int64(), nullable=True),  # export_memory_timeline rows (added in /3)
         pa.field("first_ns", pa.int64(), nullable=True),
         pa.field("last_ns", pa.int64(), nullable=True),
         pa.field("devices", pa.string(), nullable=True),  # "0,1"

@@ -34,12 +34,16 @@ KIND_TEXT = {
     "segments": "allocator segments",
     "blocks": "allocator blocks",
     "ncu_metrics": "Nsight Compute metrics",
+    "profiler_memory": "profiler [memory] events",
+    "memory_timeline": "memory timeline rows",
 }
 _READER = {
     "gpu_activity": "read_gpu_activity",
     "segments": "read_segments",
     "blocks": "read_blocks",
     "ncu_metrics": "read_metrics",
+    "profiler_memory": "read_profiler_memory",
+    "memory_timeline": "read_memory_timeline",
 }
 
 

@@ -69,6 +69,21 @@ def _is_nsys_csv(head: bytes) -> bool:
     return any(col in first for col in _NSYS_COLUMNS) or bool(_NSYS_TIME_COLUMN.search(first))
 
 
+def _is_kineto(head: bytes) -> bool:
+    """A PyTorch profiler (Kineto) chrome trace: a JSON object whose first keys are the profiler's."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return text.startswith(b"{") and (b'"traceEvents"' in head or (b'"schemaVersion"' in head and
+                                                                  b'"deviceProperties"' in head))
+
+
+_TIMELINE_ROW = re.compile(rb"^\s*\[\s*\[\s*-?\d+\s*,\s*[1-4]\s*,\s*-?\d+\s*,\s*[0-7]\s*\]")
+
+
+def _is_memory_timeline_html(head: bytes) -> bool:
+    low = head[:4096].lower()
+    return b"<html" in low and b"memory timeline" in low
+
+
 def _is_pickle(head: bytes) -> bool:
     return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
@@ -84,6 +99,12 @@ FORMATS: tuple[Format, ...] = (
            ("alloc_events", "segments", "blocks"), _is_pickle),
     Format("npy", "NumPy array (.npy/.npz)", "arrays", ("arrays",),
            lambda h: h.startswith((b"\x93NUMPY", b"PK\x03\x04"))),
+    Format("kineto", "PyTorch profiler trace (export_chrome_trace / tensorboard_trace_handler, JSON or gzip)",
+           "kineto.trace", ("alloc_events", "profiler_memory"), _is_kineto),
+    Format("memory-timeline", "PyTorch export_memory_timeline raw rows [ts, action, bytes, category]",
+           "kineto.timeline", ("memory_timeline",), lambda h: bool(_TIMELINE_ROW.match(h))),
+    Format("memory-timeline-html", "PyTorch export_memory_timeline HTML page (a picture: export the raw form)",
+           "kineto.html", ("alloc_events", "memory_timeline"), _is_memory_timeline_html),
     Format("ncu-csv", "Nsight Compute CSV (ncu --csv, details or raw page)", "nsight.ncu",
            ("ncu_metrics",), _is_ncu_csv),
     Format("alloc-csv", "alloc/free event log, CSV (timestamp,op_type,size_bytes,...)", "logs.alloc_log",
@@ -100,7 +121,8 @@ BY_NAME = {f.name: f for f in FORMATS}
 RUN_KIND = {"alloc-csv": "alloc/free log", "alloc-jsonl": "alloc/free log", "parquet": "Parquet table",
             "torch-snapshot": "PyTorch snapshot", "nsys-sqlite": "Nsight Systems export",
             "nsys-csv": "Nsight Systems export", "ncu-rep": "Nsight Compute export", "ncu-csv": "Nsight Compute export",
-            "npy": "NumPy arrays"}
+            "npy": "NumPy arrays", "kineto": "PyTorch profiler trace", "memory-timeline": "PyTorch memory timeline",
+            "memory-timeline-html": "PyTorch memory timeline"}
 
 
 def supported_formats_text() -> str:

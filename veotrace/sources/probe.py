@@ -253,7 +253,26 @@ def _alloc_log(path: Path) -> dict[str, Any]:
     return out
 
 
+def _kineto(path: Path) -> dict[str, Any]:
+    """A profiler trace's header: schema version, devices, rank and world size, what it recorded."""
+    from veotrace.sources.kineto.scan import ScanState, parse_head
+
+    state = ScanState()
+    parse_head(read_head(path, 1 << 20), state)
+    head = state.head
+    dist = head.get("distributedInfo") if isinstance(head.get("distributedInfo"), dict) else {}
+    props = head.get("deviceProperties") if isinstance(head.get("deviceProperties"), list) else []
+    out = {"schema_version": head.get("schemaVersion"), "profile_memory": head.get("profile_memory"),
+           "with_stack": head.get("with_stack"), "rank": dist.get("rank"), "world_size": dist.get("world_size"),
+           "gpus": [str(p.get("name")) for p in props if isinstance(p, dict)]}
+    for key in ("roctracer_version", "hip_runtime_version", "cuda_runtime_version", "cuda_driver_version"):
+        if key in head:
+            out[key] = head[key]
+    return out
+
+
 _VERSION: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "kineto": _kineto,
     "torch-snapshot": _torch, "nsys-sqlite": _nsys_sqlite, "nsys-csv": _nsys_csv, "ncu-csv": _ncu_csv,
     "ncu-rep": _ncu_rep, "npy": _arrays, "parquet": _parquet, "alloc-csv": _alloc_log, "alloc-jsonl": _alloc_log,
 }

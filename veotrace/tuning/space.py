@@ -225,10 +225,14 @@ def candidate_of(index: int, conf: TorchConf) -> Candidate:
     return Candidate(index, values, text, conf, bad)
 
 
-def export_lines(conf: TorchConf, text: str) -> dict:
+def export_lines(conf: TorchConf, text: str, *, hip: bool = False) -> dict:
     """How to set a candidate: its ``export PYTORCH_CUDA_ALLOC_CONF`` line and, for a GC threshold, the memory
     fraction it needs (without one PyTorch never collects): in the string from torch 2.10
-    (``per_process_memory_fraction``), else the one Python line. Returns {"export", "python" or None}."""
+    (``per_process_memory_fraction``), else the one Python line. Returns {"export", "python" or None}.
+    ``hip``: a ROCm job, whose release reads ``PYTORCH_ALLOC_CONF`` first from 2.9 (c10/core/AllocatorConfig.cpp)
+    and ``PYTORCH_HIP_ALLOC_CONF`` before (the CUDA name is read too, deprecated)."""
+    var = ("PYTORCH_ALLOC_CONF" if release(conf.torch_release) >= (2, 9) else "PYTORCH_HIP_ALLOC_CONF") if hip \
+        else "PYTORCH_CUDA_ALLOC_CONF"
     f = conf.per_process_memory_fraction
     python = None
     if conf.garbage_collection_threshold > 0 and f is not None:
@@ -237,5 +241,5 @@ def export_lines(conf: TorchConf, text: str) -> dict:
         else:
             python = (f"torch.cuda.set_per_process_memory_fraction({f:g})  # on each device, before its first "
                       "allocation: garbage_collection_threshold acts only under it")
-    return {"export": f"export PYTORCH_CUDA_ALLOC_CONF={text}" if text else "unset PYTORCH_CUDA_ALLOC_CONF",
+    return {"export": f"export {var}={text}" if text else f"unset {var}",
             "python": python}

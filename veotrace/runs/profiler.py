@@ -1,0 +1,188 @@
+"""The runs' side of profiler traces (``sources.kineto``): reading one trace or a folder of one trace per rank
+as one run with its ops, ``sites --by op|frame|module|kernel`` on it, and the recorded totals that
+``fragmentation`` shows beside its replay. The rules live in ``analysis.profiler``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from veotrace.runs import common
+from veotrace.runs.result import RunResult
+
+SITES_BY = ("op", "frame", "module", "kernel")
+
+
+def kineto_inputs(paths, options, report) -> list:
+    """The profiler traces among the inputs (a folder of ranks: each trace), or [] when they are something else."""
+    from veotrace.errors import TraceFormatError
+    from veotrace.sources import resolve_inputs
+
+    try:
+        inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
+    except TraceFormatError:
+        return []
+    return [p for p, fmt in inputs if fmt.name == "kineto"] if all(f.name == "kineto" for _, f in inputs) else []
+
+
+def read_run(files: list, options, report, *, context: bool):
+    """The memory events of every trace of the run as one ``KINETO_MEMORY`` table (ops ids made unique across
+    files) and, with ``context``, the one ``KINETO_OPS`` table; ``--jobs`` reads are per file as here."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from veotrace.sources.base import call_guarded
+    from veotrace.sources.kineto.trace import cached_read
+
+    tables, ops, offset = [], [], 0
+    for path in files:
+        read = call_guarded(path, cached_read, path, options, report, context=context)
+        t = read.table
+        if context and read.ops is not None:
+            for name in ("op_id", "frame_id", "kernel_id", "module_id"):
+                i = t.schema.get_field_index(name)
+                t = t.set_column(i, name, pc.add(t.column(name), offset))
+            ops.append(read.ops.set_column(0, "id", pc.add(read.ops.column("id"), offset)))
+            offset += read.ops.num_rows
+        tables.append(t)
+    table = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries() if tables else None
+    return table, (pa.concat_tables(ops, promote_options="permissive").unify_dictionaries() if ops else None)
+
+
+@dataclass
+class ProfilerSitesRun(RunResult):
+    """``sites`` on a profiler trace: ``value`` is {"by", "devices": who holds the peak, "reserved_growth":
+    which op grew reserved memory, "finding"}."""
+
+    command = "sites"
+
+    def to_dict(self) -> dict:
+        return self.value
+
+    def tables(self) -> dict[str, Any]:
+        import pyarrow as pa
+
+        rows = [{"device": d, "at": where, "name": r["name"], "bytes": r["bytes"], "blocks": r["blocks"], "share": r["share"]}
+                for d, v in self.value["devices"].items() for where in ("at_peak", "at_end") for r in v[where]]
+        growth = [{"device": d, "op": r["op"], "bytes": r["bytes"], "rises": r["rises"],
+                   "kernel": next(iter(r["kernels"]), None)}
+                  for d, g in self.value["reserved_growth"].items() for r in g["by_op"]]
+        cached = [{"device": d, "op": r["op"], "byte_seconds": r["byte_seconds"]}
+                  for d, g in self.value["reserved_growth"].items() for r in g["cached_free_after"]]
+        return {"sites": pa.Table.from_pylist(rows, schema=pa.schema([
+                    ("device", pa.string()), ("at", pa.string()), ("name", pa.string()), ("bytes", pa.int64()),
+                    ("blocks", pa.int64()), ("share", pa.float64())])),
+                "reserved_growth": pa.Table.from_pylist(growth, schema=pa.schema([
+                    ("device", pa.string()), ("op", pa.string()), ("bytes", pa.int64()), ("rises", pa.int64()),
+                    ("kernel", pa.string())])),
+                "cached_free_after": pa.Table.from_pylist(cached, schema=pa.schema([
+                    ("device", pa.string()), ("op", pa.string()), ("byte_seconds", pa.float64())]))}
+
+    def headline(self) -> list[tuple[str, Any]]:
+        out = []
+        for d, v in self.value["devices"].items():
+            if v["at_peak"]:
+                top = v["at_peak"][0]
+                out.append((f"{d}: top {self.value['by']} at peak", f"{top['name']} ({top['bytes']:,} B of {v['peak_bytes']:,})"))
+        if self.value.get("finding"):
+            out.append(("grew reserved memory most", self.value["finding"]["text"]))
+        return out
+
+    def render(self, console, *, max_rows: int = 40) -> None:
+        from veotrace.render.profiler import render_profiler_sites
+
+        render_profiler_sites(console, self.value, max_rows=max_rows)
+
+
+def profiler_sites(paths, files: list, *, by: str = "op", options=None, report=None) -> ProfilerSitesRun:
+    """Who holds each GPU's peak of live bytes, by the op (``cpu_op``), Python frame, ``nn.Module`` or GPU
+    kernel enclosing each allocation; which ops grew reserved memory; those after which memory stayed cached."""
+    from veotrace.analysis.profiler import growth_finding, peak_holders, reserved_growth
+    from veotrace.errors import UsageError
+
+    if by not in SITES_BY:
+        raise UsageError(f"--by {by!r}: a profiler trace's sites are by one of {', '.join(SITES_BY)}")
+    table, ops = read_run(files, options, report, context=True)
+    growth = reserved_growth(table, ops)
+    value = {"by": by, "devices": peak_holders(table, ops, by), "reserved_growth": growth,
+             "finding": growth_finding(growth)}
+    notes = report.messages()
+    if by == "module" and not any(r["name"] != "(no enclosing module)" for v in value["devices"].values()
+                                  for r in v["at_peak"] if r["name"]):
+        notes.append("Note: no nn.Module frames enclose the allocations: record with with_stack=True "
+                     "(and with_modules=True) for --by module")
+    return ProfilerSitesRun(value, notes, common.input_files(paths))
+
+
+def recorded_totals(paths, options, report, *, window_s: float | None) -> dict | None:
+    """For ``fragmentation`` on profiler traces: each device's recorded live and reserved bytes per window
+    (the replay's windows) and peaks, with what cannot be known without segment events (None otherwise)."""
+    files = kineto_inputs(paths, options, report)
+    if not files:
+        return None
+    from veotrace.analysis.profiler import SEGMENTS_NOTE, totals_series
+
+    table, _ = read_run(files, options, report, context=False)
+    return {"devices": totals_series(table, window_s=window_s), "note": SEGMENTS_NOTE}
+
+
+def profiler_hip(paths, options) -> bool:
+    """Whether the inputs are profiler traces of a ROCm job (Device Type 6: its export line names the HIP variable)."""
+    from veotrace.sources import ReadReport
+
+    report = ReadReport()
+    files = kineto_inputs(paths, options, report)
+    if not files:
+        return False
+    from veotrace.sources.kineto.trace import cached_read
+
+    return any((cached_read(p, options, report).table.column("device_type").to_numpy() == 6).any() for p in files)
+
+
+def replay_input(files: list, options, report):
+    """``simulate``/``tune``'s input from profiler traces: the GPU events with the rises and falls of Total
+    Reserved as recorded device allocations and releases, and the seed from the first events' totals
+    (``allocators.kineto_seed``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from veotrace.allocators.kineto_seed import seed_from_totals, segment_rows
+    from veotrace.sources.base import call_guarded
+    from veotrace.sources.kineto.trace import alloc_batches, cached_read, lane, running_sum_check
+
+    tables, live_before, reserved_before = [], {}, {}
+    for path in files:
+        read = call_guarded(path, cached_read, path, options, report)
+        t = read.table.filter(np.asarray(read.table.column("device_type").to_numpy() != 0))
+        events = pa.Table.from_batches(list(alloc_batches(read))) if t.num_rows else None
+        if events is None or not events.num_rows:
+            continue
+        tr = t.column("total_reserved_bytes")
+        lanes = lane(read, t.column("device_id").to_numpy())
+        if tr.null_count == 0:
+            events, before = segment_rows(events, tr.to_numpy(), lanes)
+            reserved_before.update(before)
+        for key, c in running_sum_check(t).items():
+            if c.get("live_before_bytes") is not None:
+                did = key.split(":")[-1]
+                d = int(lane(read, np.array([int(did)]))[0])
+                live_before[d] = c["live_before_bytes"]
+        tables.append(events)
+    if not tables:
+        return None, None
+    table = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries().combine_chunks()
+    return table, seed_from_totals(table, live_before, reserved_before)
+
+
+def profiler_validation(validation: dict, seed, assumption: str) -> None:
+    """The validation of a profiler trace says what it is: no snapshot's settings nor final state, the
+    assumed state before profiling, and that the rises of Total Reserved are what it checks against."""
+    out = [a for a in validation.get("assumptions", []) if not a.startswith("the snapshot has no allocator_settings")]
+    out.insert(0, "a profiler trace records no allocator settings: PyTorch's defaults are assumed (a job that set "
+                  "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF / PYTORCH_ALLOC_CONF ran under other rules)")
+    out.append(assumption)
+    validation["assumptions"] = out
+    validation["seed"] = (f"seeded from the first events' totals (assumed layout): {len(seed.segments)} segments "
+                          f"({sum(s[2] for s in seed.segments):,} bytes) reserved and {len(seed.live)} blocks live "
+                          "before profiling began")
+    validation["recorded_from"] = "the rises of Total Reserved (each one device allocation of the rise)"

@@ -1,0 +1,812 @@
+"""Reader of PyTorch profiler traces (Kineto chrome-trace JSON, plain or gzip): the ``[memory]`` events.
+
+Tables: ``alloc_events`` (the GPU events in the common schema: ``Bytes`` > 0 an ``alloc``, < 0 a ``free`` of
+``|Bytes|``, ``mem_kind`` the device type, ``device`` the lane :func:`lane`), ``profiler_memory``
+(``KINETO_MEMORY``: every memory event, CPU ones included, with the totals and, when asked, the enclosing
+op, Python frame and GPU kernel) and :func:`read_ops` (``KINETO_OPS``). Events are ordered by ``ts`` then
+``Ev Idx``. What the reader checks, and reports as counted warnings (never silently): the running sum of
+``Bytes`` per device against ``Total Allocated`` (from the bytes live before profiling, which the first
+event gives), a file cut mid-write (read up to its last complete event, the byte said), bytes that are no
+UTF-8. A bad ``[memory]`` event (no ``ts``, a size that is no 64-bit integer, NaN, a key twice) is one
+``Error:`` line naming its byte, or skipped and counted under ``--skip-bad-rows``.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from veotrace.errors import TraceFormatError
+from veotrace.schemas.kineto import CPU, KINETO_MEMORY, KINETO_OPS, device_name
+from veotrace.sources.base import ReadOptions, ReadReport, open_decompressed
+from veotrace.sources.kineto import scan
+
+#: Rows per alloc_events batch.
+BATCH_ROWS = 1 << 18
+#: Memory events parsed at once on the fast path (one JSON array; a bad one sends its batch to the slow path).
+BATCH_EVENTS = 20_000
+#: A multi-node run's lanes: rank x LANE_STRIDE + Device Id (device ids repeat on every node).
+LANE_STRIDE = 1000
+#: Mismatches of the running-sum check listed by event.
+LISTED = 5
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+NONE = I64_MIN  # the sentinel of an absent value in the columns below
+NO_ADDR = (1 << 64) - 1
+#: GPU span kinds a memory event may fall in (the kernel, copy or collective running on its device).
+GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")  # the 2021 names capitalised
+CPU_KINDS = ("cpu_op", "python_function", "user_annotation", "Operator")
+
+
+class _Bad(Exception):
+    pass
+
+
+@dataclass
+class MemoryRead:
+    """One file's memory events (``table``, ``KINETO_MEMORY`` in order) and what the read found."""
+
+    path: str
+    table: pa.Table
+    rank: int | None
+    world_size: int | None
+    devices: list = field(default_factory=list)  # deviceProperties names
+    head: dict = field(default_factory=dict)
+    cut: dict | None = None  # {"at_byte", "read_to_byte", "reason"} when the file ends early
+    checks: dict = field(default_factory=dict)  # the running-sum check per lane
+    bad_utf8: int = 0
+    ops: pa.Table | None = None
+    lanes_multi_node: bool = False
+
+
+def _int(v, what: str, *, optional: bool = False) -> int:
+    if v is None:
+        if optional:
+            return NONE
+        raise _Bad(f"has no {what}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Bad(f"{what} is not a number ({str(v)[:40]!r})")
+    if isinstance(v, float):
+        if not math.isfinite(v) or v != int(v):
+            raise _Bad(f"{what} is not an integer ({v!r})")
+        v = int(v)
+    if not I64_MIN < v <= I64_MAX:
+        raise _Bad(f"{what} {v} is past the 64-bit range")
+    return v
+
+
+def _ts_ns(v) -> int:
+    if v is None:
+        raise _Bad("has no ts")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise _Bad(f"ts is not a finite number ({str(v)[:40]!r})")
+    ns = round(v * 1000) if isinstance(v, float) else v * 1000
+    if not I64_MIN < ns <= I64_MAX:
+        raise _Bad(f"ts {v} is past the 64-bit range")
+    return ns
+
+
+class _Columns:
+    """Compact columns of the memory events (8 bytes a value: 2M events hold ~110 MB, not Python objects)."""
+
+    def __init__(self, tid: bool = True) -> None:
+        self.keep_tid = tid  # the thread is needed only to find the ops around each event
+        self.ts, self.ev, self.dtype, self.did = array("q"), array("q"), array("b"), array("i")
+        self.addr, self.nbytes, self.ta, self.tr, self.tid = array("Q"), array("q"), array("q"), array("q"), array("q")
+
+    def add(self, obj, raw: bytes | None, offset: int = 0) -> bool:
+        """Append one event; False when ``obj`` is no memory event (a string that merely held the name)."""
+        if not isinstance(obj, dict) or obj.get("name") != "[memory]":
+            return False
+        args = obj.get("args")
+        if not isinstance(args, dict):
+            raise _Bad("has no args")
+        if raw is not None and raw.count(b'":') > len(obj) + len(args):
+            raise _Bad("has a key twice")
+        ts = _ts_ns(obj.get("ts"))
+        nbytes = _int(args.get("Bytes"), "Bytes")
+        dtype = _int(args.get("Device Type"), "Device Type")
+        did = _int(args.get("Device Id"), "Device Id")
+        if not -128 <= dtype < 128 or not -(1 << 31) <= did < (1 << 31):
+            raise _Bad(f"Device Type {dtype} / Device Id {did} out of range")
+        addr = args.get("Addr")
+        if addr is not None:
+            addr = _int(addr, "Addr") if not (isinstance(addr, int) and 0 <= addr < NO_ADDR) else addr
+            if addr < 0:
+                raise _Bad(f"Addr {addr} is negative")
+        ta = _int(args.get("Total Allocated"), "Total Allocated", optional=True)
+        tr = _int(args.get("Total Reserved"), "Total Reserved", optional=True)
+        ev = _int(args.get("Ev Idx"), "Ev Idx", optional=True)
+        tid = _id(obj.get("tid"))
+        self.ts.append(ts)
+        self.ev.append(ev)
+        self.dtype.append(dtype)
+        self.did.append(did)
+        self.addr.append(NO_ADDR if addr is None else addr)
+        self.nbytes.append(nbytes)
+        self.ta.append(ta)
+        self.tr.append(tr)
+        if self.keep_tid:
+            self.tid.append(NONE if tid is None else tid)
+        return True
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def add_batch(self, raws: list[bytes], offsets: list[int]) -> bool:
+        """Append many events parsed as one JSON array, the columns checked as arrays (the fast path); False,
+        with nothing appended, when any event needs the per-event path (which names what is wrong)."""
+        if scan._fast_loads is None or not raws:
+            return False
+        joined = b"[" + b",".join(raws) + b"]"
+        try:
+            objs = scan._fast_loads(joined)
+            if any(o.get("name") != "[memory]" for o in objs):
+                return False
+            args = [o["args"] for o in objs]
+            if joined.count(b'":') != sum(len(o) + len(a) for o, a in zip(objs, args)):
+                return False  # a key twice (the parser keeps the last): the per-event path says which
+            if joined.count(b"true") + joined.count(b"false") > joined.count(b'"finished"'):
+                return False  # a boolean where a number belongs
+            ts = np.array([o["ts"] for o in objs])
+            cols = [np.array([a[k] for a in args]) for k in ("Bytes", "Device Type", "Device Id")]
+            opt = []
+            for k in ("Addr", "Total Allocated", "Total Reserved", "Ev Idx"):
+                vals = [a.get(k) for a in args]
+                missing = vals.count(None)
+                if missing not in (0, len(vals)):
+                    return False
+                opt.append(None if missing else np.array(vals))
+            tids = [o.get("tid") for o in objs]
+            tid = np.array(tids) if None not in tids else None
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError):
+            return False
+        if ts.dtype.kind == "f":
+            if not np.isfinite(ts).all():
+                return False
+            ts_ns = np.round(ts * 1000).astype(np.int64)
+        elif ts.dtype.kind == "i":
+            if (np.abs(ts) > I64_MAX // 1000).any():
+                return False
+            ts_ns = ts.astype(np.int64) * 1000
+        else:
+            return False
+        nbytes, dtype, did = cols
+        if any(c.dtype.kind != "i" for c in cols) or (dtype < -128).any() or (dtype > 127).any() \
+                or (np.abs(did) >= 1 << 31).any():
+            return False
+        addr, ta, tr, ev = opt
+        if addr is not None and (addr.dtype.kind not in "iu" or (addr < 0).any() or (addr == NO_ADDR).any()):
+            return False
+        if any(c is not None and c.dtype.kind != "i" for c in (ta, tr, ev)):
+            return False
+        if tid is not None and tid.dtype.kind != "i":
+            tid = None  # strings ("25738" in 2021 traces): the per-event rule, one by one
+            tids = [_id(t) for t in tids]
+            tid_arr = np.array([NONE if t is None else t for t in tids], np.int64)
+        else:
+            tid_arr = tid.astype(np.int64) if tid is not None else np.full(len(objs), NONE, np.int64)
+        n = len(objs)
+        self.ts.frombytes(ts_ns.tobytes())
+        self.ev.frombytes((ev.astype(np.int64) if ev is not None else np.full(n, NONE, np.int64)).tobytes())
+        self.dtype.frombytes(dtype.astype(np.int8).tobytes())
+        self.did.frombytes(did.astype(np.int32).tobytes())
+        self.addr.frombytes((addr.astype(np.uint64) if addr is not None else np.full(n, NO_ADDR, np.uint64)).tobytes())
+        self.nbytes.frombytes(nbytes.astype(np.int64).tobytes())
+        self.ta.frombytes((ta.astype(np.int64) if ta is not None else np.full(n, NONE, np.int64)).tobytes())
+        self.tr.frombytes((tr.astype(np.int64) if tr is not None else np.full(n, NONE, np.int64)).tobytes())
+        if self.keep_tid:
+            self.tid.frombytes(tid_arr.tobytes())
+        return True
+
+
+def _bad(path, offset: int, why: str, options: ReadOptions, report: ReadReport) -> None:
+    if options.skip_bad_rows:
+        report.skip_row(path, None, f"byte {offset:,}: [memory] event {why}")
+        return
+    raise TraceFormatError(f"byte {offset:,}: a [memory] event {why}", path=path,
+                           hint="Fix or remove that event, or pass --skip-bad-rows to skip and count such events")
+
+
+def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None,
+                context: bool = False, on_progress: Callable[[int], None] | None = None) -> MemoryRead:
+    """Every ``[memory]`` event of ``path`` in (ts, Ev Idx) order, checked; ``context``: also the spans
+    (``read.ops``) and each event's enclosing op, frame and kernel (a full scan of every event)."""
+    report = report if report is not None else ReadReport()
+    cols = _Columns(tid=context)
+    state = scan.ScanState()
+    spans = _Spans()
+    fh, raw = _open(path)
+    with fh:
+        if not context:
+            for batch in scan.memory_events(fh, state, block=scan.MEMORY_BLOCK):
+                if not cols.add_batch([t for _, t in batch], [o for o, _ in batch]):
+                    for offset, text in batch:
+                        try:
+                            cols.add(scan._loads(text), text, offset)
+                        except _Bad as exc:
+                            _bad(path, offset, str(exc), options, report)
+                        except ValueError as exc:
+                            _bad(path, offset, f"is not valid JSON ({str(exc).splitlines()[0][:80]})", options, report)
+                if on_progress is not None:
+                    on_progress(raw.tell())
+        else:
+            try:
+                for offset, obj in scan.all_events(fh, state, block=max(options.block_bytes // 2, 1 << 16)):
+                    if not isinstance(obj, dict):
+                        continue
+                    if obj.get("name") == "[memory]":
+                        try:
+                            cols.add(obj, None, offset)
+                        except _Bad as exc:
+                            _bad(path, offset, str(exc), options, report)
+                    elif obj.get("ph") == "X" and obj.get("cat") in CPU_KINDS + GPU_KINDS:
+                        span = _span(obj)
+                        if span is not None:
+                            spans.add(span)
+            except ValueError as exc:
+                raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
+                                       hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
+    if not state.has_events_key:
+        raise TraceFormatError("no traceEvents list: a profiler trace holds its events there", path=path,
+                               hint="Export the trace with prof.export_chrome_trace(...) or tensorboard_trace_handler")
+    head = {**state.tail, **state.head}
+    dist = head.get("distributedInfo") if isinstance(head.get("distributedInfo"), dict) else {}
+    rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+    world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+    props = head.get("deviceProperties") if isinstance(head.get("deviceProperties"), list) else []
+    names = [str(p.get("name")) for p in props if isinstance(p, dict)]
+    result = MemoryRead(str(path), KINETO_MEMORY.empty_table(), rank, world, names, head, bad_utf8=state.bad_utf8)
+    result.lanes_multi_node = bool(world and rank is not None and world > max(len(names), 1))
+    n = len(cols)
+    if state.cut:
+        result.cut = {"at_byte": state.size, "read_to_byte": state.last_complete_end, "reason": state.cut_reason}
+        report.warnings.append(
+            f"Warning: {path}: {state.cut_reason} at {'decompressed ' if raw is not fh else ''}byte {state.size:,} "
+            f"(cut mid-write?): read the {n:,} [memory] events complete before byte {state.last_complete_end:,}")
+    if state.bad_utf8:
+        report.warnings.append(f"Warning: {path}: {state.bad_utf8:,} bytes that are no UTF-8 in names, read as U+FFFD")
+    result.table = _table(cols, path, rank)
+    if context:
+        result.ops, ids = _context(result.table, spans, path, rank)
+        for name, col in zip(("op_id", "frame_id", "kernel_id", "module_id"), ids):
+            result.table = result.table.set_column(KINETO_MEMORY.get_field_index(name), name, col)
+    result.checks = running_sum_check(result.table)
+    pairing_check(result.table, result.checks)
+    for text in check_lines(path, result.checks):
+        report.warnings.append(text)
+    return result
+
+
+def _open(path: Path):
+    """(decompressed stream, raw file): a local gzip through Python's zlib (its buffers are freed as read; Arrow's
+    stream kept ~15 MB more resident on a 2M-event trace), anything else as every reader opens it."""
+    from veotrace.sources.base import compression_of
+
+    if isinstance(path, Path):
+        raw = open(path, "rb")  # noqa: SIM115 - closed with the stream below
+        if compression_of(raw.read(4)) == "gzip":
+            import gzip
+
+            raw.seek(0)
+            return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+        raw.close()
+    return open_decompressed(path)
+
+
+def _id(v) -> int | None:
+    """A pid/tid: an integer, or the 2021 format's digits in a string ("25738"); None otherwise ("stream 7")."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if I64_MIN < v <= I64_MAX else None
+    if isinstance(v, str) and v.isdigit() and len(v) < 19:
+        return int(v)
+    return None
+
+
+class _Spans:
+    """The spans of a full scan in compact columns (names once each, in a dictionary): a long run's millions of
+    ops and kernels held at ~60 bytes each, not as Python objects."""
+
+    KINDS = CPU_KINDS + GPU_KINDS
+
+    def __init__(self) -> None:
+        self.kind, self.name = array("b"), array("i")
+        self.ts, self.dur, self.pid, self.tid, self.dev, self.stream = (array("q") for _ in range(6))
+        self.names: dict[str, int] = {}
+
+    def add(self, span: tuple) -> None:
+        cat, name, ts, dur, pid, tid, dev, stream = span
+        self.kind.append(self.KINDS.index(cat))
+        nid = self.names.get(name)
+        if nid is None:
+            nid = self.names[name] = len(self.names)
+        self.name.append(nid)
+        self.ts.append(ts)
+        self.dur.append(dur)
+        for col, v in ((self.pid, pid), (self.tid, tid), (self.dev, dev), (self.stream, stream)):
+            col.append(NONE if v is None else v)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+def _span(obj: dict) -> tuple | None:
+    ts, dur = obj.get("ts"), obj.get("dur")
+    if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or isinstance(ts, bool):
+        return None
+    if not (math.isfinite(ts) and math.isfinite(dur)):
+        return None
+    args = obj.get("args") if isinstance(obj.get("args"), dict) else {}
+    name = obj.get("name")
+    pid, tid = _id(obj.get("pid")), _id(obj.get("tid"))
+    dev, stream = args.get("device"), args.get("stream")
+    return (obj["cat"], str(name) if name is not None else "", round(ts * 1000), max(round(dur * 1000), 0),
+            pid, tid,
+            dev if isinstance(dev, int) else None, stream if isinstance(stream, int) else None)
+
+
+def _masked(values: np.ndarray, sentinel: int | None, typ) -> pa.Array:
+    """An Arrow array over ``values``' own memory (no copy), null where it holds ``sentinel``."""
+    values = np.ascontiguousarray(values)
+    validity, nulls = None, 0
+    if sentinel is not None:
+        mask = values == sentinel
+        nulls = int(mask.sum())
+        if nulls:
+            validity = pa.py_buffer(np.packbits(~mask, bitorder="little"))
+    return pa.Array.from_buffers(typ, len(values), [validity, pa.py_buffer(values)], null_count=nulls)
+
+
+def _nulls(n: int, typ) -> pa.Array:
+    """``n`` nulls over zeroed buffers that take no memory until read (calloc): ``pa.nulls`` writes its zeros."""
+    values = np.zeros(n, typ.to_pandas_dtype())
+    validity = np.zeros((n + 7) // 8, np.uint8)
+    return pa.Array.from_buffers(typ, n, [pa.py_buffer(validity), pa.py_buffer(values)], null_count=n)
+
+
+def _table(cols: _Columns, path, rank: int | None) -> pa.Table:
+    from veotrace.schemas.base import repeated
+
+    n = len(cols)
+    if not n:
+        return KINETO_MEMORY.empty_table()
+    ts = np.frombuffer(cols.ts, np.int64)
+    ev = np.frombuffer(cols.ev, np.int64)
+    order = None
+    if n > 1:  # already in (ts, Ev Idx) order, as the profiler writes it? (booleans only: no copy of a column)
+        key_ev = np.where(ev == NONE, 0, ev) if (ev == NONE).any() else ev
+        back = ts[1:] < ts[:-1]
+        back |= (ts[1:] == ts[:-1]) & (key_ev[1:] < key_ev[:-1])
+        if back.any():  # a stable sort: file order breaks the remaining ties
+            order = np.lexsort((key_ev, ts))
+        del back, key_ev
+
+    def col(buf, dtype):
+        a = np.frombuffer(buf, dtype)
+        return a if order is None else a[order]
+
+    arrays = [
+        _masked(col(cols.ts, np.int64), None, pa.int64()),
+        _masked(col(cols.ev, np.int64), NONE, pa.int64()),
+        _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
+        _nulls(n, pa.int32()) if rank is None else _masked(np.full(n, rank, np.int32), None, pa.int32()),
+        _masked(col(cols.dtype, np.int8), None, pa.int8()),
+        _masked(col(cols.did, np.int32), None, pa.int32()),
+        _masked(col(cols.addr, np.uint64), NO_ADDR, pa.uint64()),
+        _masked(col(cols.nbytes, np.int64), None, pa.int64()),
+        _masked(col(cols.ta, np.int64), NONE, pa.int64()),
+        _masked(col(cols.tr, np.int64), NONE, pa.int64()),
+        _masked(col(cols.tid, np.int64), NONE, pa.int64()) if len(cols.tid) == n else _nulls(n, pa.int64()),
+        _nulls(n, pa.int64()), _nulls(n, pa.int64()), _nulls(n, pa.int64()), _nulls(n, pa.int64()),
+        repeated(str(path), n),
+    ]
+    return pa.Table.from_arrays(arrays, schema=KINETO_MEMORY)
+
+
+def _lane_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    dtype = table.column("device_type").to_numpy()
+    did = table.column("device_id").to_numpy()
+    rc = table.column("rank")
+    rank = None if rc.null_count == len(rc) else rc.fill_null(-1).to_numpy()
+    return dtype, did, rank
+
+
+def lanes(table: pa.Table) -> list[tuple]:
+    """The (rank, device type, device id) of the table's devices, in order (no copy of a column when the
+    table holds one device, the common case)."""
+    if not table.num_rows:
+        return []
+    dtype, did, rank = _lane_columns(table)
+    ranks = [None] if rank is None else sorted(set(np.unique(rank).tolist()))
+    out = []
+    for r in ranks:
+        rows = None if r is None or len(ranks) == 1 else rank == r
+        dt = dtype if rows is None else dtype[rows]
+        ids = did if rows is None else did[rows]
+        for t in ([int(dt[0])] if dt.min() == dt.max() else np.unique(dt).tolist()):
+            sel = ids if dt.min() == dt.max() else ids[dt == t]
+            for d in ([int(sel[0])] if sel.min() == sel.max() else np.unique(sel).tolist()):
+                out.append((None if r is None or r < 0 else r, t, d))
+    return sorted(out, key=lambda k: (k[0] is not None, k[0] or 0, k[1], k[2]))
+
+
+def lane_masks(table: pa.Table) -> Iterator[tuple[tuple, np.ndarray]]:
+    """((rank, device type, device id), row mask) per device of ``table``."""
+    dtype, did, rank = _lane_columns(table)
+    keys = lanes(table)
+    for key in keys:
+        if len(keys) == 1:
+            yield key, np.ones(len(dtype), bool)
+            continue
+        m = (dtype == key[1]) & (did == key[2])
+        if rank is not None:
+            m &= rank == (-1 if key[0] is None else key[0])
+        yield key, m
+
+
+def lane_text(key: tuple) -> str:
+    """``rank 1 cuda:1``, ``cpu``, ``hip:0``."""
+    rank, dtype, did = key
+    dev = device_name(dtype) if dtype == CPU else f"{device_name(dtype)}:{did}"
+    return dev if rank is None else f"rank {rank} {dev}"
+
+
+def _ints(table: pa.Table, name: str) -> np.ndarray | None:
+    """A column as int64 (zero-copy when it has no nulls), or None when it has any."""
+    col = table.column(name)
+    return None if col.null_count else col.to_numpy()
+
+
+def running_sum_check(table: pa.Table) -> dict:
+    """Per device: whether the running sum of ``Bytes`` from the first event's ``Total Allocated - Bytes``
+    (the bytes live before profiling) equals ``Total Allocated`` at every event, the events where it stops
+    holding (each mismatch re-anchors, so one bad event is one mismatch), and the device's totals. A device's
+    rows are taken by mask only when the table holds several (one device: its columns as they are)."""
+    out = {}
+    if not table.num_rows:
+        return out
+    nbytes = table.column("bytes").to_numpy()
+    ts = table.column("ts_ns").to_numpy()
+    ev_col = table.column("ev_idx")
+    ta_all, tr_all = _ints(table, "total_allocated_bytes"), _ints(table, "total_reserved_bytes")
+    some_totals = table.column("total_allocated_bytes").null_count < table.num_rows
+    if some_totals and (ta_all is None or tr_all is None):  # totals on some rows only: those rows are checked
+        ta_all = table.column("total_allocated_bytes").fill_null(NONE).to_numpy()
+        tr_all = table.column("total_reserved_bytes").fill_null(NONE).to_numpy()
+    all_lanes = list(lane_masks(table))
+    for key, mask in all_lanes:
+        whole = len(all_lanes) == 1
+
+        def pick(a, whole=whole, mask=mask):
+            return a if whole else a[mask]
+
+        b = pick(nbytes)
+        entry = {"device": lane_text(key), "events": int(b.size), "allocs": int((b > 0).sum()),
+                 "frees": int((b < 0).sum()), "has_totals": bool(some_totals)}
+        csum = np.cumsum(b)
+        if not some_totals:
+            entry.update({"live_before_bytes": None, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+                          "checked": 0, "mismatches": 0, "first_mismatches": [],
+                          "running_sum_peak_bytes": int(max(csum.max(), 0))})
+            out[lane_text(key)] = entry
+            continue
+        ta, tr = pick(ta_all), pick(tr_all)
+        present = ta != NONE
+        every = bool(present.all())
+        checked = None if every else np.flatnonzero(present)  # None: every row (no index array of the size)
+        n_checked = ta.size if every else checked.size
+        offset = np.subtract(ta, csum, out=csum)  # constant while the running sum holds (in place: no copy)
+        if every:
+            bad = np.flatnonzero(offset[1:] != offset[:-1]) + 1
+        else:
+            bad = checked[1:][np.diff(offset[checked]) != 0] if checked.size > 1 else checked[:0]
+        trv = tr if (tr != NONE).all() else tr[tr != NONE]
+        first = 0 if every or not n_checked else int(checked[0])
+        rows = np.flatnonzero(mask) if not whole else None
+
+        def row(i, rows=rows):
+            return int(i if rows is None else rows[i])
+
+        mism = []
+        for i in bad[:LISTED].tolist():
+            ev = ev_col[row(i)].as_py()
+            mism.append({"ts_ns": int(ts[row(i)]), "ev_idx": ev, "bytes": int(b[i]), "total_allocated_bytes": int(ta[i]),
+                         "expected_bytes": (int(ta[i - 1] + b[i]) if every else
+                                            int(ta[checked[np.searchsorted(checked, i) - 1]] + b[i])) if i else None})
+        entry.update({
+            "live_before_bytes": int(ta[first] - b[first]) if n_checked else None,
+            "peak_allocated_bytes": (int(ta.max()) if every else int(ta[checked].max())) if n_checked else None,
+            "peak_reserved_bytes": int(trv.max()) if trv.size else None,
+            "reserved_rises": int((trv[1:] > trv[:-1]).sum()) if trv.size else 0,
+            "reserved_falls": int((trv[1:] < trv[:-1]).sum()) if trv.size else 0,
+            "first_reserved_bytes": int(trv[0]) if trv.size else None,
+            "checked": int(n_checked), "mismatches": int(bad.size), "first_mismatches": mism,
+        })
+        out[lane_text(key)] = entry
+    return out
+
+
+def pairing_check(table: pa.Table, checks: dict) -> None:
+    """Per device with addresses, into ``checks[lane]["pairing"]``: frees of an address the trace has not
+    allocated (blocks live before profiling), frees whose size is not their block's, and allocations at an
+    address still live (a free the trace misses). Walked in chunks, holding only the live blocks."""
+    if not table.num_rows or table.column("address").null_count == table.num_rows:
+        return
+    addr_all = table.column("address").fill_null(NO_ADDR).to_numpy()
+    b_all = table.column("bytes").to_numpy()
+    ev_col = table.column("ev_idx")
+    all_lanes = list(lane_masks(table))
+    for key, mask in all_lanes:
+        whole = len(all_lanes) == 1
+        addr = addr_all if whole else addr_all[mask]
+        b = b_all if whole else b_all[mask]
+        rows = None if whole else np.flatnonzero(mask)
+        live: dict = {}
+        unknown = unknown_bytes = mismatched = at_live = 0
+        first: list = []
+        for lo in range(0, b.size, 1 << 16):
+            for j, (a, n) in enumerate(zip(addr[lo:lo + (1 << 16)].tolist(), b[lo:lo + (1 << 16)].tolist())):
+                if a == NO_ADDR:
+                    continue
+                if n > 0:
+                    if a in live:
+                        at_live += 1
+                        if len(first) < LISTED:
+                            first.append(("alloc at a live address", lo + j, n))
+                    live[a] = n
+                elif n < 0:
+                    size = live.pop(a, None)
+                    if size is None:
+                        unknown += 1
+                        unknown_bytes -= n
+                    elif size != -n:
+                        mismatched += 1
+                        if len(first) < LISTED:
+                            first.append((f"free of {-n:,} bytes of a {size:,}-byte block", lo + j, n))
+        checks[lane_text(key)]["pairing"] = {
+            "frees_of_unknown": unknown, "frees_of_unknown_bytes": unknown_bytes, "size_mismatches": mismatched,
+            "allocs_at_live_address": at_live,
+            "first": [{"what": w, "ev_idx": ev_col[int(i if rows is None else rows[i])].as_py(), "bytes": n}
+                      for w, i, n in first]}
+
+
+def check_lines(path, checks: dict) -> list[str]:
+    """The warnings of the running-sum check (one per device where it fails)."""
+    out = []
+    for dev, c in checks.items():
+        pair = c.get("pairing") or {}
+        if pair.get("size_mismatches") or pair.get("allocs_at_live_address"):
+            f = pair["first"][0]
+            out.append(f"Warning: {path}: {dev}: {pair['size_mismatches']:,} frees whose size is not their block's and "
+                       f"{pair['allocs_at_live_address']:,} allocations at an address still live (first: {f['what']}, "
+                       f"Ev Idx {f['ev_idx']}): events are missing, or Bytes is not the block's")
+        if c.get("mismatches"):
+            m = c["first_mismatches"][0]
+            out.append(f"Warning: {path}: {dev}: at {c['mismatches']:,} of {c['checked']:,} [memory] events the running "
+                       f"sum of Bytes differs from Total Allocated (first: Ev Idx {m['ev_idx']}, ts {m['ts_ns']:,} ns, "
+                       f"Bytes {m['bytes']:,}, Total Allocated {m['total_allocated_bytes']:,}, expected "
+                       f"{m['expected_bytes']:,}): events are missing or the totals are another allocator's")
+    return out
+
+
+def lane(read: MemoryRead, device_id: np.ndarray) -> np.ndarray:
+    """The ``device`` of the common table: the Device Id, or rank x LANE_STRIDE + Device Id in a multi-node
+    run (the world is larger than the devices one trace lists, so device ids repeat across ranks)."""
+    if read.lanes_multi_node:
+        return (read.rank * LANE_STRIDE + device_id).astype(np.int32)
+    return device_id.astype(np.int32)
+
+
+def alloc_batches(read: MemoryRead, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """``ALLOC_EVENTS`` batches of the GPU events of ``read`` (CPU events are kept apart)."""
+    from veotrace.schemas import ALLOC_EVENTS
+    from veotrace.schemas.base import repeated
+    from veotrace.schemas.events import alloc_events_schema
+
+    t = read.table
+    gpu = pc_not_cpu(t)
+    schema = alloc_events_schema(columns)
+    t = t.filter(gpu) if gpu is not None else t
+    ops_dict = pa.array(["alloc", "free"], pa.string())
+    kinds = sorted(set(t.column("device_type").to_numpy().tolist()))
+    kind_dict = pa.array([device_name(k) for k in kinds], pa.string())
+    for start in range(0, t.num_rows, BATCH_ROWS):
+        part = t.slice(start, BATCH_ROWS)
+        n = part.num_rows
+        b = part.column("bytes").to_numpy()
+        dt = part.column("device_type").to_numpy()
+        cols = {
+            "ts_ns": part.column("ts_ns").combine_chunks(),
+            "seq": part.column("seq").combine_chunks(),
+            "op": pa.DictionaryArray.from_arrays(pa.array((b < 0).astype(np.int32)), ops_dict),
+            "size_bytes": pa.array(np.abs(b)),
+            "address": part.column("address").combine_chunks(),
+            "stream": pa.nulls(n, pa.int64()),
+            "device": pa.array(lane(read, part.column("device_id").to_numpy())),
+            "mem_kind": pa.DictionaryArray.from_arrays(pa.array(np.searchsorted(kinds, dt).astype(np.int32)), kind_dict),
+            "source_file": repeated(read.path, n),
+        }
+        yield pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+    del ALLOC_EVENTS
+
+
+def pc_not_cpu(t: pa.Table):
+    """The mask of the GPU rows (None when every row is one)."""
+    import pyarrow.compute as pc
+
+    mask = pc.not_equal(t.column("device_type"), CPU)
+    return None if pc.all(mask).as_py() in (True, None) else mask
+
+
+# --- the format module's entry points (veotrace.sources dispatches here) ---
+
+def iter_alloc_events(path: Path, *, options: ReadOptions, report: ReadReport, columns=None,
+                      on_progress=None) -> Iterator[pa.RecordBatch]:
+    read = cached_read(path, options, report, on_progress=on_progress)
+    t = read.table
+    gpu = int((t.column("device_type").to_numpy() != CPU).sum()) if t.num_rows else 0
+    if not gpu:
+        if t.num_rows:
+            raise TraceFormatError(f"the trace holds no GPU memory events: its {t.num_rows:,} [memory] events are the "
+                                   "CPU's (Device Type 0), which are kept apart from a GPU's numbers", path=path,
+                                   hint="'veotrace info FILE' describes them; profile a run on a GPU for the analyses")
+        raise TraceFormatError("the trace holds no [memory] events", path=path,
+                               hint="Record with torch.profiler.profile(profile_memory=True, ...)")
+    yield from alloc_batches(read, columns)
+
+
+def read_profiler_memory(path: Path, *, options: ReadOptions, report: ReadReport) -> pa.Table:
+    read = cached_read(path, options, report)
+    return read.table.replace_schema_metadata({**KINETO_MEMORY.metadata, **_meta(read)})
+
+
+def _meta(read: MemoryRead) -> dict:
+    import json
+
+    return {b"veotrace.kineto": json.dumps({"path": read.path, "rank": read.rank, "world_size": read.world_size,
+                                           "devices": read.devices, "cut": read.cut, "checks": read.checks,
+                                           "bad_utf8": read.bad_utf8, "schema_version": read.head.get("schemaVersion"),
+                                           "with_stack": read.head.get("with_stack"),
+                                           "profile_memory": read.head.get("profile_memory"),
+                                           "lanes_multi_node": read.lanes_multi_node}).encode()}
+
+
+def read_meta(table: pa.Table) -> list[dict]:
+    """The read notes ``read_profiler_memory`` put on its table (one per file; several after a concat)."""
+    import json
+
+    meta = table.schema.metadata or {}
+    raw = meta.get(b"veotrace.kineto")
+    return [json.loads(raw)] if raw else []
+
+
+_CACHE: dict = {}
+
+
+def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context: bool = False,
+                on_progress=None) -> MemoryRead:
+    """``read_memory`` once per (file, size, mtime, options) within a process: info, the analyses and the
+    report read a trace's memory events many times; its warnings go to every report that asks."""
+    try:
+        st = Path(path).stat()
+        key = (str(path), st.st_size, st.st_mtime_ns, options.skip_bad_rows, context)
+    except (OSError, TypeError):
+        key = None
+    hit = _CACHE.get(key) if key is not None else None
+    if hit is None and key is not None and not context:  # a read with context serves one without
+        hit = _CACHE.get((*key[:4], True))
+    if hit is not None:
+        read, warnings, skipped = hit
+        for w in warnings:
+            if w not in report.warnings:
+                report.warnings.append(w)
+        for p, ln, why in skipped:
+            report.skip_row(p, ln, why)
+        return read
+    mine = ReadReport()
+    read = read_memory(path, options=options, report=mine, context=context, on_progress=on_progress)
+    report.merge(mine)
+    if key is not None:
+        if len(_CACHE) >= 4:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = (read, list(mine.warnings), list(mine.first_skipped) * 0 + list(mine.first_skipped))
+    return read
+
+
+def _context(table: pa.Table, spans: _Spans, path, rank) -> tuple[pa.Table, tuple]:
+    """The ops table of ``spans`` and, for each memory event, the ids of the innermost cpu_op, python_function
+    and ``nn.Module`` frame enclosing it on its thread and of the GPU span running on its device then."""
+    from veotrace.schemas.base import repeated
+
+    n = len(spans)
+    start = np.frombuffer(spans.ts, np.int64) if n else np.zeros(0, np.int64)
+    dur = np.frombuffer(spans.dur, np.int64) if n else np.zeros(0, np.int64)
+    order = np.lexsort((-dur, start))  # by start, the longer (the enclosing) first
+    kind = np.frombuffer(spans.kind, np.int8)[order] if n else np.zeros(0, np.int8)
+    name = np.frombuffer(spans.name, np.int32)[order] if n else np.zeros(0, np.int32)
+    start, dur = start[order], dur[order]
+
+    def col(buf):
+        return np.frombuffer(buf, np.int64)[order] if n else np.zeros(0, np.int64)
+
+    pid, tid_s, dev, stream = col(spans.pid), col(spans.tid), col(spans.dev), col(spans.stream)
+    names = list(spans.names)
+    kinds = pa.array(list(_Spans.KINDS), pa.string())
+    ops = pa.Table.from_arrays([
+        _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
+        pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), kinds),
+        pa.DictionaryArray.from_arrays(pa.array(name), pa.array(names, pa.string())),
+        _masked(start, None, pa.int64()), _masked(dur, None, pa.int64()),
+        _masked(pid, NONE, pa.int64()), _masked(tid_s, NONE, pa.int64()),
+        _masked(np.where(dev == NONE, -1, dev).astype(np.int32), -1, pa.int32()), _masked(stream, NONE, pa.int64()),
+        _nulls(n, pa.int32()) if rank is None else _masked(np.full(n, rank, np.int32), None, pa.int32()),
+        repeated(str(path), n)], schema=KINETO_OPS)
+    m = table.num_rows
+    ts = table.column("ts_ns").to_numpy()
+    tid = table.column("tid").fill_null(NONE).to_numpy()
+    did = table.column("device_id").to_numpy()
+    dtype = table.column("device_type").to_numpy()
+    found = [np.full(m, -1, np.int64) for _ in range(4)]
+    k = {c: i for i, c in enumerate(_Spans.KINDS)}
+    is_op = np.isin(kind, [k["cpu_op"], k["user_annotation"], k["Operator"]])
+    is_frame = kind == k["python_function"]
+    module_name = np.array([x.startswith("nn.Module: ") for x in names] or [False], bool)
+    is_module = is_frame & module_name[name] if n else is_frame
+    is_gpu = np.isin(kind, [k[c] for c in GPU_KINDS])
+    gpu_devices = set(np.unique(dev[is_gpu]).tolist()) - {NONE}
+    lone = next(iter(gpu_devices)) if len(gpu_devices) == 1 else None
+    for which, members, key_col in ((0, is_op, tid_s), (1, is_frame, tid_s), (2, is_gpu, dev), (3, is_module, tid_s)):
+        for key in np.unique(key_col[members]).tolist():
+            idx = np.flatnonzero(members & (key_col == key))
+            if which != 2:
+                rows = np.flatnonzero(tid == key) if key != NONE else idx[:0]
+            else:  # the GPU's own id; a ROCm trace may number its GPU spans otherwise: the lone GPU then
+                same = (dtype != CPU) & (did == key)
+                if lone is not None and not same.any():
+                    same = dtype != CPU
+                rows = np.flatnonzero(same)
+            if not rows.size or not idx.size:
+                continue
+            found[which][rows] = _innermost(start[idx], start[idx] + dur[idx], idx, ts[rows], nested=which != 2)
+    out = tuple(pa.array(f, pa.int64(), mask=f < 0) for f in found)
+    return ops, out
+
+
+def _innermost(starts: np.ndarray, ends: np.ndarray, ids: np.ndarray, t: np.ndarray, *, nested: bool,
+               look_back: int = 16) -> np.ndarray:
+    """For each time ``t``, the id of the latest-starting span (sorted by start) that holds it, -1 for none.
+    Nested spans (one thread's ops): walk up the parents; GPU spans: look back over the last few."""
+    res = np.full(t.size, -1, np.int64)
+    at = np.searchsorted(starts, t, side="right") - 1
+    if nested:
+        parent = np.full(starts.size, -1, np.int64)
+        stack: list[int] = []
+        for i in range(starts.size):
+            while stack and ends[stack[-1]] < starts[i]:
+                stack.pop()
+            parent[i] = stack[-1] if stack else -1
+            stack.append(i)
+        for q in range(t.size):
+            i = at[q]
+            while i >= 0 and ends[i] < t[q]:
+                i = parent[i]
+            res[q] = ids[i] if i >= 0 else -1
+        return res
+    for q in range(t.size):
+        i = at[q]
+        lo = max(i - look_back, -1)
+        while i > lo and ends[i] < t[q]:
+            i -= 1
+        res[q] = ids[i] if i > lo else -1
+    return res
+
+
+def read_ops(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None) -> pa.Table:
+    """The ``KINETO_OPS`` spans of ``path`` (a full scan)."""
+    report = report if report is not None else ReadReport()
+    return cached_read(path, options, report, context=True).ops
