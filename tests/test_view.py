@@ -272,15 +272,16 @@ def test_each_device_is_a_lane_with_its_ooms_and_annotations_marked_and_mapped(t
 
 
 def test_a_crowded_map_is_binned_within_its_row_budget_keeping_every_byte():
+    from veotrace.frag.state import Segment
     from veotrace.viewer.maps import KIND_BIN, KIND_BLOCK, KIND_FREE, state_map
 
     rng = np.random.default_rng(2)
     size = rng.integers(1, 64, 5000) * 512
     addr = (1 << 30) + np.cumsum(size + rng.integers(0, 3, 5000) * 512) - size
     group, site = rng.integers(0, 4, 5000), np.zeros(5000, np.int64)
-    ranges = [(1 << 30, int(addr[-1] + size[-1]) + 4096), (1 << 40, (1 << 40) + (2 << 20))]
-    full_m, full, _ = state_map(ranges, addr, size, group, site, max_rows=10**6)
-    m, rows, pins = state_map(ranges, addr, size, group, site, max_rows=1000)
+    ranges = [Segment(1 << 30, int(addr[-1] + size[-1]) + 4096), Segment(1 << 40, (1 << 40) + (2 << 20))]
+    full_m, full, _ = state_map(ranges, True, addr, size, group, site, max_rows=10**6)
+    m, rows, pins = state_map(ranges, True, addr, size, group, site, max_rows=1000)
     assert m == full_m and len(rows["kind"]) <= 1000
     binned = rows["kind"] == KIND_BIN
     assert binned.any() and rows["live"][binned].sum() == size.sum()
@@ -288,5 +289,89 @@ def test_a_crowded_map_is_binned_within_its_row_budget_keeping_every_byte():
     assert rows["free"][binned].sum() + rows["size"][rows["kind"] == KIND_FREE].sum() == free_full
     assert not (rows["kind"] == KIND_BLOCK).any() and pins[0]["live_bytes"] == size.sum()
     # without ranges (a log without segments) the blocks are binned too
-    m2, rows2, _ = state_map([], addr, size, group, site, max_rows=1000)
+    m2, rows2, _ = state_map([], True, addr, size, group, site, max_rows=1000)
     assert len(rows2["kind"]) <= 1000 and rows2["live"][rows2["kind"] == KIND_BIN].sum() == size.sum()
+
+
+REAL_SNAPSHOTS = ["constructorsun_memory_snapshot.pickle", "cranberrii_memory_snapshot.pickle",
+                  "kkaitlyn_memory_ctx128_fullstep_.pickle", "kkaitlyn_memory_ctx256_forward_.pickle",
+                  "magma27_memory_snapshot.pickle", "maphsge4_snapshot.pickle", "muduard_memory_snapshot.pkl",
+                  "yiyi_oom_snapshot.pickle"]
+#: The map figures that are fragmentation's, by name.
+MAP_KEYS = ("segments", "reserved_bytes", "live_bytes", "live_blocks", "free_bytes", "free_blocks", "largest_free_bytes",
+            "external_frag", "blocks_outside_segments")
+
+
+def fragmentation_of_every_map(path, lanes) -> tuple[list[tuple[str, dict, dict]], object]:
+    """(what, the map's figures, fragmentation's) for every map of ``lanes``: a timed map from fragmentation's own
+    replay handing its state at the map's ``--at`` time (the path of ``fragmentation --at``), an untimed one from
+    the same seeded replay of the device's entries up to the map's state, the end from the replay's final state."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from veotrace.attribution.traces import traces_of
+    from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series
+    from veotrace.frag.decode import COLUMNS
+    from veotrace.frag.metrics import state_metrics
+    from veotrace.frag.series import load_piece, seeded
+    from veotrace.runs import common
+    from veotrace.runs.fragmentation import read_and_replay
+
+    traces = traces_of(path)
+    t0 = min((t for t in map(traces.first_us, traces.devices) if t is not None), default=None)
+    maps = [(int(lane.title.rsplit(" ", 1)[1]), m) for lane in lanes for m in lane.maps]
+    at_ns = lambda m: t0 * 1000 + round(float(m["fragmentation_at"][:-1]) * 1e9)  # noqa: E731
+    timed = [at_ns(m) for _, m in maps if m.get("fragmentation_at") not in (None, "end")]
+    got = {}
+    options, report = common.reading("ns", False, None)
+    res = read_and_replay([path], options=options, report=report, at_each=sorted(set(timed)),
+                          on_at=lambda at, d, st: got.__setitem__((at, d), state_metrics(st)))
+    table = None
+    out = []
+    for d, m in maps:
+        fa = m.get("fragmentation_at")
+        if fa == "end":
+            theirs = state_metrics(res.final_states[d])
+        elif fa is not None:
+            theirs = got[(at_ns(m), d)]
+        else:  # no times: the seeded replay of the device's first entries
+            if table is None:
+                piece = load_piece(path, options=options, report=report)
+                initial, batches = seeded(piece, options=options, columns=COLUMNS)
+                table = pa.Table.from_batches(list(batches))
+            dev = table.filter(pc.equal(pc.fill_null(table.column("device"), 0), d))
+            first = fragmentation_series(dev.slice(0, m["state"]), initial={d: initial[d].copy()}, window_events=10**9,
+                                         round_bytes=TORCH_ROUND_BYTES)
+            theirs = state_metrics(first.final_states[d])
+        out.append((f"device {d} {m['label']} ({fa or 'entry ' + str(m['state'])})", m["metrics"], theirs))
+    return out, res
+
+
+@pytest.mark.parametrize("name", REAL_SNAPSHOTS)
+def test_every_map_of_every_real_snapshot_is_fragmentations_state_there(name):
+    """Issue 48 item 1: expandable segments (constructorsun: one segment whose mapped pages grow) included."""
+    path = REAL_TRACES / name
+    if not path.exists():
+        pytest.skip(f"real trace {name} not present in {REAL_TRACES}")
+    import veotrace
+
+    lanes = veotrace.view(path).value.lanes
+    checked, res = fragmentation_of_every_map(path, lanes)
+    assert checked
+    for what, mine, theirs in checked:
+        assert {k: mine[k] for k in MAP_KEYS} == {k: theirs[k] for k in MAP_KEYS}, what
+    if name.startswith("constructorsun"):  # the issue's instant: device 0's map at 2.052990s
+        m = next(m for lane in lanes if lane.title.endswith("device 0") for m in lane.maps
+                 if m.get("fragmentation_at") == "2.052990s")
+        assert (m["metrics"]["segments"], m["metrics"]["free_bytes"], m["metrics"]["free_blocks"],
+                m["metrics"]["largest_free_bytes"]) == (2, 85_210_112, 25, 44_142_592)
+        assert round(m["metrics"]["external_frag"], 3) == 0.482 and m["metrics"]["expandable_segments"] == 2
+    # the fragmentation lane beneath follows: at each window's end, fragmentation's own window figures
+    windows = res.windows.to_pylist()
+    for lane in lanes:
+        if lane.frag is not None:
+            d = int(lane.title.rsplit(" ", 1)[1])
+            theirs = [w for w in windows if w["device"] == d]
+            assert len(lane.frag["x"]) == len(theirs), lane.title
+            for key in ("external_frag", "free_bytes", "largest_free_bytes"):
+                assert lane.frag[key] == [w[key] for w in theirs], (lane.title, key)

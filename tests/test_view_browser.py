@@ -97,12 +97,14 @@ def test_the_segment_map_at_the_peak_read_from_the_page_is_fragmentation_at(page
         const l = veotraceView.lanes[0], k = l.maps.findIndex(m => m.label.startsWith("peak allocated"));
         l.showMap(k);
         const m = l.maps[k];
-        return {at: m.fragmentation_at, rows: Array.from(m.rows.kind, (kind, i) => [kind, m.rows.addr[i], m.rows.size[i]]),
+        return {at: m.fragmentation_at, base: m.base,
+                rows: Array.from(m.rows.kind, (kind, i) => [kind, m.rows.addr[i], m.rows.size[i]]),
                 head: document.querySelector('.vt-maphead').textContent};
     })()""")
     at = json.loads(run_cli("fragmentation", snap, "--at", m["at"], "-f", "json").stdout)["at"]
     kinds = {"segment": 0, "block": 1, "free": 2}
-    assert sorted(map(tuple, m["rows"])) == sorted((kinds[r["kind"]], r["address"], r["size_bytes"]) for r in at["state"])
+    base = int(m["base"], 16)
+    assert sorted((k, base + a, z) for k, a, z in m["rows"]) == sorted((kinds[r["kind"]], r["address"], r["size_bytes"]) for r in at["state"])
     assert f"--at {m['at']}" in m["head"]
 
 
@@ -118,3 +120,31 @@ def test_hostile_strings_are_shown_as_text_and_run_nothing(browser, tmp_path):
     shown = "\n".join(legend)
     assert HOSTILE[0] in shown or any(h[:50] in shown for h in HOSTILE)
     assert p.evaluate("veotraceView.lanes[0].data.phases[0].name") == HOSTILE[0]
+
+
+def test_an_expandable_snapshots_map_in_the_page_is_fragmentation_at(browser, tmp_path):
+    """Issue 48 item 1 on the page: constructorsun's device-0 map at 2.052990s is one expandable segment per pool,
+    its numbers fragmentation --at's (2 segments, 85,210,112 bytes free in 25 blocks, largest 44,142,592)."""
+    from tests.conftest import REAL_TRACES
+
+    path = REAL_TRACES / "constructorsun_memory_snapshot.pickle"
+    if not path.exists():
+        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
+    out = tmp_path / "c.html"
+    assert run_cli("view", path, "-o", out).exit_code == 0
+    p = browser.open(out.as_uri())
+    assert p.evaluate("veotraceView.ready") is True and p.errors() == []
+    got = p.evaluate("""(() => {
+        const l = veotraceView.lanes[0], k = l.maps.findIndex(m => m.fragmentation_at === "2.052990s");
+        l.showMap(k);
+        const units = l.mapUnits(l.maps[k]);
+        return {head: document.querySelector('.vt-maphead').textContent, kinds: units.map(u => u.kind),
+                ranges: units.map(u => u.ranges.length)};
+    })()""")
+    at = json.loads(run_cli("fragmentation", path, "--at", "2.052990s", "-f", "json").stdout)["at"]["devices"]["0"]
+    assert (at["segments"], at["free_bytes"], at["free_blocks"], at["largest_free_bytes"]) == (2, 85_210_112, 25, 44_142_592)
+    head = got["head"]
+    assert "in 2 segments (2 expandable segments drawn whole" in head
+    assert f"({at['free_bytes']:,} bytes) free in {at['free_blocks']} blocks" in head
+    assert f"external fragmentation {at['external_frag']:.4f}" in head and "--at 2.052990s" in head
+    assert got["kinds"] == ["expandable", "expandable"] and got["ranges"] == [1, 1]

@@ -114,10 +114,14 @@ def _check_target(output: Path) -> None:
 
 def _finish_map(m: dict, map_rows: int) -> dict:
     """A map held as its state (a replay's, made at its instant) becomes rows within the page's budget."""
+    import numpy as np
+
+    from veotrace.viewer.maps import KIND_BIN, KIND_SEGBIN
+
     make = m.pop("make", None)
     if make is not None:
         m["metrics"], m["rows"], m["pins"] = make(map_rows)
-        m["binned"] = bool((m["rows"]["kind"] == 3).any())
+        m["binned"] = bool(np.isin(m["rows"]["kind"], (KIND_BIN, KIND_SEGBIN)).any())
     return m
 
 

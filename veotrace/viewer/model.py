@@ -35,12 +35,24 @@ def column(values, *, exact: bool = True) -> dict:
     a = np.asarray(values)
     if a.dtype == np.uint8:
         return {"t": "u1", "q": 1, "n": int(a.size), "b": base64.b64encode(a.tobytes()).decode("ascii")}
-    if a.dtype.kind in "iu" and a.size and a.min() >= 0:
-        q = int(np.gcd.reduce(a.astype(np.int64))) or 1
-        if int(a.max()) // q < 2**32:
-            data = (a.astype(np.int64) // q).astype("<u4")
+    if a.dtype.kind in "iu" and a.size and (a.dtype.kind == "u" or a.min() >= 0):
+        u = a.astype(np.uint64)  # unsigned 64-bit: addresses past 2**63 stay exact here
+        q = int(np.gcd.reduce(u)) or 1
+        if int(u.max()) // q < 2**32:
+            data = (u // np.uint64(q)).astype("<u4")
             return {"t": "u4", "q": q, "n": int(a.size), "b": base64.b64encode(data.tobytes()).decode("ascii")}
     return {"t": "f8", "q": 1, "n": int(a.size), "b": base64.b64encode(a.astype("<f8").tobytes()).decode("ascii")}
+
+
+def map_page(m: dict) -> dict:
+    """A segment map as the page reads it: its rows' addresses as offsets from its lowest (``base``, a hex
+    string: an address past 2**53 is not exact as a JavaScript number, an offset within one device's map is)."""
+    rows = m["rows"]
+    addr = np.asarray(rows["addr"], np.uint64)
+    base = int(addr.min()) if addr.size else 0
+    cols = {k: column(v) for k, v in rows.items() if k != "addr"}
+    cols["addr"] = column(addr - np.uint64(base))
+    return dict(m, rows=cols, base=hex(base))
 
 
 @dataclass
@@ -102,7 +114,7 @@ class Lane:
                "reserved": None if self.reserved is None else column(self.reserved),
                "peaks": self.peaks, "ooms": self.ooms, "phases": self.phases, "marks": self.marks,
                "frag": self.frag, "sites": self.sites, "notes": self.notes,
-               "maps": [dict(m, rows={k: column(v) for k, v in m["rows"].items()}) for m in self.maps]}
+               "maps": [map_page(m) for m in self.maps]}
         return out
 
 

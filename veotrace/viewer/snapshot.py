@@ -17,7 +17,6 @@ import numpy as np
 
 from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
 from veotrace.viewer.lanes import class_name, size_class, stack_groups
-from veotrace.viewer.maps import state_map
 from veotrace.viewer.model import Lane, text
 
 OTHER = "(other sites)"
@@ -94,14 +93,17 @@ def snapshot_lanes(path, rule, *, title: str, points_budget: int) -> list[Lane]:
     t0 = min((t for t in map(traces.first_us, traces.devices) if t is not None), default=None)
     ranges_by_device, _counts = annotation_ranges(snap.external_annotations)
     lanes = []
+    step = window_us(traces)
     for d in devices:
         sweep = device_sweep(traces, d, names, final.get(d, {}))
         e = _first_pass(sweep)
-        lanes.append(_lane(sweep, e, names, traces, d, t0, ranges_by_device.get(d, []), title, points_budget // len(devices)))
+        lanes.append(_lane(sweep, e, names, traces, d, t0, ranges_by_device.get(d, []), title, points_budget // len(devices),
+                           step))
     return lanes
 
 
-def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title: str, points_budget: int) -> Lane:
+def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title: str, points_budget: int,
+          step: int) -> Lane:
     n = e.act.size
     timed = n > 0 and bool((e.t >= 0).all()) and t0 is not None
     notes = []
@@ -154,7 +156,10 @@ def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title
                        for a, b, nm, k in annotation[:MAX_PHASES]]
         if len(annotation) > MAX_PHASES:
             notes.append(f"{len(annotation):,} phase ranges: the first {MAX_PHASES:,} are drawn")
-    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0)
+    segs = segments_before(traces, d)
+    extents = _extents(segs, traces.segment_rows(d), [g for g in traces.snap.segments
+                                                      if (g.get("device") if isinstance(g.get("device"), int) else 0) == d])
+    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0, segs, extents, step)
     return lane
 
 
@@ -209,12 +214,42 @@ def _instants(lane: Lane, e: _Entries, x, total, reserved, timed: bool, t0) -> l
     return sorted(out.items())
 
 
-def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, reserved, timed, t0) -> None:
-    """The maps at the lane's instants and the external fragmentation at each window's end: one walk."""
-    from veotrace.attribution.sweep import free_layout, ranges_after, walk
+def segments_before(traces, d: int):
+    """Device ``d``'s reserved ranges before its trace as ``fragmentation`` seeds them: the snapshot's segments
+    (``frag.state.DeviceState``, expandable ones marked) with each segment event undone, latest first."""
+    from veotrace.frag.state import OP_CODES, OP_SEG_ALLOC, OP_SEG_FREE, OP_SEG_MAP, OP_SEG_UNMAP, DeviceState, Segment
+
+    undo = {OP_SEG_ALLOC: OP_SEG_FREE, OP_SEG_FREE: OP_SEG_ALLOC, OP_SEG_MAP: OP_SEG_UNMAP, OP_SEG_UNMAP: OP_SEG_MAP}
+    mine = sorted((s["address"], s["address"] + s["total_size"], s.get("is_expandable") is True)
+                  for s in traces.snap.segments if (s.get("device") if isinstance(s.get("device"), int) else 0) == d)
+    st = DeviceState(segments=[Segment(a, b, x) for a, b, x in mine], segmented=bool(mine))
+    for act, a, n in reversed(traces.segment_rows(d)):
+        if isinstance(a, int) and act in OP_CODES:
+            st.apply_segment(undo[OP_CODES[act]], a, n)
+    return st
+
+
+def _extents(st, seg_rows, final_segments) -> list[tuple[int, int]]:
+    """The expandable segments' spans: every range mapped as expandable before, during or at the end of the trace."""
+    from veotrace.viewer.maps import extents_of
+
+    spans = [(s.start, s.end) for s in st.segments if s.expandable]
+    spans += [(a, a + n) for act, a, n in seg_rows if act == "segment_map" and isinstance(a, int) and n > 0]
+    spans += [(s["address"], s["address"] + s["total_size"]) for s in final_segments if s.get("is_expandable") is True]
+    return extents_of(spans)
+
+
+def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, reserved, timed, t0, segs, extents,
+                 step: int) -> None:
+    """The maps at the lane's instants and the external fragmentation at each window's end: one walk, the
+    reserved ranges replayed as ``fragmentation`` replays them (``segs``: a ``frag.state.DeviceState``)."""
+    from veotrace.attribution.sweep import walk
+    from veotrace.defaults import FRAGMENTATION_MAX_GAP_BYTES
+    from veotrace.frag.state import OP_CODES, OP_SEG_ALLOC
+    from veotrace.viewer.maps import layout
 
     instants = _instants(lane, e, x, total, reserved, timed, t0)
-    windows = _window_edges(e, t0) if timed else None
+    windows = _window_edges(e, t0, step) if timed else None
     stops: dict[int, list] = {}
     for s, label in instants:
         stops.setdefault(s, []).append(("map", label))
@@ -223,50 +258,66 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
             stops.setdefault(s, []).append(("window", end_x))
     frag = {"x": [], "external_frag": [], "free_bytes": [], "largest_free_bytes": []}
     site_ids: dict[int, int] = {}
-    ranges = sweep.ranges
     rows = sweep.rows()
     for i, row, blocks, _rm, _ad in walk(rows, sweep.pre, sweep.free_op):
         for what, arg in stops.get(i, ()):
             if what == "window":
-                f = free_layout(ranges, blocks)
+                addr = np.sort(np.fromiter(blocks.keys(), np.uint64, len(blocks)))
+                size = np.fromiter((blocks[a][0] for a in addr.tolist()), np.int64, addr.size)
+                f = layout(segs.segments, segs.segmented, addr, size, max_gap=FRAGMENTATION_MAX_GAP_BYTES)["metrics"]
                 frag["x"].append(arg)
                 frag["external_frag"].append(f["external_frag"])
                 frag["free_bytes"].append(f["free_bytes"])
                 frag["largest_free_bytes"].append(f["largest_free_bytes"])
             else:
-                lane.maps.append(_map(i, arg, ranges, blocks, key, slots, site_ids, x, e, timed, t0))
+                lane.maps.append(_map(i, arg, segs, extents, blocks, key, slots, site_ids, x, e, timed, t0))
         if row is None:
             break
-        ranges = ranges_after(ranges, row)
+        code = OP_CODES.get(row[0], 0)
+        if code >= OP_SEG_ALLOC and isinstance(row[1], int):
+            segs.apply_segment(code, row[1], row[2])
     lane.frag = frag if windows is not None else None
     lane.sites = [text(names.sites[c]) for c in sorted(site_ids, key=site_ids.get)]
 
 
-def _window_edges(e: _Entries, t0) -> list[tuple[int, float]]:
-    """(state, window end in seconds) at the end of each window of the one window rule (aligned to
-    multiples of the window, as ``fragmentation``'s): the state after every entry before the edge."""
+def window_us(traces) -> int:
+    """The window of the one window rule over every device's entries (as ``fragmentation`` chooses it for the
+    snapshot), in µs."""
     from veotrace.analysis import timescale
     from veotrace.defaults import FRAGMENTATION_WINDOW_S
 
+    ts = traces.times_us() * 1000
+    w = None
+    if ts.size:
+        w, _why = timescale.fit_window(int(ts.min()), int(ts.max()), FRAGMENTATION_WINDOW_S, lambda: ts, ts.size)
+    return max(1, round((w / timescale.NS_PER_S if w else FRAGMENTATION_WINDOW_S) * 1e6))
+
+
+def _window_edges(e: _Entries, t0, step: int) -> list[tuple[int, float]]:
+    """(state, window end in seconds) at the end of each window of ``step`` µs (aligned to multiples of the
+    window, as ``fragmentation``'s): the state after every entry before the edge."""
     if not e.t.size:
         return []
-    ts = e.t * 1000
-    w, _why = timescale.fit_window(int(ts.min()), int(ts.max()), FRAGMENTATION_WINDOW_S, lambda: ts, ts.size)
-    step = max(1, round((w / timescale.NS_PER_S if w else FRAGMENTATION_WINDOW_S) * 1e6))
     edges = np.arange((int(e.t[0]) // step + 1) * step, int(e.t[-1]) + step + 1, step, dtype=np.int64)
     states = np.searchsorted(np.maximum.accumulate(e.t), edges, "left")
     return list(zip(states.tolist(), ((edges - t0) / 1e6).tolist()))
 
 
-def _map(state: int, label: str, ranges, blocks: dict, key, slots, site_ids: dict, x, e: _Entries, timed: bool, t0) -> dict:
-    addr = np.fromiter(blocks.keys(), np.uint64, len(blocks)).astype(np.int64)
+def _map(state: int, label: str, segs, extents, blocks: dict, key, slots, site_ids: dict, x, e: _Entries, timed: bool,
+         t0) -> dict:
+    from veotrace.frag.state import Segment
+    from veotrace.viewer.maps import state_map
+
+    addr = np.fromiter(blocks.keys(), np.uint64, len(blocks))
     vals = np.fromiter((v for b in blocks.values() for v in (b[0], b[2])), np.int64, 2 * len(blocks)).reshape(-1, 2)
     size, code = vals[:, 0], vals[:, 1]
     group = slots[key(code, size)] if code.size else np.zeros(0, np.int64)
     site = np.array([site_ids.setdefault(c, len(site_ids)) for c in code.tolist()], np.int64)
-    ranges = list(ranges)  # the walk's own list goes on changing: the map is made once the page's budget is known
+    # the replay goes on changing its segments: this instant's own copy, made into rows once the page's budget is known
+    segments, segmented = [Segment(s.start, s.end, s.expandable) for s in segs.segments], segs.segmented
     out = {"label": label, "state": state, "x": float(x[state]),
-           "make": lambda max_rows: state_map(ranges, addr, size, group, site, max_rows=max_rows)}
+           "make": lambda max_rows: state_map(segments, segmented, addr, size, group, site, max_rows=max_rows,
+                                              extents=extents)}
     if timed and state:
         at_us = int(e.t[state - 1])
         out["fragmentation_at"] = f"{(at_us - t0) / 1e6:.6f}s"

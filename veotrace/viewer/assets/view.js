@@ -242,18 +242,30 @@
     });
     lane.maps = maps;
     lane.shown = null;
+    function hexAt(m, offset) {  // an address of a map: its base (a hex string, exact past 2**53) plus an offset
+      return "0x" + (BigInt(m.base) + BigInt(Math.round(offset))).toString(16);
+    }
+    lane.hexAt = hexAt;
+    function mapHeadText(m) {
+      const mt = m.metrics;
+      const exp = mt.expandable_segments ? ` (${fmtNum(mt.expandable_segments)} expandable segment${mt.expandable_segments === 1 ? "" : "s"}` +
+        ` drawn whole: ${fmtBytes(mt.unmapped_bytes)} of their span unmapped now)` : "";
+      return `${m.label} at ${fmtX(d, m.x)} (state after entry ${fmtNum(m.state)}): ` +
+        (mt.reserved_bytes === null ? "no reserved segments known (free gaps: under 2 MiB between live blocks)" :
+          `${fmtBytes(mt.reserved_bytes)} reserved in ${fmtNum(mt.segments)} segment${mt.segments === 1 ? "" : "s"}${exp}`) +
+        `, ${fmtBytes(mt.live_bytes)} live in ${fmtNum(mt.live_blocks)} blocks, ` +
+        `${fmtBytes(mt.free_bytes)} (${fmtNum(mt.free_bytes)} bytes) free in ${fmtNum(mt.free_blocks)} blocks, largest ${fmtBytes(mt.largest_free_bytes)}, ` +
+        `external fragmentation ${mt.external_frag === null ? "–" : mt.external_frag.toFixed(4)}` +
+        (m.fragmentation_at ? `  (as: veotrace fragmentation --at ${m.fragmentation_at})` : "") +
+        (m.binned ? "; crowded segments drawn as address bins, the smallest as segment bins (exact byte counts)" : "");
+    }
     function showMap(k) {
       const m = maps[k];
       lane.shown = k;
-      const mt = m.metrics;
-      mapHead.textContent = `${m.label} at ${fmtX(d, m.x)} (state after entry ${fmtNum(m.state)}): ${fmtBytes(mt.reserved_bytes)} reserved in ` +
-        `${fmtNum(mt.segments)} segments, ${fmtBytes(mt.live_bytes)} live in ${fmtNum(mt.live_blocks)} blocks, ` +
-        `${fmtBytes(mt.free_bytes)} free in ${fmtNum(mt.free_blocks)} gaps, largest ${fmtBytes(mt.largest_free_bytes)}, ` +
-        `external fragmentation ${mt.external_frag === null ? "–" : mt.external_frag.toFixed(4)}` +
-        (m.fragmentation_at ? `  (as: veotrace fragmentation --at ${m.fragmentation_at})` : "") +
-        (m.binned ? "; crowded segments drawn as address bins" : "");
+      mapHead.textContent = mapHeadText(m);
       drawMap(m);
       for (const b of mapPick.children) b.classList.toggle("vt-on", Number(b.dataset.k) === k);
+      if (lane.onMap) lane.onMap(k);
     }
     lane.showMap = showMap;
     for (let k = 0; k < maps.length; k++) {
@@ -263,25 +275,41 @@
       mapPick.appendChild(b);
     }
     let layout = [];
-    function drawMap(m) {
-      const r = m.rows, n = r.kind.length;
-      const segs = [];
-      for (let i = 0; i < n; i++) if (r.kind[i] === 0) segs.push({i: i, range: r.range[i], addr: r.addr[i], size: r.size[i], rows: []});
-      const outside = {i: -1, range: -1, addr: 0, size: 0, rows: []};
-      const byRange = new Map(segs.map(s => [s.range, s]));
+    // the units drawn: a plain segment, an expandable segment (its mapped ranges and unmapped spans), a segment bin,
+    // or the blocks outside every segment
+    function mapUnits(m) {
+      const r = m.rows, n = r.kind.length, units = new Map(), unitOfRange = new Map();
+      const unit = (key, kind) => {
+        if (!units.has(key)) units.set(key, {key: key, kind: kind, lo: Infinity, hi: -Infinity, rows: [], ranges: []});
+        return units.get(key);
+      };
+      const grow = (u, i) => { u.lo = Math.min(u.lo, r.addr[i]); u.hi = Math.max(u.hi, r.addr[i] + r.size[i]); };
       for (let i = 0; i < n; i++) {
-        if (r.kind[i] === 0) continue;
-        const s = r.range[i] >= 0 ? byRange.get(r.range[i]) : outside;
-        s.rows.push(i);
+        const k = r.kind[i];
+        if (k === 0) {
+          const u = r.seg[i] >= 0 ? unit("x" + r.seg[i], "expandable") : unit("r" + r.range[i], "segment");
+          u.ranges.push(i); grow(u, i); unitOfRange.set(r.range[i], u);
+        } else if (k === 4) { const u = unit("x" + r.seg[i], "expandable"); u.rows.push(i); grow(u, i); }
+        else if (k === 5) { const u = unit("b" + i, "segbin"); u.rows.push(i); grow(u, i); }
       }
-      if (outside.rows.length) {
-        let lo = Infinity, hi = -Infinity;
-        for (const i of outside.rows) { lo = Math.min(lo, r.addr[i]); hi = Math.max(hi, r.addr[i] + r.size[i]); }
-        outside.addr = lo; outside.size = hi - lo; segs.push(outside);
+      for (let i = 0; i < n; i++) {
+        const k = r.kind[i];
+        if (k === 0 || k === 4 || k === 5) continue;
+        const u = r.range[i] >= 0 ? unitOfRange.get(r.range[i]) : unit("outside", "outside");
+        u.rows.push(i);
+        if (r.range[i] < 0) grow(u, i);
       }
+      const out = Array.from(units.values());
+      for (const u of out) { u.addr = u.lo; u.size = Math.max(0, u.hi - u.lo); }
+      return out;
+    }
+    lane.mapUnits = mapUnits;
+    function drawMap(m) {
+      const r = m.rows;
+      const segs = mapUnits(m);
       segs.sort((a, b) => b.size - a.size || a.addr - b.addr);
       const W = Math.max(400, mapCanvas.parentNode.clientWidth || 1000), rowH = 14, gap = 4;
-      const maxSize = segs.length ? segs[0].size : 1;
+      const maxSize = segs.length ? Math.max(segs[0].size, 1) : 1;
       const rowsOut = [];
       let cur = [], used = 0;
       for (const s of segs) {  // pack segments into rows of at most the largest segment's width
@@ -302,24 +330,39 @@
         const y = ri * (rowH + gap);
         for (const s of row) {
           const sx = 1 + off * scale, sw = Math.max(1, s.size * scale);
-          ctx.fillStyle = "#f4f4f4"; ctx.fillRect(sx, y, sw, rowH);
+          const at = a => sx + (a - s.addr) * scale;
+          ctx.fillStyle = "#f4f4f4";
+          if (s.kind === "expandable") for (const i of s.ranges) ctx.fillRect(at(r.addr[i]), y, Math.max(1, r.size[i] * scale), rowH);
+          else ctx.fillRect(sx, y, sw, rowH);
           for (const i of s.rows) {
-            const bx = sx + (r.addr[i] - s.addr) * scale, bw = Math.max(0.5, r.size[i] * scale);
-            if (r.kind[i] === 1) { ctx.fillStyle = r.group[i] >= 0 ? color(r.group[i]) : "#888"; ctx.fillRect(bx, y, bw, rowH); }
-            else if (r.kind[i] === 2) { ctx.fillStyle = "#ffffff"; ctx.fillRect(bx, y + 3, bw, rowH - 6); }
-            else if (r.kind[i] === 3) {
+            const bx = at(r.addr[i]), bw = Math.max(0.5, r.size[i] * scale), k = r.kind[i];
+            if (k === 1) { ctx.fillStyle = r.group[i] >= 0 ? color(r.group[i]) : "#888"; ctx.fillRect(bx, y, bw, rowH); }
+            else if (k === 2) { ctx.fillStyle = "#ffffff"; ctx.fillRect(bx, y + 3, bw, rowH - 6); }
+            else if (k === 3 || k === 5) {
               const liveShare = r.size[i] ? r.live[i] / r.size[i] : 0;
               ctx.fillStyle = r.group[i] >= 0 ? color(r.group[i]) : "#888";
               ctx.fillRect(bx, y + rowH * (1 - liveShare), bw, rowH * liveShare);
+            } else if (k === 4) {  // unmapped pages of an expandable segment: hatched
+              ctx.save(); ctx.beginPath(); ctx.rect(bx, y, bw, rowH); ctx.clip();
+              ctx.strokeStyle = "#bbb"; ctx.lineWidth = 1;
+              for (let hx = bx - rowH; hx < bx + bw; hx += 6) { ctx.beginPath(); ctx.moveTo(hx, y + rowH); ctx.lineTo(hx + rowH, y); ctx.stroke(); }
+              ctx.restore();
             }
           }
-          ctx.strokeStyle = "#333"; ctx.lineWidth = 1; ctx.strokeRect(sx, y, sw, rowH);
+          ctx.strokeStyle = "#333"; ctx.lineWidth = 1;
+          if (s.kind === "expandable") {
+            ctx.setLineDash([3, 2]); ctx.strokeRect(sx, y, sw, rowH); ctx.setLineDash([]);
+            for (const i of s.ranges) ctx.strokeRect(at(r.addr[i]), y, Math.max(1, r.size[i] * scale), rowH);
+          } else ctx.strokeRect(sx, y, sw, rowH);
           layout.push({s: s, x: sx, w: sw, y: y, h: rowH});
           off += s.size + 2 / scale;
         }
       });
       if (rowsOut.length > shown.length) mapHead.textContent += `; first ${shown.length} of ${rowsOut.length} rows of segments drawn`;
-      mapInfo.textContent = "Hover the map: a block's site, a free gap, and which sites pin a segment's free bytes.";
+      mapInfo.textContent = d.group_kind === "site"
+        ? "Hover the map: a block's site, a free gap, and which sites pin a segment's free bytes."
+        : "Hover the map: a block's address and size, a free gap, a segment's free bytes (" +
+          (d.group_kind === "size class" ? "this snapshot recorded no stacks" : "a log records no sites") + ": blocks are coloured by size class).";
       lane.mapLayout = layout;
     }
     function mapHover(ev) {
@@ -332,16 +375,29 @@
       const a = hit.s.addr + (px - hit.x) / (hit.w) * hit.s.size;
       let found = -1;
       for (const i of hit.s.rows) if (a >= r.addr[i] && a < r.addr[i] + r.size[i]) { found = i; if (r.kind[i] !== 2) break; }
-      const lines = [hit.s.range >= 0 ? `segment 0x${hit.s.addr.toString(16)}: ${fmtBytes(hit.s.size)}` : "blocks outside every known segment"];
-      const pin = m.pins.find(p => p.range === hit.s.range);
-      if (pin) lines.push(`${fmtBytes(pin.free_bytes)} free here, pinned by ${fmtNum(pin.live_blocks)} live blocks (${fmtBytes(pin.live_bytes)}); most by: ` +
-        pin.sites.map(s => d.sites[s]).join("; "));
+      const s = hit.s, lines = [];
+      let range = -1;
+      if (s.kind === "segment") { range = r.range[s.ranges[0]]; lines.push(`segment ${hexAt(m, s.addr)}: ${fmtBytes(s.size)}`); }
+      else if (s.kind === "expandable") {
+        let mapped = 0;
+        for (const i of s.ranges) { mapped += r.size[i]; if (a >= r.addr[i] && a < r.addr[i] + r.size[i]) range = r.range[i]; }
+        lines.push(`expandable segment ${hexAt(m, s.addr)}: ${fmtBytes(mapped)} mapped in ${fmtNum(s.ranges.length)} range` +
+          `${s.ranges.length === 1 ? "" : "s"} of the ${fmtBytes(s.size)} its pages were mapped in over the trace`);
+      } else if (s.kind === "outside") lines.push("blocks outside every known segment");
+      const pin = range >= 0 ? m.pins.find(p => p.range === range) : null;
+      if (pin) lines.push(`${fmtBytes(pin.free_bytes)} free here, pinned by ${fmtNum(pin.live_blocks)} live blocks (${fmtBytes(pin.live_bytes)})` +
+        (d.group_kind === "site" ? "; most by: " + pin.sites.map(x => d.sites[x]).join("; ") : ""));
       if (found >= 0) {
         const k = r.kind[found];
-        if (k === 1) lines.push(`block 0x${r.addr[found].toString(16)}: ${fmtBytes(r.size[found])}; site: ${r.site[found] >= 0 ? d.sites[r.site[found]] : "–"}`);
-        else if (k === 2) lines.push(`free gap 0x${r.addr[found].toString(16)}: ${fmtBytes(r.size[found])}`);
-        else if (k === 3) lines.push(`address bin 0x${r.addr[found].toString(16)} (${fmtBytes(r.size[found])}): ${fmtBytes(r.live[found])} live, ` +
+        if (k === 1) lines.push(`block ${hexAt(m, r.addr[found])}: ${fmtBytes(r.size[found])}` +
+          (d.group_kind === "site" ? `; site: ${r.site[found] >= 0 ? d.sites[r.site[found]] : "–"}` :
+            r.group[found] >= 0 ? `; ${d.groups[r.group[found]].name}` : ""));
+        else if (k === 2) lines.push(`free gap ${hexAt(m, r.addr[found])}: ${fmtBytes(r.size[found])}`);
+        else if (k === 3) lines.push(`address bin ${hexAt(m, r.addr[found])} (${fmtBytes(r.size[found])}): ${fmtBytes(r.live[found])} live, ` +
           `${fmtBytes(r.free[found])} free, largest gap ${fmtBytes(r.gap[found])}` + (r.group[found] >= 0 ? `; mostly ${d.groups[r.group[found]].name}` : ""));
+        else if (k === 4) lines.push(`unmapped ${hexAt(m, r.addr[found])}: ${fmtBytes(r.size[found])} (pages of this segment mapped at another time)`);
+        else if (k === 5) lines.push(`segment bin from ${hexAt(m, r.addr[found])}: ${fmtNum(r.seg[found])} segments, ${fmtBytes(r.size[found])} reserved, ` +
+          `${fmtBytes(r.live[found])} live, ${fmtBytes(r.free[found])} free, largest gap ${fmtBytes(r.gap[found])}`);
       }
       mapInfo.textContent = lines.join("\n");
     }
