@@ -89,7 +89,12 @@ def snapshot_lanes(path, rule, *, title: str, points_budget: int) -> list[Lane]:
     snap = traces.snap
     names = Interner(rule)
     final = final_blocks(snap, names)
-    devices = sorted({*traces.devices, *final})
+    devices = sorted({*traces.devices, *final, *(g.get("device") if isinstance(g.get("device"), int) else 0
+                                                  for g in snap.segments)})
+    if not devices:  # nothing to draw: the words every command that reads the file's events says (report's, issue 47 item 9)
+        from veotrace.sources.snapshots.model import no_trace_events
+
+        raise no_trace_events(path, 0, 0)
     t0 = min((t for t in map(traces.first_us, traces.devices) if t is not None), default=None)
     ranges_by_device, _counts = annotation_ranges(snap.external_annotations)
     lanes = []
