@@ -15,11 +15,6 @@ from veotrace.defaults import SITES_DEPTH
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
 
-#: States kept over all lanes of a page, and segment-map rows over all its maps: the page's size bound
-#: (about 6 MiB at most, whatever the trace's size; see benchmarks/bench_view.py).
-POINTS_BUDGET = 48_000
-MAP_ROWS_BUDGET = 60_000
-MIN_MAP_ROWS = 600
 #: Evenly spaced instants with a segment map, per lane.
 KEYFRAMES = 16
 
@@ -75,6 +70,7 @@ def view(paths, output=None, *, site_filter: str | None = None, site_depth: int 
         ``fragmentation`` (or for a snapshot, ``sites``) refuses, or an output that cannot be written.
     """
     from veotrace.outputs import check_output
+    from veotrace.viewer.budget import MAP_ROWS_BUDGET, PAGE_BYTES, POINTS_BUDGET  # the page's one budget
 
     paths = common.as_paths(paths)
     inputs = common.input_files(paths)
@@ -88,14 +84,14 @@ def view(paths, output=None, *, site_filter: str | None = None, site_depth: int 
     lanes, notes = [], []
     for given in paths:
         lanes += _lanes_of(given, rule, options, report, per_input)
-    map_rows = max(MIN_MAP_ROWS, MAP_ROWS_BUDGET // max(1, sum(len(lane.maps) for lane in lanes)))
-    for lane in lanes:
-        lane.maps = [_finish_map(m, map_rows) for m in lane.maps]
+    from veotrace.viewer.budget import fit
     from veotrace.viewer.model import ViewResult
+    from veotrace.viewer.page import data_json
 
     result = ViewResult(lanes, {"inputs": [str(p) for p in paths], "site_filter": rule.internal,
                                 "site_depth": rule.depth, "points_budget": POINTS_BUDGET,
-                                "map_rows_budget": MAP_ROWS_BUDGET}, notes)
+                                "map_rows_budget": MAP_ROWS_BUDGET, "page_bytes": PAGE_BYTES}, notes)
+    fit(result, lambda r: len(data_json(r.page_data())))
     run = ViewRun(result, report.messages(), inputs)
     if output is not None:
         from veotrace.outputs import write_bytes
@@ -110,19 +106,6 @@ def _check_target(output: Path) -> None:
     from veotrace.plot.base import check_writable
 
     check_writable(output, "view", "a file name such as view.html")
-
-
-def _finish_map(m: dict, map_rows: int) -> dict:
-    """A map held as its state (a replay's, made at its instant) becomes rows within the page's budget."""
-    import numpy as np
-
-    from veotrace.viewer.maps import KIND_BIN, KIND_SEGBIN
-
-    make = m.pop("make", None)
-    if make is not None:
-        m["metrics"], m["rows"], m["pins"] = make(map_rows)
-        m["binned"] = bool(np.isin(m["rows"]["kind"], (KIND_BIN, KIND_SEGBIN)).any())
-    return m
 
 
 def _lanes_of(given, rule, options, report, budget: int) -> list:

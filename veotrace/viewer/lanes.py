@@ -41,6 +41,7 @@ class Stacked:
     buckets: list[int]
     bytes: np.ndarray
     blocks: np.ndarray
+    detail: list[int]
 
     def peak_row(self, x: np.ndarray) -> dict:
         """The allocated peak as the page marks it: its state, bytes, and bytes by group there."""
@@ -86,4 +87,4 @@ def stack_groups(e, pre_key: np.ndarray, pre_size: np.ndarray, key_name: dict, x
         a, r = ad_slot == g, rm_slot == g
         by[g] = (np.r_[0, np.cumsum(np.where(a, e.ad_size, 0) - np.where(r, e.rm_size, 0))] + start_bytes[g])[keep]
         blocks[g] = (np.r_[0, np.cumsum(a.astype(np.int64) - r)] + start_blocks[g])[keep]
-    return Stacked(top, slots, n_groups, total, peak, keep, level, buckets, by, blocks)
+    return Stacked(top, slots, n_groups, total, peak, keep, level, buckets, by, blocks, detail)

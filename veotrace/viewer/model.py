@@ -28,20 +28,23 @@ def text(value) -> str:
 
 
 def column(values, *, exact: bool = True) -> dict:
-    """A numeric column for the page: ``{"t": "u1"|"u4"|"f8", "q": scale, "n": length, "b": base64}``.
+    """A numeric column for the page: ``{"t": "u1"|"u4"|"f8", "q": scale, "o": offset, "n": length, "b": base64}``,
+    each value ``stored * q + o``.
 
-    Non-negative integers are divided by their greatest common divisor and sent as uint32 when they fit;
-    anything else as float64 (``exact``: integers stay exact up to 2**53)."""
+    Integers (unsigned 64-bit, or signed: their minimum is the offset, so -1 for "none" costs nothing) are
+    divided by their greatest common divisor and sent as uint32 when they fit; anything else as float64
+    (``exact``: integers stay exact up to 2**53)."""
     a = np.asarray(values)
     if a.dtype == np.uint8:
-        return {"t": "u1", "q": 1, "n": int(a.size), "b": base64.b64encode(a.tobytes()).decode("ascii")}
-    if a.dtype.kind in "iu" and a.size and (a.dtype.kind == "u" or a.min() >= 0):
-        u = a.astype(np.uint64)  # unsigned 64-bit: addresses past 2**63 stay exact here
+        return {"t": "u1", "q": 1, "o": 0, "n": int(a.size), "b": base64.b64encode(a.tobytes()).decode("ascii")}
+    if a.dtype.kind in "iu" and a.size:
+        off = 0 if a.dtype.kind == "u" else min(int(a.min()), 0)
+        u = a.astype(np.uint64) if a.dtype.kind == "u" else (a.astype(np.int64) - off).astype(np.uint64)
         q = int(np.gcd.reduce(u)) or 1
         if int(u.max()) // q < 2**32:
             data = (u // np.uint64(q)).astype("<u4")
-            return {"t": "u4", "q": q, "n": int(a.size), "b": base64.b64encode(data.tobytes()).decode("ascii")}
-    return {"t": "f8", "q": 1, "n": int(a.size), "b": base64.b64encode(a.astype("<f8").tobytes()).decode("ascii")}
+            return {"t": "u4", "q": q, "o": off, "n": int(a.size), "b": base64.b64encode(data.tobytes()).decode("ascii")}
+    return {"t": "f8", "q": 1, "o": 0, "n": int(a.size), "b": base64.b64encode(a.astype("<f8").tobytes()).decode("ascii")}
 
 
 def map_page(m: dict) -> dict:
@@ -52,7 +55,7 @@ def map_page(m: dict) -> dict:
     base = int(addr.min()) if addr.size else 0
     cols = {k: column(v) for k, v in rows.items() if k != "addr"}
     cols["addr"] = column(addr - np.uint64(base))
-    return dict(m, rows=cols, base=hex(base))
+    return {**{k: v for k, v in m.items() if k != "make"}, "rows": cols, "base": hex(base)}
 
 
 @dataclass
@@ -95,6 +98,28 @@ class Lane:
     sites: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     entries: int = 0
+    all_sites: list[str] | None = None  # every site the maps' blocks name (``sites``: those the page carries)
+    sites_dropped: int = 0
+    detail: list[int] = field(default_factory=list)  # the states whose neighbourhood is kept whole (peak, OOMs)
+    _full: tuple | None = field(default=None, repr=False)
+
+    def coarsen(self, drop: int) -> None:
+        """Keep the states of all but the finest ``drop`` summary levels (of what the lane kept at first), and
+        every state near its peak and OOMs (``detail``): the page's budget (``budget.fit``) asked for fewer."""
+        from veotrace.viewer.lanes import DETAIL_RADIUS
+
+        if self._full is None:
+            self._full = (self.x, self.level, self.state, self.buckets, self.bytes, self.blocks, self.reserved)
+        x, level, state, buckets, by, bl, res = self._full
+        nb = max(1, len(buckets) - drop)
+        near = np.zeros(state.size, bool)
+        for dstate in self.detail:
+            near |= np.abs(state.astype(np.int64) - dstate) <= DETAIL_RADIUS
+        keep = (level < nb) | near
+        self.x, self.state, self.buckets = x[keep], state[keep], list(buckets[:nb])
+        self.level = np.where(level[keep] < nb, level[keep], nb).astype(np.uint8)
+        self.bytes, self.blocks = by[:, keep], bl[:, keep]
+        self.reserved = None if res is None else res[keep]
 
     def summary(self) -> dict:
         """The lane without its columns: what ``to_dict`` and the notebook show."""
@@ -103,13 +128,13 @@ class Lane:
                 "groups": [{k: v for k, v in g.items() if k != "stack"} for g in self.groups],
                 "peaks": self.peaks, "ooms": self.ooms, "phases": len(self.phases), "marks": len(self.marks),
                 "windows": 0 if self.frag is None else len(self.frag["x"]),
-                "maps": [{k: v for k, v in m.items() if k not in ("rows",)} for m in self.maps], "notes": self.notes}
+                "maps": [{k: v for k, v in m.items() if k not in ("rows", "make")} for m in self.maps], "notes": self.notes}
 
     def page(self) -> dict:
         """The lane as the page reads it (plain JSON values and base64 columns)."""
         out = {"title": self.title, "group_kind": self.group_kind, "x_unit": self.x_unit, "entries": self.entries,
                "groups": self.groups, "buckets": self.buckets, "x": column(self.x.astype(np.float64)),
-               "level": column(self.level.astype(np.uint8)), "state": column(self.state.astype(np.float64)),
+               "level": column(self.level.astype(np.uint8)), "state": column(self.state.astype(np.int64)),
                "bytes": [column(r) for r in self.bytes], "blocks": [column(r) for r in self.blocks],
                "reserved": None if self.reserved is None else column(self.reserved),
                "peaks": self.peaks, "ooms": self.ooms, "phases": self.phases, "marks": self.marks,

@@ -145,7 +145,7 @@ def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title
         groups.append({"name": OTHER if stacks else "(other size classes)", "other": True})
     lane = Lane(title=f"{title}, device {d}", group_kind="site" if stacks else "size class",
                 x_unit="s" if timed else "entry", groups=groups, x=x[st.keep], level=st.level, state=st.keep,
-                buckets=st.buckets, bytes=st.bytes, blocks=st.blocks,
+                buckets=st.buckets, bytes=st.bytes, blocks=st.blocks, detail=st.detail,
                 reserved=None if reserved is None else reserved[st.keep], notes=notes, entries=n)
     lane.peaks.append(st.peak_row(x))
     slots, total = st.slots, st.total
@@ -283,6 +283,7 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
             segs.apply_segment(code, row[1], row[2])
     lane.frag = frag if windows is not None else None
     lane.sites = [text(names.sites[c]) for c in sorted(site_ids, key=site_ids.get)]
+    lane.all_sites = lane.sites
 
 
 def window_us(traces) -> int:

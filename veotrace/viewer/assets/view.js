@@ -24,9 +24,10 @@
     if (col.t === "u1") a = bytes;
     else if (col.t === "u4") a = new Uint32Array(bytes.buffer, 0, col.n);
     else a = new Float64Array(bytes.buffer, 0, col.n);
-    if (col.q === 1 && col.t !== "u4") return a;
+    const q = col.q, o = col.o || 0;
+    if (q === 1 && o === 0 && col.t !== "u4") return a;
     const out = new Float64Array(col.n);
-    for (let i = 0; i < col.n; i++) out[i] = a[i] * col.q;
+    for (let i = 0; i < col.n; i++) out[i] = a[i] * q + o;
     return out;
   }
 
