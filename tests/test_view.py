@@ -457,3 +457,83 @@ def test_a_snapshot_with_no_trace_and_no_segment_is_refused_as_report_refuses_it
     (lane,) = veotrace.view(seg).value.lanes
     (m,) = lane.maps
     assert m["metrics"]["segments"] == 1 and m["metrics"]["free_bytes"] == 2 << 20 and m["metrics"]["live_blocks"] == 0
+
+
+def test_a_page_of_many_long_named_sites_and_segments_stays_in_the_budget_naming_the_sites_it_draws(tmp_path):
+    """Issue 48 item 2: the sites the maps draw are carried, most bytes first within the site-name budget, the rest
+    one "other" entry with its count; the page is at most 8 MiB; every map's figures stay exact."""
+    from veotrace.synth.segmented import segmented_snapshot
+    from veotrace.viewer.budget import PAGE_BYTES, SITE_BYTES
+    from veotrace.viewer.maps import KIND_BIN, KIND_BLOCK, KIND_FREE, KIND_SEGBIN
+
+    snap, truth = segmented_snapshot(events=12_000, stacks=4_000, depth=4, distinct=True, name_pad=600, seed=2)
+    assert truth.sites == 4_000 and truth.segments > 80
+    path = tmp_path / "many.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    out = tmp_path / "many.html"
+    import veotrace
+
+    run = veotrace.view(path, out)
+    assert out.stat().st_size <= PAGE_BYTES
+    (lane,) = run.value.lanes
+    assert lane.sites_dropped > 0 and "other sites" in lane.sites[-1] and f"{lane.sites_dropped:,}" in lane.sites[-1]
+    assert sum(len(s) for s in lane.sites[:-1]) <= SITE_BYTES
+    drawn = set()
+    for m in lane.maps:
+        r = m["rows"]
+        blocks = r["kind"] == KIND_BLOCK
+        drawn |= set(r["site"][blocks].tolist())
+        assert (r["site"][blocks] >= 0).all() and (r["site"][blocks] < len(lane.sites)).all()
+        # exact whatever is binned: the rows' and bins' live and free bytes are the map's figures
+        mt = m["metrics"]
+        bins = np.isin(r["kind"], (KIND_BIN, KIND_SEGBIN))
+        assert r["size"][blocks].sum() + r["live"][bins].sum() == mt["live_bytes"]
+        assert r["size"][r["kind"] == KIND_FREE].sum() + r["free"][bins].sum() == mt["free_bytes"]
+    assert drawn == set(range(len(lane.sites)))  # every name carried is drawn, and "other" too
+    end = lane.maps[-1]
+    assert end["metrics"]["segments"] == truth.segments and end["metrics"]["live_bytes"] == truth.live_bytes
+
+
+def test_segments_past_a_maps_row_budget_are_segment_bins_with_exact_counts():
+    from veotrace.frag.state import Segment
+    from veotrace.viewer.maps import KIND_BLOCK, KIND_FREE, KIND_SEGBIN, KIND_SEGMENT, state_map
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    sizes = rng.choice([2 << 20, 20 << 20], n)
+    starts = (1 << 32) + np.cumsum(sizes + (2 << 20)) - sizes
+    segs = [Segment(int(a), int(a + z)) for a, z in zip(starts, sizes)]
+    addr = starts + 512 * rng.integers(0, 100, n)
+    size = 512 * rng.integers(1, 100, n)
+    g = rng.integers(0, 3, n)
+    full, _, _ = state_map(segs, True, addr, size, g, np.zeros(n, np.int64), max_rows=10**9)
+    m, rows, _ = state_map(segs, True, addr, size, g, np.zeros(n, np.int64), max_rows=2000)
+    assert m == full and len(rows["kind"]) <= 2000
+    k = rows["kind"]
+    sb = k == KIND_SEGBIN
+    assert sb.any() and (k == KIND_SEGMENT).sum() + rows["seg"][sb].sum() == n == m["segments"]
+    assert rows["size"][k == KIND_SEGMENT].sum() + rows["size"][sb].sum() == m["reserved_bytes"]
+    assert rows["size"][k == KIND_BLOCK].sum() + rows["live"][k >= 3].sum() == m["live_bytes"]
+    assert rows["size"][k == KIND_FREE].sum() + rows["free"][k >= 3].sum() == m["free_bytes"]
+    assert max(rows["gap"][k >= 3].max(), rows["size"][k == KIND_FREE].max(initial=0)) == m["largest_free_bytes"]
+    # the largest segments keep their own row
+    kept = rows["size"][k == KIND_SEGMENT]
+    assert kept.min() >= np.sort(sizes)[::-1][len(kept) - 1]
+
+
+@pytest.mark.slow
+def test_200000_distinct_sites_make_a_page_within_the_bound(tmp_path):
+    """Issue 48 item 2 / issue 47 item 10 at the issue's size: a snapshot of 200,000 distinct sites (a 47.8 MiB page
+    before the budget)."""
+    from veotrace.synth.segmented import segmented_snapshot
+    from veotrace.viewer.budget import PAGE_BYTES
+
+    snap, truth = segmented_snapshot(events=560_000, stacks=200_000, depth=6, distinct=True, seed=3)
+    assert truth.sites == 200_000
+    path = tmp_path / "sites200k.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    del snap
+    out = tmp_path / "v.html"
+    r = run_cli("view", path, "-o", out)
+    assert r.exit_code == 0, r.stderr
+    assert out.stat().st_size <= PAGE_BYTES

@@ -190,15 +190,17 @@ def _rows(starts, ends, seg_of, unmapped, j, addr, size, group, site, g_addr, g_
     outside = int((j < 0).sum() + (g_range < 0).sum())  # blocks and gaps in no range (a log without segments)
     bin_outside = outside > max_rows // 2
     fixed = unmapped[0].size + (MAP_BINS if bin_outside else outside)
-    # one row per range while they fit; past that the smallest ranges are drawn as segment bins
+    avail = max(max_rows - fixed, 0)
+    # one row per range and its rows while they fit; a range of more than MAP_BINS rows may be drawn as
+    # MAP_BINS address bins; past that the smallest ranges are drawn as segment bins
+    cost = 1 + np.minimum(per_range, MAP_BINS)
     segbin = np.zeros(n_ranges, bool)
-    if n_ranges + fixed > max_rows:
-        keep_n = max(max_rows - fixed - MAP_BINS, 0) // 2  # each kept range and at most one more row of it
-        keep = np.argsort(-(ends - starts).astype(np.float64), kind="stable")[:keep_n]
-        segbin[:] = True
-        segbin[keep] = False
+    if int(cost.sum()) > avail:
+        by_size = np.argsort(-(ends - starts).astype(np.float64), kind="stable")
+        fits = np.cumsum(cost[by_size]) <= max(avail - MAP_BINS, 0)
+        segbin[by_size[~fits]] = True
     crowded = np.zeros(n_ranges, bool)
-    budget = max(max_rows - int((~segbin).sum()) - (MAP_BINS if segbin.any() else 0) - fixed, 0)
+    budget = max(avail - int((~segbin).sum()) - (MAP_BINS if segbin.any() else 0), 0)
     drawn = per_range * ~segbin
     if drawn.sum() > budget:  # the ranges with the most rows are drawn as address bins until the rest fit
         for r in np.argsort(-drawn, kind="stable").tolist():
