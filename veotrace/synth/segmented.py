@@ -12,6 +12,8 @@ every user file name by that many characters. The final segments and blocks agre
 
 from __future__ import annotations
 
+import io
+import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,55 +42,158 @@ def _shapes(depth: int, stacks: int, name_pad: int) -> list[list[dict]]:
                         for j in range(depth - len(internal))] for k in range(stacks)]
 
 
-def segmented_snapshot(*, events: int = 100_000, depth: int = 20, stacks: int = 200, seed: int = 0,
-                       distinct: bool = False, name_pad: int = 0,
-                       segment_bytes: tuple[int, ...] = SEGMENT_BYTES) -> tuple[dict, SegmentedTruth]:
-    """The snapshot (``events`` trace entries) and its truth."""
+_ACTIONS = ("segment_alloc", "alloc", "free_requested", "free_completed")
+
+
+def _generate(events: int, stacks: int, seed: int, distinct: bool, segment_bytes: tuple[int, ...]):
+    """The trace as columns (action index in _ACTIONS, addr, size, time_us, stack; -1: none), the final segments
+    and the truth's counts."""
     rng = np.random.default_rng(seed)
-    shapes = _shapes(depth, stacks, name_pad)
-    trace: list[dict] = []
+    act, addr_c, size_c, t_c, k_c = (np.zeros(events, np.int64) for _ in range(5))
     segs: list[tuple[int, int]] = []
-    live: dict[int, int] = {}
-    base, cursor, end, t, allocs = BASE_ADDRESS, 0, 0, T0_US, 0
+    live: dict[int, tuple[int, int]] = {}  # addr -> (size, stack)
+    order: list[int] = []  # the live addresses, in no particular order
+    base, cursor, end, t, allocs, n = BASE_ADDRESS, 0, 0, T0_US, 0, 0
     used: set[int] = set()
-    while len(trace) < events:
+
+    def put(a, addr, size, k):
+        nonlocal n
+        if n < events:
+            act[n], addr_c[n], size_c[n], t_c[n], k_c[n] = a, addr, size, t, k
+            n += 1
+
+    while n < events:
         t += int(rng.integers(1, 50))
         if live and rng.random() < 0.45:
-            addr = list(live)[int(rng.integers(0, len(live)))] if rng.random() < 0.5 else next(iter(live))
-            size = live.pop(addr)
-            for action in ("free_requested", "free_completed"):
-                trace.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": []})
+            j = int(rng.integers(0, len(order))) if rng.random() < 0.5 else 0
+            addr = order[j]
+            order[j] = order[-1]  # swap-remove: O(1) whatever the number of live blocks
+            order.pop()
+            size, k = live.pop(addr)
+            put(2, addr, size, k)
+            put(3, addr, size, k)
             continue
         size = int(rng.integers(1, 2048)) * 512
         if cursor + size > end:  # a new segment
             seg_size = max(int(segment_bytes[int(rng.integers(0, len(segment_bytes)))]), -(-size // (2 << 20)) * (2 << 20))
-            trace.append({"action": "segment_alloc", "addr": base, "size": seg_size, "stream": 0, "time_us": t})
+            put(0, base, seg_size, -1)
             segs.append((base, seg_size))
             cursor, end = base, base + seg_size
             base += seg_size + (2 << 20)
         k = allocs % stacks if distinct else int(rng.integers(0, stacks))
         used.add(k)
-        trace.append({"action": "alloc", "addr": cursor, "size": size, "stream": 0, "time_us": t,
-                      "frames": [dict(f) for f in shapes[k]]})
-        live[cursor] = size
+        put(1, cursor, size, k)
+        live[cursor] = (size, k)
+        order.append(cursor)
         cursor += size
         allocs += 1
+    if n and act[n - 1] == 2:  # the trace ended between a free's two entries: the block is freed
+        live.pop(int(addr_c[n - 1]), None)
     segments = []
     starts = [a for a, _ in segs]
     by_seg: dict[int, list[int]] = {}
     for addr in sorted(live):
         by_seg.setdefault(int(np.searchsorted(starts, addr, "right")) - 1, []).append(addr)
-    for i, (a0, n) in enumerate(segs):
+    for i, (a0, size) in enumerate(segs):
         blocks, at = [], a0
         for addr in by_seg.get(i, []):
             if addr > at:
                 blocks.append({"address": at, "size": addr - at, "requested_size": 0, "state": "inactive"})
-            blocks.append({"address": addr, "size": live[addr], "requested_size": live[addr], "state": "active_allocated"})
-            at = addr + live[addr]
-        if at < a0 + n:
-            blocks.append({"address": at, "size": a0 + n - at, "requested_size": 0, "state": "inactive"})
-        held = sum(live[a] for a in by_seg.get(i, []))
-        segments.append({"device": 0, "address": a0, "total_size": n, "stream": 0, "segment_type": "large",
+            blocks.append({"address": addr, "size": live[addr][0], "requested_size": live[addr][0],
+                           "state": "active_allocated"})
+            at = addr + live[addr][0]
+        if at < a0 + size:
+            blocks.append({"address": at, "size": a0 + size - at, "requested_size": 0, "state": "inactive"})
+        held = sum(live[a][0] for a in by_seg.get(i, []))
+        segments.append({"device": 0, "address": a0, "total_size": size, "stream": 0, "segment_type": "large",
                          "allocated_size": held, "active_size": held, "requested_size": held, "blocks": blocks})
-    truth = SegmentedTruth(len(segs), sum(n for _, n in segs), len(live), sum(live.values()), len(used), allocs)
+    truth = SegmentedTruth(len(segs), sum(z for _, z in segs), len(live), sum(v[0] for v in live.values()), len(used),
+                           allocs)
+    if n and act[n - 1] == 2:  # complete the last free
+        act, addr_c, size_c, t_c, k_c = (np.r_[c, c[n - 1]] for c in (act, addr_c, size_c, t_c, k_c))
+        act[-1] = 3
+    return (act, addr_c, size_c, t_c, k_c), segments, truth
+
+
+def segmented_snapshot(*, events: int = 100_000, depth: int = 20, stacks: int = 200, seed: int = 0,
+                       distinct: bool = False, name_pad: int = 0,
+                       segment_bytes: tuple[int, ...] = SEGMENT_BYTES) -> tuple[dict, SegmentedTruth]:
+    """The snapshot (about ``events`` trace entries) and its truth."""
+    shapes = _shapes(depth, stacks, name_pad)
+    (act, addr, size, t, k), segments, truth = _generate(events, stacks, seed, distinct, segment_bytes)
+    trace = [{"action": _ACTIONS[a], "addr": ad, "size": z, "stream": 0, "time_us": tt,
+              "frames": [dict(f) for f in shapes[kk]] if kk >= 0 else []}
+             for a, ad, z, tt, kk in zip(act.tolist(), addr.tolist(), size.tolist(), t.tolist(), k.tolist())]
     return {"segments": segments, "device_traces": [trace]}, truth
+
+
+class _Pickler(pickle._Pickler):
+    """Python's own pickler (protocol 2) memoising strings only: each entry's frame dicts are its own, as in
+    PyTorch's snapshot, and the memo holds no entry once written."""
+
+    def memoize(self, obj) -> None:
+        if isinstance(obj, str):
+            super().memoize(obj)
+
+
+def write_segmented(path, *, target_bytes: int | None = None, events: int | None = None, depth: int = 20, stacks: int = 200, seed: int = 0,
+                    distinct: bool = False, name_pad: int = 0,
+                    segment_bytes: tuple[int, ...] = SEGMENT_BYTES) -> SegmentedTruth:
+    """Write the snapshot of about ``target_bytes`` (or ``events`` entries) to ``path`` as it is made (a 1 GiB file costs the memory of its
+    trace's columns, not of its entries as dicts); returns its truth."""
+    shapes = _shapes(depth, stacks, name_pad)
+    scratch = io.BytesIO()
+    pk = _Pickler(scratch, protocol=2)
+    out = open(path, "wb")  # noqa: SIM115 (closed below)
+
+    def emit(obj) -> bytes:
+        at = scratch.tell()
+        pk.save(obj)
+        return scratch.getvalue()[at:]
+
+    out.write(b"\x80\x02")
+    keys = ["action", "addr", "size", "stream", "time_us", "frames", *_ACTIONS]
+    for key in keys:  # memoised once (pushed and popped): every entry refers to them
+        out.write(emit(key) + b"0")
+    ref = {key: emit(key) for key in keys}
+    again: dict[int, bytes] = {}
+
+    def frames(kk: int) -> bytes:
+        if kk < 0:
+            return b"]"
+        if kk in again:
+            return again[kk]
+        got = emit([dict(f) for f in shapes[kk]])  # its new strings memoised here, written with this entry
+        again[kk] = emit([dict(f) for f in shapes[kk]])
+        return got
+
+    per_entry = 60 + len(pickle.dumps([dict(f) for f in shapes[0]], protocol=2)) // 2  # its strings mostly memo refs
+    events = events if events is not None else max(1, target_bytes // per_entry)
+    (act, addr, size, t, k), segments, truth = _generate(events, stacks, seed, distinct, segment_bytes)
+    out.write(b"}(" + emit("segments") + emit(segments) + emit("device_traces") + b"]]")
+    stream = b"K\x00"
+    for lo in range(0, act.size, 1000):
+        parts = [b"("]
+        for a, ad, z, tt, kk in zip(act[lo:lo + 1000].tolist(), addr[lo:lo + 1000].tolist(), size[lo:lo + 1000].tolist(),
+                                    t[lo:lo + 1000].tolist(), k[lo:lo + 1000].tolist()):
+            parts += [b"}(", ref["action"], ref[_ACTIONS[a]], ref["addr"], _int(ad), ref["size"], _int(z), ref["stream"],
+                      stream, ref["time_us"], _int(tt), ref["frames"], frames(kk), b"u"]
+        parts.append(b"e")
+        out.write(b"".join(parts))
+        scratch.seek(0)
+        scratch.truncate()
+    out.write(b"au.")
+    out.close()
+    return truth
+
+
+def _int(n: int) -> bytes:
+    """``n`` as pickle protocol 2 writes it."""
+    if 0 <= n < 256:
+        return b"K" + bytes([n])
+    if 0 <= n < 65536:
+        return b"M" + n.to_bytes(2, "little")
+    if -(2**31) <= n < 2**31:
+        return b"J" + n.to_bytes(4, "little", signed=True)
+    raw = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw
