@@ -537,3 +537,24 @@ def test_200000_distinct_sites_make_a_page_within_the_bound(tmp_path):
     r = run_cli("view", path, "-o", out)
     assert r.exit_code == 0, r.stderr
     assert out.stat().st_size <= PAGE_BYTES
+
+
+def test_legends_put_file_line_function_first_and_elide_the_package_path():
+    """Issue 48 item 3: four cranberrii entries read the same when cut at the end of their path."""
+    from veotrace.viewer.lanes import short_label
+
+    site = "/root/miniconda3/envs/py3.10/lib/python3.10/site-packages/transformers/models/llama/modeling_llama.py:216 forward"
+    assert short_label(site) == "modeling_llama.py:216 forward  (…/transformers/models/llama)"
+    two = "/work/a/very/long/project/path/with/many/parts/model.py:10 f < /work/a/b/train.py:20 g"
+    got = short_label(two)
+    assert got.startswith("model.py:10 f < train.py:20 g  (/work/…/") and len(got.split("(")[1]) <= 42
+    for name in ("(other sites)", "blocks of 512 B < size <= 1.0 KiB", "stream 3, blocks of 1.0 KiB < size <= 2.0 KiB"):
+        assert short_label(name) == name
+    path = REAL_TRACES / "cranberrii_memory_snapshot.pickle"
+    if path.exists():
+        import veotrace
+
+        groups = veotrace.view(path).value.lanes[0].groups
+        labels = [g["label"] for g in groups if "label" in g and g["name"].startswith("/")]
+        assert len(labels) >= 4 and len(set(labels)) == len(labels)
+        assert all(re.match(r"^[\w.]+\.py:\d+ \w+", lb) for lb in labels)

@@ -5,6 +5,7 @@ each group's bytes and blocks at every state the summary keeps (``levels``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,37 @@ TOP_GROUPS = 8
 #: States kept on each side of a peak or OOM, every one of them.
 DETAIL_RADIUS = 500
 MAX_DETAIL_OOMS = 10
+
+
+_FRAME = re.compile(r"^(?P<path>.*?):(?P<line>\d+) (?P<func>.*)$", re.S)
+#: Characters of a site's folder a legend keeps (the middle elided).
+LABEL_DIR = 40
+
+
+def short_label(name: str) -> str:
+    """A site as a legend shows it: each frame ``file.py:line function`` first (``a.py:10 f < b.py:20 g``), then the
+    first frame's folder with its package path elided in the middle (``…/transformers/models/llama``); a name
+    that is not a site (``(other sites)``, a size class) as it is."""
+    frames, folder = [], None
+    for part in name.split(" < "):
+        m = _FRAME.match(part)
+        if m is None:
+            return name
+        where, _, base = m["path"].rpartition("/")
+        frames.append(f"{base}:{m['line']} {m['func']}")
+        folder = where if folder is None else folder
+    if not folder:
+        return " < ".join(frames)
+    for mark in ("/site-packages/", "/dist-packages/"):
+        if mark in folder + "/":
+            folder = "…/" + (folder + "/").split(mark, 1)[1].rstrip("/")
+    if len(folder) > LABEL_DIR:
+        segs = folder.split("/")
+        head, tail = segs[:2], segs[2:]
+        while tail and len("/".join(head + ["…"] + tail)) > LABEL_DIR and len(tail) > 2:
+            tail = tail[1:]
+        folder = "/".join(head + ["…"] + tail)
+    return f"{' < '.join(frames)}  ({folder})"
 
 
 def size_class(sizes: np.ndarray) -> np.ndarray:

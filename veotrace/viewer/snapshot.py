@@ -169,7 +169,11 @@ def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title
 
 
 def _group(k: int, key_name: dict, names, stacks: bool) -> dict:
+    from veotrace.viewer.lanes import short_label
+
     g = {"name": text(key_name[k])}
+    if stacks:
+        g["label"] = text(short_label(str(key_name[k])))
     if stacks:
         stack = names.stack_of.get(k)
         if stack:

@@ -79,7 +79,8 @@
       const sw = el("span", "vt-swatch");
       sw.style.background = color(g);
       li.appendChild(sw);
-      li.appendChild(el("span", null, d.groups[g].name));
+      li.appendChild(el("span", null, d.groups[g].label || d.groups[g].name));
+      li.title = d.groups[g].name;  // the whole site on hover (an attribute set as text, never markup)
       legend.appendChild(li);
     }
     if (reserved) {
@@ -133,7 +134,7 @@
 
     const series = [{label: d.x_unit === "s" ? "seconds" : "entry"}];
     for (let g = G - 1; g >= 0; g--) {
-      series.push({label: d.groups[g].name.slice(0, 80), stroke: color(g), fill: color(g), width: 0, points: {show: false}});
+      series.push({label: (d.groups[g].label || d.groups[g].name).slice(0, 80), stroke: color(g), fill: color(g), width: 0, points: {show: false}});
     }
     if (reserved) series.push({label: "reserved", stroke: "#222", width: 1.5, dash: [6, 3], points: {show: false}});
     let relevel = false;
