@@ -558,3 +558,31 @@ def test_legends_put_file_line_function_first_and_elide_the_package_path():
         labels = [g["label"] for g in groups if "label" in g and g["name"].startswith("/")]
         assert len(labels) >= 4 and len(set(labels)) == len(labels)
         assert all(re.match(r"^[\w.]+\.py:\d+ \w+", lb) for lb in labels)
+
+
+def test_the_before_trace_band_says_what_the_snapshot_tells_of_its_blocks():
+    """Issue 48 item 4: the band has no stack; its hover gives the blocks' count, sizes, segments, whether still live."""
+    path = REAL_TRACES / "cranberrii_memory_snapshot.pickle"
+    if not path.exists():
+        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
+    import veotrace
+
+    (lane,) = veotrace.view(path).value.lanes
+    k, g = next((k, g) for k, g in enumerate(lane.groups) if g["name"] == "(allocated before the trace)")
+    bt = g["before_trace"]
+    assert lane.state[0] == 0 and (bt["bytes"], bt["blocks"]) == (lane.bytes[k, 0], lane.blocks[k, 0])
+    assert bt["still_live_blocks"] == lane.blocks[k, -1] and 0 < bt["segments"] <= lane.maps[0]["metrics"]["segments"] + 2
+    about = "\n".join(g["about"])
+    assert f"{bt['blocks']:,} blocks" in about and f"{bt['bytes']:,} bytes" in about
+    assert "still live at the end" in about and "_record_memory_history" in about and "before creating the model" in about
+
+
+def test_a_logs_map_says_what_it_shows_without_segments_or_sites():
+    """Issue 48 item 4: "– reserved in 0 segments" and "a block's site" on a log that has neither."""
+    import veotrace
+
+    (lane,) = veotrace.view(SAMPLES / "alloc_addr" / "alloc_addr.csv").value.lanes
+    m = lane.maps[-1]["metrics"]
+    assert m["reserved_bytes"] is None and m["range_method"] == "max_gap" and m["max_gap_bytes"] > 0
+    js = __import__("veotrace.viewer.page", fromlist=["asset"]).asset("view.js")
+    assert "no segment events recorded" in js and "a log records no sites" in js

@@ -96,6 +96,8 @@ def layout(segments, segmented: bool, addr: np.ndarray, size: np.ndarray, *, max
                "blocks_outside_segments": outside, "free_bytes": free, "free_blocks": int(g_size.size),
                "largest_free_bytes": largest, "external_frag": None if free <= 0 else 1.0 - largest / free,
                "range_method": method}
+    if method == "max_gap":
+        metrics["max_gap_bytes"] = int(max_gap)
     return {"j": j, "starts": starts, "ends": ends, "g_addr": g_addr, "g_size": g_size, "g_range": g_range,
             "metrics": metrics}
 

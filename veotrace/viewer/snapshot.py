@@ -162,10 +162,54 @@ def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title
         if len(annotation) > MAX_PHASES:
             notes.append(f"{len(annotation):,} phase ranges: the first {MAX_PHASES:,} are drawn")
     segs = segments_before(traces, d)
+    before = _before_trace(sweep, names, segs, groups, st, stacks)
     extents = _extents(segs, traces.segment_rows(d), [g for g in traces.snap.segments
                                                       if (g.get("device") if isinstance(g.get("device"), int) else 0) == d])
-    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0, segs, extents, step)
+    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0, segs, extents, step, before)
     return lane
+
+
+def _before_trace(sweep, names, segs, groups: list, st, stacks: bool):
+    """The "(allocated before the trace)" band's blocks (those live before the first entry that the trace never
+    allocated and the snapshot records no stack for), described on the band: what the snapshot tells of them
+    (how many, their sizes, the segments they sit in) and how to record their sites. Returns a function
+    that, given the blocks at the end of the walk, adds whether they are still live then."""
+    from veotrace.attribution.stacks import BEFORE_TRACE
+
+    code = names.codes.get(BEFORE_TRACE)
+    if not stacks or code is None:
+        return None
+    mine = {a: v for a, v in sweep.pre.items() if v[2] == code}
+    g = next((g for k, g in zip(st.top, groups) if k == code), None)
+    if not mine or g is None:
+        return None
+    sizes = np.sort(np.fromiter((v[0] for v in mine.values()), np.int64, len(mine)))[::-1]
+    starts = np.array([s.start for s in segs.segments], np.uint64)
+    ends = np.array([s.end for s in segs.segments], np.uint64)
+    addr = np.fromiter(mine.keys(), np.uint64, len(mine))
+    j = np.searchsorted(starts, addr, "right").astype(np.int64) - 1 if starts.size else np.full(addr.size, -1)
+    inside = j >= 0
+    inside[inside] = addr[inside] < ends[j[inside]]
+    from veotrace.render.console import fmt_bytes
+
+    top = ", ".join(fmt_bytes(int(z)) for z in sizes[:5])
+    g["about"] = [f"{len(mine):,} blocks, {fmt_bytes(int(sizes.sum()))} ({int(sizes.sum()):,} bytes), were live before the "
+                  f"trace's first entry (the trace is a ring buffer: their allocation is not in it, so neither is their "
+                  f"stack); the largest: {top}; median {fmt_bytes(int(np.median(sizes)))}",
+                  f"they sit in {np.unique(j[inside]).size:,} of the {len(segs.segments):,} segments reserved then"
+                  + (f" ({int((~inside).sum()):,} outside every segment)" if (~inside).any() else ""),
+                  "to see their sites, start recording before the model is built: call "
+                  "torch.cuda.memory._record_memory_history(max_entries=...) before creating the model and optimizer, "
+                  "with max_entries large enough to keep the whole run"]
+
+    def at_end(blocks: dict) -> None:
+        still = [a for a, v in mine.items() if blocks.get(a) is v]
+        g["about"].insert(2, f"{len(still):,} of them ({fmt_bytes(sum(mine[a][0] for a in still))}) are still live at "
+                             "the end of the trace (never freed in it)")
+        g["before_trace"] = {"blocks": len(mine), "bytes": int(sizes.sum()), "segments": int(np.unique(j[inside]).size),
+                             "still_live_blocks": len(still)}
+
+    return at_end
 
 
 def _group(k: int, key_name: dict, names, stacks: bool) -> dict:
@@ -249,7 +293,7 @@ def _extents(st, seg_rows, final_segments) -> list[tuple[int, int]]:
 
 
 def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, reserved, timed, t0, segs, extents,
-                 step: int) -> None:
+                 step: int, at_end=None) -> None:
     """The maps at the lane's instants and the external fragmentation at each window's end: one walk, the
     reserved ranges replayed as ``fragmentation`` replays them (``segs``: a ``frag.state.DeviceState``)."""
     from veotrace.attribution.sweep import walk
@@ -281,6 +325,8 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
             else:
                 lane.maps.append(_map(i, arg, segs, extents, blocks, key, slots, site_ids, x, e, timed, t0))
         if row is None:
+            if at_end is not None:
+                at_end(blocks)
             break
         code = OP_CODES.get(row[0], 0)
         if code >= OP_SEG_ALLOC and isinstance(row[1], int):

@@ -228,6 +228,8 @@
         if (grp.stack) {
           lines.push(`stack (${grp.user_frames} user frames first, of ${grp.frames}):`);
           for (const f of grp.stack) lines.push(`  ${f[0]}:${f[1]} ${f[2]}${f[3] ? "   (internal)" : ""}`);
+        } else if (grp.about) {
+          for (const line of grp.about) lines.push(line);
         } else if (grp.other) {
           lines.push("the groups outside the largest ones at the peak, summed");
         }
@@ -253,7 +255,8 @@
       const exp = mt.expandable_segments ? ` (${fmtNum(mt.expandable_segments)} expandable segment${mt.expandable_segments === 1 ? "" : "s"}` +
         ` drawn whole: ${fmtBytes(mt.unmapped_bytes)} of their span unmapped now)` : "";
       return `${m.label} at ${fmtX(d, m.x)} (state after entry ${fmtNum(m.state)}): ` +
-        (mt.reserved_bytes === null ? "no reserved segments known (free gaps: under 2 MiB between live blocks)" :
+        (mt.reserved_bytes === null ? `no segment events recorded, so nothing is known reserved: the map is the live blocks by address, ` +
+          `a gap under ${fmtBytes(mt.max_gap_bytes)} between two of them counted free (fragmentation's rule without segments)` :
           `${fmtBytes(mt.reserved_bytes)} reserved in ${fmtNum(mt.segments)} segment${mt.segments === 1 ? "" : "s"}${exp}`) +
         `, ${fmtBytes(mt.live_bytes)} live in ${fmtNum(mt.live_blocks)} blocks, ` +
         `${fmtBytes(mt.free_bytes)} (${fmtNum(mt.free_bytes)} bytes) free in ${fmtNum(mt.free_blocks)} blocks, largest ${fmtBytes(mt.largest_free_bytes)}, ` +
