@@ -586,3 +586,50 @@ def test_a_logs_map_says_what_it_shows_without_segments_or_sites():
     assert m["reserved_bytes"] is None and m["range_method"] == "max_gap" and m["max_gap_bytes"] > 0
     js = __import__("veotrace.viewer.page", fromlist=["asset"]).asset("view.js")
     assert "no segment events recorded" in js and "a log records no sites" in js
+
+
+def seeded_states(path, d: int, states) -> dict:
+    """fragmentation's own replay, seeded from the snapshot's end, of device ``d``'s first entries: its state after
+    each of ``states`` entries."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from veotrace.frag import TORCH_ROUND_BYTES, fragmentation_series
+    from veotrace.frag.decode import COLUMNS
+    from veotrace.frag.series import load_piece, seeded
+    from veotrace.runs import common
+
+    options, report = common.reading("ns", False, None)
+    piece = load_piece(path, options=options, report=report)
+    initial, batches = seeded(piece, options=options, columns=COLUMNS)
+    table = pa.Table.from_batches(list(batches))
+    dev = table.filter(pc.equal(pc.fill_null(table.column("device"), 0), d))
+    return {s: fragmentation_series(dev.slice(0, s), initial={d: initial[d].copy()}, window_events=10**9,
+                                    round_bytes=TORCH_ROUND_BYTES).final_states[d] for s in states}
+
+
+def test_every_entry_near_the_peak_can_be_stepped_and_each_state_is_fragmentations():
+    """Issue 48 item 3: the step range's start and entries, replayed as the page replays them, give fragmentation's
+    state at every entry (an expandable snapshot: constructorsun, device 0)."""
+    path = REAL_TRACES / "constructorsun_memory_snapshot.pickle"
+    if not path.exists():
+        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
+    import veotrace
+    from veotrace.frag.metrics import state_metrics
+    from veotrace.viewer.maps import layout
+    from veotrace.viewer.steps import EV_OTHER, state_at
+
+    lane = veotrace.view(path).value.lanes[0]
+    (w,) = [w for w in lane.steps if w["label"] == "peak allocated"]
+    peak = lane.peaks[0]["state"]
+    assert w["from_state"] <= peak < w["to_state"] and w["to_state"] - w["from_state"] == len(w["events"]["kind"])
+    assert (w["events"]["kind"] != EV_OTHER).sum() > 50
+    states = sorted({w["from_state"], w["from_state"] + 1, peak - 1, peak, peak + 1, w["to_state"]})
+    theirs_at = seeded_states(path, 0, states)
+    for s in states:
+        segs, blocks = state_at(w, s)
+        addr = np.array(sorted(blocks), np.uint64)
+        size = np.array([blocks[a][0] for a in sorted(blocks)], np.int64)
+        mine = layout(segs.segments, segs.segmented, addr, size, max_gap=2 << 20)["metrics"]
+        theirs = state_metrics(theirs_at[s])
+        assert {k: mine[k] for k in MAP_KEYS} == {k: theirs[k] for k in MAP_KEYS}, s

@@ -27,8 +27,8 @@ SITE_BYTES = 1 << 20
 #: The shares of each try: (map rows, site bytes, summary levels dropped, texts cut).
 TRIES = ((1, 1, 0, False), (1 / 2, 1 / 2, 0, False), (1 / 4, 1 / 4, 1, True), (1 / 16, 1 / 16, 2, True),
          (1 / 64, 1 / 64, 3, True))
-#: What a cut text keeps, and the phases, marks and stack frames a cut page keeps.
-CUT_TEXT, CUT_PHASES, CUT_MARKS, CUT_FRAMES = 120, 200, 100, 12
+#: What a cut text keeps, and the phases, marks, stack frames and largest allocations a cut page keeps.
+CUT_TEXT, CUT_PHASES, CUT_MARKS, CUT_FRAMES, CUT_ROWS = 120, 200, 100, 12, 20
 
 
 def fit(result, measure) -> int:
@@ -44,6 +44,10 @@ def fit(result, measure) -> int:
                 lane.coarsen(drop)
             if cut:
                 cut_texts(lane)
+                if lane.allocations is not None:
+                    lane.allocations["rows"] = lane.allocations["rows"][:CUT_ROWS]
+            if drop >= 2 and lane.steps:  # the ranges to step: the first (the peak's, or --from/--to) at most, then none
+                lane.steps = lane.steps[:1] if drop == 2 else []
             lane.maps = [finish_map(m, map_rows) for m in lane.maps]
             bound_sites(lane, int(SITE_BYTES * sites_share) // max(1, len(lanes)))
         size = measure(result)
@@ -119,3 +123,6 @@ def cut_texts(lane) -> None:
             g["stack"] = [[short(f), ln, short(fn), internal] for f, ln, fn, internal in g["stack"][:CUT_FRAMES]]
     if lane.all_sites is not None:
         lane.all_sites = [short(s) for s in lane.all_sites]
+    for r in (lane.allocations or {}).get("rows", ()):
+        r["site"] = short(r["site"])
+        r["stack"] = [[short(f), ln, short(fn), internal] for f, ln, fn, internal in r["stack"][:CUT_FRAMES]]

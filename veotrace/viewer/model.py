@@ -58,6 +58,35 @@ def map_page(m: dict) -> dict:
     return {**{k: v for k, v in m.items() if k != "make"}, "rows": cols, "base": hex(base)}
 
 
+def segment_lane_page(sl: dict | None) -> dict | None:
+    """The segments lane as the page reads it: per segment a column of reserved and of live bytes per sample."""
+    if sl is None:
+        return None
+    return {"x": column(np.asarray(sl["x"], np.float64)), "state": column(np.asarray(sl["state"], np.int64)),
+            "units": sl["units"], "size": [column(r) for r in sl["size"]], "live": [column(r) for r in sl["live"]],
+            "other_units": sl["other_units"], "other_size": column(sl["other_size"]), "other_live": column(sl["other_live"])}
+
+
+def step_page(w: dict) -> dict:
+    """A step range as the page reads it: addresses as offsets from ``base`` (a hex string), as a map's."""
+    b, ev = w["blocks"], w["events"]
+    seg_lo = [a for a, _, _ in w["segments"]] + [a for a, _ in w["extents"]]
+    lows = [int(b["addr"].min())] if b["addr"].size else []
+    lows += [int(ev["addr"][ev["kind"] > 0].min())] if (ev["kind"] > 0).any() else []
+    base = min(seg_lo + lows, default=0)
+    u = np.uint64(base)
+    off = lambda a: (np.asarray(a, np.uint64) - u).astype(np.float64) if np.size(a) else np.zeros(0)  # noqa: E731
+    events = dict(ev, addr=np.where(ev["kind"] > 0, ev["addr"], np.uint64(base)))
+    return {"label": w["label"], "from_state": w["from_state"], "to_state": w["to_state"], "x": column(w["x"]),
+            "base": hex(base), "segmented": w["segmented"],
+            "segments": [[a - base, z - base, bool(x)] for a, z, x in w["segments"]],
+            "extents": [[a - base, z - base] for a, z in w["extents"]],
+            "blocks": {"addr": column(off(b["addr"]).astype(np.int64) if b["addr"].size else b["addr"]),
+                       "size": column(b["size"]), "group": column(b["group"])},
+            "events": {"kind": column(events["kind"]), "addr": column(off(events["addr"]).astype(np.int64)),
+                       "size": column(events["size"]), "group": column(events["group"])}}
+
+
 @dataclass
 class Lane:
     """One timeline: an input's device, its states kept (``levels``) split into groups, and its marks.
@@ -101,6 +130,9 @@ class Lane:
     all_sites: list[str] | None = None  # every site the maps' blocks name (``sites``: those the page carries)
     sites_dropped: int = 0
     detail: list[int] = field(default_factory=list)  # the states whose neighbourhood is kept whole (peak, OOMs)
+    segment_lane: dict | None = None  # the segments over time (``steps.SegmentLane``)
+    allocations: dict | None = None  # the largest live allocations at the peak's map (``steps.Largest``)
+    steps: list[dict] = field(default_factory=list)  # the ranges whose every entry can be stepped (``steps.Stepper``)
     _full: tuple | None = field(default=None, repr=False)
 
     def coarsen(self, drop: int) -> None:
@@ -128,7 +160,12 @@ class Lane:
                 "groups": [{k: v for k, v in g.items() if k != "stack"} for g in self.groups],
                 "peaks": self.peaks, "ooms": self.ooms, "phases": len(self.phases), "marks": len(self.marks),
                 "windows": 0 if self.frag is None else len(self.frag["x"]),
-                "maps": [{k: v for k, v in m.items() if k not in ("rows", "make")} for m in self.maps], "notes": self.notes}
+                "maps": [{k: v for k, v in m.items() if k not in ("rows", "make")} for m in self.maps], "notes": self.notes,
+                "allocations": self.allocations,
+                "steps": [{k: w[k] for k in ("label", "from_state", "to_state")} for w in self.steps],
+                "segment_lane": None if self.segment_lane is None else
+                {"samples": len(self.segment_lane["x"]), "segments": len(self.segment_lane["units"]),
+                 "other_segments": self.segment_lane["other_units"]}}
 
     def page(self) -> dict:
         """The lane as the page reads it (plain JSON values and base64 columns)."""
@@ -139,7 +176,9 @@ class Lane:
                "reserved": None if self.reserved is None else column(self.reserved),
                "peaks": self.peaks, "ooms": self.ooms, "phases": self.phases, "marks": self.marks,
                "frag": self.frag, "sites": self.sites, "notes": self.notes,
-               "maps": [map_page(m) for m in self.maps]}
+               "maps": [map_page(m) for m in self.maps],
+               "segment_lane": segment_lane_page(self.segment_lane), "allocations": self.allocations,
+               "steps": [step_page(w) for w in self.steps]}
         return out
 
 

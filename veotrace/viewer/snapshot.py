@@ -70,13 +70,14 @@ def _first_pass(sweep) -> _Entries:
                     arr(adc, np.int32), arr(ads, np.int64), odd)
 
 
-def snapshot_lanes(path, rule, *, title: str, points_budget: int) -> list[Lane]:
+def snapshot_lanes(path, rule, *, title: str, points_budget: int, step_range=None) -> list[Lane]:
     """The lanes of the snapshot at ``path`` (one per device with a trace or blocks).
 
     Args:
         rule: the site rule (``attribution.stacks.SiteRule``).
         title: the input's name on each lane.
         points_budget: states kept over the snapshot's lanes (``levels``).
+        step_range: (from, to) seconds after the first event: every entry between can be stepped.
 
     Each map is held as its state and made into rows by its ``make(max_rows)`` once the page's
     budget is known.
@@ -103,12 +104,12 @@ def snapshot_lanes(path, rule, *, title: str, points_budget: int) -> list[Lane]:
         sweep = device_sweep(traces, d, names, final.get(d, {}))
         e = _first_pass(sweep)
         lanes.append(_lane(sweep, e, names, traces, d, t0, ranges_by_device.get(d, []), title, points_budget // len(devices),
-                           step))
+                           step, step_range))
     return lanes
 
 
 def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title: str, points_budget: int,
-          step: int) -> Lane:
+          step: int, step_range=None) -> Lane:
     n = e.act.size
     timed = n > 0 and bool((e.t >= 0).all()) and t0 is not None
     notes = []
@@ -165,8 +166,34 @@ def _lane(sweep, e: _Entries, names, traces, d: int, t0, annotation: list, title
     before = _before_trace(sweep, names, segs, groups, st, stacks)
     extents = _extents(segs, traces.segment_rows(d), [g for g in traces.snap.segments
                                                       if (g.get("device") if isinstance(g.get("device"), int) else 0) == d])
-    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0, segs, extents, step, before)
+    _second_pass(lane, sweep, e, key, slots, names, x, total, reserved, timed, t0, segs, extents, step, before,
+                 _step_ranges(lane, st, n, x, step_range))
     return lane
+
+
+def _step_ranges(lane: Lane, st, n: int, x, step_range) -> list[tuple[int, int, str]]:
+    """The entries the page can step: around the allocated peak and the first OOMs, or (``step_range``: seconds
+    from, to) every entry in that span."""
+    from veotrace.viewer.steps import MAX_STEP_EVENTS, MAX_STEP_RANGES, STEP_RADIUS
+
+    if step_range is not None:
+        lo, hi = step_range
+        if lane.x_unit != "s":
+            from veotrace.errors import UsageError
+
+            raise UsageError("--from/--to need times; this snapshot records none (time_us)")
+        s0 = int(np.searchsorted(x[1:], lo, "left"))  # the state before the first entry at or after lo
+        s1 = int(np.searchsorted(x[1:], hi, "right"))  # the state after the last entry at or before hi
+        if s1 - s0 > MAX_STEP_EVENTS:
+            lane.notes.append(f"--from/--to: {s1 - s0:,} entries; the first {MAX_STEP_EVENTS:,} can be stepped")
+            s1 = s0 + MAX_STEP_EVENTS
+        return [(s0, s1, f"from {lo:g} s to {hi:g} s")] if s1 > s0 else []
+    out = []
+    labels = ["peak allocated"] + [f"OOM {k + 1}" for k in range(len(lane.ooms))]
+    for d, label in list(zip(st.detail, labels))[:MAX_STEP_RANGES]:
+        if n:
+            out.append((max(0, d - STEP_RADIUS), min(n, d + STEP_RADIUS), label))
+    return out
 
 
 def _before_trace(sweep, names, segs, groups: list, st, stacks: bool):
@@ -293,12 +320,14 @@ def _extents(st, seg_rows, final_segments) -> list[tuple[int, int]]:
 
 
 def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, reserved, timed, t0, segs, extents,
-                 step: int, at_end=None) -> None:
-    """The maps at the lane's instants and the external fragmentation at each window's end: one walk, the
-    reserved ranges replayed as ``fragmentation`` replays them (``segs``: a ``frag.state.DeviceState``)."""
+                 step: int, at_end=None, step_ranges=()) -> None:
+    """The maps at the lane's instants, the external fragmentation at each window's end, the segments over time,
+    the largest live allocations at the peak and the events that can be stepped near the peak and OOMs: one
+    walk, the reserved ranges replayed as ``fragmentation`` replays them (``segs``: a ``frag.state.DeviceState``)."""
     from veotrace.attribution.sweep import walk
     from veotrace.defaults import FRAGMENTATION_MAX_GAP_BYTES
     from veotrace.frag.state import OP_CODES, OP_SEG_ALLOC
+    from veotrace.viewer import steps as S
     from veotrace.viewer.maps import layout
 
     instants = _instants(lane, e, x, total, reserved, timed, t0)
@@ -309,10 +338,22 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
     if windows is not None:
         for s, end_x in windows:
             stops.setdefault(s, []).append(("window", end_x))
+    samples = S.sample_states(e.act.size, [s for s, _ in windows] if windows is not None else None)
+    for s in samples:
+        stops.setdefault(s, []).append(("sample", None))
+    peak_state = next((s for s, label in instants if "peak allocated" in label), None)
+    if peak_state is not None:
+        stops.setdefault(peak_state, []).append(("table", None))
+    stepping = S.Stepper(step_ranges, key, slots, extents, free_op=sweep.free_op)
+    for s0, _s1, _label in stepping.ranges:
+        stops.setdefault(s0, []).append(("step", None))
     frag = {"x": [], "external_frag": [], "free_bytes": [], "largest_free_bytes": []}
     site_ids: dict[int, int] = {}
+    lanes_of_segments = S.SegmentLane(extents)
+    table = S.Largest(x)
     rows = sweep.rows()
-    for i, row, blocks, _rm, _ad in walk(rows, sweep.pre, sweep.free_op):
+    born: dict[int, int] = {}  # address -> the entry that allocated its block (none: live before the trace)
+    for i, row, blocks, removed, added in walk(rows, sweep.pre, sweep.free_op):
         for what, arg in stops.get(i, ()):
             if what == "window":
                 addr = np.sort(np.fromiter(blocks.keys(), np.uint64, len(blocks)))
@@ -322,18 +363,32 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
                 frag["external_frag"].append(f["external_frag"])
                 frag["free_bytes"].append(f["free_bytes"])
                 frag["largest_free_bytes"].append(f["largest_free_bytes"])
-            else:
+            elif what == "map":
                 lane.maps.append(_map(i, arg, segs, extents, blocks, key, slots, site_ids, x, e, timed, t0))
+            elif what == "sample":
+                lanes_of_segments.sample(i, float(x[i]), segs, blocks)
+            elif what == "table":
+                table.capture(i, blocks, born, site_ids)
+            else:
+                stepping.start(i, segs, blocks, site_ids)
         if row is None:
             if at_end is not None:
                 at_end(blocks)
             break
+        if removed is not None:
+            table.died(i, row[1], removed)
+        if added is not None:
+            born[row[1]] = i
+        stepping.see(i, row, removed, added, site_ids)
         code = OP_CODES.get(row[0], 0)
         if code >= OP_SEG_ALLOC and isinstance(row[1], int):
             segs.apply_segment(code, row[1], row[2])
     lane.frag = frag if windows is not None else None
     lane.sites = [text(names.sites[c]) for c in sorted(site_ids, key=site_ids.get)]
     lane.all_sites = lane.sites
+    lane.segment_lane = lanes_of_segments.result()
+    lane.allocations = table.result(lane, names, slots, key)
+    lane.steps = stepping.result(x)
 
 
 def window_us(traces) -> int:
