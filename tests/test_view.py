@@ -293,6 +293,17 @@ def test_a_crowded_map_is_binned_within_its_row_budget_keeping_every_byte():
     assert len(rows2["kind"]) <= 1000 and rows2["live"][rows2["kind"] == KIND_BIN].sum() == size.sum()
 
 
+@__import__("functools").lru_cache(maxsize=None)
+def real_view(name: str):
+    """``veotrace.view`` of a real snapshot, once for the module (None when the file is absent)."""
+    path = REAL_TRACES / name
+    if not path.exists():
+        return None
+    import veotrace
+
+    return veotrace.view(path)
+
+
 REAL_SNAPSHOTS = ["constructorsun_memory_snapshot.pickle", "cranberrii_memory_snapshot.pickle",
                   "kkaitlyn_memory_ctx128_fullstep_.pickle", "kkaitlyn_memory_ctx256_forward_.pickle",
                   "magma27_memory_snapshot.pickle", "maphsge4_snapshot.pickle", "muduard_memory_snapshot.pkl",
@@ -353,9 +364,7 @@ def test_every_map_of_every_real_snapshot_is_fragmentations_state_there(name):
     path = REAL_TRACES / name
     if not path.exists():
         pytest.skip(f"real trace {name} not present in {REAL_TRACES}")
-    import veotrace
-
-    lanes = veotrace.view(path).value.lanes
+    lanes = real_view(name).value.lanes
     checked, res = fragmentation_of_every_map(path, lanes)
     assert checked
     for what, mine, theirs in checked:
@@ -552,9 +561,7 @@ def test_legends_put_file_line_function_first_and_elide_the_package_path():
         assert short_label(name) == name
     path = REAL_TRACES / "cranberrii_memory_snapshot.pickle"
     if path.exists():
-        import veotrace
-
-        groups = veotrace.view(path).value.lanes[0].groups
+        groups = real_view(path.name).value.lanes[0].groups
         labels = [g["label"] for g in groups if "label" in g and g["name"].startswith("/")]
         assert len(labels) >= 4 and len(set(labels)) == len(labels)
         assert all(re.match(r"^[\w.]+\.py:\d+ \w+", lb) for lb in labels)
@@ -565,9 +572,7 @@ def test_the_before_trace_band_says_what_the_snapshot_tells_of_its_blocks():
     path = REAL_TRACES / "cranberrii_memory_snapshot.pickle"
     if not path.exists():
         pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
-    import veotrace
-
-    (lane,) = veotrace.view(path).value.lanes
+    (lane,) = real_view(path.name).value.lanes
     k, g = next((k, g) for k, g in enumerate(lane.groups) if g["name"] == "(allocated before the trace)")
     bt = g["before_trace"]
     assert lane.state[0] == 0 and (bt["bytes"], bt["blocks"]) == (lane.bytes[k, 0], lane.blocks[k, 0])
@@ -614,12 +619,11 @@ def test_every_entry_near_the_peak_can_be_stepped_and_each_state_is_fragmentatio
     path = REAL_TRACES / "constructorsun_memory_snapshot.pickle"
     if not path.exists():
         pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
-    import veotrace
     from veotrace.frag.metrics import state_metrics
     from veotrace.viewer.maps import layout
     from veotrace.viewer.steps import EV_OTHER, state_at
 
-    lane = veotrace.view(path).value.lanes[0]
+    lane = real_view(path.name).value.lanes[0]
     (w,) = [w for w in lane.steps if w["label"] == "peak allocated"]
     peak = lane.peaks[0]["state"]
     assert w["from_state"] <= peak < w["to_state"] and w["to_state"] - w["from_state"] == len(w["events"]["kind"])
@@ -633,3 +637,33 @@ def test_every_entry_near_the_peak_can_be_stepped_and_each_state_is_fragmentatio
         mine = layout(segs.segments, segs.segmented, addr, size, max_gap=2 << 20)["metrics"]
         theirs = state_metrics(theirs_at[s])
         assert {k: mine[k] for k in MAP_KEYS} == {k: theirs[k] for k in MAP_KEYS}, s
+
+
+@pytest.mark.parametrize("name", ["constructorsun_memory_snapshot.pickle", "kkaitlyn_memory_ctx256_forward_.pickle"])
+def test_the_segments_lane_adds_up_to_the_reserved_line_and_the_table_is_the_peaks_largest_live_blocks(name):
+    """Issue 48 item 3: the segment lane's reserved bytes equal the reserved line at every sample; the allocation
+    table's rows are the largest live blocks of the peak's map (and their count and bytes the map's)."""
+    path = REAL_TRACES / name
+    if not path.exists():
+        pytest.skip(f"real trace {name} not present in {REAL_TRACES}")
+    from veotrace.viewer.maps import KIND_BLOCK
+
+    for lane in real_view(name).value.lanes:
+        sl = lane.segment_lane
+        total = sl["size"].sum(axis=0) + sl["other_size"]
+        at = {int(s): int(r) for s, r in zip(lane.state, lane.reserved)} if lane.reserved is not None else {}
+        common = [c for c, s in enumerate(sl["state"]) if s in at]
+        assert common and all(total[c] == at[sl["state"][c]] for c in common), lane.title
+        assert (sl["live"] <= sl["size"]).all()
+        m = next(m for m in lane.maps if "peak allocated" in m["label"])
+        al = lane.allocations
+        assert al["state"] == m["state"] and al["live_blocks"] == m["metrics"]["live_blocks"]
+        assert al["live_bytes"] == m["metrics"]["live_bytes"]
+        r = m["rows"]
+        blocks = sorted(((-int(z), int(a)) for k, a, z in zip(r["kind"], r["addr"], r["size"]) if k == KIND_BLOCK))
+        if not m["binned"]:
+            assert [(int(row["addr"], 16), row["size"]) for row in al["rows"]] == [(a, -z) for z, a in blocks[:len(al["rows"])]]
+        assert len(al["rows"]) == min(50, al["live_blocks"])
+        for row in al["rows"]:
+            assert (row["died_state"] is None or row["died_state"] > al["state"]) and (
+                row["born_state"] is None or row["born_state"] <= al["state"])

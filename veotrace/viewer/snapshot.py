@@ -249,7 +249,9 @@ def _group(k: int, key_name: dict, names, stacks: bool) -> dict:
         stack = names.stack_of.get(k)
         if stack:
             internal = names.rule._re
-            frames = [(text(f), ln, text(fn), bool(internal.search(str(f)))) for f, ln, fn in stack]
+            seen: dict[str, bool] = {}
+            frames = [(text(f), ln, text(fn), seen.setdefault(str(f), bool(internal.search(str(f)))) if str(f) not in seen
+                       else seen[str(f)]) for f, ln, fn in stack]
             user = [fr for fr in frames if not fr[3]]
             g["stack"] = [list(fr) for fr in (user + [fr for fr in frames if fr[3]])[:MAX_FRAMES]]
             g["user_frames"] = len(user)

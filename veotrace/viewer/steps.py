@@ -150,12 +150,20 @@ class Largest:
             return None
         x = self.x
         internal = names.rule._re
+        seen: dict[str, bool] = {}  # whether a file is internal, once per file (a name can be a megabyte long)
+
+        def inside(f) -> bool:
+            key = str(f)
+            if key not in seen:
+                seen[key] = bool(internal.search(key))
+            return seen[key]
+
         rows = []
         for r in self.rows:
             code = r["code"]
             group = int(slots[key(np.array([code]), np.array([r["size"]]))[0]]) if len(slots) else -1
             stack = names.stack_of.get(code) or []
-            frames = [(text(f), ln, text(fn), bool(internal.search(str(f)))) for f, ln, fn in stack]
+            frames = [(text(f), ln, text(fn), inside(f)) for f, ln, fn in stack]
             frames = ([fr for fr in frames if not fr[3]] + [fr for fr in frames if fr[3]])[:TABLE_FRAMES]
             born_x = None if r["born"] is None else float(x[r["born"] + 1])
             died_x = None if r["died"] is None else float(x[r["died"] + 1])
