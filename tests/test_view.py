@@ -667,3 +667,32 @@ def test_the_segments_lane_adds_up_to_the_reserved_line_and_the_table_is_the_pea
         for row in al["rows"]:
             assert (row["died_state"] is None or row["died_state"] > al["state"]) and (
                 row["born_state"] is None or row["born_state"] <= al["state"])
+
+
+def test_view_from_to_steps_every_entry_of_the_range_and_its_end_is_fragmentation_at_to(tmp_path):
+    """Issue 48 item 3: `view --from T0 --to T1` carries every entry between; stepping to the last gives
+    `fragmentation --at T1`; --from without --to, or on a log, is one usage line."""
+    path = REAL_TRACES / "constructorsun_memory_snapshot.pickle"
+    if not path.exists():
+        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
+    import veotrace
+    from veotrace.viewer.maps import layout
+    from veotrace.viewer.steps import state_at
+
+    run = veotrace.view(path, step_from=1.9, step_to=2.0)
+    at = json.loads(run_cli("fragmentation", path, "--at", "2.0s", "-f", "json").stdout)["at"]["devices"]
+    for lane in run.value.lanes:
+        (w,) = lane.steps
+        d = lane.title.rsplit(" ", 1)[1]
+        assert w["to_state"] - w["from_state"] == len(w["events"]["kind"]) == len(w["x"]) - 1
+        assert (w["x"][1:] >= 1.9).all() and (w["x"][1:] <= 2.0).all()  # every entry in the range, each its own step
+        segs, blocks = state_at(w, w["to_state"])
+        addr = np.array(sorted(blocks), np.uint64)
+        mine = layout(segs.segments, segs.segmented, addr, np.array([blocks[a][0] for a in sorted(blocks)], np.int64),
+                      max_gap=2 << 20)["metrics"]
+        assert {k: mine[k] for k in MAP_KEYS} == {k: at[d][k] for k in MAP_KEYS}, lane.title
+    for args in (("--from", "1"), ("--to", "1"), ("--from", "2", "--to", "1")):
+        r = run_cli("view", path, *args, "-o", tmp_path / "v.html")
+        assert r.exit_code == 2 and r.stderr.count("Error:") == 1 and "--from and --to" in r.stderr
+    r = run_cli("view", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--from", "0", "--to", "1", "-o", tmp_path / "v.html")
+    assert r.exit_code == 2 and "--from/--to step a PyTorch snapshot" in r.stderr
