@@ -148,3 +148,98 @@ def test_an_expandable_snapshots_map_in_the_page_is_fragmentation_at(browser, tm
     assert f"({at['free_bytes']:,} bytes) free in {at['free_blocks']} blocks" in head
     assert f"external fragmentation {at['external_frag']:.4f}" in head and "--at 2.052990s" in head
     assert got["kinds"] == ["expandable", "expandable"] and got["ranges"] == [1, 1]
+
+
+@pytest.fixture(scope="module")
+def expandable_page(browser, tmp_path_factory):
+    """constructorsun's page (expandable segments, a trace with times) and its Python model."""
+    from tests.conftest import REAL_TRACES
+
+    path = REAL_TRACES / "constructorsun_memory_snapshot.pickle"
+    if not path.exists():
+        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
+    import veotrace
+
+    out = tmp_path_factory.mktemp("cpage") / "c.html"
+    run = veotrace.view(path, out)
+    p = browser.open(out.as_uri())
+    assert p.evaluate("veotraceView.ready") is True and p.errors() == [] and p.evaluate("veotraceView.errors") == []
+    return run, p
+
+
+def test_stepping_one_entry_forward_and_back_changes_the_map_as_the_trace_says(expandable_page):
+    """Issue 48 item 3: the page's replay of a step range is the Python model's (itself fragmentation's state at every
+    entry, test_view); one entry forward adds its block, one back takes it out again."""
+    import numpy as np
+
+    from veotrace.viewer.maps import layout
+    from veotrace.viewer.steps import EV_ALLOC, state_at
+
+    run, p = expandable_page
+    lane = run.value.lanes[0]
+    (k, w), = [(k, w) for k, w in enumerate(lane.steps) if w["label"] == "peak allocated"]
+    peak = lane.peaks[0]["state"]
+    assert w["events"]["kind"][peak - 1 - w["from_state"]] == EV_ALLOC  # the peak is reached by an alloc
+    size = int(w["events"]["size"][peak - 1 - w["from_state"]])
+    keys = ("segments", "reserved_bytes", "live_bytes", "live_blocks", "free_bytes", "free_blocks", "largest_free_bytes",
+            "external_frag")
+
+    def python(s):
+        segs, blocks = state_at(w, s)
+        addr = np.array(sorted(blocks), np.uint64)
+        m = layout(segs.segments, segs.segmented, addr, np.array([blocks[a][0] for a in sorted(blocks)], np.int64),
+                   max_gap=2 << 20)["metrics"]
+        return {key: m[key] for key in keys}
+
+    page = lambda js: {key: v for key, v in p.evaluate(js).items() if key in keys}  # noqa: E731
+    before = page(f"veotraceView.lanes[0].step({k}, {peak - 1})")
+    assert before == python(peak - 1)
+    # the page's own buttons: forward, then back
+    p.evaluate(f"(() => {{ const s = document.querySelector('.vt-stepbar select'); s.value = '{k}'; }})()")
+    click = "(() => { const b = Array.from(document.querySelectorAll('.vt-stepbar button')).find(b => b.textContent === %r); b.click(); " \
+            "return veotraceView.lanes[0].stepped.map.metrics; })()"
+    after = {key: v for key, v in p.evaluate(click % "forward ▶").items() if key in keys}
+    assert after == python(peak) and after["live_bytes"] - before["live_bytes"] == size
+    assert after["live_blocks"] == before["live_blocks"] + 1 and after["live_bytes"] == lane.peaks[0]["bytes"]
+    head = p.evaluate("document.querySelector('.vt-maphead').textContent")
+    assert f"step {peak - w['from_state']} of" in head and "alloc 0x" in head and f"{after['free_bytes']:,} bytes" in head
+    back = {key: v for key, v in p.evaluate(click % "◀ back").items() if key in keys}
+    assert back == before
+
+
+def test_the_segment_lane_in_the_page_adds_up_to_the_reserved_line(expandable_page):
+    run, p = expandable_page
+    for i, lane in enumerate(run.value.lanes):
+        totals = p.evaluate(f"Array.from(veotraceView.lanes[{i}].segmentTotals)")
+        sl = lane.segment_lane
+        assert totals == (sl["size"].sum(axis=0) + sl["other_size"]).tolist()
+        at = dict(zip(lane.state.tolist(), lane.reserved.tolist()))
+        both = [(t, at[s]) for t, s in zip(totals, sl["state"]) if s in at]
+        assert both and all(t == r for t, r in both)
+
+
+def test_the_allocation_table_is_the_peaks_largest_live_blocks_and_a_row_finds_its_block(expandable_page):
+    run, p = expandable_page
+    al = run.value.lanes[0].allocations
+    rows = p.evaluate("Array.from(document.querySelectorAll('.vt-lane')[0].querySelectorAll('.vt-table tr')).slice(1)"
+                      ".map(tr => Array.from(tr.children, td => td.textContent))")
+    assert len(rows) == len(al["rows"]) == 50
+    assert [r[2] for r in rows] == [f"{row['requested']:,}" for row in al["rows"]]
+    where = p.evaluate("veotraceView.lanes[0].pickAllocation(0)")
+    assert where is not None  # the block is outlined in the peak's map
+    info = p.evaluate("document.querySelectorAll('.vt-mapinfo')[0].textContent")
+    assert al["rows"][0]["addr"] in info and al["rows"][0]["site"] in info
+    assert p.evaluate("veotraceView.lanes[0].shownMap.label").startswith("peak allocated")
+
+
+def test_a_logs_map_says_what_it_shows(browser, tmp_path):
+    from tests.conftest import SAMPLES
+
+    out = tmp_path / "log.html"
+    assert run_cli("view", SAMPLES / "alloc_addr" / "alloc_addr.csv", "-o", out).exit_code == 0
+    p = browser.open(out.as_uri())
+    assert p.evaluate("veotraceView.ready") is True and p.errors() == []
+    head = p.evaluate("document.querySelector('.vt-maphead').textContent")
+    info = p.evaluate("document.querySelector('.vt-mapinfo').textContent")
+    assert "no segment events recorded" in head and "reserved in 0 segments" not in head
+    assert "a log records no sites" in info and "a block's site" not in info
