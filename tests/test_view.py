@@ -696,3 +696,17 @@ def test_view_from_to_steps_every_entry_of_the_range_and_its_end_is_fragmentatio
         assert r.exit_code == 2 and r.stderr.count("Error:") == 1 and "--from and --to" in r.stderr
     r = run_cli("view", SAMPLES / "alloc_addr" / "alloc_addr.csv", "--from", "0", "--to", "1", "-o", tmp_path / "v.html")
     assert r.exit_code == 2 and "--from/--to step a PyTorch snapshot" in r.stderr
+
+
+def test_the_streamed_many_segments_writer_writes_what_the_generator_builds(tmp_path):
+    from veotrace.synth.segmented import segmented_snapshot, write_segmented
+
+    path = tmp_path / "w.pickle"
+    truth = write_segmented(path, events=3000, depth=8, stacks=50, seed=4)
+    got = pickle.loads(path.read_bytes())
+    want, truth2 = segmented_snapshot(events=3000, depth=8, stacks=50, seed=4)
+    assert got == want and truth == truth2 and truth.segments == len(got["segments"]) > 5
+    (lane,) = __import__("veotrace").view(path).value.lanes
+    end = lane.maps[-1]["metrics"]
+    assert (end["segments"], end["reserved_bytes"], end["live_blocks"], end["live_bytes"]) == (
+        truth.segments, truth.reserved_bytes, truth.live_blocks, truth.live_bytes)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import pickle
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -167,8 +168,13 @@ def write_segmented(path, *, target_bytes: int | None = None, events: int | None
         again[kk] = emit([dict(f) for f in shapes[kk]])
         return got
 
-    per_entry = 60 + len(pickle.dumps([dict(f) for f in shapes[0]], protocol=2)) // 2  # its strings mostly memo refs
-    events = events if events is not None else max(1, target_bytes // per_entry)
+    if events is None:  # the bytes an entry takes, measured on a small file of the same kind
+        probe = Path(str(path) + ".probe")
+        n = 20_000
+        write_segmented(probe, events=n, depth=depth, stacks=stacks, seed=seed, distinct=distinct, name_pad=name_pad,
+                        segment_bytes=segment_bytes)
+        events = max(1, int(target_bytes / (probe.stat().st_size / n)))
+        probe.unlink()
     (act, addr, size, t, k), segments, truth = _generate(events, stacks, seed, distinct, segment_bytes)
     out.write(b"}(" + emit("segments") + emit(segments) + emit("device_traces") + b"]]")
     stream = b"K\x00"
