@@ -139,7 +139,9 @@
     for (let g = G - 1; g >= 0; g--) {
       series.push({label: (d.groups[g].label || d.groups[g].name).slice(0, 80), stroke: color(g), fill: color(g), width: 0, points: {show: false}});
     }
-    if (reserved) series.push({label: "reserved", stroke: "#222", width: 1.5, dash: [6, 3], points: {show: false}});
+    // reserved bytes hold between the states kept (a step, not a slope: its segments lane is the same)
+    if (reserved) series.push({label: "reserved", stroke: "#222", width: 1.5, dash: [6, 3], points: {show: false},
+      paths: uPlot.paths.stepped({align: 1})});
     let relevel = false;
     function drawMarks(u) {
       const ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, dpr = devicePixelRatio || 1;
