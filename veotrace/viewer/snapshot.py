@@ -381,6 +381,8 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
             table.died(i, row[1], removed)
         if added is not None:
             born[row[1]] = i
+        elif removed is not None:
+            born.pop(row[1], None)  # only live blocks' births are kept
         stepping.see(i, row, removed, added, site_ids)
         code = OP_CODES.get(row[0], 0)
         if code >= OP_SEG_ALLOC and isinstance(row[1], int):
