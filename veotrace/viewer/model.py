@@ -69,6 +69,8 @@ def segment_lane_page(sl: dict | None) -> dict | None:
 
 def step_page(w: dict) -> dict:
     """A step range as the page reads it: addresses as offsets from ``base`` (a hex string), as a map's."""
+    from veotrace.defaults import FRAGMENTATION_MAX_GAP_BYTES
+
     b, ev = w["blocks"], w["events"]
     seg_lo = [a for a, _, _ in w["segments"]] + [a for a, _ in w["extents"]]
     lows = [int(b["addr"].min())] if b["addr"].size else []
@@ -78,7 +80,7 @@ def step_page(w: dict) -> dict:
     off = lambda a: (np.asarray(a, np.uint64) - u).astype(np.float64) if np.size(a) else np.zeros(0)  # noqa: E731
     events = dict(ev, addr=np.where(ev["kind"] > 0, ev["addr"], np.uint64(base)))
     return {"label": w["label"], "from_state": w["from_state"], "to_state": w["to_state"], "x": column(w["x"]),
-            "base": hex(base), "segmented": w["segmented"],
+            "base": hex(base), "segmented": w["segmented"], "max_gap": FRAGMENTATION_MAX_GAP_BYTES,
             "segments": [[a - base, z - base, bool(x)] for a, z, x in w["segments"]],
             "extents": [[a - base, z - base] for a, z in w["extents"]],
             "blocks": {"addr": column(off(b["addr"]).astype(np.int64) if b["addr"].size else b["addr"]),

@@ -537,7 +537,7 @@
         }
         segs.forEach((g, r) => gap(lastEnd[r], g.end - lastEnd[r], r));
       } else {
-        const maxGap = 2 * 1024 * 1024;
+        const maxGap = w.max_gap;
         let prev = null;
         for (const a of addrs) {
           const [z, g] = blocks.get(a);
@@ -556,7 +556,7 @@
       const reserved = segs.reduce((t, g) => t + g.end - g.start, 0);
       const metrics = {reserved_bytes: w.segmented ? reserved : null, segments: segs.length, live_bytes: live, live_blocks: addrs.length,
         blocks_outside_segments: outside, free_bytes: free, free_blocks: nfree, largest_free_bytes: largest,
-        external_frag: free > 0 ? 1 - largest / free : null, max_gap_bytes: 2 * 1024 * 1024};
+        external_frag: free > 0 ? 1 - largest / free : null, max_gap_bytes: w.max_gap};
       if (used.size) { metrics.expandable_segments = used.size; metrics.unmapped_bytes = unmapped; }
       const i = state - w.from_state, what = i > 0 ? stepEvent(k, i - 1) : "the range's start";
       return {label: `${w.label}, step ${fmtNum(i)} of ${fmtNum(w.to_state - w.from_state)}: ${what}`, x: st.x[Math.min(i, st.x.length - 1)],
