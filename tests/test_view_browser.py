@@ -243,3 +243,30 @@ def test_a_logs_map_says_what_it_shows(browser, tmp_path):
     info = p.evaluate("document.querySelector('.vt-mapinfo').textContent")
     assert "no segment events recorded" in head and "reserved in 0 segments" not in head
     assert "a log records no sites" in info and "a block's site" not in info
+
+
+def test_hovering_the_before_trace_band_says_what_the_snapshot_tells_of_it(browser, tmp_path):
+    """Issue 48 item 4: the band has no stack; its hover gives its blocks, sizes, segments, and how to record them."""
+    from tests.conftest import REAL_TRACES
+
+    path = REAL_TRACES / "cranberrii_memory_snapshot.pickle"
+    if not path.exists():
+        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
+    out = tmp_path / "cr.html"
+    assert run_cli("view", path, "-o", out).exit_code == 0
+    p = browser.open(out.as_uri())
+    assert p.evaluate("veotraceView.ready") is True and p.errors() == []
+    where = p.evaluate("""(() => {
+        const l = veotraceView.lanes[0], u = l.chart, d = l.data, peak = d.peaks[0];
+        const g = d.groups.findIndex(g => g.name === "(allocated before the trace)");
+        const k = l.drawn.pick.findIndex(i => l.state[i] === peak.state), i = l.drawn.pick[k];
+        let below = 0; for (let h = 0; h < g; h++) below += l.bytes[h][i];
+        const r = u.over.getBoundingClientRect();
+        return {x: r.left + u.valToPos(u.data[0][k], "x"), y: r.top + u.valToPos(below + l.bytes[g][i] / 2, "y"),
+                about: d.groups[g].about};
+    })()""")
+    p.mouse(where["x"], where["y"])
+    p.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    text = p.evaluate("document.querySelector('.vt-info').textContent")
+    assert "(allocated before the trace)" in text
+    assert all(line in text for line in where["about"]) and "_record_memory_history" in text
