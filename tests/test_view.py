@@ -623,7 +623,11 @@ def test_every_entry_near_the_peak_can_be_stepped_and_each_state_is_fragmentatio
     from veotrace.viewer.maps import layout
     from veotrace.viewer.steps import EV_OTHER, state_at
 
-    lane = real_view(path.name).value.lanes[0]
+    lanes = real_view(path.name).value.lanes
+    for other in lanes:  # every lane steps its peak and its OOMs (device 1 holds one), each range once
+        for s in [other.peaks[0]["state"]] + [o["state"] for o in other.ooms]:
+            assert sum(w["from_state"] <= s <= w["to_state"] for w in other.steps) == 1, other.title
+    lane = lanes[0]
     (w,) = [w for w in lane.steps if w["label"] == "peak allocated"]
     peak = lane.peaks[0]["state"]
     assert w["from_state"] <= peak < w["to_state"] and w["to_state"] - w["from_state"] == len(w["events"]["kind"])

@@ -347,7 +347,7 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
     if peak_state is not None:
         stops.setdefault(peak_state, []).append(("table", None))
     stepping = S.Stepper(step_ranges, key, slots, extents, free_op=sweep.free_op)
-    for s0, _s1, _label in stepping.ranges:
+    for s0 in sorted({r[0] for r in stepping.ranges}):
         stops.setdefault(s0, []).append(("step", None))
     frag = {"x": [], "external_frag": [], "free_bytes": [], "largest_free_bytes": []}
     site_ids: dict[int, int] = {}

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Entries that can be stepped on each side of the allocated peak and each of the first OOMs.
-STEP_RADIUS = 200
+#: Entries that can be stepped on each side of the allocated peak and each of the first OOMs (as many as the chart
+#: keeps every state of there: lanes.DETAIL_RADIUS).
+STEP_RADIUS = 500
 #: Step ranges kept: the peak and the first OOMs.
 MAX_STEP_RANGES = 4
 #: A range whose start holds more live blocks than this is not carried (its map is drawn binned).
@@ -180,13 +181,20 @@ class Stepper:
     """The state at each step range's start and every entry of the range (see the module)."""
 
     def __init__(self, ranges, key, slots, extents, *, free_op: str) -> None:
-        self.ranges = sorted(ranges)[: MAX_STEP_RANGES + 1]
+        merged: dict[tuple[int, int], list[str]] = {}
+        for s0, s1, label in ranges:  # one range for the same entries (a peak at an OOM)
+            merged.setdefault((s0, s1), []).append(label)
+        self.ranges = sorted((s0, s1, ", ".join(labels)) for (s0, s1), labels in merged.items())[: MAX_STEP_RANGES + 1]
+        self.started: set[int] = set()
         self.key, self.slots, self.extents = key, slots, extents
         self.open: list[dict] = []
         self.done: list[dict] = []
         self.notes: list[str] = []
 
     def start(self, i: int, segs, blocks: dict, site_ids: dict) -> None:
+        if i in self.started:
+            return
+        self.started.add(i)
         for s0, s1, label in self.ranges:
             if s0 != i:
                 continue
