@@ -534,14 +534,12 @@ def test_segments_past_a_maps_row_budget_are_segment_bins_with_exact_counts():
 def test_200000_distinct_sites_make_a_page_within_the_bound(tmp_path):
     """Issue 48 item 2 / issue 47 item 10 at the issue's size: a snapshot of 200,000 distinct sites (a 47.8 MiB page
     before the budget)."""
-    from veotrace.synth.segmented import segmented_snapshot
+    from veotrace.synth.segmented import write_segmented
     from veotrace.viewer.budget import PAGE_BYTES
 
-    snap, truth = segmented_snapshot(events=560_000, stacks=200_000, depth=6, distinct=True, seed=3)
-    assert truth.sites == 200_000
     path = tmp_path / "sites200k.pickle"
-    path.write_bytes(pickle.dumps(snap))
-    del snap
+    truth = write_segmented(path, events=560_000, stacks=200_000, depth=6, distinct=True, seed=3)
+    assert truth.sites == 200_000
     out = tmp_path / "v.html"
     r = run_cli("view", path, "-o", out)
     assert r.exit_code == 0, r.stderr
