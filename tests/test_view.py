@@ -528,6 +528,15 @@ def test_segments_past_a_maps_row_budget_are_segment_bins_with_exact_counts():
     # the largest segments keep their own row
     kept = rows["size"][k == KIND_SEGMENT]
     assert kept.min() >= np.sort(sizes)[::-1][len(kept) - 1]
+    # pins (the sites holding a segment's free bytes) only for segments drawn, within the rows (a page of 12,000
+    # segments carried a pin each in every map: 11 MiB)
+    _, _, pins = state_map(segs, True, addr, size, g, np.zeros(n, np.int64), max_rows=2000)
+    drawn = set(rows["range"][k == KIND_SEGMENT].tolist())
+    assert 0 < len(pins) <= 500 and all(p["range"] in drawn for p in pins)
+    _, _, every = state_map(segs, True, addr, size, g, np.zeros(n, np.int64), max_rows=10**9)
+    assert len(every) > 500  # each segment holds free bytes and a live block
+    top = sorted((p["free_bytes"] for p in every if p["range"] in drawn), reverse=True)[: len(pins)]
+    assert sorted((p["free_bytes"] for p in pins), reverse=True) == top
 
 
 @pytest.mark.slow

@@ -58,6 +58,16 @@ def fit(result, measure) -> int:
                                     + (f", {drop} finest summary level{'s' * (drop > 1)} dropped" if drop else "")
                                     + (", texts shortened" if cut else ""))
             break
+    else:  # the last resort: every map at its smallest, no stacks, phases, marks or steps
+        for lane in lanes:
+            lane.steps, lane.phases, lane.marks = [], [], []
+            for g in lane.groups:
+                g.pop("stack", None)
+            lane.maps = [finish_map(m, 2 * MIN_MAP_ROWS // 3) for m in lane.maps]
+            bound_sites(lane, 4096)
+        size = measure(result)
+        result.notes.append(f"the page's budget ({PAGE_BYTES / 2**20:.0f} MiB) left the maps at their smallest and no "
+                            "stacks, phases, marks or steps")
     return size
 
 

@@ -132,10 +132,14 @@ def replay_map(state, *, max_gap: int, threshold: float, max_rows: int, extents=
 def _finish(lay: dict, segments, addr, size, group, site, extents, max_rows: int):
     j = lay["j"]
     ins = j >= 0
-    pins = _pins(len(segments), j[ins], size[ins], site[ins], lay["g_range"], lay["g_size"])
     seg_of, unmapped = _expandable(segments, extents)
     rows = _rows(lay["starts"], lay["ends"], seg_of, unmapped, j, addr, size, group, site, lay["g_addr"], lay["g_size"],
                  lay["g_range"], max_rows)
+    # the pins of the ranges drawn with their own row, those of most free bytes first, within the map's rows
+    drawn = np.zeros(len(segments), bool)
+    drawn[rows["range"][rows["kind"] == KIND_SEGMENT]] = True
+    pins = _pins(len(segments), j[ins], size[ins], site[ins], lay["g_range"], lay["g_size"], drawn,
+                 max(16, max_rows // 4))
     metrics = dict(lay["metrics"])
     if unmapped[0].size or (seg_of >= 0).any():
         metrics["expandable_segments"] = int(np.unique(seg_of[seg_of >= 0]).size)
@@ -168,20 +172,25 @@ def _expandable(segments, extents) -> tuple[np.ndarray, tuple]:
     return seg_of, (np.array(ua, U64), np.array(us, np.int64), np.array(uk, np.int64))
 
 
-def _pins(n: int, jj, z, site, g_range, g_size) -> list[dict]:
-    """Per range holding free bytes and live blocks: its free bytes and the sites of the most live bytes in it."""
+def _pins(n: int, jj, z, site, g_range, g_size, drawn, most: int) -> list[dict]:
+    """Per range drawn (``drawn``) holding free bytes and live blocks, at most ``most`` (those of most free bytes):
+    its free bytes and the sites of the most live bytes in it."""
     out = []
     if not n:
         return out
     gr = g_range >= 0
     free = np.bincount(g_range[gr], weights=g_size[gr], minlength=n)
     live = np.bincount(jj, weights=z, minlength=n)
-    for r in np.flatnonzero((free > 0) & (live > 0)).tolist():
-        mine = jj == r
+    held = np.flatnonzero((free > 0) & (live > 0) & drawn)
+    held = np.sort(held[np.argsort(-free[held], kind="stable")[:most]])
+    order = np.argsort(jj, kind="stable")
+    bounds = np.searchsorted(jj[order], np.arange(n + 1))
+    for r in held.tolist():
+        mine = order[bounds[r]:bounds[r + 1]]
         codes, inv = np.unique(site[mine], return_inverse=True)
         by = np.bincount(inv, weights=z[mine])
         top = np.argsort(-by, kind="stable")[:PINNED_TOP]
-        out.append({"range": r, "free_bytes": int(free[r]), "live_bytes": int(live[r]), "live_blocks": int(mine.sum()),
+        out.append({"range": r, "free_bytes": int(free[r]), "live_bytes": int(live[r]), "live_blocks": int(mine.size),
                     "sites": [int(codes[k]) for k in top.tolist()]})
     return out
 
