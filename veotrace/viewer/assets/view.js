@@ -320,8 +320,8 @@
     function drawMap(m) {
       const r = m.rows;
       lane.highlighted = null;
-      const segs = mapUnits(m);
-      segs.sort((a, b) => b.size - a.size || a.addr - b.addr);
+      const segs = mapUnits(m);  // the segments drawn with their blocks first (largest first), then the segment bins
+      segs.sort((a, b) => (a.kind === "segbin") - (b.kind === "segbin") || b.size - a.size || a.addr - b.addr);
       const W = Math.max(400, mapCanvas.parentNode.clientWidth || 1000), rowH = 14, gap = 4;
       const maxSize = segs.length ? Math.max(segs[0].size, 1) : 1;
       const rowsOut = [];
