@@ -426,13 +426,21 @@ def _map(state: int, label: str, segs, extents, blocks: dict, key, slots, site_i
     addr = np.fromiter(blocks.keys(), np.uint64, len(blocks))
     vals = np.fromiter((v for b in blocks.values() for v in (b[0], b[2])), np.int64, 2 * len(blocks)).reshape(-1, 2)
     size, code = vals[:, 0], vals[:, 1]
-    group = slots[key(code, size)] if code.size else np.zeros(0, np.int64)
-    site = np.array([site_ids.setdefault(c, len(site_ids)) for c in code.tolist()], np.int64)
-    # the replay goes on changing its segments: this instant's own copy, made into rows once the page's budget is known
-    segments, segmented = [Segment(s.start, s.end, s.expandable) for s in segs.segments], segs.segmented
-    out = {"label": label, "state": state, "x": float(x[state]),
-           "make": lambda max_rows: state_map(segments, segmented, addr, size, group, site, max_rows=max_rows,
-                                              extents=extents)}
+    group = (slots[key(code, size)] if code.size else np.zeros(0, np.int64)).astype(np.int32)
+    site = np.array([site_ids.setdefault(c, len(site_ids)) for c in code.tolist()], np.int32)
+    # the replay goes on changing its segments: this instant's own copy (as arrays: a map is held until the page's
+    # budget is known, and 20 maps of 15,000 segments as objects cost more than the maps)
+    n = len(segs.segments)
+    starts = np.fromiter((g.start for g in segs.segments), np.uint64, n)
+    ends = np.fromiter((g.end for g in segs.segments), np.uint64, n)
+    expandable = np.fromiter((g.expandable for g in segs.segments), bool, n)
+    segmented = segs.segmented
+
+    def make(max_rows: int):
+        segments = [Segment(a, b, e) for a, b, e in zip(starts.tolist(), ends.tolist(), expandable.tolist())]
+        return state_map(segments, segmented, addr, size, group, site, max_rows=max_rows, extents=extents)
+
+    out = {"label": label, "state": state, "x": float(x[state]), "make": make}
     if timed and state:
         at_us = int(e.t[state - 1])
         out["fragmentation_at"] = f"{(at_us - t0) / 1e6:.6f}s"
