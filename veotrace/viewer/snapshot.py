@@ -340,7 +340,8 @@ def _second_pass(lane: Lane, sweep, e: _Entries, key, slots, names, x, total, re
     if windows is not None:
         for s, end_x in windows:
             stops.setdefault(s, []).append(("window", end_x))
-    samples = S.sample_states(e.act.size, [s for s, _ in windows] if windows is not None else None)
+    samples = S.sample_states(e.act.size, [s for s, _ in windows] if windows is not None else None,
+                              len(segs.segments) + int(((e.act == A_GROW)).sum()))
     for s in samples:
         stops.setdefault(s, []).append(("sample", None))
     peak_state = next((s for s, label in instants if "peak allocated" in label), None)

@@ -35,15 +35,21 @@ TABLE_FRAMES = 16
 EV_OTHER, EV_ALLOC, EV_FREE = 0, 1, 2
 
 
-def sample_states(n: int, window_states: list[int] | None) -> list[int]:
+#: Segments x samples the lane holds at most while the walk goes on (a trace of 12,000 segments: 166 samples).
+SEGMENT_CELLS = 2_000_000
+
+
+def sample_states(n: int, window_states: list[int] | None, segments: int = 1) -> list[int]:
     """The states the segments lane samples: each window's end (a timed trace), else evenly spaced entries;
-    with the first and the last, at most SEGMENT_SAMPLES."""
+    with the first and the last, at most SEGMENT_SAMPLES, and fewer when ``segments`` (at most the trace's
+    segments) times the samples would pass SEGMENT_CELLS."""
+    most = max(50, min(SEGMENT_SAMPLES, SEGMENT_CELLS // max(1, segments)))
     if window_states:
         s = np.unique(np.r_[0, np.asarray(window_states, np.int64), n])
     else:
-        s = np.unique(np.linspace(0, n, min(n + 1, SEGMENT_SAMPLES)).round().astype(np.int64))
-    if s.size > SEGMENT_SAMPLES:
-        s = s[np.unique(np.linspace(0, s.size - 1, SEGMENT_SAMPLES).round().astype(np.int64))]
+        s = np.unique(np.linspace(0, n, min(n + 1, most)).round().astype(np.int64))
+    if s.size > most:
+        s = s[np.unique(np.linspace(0, s.size - 1, most).round().astype(np.int64))]
     return s[(s >= 0) & (s <= n)].tolist()
 
 
@@ -79,16 +85,15 @@ class SegmentLane:
             j = np.searchsorted(starts, addr, "right").astype(np.int64) - 1
             ok = j >= 0
             ok[ok] = addr[ok] < ends[j[ok]]
-            live = np.bincount(j[ok], weights=size[ok], minlength=len(segments))
-        res: dict[int, int] = {}
-        liv: dict[int, int] = {}
-        for r, (key, s) in enumerate(zip(keys, segments)):
-            u = self.index.setdefault(key, len(self.index))
-            res[u] = res.get(u, 0) + (s.end - s.start)
-            liv[u] = liv.get(u, 0) + int(live[r])
+            live = np.bincount(j[ok], weights=size[ok].astype(np.float64), minlength=len(segments))
+        index = self.index
+        units = np.fromiter((index.setdefault(key, len(index)) for key in keys), np.int64, len(keys))
+        n = len(index)
+        res = np.bincount(units, weights=(ends - starts).astype(np.float64), minlength=n).astype(np.int64)
+        liv = np.bincount(units, weights=live, minlength=n).astype(np.int64)
         self.x.append(x)
         self.states.append(state)
-        self.cols.append((res, liv))
+        self.cols.append((res, liv))  # arrays as long as the segments met so far
 
     def result(self) -> dict | None:
         if not self.states:
@@ -97,10 +102,8 @@ class SegmentLane:
         size = np.zeros((n_units, n), np.int64)
         live = np.zeros((n_units, n), np.int64)
         for c, (res, liv) in enumerate(self.cols):
-            for u, v in res.items():
-                size[u, c] = v
-            for u, v in liv.items():
-                live[u, c] = v
+            size[: res.size, c] = res
+            live[: liv.size, c] = liv
         keys = sorted(self.index, key=self.index.get)  # in order of first appearance
         order = np.arange(n_units)
         kept = order
