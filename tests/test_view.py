@@ -721,3 +721,21 @@ def test_the_streamed_many_segments_writer_writes_what_the_generator_builds(tmp_
     end = lane.maps[-1]["metrics"]
     assert (end["segments"], end["reserved_bytes"], end["live_blocks"], end["live_bytes"]) == (
         truth.segments, truth.reserved_bytes, truth.live_blocks, truth.live_bytes)
+
+
+def test_coarsening_a_lane_for_the_budget_keeps_the_coarser_levels_and_every_state_near_the_peak(snap):
+    import veotrace
+    from veotrace.viewer.lanes import DETAIL_RADIUS
+
+    (lane,) = veotrace.view(snap).value.lanes
+    levels, states = list(lane.buckets), lane.state.copy()
+    assert len(levels) >= 2
+    peak = lane.peaks[0]["state"]
+    near = states[np.abs(states - peak) <= DETAIL_RADIUS]
+    lane.coarsen(1)
+    assert lane.buckets == levels[:-1] and lane.level.max() <= len(lane.buckets)
+    assert set(near.tolist()) <= set(lane.state.tolist()) and peak in lane.state
+    assert lane.state.size < states.size and np.all(np.diff(lane.state) > 0)
+    assert lane.bytes.shape == lane.blocks.shape == (len(lane.groups), lane.state.size) and lane.x.size == lane.state.size
+    col = int(np.searchsorted(lane.state, peak))
+    assert lane.bytes[:, col].sum() == lane.peaks[0]["bytes"]
