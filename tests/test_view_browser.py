@@ -302,3 +302,17 @@ def test_every_map_of_every_real_snapshot_in_the_page_says_fragmentations_figure
             if mt["external_frag"] is not None:
                 assert f"external fragmentation {mt['external_frag']:.4f}" in g["head"]
             assert g["n"] == len(m["rows"]["kind"]) and g["sizes"] == int(m["rows"]["size"].sum())
+
+
+def test_a_click_near_the_peak_shows_the_exact_state_there_and_elsewhere_the_nearest_map(expandable_page):
+    run, p = expandable_page
+    lane = run.value.lanes[0]
+    peak = lane.peaks[0]
+    got = p.evaluate(f"veotraceView.lanes[0].clickAt({peak['x']!r})")
+    (w,) = [w for w in lane.steps if w["label"] == "peak allocated"]
+    # the state after the last entry at or before the peak's time (entries at the same µs: the last of them)
+    want = w["from_state"] + int((w["x"] <= peak["x"]).sum()) - 1
+    assert got["state"] == want >= peak["state"] and got["metrics"]["live_bytes"] >= 0
+    assert "(the state at " in p.evaluate("document.querySelector('.vt-maphead').textContent")
+    far = p.evaluate("veotraceView.lanes[0].clickAt(0.01)")
+    assert "map" in far and "nearest instant with a map" in p.evaluate("document.querySelector('.vt-maphead').textContent")

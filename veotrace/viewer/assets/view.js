@@ -436,13 +436,29 @@
     let down = null;
     u.over.addEventListener("mousedown", ev => { down = [ev.clientX, ev.clientY]; });
     u.over.addEventListener("mouseup", ev => {
-      if (!down || Math.abs(ev.clientX - down[0]) > 3 || !maps.length) return;
-      const xv = u.posToVal(ev.clientX - u.over.getBoundingClientRect().left, "x");
+      if (!down || Math.abs(ev.clientX - down[0]) > 3) return;
+      lane.clickAt(u.posToVal(ev.clientX - u.over.getBoundingClientRect().left, "x"));
+    });
+    // a time inside a step range: the state after its last entry at or before that time, exactly; elsewhere the
+    // nearest instant with a map
+    lane.clickAt = xv => {
+      for (let k = 0; k < lane.steps.length; k++) {
+        const st = lane.steps[k], xs = st.x;
+        if (xs.length > 1 && xv >= xs[0] && xv <= xs[xs.length - 1]) {
+          let i = 0;
+          while (i + 1 < xs.length && xs[i + 1] <= xv) i++;
+          const metrics = showStep(k, st.w.from_state + i);
+          mapHead.textContent = `(the state at ${fmtX(d, xv)}) ` + mapHead.textContent;
+          return {step: k, state: st.w.from_state + i, metrics: metrics};
+        }
+      }
+      if (!maps.length) return null;
       let best = 0;
       for (let k = 1; k < maps.length; k++) if (Math.abs(maps[k].x - xv) < Math.abs(maps[best].x - xv)) best = k;
       showMap(best);
       mapHead.textContent = `(nearest instant with a map to ${fmtX(d, xv)}) ` + mapHead.textContent;
-    });
+      return {map: best};
+    };
     reset.addEventListener("click", () => u.setScale("x", {min: x0, max: x1}));
     out.addEventListener("click", () => {
       const a = u.scales.x.min, b = u.scales.x.max, w = (b - a) * 2, c = (a + b) / 2;
