@@ -199,7 +199,10 @@
     let frag = null;
     if (d.frag && d.frag.x.length) {
       const fx = d.frag.x, fy = d.frag.external_frag.map(v => (v === null ? null : v));
+      // the main chart's right edge (its x labels pad it), so the two share their x positions
+      const rightPad = () => Math.max(0, width() - (u.bbox.left + u.bbox.width) / (devicePixelRatio || 1));
       frag = new uPlot({width: width(), height: 110, legend: {show: false}, cursor: {show: false},
+        padding: [null, () => rightPad(), null, null],
         series: [{}, {label: "external fragmentation", stroke: "#8c564b", width: 1.5, points: {show: false},
           paths: uPlot.paths.stepped({align: 1})}],
         scales: {x: {time: false, range: () => [u.scales.x.min, u.scales.x.max]}, y: {range: [0, 1]}},
@@ -210,6 +213,7 @@
         "No external fragmentation per window: windows need times."));
     }
     lane.frag = frag;
+    if (frag) requestAnimationFrame(() => frag.setSize({width: width(), height: 110}));  // once the chart is laid out
 
     function groupAt(i, yv) {
       for (let g = 0; g < G; g++) if (yv <= cum[g][i] && yv >= (g ? cum[g - 1][i] : 0) && bytes[g][i] > 0) return g;
@@ -654,6 +658,7 @@
         ctx.fillStyle = "#5c6670"; ctx.font = "10px sans-serif"; ctx.fillText(`reserved, peak ${fmtBytes(most)}`, 4, 12);
       }
       drawSegments();
+      requestAnimationFrame(drawSegments);  // again once the chart is laid out (its x labels pad its right edge)
       lane.drawSegments = drawSegments;
       canvas.addEventListener("mousemove", ev => {
         const r = canvas.getBoundingClientRect(), xv = u.posToVal((ev.clientX - r.left) * 1, "x");
