@@ -19,6 +19,8 @@ def view_command(
                                          callback=local_output)],
     site_filter: Annotated[str | None, typer.Option("--site-filter", help="Regex on a frame's file marking it internal [default: PyTorch, the standard library, C/C++ frames].")] = None,
     site_depth: Annotated[int, typer.Option("--site-depth", help="User frames that name a site (2: a.py:10 f < b.py:20 g).")] = SITES_DEPTH,
+    step_from: Annotated[float | None, typer.Option("--from", help="With --to: seconds after the first event from which every trace entry can be stepped in the map (a snapshot).", min=0)] = None,
+    step_to: Annotated[float | None, typer.Option("--to", help="With --from: seconds after the first event up to which every entry can be stepped.", min=0)] = None,
     time_unit: TimeUnitOpt = TimeUnit.ns,
     skip_bad_rows: SkipBadRowsOpt = False,
     format_hint: FormatHintOpt = None,
@@ -28,6 +30,6 @@ def view_command(
         from veotrace.runs.view import view
 
         result = view(paths, output, site_filter=site_filter, site_depth=site_depth, time_unit=time_unit,
-                      skip_bad_rows=skip_bad_rows, format_hint=format_hint)
+                      skip_bad_rows=skip_bad_rows, format_hint=format_hint, step_from=step_from, step_to=step_to)
         for line in [*result.messages, *result.closing]:
             err(line)

@@ -28,7 +28,8 @@ def plot_view(result: Any, *, size: tuple[int, int]):
         ys = lane.bytes[:, keep].astype(float)
         top = float(max(ys.sum(axis=0).max(), lane.reserved[keep].max() if lane.reserved is not None else 0))
         div, unit = binary_bytes(top)
-        labels = [g["name"] if len(g["name"]) <= 60 else "..." + g["name"][-57:] for g in lane.groups]
+        names = [g.get("label") or g["name"] for g in lane.groups]  # file.py:line function first
+        labels = [n if len(n) <= 60 else n[:57] + "..." for n in names]
         ax.stackplot(x, *(ys / div), labels=labels, alpha=0.85, rasterized=True)
         if lane.reserved is not None:
             ax.plot(x, lane.reserved[keep] / div, color="black", lw=1, ls="--", label="reserved")

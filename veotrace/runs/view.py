@@ -15,11 +15,6 @@ from veotrace.defaults import SITES_DEPTH
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
 
-#: States kept over all lanes of a page, and segment-map rows over all its maps: the page's size bound
-#: (about 6 MiB at most, whatever the trace's size; see benchmarks/bench_view.py).
-POINTS_BUDGET = 48_000
-MAP_ROWS_BUDGET = 60_000
-MIN_MAP_ROWS = 600
 #: Evenly spaced instants with a segment map, per lane.
 KEYFRAMES = 16
 
@@ -59,7 +54,8 @@ class ViewRun(RunResult):
 
 
 def view(paths, output=None, *, site_filter: str | None = None, site_depth: int = SITES_DEPTH, time_unit: str = "ns",
-         skip_bad_rows: bool = False, format_hint: str | None = None) -> ViewRun:
+         skip_bad_rows: bool = False, format_hint: str | None = None, step_from: float | None = None,
+         step_to: float | None = None) -> ViewRun:
     """The interactive memory timeline: per input and device, live bytes over time stacked by site (a
     PyTorch snapshot with stacks) or by size class and stream (logs), the reserved bytes over them, the
     external fragmentation per window beneath, the peaks, OOMs and phases marked, and the segment and
@@ -69,13 +65,22 @@ def view(paths, output=None, *, site_filter: str | None = None, site_depth: int 
         paths: inputs, each its own lane(s): PyTorch snapshots, alloc/free logs, folders of rotated logs.
         output: the HTML file to write (None: only the result, e.g. for a notebook).
         site_filter, site_depth: the site rule, as ``sites``.
+        step_from, step_to: seconds after the first event: the map can be stepped at every entry between (a
+            snapshot; up to ``viewer.steps.MAX_STEP_EVENTS`` entries), instead of near the peak and OOMs.
 
     Raises:
         UsageError: bad options, or an output that is an input or a folder. VeotraceError: an input
         ``fragmentation`` (or for a snapshot, ``sites``) refuses, or an output that cannot be written.
     """
     from veotrace.outputs import check_output
+    from veotrace.viewer.budget import MAP_ROWS_BUDGET, PAGE_BYTES, POINTS_BUDGET  # the page's one budget
 
+    if (step_from is None) != (step_to is None) or (step_from is not None and not 0 <= step_from < step_to):
+        from veotrace.errors import UsageError
+
+        raise UsageError("--from and --to go together, 0 <= FROM < TO (seconds after the first event)",
+                         hint="e.g. veotrace view run.pickle --from 1.9 --to 2.1 -o view.html")
+    step_range = None if step_from is None else (step_from, step_to)
     paths = common.as_paths(paths)
     inputs = common.input_files(paths)
     if output is not None:
@@ -87,15 +92,16 @@ def view(paths, output=None, *, site_filter: str | None = None, site_depth: int 
     per_input = POINTS_BUDGET // max(1, len(paths))
     lanes, notes = [], []
     for given in paths:
-        lanes += _lanes_of(given, rule, options, report, per_input)
-    map_rows = max(MIN_MAP_ROWS, MAP_ROWS_BUDGET // max(1, sum(len(lane.maps) for lane in lanes)))
-    for lane in lanes:
-        lane.maps = [_finish_map(m, map_rows) for m in lane.maps]
+        lanes += _lanes_of(given, rule, options, report, per_input, step_range)
+    from veotrace.viewer.budget import fit
     from veotrace.viewer.model import ViewResult
+    from veotrace.viewer.page import data_json
 
     result = ViewResult(lanes, {"inputs": [str(p) for p in paths], "site_filter": rule.internal,
                                 "site_depth": rule.depth, "points_budget": POINTS_BUDGET,
-                                "map_rows_budget": MAP_ROWS_BUDGET}, notes)
+                                "map_rows_budget": MAP_ROWS_BUDGET, "page_bytes": PAGE_BYTES,
+                                "step_from": step_from, "step_to": step_to}, notes)
+    fit(result, lambda r: len(data_json(r.page_data())))
     run = ViewRun(result, report.messages(), inputs)
     if output is not None:
         from veotrace.outputs import write_bytes
@@ -112,16 +118,7 @@ def _check_target(output: Path) -> None:
     check_writable(output, "view", "a file name such as view.html")
 
 
-def _finish_map(m: dict, map_rows: int) -> dict:
-    """A map held as its state (a replay's, made at its instant) becomes rows within the page's budget."""
-    make = m.pop("make", None)
-    if make is not None:
-        m["metrics"], m["rows"], m["pins"] = make(map_rows)
-        m["binned"] = bool((m["rows"]["kind"] == 3).any())
-    return m
-
-
-def _lanes_of(given, rule, options, report, budget: int) -> list:
+def _lanes_of(given, rule, options, report, budget: int, step_range=None) -> list:
     """The lanes of one input: a snapshot's devices (``view.snapshot``), or a log's (``view.logs``)."""
     from veotrace.sources import resolve_inputs
 
@@ -136,7 +133,12 @@ def _lanes_of(given, rule, options, report, budget: int) -> list:
                              hint="Name each snapshot on the command line")
         from veotrace.viewer.snapshot import snapshot_lanes
 
-        return snapshot_lanes(snaps[0], rule, title=name, points_budget=budget)
+        return snapshot_lanes(snaps[0], rule, title=name, points_budget=budget, step_range=step_range)
+    if step_range is not None:
+        from veotrace.errors import UsageError
+
+        raise UsageError(f"{given}: --from/--to step a PyTorch snapshot's entries; a log's map is fragmentation's at "
+                         "its instants", hint="Drop --from/--to, or give a snapshot")
     return _log_lanes(given, name, options, report, budget)
 
 

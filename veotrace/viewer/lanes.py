@@ -5,6 +5,7 @@ each group's bytes and blocks at every state the summary keeps (``levels``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,37 @@ TOP_GROUPS = 8
 #: States kept on each side of a peak or OOM, every one of them.
 DETAIL_RADIUS = 500
 MAX_DETAIL_OOMS = 10
+
+
+_FRAME = re.compile(r"^(?P<path>.*?):(?P<line>\d+) (?P<func>.*)$", re.S)
+#: Characters of a site's folder a legend keeps (the middle elided).
+LABEL_DIR = 40
+
+
+def short_label(name: str) -> str:
+    """A site as a legend shows it: each frame ``file.py:line function`` first (``a.py:10 f < b.py:20 g``), then the
+    first frame's folder with its package path elided in the middle (``…/transformers/models/llama``); a name
+    that is not a site (``(other sites)``, a size class) as it is."""
+    frames, folder = [], None
+    for part in name.split(" < "):
+        m = _FRAME.match(part)
+        if m is None:
+            return name
+        where, _, base = m["path"].rpartition("/")
+        frames.append(f"{base}:{m['line']} {m['func']}")
+        folder = where if folder is None else folder
+    if not folder:
+        return " < ".join(frames)
+    for mark in ("/site-packages/", "/dist-packages/"):
+        if mark in folder + "/":
+            folder = "…/" + (folder + "/").split(mark, 1)[1].rstrip("/")
+    if len(folder) > LABEL_DIR:
+        segs = folder.split("/")
+        head, tail = segs[:2], segs[2:]
+        while tail and len("/".join(head + ["…"] + tail)) > LABEL_DIR and len(tail) > 2:
+            tail = tail[1:]
+        folder = "/".join(head + ["…"] + tail)
+    return f"{' < '.join(frames)}  ({folder})"
 
 
 def size_class(sizes: np.ndarray) -> np.ndarray:
@@ -41,6 +73,7 @@ class Stacked:
     buckets: list[int]
     bytes: np.ndarray
     blocks: np.ndarray
+    detail: list[int]
 
     def peak_row(self, x: np.ndarray) -> dict:
         """The allocated peak as the page marks it: its state, bytes, and bytes by group there."""
@@ -86,4 +119,4 @@ def stack_groups(e, pre_key: np.ndarray, pre_size: np.ndarray, key_name: dict, x
         a, r = ad_slot == g, rm_slot == g
         by[g] = (np.r_[0, np.cumsum(np.where(a, e.ad_size, 0) - np.where(r, e.rm_size, 0))] + start_bytes[g])[keep]
         blocks[g] = (np.r_[0, np.cumsum(a.astype(np.int64) - r)] + start_blocks[g])[keep]
-    return Stacked(top, slots, n_groups, total, peak, keep, level, buckets, by, blocks)
+    return Stacked(top, slots, n_groups, total, peak, keep, level, buckets, by, blocks, detail)

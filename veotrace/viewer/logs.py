@@ -97,7 +97,7 @@ def log_lane(e: _Entries, names: dict, *, title: str, t0_ns: int | None, points_
     if not timed:
         notes.append("no timestamps: drawn by entry order; the segment map is the end state's")
     lane = Lane(title=title, group_kind="size class and stream", x_unit="s" if timed else "entry", groups=groups,
-                x=x[st.keep], level=st.level, state=st.keep, buckets=st.buckets, bytes=st.bytes, blocks=st.blocks,
+                x=x[st.keep], level=st.level, state=st.keep, buckets=st.buckets, bytes=st.bytes, blocks=st.blocks, detail=st.detail,
                 notes=notes, entries=n)
     lane.peaks.append(st.peak_row(x))
     ooms = np.flatnonzero(e.act == A_OOM)

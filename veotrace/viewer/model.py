@@ -28,19 +28,65 @@ def text(value) -> str:
 
 
 def column(values, *, exact: bool = True) -> dict:
-    """A numeric column for the page: ``{"t": "u1"|"u4"|"f8", "q": scale, "n": length, "b": base64}``.
+    """A numeric column for the page: ``{"t": "u1"|"u4"|"f8", "q": scale, "o": offset, "n": length, "b": base64}``,
+    each value ``stored * q + o``.
 
-    Non-negative integers are divided by their greatest common divisor and sent as uint32 when they fit;
-    anything else as float64 (``exact``: integers stay exact up to 2**53)."""
+    Integers (unsigned 64-bit, or signed: their minimum is the offset, so -1 for "none" costs nothing) are
+    divided by their greatest common divisor and sent as uint32 when they fit; anything else as float64
+    (``exact``: integers stay exact up to 2**53)."""
     a = np.asarray(values)
     if a.dtype == np.uint8:
-        return {"t": "u1", "q": 1, "n": int(a.size), "b": base64.b64encode(a.tobytes()).decode("ascii")}
-    if a.dtype.kind in "iu" and a.size and a.min() >= 0:
-        q = int(np.gcd.reduce(a.astype(np.int64))) or 1
-        if int(a.max()) // q < 2**32:
-            data = (a.astype(np.int64) // q).astype("<u4")
-            return {"t": "u4", "q": q, "n": int(a.size), "b": base64.b64encode(data.tobytes()).decode("ascii")}
-    return {"t": "f8", "q": 1, "n": int(a.size), "b": base64.b64encode(a.astype("<f8").tobytes()).decode("ascii")}
+        return {"t": "u1", "q": 1, "o": 0, "n": int(a.size), "b": base64.b64encode(a.tobytes()).decode("ascii")}
+    if a.dtype.kind in "iu" and a.size:
+        off = 0 if a.dtype.kind == "u" else min(int(a.min()), 0)
+        u = a.astype(np.uint64) if a.dtype.kind == "u" else (a.astype(np.int64) - off).astype(np.uint64)
+        q = int(np.gcd.reduce(u)) or 1
+        if int(u.max()) // q < 2**32:
+            data = (u // np.uint64(q)).astype("<u4")
+            return {"t": "u4", "q": q, "o": off, "n": int(a.size), "b": base64.b64encode(data.tobytes()).decode("ascii")}
+    return {"t": "f8", "q": 1, "o": 0, "n": int(a.size), "b": base64.b64encode(a.astype("<f8").tobytes()).decode("ascii")}
+
+
+def map_page(m: dict) -> dict:
+    """A segment map as the page reads it: its rows' addresses as offsets from its lowest (``base``, a hex
+    string: an address past 2**53 is not exact as a JavaScript number, an offset within one device's map is)."""
+    rows = m["rows"]
+    addr = np.asarray(rows["addr"], np.uint64)
+    base = int(addr.min()) if addr.size else 0
+    cols = {k: column(v) for k, v in rows.items() if k != "addr"}
+    cols["addr"] = column(addr - np.uint64(base))
+    return {**{k: v for k, v in m.items() if k != "make"}, "rows": cols, "base": hex(base)}
+
+
+def segment_lane_page(sl: dict | None) -> dict | None:
+    """The segments lane as the page reads it: per segment a column of reserved and of live bytes per sample."""
+    if sl is None:
+        return None
+    return {"x": column(np.asarray(sl["x"], np.float64)), "state": column(np.asarray(sl["state"], np.int64)),
+            "units": sl["units"], "size": [column(r) for r in sl["size"]], "live": [column(r) for r in sl["live"]],
+            "other_units": sl["other_units"], "other_size": column(sl["other_size"]), "other_live": column(sl["other_live"])}
+
+
+def step_page(w: dict) -> dict:
+    """A step range as the page reads it: addresses as offsets from ``base`` (a hex string), as a map's."""
+    from veotrace.defaults import FRAGMENTATION_MAX_GAP_BYTES
+
+    b, ev = w["blocks"], w["events"]
+    seg_lo = [a for a, _, _ in w["segments"]] + [a for a, _ in w["extents"]]
+    lows = [int(b["addr"].min())] if b["addr"].size else []
+    lows += [int(ev["addr"][ev["kind"] > 0].min())] if (ev["kind"] > 0).any() else []
+    base = min(seg_lo + lows, default=0)
+    u = np.uint64(base)
+    off = lambda a: (np.asarray(a, np.uint64) - u).astype(np.float64) if np.size(a) else np.zeros(0)  # noqa: E731
+    events = dict(ev, addr=np.where(ev["kind"] > 0, ev["addr"], np.uint64(base)))
+    return {"label": w["label"], "from_state": w["from_state"], "to_state": w["to_state"], "x": column(w["x"]),
+            "base": hex(base), "segmented": w["segmented"], "max_gap": FRAGMENTATION_MAX_GAP_BYTES,
+            "segments": [[a - base, z - base, bool(x)] for a, z, x in w["segments"]],
+            "extents": [[a - base, z - base] for a, z in w["extents"]],
+            "blocks": {"addr": column(off(b["addr"]).astype(np.int64) if b["addr"].size else b["addr"]),
+                       "size": column(b["size"]), "group": column(b["group"])},
+            "events": {"kind": column(events["kind"]), "addr": column(off(events["addr"]).astype(np.int64)),
+                       "size": column(events["size"]), "group": column(events["group"])}}
 
 
 @dataclass
@@ -83,6 +129,31 @@ class Lane:
     sites: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     entries: int = 0
+    all_sites: list[str] | None = None  # every site the maps' blocks name (``sites``: those the page carries)
+    sites_dropped: int = 0
+    detail: list[int] = field(default_factory=list)  # the states whose neighbourhood is kept whole (peak, OOMs)
+    segment_lane: dict | None = None  # the segments over time (``steps.SegmentLane``)
+    allocations: dict | None = None  # the largest live allocations at the peak's map (``steps.Largest``)
+    steps: list[dict] = field(default_factory=list)  # the ranges whose every entry can be stepped (``steps.Stepper``)
+    _full: tuple | None = field(default=None, repr=False)
+
+    def coarsen(self, drop: int) -> None:
+        """Keep the states of all but the finest ``drop`` summary levels (of what the lane kept at first), and
+        every state near its peak and OOMs (``detail``): the page's budget (``budget.fit``) asked for fewer."""
+        from veotrace.viewer.lanes import DETAIL_RADIUS
+
+        if self._full is None:
+            self._full = (self.x, self.level, self.state, self.buckets, self.bytes, self.blocks, self.reserved)
+        x, level, state, buckets, by, bl, res = self._full
+        nb = max(1, len(buckets) - drop)
+        near = np.zeros(state.size, bool)
+        for dstate in self.detail:
+            near |= np.abs(state.astype(np.int64) - dstate) <= DETAIL_RADIUS
+        keep = (level < nb) | near
+        self.x, self.state, self.buckets = x[keep], state[keep], list(buckets[:nb])
+        self.level = np.where(level[keep] < nb, level[keep], nb).astype(np.uint8)
+        self.bytes, self.blocks = by[:, keep], bl[:, keep]
+        self.reserved = None if res is None else res[keep]
 
     def summary(self) -> dict:
         """The lane without its columns: what ``to_dict`` and the notebook show."""
@@ -91,18 +162,25 @@ class Lane:
                 "groups": [{k: v for k, v in g.items() if k != "stack"} for g in self.groups],
                 "peaks": self.peaks, "ooms": self.ooms, "phases": len(self.phases), "marks": len(self.marks),
                 "windows": 0 if self.frag is None else len(self.frag["x"]),
-                "maps": [{k: v for k, v in m.items() if k not in ("rows",)} for m in self.maps], "notes": self.notes}
+                "maps": [{k: v for k, v in m.items() if k not in ("rows", "make")} for m in self.maps], "notes": self.notes,
+                "allocations": self.allocations,
+                "steps": [{k: w[k] for k in ("label", "from_state", "to_state")} for w in self.steps],
+                "segment_lane": None if self.segment_lane is None else
+                {"samples": len(self.segment_lane["x"]), "segments": len(self.segment_lane["units"]),
+                 "other_segments": self.segment_lane["other_units"]}}
 
     def page(self) -> dict:
         """The lane as the page reads it (plain JSON values and base64 columns)."""
         out = {"title": self.title, "group_kind": self.group_kind, "x_unit": self.x_unit, "entries": self.entries,
                "groups": self.groups, "buckets": self.buckets, "x": column(self.x.astype(np.float64)),
-               "level": column(self.level.astype(np.uint8)), "state": column(self.state.astype(np.float64)),
+               "level": column(self.level.astype(np.uint8)), "state": column(self.state.astype(np.int64)),
                "bytes": [column(r) for r in self.bytes], "blocks": [column(r) for r in self.blocks],
                "reserved": None if self.reserved is None else column(self.reserved),
                "peaks": self.peaks, "ooms": self.ooms, "phases": self.phases, "marks": self.marks,
                "frag": self.frag, "sites": self.sites, "notes": self.notes,
-               "maps": [dict(m, rows={k: column(v) for k, v in m["rows"].items()}) for m in self.maps]}
+               "maps": [map_page(m) for m in self.maps],
+               "segment_lane": segment_lane_page(self.segment_lane), "allocations": self.allocations,
+               "steps": [step_page(w) for w in self.steps]}
         return out
 
 

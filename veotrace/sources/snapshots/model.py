@@ -193,6 +193,8 @@ def _short(value: object) -> str:
 def _check_segment(seg: dict, where: str, path: Path) -> None:
     _value(seg, "address", where, path, upper=1 << 64, required=True)
     _value(seg, "total_size", where, path, upper=_SIZE, required=True)
+    if seg["address"] + seg["total_size"] >= 1 << 64:  # one verdict for every command (fragmentation's words)
+        raise TraceFormatError("block addresses run past 2**64 (segment address + block sizes)", path=path, field="size")
     for key in ("allocated_size", "active_size", "requested_size"):
         _value(seg, key, where, path, upper=_SIZE)
     _value(seg, "stream", where, path)
