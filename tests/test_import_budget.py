@@ -115,7 +115,9 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
                                  "veotrace.analysis.timescale"}),
     "view": (["view", SNAP, "-o", "{tmp}/view.html"],
              SNAPSHOT | {"veotrace.cli.view", "veotrace.runs.view", "veotrace.viewer", "veotrace.attribution",
-                         "veotrace.plot", "veotrace.analysis.timescale"}),
+                         "veotrace.plot", "veotrace.analysis.timescale",
+                         # its maps replay segments with fragmentation's own rules (issue 48: frag.state)
+                         "veotrace.frag"}),
     "diff": (["diff", str(S / "alloc_addr" / "alloc_addr.csv"), "{small}"],
              LOG | TEXT | ENGINE | FRAG | PROFILED | {"pyarrow.compute", "scipy", "veotrace.cli.diff", "veotrace.comparison",
                                            "veotrace.gating", "veotrace.runs.bursts", "veotrace.runs.entropy",
