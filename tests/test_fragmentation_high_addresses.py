@@ -120,3 +120,30 @@ def test_sites_and_simulate_give_no_traceback_above_2_63(pair, command):
     assert lo.exit_code == 0, lo.stderr
     assert hi.exit_code == 0, hi.stderr
     assert "Traceback" not in hi.stderr
+
+
+def test_segment_zones_are_the_same_above_2_63(pair):
+    """``--zone-bytes segment`` placed each row in its segment with int64 addresses (the segments of the
+    high copy all turned negative and the zone table's uint64 column raised OverflowError)."""
+    lo, hi = (_json(p, "--zone-bytes", "segment") for p in pair)
+    assert [z["zone_kind"] for z in lo["zones"]] == ["segment"] and lo["zones"][0]["events"] > 0
+    assert _unshift_zones(hi) == lo
+
+
+@pytest.mark.parametrize("base", [1 << 40, SHIFT, (1 << 64) - (1 << 30)])
+def test_address_ranges_outside_segments_hold_high_addresses(base):
+    """Range zones (addresses no segment holds) group the same extents at any base up to the top of the
+    address space: two ranges 1 MiB apart under a 64 KiB max gap, counts and sizes as at a low base."""
+    import numpy as np
+
+    from veotrace.frag.zones import _Ranges
+
+    off = np.array([0, 4096, 8192, 1 << 20, (1 << 20) + 512], np.uint64)
+    r = _Ranges()
+    r.add_events(np.uint64(base) + off, np.array([1, 1, 0, 1, 1], bool), np.full(5, 4096, np.int64), None, 1 << 16)
+    r.add(np.array([base + (1 << 21)], np.uint64), np.array([base + (1 << 21) + 100], np.uint64),
+          np.array([[1, 0, 100]], np.int64), None, 1 << 16)
+    assert r.start.dtype == np.uint64
+    assert [int(x) - base for x in r.start] == [0, 1 << 20, 1 << 21]
+    assert [int(e - s) for s, e in zip(r.start, r.end)] == [12288, 4608, 100]
+    assert r.counts.tolist() == [[2, 1, 12288], [2, 0, 8192], [1, 0, 100]]
