@@ -91,17 +91,25 @@ def segment_state(segments: list[dict], d: int) -> DeviceState:
     fragmentation's initial state holds them (``frag.initial_state.initial_from_tables``)."""
     segs = sorted((seg["address"], seg["address"] + seg["total_size"], bool(seg.get("is_expandable")))
                   for seg in segments if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
-    return DeviceState(segments=[Segment(a, b, x) for a, b, x in segs], reserved_bytes=sum(b - a for a, b, _ in segs),
-                       segmented=bool(segs))
+    return Reserved(segments=[Segment(a, b, x) for a, b, x in segs], reserved_bytes=sum(b - a for a, b, _ in segs),
+                    segmented=bool(segs))
 
 
-def _as_state(ranges) -> DeviceState:
-    """``ranges`` as a segments-only ``DeviceState`` (a copy: the sweeps' states are their own)."""
+class Reserved(DeviceState):
+    """The reserved segments of one device as the sweeps hold them (segments only), read as its (start, end)
+    pairs where a list of pairs was read before (``list(ranges)``)."""
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(spans(self))
+
+
+def _as_state(ranges) -> Reserved:
+    """``ranges`` as a segments-only ``Reserved`` state (a copy: the sweeps' states are their own)."""
     if isinstance(ranges, DeviceState):
         segs = [Segment(x.start, x.end, x.expandable) for x in ranges.segments]
     else:
         segs = [Segment(a, b) for a, b in sorted(ranges)]
-    return DeviceState(segments=segs, reserved_bytes=sum(x.end - x.start for x in segs), segmented=bool(segs))
+    return Reserved(segments=segs, reserved_bytes=sum(x.end - x.start for x in segs), segmented=bool(segs))
 
 
 def spans(ranges) -> list[tuple[int, int]]:
