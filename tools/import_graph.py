@@ -27,8 +27,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schemas",),
     ("synth",),
     ("sources",),
+    ("frag",),  # fragmentation's state and rules import only the layers below: attribution replays segments with them
     ("analysis", "attribution", "findings"),
-    ("frag", "allocators"),
+    ("allocators",),
     ("tuning",),
     ("engine", "live"),
     ("gating",),

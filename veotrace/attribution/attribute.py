@@ -34,6 +34,7 @@ from veotrace.attribution.sweep import (
     free_layout,
     ranges_before,
     segment_ranges,
+    segment_state,
     states_at,
     stranded,
     stranded_series,
@@ -247,7 +248,7 @@ def device_sweep(traces, d: int, names: Interner, final: dict[int, tuple]) -> Sw
     free_op = "free_completed" if traces.completes(d) else "free_requested"
     pre, last_alloc = before_trace(traces.rows(d, names), final, free_op, names, d in traces.devices)
     return Sweep(lambda: _sized(traces.rows(d, names), final, last_alloc),
-                 ranges_before(segment_ranges(traces.snap.segments, d), reversed(traces.segment_rows(d))),
+                 ranges_before(segment_state(traces.snap.segments, d), reversed(traces.segment_rows(d))),
                  pre, free_op)
 
 
@@ -260,7 +261,7 @@ def annotation_ranges(marks: list[dict]) -> tuple[dict[int, list], dict]:
 def _sweep(traces, d: int, names: Interner, replay: "_Replay") -> Sweep:
     """Device ``d``'s trace for the forward sweeps."""
     return Sweep(lambda: _sized(traces.rows(d, names), replay.final, replay.last_alloc),
-                 ranges_before(segment_ranges(traces.snap.segments, d), reversed(traces.segment_rows(d))),
+                 ranges_before(segment_state(traces.snap.segments, d), reversed(traces.segment_rows(d))),
                  replay.pre, replay.free_op)
 
 

@@ -6,6 +6,13 @@ A trace reaches these functions as a ``Sweep``: rows ``(action, addr, size, time
 in trace order (``block_size`` and ``site`` set on allocs only), the blocks live before the first entry,
 the reserved ranges before it, and the action that returns memory. ``before_trace`` finds those blocks
 from the rows, the one place that does so for both holdings.
+
+The reserved ranges are held as a ``frag.state.DeviceState``'s segments and replayed with fragmentation's
+rules (``DeviceState.apply_segment``): the mapped pages of an expandable segment that touch form one range,
+an unmap cuts its pages out of the range holding them, a segment_free releases the segment starting at its
+address. So the free layout and the pinning at an instant are those ``fragmentation --at`` finds then
+(``free_layout`` is ``frag.metrics.free_blocks``'s). A plain list of (start, end) is still read as
+non-expandable segments.
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ from itertools import chain
 import numpy as np
 
 from veotrace.attribution.stacks import BEFORE_TRACE, NO_FRAMES, Interner
+from veotrace.frag.initial_state import _UNDO
+from veotrace.frag.state import OP_CODES, DeviceState, Segment
 from veotrace.replay_limits import MAX_WINDOW_ROWS, too_many_windows
-from veotrace.schemas.events import DEVICE_OPS, RELEASE_OPS
 
 ROUND = 512
+_SEGMENT_OPS = tuple(_UNDO)
 #: Sites named per window of the stranded-bytes series (the rest are in each window's total).
 SERIES_TOP = 5
 
@@ -39,7 +48,7 @@ class Sweep:
     (address -> (size, requested, site code)); ``free_op`` the action that returns a block's memory."""
 
     rows: Callable[[], Iterable[tuple]]
-    ranges: list[tuple[int, int]]
+    ranges: DeviceState  # the reserved segments before the first entry (``segment_state``/``ranges_before``)
     pre: dict[int, tuple]
     free_op: str
 
@@ -77,18 +86,57 @@ def segment_ranges(segments: list[dict], d: int) -> list[tuple[int, int]]:
                   if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
 
 
-def ranges_before(end_ranges: list[tuple[int, int]], segment_rows_reversed: Iterable[tuple]) -> list[tuple[int, int]]:
-    """The reserved ranges before the trace: the final ones with each segment event undone, latest first
-    (an alloc/map removes its range, a free/unmap puts it back). Rows: (action, addr, size, ...)."""
-    ranges = sorted(end_ranges)
-    for act, a, n, *_rest in segment_rows_reversed:
-        if not isinstance(a, int):
-            continue
-        if act in DEVICE_OPS:
-            ranges = cut(ranges, a, a + n)
-        elif act in RELEASE_OPS:
-            ranges = sorted(cut(ranges, a, a + n) + [(a, a + n)])
-    return ranges
+def segment_state(segments: list[dict], d: int) -> DeviceState:
+    """Device ``d``'s reserved segments in a snapshot's ``segments`` (expandable where ``is_expandable``) as
+    fragmentation's initial state holds them (``frag.initial_state.initial_from_tables``)."""
+    segs = sorted((seg["address"], seg["address"] + seg["total_size"], bool(seg.get("is_expandable")))
+                  for seg in segments if (seg.get("device") if isinstance(seg.get("device"), int) else 0) == d)
+    return Reserved(segments=[Segment(a, b, x) for a, b, x in segs], reserved_bytes=sum(b - a for a, b, _ in segs),
+                    segmented=bool(segs))
+
+
+class Reserved(DeviceState):
+    """The reserved segments of one device as the sweeps hold them (segments only), read as its (start, end)
+    pairs where a list of pairs was read before (``list(ranges)``)."""
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(spans(self))
+
+
+def _as_state(ranges) -> Reserved:
+    """``ranges`` as a segments-only ``Reserved`` state (a copy: the sweeps' states are their own)."""
+    if isinstance(ranges, DeviceState):
+        segs = [Segment(x.start, x.end, x.expandable) for x in ranges.segments]
+    else:
+        segs = [Segment(a, b) for a, b in sorted(ranges)]
+    return Reserved(segments=segs, reserved_bytes=sum(x.end - x.start for x in segs), segmented=bool(segs))
+
+
+def spans(ranges) -> list[tuple[int, int]]:
+    """The (start, end) of each reserved range, sorted: of a ``DeviceState`` or of a list of pairs."""
+    if isinstance(ranges, DeviceState):
+        return [(x.start, x.end) for x in ranges.segments]
+    return sorted(ranges)
+
+
+def _apply(state: DeviceState, row: tuple, undo: bool = False) -> bool:
+    """Apply (or undo) ``row``'s segment event to ``state`` with fragmentation's rules; False if not one."""
+    act, a, n = row[0], row[1], row[2]
+    code = OP_CODES.get(act) if isinstance(a, int) and isinstance(n, int) else None
+    if code not in _SEGMENT_OPS:
+        return False
+    state.apply_segment(_UNDO[code] if undo else code, a, n)
+    return True
+
+
+def ranges_before(end_ranges, segment_rows_reversed: Iterable[tuple]) -> DeviceState:
+    """The reserved ranges before the trace: the final ones (``segment_state``, or (start, end) pairs) with
+    each segment event undone, latest first, as fragmentation seeds its replay
+    (``frag.initial_state.seed_blocks``). Rows: (action, addr, size, ...)."""
+    state = _as_state(end_ranges)
+    for row in segment_rows_reversed:
+        _apply(state, row, undo=True)
+    return state
 
 
 def walk(rows: Iterable[tuple], pre: dict, free_op: str) -> Iterator[tuple]:
@@ -119,7 +167,7 @@ def states_at(sweep: Sweep, times: list[int], *, by_entry: bool = False) -> Iter
     or after it (``by_entry``: before the entry of each index, for traces without times): one forward
     sweep from the state before the trace. Yields (time or index, ranges, blocks): the sweep's own
     state, to use before asking for the next one."""
-    ranges = sweep.ranges
+    ranges = _as_state(sweep.ranges)
     k = 0
     for i, row, blocks, _out, _in in walk(sweep.rows(), sweep.pre, sweep.free_op):
         t = i if by_entry else (row[3] if row is not None else None)
@@ -128,17 +176,17 @@ def states_at(sweep: Sweep, times: list[int], *, by_entry: bool = False) -> Iter
             k += 1
         if row is None:
             break
-        ranges = ranges_after(ranges, row)
+        _apply(ranges, row)
 
 
-def ranges_after(ranges: list[tuple[int, int]], row: tuple) -> list[tuple[int, int]]:
-    """The reserved ranges after ``row`` (action, addr, size, ...): a segment alloc/map adds its range, a
-    free/unmap takes it out; any other row leaves them."""
-    act, a, n = row[0], row[1], row[2]
-    if act in DEVICE_OPS and isinstance(a, int):
-        return sorted(cut(ranges, a, a + n) + [(a, a + n)])
-    if act in RELEASE_OPS and isinstance(a, int):
-        return cut(ranges, a, a + n)
+def ranges_after(ranges, row: tuple) -> DeviceState:
+    """The reserved ranges after ``row`` (action, addr, size, ...) with fragmentation's rules (a new state
+    when the row is a segment event; ``ranges`` itself otherwise): a segment alloc/map adds its range (a
+    map joins the expandable ranges it touches), a segment_free releases the segment starting at its
+    address, an unmap cuts its pages out; any other row leaves them."""
+    if not isinstance(ranges, DeviceState) or OP_CODES.get(row[0]) in _SEGMENT_OPS:
+        ranges = _as_state(ranges)
+        _apply(ranges, row)
     return ranges
 
 
@@ -147,6 +195,7 @@ def stranded(ranges: list[tuple[int, int]], blocks: dict[int, tuple], names: Int
     segment, whose free bytes can be neither released nor merged while it lives (``sole_bytes``: where
     the site's blocks are the only ones). Vectorised over the blocks: the window series calls it per window."""
     empty = {"stranded_bytes": 0, "segments": 0, "sites": []}
+    ranges = spans(ranges)
     if not ranges or not blocks:
         return empty
     starts = np.array([r[0] for r in ranges], dtype=np.uint64)
@@ -222,29 +271,20 @@ def stranded_series_entries(sweep: Sweep, names: Interner, entries: int, window_
     return out
 
 
-def free_layout(ranges: list[tuple[int, int]], blocks: dict[int, tuple]) -> dict:
+def free_layout(ranges, blocks: dict[int, tuple]) -> dict:
     """Free bytes, the largest free block and external fragmentation (1 - largest / free, as
-    ``fragmentation`` defines it) of the reserved ``ranges`` around the live ``blocks``."""
-    if not ranges:
+    ``fragmentation`` defines it) of the reserved ``ranges`` around the live ``blocks``: the free blocks
+    ``frag.metrics.free_blocks`` finds in that state (addresses unsigned 64-bit)."""
+    from veotrace.frag.metrics import free_blocks
+
+    state = _as_state(ranges)
+    if not state.segments:
         return {"free_bytes": 0, "largest_free_bytes": 0, "external_frag": None}
-    starts = np.array([r[0] for r in ranges], dtype=np.int64)
-    ends = np.array([r[1] for r in ranges], dtype=np.int64)
-    addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks)).astype(np.int64)
-    size = np.array([v[0] for v in blocks.values()], dtype=np.int64)
-    j = np.searchsorted(starts, addr, side="right") - 1
-    ok = j >= 0
-    ok[ok] = addr[ok] < ends[j[ok]]
-    order = np.lexsort((addr[ok], j[ok]))
-    a, z, jj = addr[ok][order], size[ok][order], j[ok][order]
-    first = np.r_[True, jj[1:] != jj[:-1]] if jj.size else np.zeros(0, bool)
-    prev_end = np.where(first, starts[jj] if jj.size else 0, np.r_[0, (a + z)[:-1]] if jj.size else 0)
-    gaps = [np.maximum(a - prev_end, 0)]
-    last = np.r_[jj[1:] != jj[:-1], True] if jj.size else np.zeros(0, bool)
-    gaps.append(np.maximum(ends[jj[last]] - (a + z)[last], 0))
-    empty = np.ones(len(ranges), bool)
-    empty[jj] = False
-    gaps.append(ends[empty] - starts[empty])
-    g = np.concatenate(gaps)
+    addr = np.fromiter(blocks.keys(), dtype=np.uint64, count=len(blocks))
+    size = np.fromiter((v[0] for v in blocks.values()), dtype=np.int64, count=len(blocks))
+    order = np.argsort(addr, kind="stable")
+    state.addr, state.size, state.req = addr[order], size[order], np.zeros(addr.size, np.int64)
+    g = free_blocks(state).size
     free, largest = int(g.sum()), int(g.max()) if g.size else 0
     return {"free_bytes": free, "largest_free_bytes": largest,
             "external_frag": None if free == 0 else 1 - largest / free}

@@ -34,33 +34,42 @@ from veotrace.frag.state import DeviceState
 class FreeBlocks:
     """Free blocks of a device at one moment, and what did not fit the layout."""
 
-    address: np.ndarray  # int64
+    address: np.ndarray  # uint64: addresses are unsigned 64-bit (issue 47 item 12: [2**63, 2**64) occurs)
     size: np.ndarray  # int64
     overlaps: int  # neighbouring live blocks that overlap (negative gap)
     outside: int  # live blocks not inside any known segment
     method: str  # "segments" or "max_gap"
 
 
+def _diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a - b of uint64 addresses as int64: the wrapped difference read as signed (exact while |a - b| < 2**63)."""
+    return (a - b).view(np.int64)
+
+
 def free_blocks(state: DeviceState, *, max_gap: int = DEFAULT_MAX_GAP) -> FreeBlocks:
-    """The free blocks of ``state``: gaps inside segments, or gaps under ``max_gap`` without segments."""
-    addr = state.addr.astype(np.int64)
-    end = addr + state.size
+    """The free blocks of ``state``: gaps inside segments, or gaps under ``max_gap`` without segments.
+
+    Addresses stay uint64 throughout (an int64 cast turned addresses at or above 2**63 negative, which
+    broke the order of the search and the state table's uint64 column); only sizes and gaps are int64.
+    """
+    addr = state.addr.astype(np.uint64)
+    end = addr + state.size.astype(np.uint64)
     if not state.segmented:
-        gap = addr[1:] - end[:-1]
+        gap = _diff(addr[1:], end[:-1])
         overlaps = int((gap < 0).sum())
         keep = (gap > 0) & (gap < max_gap)
         return FreeBlocks(end[:-1][keep], gap[keep], overlaps, 0, "max_gap")
     if not state.segments:  # every segment was released: live blocks left are outside them
-        return FreeBlocks(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, int(addr.size), "segments")
-    s_start, s_end = (x.astype(np.int64) for x in state.segment_arrays())
-    seg = np.searchsorted(s_start, addr, side="right") - 1
-    inside = (seg >= 0) & (end <= s_end[np.maximum(seg, 0)])
+        return FreeBlocks(np.zeros(0, np.uint64), np.zeros(0, np.int64), 0, int(addr.size), "segments")
+    s_start, s_end = (x.astype(np.uint64) for x in state.segment_arrays())
+    seg = np.searchsorted(s_start, addr, side="right").astype(np.int64) - 1
+    inside = (seg >= 0) & (end <= s_end[np.maximum(seg, 0)]) & (end >= addr)
     outside = int((~inside).sum())
     addr, end, seg = addr[inside], end[inside], seg[inside]
     same = np.zeros(addr.size, bool)
     same[1:] = seg[1:] == seg[:-1]
-    prev_end = np.where(same, np.r_[np.int64(0), end[:-1]] if addr.size else end, s_start[seg])
-    gap = addr - prev_end
+    prev_end = np.where(same, np.r_[np.zeros(1, np.uint64), end[:-1]] if addr.size else end, s_start[seg])
+    gap = _diff(addr, prev_end)
     overlaps = int((gap < 0).sum())
     # Trailing gap of each segment: its end minus its last block's end (the whole segment if empty).
     last_end = s_start.copy()
@@ -68,7 +77,7 @@ def free_blocks(state: DeviceState, *, max_gap: int = DEFAULT_MAX_GAP) -> FreeBl
         is_last = np.ones(addr.size, bool)
         is_last[:-1] = ~same[1:]
         last_end[seg[is_last]] = end[is_last]
-    tail = s_end - last_end
+    tail = _diff(s_end, last_end)
     f_addr = np.concatenate([prev_end[gap > 0], last_end[tail > 0]])
     f_size = np.concatenate([gap[gap > 0], tail[tail > 0]])
     order = np.argsort(f_addr, kind="stable")

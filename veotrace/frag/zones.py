@@ -38,8 +38,8 @@ def _hist_rows(keys: np.ndarray, lat_us: np.ndarray, n_keys: int) -> np.ndarray:
 class _Ranges:
     """Disjoint address ranges of one device (sorted), with counts (allocs, frees, bytes) and latency rows."""
 
-    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # addresses: unsigned 64-bit
+    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
     hist: np.ndarray | None = None
 
@@ -49,10 +49,10 @@ class _Ranges:
         from veotrace.frag.match import _sort_rows
 
         order, sa, _ = _sort_rows(addr, np.zeros(addr.size, np.int64))
-        s = sa.astype(np.int64)
-        e = s + np.maximum(size[order], 1)
+        s = sa.astype(np.uint64)
+        e = s + np.maximum(size[order], 1).astype(np.uint64)
         new = np.ones(s.size, bool)
-        new[1:] = s[1:] - np.maximum.accumulate(e)[:-1] >= max_gap
+        new[1:] = _gap(s[1:], np.maximum.accumulate(e)[:-1]) >= max_gap
         group = np.cumsum(new) - 1
         n = int(group[-1]) + 1
         cuts = np.flatnonzero(new)
@@ -65,7 +65,8 @@ class _Ranges:
 
     def add(self, start, end, counts, hist, max_gap: int) -> None:
         """Join ranges ``start``/``end`` (with their ``counts`` and latency ``hist`` rows) into these."""
-        s, e = np.r_[self.start, start], np.r_[self.end, end]
+        s = np.concatenate([self.start, np.asarray(start, np.uint64)])
+        e = np.concatenate([self.end, np.asarray(end, np.uint64)])
         c = np.concatenate([self.counts, counts])
         h = None if self.hist is None and hist is None else np.concatenate(
             [_or_zeros(self.hist, self.start.size), _or_zeros(hist, start.size)])
@@ -73,7 +74,7 @@ class _Ranges:
         s, e = s[order], e[order]
         reach = np.maximum.accumulate(e)
         new = np.ones(s.size, bool)
-        new[1:] = s[1:] - reach[:-1] >= max_gap
+        new[1:] = _gap(s[1:], reach[:-1]) >= max_gap
         group = np.cumsum(new) - 1
         n = int(group[-1]) + 1 if group.size else 0
         self.start = s[new]
@@ -83,6 +84,12 @@ class _Ranges:
         if h is not None:
             self.hist = np.zeros((n, h.shape[1]), np.int64)
             np.add.at(self.hist, group, h[order])
+
+
+def _gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a - b of uint64 addresses as int64 (negative where ranges overlap): addresses stay unsigned 64-bit
+    (issue 47 item 12), an int64 cast turned those at or above 2**63 negative."""
+    return (a - b).view(np.int64)
 
 
 def _or_zeros(h, n):
@@ -111,24 +118,25 @@ class SegmentZones:
         from veotrace.frag.state import OP_ALLOC, DeviceState, Segment, segment_at
 
         scratch = DeviceState(segments=[Segment(x.start, x.end, x.expandable) for x in st.segments])
-        a_all = addr[p].astype(np.int64)
-        lo, hi = np.full(p.size, -1, np.int64), np.full(p.size, -1, np.int64)  # the row's segment, or -1
+        a_all = addr[p].astype(np.uint64)
+        lo, hi = np.zeros(p.size, np.uint64), np.zeros(p.size, np.uint64)  # the row's segment (uint64 addresses)
+        placed = np.zeros(p.size, bool)  # a segment holds the row
 
         def place(a: int, b: int) -> None:
             segs = scratch.segments
             if b <= a or not segs:
                 return
             if (b - a) * 8 >= len(segs):
-                s, e = (x.astype(np.int64) for x in scratch.segment_arrays())
+                s, e = scratch.segment_arrays()
                 x = a_all[a:b]
-                i = np.maximum(np.searchsorted(s, x, side="right") - 1, 0)
+                i = np.maximum(np.searchsorted(s, x, side="right").astype(np.int64) - 1, 0)
                 ok = (x >= s[i]) & (x < e[i])
-                lo[a:b], hi[a:b] = np.where(ok, s[i], -1), np.where(ok, e[i], -1)
+                lo[a:b], hi[a:b], placed[a:b] = s[i], e[i], ok
                 return
             for k in range(a, b):
                 seg = segment_at(segs, int(a_all[k]))
                 if seg is not None:
-                    lo[k], hi[k] = seg.start, seg.end
+                    lo[k], hi[k], placed[k] = seg.start, seg.end, True
 
         prev = 0
         for c, sp in zip(np.searchsorted(p, seg_pos).tolist(), seg_pos.tolist()):
@@ -137,11 +145,12 @@ class SegmentZones:
             prev = c
         place(prev, p.size)
         if p.size:
-            self._add_placed(d, addr[p], code[p] == OP_ALLOC, size[p], None if lat is None else lat[p], lo, hi)
+            self._add_placed(d, addr[p], code[p] == OP_ALLOC, size[p], None if lat is None else lat[p], lo, hi,
+                             placed)
 
-    def _add_placed(self, device, addr, is_alloc, size, lat, lo, hi) -> None:
-        """Rows (time order) whose segment is [lo, hi) (-1: none holds them)."""
-        inside = lo >= 0
+    def _add_placed(self, device, addr, is_alloc, size, lat, lo, hi, placed) -> None:
+        """Rows (time order) whose segment is [lo, hi) where ``placed`` (elsewhere none holds them)."""
+        inside = placed
         if inside.any():
             keys, idx = np.unique(lo[inside], return_inverse=True)
             last = np.zeros(keys.size, np.int64)  # each segment's last row: its size when last touched
