@@ -110,16 +110,22 @@ def test_table_is_the_same_above_2_63(pair):
     assert _figures(hi.stdout) == _figures(lo.stdout)
 
 
-@pytest.mark.parametrize("command", ["sites", pytest.param("simulate", marks=pytest.mark.xfail(
-    strict=True, raises=(AssertionError, OverflowError),
-    reason="simulate's allocator model holds addresses as int64 (allocators/_torchcore.c set_driver's "
-           "PyLong_AsLongLong, VA_BASE/DESCENDING_TOP): a recorded segment_alloc at or above 2**63 raises "
-           "OverflowError; left to the allocators' owner (wt46), see /work/notes/report53.md"))])
-def test_sites_and_simulate_give_no_traceback_above_2_63(pair, command):
-    lo, hi = (run_cli(command, p) for p in pair)
+def test_sites_gives_no_traceback_above_2_63(pair):
+    lo, hi = (run_cli("sites", p) for p in pair)
     assert lo.exit_code == 0, lo.stderr
     assert hi.exit_code == 0, hi.stderr
     assert "Traceback" not in hi.stderr
+
+
+@pytest.mark.parametrize("command", ["simulate", "tune"])
+def test_the_replay_refuses_addresses_above_2_63_in_one_line(pair, command):
+    """The allocator model (both cores) holds addresses as signed 64-bit: a snapshot past 2**63 is refused with
+    one Error line naming why and what reads it, never an OverflowError (the low copy replays)."""
+    lo, hi = (run_cli(command, p) for p in pair)
+    assert lo.exit_code == 0, lo.stderr
+    assert hi.exit_code == 1, hi.stderr
+    lines = [line for line in hi.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:") and "2**63" in lines[0], hi.stderr
 
 
 def test_segment_zones_are_the_same_above_2_63(pair):

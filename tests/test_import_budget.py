@@ -112,7 +112,9 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
                                  "veotrace.analysis.frames", "veotrace.sources.arrays", "veotrace.sources.frames"}),
     "sites": (["sites", SNAP],
               SNAPSHOT | TEXT | PROFILED | {"veotrace.cli.sites", "veotrace.runs.sites", "veotrace.attribution",
-                                 "veotrace.analysis.timescale"}),
+                                            "veotrace.analysis.timescale",
+                                            # its sweep replays segments with fragmentation's rules (frag.state)
+                                            "veotrace.frag"}),
     "view": (["view", SNAP, "-o", "{tmp}/view.html"],
              SNAPSHOT | {"veotrace.cli.view", "veotrace.runs.view", "veotrace.viewer", "veotrace.attribution",
                          "veotrace.plot", "veotrace.analysis.timescale",
