@@ -56,6 +56,20 @@
     const bytes = d.bytes.map(decode), blocks = d.blocks.map(decode), reserved = decode(d.reserved);
     const G = bytes.length, P = x.length, L = d.buckets.length;
     lane.x = x; lane.bytes = bytes; lane.blocks = blocks; lane.reserved = reserved; lane.state = state;
+    // a profiler trace's ops: per carried memory event its time, signed bytes and enclosing names' indexes
+    const ops = d.ops ? {x: decode(d.ops.x), size: decode(d.ops.size), op: decode(d.ops.op), frame: decode(d.ops.frame),
+                         kernel: decode(d.ops.kernel), module: decode(d.ops.module), names: d.ops.names} : null;
+    lane.ops = ops;
+    function opsAt(xv) {  // the lines of the memory event at or before time xv (the first when before them all)
+      if (!ops || !ops.x.length) return [];
+      const j = Math.max(0, lowerBound(ops.x, xv + 1e-12) - 1);
+      const name = k => (ops[k][j] >= 0 ? ops.names[ops[k][j]] : "(none)");
+      const lines = [`memory event at ${fmtX(d, ops.x[j])}: ${ops.size[j] < 0 ? "free" : "alloc"} of ${fmtNum(Math.abs(ops.size[j]))} bytes`,
+        `op: ${name("op")}`, `python frame: ${name("frame")}`, `kernel: ${name("kernel")}`];
+      if (ops.module[j] >= 0) lines.push(`module: ${name("module")}`);
+      return lines;
+    }
+    lane.opsAt = opsAt;
     const cum = [];  // cumulative bytes, bottom group first
     for (let g = 0; g < G; g++) {
       const c = new Float64Array(P);
@@ -244,6 +258,7 @@
           lines.push("the groups outside the largest ones at the peak, summed");
         }
       }
+      for (const line of opsAt(xv)) lines.push(line);
       info.textContent = lines.join("\n");
       lane.hovered = g;
     }
