@@ -48,10 +48,10 @@ def fit(result, measure) -> int:
                     lane.allocations["rows"] = lane.allocations["rows"][:CUT_ROWS]
             if drop >= 2 and lane.steps:  # the ranges to step: the first (the peak's, or --from/--to) at most, then none
                 lane.steps = lane.steps[:1] if drop == 2 else []
-            if lane.ops_full is not None:  # a profiler trace's ops: a quarter as many events at each level dropped
+            if lane.ops_full is not None:  # a profiler trace's ops: their events at the maps' share
                 from veotrace.viewer.ops import MAX_OP_EVENTS, thin
 
-                lane.ops = thin(lane.ops_full, MAX_OP_EVENTS >> (2 * drop))
+                lane.ops = thin(lane.ops_full, max(256, int(MAX_OP_EVENTS * rows_share)))
             lane.maps = [finish_map(m, map_rows) for m in lane.maps]
             bound_sites(lane, int(SITE_BYTES * sites_share) // max(1, len(lanes)))
         size = measure(result)

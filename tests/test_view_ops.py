@@ -1,0 +1,165 @@
+"""Issue 45, ``view`` on profiler traces: "one lane per rank and device, ops on hover". The page model of a
+generated two-rank run carries, for each memory event, exactly the op, Python frame and kernel the generator
+says enclose it (names dictionary-encoded, each once, only those drawn), within the page's budget; in
+headless Chromium, hovering a lane shows the op; a hostile op name is shown as text."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+from veotrace.synth.kineto import profiler_trace, write_ranks, write_trace
+from veotrace.viewer.ops import KINDS, thin
+
+HOSTILE_OP = '"><img src=x onerror=alert(1)><script>document.title="pwned"</script>'
+
+
+def _view(folder):
+    from veotrace.runs.view import view
+
+    return view([folder])
+
+
+def _named(o: dict, kind: str) -> list:
+    return [o["names"][i] if i >= 0 else None for i in o[kind].tolist()]
+
+
+def test_each_lanes_events_carry_the_op_frame_and_kernel_the_generator_says(tmp_path):
+    truths = write_ranks(tmp_path / "run", 21, world_size=2)
+    lanes = _view(tmp_path / "run").value.lanes
+    assert len(lanes) == 2
+    for rank, (lane, truth) in enumerate(zip(lanes, truths)):
+        want = [e for e in truth.gpu_events if e["device_id"] == rank]
+        o = lane.ops
+        assert o["events"] == o["carried"] == len(want)
+        assert _named(o, "op") == [e["op"] for e in want]
+        assert _named(o, "frame") == [e["frame"] for e in want]
+        assert _named(o, "kernel") == [e["kernel"] for e in want]
+        assert o["size"].tolist() == [e["bytes"] for e in want]
+        # dictionary-encoded: each name once, and only names some carried event points at
+        used = {o["names"][i] for k in ("op", "frame", "kernel", "module") for i in o[k].tolist() if i >= 0}
+        assert len(o["names"]) == len(set(o["names"])) and set(o["names"]) == used
+        page = lane.page()["ops"]
+        assert page["names"] == o["names"] and page["op"]["n"] == len(want)
+
+
+def test_a_thinned_lane_carries_only_the_names_of_the_events_it_keeps():
+    rng = np.random.default_rng(3)
+    n, names = 5000, np.array([f"op{i}" for i in range(400)], dtype=object)
+    ids = {k: rng.integers(-1, 400, n) for k in KINDS}
+    full = {"x": np.sort(rng.random(n)), "size": rng.integers(-99, 99, n), "ids": ids, "names_of": names}
+    o = thin(full, 50)
+    assert o["carried"] <= 50 and o["events"] == n
+    keep = np.searchsorted(full["x"], o["x"])
+    for k in KINDS:
+        assert _named(o, k) == [names[i] if i >= 0 else None for i in ids[k][keep].tolist()]
+    assert set(o["names"]) == {names[i] for k in KINDS for i in ids[k][keep].tolist() if i >= 0}
+
+
+def test_the_page_budget_thins_the_ops_and_says_so(tmp_path, monkeypatch):
+    from veotrace.viewer import budget
+
+    write_ranks(tmp_path / "run", 5, world_size=2, steps=40)  # ~1,700 events a lane
+    monkeypatch.setattr(budget, "DATA_BYTES", 40_000)  # a budget the first try cannot meet
+    r = _view(tmp_path / "run")
+    assert all(lane.ops["carried"] < lane.ops["events"] for lane in r.value.lanes)
+    assert any("budget" in n for n in r.value.notes)
+    for lane in r.value.lanes:  # what is carried is still each kept event's own names
+        full, o = lane.ops_full, lane.ops
+        keep = np.searchsorted(full["x"], o["x"], side="left")
+        assert _named(o, "op")[1:-1] == [str(full["names_of"][i]) if i >= 0 else None
+                                         for i in full["ids"]["op"][keep].tolist()][1:-1] or o["carried"] <= 2
+
+
+def _hostile_run(folder: Path):
+    """A one-rank run whose aten::linear is named HOSTILE_OP (its truth renamed alike)."""
+    trace, truth = profiler_trace(31, rank=0, world_size=1, device_id=0)
+    for ev in trace["traceEvents"]:
+        if ev.get("cat") == "cpu_op" and ev.get("name") == "aten::linear":
+            ev["name"] = HOSTILE_OP
+    for e in truth.events:
+        if e["op"] == "aten::linear":
+            e["op"] = HOSTILE_OP
+    folder.mkdir(parents=True)
+    write_trace(folder / "rank0.pt.trace.json", trace)
+    return truth
+
+
+def test_a_hostile_op_name_stays_data_in_the_page(tmp_path):
+    truth = _hostile_run(tmp_path / "run")
+    out = tmp_path / "view.html"
+    r = run_cli("view", tmp_path / "run", "-o", out)
+    assert r.exit_code == 0, r.stderr
+    page = out.read_text()
+    assert "<img src=x" not in page and HOSTILE_OP not in page  # only as \u003c-escaped JSON data
+    assert any(e["op"] == HOSTILE_OP for e in truth.gpu_events)
+
+
+# the browser: one Chromium for the module
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from tests.test_browser import BROWSERS
+    from tools.cdp import Browser
+
+    path = next((p for p in map(shutil.which, BROWSERS) if p), None)
+    if path is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
+    with Browser(path, tmp_path_factory.mktemp("chromium-profile")) as b:
+        yield b
+
+
+def _hover_event(p, lane: int, ev: dict):
+    """Move the mouse over the lane's chart at the time of the carried event whose op, frame and kernel
+    are ``ev``'s and whose neighbours are at least 3 pixels away; return the hover text and that event."""
+    where = p.evaluate("""((lane, op) => {
+        const l = veotraceView.lanes[lane], u = l.chart, o = l.ops, r = u.over.getBoundingClientRect();
+        for (let j = 0; j < o.x.length; j++) {
+          if (o.op[j] < 0 || o.names[o.op[j]] !== op) continue;
+          const px = u.valToPos(o.x[j], "x");
+          const prev = j ? u.valToPos(o.x[j - 1], "x") : -1e9, next = j + 1 < o.x.length ? u.valToPos(o.x[j + 1], "x") : 1e9;
+          if (px - prev >= 3 && next - px >= 3) return {x: r.left + px + 1, y: r.top + 5, j: j};
+        }
+        return null;
+    })""" + f"({lane}, {json.dumps(ev['op'])})")
+    assert where is not None
+    p.mouse(where["x"], where["y"])
+    p.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    return p.evaluate(f"document.querySelectorAll('.vt-info')[{lane}].textContent")
+
+
+def test_hovering_a_lane_shows_the_op_frame_and_kernel_of_the_event_there(browser, tmp_path):
+    truths = write_ranks(tmp_path / "run", 21, world_size=2)
+    out = tmp_path / "view.html"
+    assert run_cli("view", tmp_path / "run", "-o", out).exit_code == 0
+    p = browser.open(out.as_uri())
+    assert p.evaluate("window.veotraceView && veotraceView.ready") is True
+    for lane, truth in enumerate(truths):
+        ev = next(e for e in truth.gpu_events if e["op"] == "aten::matmul" and e["kernel"])
+        text = _hover_event(p, lane, ev)
+        assert "op: aten::matmul" in text
+        line = next(s for s in text.splitlines() if s.startswith("kernel: "))
+        assert line[len("kernel: "):] in {e["kernel"] for e in truth.gpu_events if e["op"] == "aten::matmul"}
+    assert p.errors() == [] and p.requests() == []
+
+
+def test_a_hostile_op_name_is_shown_as_text(browser, tmp_path):
+    truth = _hostile_run(tmp_path / "run")
+    out = tmp_path / "view.html"
+    assert run_cli("view", tmp_path / "run", "-o", out).exit_code == 0
+    p = browser.open(out.as_uri())
+    assert p.evaluate("window.veotraceView && veotraceView.ready") is True
+    ev = next(e for e in truth.gpu_events if e["op"] == HOSTILE_OP)
+    text = _hover_event(p, 0, ev)
+    assert f"op: {HOSTILE_OP}" in text
+    assert p.evaluate("document.querySelectorAll('img').length") == 0
+    assert p.evaluate("document.title") != "pwned"
+    assert p.errors() == [] and p.requests() == []
