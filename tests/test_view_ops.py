@@ -118,19 +118,26 @@ def browser(tmp_path_factory):
 
 
 def _hover_event(p, lane: int, ev: dict):
-    """Move the mouse over the lane's chart at the time of the carried event whose op, frame and kernel
-    are ``ev``'s and whose neighbours are at least 3 pixels away; return the hover text and that event."""
-    where = p.evaluate("""((lane, op) => {
-        const l = veotraceView.lanes[lane], u = l.chart, o = l.ops, r = u.over.getBoundingClientRect();
-        for (let j = 0; j < o.x.length; j++) {
-          if (o.op[j] < 0 || o.names[o.op[j]] !== op) continue;
-          const px = u.valToPos(o.x[j], "x");
-          const prev = j ? u.valToPos(o.x[j - 1], "x") : -1e9, next = j + 1 < o.x.length ? u.valToPos(o.x[j + 1], "x") : 1e9;
-          if (px - prev >= 3 && next - px >= 3) return {x: r.left + px + 1, y: r.top + 5, j: j};
+    """Zoom the lane's chart to a carried event of ``ev``'s op (one alone at its time) and move the mouse just
+    after it; return the lane's hover text."""
+    j = p.evaluate("""((lane, op) => {
+        const l = veotraceView.lanes[lane], u = l.chart, o = l.ops;
+        for (let j = 1; j + 1 < o.x.length; j++) {
+          if (o.op[j] < 0 || o.names[o.op[j]] !== op || !(o.x[j - 1] < o.x[j] && o.x[j] < o.x[j + 1])) continue;
+          // zoom to the event's neighbourhood: half way to each neighbour
+          u.setScale("x", {min: (o.x[j - 1] + o.x[j]) / 2, max: (o.x[j] + o.x[j + 1]) / 2});
+          return j;
         }
         return null;
     })""" + f"({lane}, {json.dumps(ev['op'])})")
-    assert where is not None
+    assert j is not None
+    p.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")  # the zoom is drawn
+    where = p.evaluate(f"""(() => {{
+        const l = veotraceView.lanes[{lane}], u = l.chart;
+        u.over.scrollIntoView({{block: "center"}});  // a lane below the window: the mouse reaches only what is shown
+        const r = u.over.getBoundingClientRect();
+        return {{x: r.left + u.valToPos(l.ops.x[{j}], "x") + 2, y: r.top + r.height / 2}};
+    }})()""")
     p.mouse(where["x"], where["y"])
     p.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     return p.evaluate(f"document.querySelectorAll('.vt-info')[{lane}].textContent")

@@ -238,6 +238,11 @@
       if (!lane.drawn.pick || u.cursor.left === undefined || u.cursor.left < 0) return;
       // the drawn point nearest the cursor (found here: uPlot's own index can lag a data swap after a zoom)
       const xs = u.data[0], xv = u.posToVal(u.cursor.left, "x");
+      if (!xs.length) {  // zoomed between two kept states: a profiler trace's op there is still known
+        const opLines = opsAt(xv);
+        if (opLines.length) info.textContent = opLines.join("\n");
+        return;
+      }
       let ci = Math.min(lowerBound(xs, xv), xs.length - 1);
       if (ci > 0 && xv - xs[ci - 1] < xs[ci] - xv) ci -= 1;
       const i = lane.drawn.pick[ci];
