@@ -89,6 +89,12 @@ def step_page(w: dict) -> dict:
                        "size": column(events["size"]), "group": column(events["group"])}}
 
 
+def ops_page(o: dict) -> dict:
+    """A profiler trace's carried ops (``ops.thin``) as the page reads them: base64 columns, names as JSON strings."""
+    return {"events": o["events"], "carried": o["carried"], "names": o["names"], "x": column(o["x"]),
+            "size": column(o["size"]), **{k: column(o[k]) for k in ("op", "frame", "kernel", "module")}}
+
+
 @dataclass
 class Lane:
     """One timeline: an input's device, its states kept (``levels``) split into groups, and its marks.
@@ -186,8 +192,6 @@ class Lane:
                "segment_lane": segment_lane_page(self.segment_lane), "allocations": self.allocations,
                "steps": [step_page(w) for w in self.steps]}
         if self.ops is not None:
-            from veotrace.viewer.ops import ops_page
-
             out["ops"] = ops_page(self.ops)
         return out
 

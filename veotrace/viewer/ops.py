@@ -42,12 +42,3 @@ def thin(full: dict, cap: int) -> dict:
                           -1).astype(np.int64)
     return out
 
-
-def ops_page(o: dict | None) -> dict | None:
-    """The carried ops as the page reads them (base64 columns; names as JSON strings)."""
-    if o is None:
-        return None
-    from veotrace.viewer.model import column
-
-    return {"events": o["events"], "carried": o["carried"], "names": o["names"], "x": column(o["x"]),
-            "size": column(o["size"]), **{k: column(o[k]) for k in KINDS}}
