@@ -70,6 +70,8 @@ def test_the_page_budget_thins_the_ops_and_says_so(tmp_path, monkeypatch):
     r = _view(tmp_path / "run")
     assert all(lane.ops["carried"] < lane.ops["events"] for lane in r.value.lanes)
     assert any("budget" in n for n in r.value.notes)
+    for lane in r.value.lanes:
+        assert any(f"the ops of {lane.ops['carried']:,} of the {lane.ops['events']:,}" in n for n in lane.page()["notes"])
     for lane in r.value.lanes:  # what is carried is still each kept event's own names
         full, o = lane.ops_full, lane.ops
         keep = np.searchsorted(full["x"], o["x"], side="left")

@@ -234,5 +234,4 @@ def _add_ops(given, lanes: dict, t0, options, report) -> None:
                         np.concatenate(names))
         lanes[d].ops_full, lanes[d].ops = full, thin(full, MAX_OP_EVENTS)
         lanes[d].notes.append("hover the timeline: the op, Python frame and GPU kernel enclosing the memory event at "
-                              "or before the cursor" + ("" if full["x"].size <= MAX_OP_EVENTS else
-                                                        f" ({MAX_OP_EVENTS:,} of {full['x'].size:,} events carried)"))
+                              "or before the cursor")

@@ -193,6 +193,10 @@ class Lane:
                "steps": [step_page(w) for w in self.steps]}
         if self.ops is not None:
             out["ops"] = ops_page(self.ops)
+            if self.ops["carried"] < self.ops["events"]:
+                out["notes"] = self.notes + [f"the ops of {self.ops['carried']:,} of the {self.ops['events']:,} memory "
+                                             "events are carried (evenly spaced: the page's budget); the hover shows the "
+                                             "nearest carried one at or before the cursor (veotrace sites --by op has every one)"]
         return out
 
 
