@@ -175,3 +175,32 @@ def test_a_hostile_op_name_is_shown_as_text(browser, tmp_path):
     assert p.evaluate("document.querySelectorAll('img').length") == 0
     assert p.evaluate("document.title") != "pwned"
     assert p.errors() == [] and p.requests() == []
+
+
+def test_long_distinct_op_names_are_cut_until_the_page_fits(tmp_path, monkeypatch):
+    """Ops alone over the budget: every op span its own 1,000-character name (the distinct names, not the
+    events, are the bytes). The page ends within the budget, the names cut as the lane's other texts, and
+    each carried event's op is still the generator's."""
+    from veotrace.viewer import budget
+    from veotrace.viewer.page import data_json
+
+    trace, truth = profiler_trace(41, rank=0, world_size=1, device_id=0, steps=30)
+    k = 0
+    for ev in trace["traceEvents"]:
+        if ev.get("cat") == "cpu_op":
+            ev["name"] = f"{ev['name']}#{k}:" + "x" * 1000
+            k += 1
+    (tmp_path / "run").mkdir()
+    write_trace(tmp_path / "run" / "rank0.pt.trace.json", trace)
+    monkeypatch.setattr(budget, "DATA_BYTES", 250_000)
+    r = _view(tmp_path / "run")
+    (lane,) = r.value.lanes
+    assert len(data_json(r.value.page_data())) <= 250_000
+    assert any("budget" in n and "texts shortened" in n for n in r.value.notes)
+    at: dict = {}  # each time's ops, by the generator (the lane's events are its GPU events in order: test above)
+    for x, e in zip(lane.ops_full["x"].tolist(), truth.gpu_events):
+        at.setdefault(x, set()).add(e["op"])
+    ops = _named(lane.ops, "op")
+    assert len(ops) == lane.ops["carried"]
+    assert all((o.split("#")[0] if o else None) in at[x] for o, x in zip(ops, lane.ops["x"].tolist()))
+    assert max(map(len, lane.ops["names"])) <= budget.CUT_TEXT + 1  # the names cut, as the lane's other texts

@@ -51,7 +51,7 @@ def fit(result, measure) -> int:
             if lane.ops_full is not None:  # a profiler trace's ops: their events at the maps' share
                 from veotrace.viewer.ops import MAX_OP_EVENTS, thin
 
-                lane.ops = thin(lane.ops_full, max(256, int(MAX_OP_EVENTS * rows_share)))
+                lane.ops = thin(lane.ops_full, max(256, int(MAX_OP_EVENTS * rows_share)), short=CUT_TEXT if cut else None)
             lane.maps = [finish_map(m, map_rows) for m in lane.maps]
             bound_sites(lane, int(SITE_BYTES * sites_share) // max(1, len(lanes)))
         size = measure(result)
@@ -68,7 +68,7 @@ def fit(result, measure) -> int:
             if lane.ops_full is not None:
                 from veotrace.viewer.ops import thin
 
-                lane.ops = thin(lane.ops_full, 256)
+                lane.ops = thin(lane.ops_full, 256, short=CUT_TEXT)
             for g in lane.groups:
                 g.pop("stack", None)
             lane.maps = [finish_map(m, 2 * MIN_MAP_ROWS // 3) for m in lane.maps]

@@ -22,9 +22,10 @@ def lane_ops(x: np.ndarray, size: np.ndarray, ids: dict[str, np.ndarray], names_
             "ids": {k: np.asarray(ids[k], np.int64) for k in KINDS}, "names_of": names_of}
 
 
-def thin(full: dict, cap: int) -> dict:
+def thin(full: dict, cap: int, *, short: int | None = None) -> dict:
     """What the page carries of ``full``: at most ``cap`` events (evenly spaced, the first and last kept), and
-    the names they point at, dictionary-encoded (``names``; each kind's column indexes it, -1 none)."""
+    the names they point at, dictionary-encoded (``names``; each kind's column indexes it, -1 none); ``short``:
+    each name cut to that many characters (the page's budget: distinct names, not events, can dominate)."""
     from veotrace.viewer.model import text
 
     n = full["x"].size
@@ -34,7 +35,7 @@ def thin(full: dict, cap: int) -> dict:
     names, code = np.unique(np.asarray([str(full["names_of"][i]) for i in used.tolist()], dtype=object).astype(str),
                             return_inverse=True)  # each distinct name once
     out = {"events": int(n), "carried": int(keep.size), "x": full["x"][keep], "size": full["size"][keep],
-           "names": [text(s) for s in names.tolist()]}
+           "names": [text(s) if short is None or len(s) <= short else text(s)[:short] + "…" for s in names.tolist()]}
     for k in KINDS:
         ids = full["ids"][k][keep]
         at = np.searchsorted(used, np.maximum(ids, 0))
