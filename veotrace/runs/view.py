@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from veotrace.defaults import SITES_DEPTH
 from veotrace.runs import common
 from veotrace.runs.result import RunResult
@@ -186,4 +188,50 @@ def _log_lanes(given, name: str, options, report, budget: int) -> list:
                               "make": lambda rows, st=st: replay_map(st, max_gap=kw["max_gap"], threshold=kw["threshold"],
                                                                      max_rows=rows)})
         lane.maps.sort(key=lambda m: m["state"])
+    _add_ops(given, lanes, t0, options, report)
     return [lanes[d] for d in sorted(lanes)]
+
+
+def _add_ops(given, lanes: dict, t0, options, report) -> None:
+    """A profiler trace's lanes get the op, Python frame, kernel and module enclosing each memory event (the
+    reader's second scan), shown on hover (``viewer.ops``); other inputs have none."""
+    from veotrace.runs.profiler import kineto_inputs
+    from veotrace.sources.base import call_guarded
+    from veotrace.sources.kineto.trace import cached_read, lane, pc_not_cpu
+    from veotrace.viewer.ops import KINDS, MAX_OP_EVENTS, lane_ops, thin
+
+    files = kineto_inputs([given], options, report) if t0 is not None else []
+    parts: dict = {}
+    for path in files:
+        read = call_guarded(path, cached_read, path, options, report, context=True)
+        if read.ops is None:
+            continue
+        t = read.table
+        gpu = pc_not_cpu(t)
+        t = t.filter(gpu) if gpu is not None else t
+        names_of = read.ops.column("name").cast("string").to_numpy(zero_copy_only=False)
+        key = lane(read, t.column("device_id").to_numpy())
+        cols = {k: t.column(f"{k}_id").fill_null(-1).to_numpy() for k in KINDS}
+        ts, size = t.column("ts_ns").to_numpy(), t.column("bytes").to_numpy()
+        for d in np.unique(key).tolist():
+            m = key == d
+            parts.setdefault(d, []).append(((ts[m] - t0) / 1e9, size[m], {k: c[m] for k, c in cols.items()}, names_of))
+    for d, got in parts.items():
+        if d not in lanes:
+            continue
+        # one file per lane in a run (a rank's devices); several: ids made unique by each file's offset
+        offset, xs, sizes, ids, names = 0, [], [], {k: [] for k in KINDS}, []
+        for x, size, c, names_of in got:
+            xs.append(x)
+            sizes.append(size)
+            for k in KINDS:
+                ids[k].append(np.where(c[k] >= 0, c[k] + offset, -1))
+            names.append(names_of)
+            offset += names_of.size
+        x = np.concatenate(xs)
+        order = np.argsort(x, kind="stable")
+        full = lane_ops(x[order], np.concatenate(sizes)[order], {k: np.concatenate(v)[order] for k, v in ids.items()},
+                        np.concatenate(names))
+        lanes[d].ops_full, lanes[d].ops = full, thin(full, MAX_OP_EVENTS)
+        lanes[d].notes.append("hover the timeline: the op, Python frame and GPU kernel enclosing the memory event at "
+                              "or before the cursor")

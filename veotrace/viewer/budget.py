@@ -48,6 +48,10 @@ def fit(result, measure) -> int:
                     lane.allocations["rows"] = lane.allocations["rows"][:CUT_ROWS]
             if drop >= 2 and lane.steps:  # the ranges to step: the first (the peak's, or --from/--to) at most, then none
                 lane.steps = lane.steps[:1] if drop == 2 else []
+            if lane.ops_full is not None:  # a profiler trace's ops: their events at the maps' share
+                from veotrace.viewer.ops import MAX_OP_EVENTS, thin
+
+                lane.ops = thin(lane.ops_full, max(256, int(MAX_OP_EVENTS * rows_share)), short=CUT_TEXT if cut else None)
             lane.maps = [finish_map(m, map_rows) for m in lane.maps]
             bound_sites(lane, int(SITE_BYTES * sites_share) // max(1, len(lanes)))
         size = measure(result)
@@ -61,6 +65,10 @@ def fit(result, measure) -> int:
     else:  # the last resort: every map at its smallest, no stacks, phases, marks or steps
         for lane in lanes:
             lane.steps, lane.phases, lane.marks = [], [], []
+            if lane.ops_full is not None:
+                from veotrace.viewer.ops import thin
+
+                lane.ops = thin(lane.ops_full, 256, short=CUT_TEXT)
             for g in lane.groups:
                 g.pop("stack", None)
             lane.maps = [finish_map(m, 2 * MIN_MAP_ROWS // 3) for m in lane.maps]

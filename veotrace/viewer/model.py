@@ -89,6 +89,12 @@ def step_page(w: dict) -> dict:
                        "size": column(events["size"]), "group": column(events["group"])}}
 
 
+def ops_page(o: dict) -> dict:
+    """A profiler trace's carried ops (``ops.thin``) as the page reads them: base64 columns, names as JSON strings."""
+    return {"events": o["events"], "carried": o["carried"], "names": o["names"], "x": column(o["x"]),
+            "size": column(o["size"]), **{k: column(o[k]) for k in ("op", "frame", "kernel", "module")}}
+
+
 @dataclass
 class Lane:
     """One timeline: an input's device, its states kept (``levels``) split into groups, and its marks.
@@ -135,6 +141,8 @@ class Lane:
     segment_lane: dict | None = None  # the segments over time (``steps.SegmentLane``)
     allocations: dict | None = None  # the largest live allocations at the peak's map (``steps.Largest``)
     steps: list[dict] = field(default_factory=list)  # the ranges whose every entry can be stepped (``steps.Stepper``)
+    ops: dict | None = None  # a profiler trace's: the op, frame, kernel of each carried event (``ops.thin``)
+    ops_full: dict | None = field(default=None, repr=False)  # every event's (``ops.lane_ops``), thinned by the budget
     _full: tuple | None = field(default=None, repr=False)
 
     def coarsen(self, drop: int) -> None:
@@ -165,6 +173,8 @@ class Lane:
                 "maps": [{k: v for k, v in m.items() if k not in ("rows", "make")} for m in self.maps], "notes": self.notes,
                 "allocations": self.allocations,
                 "steps": [{k: w[k] for k in ("label", "from_state", "to_state")} for w in self.steps],
+                "ops": None if self.ops is None else {"events": self.ops["events"], "carried": self.ops["carried"],
+                                                      "names": len(self.ops["names"])},
                 "segment_lane": None if self.segment_lane is None else
                 {"samples": len(self.segment_lane["x"]), "segments": len(self.segment_lane["units"]),
                  "other_segments": self.segment_lane["other_units"]}}
@@ -181,6 +191,12 @@ class Lane:
                "maps": [map_page(m) for m in self.maps],
                "segment_lane": segment_lane_page(self.segment_lane), "allocations": self.allocations,
                "steps": [step_page(w) for w in self.steps]}
+        if self.ops is not None:
+            out["ops"] = ops_page(self.ops)
+            if self.ops["carried"] < self.ops["events"]:
+                out["notes"] = self.notes + [f"the ops of {self.ops['carried']:,} of the {self.ops['events']:,} memory "
+                                             "events are carried (evenly spaced: the page's budget); the hover shows the "
+                                             "nearest carried one at or before the cursor (veotrace sites --by op has every one)"]
         return out
 
 

@@ -56,6 +56,20 @@
     const bytes = d.bytes.map(decode), blocks = d.blocks.map(decode), reserved = decode(d.reserved);
     const G = bytes.length, P = x.length, L = d.buckets.length;
     lane.x = x; lane.bytes = bytes; lane.blocks = blocks; lane.reserved = reserved; lane.state = state;
+    // a profiler trace's ops: per carried memory event its time, signed bytes and enclosing names' indexes
+    const ops = d.ops ? {x: decode(d.ops.x), size: decode(d.ops.size), op: decode(d.ops.op), frame: decode(d.ops.frame),
+                         kernel: decode(d.ops.kernel), module: decode(d.ops.module), names: d.ops.names} : null;
+    lane.ops = ops;
+    function opsAt(xv) {  // the lines of the memory event at or before time xv (the first when before them all)
+      if (!ops || !ops.x.length) return [];
+      const j = Math.max(0, lowerBound(ops.x, xv + 1e-12) - 1);
+      const name = k => (ops[k][j] >= 0 ? ops.names[ops[k][j]] : "(none)");
+      const lines = [`memory event at ${fmtX(d, ops.x[j])}: ${ops.size[j] < 0 ? "free" : "alloc"} of ${fmtNum(Math.abs(ops.size[j]))} bytes`,
+        `op: ${name("op")}`, `python frame: ${name("frame")}`, `kernel: ${name("kernel")}`];
+      if (ops.module[j] >= 0) lines.push(`module: ${name("module")}`);
+      return lines;
+    }
+    lane.opsAt = opsAt;
     const cum = [];  // cumulative bytes, bottom group first
     for (let g = 0; g < G; g++) {
       const c = new Float64Array(P);
@@ -224,6 +238,11 @@
       if (!lane.drawn.pick || u.cursor.left === undefined || u.cursor.left < 0) return;
       // the drawn point nearest the cursor (found here: uPlot's own index can lag a data swap after a zoom)
       const xs = u.data[0], xv = u.posToVal(u.cursor.left, "x");
+      if (!xs.length) {  // zoomed between two kept states: a profiler trace's op there is still known
+        const opLines = opsAt(xv);
+        if (opLines.length) info.textContent = opLines.join("\n");
+        return;
+      }
       let ci = Math.min(lowerBound(xs, xv), xs.length - 1);
       if (ci > 0 && xv - xs[ci - 1] < xs[ci] - xv) ci -= 1;
       const i = lane.drawn.pick[ci];
@@ -244,6 +263,7 @@
           lines.push("the groups outside the largest ones at the peak, summed");
         }
       }
+      for (const line of opsAt(xv)) lines.push(line);
       info.textContent = lines.join("\n");
       lane.hovered = g;
     }
