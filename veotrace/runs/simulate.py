@@ -114,9 +114,10 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     tap = OomTap()
     by = getattr(by, "value", by)
     rule = common.site_rule(site_filter, site_depth) if by == "site" else None
+    config = common.engine(engine, jobs, scheduler, workers)
     table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=by is not None, ooms=tap,
                                                     events=events_table, torch_version=torch_version, fraction=frac,
-                                                    config=common.engine(engine, jobs, scheduler, workers))
+                                                    config=config)
     if conf is not None and torch_conf.per_process_memory_fraction is not None and cap is None:
         common.fraction(torch_conf.per_process_memory_fraction, cap, "--conf per_process_memory_fraction")
     from veotrace.errors import AnalysisError
@@ -161,8 +162,17 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     choice = result.params["window_choice"]
     window_note = ([timescale.window_note(choice["window_s"], choice["reason"])]
                    if choice.get("mode") == "time" and choice.get("auto") else [])
-    run = SimulateRun(result, [*report.messages(), *common.settings_lines(torch_conf), *window_note, *oom_lines(ooms)],
-                      common.input_files(paths))
+    engine_note = []
+    if config.parallel:  # only a folder of profiler traces is read on the engine; the replay is one process's
+        from veotrace.runs.profiler import kineto_inputs
+        from veotrace.sources import ReadReport
+
+        engine_note = [("Note: --jobs/--engine read the ranks' traces in parallel; the replay runs on one process"
+                        if kineto_inputs(paths, options, ReadReport()) else
+                        "Note: --jobs/--engine read the ranks of profiler traces in parallel; this input and its "
+                        "replay run on one process")]
+    run = SimulateRun(result, [*report.messages(), *common.settings_lines(torch_conf), *window_note, *oom_lines(ooms),
+                               *engine_note], common.input_files(paths))
     result.params["recorded_ooms"] = ooms
     result.params["read"] = report.to_dict()
     result.params["pair_by"] = key

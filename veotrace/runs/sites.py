@@ -99,6 +99,8 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
         exc.path = exc.path or str(snaps[0])
         raise
     notes = [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])]
+    if config.parallel:  # --jobs/--engine read a folder of profiler traces' ranks on the engine, not a snapshot
+        notes.append("Note: a snapshot is read on one process (--jobs/--engine read the ranks of profiler traces)")
     if why is not None:
         from veotrace.analysis.timescale import window_note
 
