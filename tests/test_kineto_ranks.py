@@ -15,6 +15,7 @@ from veotrace.engine.ranks import read_ranks
 from veotrace.errors import TraceFormatError
 from veotrace.runs.profiler import read_run
 from veotrace.sources.base import ReadOptions, ReadReport
+from veotrace.sources.kineto import trace as kt
 from veotrace.synth.kineto import profiler_trace, write_ranks, write_trace
 
 
@@ -26,8 +27,23 @@ def run(tmp_path_factory):
     return folder, truths
 
 
+def _fresh() -> None:
+    """This process forgets its reads, so that a parallel read goes to the workers (a cached run is read here)."""
+    kt._CACHE.clear()
+
+
 def _files(folder):
     return sorted(folder.glob("rank*.pt.trace.json"))
+
+
+def test_a_run_read_here_already_is_not_read_again_on_the_workers(run):
+    folder, _ = run
+    _fresh()
+    files = _files(folder)
+    here = read_ranks(files, ReadOptions(), ReadReport(), context=True)
+    assert all(kt.is_cached(p, ReadOptions()) for p in files)  # a read with context serves one without
+    again = read_ranks(files, ReadOptions(), ReadReport(), config=EngineConfig(jobs=2))
+    assert all(a is b for a, b in zip(again, here))  # the same objects: no worker read them
 
 
 def test_parallel_read_joins_the_ranks_as_one_process_does(run):
@@ -35,6 +51,7 @@ def test_parallel_read_joins_the_ranks_as_one_process_does(run):
     files = _files(folder)
     one_report, two_report = ReadReport(), ReadReport()
     one, one_ops = read_run(files, ReadOptions(), one_report, context=True)
+    _fresh()
     two, two_ops = read_run(files, ReadOptions(), two_report, context=True, config=EngineConfig(jobs=2))
     assert one.equals(two) and one_ops.equals(two_ops)
     assert one_report.messages() == two_report.messages()
@@ -52,8 +69,10 @@ def test_a_cut_rank_warns_and_a_bad_rank_is_named_as_on_one_process(tmp_path):
     trace, _ = profiler_trace(5, rank=2, world_size=3, device_id=2)
     write_trace(folder / "rank2.pt.trace.json", trace, cut=0.6)
     reports = [ReadReport(), ReadReport()]
-    reads = [read_ranks(_files(folder), ReadOptions(), reports[0]),
-             read_ranks(_files(folder), ReadOptions(), reports[1], config=EngineConfig(jobs=2))]
+    _fresh()
+    reads = [read_ranks(_files(folder), ReadOptions(), reports[1], config=EngineConfig(jobs=2)), None]
+    reads[1] = read_ranks(_files(folder), ReadOptions(), reports[0])
+    reads.reverse()
     assert [r.path for r in reads[0]] == [r.path for r in reads[1]] == [str(p) for p in _files(folder)]
     assert reads[1][2].cut is not None and reads[0][2].cut == reads[1][2].cut
     assert reports[0].messages() == reports[1].messages() and any("rank2" in m for m in reports[1].messages())
@@ -61,6 +80,7 @@ def test_a_cut_rank_warns_and_a_bad_rank_is_named_as_on_one_process(tmp_path):
                                                  b'"args": {"Bytes": 5, "Device Type": 1, "Device Id": 0}}]}')
     errors = []
     for config in (None, EngineConfig(jobs=2)):
+        _fresh()
         with pytest.raises(TraceFormatError) as exc:
             read_ranks(_files(folder), ReadOptions(), ReadReport(), config=config)
         errors.append(str(exc.value))
@@ -73,6 +93,7 @@ def test_jobs_give_the_json_of_one_process(run):
     for args in (["fragmentation"], ["sites", "--by", "op"], ["simulate", "-p", "torch"]):
         out = []
         for jobs in ("1", "2"):
+            _fresh()
             r = run_cli(*args, folder, "--jobs", jobs, "-f", "json")
             assert r.exit_code == 0, r.stderr
             out.append(json.loads(r.stdout))
@@ -84,6 +105,7 @@ def test_dask_local_cluster_gives_the_sites_of_one_process(run):
     distributed = pytest.importorskip("distributed", reason="--engine dask needs the dask extra (veotrace[dask])")
     folder, _ = run
     local = run_cli("sites", folder, "--by", "op", "-f", "json")
+    _fresh()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc:
         start = time.perf_counter()
         on_dask = run_cli("sites", folder, "--by", "op", "-f", "json", "--engine", "dask", "--scheduler",

@@ -22,15 +22,17 @@ def read_ranks(files: Sequence, options, report, *, context: bool = False, confi
     """The ``MemoryRead`` of every file, in file order, their warnings merged into ``report`` in that order.
 
     With ``config`` (an ``engine.EngineConfig``) parallel and more than one file, the files are read on its
-    workers; otherwise here, one after the other (and from this process's cache of reads).
+    workers, unless this process has read them all already; otherwise here, one after the other (and from
+    this process's cache of reads).
 
     Raises:
         what a read raises (``TraceFormatError`` naming the file): the first failing file in order.
     """
     from veotrace.sources.base import call_guarded
-    from veotrace.sources.kineto.trace import cached_read
+    from veotrace.sources.kineto.trace import cached_read, is_cached
 
-    if config is None or not config.parallel or len(files) < 2:
+    if (config is None or not config.parallel or len(files) < 2
+            or all(is_cached(p, options, context=context) for p in files)):  # read here already (fragmentation)
         return [call_guarded(path, cached_read, path, options, report, context=context) for path in files]
     from veotrace.engine.calls import call_pool
 
