@@ -95,8 +95,9 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
                                SNAPSHOT | TEXT | ENGINE | FRAG | {"pyarrow.parquet", "veotrace.cli.fragmentation",
                                                                   "veotrace.runs.fragmentation", "veotrace.cli.follow_opts",
                                                                   "veotrace.cli.series_opts"} | PROFILED),
+    # simulate and sites take --jobs/--engine (a profiler run's ranks read on the engine): its options and config
     "simulate": (["simulate", TRAINING],
-                 LOG | TEXT | REPLAY | PROFILED | {"veotrace.cli.simulate", "veotrace.cli.series_opts",
+                 LOG | TEXT | REPLAY | ENGINE | PROFILED | {"veotrace.cli.simulate", "veotrace.cli.series_opts",
                                                     "veotrace.sources.snapshots"}),
     "tune": (["tune", TRAINING],
              LOG | TEXT | REPLAY | ENGINE | PROFILED | {"veotrace.cli.tune", "veotrace.runs.tune", "veotrace.tuning",
@@ -111,7 +112,7 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
                   READ | TEXT | {"pyarrow.compute", "pyarrow.csv", "veotrace.cli.coherence", "veotrace.runs.coherence",
                                  "veotrace.analysis.frames", "veotrace.sources.arrays", "veotrace.sources.frames"}),
     "sites": (["sites", SNAP],
-              SNAPSHOT | TEXT | PROFILED | {"veotrace.cli.sites", "veotrace.runs.sites", "veotrace.attribution",
+              SNAPSHOT | TEXT | ENGINE | PROFILED | {"veotrace.cli.sites", "veotrace.runs.sites", "veotrace.attribution",
                                             "veotrace.analysis.timescale",
                                             # its sweep replays segments with fragmentation's rules (frag.state)
                                             "veotrace.frag"}),

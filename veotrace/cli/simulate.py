@@ -25,6 +25,7 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
 from veotrace.cli.series_opts import BySite, SiteDepthOpt, SiteFilterOpt
 from veotrace.defaults import SIMULATE_MAX_UNKNOWN_FREES as _MAX_UNKNOWN_FREES
 from veotrace.defaults import SITES_DEPTH
@@ -74,6 +75,10 @@ def simulate_command(
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
     no_progress: NoProgressOpt = False,
+    engine: EngineOpt = Engine.local,
+    jobs: JobsOpt = 1,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them."""
     with user_errors():
@@ -84,5 +89,6 @@ def simulate_command(
                           no_recorded_releases=no_recorded_releases, id_col=id_col, torch_core=torch_core,
                           fail_on_oom=fail_on_oom, time_unit=time_unit, skip_bad_rows=skip_bad_rows,
                           format_hint=format_hint, by=by, site_filter=site_filter, site_depth=site_depth,
-                          fraction=fraction, torch_version=torch_version)
+                          fraction=fraction, torch_version=torch_version,
+                          engine=engine, jobs=jobs, scheduler=scheduler, workers=workers)
         show(result, fmt, output, rows=rows, plot=plot, plot_size=plot_size, table=table.value)

@@ -18,6 +18,7 @@ from veotrace.cli.common import (
     show,
     user_errors,
 )
+from veotrace.cli.engine_opts import Engine, EngineOpt, JobsOpt, SchedulerOpt, WorkersOpt
 from veotrace.defaults import SITES_DEPTH
 
 
@@ -34,10 +35,15 @@ def sites_command(
     rows: RowsOpt = 40,
     plot: PlotOpt = None,
     plot_size: PlotSizeOpt = None,
+    engine: EngineOpt = Engine.local,
+    jobs: JobsOpt = 1,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Who allocated what: live bytes by site at each device's peaks and at the end, free bytes stranded by live blocks, phases."""
     with user_errors():
         from veotrace.runs.sites import sites as run_sites
 
-        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth, at=at, window=window, by=by), fmt, output, rows=rows, plot=plot,
+        show(run_sites(paths, site_filter=site_filter, site_depth=site_depth, at=at, window=window, by=by,
+                       engine=engine, jobs=jobs, scheduler=scheduler, workers=workers), fmt, output, rows=rows, plot=plot,
              plot_size=plot_size)

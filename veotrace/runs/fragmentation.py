@@ -182,7 +182,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     from veotrace.runs.profiler import recorded_totals
 
     recorded = recorded_totals(paths, options, report, window_s=result.params.get("window_s")
-                               if result.summary.get("has_time") else None)
+                               if result.summary.get("has_time") else None, config=config)
     return FragmentationRun(result, messages, inputs, at=None if at is None else str(at), pinning=pinning,
                             recorded=recorded)
 

@@ -25,18 +25,17 @@ def kineto_inputs(paths, options, report) -> list:
     return [p for p, fmt in inputs if fmt.name == "kineto"] if all(f.name == "kineto" for _, f in inputs) else []
 
 
-def read_run(files: list, options, report, *, context: bool):
+def read_run(files: list, options, report, *, context: bool, config=None):
     """The memory events of every trace of the run as one ``KINETO_MEMORY`` table (ops ids made unique across
-    files) and, with ``context``, the one ``KINETO_OPS`` table; ``--jobs`` reads are per file as here."""
+    files) and, with ``context``, the one ``KINETO_OPS`` table; with ``config`` parallel (``--jobs``, Dask) the
+    ranks are read on its workers (``engine.ranks``) and joined here in file order: the same tables."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from veotrace.sources.base import call_guarded
-    from veotrace.sources.kineto.trace import cached_read
+    from veotrace.engine.ranks import read_ranks
 
     tables, ops, offset = [], [], 0
-    for path in files:
-        read = call_guarded(path, cached_read, path, options, report, context=context)
+    for read in read_ranks(files, options, report, context=context, config=config):
         t = read.table
         if context and read.ops is not None:
             for name in ("op_id", "frame_id", "kernel_id", "module_id"):
@@ -94,7 +93,7 @@ class ProfilerSitesRun(RunResult):
         render_profiler_sites(console, self.value, max_rows=max_rows)
 
 
-def profiler_sites(paths, files: list, *, by: str = "op", options=None, report=None) -> ProfilerSitesRun:
+def profiler_sites(paths, files: list, *, by: str = "op", options=None, report=None, config=None) -> ProfilerSitesRun:
     """Who holds each GPU's peak of live bytes, by the op (``cpu_op``), Python frame, ``nn.Module`` or GPU
     kernel enclosing each allocation; which ops grew reserved memory; those after which memory stayed cached."""
     from veotrace.analysis.profiler import growth_finding, peak_holders, reserved_growth
@@ -102,7 +101,7 @@ def profiler_sites(paths, files: list, *, by: str = "op", options=None, report=N
 
     if by not in SITES_BY:
         raise UsageError(f"--by {by!r}: a profiler trace's sites are by one of {', '.join(SITES_BY)}")
-    table, ops = read_run(files, options, report, context=True)
+    table, ops = read_run(files, options, report, context=True, config=config)
     growth = reserved_growth(table, ops)
     value = {"by": by, "devices": peak_holders(table, ops, by), "reserved_growth": growth,
              "finding": growth_finding(growth)}
@@ -114,7 +113,7 @@ def profiler_sites(paths, files: list, *, by: str = "op", options=None, report=N
     return ProfilerSitesRun(value, notes, common.input_files(paths))
 
 
-def recorded_totals(paths, options, report, *, window_s: float | None) -> dict | None:
+def recorded_totals(paths, options, report, *, window_s: float | None, config=None) -> dict | None:
     """For ``fragmentation`` on profiler traces: each device's recorded live and reserved bytes per window
     (the replay's windows) and peaks, with what cannot be known without segment events (None otherwise)."""
     files = kineto_inputs(paths, options, report)
@@ -122,7 +121,7 @@ def recorded_totals(paths, options, report, *, window_s: float | None) -> dict |
         return None
     from veotrace.analysis.profiler import SEGMENTS_NOTE, totals_series
 
-    table, _ = read_run(files, options, report, context=False)
+    table, _ = read_run(files, options, report, context=False, config=config)
     return {"devices": totals_series(table, window_s=window_s), "note": SEGMENTS_NOTE}
 
 
@@ -139,7 +138,7 @@ def profiler_hip(paths, options) -> bool:
     return any((cached_read(p, options, report).table.column("device_type").to_numpy() == 6).any() for p in files)
 
 
-def replay_input(files: list, options, report):
+def replay_input(files: list, options, report, config=None):
     """``simulate``/``tune``'s input from profiler traces: the GPU events with the rises and falls of Total
     Reserved as recorded device allocations and releases, and the seed from the first events' totals
     (``allocators.kineto_seed``)."""
@@ -147,12 +146,11 @@ def replay_input(files: list, options, report):
     import pyarrow as pa
 
     from veotrace.allocators.kineto_seed import seed_from_totals, segment_rows
-    from veotrace.sources.base import call_guarded
-    from veotrace.sources.kineto.trace import alloc_batches, cached_read, lane, running_sum_check
+    from veotrace.engine.ranks import read_ranks
+    from veotrace.sources.kineto.trace import alloc_batches, lane, running_sum_check
 
     tables, live_before, reserved_before = [], {}, {}
-    for path in files:
-        read = call_guarded(path, cached_read, path, options, report)
+    for read in read_ranks(files, options, report, config=config):  # in file order, on the workers if parallel
         t = read.table.filter(np.asarray(read.table.column("device_type").to_numpy() != 0))
         events = pa.Table.from_batches(list(alloc_batches(read))) if t.num_rows else None
         if events is None or not events.num_rows:

@@ -71,7 +71,8 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
              id_col: str | None = None, torch_core: str = "auto", fail_on_oom: bool = False, time_unit: str = "ns",
              skip_bad_rows: bool = False, format_hint: str | None = None, by: str | None = None,
              site_filter: str | None = None, site_depth: int = SITES_DEPTH, fraction: float | None = None,
-             torch_version: str | None = None, on_progress: common.Progress = None, events_table=None) -> SimulateRun:
+             torch_version: str | None = None, on_progress: common.Progress = None, events_table=None,
+             engine: str = "local", jobs: int = 1, scheduler: str | None = None, workers: int | None = None) -> SimulateRun:
     """What-if: replay alloc/free events through allocator policies (recorded addresses ignored) and rank them.
 
     Args:
@@ -92,6 +93,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
         fraction: the job's ``set_per_process_memory_fraction`` (needs ``capacity``, the device's memory).
         torch_version: the release whose settings rules apply (default: from the snapshot's keys).
         events_table: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (one process; ``diagnose``).
+        engine, jobs, scheduler, workers: where a folder of profiler traces has its ranks read (the same answer).
     """
     from veotrace.allocators import simulate as sim
     from veotrace.allocators.stream import open_requests
@@ -112,8 +114,10 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     tap = OomTap()
     by = getattr(by, "value", by)
     rule = common.site_rule(site_filter, site_depth) if by == "site" else None
+    config = common.engine(engine, jobs, scheduler, workers)
     table, torch_conf, snap_conf, seed = load_trace(paths, options, report, conf, whole=by is not None, ooms=tap,
-                                                    events=events_table, torch_version=torch_version, fraction=frac)
+                                                    events=events_table, torch_version=torch_version, fraction=frac,
+                                                    config=config)
     if conf is not None and torch_conf.per_process_memory_fraction is not None and cap is None:
         common.fraction(torch_conf.per_process_memory_fraction, cap, "--conf per_process_memory_fraction")
     from veotrace.errors import AnalysisError
@@ -158,8 +162,17 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     choice = result.params["window_choice"]
     window_note = ([timescale.window_note(choice["window_s"], choice["reason"])]
                    if choice.get("mode") == "time" and choice.get("auto") else [])
-    run = SimulateRun(result, [*report.messages(), *common.settings_lines(torch_conf), *window_note, *oom_lines(ooms)],
-                      common.input_files(paths))
+    engine_note = []
+    if config.parallel:  # only a folder of profiler traces is read on the engine; the replay is one process's
+        from veotrace.runs.profiler import kineto_inputs
+        from veotrace.sources import ReadReport
+
+        engine_note = [("Note: --jobs/--engine read the ranks' traces in parallel; the replay runs on one process"
+                        if kineto_inputs(paths, options, ReadReport()) else
+                        "Note: --jobs/--engine read the ranks of profiler traces in parallel; this input and its "
+                        "replay run on one process")]
+    run = SimulateRun(result, [*report.messages(), *common.settings_lines(torch_conf), *window_note, *oom_lines(ooms),
+                               *engine_note], common.input_files(paths))
     result.params["recorded_ooms"] = ooms
     result.params["read"] = report.to_dict()
     result.params["pair_by"] = key
@@ -235,12 +248,13 @@ def parse_tiers(text: str | None):
 
 
 def load_trace(paths: list[Path], options, report, conf_text: str | None, *, whole: bool = True, ooms=None,
-               events=None, torch_version: str | None = None, fraction: float | None = None):
+               events=None, torch_version: str | None = None, fraction: float | None = None, config=None):
     """The events table, and for one PyTorch snapshot (or its conversion by ``convert``) its settings-derived
     conf and seed (else None).
 
     Settings are read as the torch release they come from parses them (:func:`release_of`: the confs'
-    ``torch_release``, and why in their ``recorded["release_from"]``); ``fraction`` is the job's
+    ``torch_release``, and why in their ``recorded["release_from"]``); ``config`` (``engine.EngineConfig``): a
+    folder of profiler traces has its ranks read on the engine's workers (the same table); ``fraction`` is the job's
     ``set_per_process_memory_fraction``, applied to both confs (a fact of the run, like its device).
 
     ``whole=False``: for anything but a snapshot, the events come as ``open_batches(first)``, which reads
@@ -270,7 +284,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
     from veotrace.runs.profiler import replay_input
 
     profiled = events is None and not snapshot and all(f.name == "kineto" for _, f in inputs)
-    table, seed = replay_input([p for p, _ in inputs], options, report) if profiled else (None, None)
+    table, seed = replay_input([p for p, _ in inputs], options, report, config) if profiled else (None, None)
     profiled = table is not None
     if not profiled:
         table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches

@@ -41,7 +41,8 @@ class SitesRun(RunResult):
 
 
 def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPTH, at: str | float | None = None,
-          window: str | float | None = None, format_hint: str | None = None, by: str | None = None) -> SitesRun:
+          window: str | float | None = None, format_hint: str | None = None, by: str | None = None,
+          engine: str = "local", jobs: int = 1, scheduler: str | None = None, workers: int | None = None) -> SitesRun:
     """Who allocated what: each device's peaks (allocated, requested, reserved), the end state and the
     free bytes stranded in segments, by allocation site (first frame outside PyTorch and Python), and
     the phases from the snapshot's record_function annotations.
@@ -56,6 +57,7 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
             rule of every timed analysis, ``timescale.fit_window``).
         by: a PyTorch profiler trace (or a folder of one per rank): group by the ``op`` (default), Python
             ``frame``, ``module`` or GPU ``kernel`` enclosing each allocation (``runs.profiler``).
+        engine, jobs, scheduler, workers: where a folder of profiler traces has its ranks read (the same answer).
 
     Raises:
         UsageError: bad options. VeotraceError: not a snapshot, or unreadable.
@@ -68,11 +70,12 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
     rule = common.site_rule(site_filter, site_depth)
     paths = common.as_paths(paths)
     options, report = common.reading("ns", False, format_hint)
+    config = common.engine(engine, jobs, scheduler, workers)
     from veotrace.runs.profiler import kineto_inputs, profiler_sites
 
     profiled = kineto_inputs(paths, options, report)
     if profiled:
-        return profiler_sites(paths, profiled, by=by or "op", options=options, report=report)
+        return profiler_sites(paths, profiled, by=by or "op", options=options, report=report, config=config)
     if by is not None:
         raise UsageError("--by is for PyTorch profiler traces (op, frame, module, kernel)",
                          hint="A snapshot's sites come from its stacks: leave out --by")
@@ -96,6 +99,8 @@ def sites(paths, *, site_filter: str | None = None, site_depth: int = SITES_DEPT
         exc.path = exc.path or str(snaps[0])
         raise
     notes = [*report.messages(), *(f"Note: {n}" for n in result.summary["notes"])]
+    if config.parallel:  # --jobs/--engine read a folder of profiler traces' ranks on the engine, not a snapshot
+        notes.append("Note: a snapshot is read on one process (--jobs/--engine read the ranks of profiler traces)")
     if why is not None:
         from veotrace.analysis.timescale import window_note
 

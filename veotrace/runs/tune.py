@@ -102,7 +102,7 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
                                      extra_columns=(id_col,) if id_col is not None else (), option="--id-col")
     tap = OomTap()
     table, base, snap_conf, seed = load_trace(paths, options, report, None, whole=True, ooms=tap, events=events_table,
-                                              torch_version=torch_version, fraction=frac)
+                                              torch_version=torch_version, fraction=frac, config=config)
     rel = base.torch_release
     try:
         req = open_requests(table, ["torch"], seed, max_unknown_frees=max_unknown_frees,

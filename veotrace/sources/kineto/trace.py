@@ -688,15 +688,25 @@ def read_meta(table: pa.Table) -> list[dict]:
 _CACHE: dict = {}
 
 
+def _cache_key(path, options: ReadOptions, context: bool) -> tuple | None:
+    try:
+        st = Path(path).stat()
+        return (str(path), st.st_size, st.st_mtime_ns, options.skip_bad_rows, context)
+    except (OSError, TypeError):
+        return None
+
+
+def is_cached(path, options: ReadOptions, *, context: bool = False) -> bool:
+    """Whether :func:`cached_read` has ``path`` read already in this process (a read elsewhere would redo it)."""
+    key = _cache_key(path, options, context)
+    return key is not None and (key in _CACHE or (not context and (*key[:4], True) in _CACHE))
+
+
 def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context: bool = False,
                 on_progress=None) -> MemoryRead:
     """``read_memory`` once per (file, size, mtime, options) within a process: info, the analyses and the
     report read a trace's memory events many times; its warnings go to every report that asks."""
-    try:
-        st = Path(path).stat()
-        key = (str(path), st.st_size, st.st_mtime_ns, options.skip_bad_rows, context)
-    except (OSError, TypeError):
-        key = None
+    key = _cache_key(path, options, context)
     hit = _CACHE.get(key) if key is not None else None
     if hit is None and key is not None and not context:  # a read with context serves one without
         hit = _CACHE.get((*key[:4], True))
