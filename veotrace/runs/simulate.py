@@ -277,7 +277,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
         segments, blocks = ((converted.read_segments(), converted.read_blocks()) if converted
                             else (ts.read_segments(path), ts.read_blocks(path)))
         seed = rebuild(table, segments, blocks)
-    conf = (cf.parse_conf(conf_text, torch_release=rel) if conf_text is not None else
+    conf = (cf.parse_conf(conf_text, torch_release=rel, release_from=rel_from) if conf_text is not None else
             (snap_conf or cf.TorchConf(torch_release=rel)))
     if fraction is not None:
         conf = replace(conf, per_process_memory_fraction=fraction)

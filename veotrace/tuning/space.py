@@ -225,10 +225,14 @@ def candidate_of(index: int, conf: TorchConf) -> Candidate:
     return Candidate(index, values, text, conf, bad)
 
 
-def export_lines(conf: TorchConf, text: str) -> dict:
-    """How to set a candidate: its ``export PYTORCH_CUDA_ALLOC_CONF`` line and, for a GC threshold, the memory
-    fraction it needs (without one PyTorch never collects): in the string from torch 2.10
-    (``per_process_memory_fraction``), else the one Python line. Returns {"export", "python" or None}."""
+def export_lines(conf: TorchConf, text: str, *, rocm: bool = False) -> dict:
+    """How to set a candidate: its ``export`` line, of the variable ``conf.torch_release`` reads without a
+    warning (``allocators.conf.alloc_conf_variable``: ``PYTORCH_ALLOC_CONF`` from 2.9, ``PYTORCH_CUDA_ALLOC_CONF``
+    before; ``rocm``: a ROCm build's), and, for a GC threshold, the memory fraction it needs (without one
+    PyTorch never collects): in the string from torch 2.10 (``per_process_memory_fraction``), else the one
+    Python line. Returns {"export", "python" or None, "variable", "variable_note"}."""
+    from veotrace.allocators.conf import alloc_conf_variable
+
     f = conf.per_process_memory_fraction
     python = None
     if conf.garbage_collection_threshold > 0 and f is not None:
@@ -237,5 +241,6 @@ def export_lines(conf: TorchConf, text: str) -> dict:
         else:
             python = (f"torch.cuda.set_per_process_memory_fraction({f:g})  # on each device, before its first "
                       "allocation: garbage_collection_threshold acts only under it")
-    return {"export": f"export PYTORCH_CUDA_ALLOC_CONF={text}" if text else "unset PYTORCH_CUDA_ALLOC_CONF",
-            "python": python}
+    var, var_note = alloc_conf_variable(conf.torch_release, rocm=rocm)
+    return {"export": f"export {var}={text}" if text else f"unset {var}", "python": python, "variable": var,
+            "variable_note": var_note}
