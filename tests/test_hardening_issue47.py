@@ -53,3 +53,77 @@ def test_odd_frames_are_shown_escaped_on_every_route(monkeypatch, tmp_path, comm
         assert place in page or place.replace("\\", "\\\\") in page  # as HTML text, or inside JSON
     elif command == "sites":
         assert shown in r.stdout
+
+
+def _odd_named(tmp_path, raw_name: bytes, source: Path) -> str:
+    """A copy of ``source`` under a name given as bytes (not UTF-8, or with control characters): the path as
+    the command line gives it to Python (undecodable bytes as lone surrogates)."""
+    import os
+
+    target = os.path.join(os.fsencode(tmp_path), raw_name)
+    with open(target, "wb") as fh:
+        fh.write(source.read_bytes())
+    return os.fsdecode(target)
+
+
+SNAP = BAD / "snapshot_frame_line_nan.pickle"
+LOG = Path(__file__).parents[1] / "sample_traces" / "alloc_logs" / "alloc.log.1.csv"
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("command", ["view", "sites", "convert", "fragmentation", "entropy", "simulate", "report",
+                                     "diagnose"])
+def test_a_name_that_is_not_utf8_is_read_and_shown_escaped(monkeypatch, tmp_path, command, streamed):
+    """view, sites and convert ended in a traceback, the others refused the readable file as "cannot read the
+    file": every command now reads it, and shows its name escaped."""
+    if streamed:
+        monkeypatch.setenv("VEOTRACE_SNAPSHOT_STREAM_BYTES", "1")
+    path = _odd_named(tmp_path, b"snap\xff\xfe.pickle", SNAP)
+    extra = ["--window-events", "2"] if command == "entropy" else []
+    r = _run(command, path, tmp_path, *extra)
+    assert r.exit_code == 0, r.stderr
+    assert "Error" not in r.stderr and "\udcff" not in r.stdout + r.stderr
+    if command in ("view", "report"):
+        assert "snap\\xff\\xfe.pickle" in (tmp_path / OUT[command]).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", ["entropy", "fragmentation"])
+def test_a_log_whose_name_is_not_utf8_is_read(tmp_path, command):
+    path = _odd_named(tmp_path, b"log\xff\xfe.csv", LOG)
+    r = _run(command, path, tmp_path)
+    assert r.exit_code == 0 and "Error" not in r.stderr, r.stderr
+
+
+def test_report_on_a_folder_holding_such_a_name_writes_the_page(tmp_path):
+    """It ran every analysis and then failed while writing."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _odd_named(folder, b"snap\xff\xfe.pickle", SNAP)
+    r = run_cli("report", folder, "-o", tmp_path / "out.html")
+    assert r.exit_code == 0, r.stderr
+    assert "snap\\xff\\xfe.pickle" in (tmp_path / "out.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("body, words", [(b"timestamp,op_type,size_bytes\n1,alloc,x\n", ":2: column 'size_bytes'"),
+                                         (None, "No such file or directory")])
+def test_control_characters_in_a_name_are_shown_escaped(tmp_path, body, words):
+    """ESC [2J (clear the screen) and BEL in a file name were printed raw in the Error line."""
+    import os
+
+    raw = b"a\x1b[2J\x07.csv"
+    if body is not None:
+        with open(os.path.join(os.fsencode(tmp_path), raw), "wb") as fh:
+            fh.write(body)
+    r = run_cli("entropy", os.fsdecode(os.path.join(os.fsencode(tmp_path), raw)), "--window-events", "10")
+    assert r.exit_code == 1
+    (line,) = r.stderr.splitlines()
+    assert "a\\x1b[2J\\x07.csv" in line and words in line
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr
+
+
+def test_control_characters_in_notes_are_escaped():
+    from veotrace.errors import VeotraceError, printable
+
+    assert printable("x\x1b[2J\x07\ud800\udcffy\tz") == "x\\x1b[2J\\x07\\ud800\\xffy\tz"
+    assert printable("a" * 50, 10) == "a" * 10 + "..."
+    assert str(VeotraceError("bad", path="a\x1b]0;x\x07.csv")) == "a\\x1b]0;x\\x07.csv: bad"

@@ -126,8 +126,11 @@ PathsArg = Annotated[
 
 
 def err(message: str) -> None:
-    """Print a plain message line on stderr (warnings, skipped-row reports)."""
-    sys.stderr.write(message.rstrip("\n") + "\n")
+    """Print a plain message line on stderr (warnings, skipped-row reports): control characters (a file name's
+    ESC [2J or BEL) and lone surrogates (a name that is not UTF-8) shown as escapes, never acted on."""
+    from veotrace.errors import printable
+
+    sys.stderr.write("\n".join(printable(line) for line in message.rstrip("\n").split("\n")) + "\n")
     sys.stderr.flush()
 
 

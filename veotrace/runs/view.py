@@ -91,9 +91,10 @@ def view(paths, output=None, *, site_filter: str | None = None, site_depth: int 
     map_rows = max(MIN_MAP_ROWS, MAP_ROWS_BUDGET // max(1, sum(len(lane.maps) for lane in lanes)))
     for lane in lanes:
         lane.maps = [_finish_map(m, map_rows) for m in lane.maps]
+    from veotrace.errors import printable
     from veotrace.viewer.model import ViewResult
 
-    result = ViewResult(lanes, {"inputs": [str(p) for p in paths], "site_filter": rule.internal,
+    result = ViewResult(lanes, {"inputs": [printable(p) for p in paths], "site_filter": rule.internal,
                                 "site_depth": rule.depth, "points_budget": POINTS_BUDGET,
                                 "map_rows_budget": MAP_ROWS_BUDGET}, notes)
     run = ViewRun(result, report.messages(), inputs)
@@ -127,7 +128,9 @@ def _lanes_of(given, rule, options, report, budget: int) -> list:
 
     found = resolve_inputs([given], "alloc_events", options=options, report=report)
     snaps = [p for p, fmt in found if fmt.name == "torch-snapshot"]
-    name = Path(str(given)).name
+    from veotrace.errors import printable
+
+    name = printable(Path(str(given)).name)  # a name that is not UTF-8 or holds control characters, escaped
     if snaps:
         if len(found) != 1:
             from veotrace.errors import UsageError
