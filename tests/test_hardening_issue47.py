@@ -127,3 +127,30 @@ def test_control_characters_in_notes_are_escaped():
     assert printable("x\x1b[2J\x07\ud800\udcffy\tz") == "x\\x1b[2J\\x07\\ud800\\xffy\tz"
     assert printable("a" * 50, 10) == "a" * 10 + "..."
     assert str(VeotraceError("bad", path="a\x1b]0;x\x07.csv")) == "a\\x1b]0;x\\x07.csv: bad"
+
+
+@pytest.mark.parametrize("name", ["baseline_fingerprint_string.json", "baseline_fingerprint_number.json",
+                                  "baseline_entropy_1e308.json"])
+def test_a_damaged_baseline_is_one_line_without_warnings(name):
+    """A fingerprint that is a string or a number ended gate in an AttributeError; an entropy of 1e308 bits
+    put numpy overflow warnings on stderr and a FAIL on the slope. One Error line, nothing else."""
+    r = run_cli("gate", LOG, "--baseline", BAD / name)
+    assert r.exit_code == 1 and r.stdout == ""
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"Error: {BAD / name}: baseline is damaged: ")
+    assert "RuntimeWarning" not in r.stderr and "overflow" not in r.stderr
+
+
+def test_entropy_at_log2_of_the_class_count_is_accepted():
+    """The bound is log2 of the classes: a baseline at it (every class equally often) is taken."""
+    import json
+    import math
+    import sys
+
+    sys.path.insert(0, str(BAD))
+    from make_issue25 import _baseline
+
+    from veotrace.gating.baseline import parse_baseline
+
+    doc = json.loads(_baseline(**{"windows.entropy_bits": [math.log2(11), 1.0, 0.5]}))
+    assert parse_baseline(json.dumps(doc).encode(), "b.json").series.h[0] == math.log2(11)

@@ -35,6 +35,29 @@ def snapshot(entries: list[dict] | None = None, frames: list[dict] | None = None
     return {"segments": [seg], "device_traces": [trace + (entries or [])]}
 
 
+def _baselines() -> dict[str, bytes]:
+    """Gate baselines (make_issue25's three-window one) with a fingerprint that is a string or a number (an
+    AttributeError), and a window entropy of 1e308 bits (numpy overflow warnings on stderr, FAIL on the slope)."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    from make_issue25 import _baseline
+
+    def changed(change) -> bytes:
+        doc = json.loads(_baseline())
+        change(doc)
+        return (json.dumps(doc) + "\n").encode()
+
+    def entropy(doc):
+        doc["metrics"]["entropy"]["windows"]["entropy_bits"][1] = 1e308
+
+    return {"baseline_fingerprint_string.json": changed(lambda d: d.update(fingerprint="abc")),
+            "baseline_fingerprint_number.json": changed(lambda d: d.update(fingerprint=7)),
+            "baseline_fingerprint_files_wrong.json": changed(lambda d: d["fingerprint"].update(files=[{"name": 3}])),
+            "baseline_entropy_1e308.json": changed(entropy)}
+
+
 def files() -> dict[str, bytes]:
     no_addr = snapshot([{"action": "alloc", "size": 4096, "stream": 0, "time_us": T0 + 40,
                          "frames": [{"filename": "train.py", "line": 13, "name": "step"}]}])
@@ -51,6 +74,6 @@ def files() -> dict[str, bytes]:
 
 
 if __name__ == "__main__":
-    for name, data in files().items():
+    for name, data in {**files(), **_baselines()}.items():
         (HERE / name).write_bytes(data)
         print(f"{name}: {len(data):,} bytes")
