@@ -154,3 +154,39 @@ def test_entropy_at_log2_of_the_class_count_is_accepted():
 
     doc = json.loads(_baseline(**{"windows.entropy_bits": [math.log2(11), 1.0, 0.5]}))
     assert parse_baseline(json.dumps(doc).encode(), "b.json").series.h[0] == math.log2(11)
+
+
+@pytest.mark.parametrize("args", [["entropy", LOG, "--min-class", "٢"], ["entropy", LOG, "--window-events", "1_00"],
+                                  ["fragmentation", LOG, "--threshold", "٠.٥"], ["fragmentation", LOG, "--jobs", "２"],
+                                  ["sites", SNAP, "--site-depth", "𝟐"]])
+def test_int_and_float_options_take_ascii_digits_only(args):
+    """click converts with Python's int()/float(), which read other scripts' digits and 1_000: every number
+    option now takes ASCII digits only, as --capacity, --window and PyTorch's parser do."""
+    r = run_cli(*args)
+    assert r.exit_code == 2 and "is not a number written in ASCII digits" in r.stderr
+
+
+def test_the_issue_47_fuzz_targets_run_clean_on_a_few_inputs(tmp_path):
+    """The harness itself (fuzz/hostile.py): names as bytes, NaN/inf in a snapshot's numbers on both routes, and
+    Unicode digits on the command line, a few seeded inputs each (the long runs are fuzz/fuzz_readers.py's)."""
+    import random
+
+    from fuzz import hostile
+    from fuzz.targets import run
+    from veotrace.errors import VeotraceError
+
+    rng = random.Random(47)
+    for case in (0, 7, 11):
+        (tmp_path / "cli").write_bytes(bytes([case]) + rng.randbytes(7))
+        run("cli_numbers", tmp_path / "cli")
+    for _ in range(3):
+        (tmp_path / "snap.pickle").write_bytes(hostile.mutate_numbers(b"", rng))
+        try:
+            run("snapshot_numbers", tmp_path / "snap.pickle")
+        except VeotraceError:
+            pass
+    (tmp_path / "log.csv").write_bytes(LOG.read_bytes()[:4000].rsplit(b"\n", 1)[0] + b"\n")
+    try:
+        run("names", tmp_path / "log.csv")
+    except VeotraceError:
+        pass
