@@ -59,6 +59,14 @@ def test_numbers_read_as_the_release_reads_them(text, rel, mss, note):
     assert (note is None and not conf.notes) or any(note in n for n in conf.notes)
 
 
+def test_a_fraction_read_to_its_first_other_character_is_said():
+    """Found by the cli_numbers fuzz target: std::stod reads '0._9' as 0.0 (it stops at '_'), which torch 2.10+
+    accepts (nothing can be allocated); the note says what PyTorch read."""
+    conf = parse_conf("per_process_memory_fraction:0._9", torch_release="2.12")
+    assert conf.per_process_memory_fraction == 0.0
+    assert any("PyTorch reads 0. and ignores '_9'" in n for n in conf.notes)
+
+
 def test_a_hexadecimal_fraction_is_a_double_to_stod():
     assert parse_conf("garbage_collection_threshold:0x1p-1", torch_release="2.10").garbage_collection_threshold == 0.5
 
