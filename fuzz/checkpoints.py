@@ -178,7 +178,10 @@ def _edit_packed(doc: dict, rng: random.Random) -> bool | None:
         i = rng.randrange(len(st[key]))
         st[key] = st[key][:i] + rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") + st[key][i + 1:]
         return True
-    raw = bytearray(base64.b64decode(st[key] + "=" * (-len(st[key]) % 4)))
+    try:
+        raw = bytearray(base64.b64decode(st[key] + "=" * (-len(st[key]) % 4)))
+    except ValueError:  # binascii.Error: a packed array an earlier mutation broke
+        return None
     if len(raw) < 8:
         return None
     j = rng.randrange(len(raw) // 8) * 8
@@ -215,7 +218,10 @@ def _edit_packed(doc: dict, rng: random.Random) -> bool | None:
         i = rng.randrange(len(st[key]))
         st[key] = st[key][:i] + rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") + st[key][i + 1:]
         return True
-    raw = bytearray(base64.b64decode(st[key] + "=" * (-len(st[key]) % 4)))
+    try:
+        raw = bytearray(base64.b64decode(st[key] + "=" * (-len(st[key]) % 4)))
+    except ValueError:  # binascii.Error: a packed array an earlier mutation broke
+        return None
     if len(raw) < 8:
         return None
     j = rng.randrange(len(raw) // 8) * 8
