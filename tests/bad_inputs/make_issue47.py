@@ -36,26 +36,37 @@ def snapshot(entries: list[dict] | None = None, frames: list[dict] | None = None
 
 
 def _baselines() -> dict[str, bytes]:
-    """Gate baselines (make_issue25's three-window one) with a fingerprint that is a string or a number (an
-    AttributeError), and a window entropy of 1e308 bits (numpy overflow warnings on stderr, FAIL on the slope)."""
+    """Gate baselines of the sample log's first 25 windows (enough for the gate to reach its comparison, as the
+    issue's did) with a fingerprint that is a string or a number (an AttributeError), files of the wrong type,
+    and a window entropy of 1e308 bits (numpy overflow warnings on stderr, FAIL on the slope)."""
     import json
     import sys
+    import tempfile
 
-    sys.path.insert(0, str(HERE))
-    from make_issue25 import _baseline
+    sys.path.insert(0, str(HERE.parents[1]))
+    from veotrace.runs.entropy import entropy
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "b.json"
+        entropy([HERE.parents[1] / "sample_traces" / "alloc_logs" / "alloc.log.1.csv"], save_baseline=out)
+        base = json.loads(out.read_text())
+    base["recorded_at"] = "2026-12-07T00:00:00.000000Z"
+    windows = base["metrics"]["entropy"]["windows"]
+    for key in windows:
+        windows[key] = windows[key][:25]
 
     def changed(change) -> bytes:
-        doc = json.loads(_baseline())
+        doc = json.loads(json.dumps(base))
         change(doc)
         return (json.dumps(doc) + "\n").encode()
 
-    def entropy(doc):
+    def entropy_bits(doc):
         doc["metrics"]["entropy"]["windows"]["entropy_bits"][1] = 1e308
 
     return {"baseline_fingerprint_string.json": changed(lambda d: d.update(fingerprint="abc")),
             "baseline_fingerprint_number.json": changed(lambda d: d.update(fingerprint=7)),
             "baseline_fingerprint_files_wrong.json": changed(lambda d: d["fingerprint"].update(files=[{"name": 3}])),
-            "baseline_entropy_1e308.json": changed(entropy)}
+            "baseline_entropy_1e308.json": changed(entropy_bits)}
 
 
 def files() -> dict[str, bytes]:
