@@ -167,7 +167,9 @@ def _edit_packed(doc: dict, rng: random.Random) -> bool | None:
     (fragmentation's checkpoints; None for the others)."""
     import base64
 
-    states = ((doc.get("windows") or {}).get("replay") or {}).get("states") if isinstance(doc.get("windows"), dict) else None
+    states = doc
+    for key in ("windows", "replay", "states"):  # whatever an earlier mutation left there
+        states = states.get(key) if isinstance(states, dict) else None
     if not isinstance(states, dict) or not states:
         return None
     st = rng.choice(list(states.values()))
@@ -207,7 +209,9 @@ def _edit_packed(doc: dict, rng: random.Random) -> bool | None:
     (fragmentation's checkpoints; None for the others)."""
     import base64
 
-    states = ((doc.get("windows") or {}).get("replay") or {}).get("states") if isinstance(doc.get("windows"), dict) else None
+    states = doc
+    for key in ("windows", "replay", "states"):  # whatever an earlier mutation left there
+        states = states.get(key) if isinstance(states, dict) else None
     if not isinstance(states, dict) or not states:
         return None
     st = rng.choice(list(states.values()))
