@@ -4,7 +4,10 @@
   through ``FOLLOW_LOG`` (written to ``folder/follow.csv``, whose absolute path the checkpoints name).
 - ``mutate_state(data, rng)``: one field replaced by what a damaged or crafted file holds (a negative count, a
   huge or fractional number, NaN, a string, a list, deep nesting, bad base64, a key dropped, added or given
-  twice), or the bytes mutated as any file's are (``fuzz.mutate``).
+  twice, one character of a packed array changed, a block's requested bytes raised past its size), or the
+  bytes mutated as any file's are (``fuzz.mutate``). A structured change is re-signed (its ``digest``
+  recomputed, as a crafted file would be) four times in five, so the schema behind the digest is exercised;
+  otherwise the digest must refuse it.
 - ``resume(command, state)``: the follower resumed from ``state`` and run to the end of the log on simulated
   time: it returns, or raises ``VeotraceError``; anything else is a bug.
 """
@@ -116,6 +119,10 @@ def mutate_state(data: bytes, rng: random.Random) -> bytes:
     paths = [p for p in _paths(doc) if p]
     if not paths:  # an empty object: nothing to change inside
         return mutate(data, rng)
+    if k < 0.25:
+        edited = _edit_packed(doc, rng)
+        if edited is not None:
+            return _sign(doc, rng)
     path = rng.choice(paths)
     parent = doc
     for step in path[:-1]:
@@ -133,9 +140,96 @@ def mutate_state(data: bytes, rng: random.Random) -> bytes:
             n = rng.choice([150, 5000])
             return json.dumps(doc).replace('"@deep@"', "[" * n + "]" * n, 1).encode()
         parent[key] = [parent[key]] * 3
+    elif k < 0.93 and isinstance(parent, dict) and "digest" in doc:
+        doc.pop("digest")  # as a checkpoint of before issue 47
+        return json.dumps(doc).encode()
     else:
         text = json.dumps(doc)
         return rng.choice([text.replace("1", "NaN", 1), text.replace("0", "Infinity", 1),
                            text[:-1] + ', "tail": []}', text.encode().replace(b"e", b"\xff", 1).decode("latin-1")]).encode(
             "latin-1", "replace")
+    return _sign(doc, rng)
+
+
+def _sign(doc: dict, rng: random.Random) -> bytes:
+    from veotrace.live.contract import digest_of
+
+    if rng.random() < 0.8:
+        try:
+            doc["digest"] = digest_of(doc)
+        except ValueError:  # NaN in it: json refuses to sign it (and the reader refuses the NaN first)
+            pass
     return json.dumps(doc).encode()
+
+
+def _edit_packed(doc: dict, rng: random.Random) -> bool | None:
+    """One base64 character of a packed array changed, or a block's requested bytes raised past its size
+    (fragmentation's checkpoints; None for the others)."""
+    import base64
+
+    states = doc
+    for key in ("windows", "replay", "states"):  # whatever an earlier mutation left there
+        states = states.get(key) if isinstance(states, dict) else None
+    if not isinstance(states, dict) or not states:
+        return None
+    st = rng.choice(list(states.values()))
+    key = rng.choice(["addr", "size", "req"])
+    if not isinstance(st, dict) or not isinstance(st.get(key), str) or not st[key]:
+        return None
+    if rng.random() < 0.5:
+        i = rng.randrange(len(st[key]))
+        st[key] = st[key][:i] + rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") + st[key][i + 1:]
+        return True
+    try:
+        raw = bytearray(base64.b64decode(st[key] + "=" * (-len(st[key]) % 4)))
+    except ValueError:  # binascii.Error: a packed array an earlier mutation broke
+        return None
+    if len(raw) < 8:
+        return None
+    j = rng.randrange(len(raw) // 8) * 8
+    raw[j:j + 8] = (int.from_bytes(raw[j:j + 8], "little", signed=True) + rng.choice([1, 1 << 32, 3_758_096_384])
+                    ).to_bytes(8, "little", signed=True) if int.from_bytes(raw[j:j + 8], "little", signed=True) < 2**62 else raw[j:j + 8]
+    st[key] = base64.b64encode(bytes(raw)).decode()
+    return True
+
+
+def _sign(doc: dict, rng: random.Random) -> bytes:
+    from veotrace.live.contract import digest_of
+
+    if rng.random() < 0.8:
+        try:
+            doc["digest"] = digest_of(doc)
+        except ValueError:  # NaN in it: json refuses to sign it (and the reader refuses the NaN first)
+            pass
+    return json.dumps(doc).encode()
+
+
+def _edit_packed(doc: dict, rng: random.Random) -> bool | None:
+    """One base64 character of a packed array changed, or a block's requested bytes raised past its size
+    (fragmentation's checkpoints; None for the others)."""
+    import base64
+
+    states = doc
+    for key in ("windows", "replay", "states"):  # whatever an earlier mutation left there
+        states = states.get(key) if isinstance(states, dict) else None
+    if not isinstance(states, dict) or not states:
+        return None
+    st = rng.choice(list(states.values()))
+    key = rng.choice(["addr", "size", "req"])
+    if not isinstance(st, dict) or not isinstance(st.get(key), str) or not st[key]:
+        return None
+    if rng.random() < 0.5:
+        i = rng.randrange(len(st[key]))
+        st[key] = st[key][:i] + rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") + st[key][i + 1:]
+        return True
+    try:
+        raw = bytearray(base64.b64decode(st[key] + "=" * (-len(st[key]) % 4)))
+    except ValueError:  # binascii.Error: a packed array an earlier mutation broke
+        return None
+    if len(raw) < 8:
+        return None
+    j = rng.randrange(len(raw) // 8) * 8
+    raw[j:j + 8] = (int.from_bytes(raw[j:j + 8], "little", signed=True) + rng.choice([1, 1 << 32, 3_758_096_384])
+                    ).to_bytes(8, "little", signed=True) if int.from_bytes(raw[j:j + 8], "little", signed=True) < 2**62 else raw[j:j + 8]
+    st[key] = base64.b64encode(bytes(raw)).decode()
+    return True

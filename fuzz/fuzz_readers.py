@@ -5,6 +5,7 @@
     python3 fuzz/fuzz_readers.py --target alloc_events --seconds 300
     python3 fuzz/fuzz_readers.py --target fragmentation --target simulate --target banks --target gate_baseline --target report
     python3 fuzz/fuzz_readers.py --target snapshot_stream --target checkpoint_entropy --target checkpoint_fragmentation
+    python3 fuzz/fuzz_readers.py --target names --target snapshot_numbers --target cli_numbers   # issue 47
 
 Each reader runs in its own process, starting from the valid seed files of ``fuzz/targets.py``;
 inputs are mutated by libFuzzer and by ``fuzz/mutate.py`` (truncation, huge numbers, stray quotes,
@@ -53,7 +54,8 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
             import veotrace.live.checkpoint  # noqa: F401
             import veotrace.live.contract  # noqa: F401
             import veotrace.runs.follow  # noqa: F401
-        if target in ("fragmentation", "simulate", "banks", "gate_baseline", "report"):
+        if target in ("fragmentation", "simulate", "banks", "gate_baseline", "report", "names", "snapshot_numbers",
+                      "cli_numbers"):
             import veotrace.allocators  # noqa: F401
             import veotrace.analysis.banks  # noqa: F401
             import veotrace.frag  # noqa: F401
@@ -62,6 +64,7 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
             import veotrace.runs.fragmentation  # noqa: F401
             import veotrace.runs.simulate  # noqa: F401
     from fuzz.checkpoints import mutate_state
+    from fuzz.hostile import mutate_numbers
     from fuzz.mutate import mutate
     from fuzz.pickles import mutate_ops
     from fuzz.targets import STATE_TARGETS, run
@@ -70,7 +73,8 @@ def _fuzz_one(target: str, workdir: Path, argv: list[str]) -> None:
     scratch = workdir / f"input-{target}-{os.getpid()}"
     if target in STATE_TARGETS:  # a checkpoint names the log it follows: beside it, in the work dir
         scratch = workdir / f"input-{target}.state"
-    structured = mutate_state if target in STATE_TARGETS else mutate_ops if target == "snapshot_stream" else mutate
+    structured = (mutate_state if target in STATE_TARGETS else mutate_ops if target == "snapshot_stream" else
+                  mutate_numbers if target == "snapshot_numbers" else mutate)
 
     def test_one_input(data: bytes) -> None:
         scratch.write_bytes(data)
@@ -100,6 +104,17 @@ def _corpus(target: str, workdir: Path) -> Path:
         command = target.removeprefix("checkpoint_")
         (corpus / f"{command}.state").write_bytes(seed_states(workdir)[f"{command}.state"])
         return corpus
+    if target == "snapshot_numbers":
+        from fuzz.hostile import mutate_numbers
+
+        for i in range(8):
+            (corpus / f"numbers-{i}.pickle").write_bytes(mutate_numbers(b"", random.Random(i)))
+        (corpus / "seed.pickle").write_bytes(pickle.dumps(__import__("fuzz.hostile").hostile.snapshot_seed(), protocol=4))
+        return corpus
+    if target == "cli_numbers":
+        for i in range(17):
+            (corpus / f"case-{i}").write_bytes(bytes([i]) + os.urandom(7))
+        return corpus
     if target == "snapshot_stream":
         from fuzz.pickles import oddities, unframed
         from veotrace.synth.torch import synthetic_snapshot
@@ -111,7 +126,7 @@ def _corpus(target: str, workdir: Path) -> Path:
         for name, data in oddities(snap).items():
             (corpus / f"{name}.pickle").write_bytes(data)
     for name, data in seeds(workdir).items():
-        wanted = target in SEED_TARGETS[name] + SEED_COMMANDS.get(name, ()) or target == "info"
+        wanted = target in SEED_TARGETS[name] + SEED_COMMANDS.get(name, ()) or target in ("info", "names")
         if wanted or (target == "snapshot_stream" and name.endswith((".pickle", ".pkl"))):
             (corpus / name).write_bytes(data)
     return corpus

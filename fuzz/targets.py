@@ -140,6 +140,15 @@ def _checkpoint(command: str) -> Callable[[Path], None]:
     return run
 
 
+def _hostile(name: str) -> Callable[[Path], None]:
+    """Issue 47's targets (``fuzz.hostile``)."""
+    def run(path: Path) -> None:
+        from fuzz import hostile
+
+        getattr(hostile, f"run_{name}")(path)
+    return run
+
+
 #: target name -> the reader call it exercises.
 TARGETS: dict[str, Callable[[Path], None]] = {
     "alloc_events": _consume_alloc,
@@ -162,7 +171,13 @@ TARGETS: dict[str, Callable[[Path], None]] = {
     "checkpoint_bursts": _checkpoint("bursts"),
     "checkpoint_fragmentation": _checkpoint("fragmentation"),
     "checkpoint_gate": _checkpoint("gate"),
+    # issue 47: names as bytes, NaN/inf in a snapshot's numbers (both routes), Unicode digits on the command line
+    "names": _hostile("names"),
+    "snapshot_numbers": _hostile("snapshot_numbers"),
+    "cli_numbers": _hostile("cli_numbers"),
 }
+#: Issue 47's targets: inputs of their own (``fuzz.hostile``).
+HOSTILE_TARGETS = ("names", "snapshot_numbers", "cli_numbers")
 #: The targets fed their own seeds and mutations (fuzz.pickles, fuzz.checkpoints), not the readers' files.
 STATE_TARGETS = ("checkpoint_entropy", "checkpoint_bursts", "checkpoint_fragmentation", "checkpoint_gate")
 #: The command targets: slower per input than the readers (a run each), fuzzed on fewer seeds.

@@ -396,7 +396,7 @@ def test_baseline_json_python_cannot_hold(tmp_path, text, message):
     ({"roundup_power2_divisions": {"3": 2}}, "['roundup_power2_divisions'] key = '3' must be an interval in MiB"),
     ({"roundup_power2_divisions": [1, "2"]}, "['roundup_power2_divisions'][1] = '2' must be a power of 2 or 0"),
     ({"garbage_collection_threshold": "0.5"}, "['garbage_collection_threshold'] = '0.5' must be a number in [0.0, 1.0)"),
-    ({"max_split_size": 1.5}, "['max_split_size'] = 1.5 must be a byte count, or -1 for no limit"),
+    ({"max_split_size": 1.5}, "['max_split_size'] = 1.5 must be a byte count (a size_t: at most 2^64-1), or -1 for no limit"),
     ({"expandable_segments": "yes"}, "['expandable_segments'] = 'yes' must be True or False"),
     (["max_split_size"], "allocator_settings = list must be a dict"),
 ])

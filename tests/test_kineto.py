@@ -168,11 +168,12 @@ def test_the_export_line_of_a_rocm_trace_names_the_variable_its_release_reads():
     from veotrace.allocators.conf import TorchConf
     from veotrace.tuning.space import export_lines
 
-    assert export_lines(TorchConf(torch_release="2.8"), "expandable_segments:True", hip=True)["export"] == \
+    assert export_lines(TorchConf(torch_release="2.8"), "expandable_segments:True", rocm=True)["export"] == \
         "export PYTORCH_HIP_ALLOC_CONF=expandable_segments:True"
-    assert export_lines(TorchConf(torch_release="2.9"), "expandable_segments:True", hip=True)["export"] == \
+    assert export_lines(TorchConf(torch_release="2.9"), "expandable_segments:True", rocm=True)["export"] == \
         "export PYTORCH_ALLOC_CONF=expandable_segments:True"
-    assert export_lines(TorchConf(torch_release="2.9"), "x:1")["export"] == "export PYTORCH_CUDA_ALLOC_CONF=x:1"
+    assert export_lines(TorchConf(torch_release="2.9"), "x:1")["export"] == "export PYTORCH_ALLOC_CONF=x:1"
+    assert export_lines(TorchConf(torch_release="2.8"), "x:1")["export"] == "export PYTORCH_CUDA_ALLOC_CONF=x:1"
 
 
 # --- bad input ---

@@ -177,8 +177,11 @@ def test_checkpoint_of_another_version_or_not_json(tmp_path):
     _follow(writer.folder, FeedClock(writer, steps(rows, seconds_per_step=0.5)), window="10s", state=state)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # the temporary file was renamed
     saved = json.loads(state.read_text())
-    assert saved["format"] == "veotrace.follow_state/1" and saved["command"] == "entropy"
-    state.write_text(json.dumps({**saved, "veotrace": "0.0.9"}))
+    assert saved["format"] == "veotrace.follow_state/2" and saved["command"] == "entropy"
+    from veotrace.live.contract import digest_of
+
+    edited = {**saved, "veotrace": "0.0.9"}
+    state.write_text(json.dumps({**edited, "digest": digest_of(edited)}))
     with pytest.raises(VeotraceError) as exc:
         _follow(writer.folder, FeedClock(writer, []), window="10s", state=state)
     from veotrace import __version__

@@ -97,7 +97,7 @@ def test_resume_gives_the_windows_of_one_read(tmp_path, log):
     state = tmp_path / "frag.state"
     _, first, _ = _follow(writer.folder, parts[:27], state, writer)
     saved = json.loads(state.read_text())
-    assert saved["format"] == "veotrace.follow_state/1" and saved["command"] == "fragmentation"
+    assert saved["format"] == "veotrace.follow_state/2" and saved["command"] == "fragmentation"
     # the checkpoint holds the live blocks after the events it read (not the events): ground truth per device
     n = saved["windows"]["events_read"]
     assert 2_000 < n < 3_000
@@ -176,6 +176,6 @@ def test_cli_refusal_is_one_error_line(tmp_path, log):
     assert res.exit_code == 1 and res.stdout == ""
     assert res.stderr.splitlines() == [
         f'Error: {state}: the checkpoint is of format "veotrace.follow_state/0", this run\'s is '
-        '"veotrace.follow_state/1". Give another --state file, or remove this one to start from the beginning']
+        '"veotrace.follow_state/2". Give another --state file, or remove this one to start from the beginning']
     bad = CliRunner().invoke(app, ["fragmentation", str(folder), "--state", str(state)])
     assert bad.exit_code == 2 and bad.stderr.strip() == "Error: --state only applies with --follow"

@@ -33,6 +33,10 @@ import pytest
 
 from tests.conftest import REPO, SAMPLES
 
+#: One worker runs this module's tests in order under -n (``--dist loadgroup``): a page's later commands read
+#: what its earlier ones wrote in the module's scratch folder.
+pytestmark = pytest.mark.xdist_group("readme_examples")
+
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 #: Fewest command lines README.md and docs/ must yield together (about 100 runnable ones in all).

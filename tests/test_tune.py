@@ -111,13 +111,14 @@ def test_known_bad_combinations_are_evaluated_and_never_recommended(tmp_path):
     assert all("max_split_size_mb" in c["conf"] and "expandable_segments:True" in c["conf"] for c in bad)
     assert out["recommendation"]["id"] not in {c["id"] for c in bad}
     text = run_cli("tune", LOG, "--try", "expandable_segments=True", "--try", "max_split_size_mb=unset,128").stdout
-    assert "export PYTORCH_CUDA_ALLOC_CONF=" in text
+    assert "export PYTORCH_ALLOC_CONF=" in text  # the default release, 2.15, reads the new name (issue 46)
 
 
 def test_the_recommendation_has_its_savings_trust_and_halves():
     out = _tune(LOG)
     rec = out["recommendation"]
-    assert rec["export"].startswith("export PYTORCH_CUDA_ALLOC_CONF=") or rec["export"] == "unset PYTORCH_CUDA_ALLOC_CONF"
+    assert rec["export"].startswith("export PYTORCH_ALLOC_CONF=") or rec["export"] == "unset PYTORCH_ALLOC_CONF"
+    assert rec["variable"] == "PYTORCH_ALLOC_CONF" and "PYTORCH_CUDA_ALLOC_CONF still works" in rec["variable_note"]
     defaults = next(c for c in out["candidates"] if c["conf"] == "")
     (saving,) = rec["savings"]
     assert saving["baseline"] == "PyTorch defaults"
@@ -217,7 +218,7 @@ def test_parallel_and_dask_give_the_same_answer():
     (["--try", "expandable_segments=yes"], 2, "expandable_segments accepts True or False"),
     (["--try", "garbage_collection_threshold=0.5"], 2, "Give --fraction"),
     (["--fraction", "0.9"], 2, "a fraction with no device memory to apply it to"),
-    (["--fraction", "0", "--capacity", "1GiB"], 2, "a memory fraction is in (0, 1]"),
+    (["--fraction", "1.5", "--capacity", "1GiB"], 2, "a memory fraction is a number in [0, 1]"),  # 0 is accepted (issue 46)
     (["--torch-version", "1.13"], 2, "not a release whose allocator settings veotrace models"),
     (["--objective", "speed"], 2, "speed"),
     (["--capacity", "100MiB"], 1, "no candidate fits the capacity"),

@@ -6,7 +6,42 @@
 
 from __future__ import annotations
 
+import re
 from os import PathLike
+
+#: Characters a terminal acts on or cannot encode: C0 controls but tab and newline, DEL, C1 controls, and lone
+#: surrogates (a file name's undecodable bytes, as ``os.fsdecode`` keeps them, or a string from a pickle).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(ch: str) -> str:
+    o = ord(ch)
+    if 0xDC80 <= o <= 0xDCFF:  # surrogateescape: the undecodable byte itself
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+def printable(text: object, limit: int | None = None) -> str:
+    """``text`` as a terminal, a UTF-8 file or a JSON document can carry it: control characters (ESC, BEL, CR,
+    ...) and lone surrogates shown as backslash escapes (a file name's byte 0xff as ``\\xff``), and cut to
+    ``limit`` characters with how long it was. Text without such characters is returned as it is."""
+    text = str(text)
+    cut = limit is not None and len(text) > limit
+    if cut:
+        text = text[:limit]
+    if _UNPRINTABLE.search(text):
+        text = _UNPRINTABLE.sub(lambda m: _escape(m.group()), text)
+    return text + "..." if cut else text
+
+
+def shown(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for a message, escaped (:func:`printable`) and cut to about ``limit`` characters, saying
+    how long it was: a 100 KB ``--conf`` is not echoed whole in an ``Error:`` line."""
+    text = repr(value)
+    if len(text) <= limit:
+        return printable(text)
+    whole = f" ({len(value):,} characters)" if isinstance(value, (str, bytes)) else ""
+    return printable(text, limit) + whole
 
 
 class VeotraceError(Exception):
@@ -33,7 +68,7 @@ class VeotraceError(Exception):
     ) -> None:
         super().__init__(message)
         self.message = message
-        self.path = None if path is None else str(path)
+        self.path = None if path is None else printable(path)
         self.line = line
         self.field = field
         self.hint = hint
@@ -52,7 +87,7 @@ class VeotraceError(Exception):
         text = where + self.message
         if self.hint:
             text = text.rstrip(".") + ". " + self.hint
-        return text
+        return printable(text)
 
 
 class TraceFormatError(VeotraceError):

@@ -125,10 +125,38 @@ def _states() -> dict[str, bytes]:
         for g in doc["tail"]:
             g["name"] = "/seed/follow.csv"
 
-    def changed(command: str, change) -> bytes:
+    from veotrace.live.contract import digest_of
+
+    for doc in seeds.values():
+        doc["digest"] = digest_of(doc)
+
+    def changed(command: str, change, sign: bool = True) -> bytes:
+        """The seed with one change, its digest recomputed (a crafted file: the schema must refuse it), or
+        (``sign=False``) left as written (an edited or corrupted file: the digest must refuse it)."""
         doc = copy.deepcopy(seeds[f"{command}.state"])
         change(doc)
+        if sign:
+            doc["digest"] = digest_of(doc)
         return json.dumps(doc).encode()
+
+    def one_base64_char(doc):  # issue 47: one character of a packed array changed, as an editor would
+        st = frag_first_state(doc)
+        i = len(st["req"]) // 2
+        st["req"] = st["req"][:i] + ("B" if st["req"][i] != "B" else "C") + st["req"][i + 1:]
+
+    def requested_over_allocated(doc):
+        import base64
+
+        import numpy as np
+
+        st = frag_first_state(doc)
+        req = np.frombuffer(base64.b64decode(st["req"]), "<i8").copy()
+        req[len(req) // 2] += 3_758_096_384
+        st["req"] = base64.b64encode(req.tobytes()).decode()
+
+    def undigested(doc):  # as the follower wrote it before issue 47
+        doc.pop("digest")
+        doc["format"] = "veotrace.follow_state/1"
 
     def frag_first_state(doc):
         return next(iter(doc["windows"]["replay"]["states"].values()))
@@ -142,6 +170,12 @@ def _states() -> dict[str, bytes]:
 
     ent = json.dumps(seeds["entropy.state"])
     return {
+        "state_edited_base64_char.json": changed("fragmentation", one_base64_char, sign=False),
+        "state_requested_over_allocated.json": changed("fragmentation", requested_over_allocated),
+        "state_without_digest.json": changed("fragmentation", lambda d: d.pop("digest"), sign=False),
+        "state_format_1_undigested.json": changed("entropy", undigested, sign=False),
+        # found by the issue 47 fuzz run: 1e400 reads as inf, which the digest's JSON refused with a ValueError
+        "state_float_past_double.json": ent.replace('"first_ns": 0', '"first_ns": 1e400', 1).encode(),
         "state_not_utf8.json": ent.encode().replace(b'"tail"', b'"t\xffil"', 1),
         "state_nan.json": ent.replace('"late_rows": 0', '"late_rows": NaN', 1).encode(),
         "state_deep.json": ent.replace('"prefix_last": null', '"prefix_last": ' + "[" * 500 + "]" * 500, 1).encode(),
@@ -163,8 +197,11 @@ def files() -> dict[str, bytes]:
 
 
 if __name__ == "__main__":
-    for name, data in files().items():
+    import sys
+
+    for name, data in (_states() if sys.argv[1:] == ["--states"] else files()).items():
         (HERE / name).write_bytes(data)
         print(f"{name}: {len(data):,} bytes")
-    _piece_folders()
-    print("follow_pieces_gz/, follow_pieces_garbage/")
+    if sys.argv[1:] != ["--states"]:
+        _piece_folders()
+        print("follow_pieces_gz/, follow_pieces_garbage/")

@@ -14,13 +14,25 @@ named interval on up to 2.9 (overwriting it) and from the one after it from 2.10
 before (``setMemoryFraction``). An option a release refuses is refused with its release's words; one
 that does not change where device memory goes (pinned memory, locks) is accepted and named in the
 settings' notes; one that changes it but is not modelled is refused, never silently ignored.
+
+Numbers are read as the release's C++ reads them (issue 47): up to 2.9 ``std::stoi`` (a 32-bit ``int``) for
+sizes and divisions and ``std::stoul`` for division intervals, from 2.10 ``std::stoull`` (``toSizeT``) for all
+of them, and ``std::stod`` for the fractions. Each skips leading C white space, takes an optional sign and
+ASCII digits only (``١٢٨``, full-width digits or ``1_000``'s underscore are no digits to it) and stops at the
+first character that is not part of the number: ``1_000`` is 1 (then too small), ``128abc`` is 128 (named
+in the settings' notes). A number past the C++ type (``2**70``, more than 2^31-1 MiB up to 2.9) is
+``std::out_of_range``; a negative one wraps to a huge ``size_t`` as PyTorch's assignment does (named in the
+notes). The lexer drops spaces up to 2.9 and every C white space character from 2.10 (``ConfigTokenizer``).
+A snapshot's fields are held to the same ranges (a ``size_t`` field past 2^64-1 cannot come from PyTorch).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field, replace
 
-from veotrace.errors import UsageError
+from veotrace.errors import UsageError, shown
 
 MB = 1 << 20
 #: kLargeBuffer: the bound of max_split_size_mb and max_non_split_rounding_mb is kLargeBuffer / 1 MiB = 20.
@@ -65,21 +77,45 @@ OPTIONS: dict[str, tuple[str, str]] = {
 NO_EFFECT = "does not change which device memory is reserved (pinned host memory, locks, CUDA graphs)"
 
 
+#: A torch version as ``torch.__version__`` prints it, in ASCII digits: MAJOR.MINOR[.PATCH][aN|bN|rcN][.devN][+local].
+_VERSION = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.[0-9]{1,3})?(?:(?:a|b|rc)[0-9]{1,9})?(?:\.dev[0-9]{1,12})?"
+                      r"(?:\+[A-Za-z0-9.]{1,64})?\Z", re.ASCII)
+
+
 def release(text: str) -> tuple[int, int]:
     """``"2.9"``, ``"2.10.1"``, ``"2.9.0+cu128"`` -> (2, 9); refused past the releases modelled.
 
     Raises:
         UsageError: not a release veotrace models.
     """
-    head = text.strip().split("+")[0].split(".")
-    try:
-        got = (int(head[0]), int(head[1]))
-    except (ValueError, IndexError):
-        got = None
+    m = _VERSION.match(text.strip()) if isinstance(text, str) else None
+    got = (int(m.group(1)), int(m.group(2))) if m else None
     if got is None or f"{got[0]}.{got[1]}" not in RELEASES:
-        raise UsageError(f"--torch-version {text!r}: not a release whose allocator settings veotrace models",
+        raise UsageError(f"--torch-version {shown(text, 80)}: not a release whose allocator settings veotrace models",
                          hint=f"Give one of {RELEASES[0]} ... {RELEASES[-1]} (the version torch.__version__ prints)")
     return got
+
+
+def alloc_conf_variable(torch_release: str, *, rocm: bool = False) -> tuple[str, str | None]:
+    """(the environment variable ``torch_release`` reads its allocator settings from without a warning, what to
+    know about the other names), for a CUDA build or (``rocm``) a ROCm one.
+
+    From 2.9 ``AcceleratorAllocatorConfig::instance()`` (``c10/core/AllocatorConfig.cpp``) reads
+    ``PYTORCH_ALLOC_CONF`` first, then ``PYTORCH_CUDA_ALLOC_CONF`` and ``PYTORCH_HIP_ALLOC_CONF`` with
+    ``TORCH_WARN_ONCE("... is deprecated, use PYTORCH_ALLOC_CONF instead")`` (the 2.9 builds print it). Up to
+    2.8 only the old names exist: ``getenv("PYTORCH_CUDA_ALLOC_CONF")``, and on ROCm from 2.2
+    (``CUDAAllocatorConfig.h``, ``#ifdef USE_ROCM``) ``PYTORCH_HIP_ALLOC_CONF`` when that one is unset; a ROCm
+    2.0-2.1 build is given the CUDA name (its HIP fallback was not confirmed in its source).
+    """
+    rel = release(torch_release)
+    old = "PYTORCH_HIP_ALLOC_CONF" if rocm else "PYTORCH_CUDA_ALLOC_CONF"
+    if rel >= (2, 9):
+        return "PYTORCH_ALLOC_CONF", (f"torch {torch_release} reads PYTORCH_ALLOC_CONF; {old} still works there, "
+                                      "with a deprecation warning")
+    if rocm and rel >= (2, 2):
+        return old, (f"torch {torch_release} on ROCm reads PYTORCH_HIP_ALLOC_CONF when PYTORCH_CUDA_ALLOC_CONF is "
+                     "unset; PYTORCH_ALLOC_CONF is read from 2.9 only")
+    return "PYTORCH_CUDA_ALLOC_CONF", f"torch {torch_release} knows only the old name (PYTORCH_ALLOC_CONF is read from 2.9)"
 
 
 @dataclass(frozen=True)
@@ -149,8 +185,23 @@ class TorchConf:
         return out
 
 
-def _lex(text: str) -> list[str]:
-    """``lexArgs``: split on , : [ ] keeping them as tokens; spaces are dropped."""
+#: What C's ``isspace`` is true of (the C locale): ``std::sto*`` skip it before a number; ``ConfigTokenizer`` (2.10)
+#: drops it everywhere, ``lexArgs`` (up to 2.9) drops only the space.
+_C_SPACE = " \t\n\v\f\r"
+#: ``strtod``'s number in the C locale: hexadecimal, decimal, inf/infinity, nan(...), ASCII only.
+_STOD = re.compile(r"[+-]?(?:(?P<hex>0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?)"
+                   r"|(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+                   r"|(?P<inf>[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)|(?P<nan>[nN][aA][nN](?:\([0-9A-Za-z_]*\))?))", re.ASCII)
+_STOI = re.compile(r"[+-]?([0-9]+)", re.ASCII)
+#: The C++ integer each ``std::sto*`` returns: (smallest, largest) of its range before any cast.
+_C_INT = {"stoi": (-(1 << 31), (1 << 31) - 1), "stoul": (None, (1 << 64) - 1), "stoull": (None, (1 << 64) - 1)}
+SIZE_T = 1 << 64
+
+
+def _lex(text: str, rel: tuple[int, int] = (2, 10)) -> list[str]:
+    """``lexArgs`` (up to 2.9) / ``ConfigTokenizer`` (2.10): split on , : [ ] keeping them as tokens; spaces are
+    dropped (every C white space character from 2.10)."""
+    drop = " " if rel < (2, 10) else _C_SPACE
     tokens, buf = [], []
     for ch in text:
         if ch in ",:[]":
@@ -158,7 +209,7 @@ def _lex(text: str) -> list[str]:
                 tokens.append("".join(buf))
                 buf = []
             tokens.append(ch)
-        elif ch != " ":
+        elif ch not in drop:
             buf.append(ch)
     if buf:
         tokens.append("".join(buf))
@@ -166,27 +217,88 @@ def _lex(text: str) -> list[str]:
 
 
 class _Bad(Exception):
-    """One problem of a settings string: what PyTorch (or veotrace) says of it."""
+    """One problem of a settings string: what PyTorch (or veotrace) says of it. ``torch``: PyTorch itself
+    refuses it (an exception when the allocator reads the string), not only veotrace's model."""
+
+    def __init__(self, why: str, torch: bool = True) -> None:
+        super().__init__(why)
+        self.torch = torch
 
 
-def _int(tok: str, what: str) -> int:
-    try:
-        return int(tok)
-    except ValueError:
-        raise _Bad(f"{what} expects an integer, got {tok!r}") from None
+def _sto(tok: str, what: str, fn: str, notes: list[str] | None = None) -> int:
+    """``std::stoi``/``stoul``/``stoull`` of a token as PyTorch calls them: leading C white space, a sign, ASCII
+    digits; what follows the digits is ignored (said in ``notes``). Returns the value as the ``size_t`` PyTorch
+    assigns it to holds it (a negative number wraps: ``strtoull`` negates in unsigned arithmetic, and a
+    negative ``int`` from ``std::stoi`` converts so; said in ``notes``).
+
+    Raises:
+        _Bad: no ASCII digits (``std::invalid_argument``), or past the function's type (``std::out_of_range``).
+    """
+    body = tok.lstrip(_C_SPACE)
+    m = _STOI.match(body)
+    if m is None:
+        raise _Bad(f"{what}: {shown(tok, 60)} is not a number to PyTorch (std::{fn} reads ASCII digits only: "
+                   "std::invalid_argument)")
+    digits = m.group(1).lstrip("0") or "0"
+    lo, hi = _C_INT[fn]
+    if len(digits) > 25 or int(digits) > (hi if lo is None or body[0] != "-" else -lo):
+        raise _Bad(f"{what}: {shown(tok, 60)} is past the range of std::{fn} "
+                   f"({'a 32-bit int' if fn == 'stoi' else 'a 64-bit unsigned integer'}: std::out_of_range)")
+    v = int(digits) * (-1 if body[0] == "-" else 1)
+    if v < 0:  # strtoull negates in unsigned arithmetic; stoi's int is assigned to a size_t: both wrap
+        v %= SIZE_T
+        if notes is not None:
+            notes.append(f"{what}:{tok}: PyTorch reads the negative number as {v:,} (a size_t: it wraps)")
+    rest = body[m.end():]
+    if rest and notes is not None:
+        notes.append(f"{what}:{tok}: PyTorch reads {m.group()} and ignores {shown(rest, 40)} (std::{fn} stops at the "
+                     "first character that is not a digit)")
+    return v
+
+
+def _stod(tok: str, what: str, notes: list[str] | None = None) -> float:
+    """``std::stod`` of a token (the C locale): leading C white space, then a decimal or hexadecimal number,
+    ``inf`` or ``nan``, in ASCII; what follows is ignored (said in ``notes``).
+
+    Raises:
+        _Bad: no number (``std::invalid_argument``), or past a double either way (``std::out_of_range``).
+    """
+    body = tok.lstrip(_C_SPACE)
+    m = _STOD.match(body)
+    if m is None:
+        raise _Bad(f"{what}: {shown(tok, 60)} is not a number to PyTorch (std::stod reads ASCII digits only: "
+                   "std::invalid_argument)")
+    text = m.group()
+    if m.group("hex"):
+        v = float.fromhex(text)
+    elif m.group("dec"):
+        mantissa = re.split("[eE]", text)[0]
+        v = float(text) if len(text) < 1000 else (math.inf if mantissa.strip("+-0.") else 0.0)
+        if math.isinf(v) or (abs(v) < 2.2250738585072014e-308 and mantissa.strip("+-0.")):
+            raise _Bad(f"{what}: {shown(tok, 60)} is past the range of a double (std::stod: std::out_of_range)")
+    else:
+        v = float(text.split("(")[0])
+    rest = body[m.end():]
+    if rest and notes is not None:
+        notes.append(f"{what}:{tok}: PyTorch reads {text} and ignores {shown(rest, 40)} (std::stod stops at the first "
+                     "character that is not part of a number)")
+    return v
 
 
 def _pow2(v: int) -> bool:
     return v > 0 and v & (v - 1) == 0
 
 
-def _divisions(toks: list[str], i: int, rel: tuple[int, int]) -> tuple[tuple[int, ...], int]:
+def _divisions(toks: list[str], i: int, rel: tuple[int, int], notes: list[str]) -> tuple[tuple[int, ...], int]:
     """``parseRoundUpPower2Divisions``: ``4`` (all intervals) or ``[256:1,512:2,>:8]`` (MiB: divisions). The first
     named value fills the intervals before it too; ``>`` fills from the last named interval (up to 2.9) or
-    the one after it (from 2.10) to the end; a division of 0 (no rounding) is accepted from 2.4."""
+    the one after it (from 2.10) to the end; a division of 0 (no rounding) is accepted from 2.4. Divisions are
+    ``std::stoi`` up to 2.9 (then cast to ``size_t``), intervals ``std::stoul``; both ``std::stoull`` from 2.10."""
+    fn_div, fn_key = ("stoi", "stoul") if rel < (2, 10) else ("stoull", "stoull")
+    what = "roundup_power2_divisions"
     table = [0] * ROUNDUP_INTERVALS
     if i < len(toks) and toks[i] != "[":
-        v = _int(toks[i], "roundup_power2_divisions")
+        v = _sto(toks[i], what, fn_div, notes)
         if not _pow2(v):
             raise _Bad("roundup_power2_divisions must be a power of 2")
         return (v,) * ROUNDUP_INTERVALS, i
@@ -196,14 +308,14 @@ def _divisions(toks: list[str], i: int, rel: tuple[int, int]) -> tuple[tuple[int
         key = toks[i]
         if i + 2 >= len(toks) or toks[i + 1] != ":":
             raise _Bad("roundup_power2_divisions entries are INTERVAL_MB:DIVISIONS")
-        v = _int(toks[i + 2], "roundup_power2_divisions")
+        v = _sto(toks[i + 2], what, fn_div, notes)
         if v and not _pow2(v) or not v and rel < (2, 4):
             raise _Bad("roundup_power2_divisions: divisions must be a power of 2" + (" or 0" if rel >= (2, 4) else ""))
         if key == ">":
             start = last if rel < (2, 10) else last + 1
             table[start:] = [v] * (ROUNDUP_INTERVALS - start)
         else:
-            mb = _int(key, "roundup_power2_divisions interval")
+            mb = _sto(key, f"{what} interval", fn_key, notes)
             if not _pow2(mb):
                 raise _Bad("roundup_power2_divisions: intervals must be powers of 2 (MiB)")
             idx = min(mb.bit_length() - 1, ROUNDUP_INTERVALS - 1)
@@ -220,92 +332,133 @@ def _divisions(toks: list[str], i: int, rel: tuple[int, int]) -> tuple[tuple[int
     return tuple(table), i
 
 
-def _values(text: str, rel: tuple[int, int]) -> tuple[dict, list[str], list[tuple[str, str]]]:
-    """The modelled values a string sets, the options it sets that change nothing modelled, and its
-    problems as (option, why); parsed as release ``rel`` parses it."""
-    toks = _lex(text)
-    i, values, inert, problems = 0, {}, [], []
+def _values(text: str, rel: tuple[int, int]) -> tuple[dict, list[str], list[tuple[str, str, bool]], list[str]]:
+    """The modelled values a string sets, the options it sets that change nothing modelled, its problems as
+    (option, why, PyTorch refuses it too), and how PyTorch reads numbers that say more than it reads (trailing
+    characters ignored, a negative number wrapped); parsed as release ``rel`` parses it."""
+    toks = _lex(text, rel)
+    i, values, inert, problems, notes = 0, {}, [], [], []
     smallest = 20 if rel >= (2, 10) else 21  # '>= 20' from 2.10, '> 20' up to 2.9
+    fn = "stoi" if rel < (2, 10) else "stoull"
     while i < len(toks):
         key = toks[i]
         if i + 2 >= len(toks) or toks[i + 1] != ":":
-            problems.append((key, f"option {key!r} needs a value, as {key}:VALUE"))
+            problems.append((key, f"option {shown(key, 60)} needs a value, as {shown(key, 60)}:VALUE", True))
             break
         i += 2
         tok = toks[i]
         since, effect = OPTIONS.get(key, (None, None))
         try:
             if since is None:
-                raise _Bad("Unrecognized CachingAllocator option" if rel < (2, 10) else
-                           f"Unrecognized key '{key}' in CUDA allocator config")
+                raise _Bad(f"Unrecognized CachingAllocator option: {shown(key, 60)[1:-1]}" if rel < (2, 10) else
+                           f"Unrecognized key {shown(key, 60)} in CUDA allocator config")
             if release(since) > rel:
                 raise _Bad(f"first accepted by torch {since} (torch {rel[0]}.{rel[1]} refuses it: "
                            + ("Unrecognized CachingAllocator option)" if rel < (2, 10) else "Unrecognized key)"))
             if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
-                v = _int(tok, key)
+                v = _sto(tok, key, fn, notes)  # size_t val_env = stoi(...) (to 2.9) / toSizeT(...)
                 if v < smallest:
-                    raise _Bad(f"{key} too small, must be {'>= 20' if smallest == 20 else '> 20'}")
+                    raise _Bad(f"{key} too small, must be {'>= 20' if smallest == 20 else '> 20'}"
+                               + (f" (PyTorch reads {shown(tok, 40)} as {v})" if str(v) != tok else ""))
+                v = min(v, NO_LIMIT // MB)  # val_env = std::min(val_env, max_allowed_split_size_mb)
                 values["max_split_size" if key == "max_split_size_mb" else "max_non_split_rounding_size"] = v * MB
             elif key == "garbage_collection_threshold":
-                v = _float(tok, key)
+                v = _stod(tok, key, notes)
                 if not 0.0 < v < 1.0:
                     raise _Bad("garbage_collection_threshold must be in (0.0, 1.0)")
                 values["garbage_collection_threshold"] = v
             elif key == "per_process_memory_fraction":
-                v = _float(tok, key)
-                if not 0.0 < v <= 1.0:
-                    raise _Bad("per_process_memory_fraction must be in (0.0, 1.0] (0 leaves no memory)")
+                v = _stod(tok, key, notes)
+                if not 0.0 <= v <= 1.0:  # val_env >= 0.0 && val_env <= 1.0 (0: nothing can be allocated)
+                    raise _Bad("per_process_memory_fraction is invalid, set it in [0.0, 1.0]")
                 values["per_process_memory_fraction"] = v
             elif key == "roundup_power2_divisions":
-                values["roundup_power2_divisions"], i = _divisions(toks, i, rel)
+                values["roundup_power2_divisions"], i = _divisions(toks, i, rel, notes)
             elif key == "expandable_segments":
                 if tok not in ("True", "False"):
                     raise _Bad("expandable_segments expects True or False")
                 values["expandable_segments"] = tok == "True"
             elif key == "backend":
                 if tok != "native":
-                    raise _Bad(f"backend:{tok} is not modelled (only the native caching allocator is)")
+                    raise _Bad(f"backend:{shown(tok, 60)} is not modelled (only the native caching allocator is)",
+                               torch=tok not in ("cudaMallocAsync", "hipMallocAsync"))
             elif effect == "none":
                 inert.append(f"{key}:{tok}")
             else:
-                raise _Bad(f"not modelled: {effect}")
+                raise _Bad(f"not modelled: {effect}", torch=False)
         except _Bad as exc:
-            problems.append((key, str(exc)))
+            problems.append((key, str(exc), exc.torch))
         i += 1
         if i < len(toks):
             if toks[i] != ",":
-                problems.append((key, f"expected ',' after {key}, got {toks[i]!r}"))
+                problems.append((key, f"expected ',' after {key}, got {shown(toks[i], 60)}", True))
                 break
             i += 1
-    return values, inert, problems
+    return values, inert, problems, notes
 
 
-def _float(tok: str, what: str) -> float:
-    try:
-        return float(tok)
-    except ValueError:
-        raise _Bad(f"{what} expects a number, got {tok!r}") from None
+#: A memory fraction on the command line (``--fraction``): a decimal number in ASCII digits.
+_FRACTION = re.compile(r"\+?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z", re.ASCII)
 
 
-def parse_conf(text: str, *, base: TorchConf | None = None, torch_release: str = DEFAULT_RELEASE) -> TorchConf:
-    """Parse a ``PYTORCH_CUDA_ALLOC_CONF`` string (e.g. ``"expandable_segments:True,max_split_size_mb:128"``) as
-    ``torch_release`` does.
+def parse_fraction(value: object, option: str = "--fraction") -> float:
+    """A memory fraction in [0, 1] as ``torch.cuda.set_per_process_memory_fraction`` takes it (``fraction < 0 or
+    fraction > 1`` is refused there; 0 is accepted: nothing can be allocated), written in ASCII digits
+    (``٠.٥`` or ``0_5`` is refused, as ``--capacity ٨٠GiB`` is).
 
     Raises:
-        UsageError: an option that release refuses or a value it refuses (one line naming it), or an option
-            that changes allocations in a way the model does not follow.
+        UsageError: not such a number (naming ``option``).
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        f = float(value)
+    elif isinstance(value, str) and _FRACTION.match(value.strip(_C_SPACE)):
+        f = float(value.strip(_C_SPACE))
+    else:
+        f = math.nan
+    if not 0.0 <= f <= 1.0:
+        raise UsageError(f"{option} {shown(value, 60)}: a memory fraction is a number in [0, 1] in ASCII digits",
+                         hint="the share of the device's memory the process may reserve, as "
+                              "torch.cuda.set_per_process_memory_fraction takes it (0: nothing can be allocated)")
+    return f
+
+
+def parse_conf(text: str, *, base: TorchConf | None = None, torch_release: str = DEFAULT_RELEASE,
+               release_from: str | None = None) -> TorchConf:
+    """Parse a ``PYTORCH_CUDA_ALLOC_CONF`` string (e.g. ``"expandable_segments:True,max_split_size_mb:128"``) as
+    ``torch_release`` does. ``release_from``: how that release was chosen (``simulate.release_of``), named when
+    an option does not exist in it, with ``--torch-version`` to override it.
+
+    Raises:
+        UsageError: an option that release refuses or a value it refuses (one line naming it, the string cut to
+            200 characters), or an option that changes allocations in a way the model does not follow.
     """
     rel = release(torch_release)
-    values, inert, problems = _values(text, rel)
+    values, inert, problems, readings = _values(text, rel)
     if problems:
-        key, why = problems[0]
-        what = (f"unknown option {key!r} (torch {torch_release}: {why})" if why.startswith("Unrecognized") else
-                f"option {key!r}: {why}" if why.startswith(("first", "not model")) else why)
-        raise UsageError(f"--conf {text!r}: {what}",
+        key, why, _torch = problems[0]
+        what = (f"unknown option {shown(key, 60)} (torch {torch_release}: {why})" if why.startswith("Unrecognized") else
+                f"option {shown(key, 60)}: {why}" if why.startswith(("first", "not model")) else why)
+        if why.startswith(("first", "Unrecognized")) and release_from and release_from != "--torch-version":
+            what += (f"; torch {torch_release} was inferred from {release_from.split('; ')[0]}, and --torch-version "
+                     "overrides it")
+        raise UsageError(f"--conf {shown(text)}: {what}",
                          hint=f"Options are {', '.join(k for k, (s, e) in OPTIONS.items() if e == 'modelled' and release(s) <= rel)}"
-                              f" (as PYTORCH_CUDA_ALLOC_CONF, torch {torch_release})")
-    notes = tuple(f"{o}: accepted, {NO_EFFECT}" for o in inert)
-    return replace(base or TorchConf(), source=f"--conf {text!r}", torch_release=torch_release, notes=notes, **values)
+                              f" (as {alloc_conf_variable(torch_release)[0]}, torch {torch_release})")
+    notes = tuple(_bounded([f"{o}: accepted, {NO_EFFECT}" for o in inert] + readings))
+    return replace(base or TorchConf(), source=f"--conf {shown(text)}", torch_release=torch_release, notes=notes,
+                   **values)
+
+
+#: The most of a recorded settings string kept in ``recorded["string"]`` (and so in every output).
+RECORDED_CHARS = 1000
+#: The most lines of one kind (notes, options not understood) a settings string gives.
+MAX_LINES = 20
+
+
+def _bounded(lines: list[str]) -> list[str]:
+    """``lines`` once each, at most MAX_LINES of them, then how many more (a string of 150,000 options)."""
+    once = list(dict.fromkeys(shown(x, 300)[1:-1] if len(x) > 300 else x for x in lines))
+    return once if len(once) <= MAX_LINES else once[:MAX_LINES] + [f"... and {len(once) - MAX_LINES:,} more"]
 
 
 def from_settings(settings: object, *, path: object = None, torch_release: str = DEFAULT_RELEASE) -> TorchConf:
@@ -327,8 +480,9 @@ def from_settings(settings: object, *, path: object = None, torch_release: str =
     if not isinstance(settings, dict):
         raise _bad_setting(path, "", settings, "must be a dict of the allocator's settings")
     mss = settings.get("max_split_size", -1)
-    if not _whole(mss) or mss < -1:
-        raise _bad_setting(path, "['max_split_size']", mss, "must be a byte count, or -1 for no limit")
+    if not _whole(mss) or mss < -1 or mss > NO_LIMIT:
+        raise _bad_setting(path, "['max_split_size']", mss, "must be a byte count (a size_t: at most 2^64-1), or -1 "
+                                                           "for no limit")
     gc = settings.get("garbage_collection_threshold") or 0.0
     if isinstance(gc, bool) or not isinstance(gc, (int, float)) or not 0.0 <= gc < 1.0:
         raise _bad_setting(path, "['garbage_collection_threshold']", gc, "must be a number in [0.0, 1.0)")
@@ -342,11 +496,15 @@ def from_settings(settings: object, *, path: object = None, torch_release: str =
     read = [k for k in ("max_split_size", "garbage_collection_threshold", "roundup_power2_divisions",
                         "expandable_segments") if k in settings]
     text = settings.get("PYTORCH_CUDA_ALLOC_CONF")
-    not_understood, contradictions, inert = [], [], []
+    not_understood, contradictions, inert, readings, refused = [], [], [], [], None
     values: dict = {}
     if isinstance(text, str) and text.strip():
-        values, inert, problems = _values(text, release(torch_release))
-        not_understood = [f"{key} ({why})" for key, why in problems]
+        values, inert, problems, readings = _values(text, release(torch_release))
+        not_understood = _bounded([f"{key} ({why})" for key, why, torch in problems if not torch])
+        first = next(((key, why) for key, why, torch in problems if torch), None)
+        if first is not None:  # the allocator raises on it: the string cannot have been parsed as it stands
+            refused = (f"torch {torch_release} would have refused it ({first[1]}); the replay follows the fields "
+                       "and the options before it")
         for name, value in values.items():
             if name in fields and value != fields[name]:
                 contradictions.append(f"PYTORCH_CUDA_ALLOC_CONF sets {name} to {_shown(name, value)} but the field holds "
@@ -354,10 +512,13 @@ def from_settings(settings: object, *, path: object = None, torch_release: str =
                                       "snapshot was taken; the string is the last one parsed)")
         read.append("PYTORCH_CUDA_ALLOC_CONF")
     merged = {**{k: v for k, v in values.items() if k not in fields}, **fields}
+    if isinstance(text, str) and len(text) > RECORDED_CHARS:  # a 5 MB string must not make every output 5 MB
+        text = text[:RECORDED_CHARS] + f"... ({len(text):,} characters in all)"
     recorded = {"read": read + [f"PYTORCH_CUDA_ALLOC_CONF: {k}" for k in values if k not in fields],
-                "not_understood": not_understood, "contradictions": contradictions, "string": text}
+                "not_understood": not_understood, "contradictions": contradictions, "string": text,
+                **({"refused": refused} if refused else {})}
     return TorchConf(**merged, source="snapshot allocator_settings", torch_release=torch_release,
-                     notes=tuple(f"{o}: accepted, {NO_EFFECT}" for o in inert), recorded=recorded)
+                     notes=tuple(_bounded([f"{o}: accepted, {NO_EFFECT}" for o in inert] + readings)), recorded=recorded)
 
 
 def _shown(name: str, value: object) -> str:
@@ -380,14 +541,14 @@ def _settings_divisions(table: object, path: object) -> tuple[int, ...]:
             mb = int(k) if isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 20 else k
             if not _whole(mb) or not _pow2(mb):
                 raise _bad_setting(path, f"{key} key", k, "must be an interval in MiB that is a power of two ('1', '2', ... '32768')")
-            if not _whole(v) or v < 0 or (v and not _pow2(v)):
-                raise _bad_setting(path, f"{key}[{k!r}]", v, "must be a power of 2 or 0")
+            if not _whole(v) or v < 0 or v > NO_LIMIT or (v and not _pow2(v)):
+                raise _bad_setting(path, f"{key}[{shown(k, 40)}]", v, "must be a power of 2 or 0")
             idx = mb.bit_length() - 1
             if idx < ROUNDUP_INTERVALS:
                 divisions[idx] = v
     elif isinstance(table, (list, tuple)):
         for i, v in enumerate(table[:ROUNDUP_INTERVALS]):
-            if not _whole(v) or v < 0 or (v and not _pow2(v)):
+            if not _whole(v) or v < 0 or v > NO_LIMIT or (v and not _pow2(v)):
                 raise _bad_setting(path, f"{key}[{i}]", v, "must be a power of 2 or 0")
             divisions[i] = v
     else:
@@ -399,10 +560,9 @@ def _bad_setting(path: object, where: str, value: object, expected: str):
     """The error for the setting at ``allocator_settings{where}`` holding ``value``."""
     from veotrace.errors import TraceFormatError
 
-    shown = repr(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
+    text = shown(value, 60) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        shown = f"an integer of {value.bit_length()} bits"
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return TraceFormatError(f"allocator_settings{where} = {shown} {expected}", path=None if path is None else str(path),
+        text = f"an integer of {value.bit_length()} bits"
+    return TraceFormatError(f"allocator_settings{where} = {text} {expected}", path=None if path is None else str(path),
                             hint="Fix that setting in the snapshot, or remove allocator_settings to assume "
                                  "PyTorch's defaults")

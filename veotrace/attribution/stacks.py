@@ -14,6 +14,8 @@ import operator
 import re
 from dataclasses import dataclass, field
 
+from veotrace.errors import printable
+
 #: Frames whose file matches this are internal: PyTorch's package, the standard library (a
 #: ``lib/pythonX.Y/`` not under site-packages), frozen and generated modules, C/C++ frames (a source file,
 #: or, where the unwinder found no source, the object or library the code is in: libstdc++'s
@@ -59,7 +61,7 @@ class SiteRule:
             filename = str(f.get("filename", ""))
             if self._re.search(filename):
                 continue
-            user.append(f"{filename}:{f.get('line', '?')} {f.get('name', '?')}")
+            user.append(printable(f"{filename}:{_line(f.get('line', '?'))} {f.get('name', '?')}"))
             if len(user) >= self.depth:
                 break
         if user:
@@ -117,6 +119,20 @@ def block_frames(block: dict):
 _FIELDS = operator.itemgetter("filename", "line", "name")
 
 
+def _line(v: object) -> object:
+    """A frame's line as it can be shown and written as JSON: an integer as it is, anything else (a float NaN or
+    infinity, a string) as its escaped text."""
+    return v if type(v) is int else printable(v)
+
+
+def shown_frame(key: tuple) -> tuple:
+    """One (filename, line, name) frame as every output can carry it (issue 47): strings escaped (a lone
+    surrogate, a control character), a line that is not an integer as its text (NaN and infinity are not
+    JSON)."""
+    filename, line, name = key
+    return printable(filename), _line(line), printable(name)
+
+
 class Interner:
     """Sites by stack: each distinct stack is matched once; memory grows with distinct stacks, not entries.
 
@@ -155,7 +171,8 @@ class Interner:
             c = self._by_stack.get(key)
         if c is None:
             c = self._by_stack[key] = self.code(self.rule.site(frames))
-            self.stack_of.setdefault(c, key)
+            if c not in self.stack_of:
+                self.stack_of[c] = tuple(map(shown_frame, key))
         self._by_id[id(frames)] = c
         return c
 

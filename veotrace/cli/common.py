@@ -18,6 +18,39 @@ import typer
 from veotrace.errors import VeotraceError
 
 
+def _ascii_numbers() -> None:
+    """Every int and float option of every command takes ASCII digits only (issue 47): click converts with
+    Python's ``int``/``float``, which read ``٢``, ``２``, ``𝟐`` and ``1_000`` as numbers, where ``--capacity``,
+    ``--window`` and PyTorch's own parser refuse them. Installed once, on click's two number types (their
+    range subclasses included); the refusal is click's usual usage error (exit 2)."""
+    import importlib
+    import re
+
+    number = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+                        re.ASCII | re.IGNORECASE)
+    types = []
+    for name in ("click.types", "typer._click.types"):  # typer may carry its own copy of click
+        try:
+            types.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    for cls in [c for t in types for c in (t.IntParamType, t.FloatParamType)]:
+        if getattr(cls, "_ascii_only", False):
+            continue
+        original = cls.convert
+
+        def convert(self, value, param, ctx, _original=original):
+            if isinstance(value, str) and not number.fullmatch(value.strip()):
+                self.fail(f"{value!r} is not a number written in ASCII digits", param, ctx)
+            return _original(self, value, param, ctx)
+
+        cls.convert = convert
+        cls._ascii_only = True
+
+
+_ascii_numbers()
+
+
 class OutputFormat(str, enum.Enum):
     table = "table"
     json = "json"
@@ -126,8 +159,11 @@ PathsArg = Annotated[
 
 
 def err(message: str) -> None:
-    """Print a plain message line on stderr (warnings, skipped-row reports)."""
-    sys.stderr.write(message.rstrip("\n") + "\n")
+    """Print a plain message line on stderr (warnings, skipped-row reports): control characters (a file name's
+    ESC [2J or BEL) and lone surrogates (a name that is not UTF-8) shown as escapes, never acted on."""
+    from veotrace.errors import printable
+
+    sys.stderr.write("\n".join(printable(line) for line in message.rstrip("\n").split("\n")) + "\n")
     sys.stderr.flush()
 
 

@@ -250,7 +250,7 @@ def _entropy_baseline(doc: dict, m: Any, path: Path | str) -> Baseline:
     missing = [k for k in ENTROPY_PARAMS if k not in m["params"]]
     if missing:
         raise damaged(f"metrics.entropy.params lacks {', '.join(missing)}")
-    problem = _bad_params(m["params"]) or _bad_windows(*cols)
+    problem = _bad_params(m["params"]) or _bad_windows(*cols) or _bad_entropy(m["params"], cols[2]) or _bad_rest(doc, m)
     if problem:
         raise damaged(problem)
     try:
@@ -326,6 +326,50 @@ def _bad_windows(window: list, start_ns: list, entropy_bits: list) -> str | None
     for i, v in enumerate(entropy_bits):
         if v is not None and not (_is_number(v) and v >= 0):
             return f"{where}entropy_bits[{i}] = {_shown(v)} is not a non-negative number of bits"
+    return None
+
+
+def _bad_entropy(p: dict, entropy_bits: list) -> str | None:
+    """An entropy above log2 of the class count, which no window can have (a window of 1e308 bits made the
+    slope's arithmetic overflow, with numpy warnings on stderr and a FAIL), or None."""
+    classes = p["max_class"] - p["min_class"] + 1
+    top = math.log2(classes) * (1 + 1e-9) + 1e-9  # the rounding of a sum of p log2 p
+    for i, v in enumerate(entropy_bits):
+        if v is not None and v > top:
+            return (f"metrics.entropy.windows.entropy_bits[{i}] = {_shown(v)} is above {math.log2(classes):.4g} bits, "
+                    f"log2 of its {classes} size classes (min_class {p['min_class']} .. max_class {p['max_class']}): "
+                    "no window has more")
+    return None
+
+
+def _bad_rest(doc: dict, m: dict) -> str | None:
+    """What is wrong with the fields besides the parameters and windows (each checked by type and range, as a
+    follow checkpoint is: a fingerprint that was a string or a number ended the gate in an AttributeError),
+    or None. Each may be absent (a hand-made baseline); present, it is what ``entropy_baseline`` writes."""
+    from veotrace.live import checkpoint as c
+
+    fingerprint = c.record({"files": c.items(c.record({"name": c.text(), "size_bytes": c.COUNT}), max_len=1 << 20),
+                            "first_ns": c.optional(c.TIME), "last_ns": c.optional(c.TIME), "digest": c.text(64)},
+                           optional_keys=("files", "first_ns", "last_ns", "digest"))
+
+    def kind(t: type, name: str):
+        def check(v, where):
+            if not isinstance(v, t):
+                raise c.Bad(where, f"= {_shown(v) if isinstance(v, (int, float, str, bool)) else type(v).__name__} "
+                                   f"is not {name}")
+            return v
+        return check
+
+    top = c.record({"fingerprint": fingerprint, "recorded_at": c.optional(c.text(64)),
+                    "veotrace_version": c.optional(c.text(64)), "source": kind(dict, "an object")},
+                   optional_keys=("fingerprint", "recorded_at", "veotrace_version", "source"))
+    metric = c.record({"trend": c.optional(kind(dict, "an object")), "segments": c.optional(kind(list, "a list")),
+                       "summary": c.optional(kind(dict, "an object"))}, optional_keys=("trend", "segments", "summary"))
+    try:
+        top({k: doc[k] for k in ("fingerprint", "recorded_at", "veotrace_version", "source") if k in doc}, "")
+        metric({k: m[k] for k in ("trend", "segments", "summary") if k in m}, "metrics.entropy")
+    except c.Bad as exc:
+        return str(exc)
     return None
 
 

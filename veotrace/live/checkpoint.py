@@ -213,7 +213,8 @@ def read(path: Path) -> dict | None:
         raise damaged(path, f"is {size:,} bytes, more than the {limit:,} of a file read whole")
     try:
         raw = Path(path).read_bytes()
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite,
+                         object_pairs_hook=_no_duplicates)
     except FileNotFoundError:
         return None
     except UnicodeDecodeError as exc:
@@ -253,6 +254,14 @@ def damaged(path: Path, what: str) -> VeotraceError:
 
 def _no_constant(name: str):
     raise Bad("a value", f"is {name}, which no checkpoint holds")
+
+
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent, refused when past a double's range (1e999 reads as inf)."""
+    v = float(text)
+    if not math.isfinite(v):
+        raise Bad("a value", f"= {text[:40]} is past the range of a 64-bit float, which no checkpoint holds")
+    return v
 
 
 def _no_duplicates(pairs: list[tuple]) -> dict:

@@ -16,13 +16,21 @@ The checkpoint (``--state FILE``): one JSON object, ``format`` STATE_FORMAT, the
 command, the input followed (absolute path) and the options that shape the windows; ``tail``: the
 generations read (``live.tail``; a snapshot piece is known by its name and size); ``windows``: the
 analysis' open windows (fragmentation: the replay's allocator state, ``frag.windows.Replay.to_json``,
-its live blocks' arrays in base64). A checkpoint of another format, version, input, command or options
-is refused, naming both.
+its live blocks' arrays in base64); ``digest``: ``sha256:`` and the hex SHA-256 of every other field as
+canonical JSON (``digest_of``: keys sorted, no spaces, ASCII), written with the file and checked before any
+field is used, so one changed character anywhere (a base64 digit of a packed array) is refused, naming the
+checkpoint. The digest proves the file is the one the follower wrote, not who wrote it: a crafted file with
+a recomputed digest still meets every field's schema and the checks of values that cannot happen (a block
+whose requested bytes exceed its allocated bytes, a window peak below its level). A checkpoint of another
+format, version, input, command or options is refused, naming both; one of format
+``veotrace.follow_state/1`` (written before checkpoints carried a digest) is refused as one that cannot be
+proven intact: remove it to start from the beginning.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -34,7 +42,9 @@ from veotrace.sources.logs.lines import LogShape
 #: Version of the JSON Lines records (every record carries it as "format").
 RECORD_FORMAT = "veotrace.follow/1"
 #: Version of the checkpoint file.
-STATE_FORMAT = "veotrace.follow_state/1"
+STATE_FORMAT = "veotrace.follow_state/2"
+#: The format before the digest (issue 47): refused as unprovable, with what to do.
+_UNDIGESTED = "veotrace.follow_state/1"
 
 
 def record(kind: str, command: str, **fields) -> dict:
@@ -82,11 +92,38 @@ def load_state(path: Path, expected: dict, windows_schema, extra_schema=None) ->
     state = c.read(path)
     if state is None:
         return None
-    _same(state, expected, ("format", "veotrace", "command"), path)  # then the fields are this version's and command's
+    if state.get("format") == _UNDIGESTED:
+        raise c.damaged(path, "was written by an earlier veotrace, before checkpoints carried a digest of their "
+                              "content: it cannot be proven intact")
+    _same(state, expected, ("format",), path)
+    _intact(state, path)
+    _same(state, expected, ("veotrace", "command"), path)  # then the fields are this version's and command's
     state = c.check(state, _schema(windows_schema, extra_schema), path)
     _consistent(state, path)
     _same(state, expected, ("input", "params"), path)
     return state
+
+
+def digest_of(state: dict) -> str:
+    """``sha256:`` and the hex SHA-256 of ``state`` (without its ``digest``) as canonical JSON: keys sorted, no
+    spaces, ASCII escapes. A checkpoint read back parses to the values written (floats round-trip in JSON),
+    so the digest recomputed over them is the one written."""
+    body = {k: v for k, v in state.items() if k != "digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _intact(state: dict, path: Path) -> None:
+    """The checkpoint's ``digest`` against its content (then dropped: the schema is of the content)."""
+    from veotrace.live import checkpoint as c
+
+    written = state.pop("digest", None)
+    if written is None:
+        raise c.damaged(path, "holds no digest of its content (every checkpoint this version writes has one): it "
+                              "cannot be proven intact")
+    if not isinstance(written, str) or written != digest_of(state):
+        raise c.damaged(path, "does not match the digest written with it (the file was edited or corrupted after "
+                              "the follower wrote it)")
 
 
 def _consistent(state: dict, path: Path) -> None:
@@ -156,6 +193,7 @@ def save_state(path: Path, state: dict) -> None:
     """Write the checkpoint atomically: a temporary file in the same folder, flushed, then renamed over it."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    state = {**state, "digest": digest_of(state)}  # tuples dump as the lists they are read back as
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(state, fh, separators=(",", ":"))
         fh.flush()

@@ -145,6 +145,7 @@ def device_state_schema():
     """``frag.state.DeviceState.to_json`` as ``live.checkpoint`` checks it: the live blocks' arrays of one length,
     addresses in ascending order (the replay bisects them), sizes within the one size rule, segments sorted and
     disjoint, counters never negative."""
+    import base64
     from dataclasses import fields
 
     import numpy as np
@@ -180,6 +181,12 @@ def device_state_schema():
             raise c.Bad(where, "holds live-block arrays of different lengths (addr, size, req)")
         if len(d["known"][0]) != len(d["known"][1]):
             raise c.Bad(f"{where}.known", "holds range starts and ends of different lengths")
+        size, req = (np.frombuffer(base64.b64decode(d[k]), "<i8") for k in ("size", "req"))
+        over = np.flatnonzero(req > size)
+        if over.size:  # what a replay never holds: it would report negative internal fragmentation
+            i = int(over[0])
+            raise c.Bad(f"{where}.req", f"holds a block whose requested bytes ({int(req[i]):,}) exceed its allocated "
+                                        f"bytes ({int(size[i]):,}), which cannot happen")
         return d
     return check
 
@@ -189,6 +196,14 @@ def _win_schema():
     from veotrace.live import checkpoint as c
 
     t = c.TIME  # a checkpoint is of a time-window replay (Replay.to_json): its windows have times
-    return c.record({"k": c.integer(), "t_from": t, "events": c.COUNT, "allocs": c.COUNT, "frees": c.COUNT,
+    base = c.record({"k": c.integer(), "t_from": t, "events": c.COUNT, "allocs": c.COUNT, "frees": c.COUNT,
                      "dev_allocs": c.COUNT, "dev_frees": c.COUNT, "peak_live": c.COUNT, "peak_reserved": c.COUNT,
-                     "integral": c.number(0.0), "t_start": t, "level": c.COUNT, "cont": c.flag})
+                     "integral": c.number(0.0, 2.0**127), "t_start": t, "level": c.COUNT, "cont": c.flag})
+
+    def check(v, where):
+        w = base(v, where)
+        if w["peak_live"] < w["level"]:
+            raise c.Bad(f"{where}.peak_live", f"= {w['peak_live']:,} is below the window's level ({w['level']:,}), "
+                                              "which cannot happen")
+        return w
+    return check

@@ -88,7 +88,32 @@ def draw(kind: str, result: Any, *, size: tuple[int, int] = DEFAULT_SIZE, **data
 
     plotter = registry.resolve(registry.entry(kind).plot)
     with matplotlib.rc_context(STYLE):
-        return plotter(result, size=size, **data)
+        return _escaped(plotter(result, size=size, **data))
+
+
+def _escaped(fig):
+    """Every text of ``fig`` as a font can draw it (issue 47): a file name that is not UTF-8 or a frame string
+    with a lone surrogate made matplotlib's text layout fail (``set_text(): incompatible function
+    arguments``), a control character drew as a box. Escaped with ``errors.printable``."""
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter, FuncFormatter
+
+    from veotrace.errors import printable
+
+    for t in fig.findobj(Text):
+        text = t.get_text()
+        if isinstance(text, str) and text:
+            shown = printable(text)
+            if shown != text:
+                t.set_text(shown)
+    for ax in fig.axes:  # tick labels are made at draw time from the axis' formatter
+        for axis in (ax.xaxis, ax.yaxis):
+            fmt = axis.get_major_formatter()
+            if isinstance(fmt, FixedFormatter):
+                fmt.seq = [printable(x) if isinstance(x, str) else x for x in fmt.seq]
+            elif isinstance(fmt, FuncFormatter):  # set_ticks(..., labels) in matplotlib 3.10+
+                axis.set_major_formatter(FuncFormatter(lambda x, pos, f=fmt.func: printable(f(x, pos))))
+    return fig
 
 
 def figure_bytes(kind: str, result: Any, fmt: str, *, size: tuple[int, int] = DEFAULT_SIZE, **data: Any) -> bytes:

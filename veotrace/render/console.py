@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,11 +12,22 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: Rows shown in terminal tables before the footer says how to get the rest.
 DEFAULT_MAX_ROWS = 40
 
 
 class _ResultConsole(Console):
+    def _render_buffer(self, buffer) -> str:
+        """The text to write, with any lone surrogate (a file name that is not UTF-8, kept as Python keeps its
+        bytes) as an escape: stdout cannot encode one (rich's own styling codes are left as they are)."""
+        text = super()._render_buffer(buffer)
+        if _SURROGATE.search(text):
+            from veotrace.errors import printable
+
+            text = _SURROGATE.sub(lambda m: printable(m.group()), text)
+        return text
+
     def on_broken_pipe(self) -> None:
         """``veotrace ... | head``: stop writing and exit 0, as the JSON and CSV outputs do (rich exits 1)."""
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -68,6 +68,8 @@ def _render_recommendation(console: Console, rec: dict) -> None:
     console.print(f"[bold]{head}[/] (predicted peak reserved {fmt_bytes(rec['peak_reserved_bytes'])}, "
                   f"{rec['device_allocs']:,} device allocations):", highlight=False)
     console.print(f"  {rec['export'] or rec['why']}", highlight=False, soft_wrap=True)
+    if rec.get("export") and rec.get("variable_note"):
+        console.print(f"  ({rec['variable_note']})", highlight=False, soft_wrap=True)
     if rec.get("python"):
         console.print(f"  {rec['python']}", highlight=False, soft_wrap=True)
     side = rec.get("side_note")

@@ -53,8 +53,11 @@ footer { border-top: 1px solid var(--line); margin-top: 18px; padding-top: 8px; 
 
 
 def esc(value: Any) -> str:
-    """A value as escaped HTML text (numbers with 4 significant digits, thousands separators)."""
-    return html.escape(fmt(value), quote=True)
+    """A value as escaped HTML text (numbers with 4 significant digits, thousands separators); control characters
+    and lone surrogates (a file name that is not UTF-8) as backslash escapes (``errors.printable``)."""
+    from veotrace.errors import printable
+
+    return html.escape(printable(fmt(value)), quote=True)
 
 
 def fmt(value: Any) -> str:

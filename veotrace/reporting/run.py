@@ -161,7 +161,8 @@ def write_report(report: Report, output: Path, *, inputs: Any = ()) -> int:
     from veotrace.outputs import write_bytes
     from veotrace.reporting.html import render_html
 
-    data = render_html(report).encode("utf-8")
+    # what no escape reached (a lone surrogate from a file name in a figure's data) as an escape, not an error
+    data = render_html(report).encode("utf-8", "backslashreplace")
     write_bytes(data, output, inputs=inputs)
     return len(data)
 

@@ -292,20 +292,14 @@ def fraction(value: float | str | None, capacity: int | None, option: str = "--f
     so it needs ``--capacity`` (the device's memory) to become bytes.
 
     Raises:
-        UsageError: not a number in (0, 1], or no device memory to apply it to.
+        UsageError: not a number in [0, 1] in ASCII digits, or no device memory to apply it to.
     """
+    from veotrace.allocators.conf import parse_fraction
     from veotrace.errors import UsageError
 
     if value is None:
         return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        f = float("nan")
-    if not 0.0 < f <= 1.0:
-        raise UsageError(f"{option} {value!r}: a memory fraction is in (0, 1]",
-                         hint="the share of the device's memory the process may reserve, as "
-                              "torch.cuda.set_per_process_memory_fraction takes it")
+    f = parse_fraction(value, option)  # [0, 1] in ASCII digits, as set_per_process_memory_fraction takes it
     if capacity is None:
         raise UsageError(f"{option} {value}: a fraction with no device memory to apply it to",
                          hint="Give --capacity, the device's total memory "
@@ -317,7 +311,8 @@ def settings_lines(conf) -> list[str]:
     """What the settings' reading tells the user (stderr): the recorded options not understood (each once), the
     recorded string's contradictions with the fields, and options accepted with no effect on the model."""
     rec = conf.recorded or {}
-    lines = [f"Warning: the recorded PYTORCH_CUDA_ALLOC_CONF holds an option veotrace does not follow: {n}; the "
+    lines = [f"Warning: the recorded PYTORCH_CUDA_ALLOC_CONF is a string {rec['refused']}"] if rec.get("refused") else []
+    lines += [f"Warning: the recorded PYTORCH_CUDA_ALLOC_CONF holds an option veotrace does not follow: {n}; the "
              "replay leaves it out" for n in rec.get("not_understood", [])]
     lines += [f"Warning: {c}" for c in rec.get("contradictions", [])]
     lines += [f"Note: {n}" for n in conf.notes]

@@ -311,7 +311,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
 
         snap_conf = cf.TorchConf(source="PyTorch defaults (a profiler trace records no allocator settings)",
                                  torch_release=rel, recorded={"profiler_trace": ASSUMPTION})
-    conf = (cf.parse_conf(conf_text, torch_release=rel) if conf_text is not None else
+    conf = (cf.parse_conf(conf_text, torch_release=rel, release_from=rel_from) if conf_text is not None else
             (snap_conf or cf.TorchConf(torch_release=rel)))
     if fraction is not None:
         conf = replace(conf, per_process_memory_fraction=fraction)

@@ -354,7 +354,7 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
                                    getattr(req, "driver_rules", {}), req.devices)
     trust["model_does_not_know"] = list(MODEL_UNKNOWNS)
     out = {"conf": rec["conf"], "id": rec["id"], "in_use": bool(rec.get("in_use")),
-           **export_lines(cand.conf, cand.text, hip=profiler_hip(paths, options)),
+           **export_lines(cand.conf, cand.text, rocm=profiler_hip(paths, options)),
            "rule": f"least {objective.replace('-', ' ')} that fits, ties by fewest device allocations, then fewest "
                    "flushes, then fewest knobs changed; never a combination known to misbehave",
            **{k: rec[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "flushes", "ooms")},

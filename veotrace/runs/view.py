@@ -95,11 +95,12 @@ def view(paths, output=None, *, site_filter: str | None = None, site_depth: int 
     lanes, notes = [], []
     for given in paths:
         lanes += _lanes_of(given, rule, options, report, per_input, step_range)
+    from veotrace.errors import printable
     from veotrace.viewer.budget import fit
     from veotrace.viewer.model import ViewResult
     from veotrace.viewer.page import data_json
 
-    result = ViewResult(lanes, {"inputs": [str(p) for p in paths], "site_filter": rule.internal,
+    result = ViewResult(lanes, {"inputs": [printable(p) for p in paths], "site_filter": rule.internal,
                                 "site_depth": rule.depth, "points_budget": POINTS_BUDGET,
                                 "map_rows_budget": MAP_ROWS_BUDGET, "page_bytes": PAGE_BYTES,
                                 "step_from": step_from, "step_to": step_to}, notes)
@@ -126,7 +127,9 @@ def _lanes_of(given, rule, options, report, budget: int, step_range=None) -> lis
 
     found = resolve_inputs([given], "alloc_events", options=options, report=report)
     snaps = [p for p, fmt in found if fmt.name == "torch-snapshot"]
-    name = Path(str(given)).name
+    from veotrace.errors import printable
+
+    name = printable(Path(str(given)).name)  # a name that is not UTF-8 or holds control characters, escaped
     if snaps:
         if len(found) != 1:
             from veotrace.errors import UsageError

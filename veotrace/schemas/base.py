@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from veotrace.errors import printable
+
 SCHEMA_KEY = b"veotrace.schema"
 
 #: Dictionary type for repeated strings (op names, kernel names, file names).
@@ -23,7 +25,8 @@ def repeated(value: str, n: int) -> pa.DictionaryArray:
     if _ZEROS is None or len(_ZEROS) < n:  # indices: a slice of one shared array of zeros, not one per batch
         size = max(n, 2 * (0 if _ZEROS is None else len(_ZEROS)), 1024)
         _ZEROS = pa.Array.from_buffers(pa.int32(), size, [None, pa.py_buffer(bytes(4 * size))], null_count=0)
-    return pa.DictionaryArray.from_arrays(_ZEROS.slice(0, n), pa.array([value], pa.string()), safe=False)
+    # escaped: a file name that is not UTF-8 (its bytes kept as lone surrogates) cannot be an Arrow string
+    return pa.DictionaryArray.from_arrays(_ZEROS.slice(0, n), pa.array([printable(value)], pa.string()), safe=False)
 
 
 _ZEROS: pa.Array | None = None

@@ -148,7 +148,13 @@ def arrow_file(path: Path | UrlPath):
     (a ``sources.remote.UrlPath`` reads through fsspec)."""
     import pyarrow as pa
 
-    return pa.OSFile(str(path), "rb") if isinstance(path, Path) else pa.PythonFile(path.open("rb"), mode="r")
+    if not isinstance(path, Path):
+        return pa.PythonFile(path.open("rb"), mode="r")
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # a name that is not UTF-8 (its bytes as lone surrogates): Arrow takes UTF-8 names only
+        return pa.PythonFile(open(path, "rb"), mode="r")  # noqa: SIM115 - the caller closes the pyarrow file
+    return pa.OSFile(str(path), "rb")
 
 
 def read_head(path: Path, n: int = 65536) -> bytes:
@@ -168,7 +174,7 @@ def read_head(path: Path, n: int = 65536) -> bytes:
                 return gz.read(n)
         import pyarrow as pa
 
-        with pa.input_stream(str(path), compression="zstd") as zs:
+        with pa.CompressedInputStream(arrow_file(path), "zstd") as zs:
             return zs.read(n)
     except (OSError, EOFError) as exc:
         # A truncated stream still yields its first bytes through the slow path below.

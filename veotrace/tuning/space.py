@@ -225,14 +225,14 @@ def candidate_of(index: int, conf: TorchConf) -> Candidate:
     return Candidate(index, values, text, conf, bad)
 
 
-def export_lines(conf: TorchConf, text: str, *, hip: bool = False) -> dict:
-    """How to set a candidate: its ``export PYTORCH_CUDA_ALLOC_CONF`` line and, for a GC threshold, the memory
-    fraction it needs (without one PyTorch never collects): in the string from torch 2.10
-    (``per_process_memory_fraction``), else the one Python line. Returns {"export", "python" or None}.
-    ``hip``: a ROCm job, whose release reads ``PYTORCH_ALLOC_CONF`` first from 2.9 (c10/core/AllocatorConfig.cpp)
-    and ``PYTORCH_HIP_ALLOC_CONF`` before (the CUDA name is read too, deprecated)."""
-    var = ("PYTORCH_ALLOC_CONF" if release(conf.torch_release) >= (2, 9) else "PYTORCH_HIP_ALLOC_CONF") if hip \
-        else "PYTORCH_CUDA_ALLOC_CONF"
+def export_lines(conf: TorchConf, text: str, *, rocm: bool = False) -> dict:
+    """How to set a candidate: its ``export`` line, of the variable ``conf.torch_release`` reads without a
+    warning (``allocators.conf.alloc_conf_variable``: ``PYTORCH_ALLOC_CONF`` from 2.9, ``PYTORCH_CUDA_ALLOC_CONF``
+    before; ``rocm``: a ROCm build's), and, for a GC threshold, the memory fraction it needs (without one
+    PyTorch never collects): in the string from torch 2.10 (``per_process_memory_fraction``), else the one
+    Python line. Returns {"export", "python" or None, "variable", "variable_note"}."""
+    from veotrace.allocators.conf import alloc_conf_variable
+
     f = conf.per_process_memory_fraction
     python = None
     if conf.garbage_collection_threshold > 0 and f is not None:
@@ -241,5 +241,6 @@ def export_lines(conf: TorchConf, text: str, *, hip: bool = False) -> dict:
         else:
             python = (f"torch.cuda.set_per_process_memory_fraction({f:g})  # on each device, before its first "
                       "allocation: garbage_collection_threshold acts only under it")
-    return {"export": f"export {var}={text}" if text else f"unset {var}",
-            "python": python}
+    var, var_note = alloc_conf_variable(conf.torch_release, rocm=rocm)
+    return {"export": f"export {var}={text}" if text else f"unset {var}", "python": python, "variable": var,
+            "variable_note": var_note}

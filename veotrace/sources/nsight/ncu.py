@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from veotrace.errors import TraceFormatError
+from veotrace.errors import TraceFormatError, printable
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.schemas.ncu_names import canonical_metric
 from veotrace.sources.base import (
@@ -83,7 +83,7 @@ def read_metrics(path: Path, *, options: ReadOptions | None = None, report: Read
         cols = _read_details(path, header, rows, start, options, report)
     else:
         cols = _read_raw(path, header, rows, start, options, report)
-    cols["source_file"] = [str(path)] * len(cols["launch_id"])
+    cols["source_file"] = [printable(path)] * len(cols["launch_id"])
     table = pa.table({k: v for k, v in cols.items()})
     return conform(table, NCU_METRICS).unify_dictionaries()
 

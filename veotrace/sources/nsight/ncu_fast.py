@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from veotrace.errors import printable
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.schemas.ncu_names import canonical_metric
 from veotrace.sources.logs.numparse import DECIMAL_RE
@@ -45,7 +46,7 @@ def read_fast(path, body: bytes, header: list[str], *, report) -> pa.Table | Non
     if text_metrics:
         report.warnings.append(f"Warning: {path}: left out {len(text_metrics)} text-valued metric(s) "
                                f"({sum(text_metrics.values())} values): {', '.join(sorted(text_metrics))}")
-    table = table.append_column("source_file", pa.array([str(path)] * table.num_rows, pa.string()))
+    table = table.append_column("source_file", pa.array([printable(path)] * table.num_rows, pa.string()))
     return conform(table, NCU_METRICS).unify_dictionaries()
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from veotrace.errors import MissingDependencyError, TraceFormatError
+from veotrace.errors import MissingDependencyError, TraceFormatError, printable
 from veotrace.schemas import NCU_METRICS, conform
 from veotrace.sources.base import ReadReport
 from veotrace.sources.base import detail as _detail
@@ -60,7 +60,7 @@ def read_report(path: Path, *, report: ReadReport) -> pa.Table:
         # ncu_report loads a truncated or foreign file as an empty report instead of failing.
         raise TraceFormatError("the report holds no kernel launches with numeric metrics", path=path,
                                hint="It may be truncated or not an Nsight Compute report: copy it again, or open it in ncu-ui")
-    cols["source_file"] = [str(path)] * len(cols["launch_id"])
+    cols["source_file"] = [printable(path)] * len(cols["launch_id"])
     return conform(pa.table(cols), NCU_METRICS).unify_dictionaries()
 
 

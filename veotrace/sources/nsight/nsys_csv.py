@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from veotrace.errors import TraceFormatError
+from veotrace.errors import TraceFormatError, printable
 from veotrace.schemas import GPU_ACTIVITY, conform
 from veotrace.sources.base import TIME_SPELLING_NS, ReadOptions, ReadReport
 from veotrace.sources.logs.numparse import DECIMAL_RE
@@ -131,7 +131,7 @@ def _trace_table(path: Path, rep: Report, options: ReadOptions, report: ReadRepo
     out["kind"], out["copy_kind"] = _kinds(names)
     out["name"] = names
     out["device"] = _devices(strings[index["Device"][0]]) if "Device" in index else pa.nulls(n, pa.int32())
-    out["source_file"] = pa.array([str(path)] * n, pa.string())
+    out["source_file"] = pa.array([printable(path)] * n, pa.string())
     table = pa.table(out)
     if bad.any():
         table = table.filter(pa.array(~bad))

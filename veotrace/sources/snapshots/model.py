@@ -173,8 +173,10 @@ def _value(obj: dict, key: str, where, path: Path, *, upper: int = _INT64, requi
         where = where()
     if value is None:
         if required:
-            raise TraceFormatError(f"{where} has no {key!r}", path=path,
-                                   hint="A snapshot from torch.cuda.memory has it on every entry")
+            what = f" (action {entry_action!r})" if isinstance(entry_action := obj.get("action"), str) else ""
+            raise TraceFormatError(f"{where}{what} has no {key!r}", path=path,
+                                   hint="A snapshot from torch.cuda.memory has it on every such entry; one without "
+                                        "it cannot be placed, by any command")
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise TraceFormatError(f"{where}[{key!r}] must be an integer, got {_short(value)}", path=path, field=key)
@@ -211,8 +213,16 @@ def _check_segment(seg: dict, where: str, path: Path) -> None:
         _value(block, "address", at, path, upper=1 << 64)
 
 
+#: The trace actions that act on an address: PyTorch's TraceEntry records ``addr`` with every one of them, and
+#: every command places them by it, so one without it is refused at this one reading point (both read routes),
+#: by every command alike (issue 47: sites, view and diagnose ended in a TypeError, fragmentation warned).
+ADDRESSED_ACTIONS = frozenset({"alloc", "free", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                               "segment_map", "segment_unmap"})
+
+
 def _check_entry(entry: dict, where, path: Path) -> None:
-    """Check one trace entry; ``where`` is a callable giving its place, formatted only for an error."""
+    """Check one trace entry; ``where`` is a callable giving its place, formatted only for an error. An entry
+    of an action on an address (:data:`ADDRESSED_ACTIONS`) must hold its ``addr``."""
     if not isinstance(entry["action"], str):
         raise TraceFormatError(f"{where()}['action'] must be a string, got {_short(entry['action'])}", path=path,
                                field="action")
@@ -220,7 +230,7 @@ def _check_entry(entry: dict, where, path: Path) -> None:
     _value(entry, "time_us", where, path, upper=_TIME_US_MAX)
     _value(entry, "stream", where, path)
     if entry["action"] != "oom":  # 'oom' entries carry device_free in 'addr'-less form
-        _value(entry, "addr", where, path, upper=1 << 64)
+        _value(entry, "addr", where, path, upper=1 << 64, required=entry["action"] in ADDRESSED_ACTIONS)
 
 
 def time_warnings(path: Path, snap: Snapshot) -> list[str]:

@@ -175,6 +175,9 @@ def decode(path: Path, first: Pass1, on_rows: Callable[[dict], None] | None = No
         error = _why(dec, status, at, first, path)
         dec.flush()
         tracker.take(dec, on_rows)
+    if tracker.no_addr is not None:  # before any later stop: the whole read meets this entry first
+        d, i, action = tracker.no_addr
+        error = _entry_error({"action": action}, d, i, path)
     return Decoded(dec.result, flags["devices"], tracker.rows, flags["has_time"], flags["has_user_metadata"],
                    tracker.back, tracker.first_back, tracker.oom, dec.stacks, list(dec.actions), error=error,
                    stop=at, devices_with_rows=len(tracker.per_device), untimed_rows=tracker.untimed)
@@ -221,6 +224,9 @@ class _Tracker:
         self.oom: dict = {}
         self.actions: list[str] = []
         self.untimed = 0
+        #: The first entry of an action on an address without its addr: (device, index, action) (the whole
+        #: read's ``model._check_entry`` refuses it; so does this read, at the same entry).
+        self.no_addr: tuple[int, int, str] | None = None
 
     def take(self, dec, on_rows) -> None:
         if not dec.rows:
@@ -239,6 +245,8 @@ class _Tracker:
             "stack": np.frombuffer(raw["stack"], np.int32),
         }
         self.actions = dec.actions
+        if self.no_addr is None:
+            self._addressed(cols)
         self._times(cols)
         free_valid = np.frombuffer(raw["device_free_valid"], np.bool_)
         if "oom" in self.actions:
@@ -251,6 +259,15 @@ class _Tracker:
         self.untimed += int(len(cols["device"]) - np.count_nonzero(cols["time_valid"]))
         if on_rows is not None:
             on_rows(cols)
+
+    def _addressed(self, cols: dict) -> None:
+        ids = [k for k, a in enumerate(self.actions) if a in model.ADDRESSED_ACTIONS]
+        bad = np.flatnonzero(np.isin(cols["action"], ids) & ~cols["addr_valid"]) if ids else ()
+        if len(bad):
+            k = int(bad[0])
+            d = int(cols["device"][k])
+            index = self.per_device.get(d, 0) + int(np.count_nonzero(cols["device"][:k] == d))
+            self.no_addr = (d, index, self.actions[int(cols["action"][k])])
 
     def _times(self, cols: dict) -> None:
         """``torch_snapshot._time_back`` over the rows so far: entries whose time_us is below the latest before

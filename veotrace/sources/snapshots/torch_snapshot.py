@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from veotrace.errors import TraceFormatError
+from veotrace.errors import TraceFormatError, printable
 from veotrace.schemas import ALLOC_EVENTS, BLOCKS, SEGMENTS, conform, repeated
 from veotrace.sources.base import ReadOptions, ReadReport
 from veotrace.sources.snapshots.model import (  # noqa: F401 - Snapshot, NoTraceEvents, ... are this reader's names too
@@ -194,7 +194,7 @@ def read_segments(path: Path, *, options: ReadOptions = ReadOptions(), report: R
         "segment_type": _str_or_none(s.get("segment_type")),
         "pool": _pool(s),
         "is_expandable": s.get("is_expandable") if isinstance(s.get("is_expandable"), bool) else None,
-        "source_file": str(path),
+        "source_file": printable(path),
     } for s in snapshot_info(path).segments]
     return _rows_table(rows, SEGMENTS)
 
@@ -214,7 +214,7 @@ def read_blocks(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
                 "size_bytes": b["size"],
                 "requested_size_bytes": _int_or_none(b.get("requested_size")),
                 "state": _STATE_ALIASES.get(state, state),
-                "source_file": str(path),
+                "source_file": printable(path),
             })
             address = b.get("address", address) + b["size"]  # what the C++ does: address += size
             if address >= 1 << 64:
