@@ -258,8 +258,25 @@ def test_the_readme_yields_enough_commands():
     assert all(ex.commands for ex in EXAMPLES)
 
 
+#: The examples run in each scratch folder (by file and line).
+_RAN: dict[Path, set[tuple[str, int]]] = {}
+
+
+def _after_its_page(ex: Example, scratch: Path) -> None:
+    """Run the earlier lines of ``ex``'s page not yet run in ``scratch`` (what they write is what it reads): the
+    order the tests run in is not the page's under every scheduler (two pages' later lines found their inputs
+    missing in a clean clone's ``pytest -n 2``), and a page reads as a session, top to bottom."""
+    ran = _RAN.setdefault(scratch, set())
+    for before in EXAMPLES:
+        if before.file == ex.file and before.line < ex.line and (before.file, before.line) not in ran:
+            run_example(before, scratch)
+            ran.add((before.file, before.line))
+    ran.add((ex.file, ex.line))
+
+
 @pytest.mark.parametrize("ex", EXAMPLES, ids=[f"{ex.file}:{ex.line}" for ex in EXAMPLES])
 def test_readme_example_runs(ex: Example, scratch):
+    _after_its_page(ex, scratch)
     done = run_example(ex, scratch)
     where = f"{ex.file}:{ex.line}: {ex.text}"
     for i, proc in enumerate(done):
