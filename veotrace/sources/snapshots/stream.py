@@ -27,6 +27,8 @@ keeps them with a counted warning (on both routes: ``large.salvage``).
 
 from __future__ import annotations
 
+import io
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -309,6 +311,22 @@ def raw_batch(cols: dict) -> pa.RecordBatch:
     ], schema=_RAW)
 
 
+class _ReadAt(io.RawIOBase):
+    """A file descriptor read from offset 0 with ``os.pread``: a position of its own, never the descriptor's."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd, self._pos = fd, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = os.pread(self._fd, len(b), self._pos)
+        b[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
 class Spill:
     """The decoded columns in an anonymous temporary Arrow stream file, read back (in order) as often as needed."""
 
@@ -324,8 +342,11 @@ class Spill:
         self._file.flush()
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        self._file.seek(0)
-        yield from pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
+        """The columns from the start, read at offsets of their own (``os.pread``): the file's offset is shared
+        with every process forked after the read (diagnose's analyses), so a ``seek(0)`` and read in one of
+        them moved the others' reads (a streamed snapshot's simulate saw an empty stream)."""
+        yield from pa.ipc.open_stream(pa.PythonFile(io.BufferedReader(_ReadAt(self._file.fileno()), 1 << 20),
+                                                    mode="r"))
 
     def close(self) -> None:
         self._file.close()
