@@ -140,13 +140,14 @@ def release_frames_streamed(stacks: list, actions: list, merge: bool, batches) -
 
     releasing = np.array([a in ("segment_free", "segment_unmap") for a in actions] + [False], dtype=bool)
     said = [frames_verdict(frames) for frames in stacks]
-    action = np.concatenate([b.column("action").to_numpy(zero_copy_only=False) for b in batches()] or [np.zeros(0)])
-    stack = np.concatenate([b.column("stack").to_numpy(zero_copy_only=False) for b in batches()] or [np.zeros(0)])
-    action, stack = action.astype(np.int64), stack.astype(np.int64)
+    big = np.iinfo(np.int64).max
+    parts = [(b.column("action").to_numpy(zero_copy_only=False), b.column("stack").to_numpy(zero_copy_only=False),
+              b.column("time_us").fill_null(big).to_numpy() if merge else None) for b in batches()]  # one pass
+    action = np.concatenate([a for a, _, _ in parts] or [np.zeros(0)]).astype(np.int64)
+    stack = np.concatenate([k for _, k, _ in parts] or [np.zeros(0)]).astype(np.int64)
     seq = np.arange(action.size, dtype=np.int64)
     if merge and action.size:
-        big = np.iinfo(np.int64).max
-        when = np.concatenate([b.column("time_us").fill_null(big).to_numpy() for b in batches()])
+        when = np.concatenate([t for _, _, t in parts])
         seq[np.argsort(when, kind="stable")] = np.arange(action.size, dtype=np.int64)
     out = {}
     for row in np.flatnonzero(releasing[np.where(action >= 0, action, len(actions))] & (stack >= 0)):
