@@ -23,7 +23,7 @@ from veotrace.defaults import FRAGMENTATION_MAX_WINDOW_ROWS as MAX_WINDOW_ROWS
 from veotrace.defaults import MAX_BLOCK_BYTES, MAX_DEVICES
 from veotrace.errors import AnalysisError
 
-__all__ = ["MAX_BLOCK_BYTES", "MAX_DEVICES", "MAX_WINDOW_ROWS", "check_block_sizes", "check_devices", "too_many_windows"]
+__all__ = ["MAX_BLOCK_BYTES", "MAX_DEVICES", "MAX_WINDOW_ROWS", "check_block_sizes", "check_devices", "check_model_addresses", "too_many_windows"]
 
 
 def too_many_windows() -> AnalysisError:
@@ -41,6 +41,18 @@ def check_devices(n: int) -> None:
                             hint="Check the device column (a GPU index: a node has at most 16); for a log that "
                                  "merges many ranks, split it by device; 'veotrace entropy' and 'veotrace bursts' "
                                  "need no replay")
+
+
+def check_model_addresses(*tables) -> None:
+    """Raise when an ``address`` of ``tables`` is at or above 2**63: ``simulate``'s allocator model (both cores)
+    holds addresses as signed 64-bit numbers, where ``fragmentation``, ``sites`` and ``view`` hold them unsigned."""
+    import pyarrow.compute as pc
+
+    top = max((pc.max(t.column("address")).as_py() or 0 for t in tables if "address" in t.column_names and t.num_rows),
+              default=0)
+    if top >= 1 << 63:
+        raise AnalysisError(f"an address at or above 2**63 ({top:#x}): the allocator model holds addresses as signed "
+                            "64-bit numbers, so this trace cannot be replayed (fragmentation, sites and view read it)")
 
 
 def check_block_sizes(size: np.ndarray, batch=None, column: str = "size_bytes", path=None, *, skippable: bool = True) -> None:

@@ -28,6 +28,7 @@ from veotrace.allocators.base import EV_ALLOC, EV_SEGMENT_ALLOC
 from veotrace.allocators.conf import TorchConf
 from veotrace.allocators.torch import Block, TorchAllocator, kMinBlockSize, kSmallBuffer, kSmallSize, round_size
 from veotrace.errors import TraceFormatError
+from veotrace.replay_limits import check_model_addresses
 from veotrace.schemas.events import RELEASE_OPS
 
 
@@ -75,26 +76,13 @@ class Seed:
                 "before recording began")
 
 
-def _within_model(*tables: pa.Table) -> None:
-    """Refuse, with one line, addresses the model cannot hold (fragmentation and sites read them: uint64 there)."""
-    import pyarrow.compute as pc
-
-    from veotrace.errors import AnalysisError
-
-    top = max((pc.max(t.column("address")).as_py() or 0 for t in tables if "address" in t.column_names and t.num_rows),
-              default=0)
-    if top >= 1 << 63:
-        raise AnalysisError(f"an address at or above 2**63 ({top:#x}): the allocator model holds addresses as signed "
-                            "64-bit numbers, so this trace cannot be replayed (fragmentation, sites and view read it)")
-
-
 def rebuild(events: pa.Table, segments: pa.Table, blocks: pa.Table) -> Seed:
     """The state at the start of the trace (see the module docstring).
 
     Raises:
         AnalysisError: an address at or above 2**63, which the model (both cores) holds as a signed 64-bit number.
     """
-    _within_model(events, segments, blocks)
+    check_model_addresses(events, segments, blocks)
     ops = events.column("op").to_pylist()
     free_op = "free_completed" if "free_completed" in ops else "free_requested"
     addrs, sizes = events.column("address").to_pylist(), events.column("size_bytes").to_pylist()
