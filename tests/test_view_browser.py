@@ -29,6 +29,21 @@ def browser(tmp_path_factory):
         yield b
 
 
+def _real_page(browser, tmp_path, name: str):
+    """``veotrace view`` of the real snapshot ``name`` (skipped when absent), open and drawn without an error;
+    returns the page and the snapshot's path."""
+    from tests.conftest import REAL_TRACES
+
+    path = REAL_TRACES / name
+    if not path.exists():
+        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
+    out = tmp_path / "real.html"
+    assert run_cli("view", path, "-o", out).exit_code == 0
+    p = browser.open(out.as_uri())
+    assert p.evaluate("veotraceView.ready") is True and p.errors() == []
+    return p, path
+
+
 @pytest.fixture(scope="module")
 def page(browser, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("viewpage")
@@ -125,15 +140,7 @@ def test_hostile_strings_are_shown_as_text_and_run_nothing(browser, tmp_path):
 def test_an_expandable_snapshots_map_in_the_page_is_fragmentation_at(browser, tmp_path):
     """Issue 48 item 1 on the page: constructorsun's device-0 map at 2.052990s is one expandable segment per pool,
     its numbers fragmentation --at's (2 segments, 85,210,112 bytes free in 25 blocks, largest 44,142,592)."""
-    from tests.conftest import REAL_TRACES
-
-    path = REAL_TRACES / "constructorsun_memory_snapshot.pickle"
-    if not path.exists():
-        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
-    out = tmp_path / "c.html"
-    assert run_cli("view", path, "-o", out).exit_code == 0
-    p = browser.open(out.as_uri())
-    assert p.evaluate("veotraceView.ready") is True and p.errors() == []
+    p, path = _real_page(browser, tmp_path, "constructorsun_memory_snapshot.pickle")
     got = p.evaluate("""(() => {
         const l = veotraceView.lanes[0], k = l.maps.findIndex(m => m.fragmentation_at === "2.052990s");
         l.showMap(k);
@@ -247,15 +254,7 @@ def test_a_logs_map_says_what_it_shows(browser, tmp_path):
 
 def test_hovering_the_before_trace_band_says_what_the_snapshot_tells_of_it(browser, tmp_path):
     """Issue 48 item 4: the band has no stack; its hover gives its blocks, sizes, segments, and how to record them."""
-    from tests.conftest import REAL_TRACES
-
-    path = REAL_TRACES / "cranberrii_memory_snapshot.pickle"
-    if not path.exists():
-        pytest.skip(f"real trace {path.name} not present in {REAL_TRACES}")
-    out = tmp_path / "cr.html"
-    assert run_cli("view", path, "-o", out).exit_code == 0
-    p = browser.open(out.as_uri())
-    assert p.evaluate("veotraceView.ready") is True and p.errors() == []
+    p, _ = _real_page(browser, tmp_path, "cranberrii_memory_snapshot.pickle")
     where = p.evaluate("""(() => {
         const l = veotraceView.lanes[0], u = l.chart, d = l.data, peak = d.peaks[0];
         const g = d.groups.findIndex(g => g.name === "(allocated before the trace)");

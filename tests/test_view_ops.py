@@ -6,12 +6,9 @@ headless Chromium, hovering a lane shows the op; a hostile op name is shown as t
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tests.conftest import run_cli
 from veotrace.synth.kineto import profiler_trace, write_ranks, write_trace
@@ -104,19 +101,9 @@ def test_a_hostile_op_name_stays_data_in_the_page(tmp_path):
 
 
 # the browser: one Chromium for the module
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    from tests.test_browser import BROWSERS
-    from tools.cdp import Browser
-
-    path = next((p for p in map(shutil.which, BROWSERS) if p), None)
-    if path is None:
-        pytest.skip("Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
-    with Browser(path, tmp_path_factory.mktemp("chromium-profile")) as b:
-        yield b
+from tests.test_view_browser import browser  # noqa: E402,F401 (one Chromium for the module, the view tests' fixture)
 
 
 def _hover_event(p, lane: int, ev: dict):
