@@ -3,8 +3,9 @@
 - :func:`profiler_summary`: ``info``'s description: devices and ranks, events, the bytes live before profiling,
   the peaks of live and reserved bytes (the largest ``Total Allocated`` / ``Total Reserved``), the rises of
   ``Total Reserved``, the CPU events kept apart, the reader's checks and what the trace lacks.
-- :func:`totals_series`: reserved vs live bytes over time from the totals, per device (windows), with the
-  cached-but-free bytes (reserved - allocated) that fragmentation cannot split without segment events.
+- :func:`totals_series`, :func:`with_recorded`: the recorded peaks of live and reserved bytes per device, and
+  ``fragmentation``'s windows with the recorded totals (live, reserved, cached-but-free bytes, which it cannot
+  split into free blocks without segment events) in place of what addresses alone give.
 - :func:`reserved_growth`: which op grew reserved memory: the ops (and the GPU kernel or collective running
   then) during which ``Total Reserved`` rose, with the bytes, and the ops after which memory stayed cached but
   free longest.
@@ -91,16 +92,14 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
     return out
 
 
-def totals_series(table: pa.Table, *, window_s: float | None = None, windows: int = 200) -> dict:
-    """Per GPU device: the recorded live (``Total Allocated``) and reserved (``Total Reserved``) bytes at the
-    end of each time window and their maxima in it, and the peaks; ``window_s`` None: ``windows`` windows."""
+def totals_series(table: pa.Table) -> dict:
+    """Per GPU device: the recorded peaks of live (``Total Allocated``) and reserved (``Total Reserved``) bytes,
+    the cached-but-free bytes (reserved - allocated) at their peak and at the end. (Their values over time are
+    ``fragmentation``'s windows: :func:`with_recorded`.)"""
     out = {}
     if not table.num_rows or table.column("total_allocated_bytes").null_count == table.num_rows:
         return out
     ts_all = table.column("ts_ns").to_numpy()
-    t0 = int(ts_all.min())
-    span = max(int(ts_all.max()) - t0, 1)
-    width = int(window_s * 1e9) if window_s else max(-(-span // windows), 1)
     all_lanes = list(_lanes(table))
     ta_col, tr_col = table.column("total_allocated_bytes"), table.column("total_reserved_bytes")
     whole = ta_col.null_count == 0 and tr_col.null_count == 0
@@ -116,24 +115,130 @@ def totals_series(table: pa.Table, *, window_s: float | None = None, windows: in
             ts = ts_all[ok]
         if not ta.size:
             continue
-        w = (ts - t0) // width
-        ends = np.flatnonzero(np.r_[w[1:] != w[:-1], True])
-        starts = np.r_[0, ends[:-1] + 1]
-        max_ta, max_tr = np.maximum.reduceat(ta, starts), np.maximum.reduceat(tr, starts)
-        rows = [{"window": int(w[e]), "start_ns": int(t0 + w[e] * width), "events": int(e - s + 1),
-                 "allocated_bytes": int(ta[e]), "reserved_bytes": int(tr[e]),
-                 "max_allocated_bytes": int(mt), "max_reserved_bytes": int(mr), "cached_free_bytes": int(tr[e] - ta[e])}
-                for s, e, mt, mr in zip(starts.tolist(), ends.tolist(), max_ta.tolist(), max_tr.tolist())]
-        del w
         cached = tr - ta
         pk = int(np.argmax(tr))
         out[name] = {"peak_allocated_bytes": int(ta.max()), "peak_reserved_bytes": int(tr.max()),
                      "peak_reserved_at_ns": int(ts[pk]), "allocated_at_reserved_peak_bytes": int(ta[pk]),
                      "peak_cached_free_bytes": int(cached.max()), "end_allocated_bytes": int(ta[-1]),
                      "end_reserved_bytes": int(tr[-1]),
-                     "cached_free_share_at_end": float(cached[-1] / tr[-1]) if tr[-1] else None,
-                     "window_ns": int(width), "windows": rows}
+                     "cached_free_share_at_end": float(cached[-1] / tr[-1]) if tr[-1] else None}
     return out
+
+
+#: What ``fragmentation`` takes from the recorded totals on a profiler trace, said once beside its table.
+RECORDED_COLUMNS_NOTE = ("live, allocated, reserved, inactive and their peaks (and GMLake's ratio) are the profiler's "
+                         "recorded Total Allocated / Total Reserved, bytes live before profiling included; free blocks, "
+                         "the largest free block and external fragmentation are inferred from the addresses of the "
+                         "blocks the trace saw (gaps under --max-gap)")
+
+
+def lane_steps(ts: np.ndarray, allocated: np.ndarray, reserved: np.ndarray, nbytes: np.ndarray) -> dict:
+    """One device's recorded totals as step functions (``ts`` sorted; ``allocated``/``reserved`` after each
+    event) with the level before its first event (Total Allocated less the first event's Bytes; reserved as
+    the first total: a first event's rise cannot be seen)."""
+    return {"ts": ts, "allocated": allocated, "reserved": reserved,
+            "allocated_before": int(allocated[0] - nbytes[0]) if ts.size else 0,
+            "reserved_before": int(reserved[0]) if ts.size else 0}
+
+
+def _window_stats(steps: dict, start: np.ndarray, end: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per window [start, end): the level at its end, its maximum in it (the level carried in included) and its
+    time-weighted mean, of the step function ``steps[which]`` (the level before the first event before it)."""
+    ts, v = steps["ts"], steps[which].astype(np.int64)
+    before = steps[f"{which}_before"]
+    at_end = np.searchsorted(ts, end, side="left") - 1  # the last event before the window's end
+    at_start = np.searchsorted(ts, start, side="left") - 1  # the last event before it starts
+    level_end = np.where(at_end >= 0, v[np.maximum(at_end, 0)], before)
+    level_in = np.where(at_start >= 0, v[np.maximum(at_start, 0)], before)  # carried into the window
+    peak = level_in.copy()
+    lo, hi = at_start + 1, at_end + 1
+    has = hi > lo
+    if has.any() and ts.size:  # the windows are disjoint: each event lies in at most one
+        order = np.argsort(start, kind="stable")
+        w = np.searchsorted(start[order], ts, side="right") - 1
+        sel = w >= 0
+        w_rows = order[np.maximum(w, 0)]
+        sel &= ts < end[w_rows]
+        np.maximum.at(peak, w_rows[sel], v[sel])
+    # the integral of the level from the first event: I(t) = C[k] + v[k] (t - ts[k]), k the last event <= t
+    if ts.size:
+        c = np.concatenate([[0.0], np.cumsum(v[:-1].astype(np.float64) * np.diff(ts).astype(np.float64))])
+
+        def integral(t, k):
+            kk = np.maximum(k, 0)
+            inside = c[kk] + v[kk].astype(np.float64) * (t - ts[kk]).astype(np.float64)
+            return np.where(k >= 0, inside, before * (t - ts[0]).astype(np.float64))
+
+        span = (end - start).astype(np.float64)
+        mean = np.where(span > 0, (integral(end, at_end) - integral(start, at_start)) / np.where(span > 0, span, 1),
+                        level_end.astype(np.float64))
+    else:
+        mean = level_end.astype(np.float64)
+    return level_end, peak, mean
+
+
+def with_recorded(windows: pa.Table, end: dict, steps: dict[int, dict]) -> tuple[pa.Table, dict]:
+    """``fragmentation``'s windows and end state with the recorded totals of a profiler trace (``steps``: per
+    device of the common table, from :func:`lane_steps`) in place of what the replay of addresses alone
+    gives for them: live/allocated bytes (Total Allocated, bytes live before profiling included), reserved
+    (Total Reserved), inactive (reserved - allocated), their peaks and means in each window, and GMLake's
+    ratio. Free blocks and external fragmentation stay the replay's (inferred from addresses). Windows without
+    times (``--window-events`` on a trace without ``ts``) are left as they are."""
+    if not steps or not windows.num_rows:
+        return windows, end
+    dev = windows.column("device").to_numpy()
+    start_c, end_c = windows.column("start_ns"), windows.column("end_ns")
+    if start_c.null_count or end_c.null_count:
+        return windows, end
+    start, stop = start_c.to_numpy(), end_c.to_numpy()
+    cols = {name: windows.column(name).to_numpy(zero_copy_only=False).copy() for name in
+            ("live_bytes_mean", "live_bytes_peak", "live_bytes", "allocated_bytes")}
+    cols.update({name: windows.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in
+                 ("reserved_bytes", "reserved_bytes_peak", "inactive_bytes", "gmlake_frag")})
+    done = np.zeros(dev.size, bool)
+    for d, st in steps.items():
+        rows = np.flatnonzero(dev == d)
+        if not rows.size:
+            continue
+        a_end, a_peak, a_mean = _window_stats(st, start[rows], stop[rows], "allocated")
+        r_end, r_peak, _ = _window_stats(st, start[rows], stop[rows], "reserved")
+        cols["live_bytes"][rows] = a_end
+        cols["allocated_bytes"][rows] = a_end
+        cols["live_bytes_peak"][rows] = a_peak
+        cols["live_bytes_mean"][rows] = a_mean
+        cols["reserved_bytes"][rows] = r_end
+        cols["reserved_bytes_peak"][rows] = r_peak
+        cols["inactive_bytes"][rows] = r_end - a_end
+        cols["gmlake_frag"][rows] = np.where(r_peak > 0, 1 - a_peak / np.where(r_peak > 0, r_peak, 1), np.nan)
+        done[rows] = True
+    out = windows
+    for name, values in cols.items():
+        field = windows.schema.field(name)
+        if field.type == pa.int64() and values.dtype.kind == "f":
+            arr = pa.array(np.where(np.isnan(values), 0, values).astype(np.int64), pa.int64(), mask=np.isnan(values))
+        else:
+            arr = pa.array(values, field.type, mask=np.isnan(values) if values.dtype.kind == "f" else None)
+        out = out.set_column(out.schema.get_field_index(name), field, arr)
+    return out, _recorded_end(end, steps)
+
+
+def _recorded_end(end: dict, steps: dict[int, dict]) -> dict:
+    """The end state's live/allocated/reserved/inactive bytes from each device's last recorded totals."""
+    devices = {k: dict(v) for k, v in (end.get("devices") or {}).items()}
+    total = dict(end["total"])
+    sums = {"allocated": 0, "reserved": 0}
+    for d, st in steps.items():
+        a = int(st["allocated"][-1]) if st["ts"].size else st["allocated_before"]
+        r = int(st["reserved"][-1]) if st["ts"].size else st["reserved_before"]
+        sums["allocated"] += a
+        sums["reserved"] += r
+        v = devices.get(str(d))
+        if v is not None:
+            v.update(live_bytes=a, allocated_bytes=a, reserved_bytes=r, inactive_bytes=r - a, totals="recorded")
+    if len(steps) == len(devices) or not devices:
+        total.update(live_bytes=sums["allocated"], allocated_bytes=sums["allocated"], reserved_bytes=sums["reserved"],
+                     inactive_bytes=sums["reserved"] - sums["allocated"], totals="recorded")
+    return {**end, "total": total, "devices": devices}
 
 
 def reserved_growth(table: pa.Table, ops: pa.Table | None, *, top: int = GROWTH_TOP) -> dict:

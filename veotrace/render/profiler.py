@@ -59,3 +59,5 @@ def render_recorded_totals(console, recorded: dict) -> None:
                                                              "end_allocated", "end_reserved")})
     console.print(table)
     console.print(escape(f"note: {recorded['note']}"))
+    if recorded.get("columns"):
+        console.print(escape(f"note: {recorded['columns']}"))

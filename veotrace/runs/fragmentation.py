@@ -141,6 +141,7 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         events_table: the ``ALLOC_EVENTS`` table of ``paths`` when it was read already (one process; ``diff``).
     """
     from veotrace.analysis.ooms import OomTap, oom_lines, with_device_free
+    from veotrace.errors import AnalysisError
 
     paths = common.as_paths(paths)
     options, report = common.reading(time_unit, skip_bad_rows, format_hint,
@@ -157,8 +158,13 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     config = common.engine(engine, jobs, scheduler, workers)
     config = config if events_table is None else common.engine()
     tap = OomTap()
-    result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
-                             notes=notes, ooms=tap, events=events_table, **kw)
+    try:
+        result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
+                                 notes=notes, ooms=tap, events=events_table, **kw)
+    except AnalysisError as exc:  # a profiler trace says why in its own words (the 2021 format)
+        from veotrace.runs.profiler import no_addresses_error
+
+        raise no_addresses_error(paths, options, report) or exc from None
     chosen = {} if result.summary.get("from_snapshot") else _log_window(paths, options, result, kw, notes, events_table)
     if chosen:  # a short log: replayed again in windows that fit it (the first read told its span)
         options, report = common.reading(time_unit, skip_bad_rows, format_hint,
@@ -167,6 +173,14 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
         result = read_and_replay(paths, options=options, report=report, on_progress=on_progress, config=config,
                                  notes=[], ooms=tap, events=events_table, **{**kw, "window_s": chosen["window_s"]})
         result.summary["window_choice"] = chosen
+    from veotrace.runs.profiler import recorded_totals
+
+    recorded = recorded_totals(paths, options, report, config=config)
+    if recorded is not None:  # a profiler trace: its recorded totals, not what addresses alone give
+        from veotrace.analysis.profiler import with_recorded
+
+        recorded, steps = recorded
+        result.windows, result.end = with_recorded(result.windows, result.end, steps)
     from veotrace.render.fragmentation import warning_lines
 
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
@@ -179,10 +193,6 @@ def fragmentation(paths, *, window: str | float | None = None, window_events: in
     result.summary["read"] = report.to_dict()
     pinning = (_pinning_by(by, paths, result, options, report, common.site_rule(site_filter, site_depth))
                if by is not None else None)
-    from veotrace.runs.profiler import recorded_totals
-
-    recorded = recorded_totals(paths, options, report, window_s=result.params.get("window_s")
-                               if result.summary.get("has_time") else None, config=config)
     return FragmentationRun(result, messages, inputs, at=None if at is None else str(at), pinning=pinning,
                             recorded=recorded)
 

@@ -113,16 +113,57 @@ def profiler_sites(paths, files: list, *, by: str = "op", options=None, report=N
     return ProfilerSitesRun(value, notes, common.input_files(paths))
 
 
-def recorded_totals(paths, options, report, *, window_s: float | None, config=None) -> dict | None:
-    """For ``fragmentation`` on profiler traces: each device's recorded live and reserved bytes per window
-    (the replay's windows) and peaks, with what cannot be known without segment events (None otherwise)."""
+def recorded_totals(paths, options, report, *, config=None) -> tuple[dict, dict] | None:
+    """For ``fragmentation`` on profiler traces: each device's recorded peaks of live and reserved bytes with
+    what cannot be known without segment events, and each device's totals as step functions (keyed by the
+    common table's ``device``) for the replay's windows (``analysis.profiler.with_recorded``); None when the
+    inputs are something else or record no totals (the 2021 format)."""
     files = kineto_inputs(paths, options, report)
     if not files:
         return None
-    from veotrace.analysis.profiler import SEGMENTS_NOTE, totals_series
+    import numpy as np
 
+    from veotrace.analysis.profiler import RECORDED_COLUMNS_NOTE, SEGMENTS_NOTE, lane_steps, totals_series
+    from veotrace.engine.ranks import read_ranks
+    from veotrace.schemas.kineto import CPU
+    from veotrace.sources.kineto.trace import lane
+
+    parts: dict = {}
+    for read in read_ranks(files, options, report, config=config):  # in file order, as the replay read them
+        t = read.table
+        if not t.num_rows or t.column("total_allocated_bytes").null_count or t.column("total_reserved_bytes").null_count:
+            continue
+        gpu = t.column("device_type").to_numpy() != CPU
+        devs = lane(read, t.column("device_id").to_numpy())
+        cols = [t.column(c).to_numpy() for c in ("ts_ns", "total_allocated_bytes", "total_reserved_bytes", "bytes")]
+        for d in np.unique(devs[gpu]).tolist():
+            m = gpu & (devs == d)
+            parts.setdefault(int(d), []).append([c[m] for c in cols])
+    steps = {}
+    for d, chunks in parts.items():
+        ts, ta, tr, nb = (np.concatenate([c[k] for c in chunks]) for k in range(4))
+        order = np.argsort(ts, kind="stable")  # ranks sharing a device id (one node): one time line
+        steps[d] = lane_steps(ts[order], ta[order], tr[order], nb[order])
     table, _ = read_run(files, options, report, context=False, config=config)
-    return {"devices": totals_series(table, window_s=window_s), "note": SEGMENTS_NOTE}
+    devices = totals_series(table)
+    if not devices:
+        return None
+    return {"devices": devices, "note": SEGMENTS_NOTE, "columns": RECORDED_COLUMNS_NOTE}, steps
+
+
+def no_addresses_error(paths, options, report):
+    """The error for ``fragmentation`` on profiler traces whose events carry no addresses (the 2021 format),
+    naming the first such file and what still works; None when the inputs are something else."""
+    from veotrace.errors import AnalysisError
+
+    files = kineto_inputs(paths, options, report)
+    if not files:
+        return None
+    return AnalysisError("the profiler trace is the 2021 format: its [memory] events carry Bytes, Device Type and "
+                         "Device Id only, no addresses and no totals, so neither blocks nor reserved bytes can be "
+                         "placed", path=files[0],
+                         hint="'veotrace info' gives each device's live bytes from the running sum; entropy, bursts, "
+                              "sites --by op and view work on it; record with a recent PyTorch for fragmentation")
 
 
 def profiler_hip(paths, options) -> bool:
