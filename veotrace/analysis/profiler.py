@@ -143,37 +143,41 @@ def lane_steps(ts: np.ndarray, allocated: np.ndarray, reserved: np.ndarray, nbyt
 
 def _window_stats(steps: dict, start: np.ndarray, end: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per window [start, end): the level at its end, its maximum in it (the level carried in included) and its
-    time-weighted mean, of the step function ``steps[which]`` (the level before the first event before it)."""
-    ts, v = steps["ts"], steps[which].astype(np.int64)
+    time-weighted mean, of the step function ``steps[which]`` (the level before the first event before it).
+    Memory: a few arrays of the windows and one float array of the events (a long trace's millions)."""
+    ts, v = steps["ts"], np.asarray(steps[which], np.int64)
     before = steps[f"{which}_before"]
     at_end = np.searchsorted(ts, end, side="left") - 1  # the last event before the window's end
     at_start = np.searchsorted(ts, start, side="left") - 1  # the last event before it starts
     level_end = np.where(at_end >= 0, v[np.maximum(at_end, 0)], before)
     level_in = np.where(at_start >= 0, v[np.maximum(at_start, 0)], before)  # carried into the window
     peak = level_in.copy()
-    lo, hi = at_start + 1, at_end + 1
-    has = hi > lo
-    if has.any() and ts.size:  # the windows are disjoint: each event lies in at most one
-        order = np.argsort(start, kind="stable")
-        w = np.searchsorted(start[order], ts, side="right") - 1
-        sel = w >= 0
-        w_rows = order[np.maximum(w, 0)]
-        sel &= ts < end[w_rows]
-        np.maximum.at(peak, w_rows[sel], v[sel])
-    # the integral of the level from the first event: I(t) = C[k] + v[k] (t - ts[k]), k the last event <= t
-    if ts.size:
-        c = np.concatenate([[0.0], np.cumsum(v[:-1].astype(np.float64) * np.diff(ts).astype(np.float64))])
+    lo, hi = at_start + 1, at_end + 1  # the window's events: [lo, hi)
+    has = np.flatnonzero(hi > lo)
+    has = has[np.argsort(lo[has], kind="stable")]  # in time order: the pairs' indices never go back
+    if has.size:  # the max over each [lo, hi): reduceat over the pairs, the odd results dropped
+        idx = np.empty(2 * has.size, np.int64)
+        idx[0::2], idx[1::2] = lo[has], hi[has]
+        if idx[-1] >= v.size:
+            idx = idx[:-1]
+        peak[has] = np.maximum(peak[has], np.maximum.reduceat(v, idx)[0::2])
+    if not ts.size:
+        return level_end, peak, level_end.astype(np.float64)
+    # the integral of the level from the first event: I(t) = C[k] + v[k] (t - ts[k]), k the last event <= t,
+    # C[k] = sum over j < k of v[j] (ts[j+1] - ts[j]); before the first event the level is ``before``
+    area = np.diff(ts).astype(np.float64)
+    area *= v[:-1]
+    np.cumsum(area, out=area)
 
-        def integral(t, k):
-            kk = np.maximum(k, 0)
-            inside = c[kk] + v[kk].astype(np.float64) * (t - ts[kk]).astype(np.float64)
-            return np.where(k >= 0, inside, before * (t - ts[0]).astype(np.float64))
+    def integral(t, k):
+        kk = np.maximum(k, 0)
+        c = np.where(kk > 0, area[np.maximum(kk - 1, 0)] if area.size else 0.0, 0.0)
+        inside = c + v[kk].astype(np.float64) * (t - ts[kk]).astype(np.float64)
+        return np.where(k >= 0, inside, before * (t - ts[0]).astype(np.float64))
 
-        span = (end - start).astype(np.float64)
-        mean = np.where(span > 0, (integral(end, at_end) - integral(start, at_start)) / np.where(span > 0, span, 1),
-                        level_end.astype(np.float64))
-    else:
-        mean = level_end.astype(np.float64)
+    span = (end - start).astype(np.float64)
+    mean = np.where(span > 0, (integral(end, at_end) - integral(start, at_start)) / np.where(span > 0, span, 1),
+                    level_end.astype(np.float64))
     return level_end, peak, mean
 
 

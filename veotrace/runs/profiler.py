@@ -138,12 +138,16 @@ def recorded_totals(paths, options, report, *, config=None) -> tuple[dict, dict]
         cols = [t.column(c).to_numpy() for c in ("ts_ns", "total_allocated_bytes", "total_reserved_bytes", "bytes")]
         for d in np.unique(devs[gpu]).tolist():
             m = gpu & (devs == d)
-            parts.setdefault(int(d), []).append([c[m] for c in cols])
+            # one GPU (the common case, and a long trace's): the table's own columns, no copy
+            parts.setdefault(int(d), []).append(cols if m.all() else [c[m] for c in cols])
+        del gpu, devs
     steps = {}
     for d, chunks in parts.items():
-        ts, ta, tr, nb = (np.concatenate([c[k] for c in chunks]) for k in range(4))
-        order = np.argsort(ts, kind="stable")  # ranks sharing a device id (one node): one time line
-        steps[d] = lane_steps(ts[order], ta[order], tr[order], nb[order])
+        ts, ta, tr, nb = (chunks[0][k] if len(chunks) == 1 else np.concatenate([c[k] for c in chunks]) for k in range(4))
+        if ts.size > 1 and (ts[1:] < ts[:-1]).any():  # ranks sharing a device id (one node): one time line
+            order = np.argsort(ts, kind="stable")
+            ts, ta, tr, nb = ts[order], ta[order], tr[order], nb[order]
+        steps[d] = lane_steps(ts, ta, tr, nb)
     table, _ = read_run(files, options, report, context=False, config=config)
     devices = totals_series(table)
     if not devices:
