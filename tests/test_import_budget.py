@@ -82,7 +82,7 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
     "entropy-snapshot": (["entropy", SNAP], SNAPSHOT | TEXT | ENTROPY),
     "convert": (["convert", "{small}", "-o", "{tmp}/out.parquet"],
                 LOG | ENGINE | {"pyarrow.compute", "pyarrow.parquet", "veotrace.cli.convert", "veotrace.runs.convert",
-                                "veotrace.sources.convert", "veotrace.sources.snapshots"}),
+                                "veotrace.sources.convert", "veotrace.sources.snapshots"} | PROFILED),
     "bursts": (["bursts", str(S / "alloc_logs_bursty" / "alloc.log.csv")],
                LOG | TEXT | ENGINE | {"pyarrow.compute", "veotrace.cli.bursts", "veotrace.runs.bursts", "veotrace.analysis.bursts",
                                       "veotrace.analysis.groups", "veotrace.analysis.ops", "veotrace.analysis.timescale",

@@ -56,6 +56,8 @@ def describe(probe: Any) -> FileInfo:
             continue
         info.tables[kind] = summary.pop("rows")
         info.details[kind] = summary
+    if info.format == "parquet":
+        _converted_traces(probe.path, info, failed)
     info.problems = [f"{', '.join(k for k in what if k != 'version') or 'version'}: {reason}"
                      for reason, what in failed.items()]
     seg, blk = info.details.get("segments"), info.details.get("blocks")
@@ -70,6 +72,31 @@ def describe(probe: Any) -> FileInfo:
         info.problems.append(f"{len(info.devices):,} devices, past the {MAX_DEVICES:,} that fragmentation and "
                              "simulate replay (each device on its own allocator state): they refuse this file")
     return info
+
+
+def _converted_traces(path, info: FileInfo, failed: dict) -> None:
+    """A Parquet file ``convert`` wrote from profiler traces: their own summary beside the events' (as ``info``
+    gives the traces), read from the tables beside it (``sources.kineto.converted``)."""
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from veotrace.sources.base import ReadOptions, ReadReport
+    from veotrace.sources.kineto.converted import sides_of
+    from veotrace.sources.kineto.trace import read_profiler_memory
+
+    try:
+        sides = sides_of(path if isinstance(path, Path) else Path(str(path)))
+        if not sides:
+            return
+        tables = [read_profiler_memory(p, options=ReadOptions(), report=ReadReport()) for p in sides]
+    except VeotraceError as exc:
+        failed.setdefault(without_path(exc), []).append("profiler_memory")
+        return
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    summary = SUMMARISERS["profiler_memory"](table)
+    info.tables["profiler_memory"] = summary.pop("rows")
+    info.details["profiler_memory"] = summary
 
 
 def without_path(exc: VeotraceError) -> str:
@@ -127,7 +154,7 @@ def supports_entropy(info: FileInfo) -> str | None:
 def supports_sites(info: FileInfo) -> str | None:
     """sites attributes a PyTorch snapshot: its segments and blocks (the end state and stranded bytes),
     and its trace when it has one (the peaks and phases); a profiler trace's GPU events by the op around them."""
-    if info.format == "kineto" and (info.details.get("profiler_memory") or {}).get("gpu_events"):
+    if info.format in ("kineto", "parquet") and (info.details.get("profiler_memory") or {}).get("gpu_events"):
         return "sites --by op"  # a profiler trace: by the op, frame, module or kernel around each allocation
     return "sites" if info.format == "torch-snapshot" and info.tables.get("segments") else None
 

@@ -56,6 +56,14 @@ def convert(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False
     config = common.engine(engine, jobs, scheduler, workers)
     inputs = common.input_files(paths)
     notes: list[str] = []
+    from veotrace.runs.profiler import convert_traces, kineto_inputs
+
+    traces = kineto_inputs(paths, options, report)
+    written = convert_traces(traces, output, options, report, config, inputs) if traces else None
+    if written is not None:  # profiler traces: their totals, ops and checks go with the events
+        line = "wrote " + ", ".join(f"{rows:,} {'events' if kind == 'alloc_events' else 'rows'} to {path}"
+                                    for kind, (path, rows) in written.items())
+        return ConvertRun(written, list(report.messages()), inputs, closing=[line])
     if config.parallel:  # each file converted by a task into a part, the parts then joined in order
         if not any("segments" in fmt.provides
                    for _, fmt in resolve_inputs(paths, "alloc_events", options=options, report=ReadReport())):

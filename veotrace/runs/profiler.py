@@ -22,7 +22,13 @@ def kineto_inputs(paths, options, report) -> list:
         inputs = resolve_inputs(paths, "alloc_events", options=options, report=report)
     except TraceFormatError:
         return []
-    return [p for p, fmt in inputs if fmt.name == "kineto"] if all(f.name == "kineto" for _, f in inputs) else []
+    if all(f.name == "kineto" for _, f in inputs):
+        return [p for p, _ in inputs]
+    if len(inputs) == 1 and inputs[0][1].name == "parquet":  # what ``convert`` wrote from traces: each trace
+        from veotrace.sources.kineto.converted import sides_of
+
+        return sides_of(inputs[0][0]) or []
+    return []
 
 
 def read_run(files: list, options, report, *, context: bool, config=None):
@@ -168,6 +174,34 @@ def no_addresses_error(paths, options, report):
                          "placed", path=files[0],
                          hint="'veotrace info' gives each device's live bytes from the running sum; entropy, bursts, "
                               "sites --by op and view work on it; record with a recent PyTorch for fragmentation")
+
+
+def convert_traces(files: list, output, options, report, config, inputs) -> dict | None:
+    """``convert`` of profiler traces: the GPU events as ``ALLOC_EVENTS`` and, beside them, each trace's memory
+    rows and ops with what its read found (``sources.kineto.converted``), so that every command gives the Parquet
+    file the traces' answer; the ranks read on the engine's workers when parallel. None when the traces hold no
+    GPU event (the events route then says why) or ``files`` are such side tables already."""
+    from veotrace.engine.ranks import read_ranks
+    from veotrace.outputs import output_file
+    from veotrace.sources.convert import write_parquet
+    from veotrace.sources.kineto.converted import is_side, metadata, side_paths, write_side
+    from veotrace.sources.kineto.trace import alloc_batches, pc_not_cpu
+
+    if any(is_side(p) for p in files):
+        return None
+    reads = read_ranks(files, options, report, context=True, config=config)
+    if not any(r.table.num_rows and (pc_not_cpu(r.table) is not None or r.table.column("device_type")[0].as_py() != 0)
+               for r in reads):
+        return None
+    sides = [side_paths(output, k) for k in range(len(files))]
+    with output_file(output, "wb", inputs=inputs) as sink:
+        rows = write_parquet((b for r in reads for b in alloc_batches(r)), sink,
+                             metadata=metadata(files, [m for m, _ in sides]))
+    written = {"alloc_events": (output, rows)}
+    for k, (read, (memory, ops)) in enumerate(zip(reads, sides)):
+        mine = [w for w in report.warnings if str(files[k]) in w]
+        written[f"profiler-{k}"] = (memory, write_side(read, mine, memory, ops))
+    return written
 
 
 def profiler_hip(paths, options) -> bool:

@@ -281,10 +281,10 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
                    iter_alloc_events(paths, options=options, report=report if first else ReadReport(), inputs=inputs))
         return ooms.tap(batches) if first and ooms is not None else batches  # the recorded OOMs, on the first read
 
-    from veotrace.runs.profiler import replay_input
+    from veotrace.runs.profiler import kineto_inputs, replay_input
 
-    profiled = events is None and not snapshot and all(f.name == "kineto" for _, f in inputs)
-    table, seed = replay_input([p for p, _ in inputs], options, report, config) if profiled else (None, None)
+    traces = kineto_inputs(paths, options, report) if events is None and not snapshot else []  # or their Parquet
+    table, seed = replay_input(traces, options, report, config) if traces else (None, None)
     profiled = table is not None
     if not profiled:
         table = pa.Table.from_batches(list(open_batches(True))) if whole or snapshot else open_batches

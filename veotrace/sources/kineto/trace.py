@@ -719,7 +719,13 @@ def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context
             report.skip_row(p, ln, why)
         return read
     mine = ReadReport()
-    read = read_memory(path, options=options, report=mine, context=context, on_progress=on_progress)
+    from veotrace.sources.kineto.converted import is_side, read_side
+
+    if is_side(path):  # a trace ``convert`` wrote to Parquet: read back as the trace, its warnings again
+        fields, mine.warnings[:] = read_side(path, context=context)
+        read = MemoryRead(**fields)
+    else:
+        read = read_memory(path, options=options, report=mine, context=context, on_progress=on_progress)
     report.merge(mine)
     if key is not None:
         if len(_CACHE) >= 4:
