@@ -70,24 +70,71 @@ def read_timeline(path: Path, *, options: ReadOptions = ReadOptions(), report: R
         repeated(str(path), n)], schema=KINETO_TIMELINE)
 
 
-def categories(table: pa.Table) -> dict:
-    """Bytes live per category at the end and at the peak of their sum, and the peak's time."""
+def series(table: pa.Table) -> dict:
+    """Either form of the timeline as points: the bytes live per category after every row at one time.
+
+    The raw rows (``KINETO_TIMELINE``) are summed per category and coalesced as PyTorch's own
+    ``_coalesce_timeline`` does (a point per run of rows at one time; here at their nanosecond, not its whole
+    microsecond); the JSON form's points (``KINETO_TIMELINE_POINTS``) are taken as written. Rows out of time
+    order (PyTorch writes none) are put in order first: each is a change of bytes, so the end is the same.
+
+    Returns:
+        ``ts_ns`` (int64, the null points' entries 0), ``null`` (bool: the point of the tensors live before
+        profiling), ``states`` (int64, points x categories), ``categories`` (their names), ``form`` ("raw" or
+        "points"), ``rows`` (rows or points read), ``before`` (bytes per category live before profiling),
+        ``out_of_order`` (rows put back in time order).
+    """
+    names = list(TIMELINE_CATEGORIES)
+    ts_col = table.column("ts_ns")
+    null_all = ts_col.is_null().to_numpy(zero_copy_only=False)
+    ts_all = ts_col.fill_null(0).to_numpy()
+    ncat = len(names)
+    if "bytes" not in table.column_names:  # the JSON form: its points, as written
+        states = np.stack([table.column(c).to_numpy() for c in names], axis=1) if table.num_rows else \
+            np.zeros((0, ncat), np.int64)
+        before = states[0] if table.num_rows and null_all[0] else np.zeros(ncat, np.int64)
+        return {"ts_ns": ts_all, "null": null_all, "states": states.astype(np.int64, copy=False), "categories": names,
+                "form": "points", "rows": table.num_rows, "before": before, "out_of_order": 0}
     nbytes = table.column("bytes").to_numpy()
     cat = table.column("category").combine_chunks()
-    names = cat.dictionary.to_pylist()
-    idx = cat.indices.to_numpy()
-    total = np.cumsum(nbytes)
-    if not nbytes.size:
-        return {"rows": 0, "end": {}, "peak_bytes": 0, "peak_at_ns": None, "at_peak": {}, "before_profiling_bytes": 0}
+    # the dictionary is TIMELINE_CATEGORIES as read_timeline writes it; map by name all the same
+    remap = np.array([names.index(v) for v in cat.dictionary.to_pylist()], np.int64)
+    idx = remap[cat.indices.to_numpy()] if len(cat) else np.zeros(0, np.int64)
+    key = np.where(null_all, np.iinfo(np.int64).min, ts_all)
+    out_of_order = int(np.count_nonzero(key[1:] < key[:-1]))
+    if out_of_order:
+        order = np.argsort(key, kind="stable")
+        key, nbytes, idx, null_all, ts_all = key[order], nbytes[order], idx[order], null_all[order], ts_all[order]
+    n = nbytes.size
+    last = np.ones(n, bool)
+    last[:-1] = key[1:] != key[:-1]
+    ends = np.flatnonzero(last)
+    states = np.zeros((ends.size, ncat), np.int64)
+    for k in range(ncat):  # one category's running sum at a time: n x 8 bytes at most, not n x 64
+        states[:, k] = np.cumsum(np.where(idx == k, nbytes, 0))[ends]
+    pts_null = null_all[ends]
+    before = states[np.flatnonzero(pts_null)[-1]] if pts_null.any() else np.zeros(ncat, np.int64)
+    return {"ts_ns": ts_all[ends], "null": pts_null, "states": states, "categories": names, "form": "raw",
+            "rows": int(n), "before": before, "out_of_order": out_of_order}
+
+
+def categories(table: pa.Table) -> dict:
+    """``info``'s summary of either form: bytes live per category at the end and at the peak of their sum (the
+    point ``veotrace categories`` names too), the peak's time, and the bytes live before profiling."""
+    s = series(table)
+    names, states = s["categories"], s["states"]
+    form = ("export_memory_timeline raw rows [ts, action, bytes, category]" if s["form"] == "raw" else
+            "export_memory_timeline JSON points [times, sizes by category] (times in whole microseconds)")
+    if not len(states):
+        return {"rows": s["rows"], "form": form, "points": 0, "end": {}, "peak_bytes": 0, "peak_at_ns": None,
+                "at_peak": {}, "before_profiling_bytes": 0}
+    total = states.sum(axis=1)
     peak = int(np.argmax(total))
-    per = np.zeros((len(names), nbytes.size), np.int64)
-    for k in range(len(names)):
-        per[k] = np.cumsum(np.where(idx == k, nbytes, 0))
-    ts = table.column("ts_ns")
-    return {"rows": int(nbytes.size), "end": {names[k]: int(per[k, -1]) for k in range(len(names)) if per[k, -1]},
-            "peak_bytes": int(total[peak]), "peak_at_ns": ts[peak].as_py(),
-            "at_peak": {names[k]: int(per[k, peak]) for k in range(len(names)) if per[k, peak]},
-            "before_profiling_bytes": int(nbytes[ts.is_null().to_numpy(zero_copy_only=False)].sum())}
+    return {"rows": s["rows"], "form": form, "points": int(len(states)),
+            "end": {names[k]: int(states[-1, k]) for k in range(len(names)) if states[-1, k]},
+            "peak_bytes": int(total[peak]), "peak_at_ns": None if s["null"][peak] else int(s["ts_ns"][peak]),
+            "at_peak": {names[k]: int(states[peak, k]) for k in range(len(names)) if states[peak, k]},
+            "before_profiling_bytes": int(s["before"].sum())}
 
 
 def read_memory_timeline(path: Path, *, options: ReadOptions, report: ReadReport) -> pa.Table:
