@@ -81,8 +81,9 @@ _TIMELINE_ROW = re.compile(rb"^\s*\[\s*\[\s*-?\d+\s*,\s*[1-4]\s*,\s*-?\d+\s*,\s*
 
 #: The JSON form [times, sizes]: a first list of more numbers than a raw row's 4, or a whole list of numbers
 #: followed by a list of lists (the sizes) or an empty one.
-_POINTS_LONG = re.compile(rb"^\s*\[\s*\[\s*-?\d+(?:\s*,\s*-?\d+){4,}\s*[,\]]")
-_POINTS_SHORT = re.compile(rb"^\s*\[\s*\[\s*(?:-?\d+(?:\s*,\s*-?\d+)*)?\s*\]\s*,\s*\[\s*[\[\]]")
+_NUM = rb"-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?"  # a time written as a float is the reader's to refuse, by name
+_POINTS_LONG = re.compile(rb"^\s*\[\s*\[\s*" + _NUM + rb"(?:\s*,\s*" + _NUM + rb"){4,}\s*[,\]]")
+_POINTS_SHORT = re.compile(rb"^\s*\[\s*\[\s*(?:" + _NUM + rb"(?:\s*,\s*" + _NUM + rb")*)?\s*\]\s*,\s*\[\s*[\[\]]")
 
 
 def _is_memory_timeline_points(head: bytes) -> bool:

@@ -68,7 +68,7 @@ def read_points(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
         doc = json.loads(data)
     except ValueError as exc:
         raise TraceFormatError(f"not a valid memory timeline JSON ({str(exc)[:80]})", path=path,
-                               hint="Re-export it (a cut export cannot be read): " + RAW_HINT) from None
+                               hint="Re-export it; a cut export cannot be read") from None
     if not (isinstance(doc, list) and len(doc) == 2 and all(isinstance(x, list) for x in doc)):
         raise TraceFormatError(_SHAPE, path=path, hint=RAW_HINT)
     times, sizes = doc
