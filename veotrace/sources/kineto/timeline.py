@@ -86,8 +86,8 @@ def series(table: pa.Table) -> dict:
     """
     names = list(TIMELINE_CATEGORIES)
     ts_col = table.column("ts_ns")
-    null_all = ts_col.is_null().to_numpy(zero_copy_only=False)
-    ts_all = ts_col.fill_null(0).to_numpy()
+    null_all = _nulls(ts_col)
+    ts_all = np.where(null_all, 0, _values(ts_col))
     ncat = len(names)
     if "bytes" not in table.column_names:  # the JSON form: its points, as written
         states = np.stack([table.column(c).to_numpy() for c in names], axis=1) if table.num_rows else \
@@ -116,6 +116,26 @@ def series(table: pa.Table) -> dict:
     before = states[np.flatnonzero(pts_null)[-1]] if pts_null.any() else np.zeros(ncat, np.int64)
     return {"ts_ns": ts_all[ends], "null": pts_null, "states": states, "categories": names, "form": "raw",
             "rows": int(n), "before": before, "out_of_order": out_of_order}
+
+
+def _nulls(column: pa.ChunkedArray) -> np.ndarray:
+    """Which entries of a column are null, from the validity bitmaps (``is_null`` would load pyarrow.compute)."""
+    parts = []
+    for c in column.chunks:
+        if c.null_count == 0 or c.buffers()[0] is None:
+            parts.append(np.zeros(len(c), bool))
+        else:
+            bits = np.unpackbits(np.frombuffer(c.buffers()[0], np.uint8), bitorder="little")
+            parts.append(bits[c.offset:c.offset + len(c)] == 0)
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+
+def _values(column: pa.ChunkedArray) -> np.ndarray:
+    """An int64 column's values as numpy, whatever its nulls hold (the caller masks them; fill_null would load
+    pyarrow.compute, and to_numpy on a column with nulls gives floats, which cannot hold epoch nanoseconds)."""
+    parts = [np.frombuffer(c.buffers()[1], np.int64, count=c.offset + len(c))[c.offset:] for c in column.chunks
+             if len(c)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def categories(table: pa.Table) -> dict:
