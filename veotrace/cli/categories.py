@@ -29,7 +29,7 @@ TimelineArg = Annotated[
 
 @app.command("categories")
 def categories_command(
-    timeline: TimelineArg,
+    paths: TimelineArg,
     window: Annotated[str | None, typer.Option("--window", help=f"Window length W: 10ms, 1s, 5m (a bare number is seconds) [default: {_WINDOW_S:g}s, or one chosen from the data when that gives under 20 windows].", show_default=False)] = None,
     window_events: Annotated[int | None, typer.Option("--window-events", help="Windows of N consecutive points instead of time windows (a point: the state after every row at one time).")] = None,
     skip_bad_rows: SkipBadRowsOpt = False,
@@ -42,5 +42,5 @@ def categories_command(
     with user_errors():
         from veotrace.runs.categories import categories
 
-        show(categories(timeline, window=window, window_events=window_events, skip_bad_rows=skip_bad_rows,
+        show(categories(paths, window=window, window_events=window_events, skip_bad_rows=skip_bad_rows,
                         format_hint=format_hint), fmt, output, rows=rows)
