@@ -290,3 +290,18 @@ def test_the_point_of_tensors_live_before_profiling_is_read_as_such():
     assert t.column("ts_ns").to_pylist() == [5000, 9000]
     assert table([[-1], [[0, 4, *z[2:]]]]).column("ts_ns").to_pylist() == [None]
     assert table([[], []]).num_rows == 0
+
+
+def test_the_whole_file_path_and_the_row_by_row_path_read_the_same(tmp_path, monkeypatch):
+    """A file of plain integers is taken whole (orjson, one numpy matrix); anything else row by row, which names
+    the bad row: both give the same table for the same good file."""
+    from veotrace.sources.kineto import points, timeline
+
+    tl = memory_timeline(10, burst=2)
+    raw, pts = tl.write_raw(tmp_path / "t.raw.json.gz"), tl.write_json(tmp_path / "t.json")
+    fast = [read_table([p], "memory_timeline") for p in (raw, pts)]
+    monkeypatch.setattr(timeline, "int_matrix", lambda rows, width: None)
+    monkeypatch.setattr(points, "int_matrix", lambda rows, width: None)
+    slow = [read_table([p], "memory_timeline") for p in (raw, pts)]
+    assert all(f.equals(s) for f, s in zip(fast, slow))
+    assert fast[0].num_rows == len(tl.rows) and fast[1].num_rows == len(tl.times)

@@ -21,7 +21,7 @@ import pyarrow as pa
 from veotrace.errors import TraceFormatError
 from veotrace.schemas.kineto import KINETO_TIMELINE_POINTS, TIMELINE_CATEGORIES
 from veotrace.sources.base import ReadOptions, ReadReport, open_decompressed
-from veotrace.sources.kineto.timeline import RAW_HINT
+from veotrace.sources.kineto.timeline import RAW_HINT, int_matrix, loads_ints
 
 #: A point's sizes: the plot's leading 0, then one per category.
 WIDTH = len(TIMELINE_CATEGORIES) + 1
@@ -56,8 +56,6 @@ def read_points(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
         TraceFormatError: not valid JSON (a cut file), not ``[times, sizes]`` of equal lengths, a bad point
             (unless ``options.skip_bad_rows``: skipped and counted), or times that go back.
     """
-    import json
-
     from veotrace.sources.limits import read_bounded
 
     report = report if report is not None else ReadReport()
@@ -65,7 +63,7 @@ def read_points(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     with fh:
         data = read_bounded(path, fh)
     try:
-        doc = json.loads(data)
+        doc, plain = loads_ints(data)
     except ValueError as exc:
         raise TraceFormatError(f"not a valid memory timeline JSON ({str(exc)[:80]})", path=path,
                                hint="Re-export it; a cut export cannot be read") from None
@@ -77,6 +75,13 @@ def read_points(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
                                hint="Re-export it: both lists come from one call")
     # PyTorch gives the point at raw ts -1 the first real time: two equal first times (or a lone -1) say so
     before = bool(times) and (times[0] == -1 or (len(times) > 1 and _int(times[0]) and times[0] == times[1]))
+    fast = _whole(times, sizes) if plain else None
+    if fast is not None:  # every point as PyTorch writes them: no check point by point
+        t, m = fast
+        null = t == -1
+        if before:
+            null[0] = True
+        return _table(path, t * 1000, null, np.arange(len(t), dtype=np.int64), m[:, 1:])
     keep_t: list[int] = []
     keep_s: list[list[int]] = []
     index: list[int] = []
@@ -97,15 +102,34 @@ def read_points(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
         if t != -1:
             last = t
     n = len(keep_t)
-    ts = np.array(keep_t, np.int64) * 1000
     null = np.array([t == -1 for t in keep_t], bool)
     if before and index and index[0] == 0:
         null[0] = True
-    states = np.array(keep_s, np.int64).reshape(n, WIDTH - 1)
+    return _table(path, np.array(keep_t, np.int64) * 1000, null, np.array(index, np.int64),
+                  np.array(keep_s, np.int64).reshape(n, WIDTH - 1))
+
+
+def _whole(times: list, sizes: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """(times, sizes) as int64 arrays when every point is one PyTorch writes, else None (then each point is
+    checked on its own, and the bad one named)."""
+    m = int_matrix(sizes, WIDTH)
+    if m is None or not all(type(v) is int for v in times) or any(v < -1 or v > _MAX_US for v in times):
+        return None
+    t = np.array(times, dtype=np.int64)
+    if not t.size:
+        return t, m
+    timed = t != -1
+    start = int(np.argmax(timed)) if timed.any() else t.size  # the -1 points come first, the rest in time order
+    ordered = bool(timed[start:].all()) and bool((np.diff(t[start:]) >= 0).all())
+    return (t, m) if ordered and bool((m[:, 0] == 0).all()) else None
+
+
+def _table(path: Path, ts: np.ndarray, null: np.ndarray, index: np.ndarray, states: np.ndarray) -> pa.Table:
     from veotrace.schemas.base import repeated
 
-    return pa.Table.from_arrays([pa.array(ts, pa.int64(), mask=null), pa.array(np.array(index, np.int64)),
-                                 *(pa.array(states[:, k]) for k in range(WIDTH - 1)),
+    n = len(ts)
+    return pa.Table.from_arrays([pa.array(ts, pa.int64(), mask=null), pa.array(index),
+                                 *(pa.array(np.ascontiguousarray(states[:, k])) for k in range(WIDTH - 1)),
                                  repeated(str(path), n)], schema=KINETO_TIMELINE_POINTS)
 
 

@@ -25,8 +25,6 @@ RAW_HINT = ("Export the raw form instead: prof.export_memory_timeline('timeline.
 
 def read_timeline(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None) -> pa.Table:
     """The rows as ``KINETO_TIMELINE`` (a bounded read: the raw export is one JSON list)."""
-    import json
-
     from veotrace.sources.limits import read_bounded
 
     report = report if report is not None else ReadReport()
@@ -34,12 +32,15 @@ def read_timeline(path: Path, *, options: ReadOptions = ReadOptions(), report: R
     with fh:
         data = read_bounded(path, fh)
     try:
-        rows = json.loads(data)
+        rows, plain = loads_ints(data)
     except ValueError as exc:
         raise TraceFormatError(f"not a valid memory timeline ({str(exc)[:80]})", path=path,
                                hint="Re-export it; a cut export cannot be read") from None
     if not isinstance(rows, list):
         raise TraceFormatError("a memory timeline is a list of [ts, action, bytes, category] rows", path=path)
+    whole = int_matrix(rows, 4) if plain else None
+    if whole is not None and _rows_ok(whole):  # every row as PyTorch writes them: no check row by row
+        return _table(path, whole[:, 0], whole[:, 1], whole[:, 2], whole[:, 3])
     ts, act, nbytes, cat = [], [], [], []
     for i, row in enumerate(rows):
         ok = (isinstance(row, list) and len(row) == 4 and all(isinstance(v, int) and not isinstance(v, bool) for v in row)
@@ -55,8 +56,59 @@ def read_timeline(path: Path, *, options: ReadOptions = ReadOptions(), report: R
         act.append(row[1])
         nbytes.append(row[2])
         cat.append(row[3])
-    n = len(ts)
-    tsa = np.array(ts, np.int64)
+    return _table(path, np.array(ts, np.int64), np.array(act, np.int64), np.array(nbytes, np.int64),
+                  np.array(cat, np.int64))
+
+
+#: The bytes of a JSON document of integers and lists only.
+_INT_BYTES = b"0123456789-,[] \t\r\n"
+
+
+def loads_ints(data: bytes):
+    """The parsed document, and whether it holds integers and lists only (no float, NaN, string, ``true``: numpy
+    would read ``"12"`` and ``true`` as numbers), judged from its bytes. Such a document is parsed by orjson
+    (the reader's dependency, about twice as fast), any other, or one past its 64-bit integers, by json.
+
+    Raises:
+        ValueError: not JSON.
+    """
+    import json
+
+    plain = not data.translate(None, _INT_BYTES)
+    if plain:
+        try:
+            from orjson import loads
+
+            return loads(data), True
+        except ImportError:  # pragma: no cover - an install without orjson reads the same, slower
+            pass
+        except ValueError:  # an integer past 64 bits, or not JSON: json parses it, or says where it fails
+            pass
+    return json.loads(data), plain
+
+
+def int_matrix(rows: list, width: int) -> np.ndarray | None:
+    """``rows`` as an n x ``width`` int64 matrix, or None when they are not lists of ``width`` int64 integers
+    (then the caller checks them one by one and names the bad one). Only for a document ``loads_ints`` found
+    plain; int64's least value is refused as well, as the row-by-row checks refuse it."""
+    if not rows:
+        return np.zeros((0, width), np.int64)
+    try:
+        out = np.array(rows, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if out.ndim != 2 or out.shape[1] != width or (out == np.iinfo(np.int64).min).any():
+        return None
+    return out
+
+
+def _rows_ok(m: np.ndarray) -> bool:
+    return bool(((m[:, 1] >= 1) & (m[:, 1] <= 4) & (m[:, 3] >= 0) & (m[:, 3] < len(TIMELINE_CATEGORIES))).all())
+
+
+def _table(path: Path, tsa: np.ndarray, act: np.ndarray, nbytes: np.ndarray, cat: np.ndarray) -> pa.Table:
+    n = len(tsa)
+    tsa = np.ascontiguousarray(tsa, np.int64)
     from veotrace.schemas.base import repeated
 
     actions = pa.array([TIMELINE_ACTIONS[k] for k in sorted(TIMELINE_ACTIONS)], pa.string())
@@ -64,9 +116,9 @@ def read_timeline(path: Path, *, options: ReadOptions = ReadOptions(), report: R
     return pa.Table.from_arrays([
         pa.array(tsa, pa.int64(), mask=tsa < 0),
         pa.array(np.arange(n, dtype=np.int64)),
-        pa.DictionaryArray.from_arrays(pa.array(np.array(act, np.int32) - 1), actions),
-        pa.array(np.array(nbytes, np.int64)),
-        pa.DictionaryArray.from_arrays(pa.array(np.array(cat, np.int32)), cats),
+        pa.DictionaryArray.from_arrays(pa.array(np.asarray(act, np.int32) - 1), actions),
+        pa.array(np.ascontiguousarray(nbytes, np.int64)),
+        pa.DictionaryArray.from_arrays(pa.array(np.asarray(cat, np.int32)), cats),
         repeated(str(path), n)], schema=KINETO_TIMELINE)
 
 
