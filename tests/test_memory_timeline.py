@@ -305,3 +305,45 @@ def test_the_whole_file_path_and_the_row_by_row_path_read_the_same(tmp_path, mon
     slow = [read_table([p], "memory_timeline") for p in (raw, pts)]
     assert all(f.equals(s) for f, s in zip(fast, slow))
     assert fast[0].num_rows == len(tl.rows) and fast[1].num_rows == len(tl.times)
+
+
+@pytest.mark.parametrize("form", ["raw", "json"])
+def test_mutated_files_end_cleanly(tmp_path, form):
+    """Seeded byte mutations of a good file (a byte changed, a run cut out, the file cut): exit 0, or exit 1 with
+    one Error line; never a traceback."""
+    import random
+
+    tl = memory_timeline(11, steps=1)
+    good = json.dumps(tl.rows if form == "raw" else [tl.times, tl.sizes]).encode()
+    rng = random.Random(form)
+    path = tmp_path / "m.json"
+    for _ in range(25):
+        data = bytearray(good)
+        i = rng.randrange(len(data))
+        kind = rng.randrange(3)
+        if kind == 0:
+            data[i] = rng.choice(b"0123456789-,[]{}\". tfnNaI")
+        elif kind == 1:
+            del data[i:i + rng.randrange(1, 12)]
+        else:
+            del data[i:]
+        path.write_bytes(bytes(data))
+        r = run_cli("categories", path, "-f", "json")
+        assert "Traceback" not in r.stderr
+        assert r.exit_code == 0 or (r.exit_code == 1 and
+                                    len([ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]) == 1), r.stderr
+
+
+def test_a_time_far_from_the_others_is_named_by_its_row(tmp_path):
+    """A digit lost from one row's nanoseconds puts it decades away: the default windows would number millions,
+    so the row is named (exit 1), not the --window the user never gave."""
+    tl = memory_timeline(12, steps=2)
+    rows = [list(r) for r in tl.rows]
+    k = len(rows) // 2
+    rows[k][0] //= 10
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(rows))
+    r = run_cli("categories", path)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
+    assert r.exit_code == 1 and len(errors) == 1 and f"row {k + 1:,}'s time {rows[k][0]} ns" in errors[0]
+    assert run_cli("categories", path, "--window-events", "10").exit_code == 0  # as the hint says

@@ -22,7 +22,7 @@ import numpy as np
 
 from veotrace.analysis import timescale
 from veotrace.defaults import CATEGORIES_MAX_WINDOWS, CATEGORIES_WINDOW_S
-from veotrace.errors import UsageError
+from veotrace.errors import AnalysisError, UsageError
 
 _EMPTY = {"category": None, "bytes": 0}
 
@@ -102,11 +102,32 @@ def _choose(t: np.ndarray, window_s: float | None, window_events: int | None) ->
     return int(w), None, {"auto": True, "mode": "time", "reason": why}
 
 
+def _implausible(series: dict, t: np.ndarray, timed: np.ndarray, nwin: int) -> None:
+    """The default window over a span of years: a time far from the others (a damaged row, another unit), named
+    by its row; a profiled run spans seconds.
+
+    Raises:
+        AnalysisError: always.
+    """
+    span = timescale.fmt_duration((int(t[-1]) - int(t[0])) / timescale.NS_PER_S)
+    hint = "Fix or remove that row, or give --window-events N (windows of points)"
+    at = timescale.find_outlier(t)
+    if at is not None:
+        rows = series.get("row")
+        row = f"row {int(rows[timed][at]):,}" if rows is not None else "a point"
+        raise AnalysisError(f"{row}'s time {int(t[at])} ns lies far from all the others (the points span {span}): "
+                            "a damaged row, or a time in another unit", hint=hint)
+    raise AnalysisError(f"the points span {span}, which the default windows of "
+                        f"{timescale.fmt_duration(CATEGORIES_WINDOW_S)} cut into {nwin:,} (at most "
+                        f"{CATEGORIES_MAX_WINDOWS:,}); a profiled run spans seconds", hint="Give --window or --window-events")
+
+
 def categories_over_time(series: dict, *, window_s: float | None = None, window_events: int | None = None) -> CategoriesResult:
     """Categories over time from ``series`` (``sources.kineto.timeline.series``: either timeline form).
 
     Raises:
         UsageError: ``--window`` giving more than ``CATEGORIES_MAX_WINDOWS`` windows over the span.
+        AnalysisError: the default window giving that many (a time far from the others, named by its row).
     """
     names: list[str] = list(series["categories"])
     states: np.ndarray = series["states"]
@@ -130,6 +151,8 @@ def categories_over_time(series: dict, *, window_s: float | None = None, window_
     if t.size:
         k = (np.arange(t.size, dtype=np.int64) // window_pts) if window_pts else (t - t0) // window_ns
         nwin = int(k[-1]) + 1
+        if nwin > CATEGORIES_MAX_WINDOWS and window_s is None and window_pts is None:
+            _implausible(series, t, timed, nwin)
         if nwin > CATEGORIES_MAX_WINDOWS:
             raise UsageError(f"--window {timescale.fmt_duration(window_ns / timescale.NS_PER_S)} gives {nwin:,} "
                              f"windows over the {timescale.fmt_duration((int(t[-1]) - t0) / timescale.NS_PER_S)} span "

@@ -45,7 +45,7 @@ def categories(paths, *, window: str | float | None = None, window_events: int |
         UsageError: impossible options, or more than one timeline. VeotraceError: unreadable input.
     """
     from veotrace.analysis.categories import categories_over_time
-    from veotrace.errors import UsageError
+    from veotrace.errors import AnalysisError, UsageError
     from veotrace.sources import read_table, resolve_inputs
     from veotrace.sources.base import ReadReport
     from veotrace.sources.kineto.timeline import series
@@ -59,8 +59,12 @@ def categories(paths, *, window: str | float | None = None, window_events: int |
         raise UsageError(f"categories reads one memory timeline (one device) at a time; got {len(inputs)}",
                          hint="Name one export_memory_timeline file")
     table = read_table([inputs[0][0]], "memory_timeline", options=options, report=report)
-    result = categories_over_time(series(table), window_s=common.seconds(window, "--window"),
-                                  window_events=common.count(window_events, "--window-events"))
+    try:
+        result = categories_over_time(series(table), window_s=common.seconds(window, "--window"),
+                                      window_events=common.count(window_events, "--window-events"))
+    except AnalysisError as exc:  # about the file's times: name it
+        exc.path = exc.path or str(inputs[0][0])
+        raise
     result.summary["read"] = report.to_dict()
     result.summary["file"] = str(inputs[0][0])
     return CategoriesRun(result, [*report.messages(), *result.notes], common.input_files(paths))

@@ -146,7 +146,8 @@ def series(table: pa.Table) -> dict:
             np.zeros((0, ncat), np.int64)
         before = states[0] if table.num_rows and null_all[0] else np.zeros(ncat, np.int64)
         return {"ts_ns": ts_all, "null": null_all, "states": states.astype(np.int64, copy=False), "categories": names,
-                "form": "points", "rows": table.num_rows, "before": before, "out_of_order": 0}
+                "form": "points", "rows": table.num_rows, "before": before, "out_of_order": 0,
+                "row": _values(table.column("point")) + 1}
     nbytes = table.column("bytes").to_numpy()
     cat = table.column("category").combine_chunks()
     # the dictionary is TIMELINE_CATEGORIES as read_timeline writes it; map by name all the same
@@ -154,6 +155,7 @@ def series(table: pa.Table) -> dict:
     idx = remap[cat.indices.to_numpy()] if len(cat) else np.zeros(0, np.int64)
     key = np.where(null_all, np.iinfo(np.int64).min, ts_all)
     out_of_order = int(np.count_nonzero(key[1:] < key[:-1]))
+    order = np.arange(key.size, dtype=np.int64)
     if out_of_order:
         order = np.argsort(key, kind="stable")
         key, nbytes, idx, null_all, ts_all = key[order], nbytes[order], idx[order], null_all[order], ts_all[order]
@@ -167,7 +169,7 @@ def series(table: pa.Table) -> dict:
     pts_null = null_all[ends]
     before = states[np.flatnonzero(pts_null)[-1]] if pts_null.any() else np.zeros(ncat, np.int64)
     return {"ts_ns": ts_all[ends], "null": pts_null, "states": states, "categories": names, "form": "raw",
-            "rows": int(n), "before": before, "out_of_order": out_of_order}
+            "rows": int(n), "before": before, "out_of_order": out_of_order, "row": order[ends] + 1}
 
 
 def _nulls(column: pa.ChunkedArray) -> np.ndarray:
