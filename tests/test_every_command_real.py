@@ -31,7 +31,8 @@ SAMPLE_FILES = sorted(p for p in SAMPLES.rglob("*") if p.is_file() and p.suffix 
 FILES = [*REAL, *SAMPLE_FILES]
 IDS = [p.name if p in REAL else str(p.relative_to(SAMPLES)) for p in FILES]
 #: Commands that read one file given as their argument (a file they do not feed is refused).
-FILE_COMMANDS = ("entropy", "bursts", "fragmentation", "simulate", "tune", "sites", "l2-breakpoints", "coherence")
+FILE_COMMANDS = ("entropy", "bursts", "fragmentation", "simulate", "tune", "sites", "l2-breakpoints", "coherence",
+                 "categories")
 LOG = SAMPLES / "alloc_logs" / "alloc.log.1.csv"
 ARRAYS = SAMPLES / "arrays"
 

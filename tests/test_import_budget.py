@@ -69,7 +69,7 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
                                   "veotrace.sources.limits", "veotrace.sources.logs", "veotrace.sources.snapshots",
                                   "veotrace.analysis", "veotrace.analysis.entropy", "veotrace.allocators"}),
     # every command's module (their names and help texts), none of their runs' machinery
-    "--help": (["--help"], {"veotrace.cli.banks", "veotrace.cli.bursts", "veotrace.cli.coherence", "veotrace.cli.convert",
+    "--help": (["--help"], {"veotrace.cli.banks", "veotrace.cli.bursts", "veotrace.cli.categories", "veotrace.cli.coherence", "veotrace.cli.convert",
                             "veotrace.cli.correlate", "veotrace.cli.diagnose", "veotrace.cli.diff", "veotrace.cli.engine_opts",
                             "veotrace.cli.entropy", "veotrace.cli.follow_opts", "veotrace.cli.formats",
                             "veotrace.cli.fragmentation", "veotrace.cli.gate", "veotrace.cli.info", "veotrace.cli.l2",
@@ -142,6 +142,11 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
     "diagnose": (["diagnose", TRAINING], LOG | TEXT | PLAN | {"veotrace.cli.diagnose"}),
     "banks": (["banks", "--stride", "2"], TEXT | {"numpy", "veotrace.cli.banks", "veotrace.runs.banks", "veotrace.analysis",
                                                  "veotrace.analysis.banks"}),
+    # one export_memory_timeline file: its reader (sources.kineto) and the categories' own analysis, windowed by
+    # the one window rule (analysis.timescale)
+    "categories": (["categories", "{timeline}"],
+                   READ | TEXT | {"veotrace.cli.categories", "veotrace.runs.categories", "veotrace.analysis.categories",
+                                  "veotrace.analysis.timescale", "veotrace.sources.kineto"}),
     "formats": (["formats"], {"veotrace.cli.formats", "veotrace.runs.formats", "veotrace.sources", "veotrace.sources.base",
                               "veotrace.sources.detect", "veotrace.sources.limits"}),
 }
@@ -176,7 +181,10 @@ def scratch(tmp_path_factory) -> dict[str, str]:
     subprocess.run([sys.executable, "-m", "veotrace", "entropy", str(small), "--save-baseline", str(tmp / "base.json"),
                     "-f", "json", "-o", str(tmp / "e.json"), "--no-progress"], check=True, capture_output=True, env=env,
                    timeout=120)
-    return {"small": str(small), "tmp": str(tmp)}
+    from veotrace.synth.timeline import memory_timeline
+
+    timeline = memory_timeline(0).write_raw(tmp / "timeline.raw.json.gz")
+    return {"small": str(small), "tmp": str(tmp), "timeline": str(timeline)}
 
 
 def _env() -> dict[str, str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 __version__ = "0.2.0"
 
 #: The API functions: one per command (``l2_breakpoints`` for ``l2-breakpoints``).
-__all__ = ["banks", "bursts", "coherence", "convert", "correlate", "diagnose", "diff", "entropy", "formats",
+__all__ = ["banks", "bursts", "categories", "coherence", "convert", "correlate", "diagnose", "diff", "entropy", "formats",
            "fragmentation", "gate", "info", "l2_breakpoints", "report", "simulate", "sites", "tune", "view"]
 
 

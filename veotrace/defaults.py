@@ -77,6 +77,10 @@ FRAGMENTATION_BINS = ((8 << 10, 32 << 10), (64 << 10, 128 << 10), (256 << 10, No
 # included; for simulate, per policy), past which the replay is refused: a row and its bins take ~2.5 KB
 # through the JSON output, so 200,000 rows (~30 s of windows x devices) stay near 1 GiB.
 FRAGMENTATION_MAX_WINDOW_ROWS = 200_000
+# categories (veotrace/analysis/categories.py): export_memory_timeline's categories over time, windowed as
+# fragmentation's (a profiled run spans seconds, so a short span chooses its window from the data, as everywhere)
+CATEGORIES_WINDOW_S = FRAGMENTATION_WINDOW_S
+CATEGORIES_MAX_WINDOWS = 200_000  # windows of a --window past which it is refused (a row each in every output)
 BANKS_COUNT = 32
 BANKS_BANK_BYTES = 4
 BANKS_WARP = 32

@@ -96,6 +96,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("report", "report", "veotrace.reporting.run:report", "veotrace.cli.report"),
     Entry("diagnose", "diagnose", "veotrace.reporting.diagnose:diagnose", "veotrace.cli.diagnose",
           plot="veotrace.plot.findings:plot_findings"),
+    Entry("categories", "categories", "veotrace.runs.categories:categories", "veotrace.cli.categories"),
     Entry("banks", "banks", "veotrace.runs.banks:banks", "veotrace.cli.banks"),
     Entry("formats", "formats", "veotrace.runs.formats:formats", "veotrace.cli.formats"),
 )

@@ -137,6 +137,10 @@ def profiler_items(prof: dict | None, timeline: dict | None) -> list[tuple[str, 
                 items.append(("cut", f"{c['reason']} at byte {c['at_byte']:,}: read up to byte {c['read_to_byte']:,}"))
         items += [("lacks", text) for text in prof.get("lacks", [])]
     if timeline is not None:
+        if timeline.get("form"):
+            items.append(("timeline form", timeline["form"]))
+        items.append(("peak of the categories' sum", f"{fmt_bytes(timeline['peak_bytes'])}; live before profiling "
+                      f"{fmt_bytes(timeline['before_profiling_bytes'])}; over time: veotrace categories FILE"))
         items.append(("bytes by category at the peak", _listed({k: fmt_bytes(v) for k, v in timeline["at_peak"].items()})))
         items.append(("bytes by category at the end", _listed({k: fmt_bytes(v) for k, v in timeline["end"].items()})))
     return items

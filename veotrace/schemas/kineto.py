@@ -17,6 +17,11 @@ The data contract of ``veotrace.sources.kineto``:
 - ``KINETO_TIMELINE`` (``memory_timeline/1``): ``export_memory_timeline``'s raw rows
   ``[ts, action, bytes, category]``: ``ts_ns`` null for the rows at -1 (tensors that existed before
   profiling), ``action`` and ``category`` decoded to the profiler's names.
+- ``KINETO_TIMELINE_POINTS`` (``memory_timeline_points/1``): ``export_memory_timeline``'s ``.json`` /
+  ``.json.gz`` form ``[times, sizes]``, one row per point (the state after every row at one time): ``ts_ns``
+  (the file's whole microseconds x 1000; null for the point of the tensors live before profiling) and the bytes
+  live in each of ``TIMELINE_CATEGORIES`` (one int64 column each, named so; the file's leading 0 per point, the
+  plot's stacking base, is dropped).
 
 The CPU's events (``device_type`` 0) stay in ``KINETO_MEMORY`` but are never part of a GPU's numbers: the
 common ``alloc_events/1`` stream holds the GPU events only (``sources.kineto.trace``).
@@ -87,6 +92,16 @@ KINETO_TIMELINE = tagged(
         pa.field("action", DICT_STR, nullable=False),
         pa.field("bytes", pa.int64(), nullable=False),  # signed as written (destroy and the old version: negative)
         pa.field("category", DICT_STR, nullable=False),
+        pa.field("source_file", DICT_STR, nullable=False),
+    ],
+)
+
+KINETO_TIMELINE_POINTS = tagged(
+    "memory_timeline_points/1",
+    [
+        pa.field("ts_ns", pa.int64(), nullable=True),  # null: the point of the tensors live before profiling
+        pa.field("point", pa.int64(), nullable=False),  # the point's index in the file
+        *(pa.field(c, pa.int64(), nullable=False) for c in TIMELINE_CATEGORIES),
         pa.field("source_file", DICT_STR, nullable=False),
     ],
 )

@@ -79,6 +79,19 @@ def _is_kineto(head: bytes) -> bool:
 _TIMELINE_ROW = re.compile(rb"^\s*\[\s*\[\s*-?\d+\s*,\s*[1-4]\s*,\s*-?\d+\s*,\s*[0-7]\s*\]")
 
 
+#: The JSON form [times, sizes]: a first list of more numbers than a raw row's 4, or a whole list of numbers
+#: followed by a list of lists (the sizes) or an empty one.
+_NUM = rb"-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?"  # a time written as a float is the reader's to refuse, by name
+_POINTS_LONG = re.compile(rb"^\s*\[\s*\[\s*" + _NUM + rb"(?:\s*,\s*" + _NUM + rb"){4,}\s*[,\]]")
+_POINTS_SHORT = re.compile(rb"^\s*\[\s*\[\s*(?:" + _NUM + rb"(?:\s*,\s*" + _NUM + rb")*)?\s*\]\s*,\s*\[\s*[\[\]]")
+
+
+def _is_memory_timeline_points(head: bytes) -> bool:
+    """export_memory_timeline's .json/.json.gz form ``[times, sizes]`` (never a raw file: its rows hold 4 numbers
+    and its second element is a row, not a list of lists)."""
+    return bool(_POINTS_LONG.match(head) or _POINTS_SHORT.match(head))
+
+
 def _is_memory_timeline_html(head: bytes) -> bool:
     low = head[:4096].lower()
     return b"<html" in low and b"memory timeline" in low
@@ -101,6 +114,8 @@ FORMATS: tuple[Format, ...] = (
            lambda h: h.startswith((b"\x93NUMPY", b"PK\x03\x04"))),
     Format("kineto", "PyTorch profiler trace (export_chrome_trace / tensorboard_trace_handler, JSON or gzip)",
            "kineto.trace", ("alloc_events", "profiler_memory"), _is_kineto),
+    Format("memory-timeline-json", "PyTorch export_memory_timeline .json/.json.gz points [times, sizes by category]",
+           "kineto.points", ("memory_timeline",), _is_memory_timeline_points),
     Format("memory-timeline", "PyTorch export_memory_timeline raw rows [ts, action, bytes, category]",
            "kineto.timeline", ("memory_timeline",), lambda h: bool(_TIMELINE_ROW.match(h))),
     Format("memory-timeline-html", "PyTorch export_memory_timeline HTML page (a picture: export the raw form)",
@@ -122,6 +137,7 @@ RUN_KIND = {"alloc-csv": "alloc/free log", "alloc-jsonl": "alloc/free log", "par
             "torch-snapshot": "PyTorch snapshot", "nsys-sqlite": "Nsight Systems export",
             "nsys-csv": "Nsight Systems export", "ncu-rep": "Nsight Compute export", "ncu-csv": "Nsight Compute export",
             "npy": "NumPy arrays", "kineto": "PyTorch profiler trace", "memory-timeline": "PyTorch memory timeline",
+            "memory-timeline-json": "PyTorch memory timeline",
             "memory-timeline-html": "PyTorch memory timeline"}
 
 
