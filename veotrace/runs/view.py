@@ -151,38 +151,52 @@ def _log_lanes(given, name: str, options, report, budget: int, found=(), notes: 
     """A log's lanes: the bands from its events, then ``fragmentation``'s own replay of it for the maps
     at the lanes' instants and the fragmentation beneath (so each is ``fragmentation --at`` there).
 
-    A profiler trace (or a folder of ranks) is read once per file, with its spans (``_profiler_read``): the
-    lanes, the replay and the ops on hover all take that one read. Events without addresses (a 2021 profiler
-    trace, a log without an address column) are drawn as the running sum of their sizes, without maps; one
-    line in ``notes`` (the page) and on stderr says what needs addresses."""
+    A profiler trace (or a folder of ranks) is read once per file, with its spans (``viewer.profiler``): the
+    lanes (one per rank and GPU, then each rank's CPU apart), the replay and the ops on hover all take that one
+    read. Events without addresses (a 2021 profiler trace, a log without an address column) are drawn as the
+    running sum of their sizes, without maps; one line in ``notes`` (the page) and on stderr says so."""
     from veotrace.sources.base import ReadReport
     from veotrace.viewer import logs
+    from veotrace.viewer import profiler as prof
 
     profiler = bool(found) and all(fmt.name == "kineto" for _, fmt in found)
-    events, ops = _profiler_read(found, options, report) if profiler else (None, [])
+    got = prof.read(found, options, report) if profiler else None
     devices = logs.replay_log(common.event_batches([given], options=options, report=ReadReport(), columns=logs.COLUMNS,
-                                                   events=events))
-    t0 = min((int(dv.entries.t[dv.entries.t >= 0].min()) for dv in devices.values() if (dv.entries.t >= 0).any()),
+                                                   events=None if got is None else got.events))
+    cpu = logs.replay_log(got.cpu) if got is not None else {}
+    reserved = prof.with_totals({**devices, **cpu}, got.lanes) if got is not None else {}
+    everyone = {**devices, **cpu}
+    t0 = min((int(dv.entries.t[dv.entries.t >= 0].min()) for dv in everyone.values() if (dv.entries.t >= 0).any()),
              default=None)
     lanes, instants = {}, {}
-    for d, dv in devices.items():
-        lane, _ = logs.log_lane(dv, title=f"{name}, device {d}", t0_ns=t0, points_budget=budget // max(1, len(devices)))
+    share = budget // max(1, len(everyone))
+    for d, dv in everyone.items():
+        facts = got.lanes.get(d) if got is not None else None
+        lane, _ = logs.log_lane(dv, title=f"{name}, {facts.text if facts else f'device {d}'}", t0_ns=t0,
+                                points_budget=share)
         lanes[d] = lane
-        if dv.addressed:
+        if d in reserved:
+            if d not in cpu:  # the CPU's Total Reserved: nothing a caching allocator holds
+                lane.reserved = np.r_[reserved[d][:1], reserved[d]][lane.state]
+            lane.notes.append(prof.totals_note(got.lanes[d].live_before, gpu=d not in cpu))
+        if d in cpu:
+            lane.notes.append("the CPU's memory events (Device Type 0), kept apart from every GPU's numbers: no segment "
+                              "map (the replay and fragmentation are the GPUs')")
+        elif dv.addressed:
             for t, label in logs.instants_ns(lane, dv.entries, KEYFRAMES).items():
                 instants.setdefault(t, {})[d] = (label, dv.entries)
     placed = {d for d, dv in devices.items() if dv.addressed}
     if placed:
-        _add_maps(given, lanes, placed, instants, t0, options, report, events)
+        _add_maps(given, lanes, placed, instants, t0, options, report, None if got is None else got.events)
     if len(placed) < len(devices):
         line = (f"{name}: its events have no addresses: the lanes show the live bytes over time (the running sum of "
                 f"their {'Bytes' if profiler else 'sizes'}); the memory map (blocks, segments, fragmentation) needs "
                 "addresses, which this input lacks")
         notes.append(line)
         report.warnings.append(f"Note: {line}")
-    if profiler:
-        _add_ops(lanes, t0, ops)
-    return [lanes[d] for d in sorted(lanes)]
+    if got is not None:
+        prof.add_ops(lanes, t0, got.ops)
+    return [lanes[d] for d in sorted(devices)] + [lanes[d] for d in sorted(cpu, reverse=True)]
 
 
 def _add_maps(given, lanes: dict, placed: set, instants: dict, t0, options, report, events) -> None:
@@ -222,65 +236,3 @@ def _add_maps(given, lanes: dict, placed: set, instants: dict, t0, options, repo
                               "make": lambda rows, st=st: replay_map(st, max_gap=kw["max_gap"], threshold=kw["threshold"],
                                                                      max_rows=rows)})
         lane.maps.sort(key=lambda m: m["state"])
-
-
-def _profiler_read(found, options, report):
-    """A profiler trace's (or a folder of ranks') one read: each file's memory events with the spans enclosing
-    them (``cached_read(..., context=True)``, which serves the plain read of ``iter_alloc_events`` from its
-    cache). Returns the ``ALLOC_EVENTS`` table of every file (what reading them would give, in file order) and,
-    per file, its GPU events' lane, time, signed bytes, span ids and span names (``_add_ops``)."""
-    import pyarrow as pa
-
-    from veotrace.sources.base import ReadReport, call_guarded, guarded
-    from veotrace.sources.kineto import trace
-    from veotrace.sources.kineto.trace import cached_read, lane, pc_not_cpu
-    from veotrace.sources.limits import bounded_sizes
-    from veotrace.viewer.ops import KINDS
-
-    batches, ops = [], []
-    for path, _fmt in found:
-        read = call_guarded(path, cached_read, path, options, report, context=True)  # its warnings and skips: once
-        # the alloc/free batches as sources.iter_alloc_events gives them, served from that read (the cache)
-        batches += bounded_sizes(path, guarded(path, trace.iter_alloc_events(path, options=options, report=ReadReport())),
-                                 skip_bad_rows=options.skip_bad_rows, report=report)
-        if read.ops is None:
-            continue
-        t = read.table
-        gpu = pc_not_cpu(t)
-        t = t.filter(gpu) if gpu is not None else t
-        ops.append((lane(read, t.column("device_id").to_numpy()), t.column("ts_ns").to_numpy(),
-                    t.column("bytes").to_numpy(), {k: t.column(f"{k}_id").fill_null(-1).to_numpy() for k in KINDS},
-                    read.ops.column("name").cast("string").to_numpy(zero_copy_only=False)))
-        del read, t
-    return pa.Table.from_batches(batches) if batches else None, ops
-
-
-def _add_ops(lanes: dict, t0, ops: list) -> None:
-    """A profiler trace's lanes get the op, Python frame, kernel and module enclosing each memory event (the
-    reader's span scan, ``_profiler_read``), shown on hover (``viewer.ops``); other inputs have none."""
-    from veotrace.viewer.ops import KINDS, MAX_OP_EVENTS, lane_ops, thin
-
-    parts: dict = {}
-    for key, ts, size, cols, names_of in (ops if t0 is not None else []):
-        for d in np.unique(key).tolist():
-            m = key == d
-            parts.setdefault(d, []).append(((ts[m] - t0) / 1e9, size[m], {k: c[m] for k, c in cols.items()}, names_of))
-    for d, got in parts.items():
-        if d not in lanes:
-            continue
-        # one file per lane in a run (a rank's devices); several: ids made unique by each file's offset
-        offset, xs, sizes, ids, names = 0, [], [], {k: [] for k in KINDS}, []
-        for x, size, c, names_of in got:
-            xs.append(x)
-            sizes.append(size)
-            for k in KINDS:
-                ids[k].append(np.where(c[k] >= 0, c[k] + offset, -1))
-            names.append(names_of)
-            offset += names_of.size
-        x = np.concatenate(xs)
-        order = np.argsort(x, kind="stable")
-        full = lane_ops(x[order], np.concatenate(sizes)[order], {k: np.concatenate(v)[order] for k, v in ids.items()},
-                        np.concatenate(names))
-        lanes[d].ops_full, lanes[d].ops = full, thin(full, MAX_OP_EVENTS)
-        lanes[d].notes.append("hover the timeline: the op, Python frame and GPU kernel enclosing the memory event at "
-                              "or before the cursor")
