@@ -119,7 +119,10 @@
     const segBox = el("div", "vt-seglane");
     const stepBar = el("div", "vt-stepbar");
     const tableBox = el("div", "vt-allocs");
-    box.append(legend, tools, chartBox, fragBox, segBox, info, el("h4", null, "Segment and block map"), mapPick, stepBar,
+    // a lane without maps (events without addresses, a CPU lane): its notes say why; no empty map is drawn
+    const mapTitle = el("h4", null, d.maps.length ? "Segment and block map" : "No segment and block map (see the notes above)");
+    if (!d.maps.length) mapCanvas.style.display = "none";
+    box.append(legend, tools, chartBox, fragBox, segBox, info, mapTitle, mapPick, stepBar,
                mapHead, mapCanvas, mapInfo, tableBox);
     root.appendChild(box);
 
