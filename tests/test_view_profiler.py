@@ -171,6 +171,25 @@ def test_the_real_2021_trace_is_drawn_as_the_running_sum_of_bytes():
     assert gpu.peaks[0]["bytes"] == 2_791_636_480  # the peak veotrace info gives for cuda:0 (2.6 GiB)
 
 
+@pytest.mark.parametrize("name", ["switchtransformers_trace.json", "tracelens_normalization_layer_test.json.gz"])
+def test_a_real_trace_with_totals_is_drawn_as_its_recorded_totals(name):
+    path = REAL_2021.parent / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    raw = gzip.decompress(path.read_bytes()) if name.endswith(".gz") else path.read_bytes()
+    events = [e for e in json.loads(raw)["traceEvents"] if e.get("name") == "[memory]"]
+    r = _view(path)
+    gpu = r.value.lanes[0]
+    mine = [e["args"] for e in sorted((e for e in events if e["args"]["Device Type"] != 0),  # one GPU
+                                      key=lambda e: (e["ts"], e["args"]["Ev Idx"]))]  # the order the issue gives
+    alloc = np.array([mine[0]["Total Allocated"] - mine[0]["Bytes"]] + [a["Total Allocated"] for a in mine])
+    reserved = np.array([mine[0]["Total Reserved"]] + [a["Total Reserved"] for a in mine])
+    assert gpu.entries == len(mine)
+    assert _totals(gpu).tolist() == alloc[gpu.state].tolist()
+    assert gpu.reserved.tolist() == reserved[gpu.state].tolist()
+    assert gpu.peaks[0]["bytes"] == max(a["Total Allocated"] for a in mine)
+
+
 # names are text: hostile markup, quotes and bytes that are no UTF-8, on both routes
 
 HOSTILE = ['</script><script>document.title="pwned"</script>', '"><img src=x onerror=alert(1)>', "it's \"quoted\" & <b>"]
@@ -211,3 +230,25 @@ def test_names_from_the_trace_stay_text_in_the_page(tmp_path, old_format):
         assert name in shown
     assert "aten::bad\ufffd\ufffdname" in shown  # the bytes that are no UTF-8 replaced, and counted on stderr
     assert re.search(r"UTF-8", res.stderr)
+
+
+# the browser: the 2021 page draws, without a map, and hovering shows the op (one Chromium for the module)
+
+from tests.test_view_browser import browser  # noqa: E402,F401 (the view tests' Chromium fixture)
+from tests.test_view_ops import _hover_event  # noqa: E402
+
+
+def test_a_2021_page_draws_its_lanes_without_a_map_and_hovers_the_op(browser, tmp_path):  # noqa: F811
+    trace, truth = profiler_trace(9, old_format=True, cpu_events=False)
+    (tmp_path / "run").mkdir()
+    write_trace(tmp_path / "run" / "old.pt.trace.json", trace)
+    out = tmp_path / "view.html"
+    assert run_cli("view", tmp_path / "run", "-o", out).exit_code == 0
+    p = browser.open(out.as_uri())
+    assert p.evaluate("window.veotraceView && veotraceView.ready") is True
+    assert p.evaluate("document.querySelector('canvas.vt-map').style.display") == "none"
+    assert NO_ADDRESSES in p.evaluate("document.body.textContent")
+    ev = next(e for e in truth.gpu_events if e["op"] == "aten::matmul")
+    text, j = _hover_event(p, 0, ev)
+    assert f"op: {truth.gpu_events[j]['op']}" in text.splitlines() and truth.gpu_events[j]["op"] == "aten::matmul"
+    assert p.errors() == [] and p.requests() == []
