@@ -252,3 +252,22 @@ def test_a_2021_page_draws_its_lanes_without_a_map_and_hovers_the_op(browser, tm
     text, j = _hover_event(p, 0, ev)
     assert f"op: {truth.gpu_events[j]['op']}" in text.splitlines() and truth.gpu_events[j]["op"] == "aten::matmul"
     assert p.errors() == [] and p.requests() == []
+
+
+def test_the_page_budget_binds_for_many_lanes(tmp_path, monkeypatch):
+    """A run of many ranks: the coarsest summary level of every lane (1,024 buckets) is over the budget alone;
+    the lanes are squeezed to fewer buckets, their states still the recorded totals there, the peak kept."""
+    from veotrace.viewer import budget
+    from veotrace.viewer.page import data_json
+
+    truths = write_ranks(tmp_path / "run", 19, world_size=4, steps=40, cpu_events=False)
+    monkeypatch.setattr(budget, "DATA_BYTES", 90_000)
+    r = _view(tmp_path / "run")
+    assert len(data_json(r.value.page_data())) <= 90_000
+    assert any("summary buckets each" in n for n in r.value.notes)
+    for k, (lane, truth) in enumerate(zip(r.value.lanes, truths)):
+        assert lane.buckets[0] < 1024
+        events = [e for e in truth.gpu_events if e["device_id"] == k]
+        alloc = np.array([events[0]["total_allocated"] - events[0]["bytes"]] + [e["total_allocated"] for e in events])
+        assert _totals(lane).tolist() == alloc[lane.state].tolist()
+        assert lane.peaks[0]["state"] in lane.state.tolist() and _totals(lane).max() == truth.peak_allocated[(1, k)]
