@@ -61,8 +61,8 @@ def replay_log(batches) -> dict[int, LogDevice]:
     if not parts:
         return {}
     t = pa.Table.from_batches(parts).combine_chunks()
-    op = np.asarray(t.column("op").cast(pa.string()).to_numpy(zero_copy_only=False))
-    n = op.size
+    op_alloc, op_free, op_oom = _ops(t.column("op"))  # masks: no Python string per event
+    n = op_alloc.size
     ts = t.column("ts_ns").fill_null(-1).to_numpy()
     size = t.column("size_bytes").fill_null(0).to_numpy().astype(np.int64)
     has_addr = t.column("address").is_valid().to_numpy(zero_copy_only=False)
@@ -75,9 +75,9 @@ def replay_log(batches) -> dict[int, LogDevice]:
     placed = np.zeros(devices.size, bool)
     placed[np.searchsorted(devices, dev[has_addr])] = True
     summed = ~placed[np.searchsorted(devices, dev)]
-    is_alloc = (op == "alloc") & (has_addr | summed)
-    is_free = np.isin(op, ("free", "free_completed")) & has_addr
-    sum_free = np.isin(op, ("free", "free_completed")) & summed
+    is_alloc = op_alloc & (has_addr | summed)
+    is_free = op_free & has_addr
+    sum_free = op_free & summed
     # group keys: (stream or none, size class) of each alloc (and of each summed free: its own size's)
     pairs = np.stack([np.where(stream_valid, stream, -1), size_class(size)], axis=1)
     uniq, key = np.unique(pairs[is_alloc | sum_free], axis=0, return_inverse=True)
@@ -99,7 +99,7 @@ def replay_log(batches) -> dict[int, LogDevice]:
         live = (last_alloc >= run_start) & (last_alloc > last_free)
         hit, src = order[live], order[last_alloc[live]]
         rm_code[hit], rm_size[hit] = ad_code[src], size[src]
-    act = np.where(op == "alloc", A_ALLOC, np.where(op == "oom", A_OOM, A_OTHER)).astype(np.int8)
+    act = np.where(op_alloc, A_ALLOC, np.where(op_oom, A_OOM, A_OTHER)).astype(np.int8)
     names = {k: (f"stream {s}, " if s >= 0 else "") + class_name(int(c)) for k, (s, c) in enumerate(uniq.tolist())}
     out = {}
     for i, d in enumerate(devices.tolist()):
@@ -136,6 +136,23 @@ def least_before(e: _Entries) -> tuple[np.ndarray, np.ndarray]:
             pre_key += [g] * n
             pre_size += [b] + [0] * (n - 1)
     return np.asarray(pre_key, np.int64), np.asarray(pre_size, np.int64)
+
+
+def _ops(column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of ``column`` (the ``op`` text, plain or dictionary-encoded) that are ``alloc``, ``free`` or
+    ``free_completed``, and ``oom``: from the distinct values, never one Python string per row."""
+    import pyarrow as pa
+
+    col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(col.type):
+        col = col.dictionary_encode()
+    values = np.asarray(col.dictionary.cast(pa.string()).to_pylist(), dtype=object)
+    code = col.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    out = []
+    for names in (("alloc",), ("free", "free_completed"), ("oom",)):
+        hit = np.r_[np.isin(values, names), False] if values.size else np.zeros(1, bool)
+        out.append(hit[code])  # code -1 (a null op) reads the last entry: False
+    return out[0], out[1], out[2]
 
 
 def _with_columns(batch):

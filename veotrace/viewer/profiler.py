@@ -53,7 +53,7 @@ def read(found, options, report) -> ProfilerRead:
     from veotrace.sources.base import ReadReport, call_guarded, guarded
     from veotrace.sources.kineto import trace
     from veotrace.sources.limits import bounded_sizes
-    from veotrace.viewer.ops import KINDS
+    from veotrace.viewer.ops import KINDS, SpanNames
 
     batches, cpu, lanes, ops = [], [], {}, []
     for path, _fmt in found:
@@ -76,8 +76,8 @@ def read(found, options, report) -> ProfilerRead:
                 facts.reserved.append(reserved[mask])
         if is_cpu.any():
             cpu.append(_cpu_batch(t, is_cpu, key))
-        names_of = got.ops.column("name").cast("string").to_numpy(zero_copy_only=False) if got.ops is not None else None
-        if names_of is not None:
+        if got.ops is not None:
+            names_of = SpanNames.of(got.ops.column("name"))
             ops.append((key, t.column("ts_ns").to_numpy(), t.column("bytes").to_numpy(),
                         {k: t.column(f"{k}_id").fill_null(-1).to_numpy() for k in KINDS}, names_of))
         del got, t
@@ -136,7 +136,7 @@ def totals_note(live_before: int, *, gpu: bool = True) -> str:
 def add_ops(lanes: dict, t0, ops: list) -> None:
     """A profiler trace's lanes get the op, Python frame, kernel and module enclosing each memory event (the
     reader's span scan), shown on hover (``viewer.ops``)."""
-    from veotrace.viewer.ops import KINDS, MAX_OP_EVENTS, lane_ops, thin
+    from veotrace.viewer.ops import KINDS, MAX_OP_EVENTS, SpanNames, lane_ops, thin
 
     parts: dict = {}
     for key, ts, size, cols, names_of in (ops if t0 is not None else []):
@@ -158,7 +158,7 @@ def add_ops(lanes: dict, t0, ops: list) -> None:
         x = np.concatenate(xs)
         order = np.argsort(x, kind="stable")
         full = lane_ops(x[order], np.concatenate(sizes)[order], {k: np.concatenate(v)[order] for k, v in ids.items()},
-                        np.concatenate(names))
+                        SpanNames.concat(names))
         lanes[d].ops_full, lanes[d].ops = full, thin(full, MAX_OP_EVENTS)
         lanes[d].notes.append("hover the timeline: the op, Python frame and GPU kernel enclosing the memory event at "
                               "or before the cursor")
