@@ -127,6 +127,9 @@ def totals_note(live_before: int, *, gpu: bool = True) -> str:
     """A lane's note when it draws the recorded totals (``with_totals``)."""
     from veotrace.render.console import fmt_bytes
 
+    if not live_before:
+        return ("the recorded totals: nothing was live before profiling, so the total is Total Allocated at every event"
+                + ("; the line above is Total Reserved" if gpu else ""))
     return (f"the recorded totals: the band {BEFORE} is the {fmt_bytes(live_before)} ({live_before:,} B) the first event "
             "says were live before profiling, emptied by the frees of blocks the trace never saw allocated, so the "
             "total is Total Allocated at every event" + ("; the line above is Total Reserved. The segment map is the "
