@@ -190,6 +190,22 @@ def test_a_real_trace_with_totals_is_drawn_as_its_recorded_totals(name):
     assert gpu.peaks[0]["bytes"] == max(a["Total Allocated"] for a in mine)
 
 
+@pytest.mark.parametrize("name", ["dtu_mlops_trace.json", "unsloth_puzzels_trace.json"])
+def test_a_real_cpu_only_trace_is_its_cpu_lane_said_so(name):
+    path = REAL_2021.parent / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    events = [e for e in json.loads(path.read_bytes())["traceEvents"] if e.get("name") == "[memory]"]
+    mine = [e["args"] for e in sorted(events, key=lambda e: (e["ts"], e["args"]["Ev Idx"]))]
+    r = _view(path)
+    (lane,) = r.value.lanes
+    assert lane.title == f"{name}, cpu" and lane.maps == [] and lane.reserved is None
+    alloc = np.array([mine[0]["Total Allocated"] - mine[0]["Bytes"]] + [a["Total Allocated"] for a in mine])
+    assert _totals(lane).tolist() == alloc[lane.state].tolist()
+    assert any("no GPU memory events" in n for n in r.value.notes)
+    assert any("no GPU memory events" in m for m in r.messages)
+
+
 # names are text: hostile markup, quotes and bytes that are no UTF-8, on both routes
 
 HOSTILE = ['</script><script>document.title="pwned"</script>', '"><img src=x onerror=alert(1)>', "it's \"quoted\" & <b>"]

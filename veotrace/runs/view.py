@@ -194,6 +194,10 @@ def _log_lanes(given, name: str, options, report, budget: int, found=(), notes: 
                 "addresses, which this input lacks")
         notes.append(line)
         report.warnings.append(f"Note: {line}")
+    if got is not None and not devices and cpu:
+        line = f"{name}: the trace holds no GPU memory events: its lanes are the CPU's (Device Type 0), with no map"
+        notes.append(line)
+        report.warnings.append(f"Note: {line}")
     if got is not None:
         prof.add_ops(lanes, t0, got.ops)
     return [lanes[d] for d in sorted(devices)] + [lanes[d] for d in sorted(cpu, reverse=True)]

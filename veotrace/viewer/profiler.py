@@ -36,7 +36,7 @@ class LaneFacts:
 @dataclass
 class ProfilerRead:
     """The one read of a profiler input: the ``ALLOC_EVENTS`` table of its GPU events (what reading them
-    gives, in file order), its CPU events as alloc/free batches of their own (lane keys ``CPU_KEY - rank``),
+    gives, in file order; empty when every event is the CPU's), its CPU events as alloc/free batches of their own (lane keys ``CPU_KEY - rank``),
     the facts of each lane, and per file the events' lane, time, signed bytes, span ids and span names."""
 
     events: object
@@ -58,12 +58,14 @@ def read(found, options, report) -> ProfilerRead:
     batches, cpu, lanes, ops = [], [], {}, []
     for path, _fmt in found:
         got = call_guarded(path, trace.cached_read, path, options, report, context=True)  # warnings, skips: once
-        # the alloc/free batches as sources.iter_alloc_events gives them, served from that read (the cache)
-        batches += bounded_sizes(path, guarded(path, trace.iter_alloc_events(path, options=options, report=ReadReport())),
-                                 skip_bad_rows=options.skip_bad_rows, report=report)
         t = got.table
         dtype, did = t.column("device_type").to_numpy(), t.column("device_id").to_numpy()
         is_cpu = dtype == CPU
+        if not is_cpu.any() or not is_cpu.all():  # CPU events only: their lanes alone (no GPU alloc/free events)
+            # the alloc/free batches as sources.iter_alloc_events gives them, served from that read (the cache)
+            batches += bounded_sizes(path, guarded(path, trace.iter_alloc_events(path, options=options,
+                                                                                 report=ReadReport())),
+                                     skip_bad_rows=options.skip_bad_rows, report=report)
         key = np.where(is_cpu, CPU_KEY - (got.rank or 0), trace.lane(got, did)).astype(np.int64)
         tr = t.column("total_reserved_bytes")
         reserved = tr.fill_null(-1).to_numpy() if tr.null_count < len(tr) else None
@@ -81,7 +83,10 @@ def read(found, options, report) -> ProfilerRead:
             ops.append((key, t.column("ts_ns").to_numpy(), t.column("bytes").to_numpy(),
                         {k: t.column(f"{k}_id").fill_null(-1).to_numpy() for k in KINDS}, names_of))
         del got, t
-    return ProfilerRead(pa.Table.from_batches(batches) if batches else None, cpu, lanes, ops)
+    from veotrace.schemas import ALLOC_EVENTS
+
+    events = pa.Table.from_batches(batches) if batches else ALLOC_EVENTS.empty_table()
+    return ProfilerRead(events, cpu, lanes, ops)
 
 
 def _cpu_batch(t, is_cpu: np.ndarray, key: np.ndarray):
