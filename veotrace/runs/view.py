@@ -173,7 +173,8 @@ def _log_lanes(given, name: str, options, report, budget: int, found=(), notes: 
     for d, dv in everyone.items():
         facts = got.lanes.get(d) if got is not None else None
         lane, _ = logs.log_lane(dv, title=f"{name}, {facts.text if facts else f'device {d}'}", t0_ns=t0,
-                                points_budget=share)
+                                points_budget=share, what="a profiler trace's [memory] event" if profiler else
+                                "an alloc/free log")
         lanes[d] = lane
         if d in reserved:
             if d not in cpu:  # the CPU's Total Reserved: nothing a caching allocator holds

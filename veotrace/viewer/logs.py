@@ -170,7 +170,7 @@ NO_ADDRESSES = ("the events have no addresses: the live bytes are the running su
                 "map (blocks, segments, fragmentation) needs addresses, which this input lacks")
 
 
-def log_lane(dev: LogDevice, *, title: str, t0_ns: int | None, points_budget: int):
+def log_lane(dev: LogDevice, *, title: str, t0_ns: int | None, points_budget: int, what: str = "an alloc/free log"):
     """The lane of one device's log entries (``replay_log``): its bands, peaks and OOMs; the maps and the
     fragmentation beneath are added from ``fragmentation``'s replay (``add_map``, ``add_windows``)."""
     from veotrace.render.console import fmt_bytes
@@ -185,7 +185,7 @@ def log_lane(dev: LogDevice, *, title: str, t0_ns: int | None, points_budget: in
     groups = [{"name": names[k]} for k in st.top]
     if st.n_groups > len(st.top):
         groups.append({"name": "(other size classes)", "other": True})
-    notes = ["an alloc/free log records no stacks: the bands are size classes and streams, not sites"]
+    notes = [f"{what} records no stacks: the bands are size classes and streams, not sites"]
     if not dev.addressed:
         notes.append(NO_ADDRESSES)
         if dev.pre_bytes:
