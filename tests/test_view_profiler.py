@@ -130,6 +130,19 @@ def test_a_folder_of_ranks_is_one_lane_per_rank_and_device_with_the_recorded_tot
     assert not any(NO_ADDRESSES in n for n in r.value.notes)
 
 
+def test_a_trace_missing_an_event_is_the_sum_of_its_events_and_says_where_totals_part(tmp_path):
+    trace, truth = profiler_trace(3, cpu_events=False)
+    mem = [e for e in trace["traceEvents"] if e.get("name") == "[memory]" and e["args"]["Bytes"] > 0]
+    trace["traceEvents"].remove(mem[10])  # an alloc the profiler lost
+    path = write_trace(tmp_path / "t.pt.trace.json", trace)
+    (lane,) = _view(path).value.lanes
+    events = [e for e in truth.gpu_events if not (e["ts_us"] == mem[10]["ts"] and e["bytes"] == mem[10]["args"]["Bytes"])]
+    assert len(events) == len(truth.gpu_events) - 1 == lane.entries
+    want = np.r_[0, np.cumsum([e["bytes"] for e in events])] + truth.live_before[(1, 0)]
+    assert _totals(lane).tolist() == want[lane.state].tolist()
+    assert any("at 1 event the running sum of Bytes is not Total Allocated" in n for n in lane.notes)
+
+
 def test_a_folder_of_2021_ranks_is_one_lane_per_rank_and_device(tmp_path):
     truths = write_ranks(tmp_path / "run", 12, world_size=2, old_format=True, cpu_events=False)
     r = _view(tmp_path / "run")

@@ -179,7 +179,8 @@ def _log_lanes(given, name: str, options, report, budget: int, found=(), notes: 
         if d in reserved:
             if d not in cpu:  # the CPU's Total Reserved: nothing a caching allocator holds
                 lane.reserved = np.r_[reserved[d][:1], reserved[d]][lane.state]
-            lane.notes.append(prof.totals_note(got.lanes[d].live_before, gpu=d not in cpu))
+            lane.notes.append(prof.totals_note(got.lanes[d].live_before, gpu=d not in cpu,
+                                               mismatches=got.lanes[d].mismatches))
         if d in cpu:
             lane.notes.append("the CPU's memory events (Device Type 0), kept apart from every GPU's numbers: no segment "
                               "map (the replay and fragmentation are the GPUs')")

@@ -31,6 +31,7 @@ class LaneFacts:
     text: str
     live_before: int | None = None
     reserved: list = field(default_factory=list)
+    mismatches: int = 0  # events where the running sum of Bytes is not Total Allocated (the reader's check)
 
 
 @dataclass
@@ -75,6 +76,7 @@ def read(found, options, report) -> ProfilerRead:
             facts = lanes.setdefault(k, LaneFacts(trace.lane_text((rank, dt, dev))))
             if check.get("live_before_bytes") is not None and reserved is not None:
                 facts.live_before = (facts.live_before or 0) + int(check["live_before_bytes"])
+                facts.mismatches += int(check.get("mismatches") or 0)
                 facts.reserved.append(reserved[mask])
         if is_cpu.any():
             cpu.append(_cpu_batch(t, is_cpu, key))
@@ -128,10 +130,14 @@ def with_totals(devices: dict, facts: dict) -> dict:
     return reserved
 
 
-def totals_note(live_before: int, *, gpu: bool = True) -> str:
+def totals_note(live_before: int, *, gpu: bool = True, mismatches: int = 0) -> str:
     """A lane's note when it draws the recorded totals (``with_totals``)."""
     from veotrace.render.console import fmt_bytes
 
+    if mismatches:
+        return (f"the recorded totals, but at {mismatches:,} event{'s' * (mismatches != 1)} the running sum of Bytes is not Total Allocated "
+                "(events are missing: the reader's warning), so the total drawn, the sum of the events, parts from it "
+                "there" + ("; the line above is Total Reserved" if gpu else ""))
     if not live_before:
         return ("the recorded totals: nothing was live before profiling, so the total is Total Allocated at every event"
                 + ("; the line above is Total Reserved" if gpu else ""))
