@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REAL_TRACES, run_cli
 from veotrace.synth.kineto import OPS, profiler_trace, write_ranks, write_trace
 
-REAL_2021 = Path(__file__).resolve().parents[2] / "shared" / "profiler_traces" / "kineto_resnet50_worker0.pt.trace.json.gz"
+REAL_2021 = REAL_TRACES.parent / "profiler_traces" / "kineto_resnet50_worker0.pt.trace.json.gz"  # as test_every_command_real
 NO_ADDRESSES = "its events have no addresses"
 
 
