@@ -143,6 +143,21 @@ def test_a_trace_missing_an_event_is_the_sum_of_its_events_and_says_where_totals
     assert any("at 1 event the running sum of Bytes is not Total Allocated" in n for n in lane.notes)
 
 
+def test_ranks_on_two_nodes_are_a_lane_each_though_device_ids_repeat(tmp_path):
+    """Four ranks, two GPUs a node: ranks 0 and 2 are both cuda:0 (each trace lists its node's two GPUs)."""
+    (tmp_path / "run").mkdir()
+    truths = []
+    for r in range(4):
+        trace, truth = profiler_trace(40 + r, rank=r, world_size=4, device_id=r % 2, nodes_gpus=2, cpu_events=False)
+        write_trace(tmp_path / "run" / f"rank{r}.pt.trace.json", trace)
+        truths.append(truth)
+    lanes = _view(tmp_path / "run").value.lanes
+    assert [lane.title for lane in lanes] == [f"run, rank {r} cuda:{r % 2}" for r in range(4)]
+    for lane, truth in zip(lanes, truths):
+        assert lane.peaks[0]["bytes"] == truth.peak_allocated[(1, truth.events[0]["device_id"])]
+        assert [lane.ops["names"][i] for i in lane.ops["op"].tolist()] == [e["op"] for e in truth.gpu_events]
+
+
 def test_a_folder_of_2021_ranks_is_one_lane_per_rank_and_device(tmp_path):
     truths = write_ranks(tmp_path / "run", 12, world_size=2, old_format=True, cpu_events=False)
     r = _view(tmp_path / "run")
