@@ -7,9 +7,12 @@ under 100 ms (performance.now() in the page: the first draw from navigation star
 the x range to the next painted frame). Issue 48 adds, in the same run and against the same bounds, the
 generated 1 GiB snapshot of many segments (synth.segmented.write_segmented: segments grow in number with
 the trace, 20-frame stacks of 200 distinct ones) and a snapshot of 200,000 distinct sites (each
-allocation a new one first).
+allocation a new one first). Issue 45 adds a PyTorch profiler trace: benchmarks/bench_kineto.py's generated
+one (2M [memory] events among 6M ops, kernels, Python frames and flows, about 1 GiB plain; its generator, its
+file under benchmarks/data), against `sites` on it (by op: the same read of the memory events and their spans).
 
     python3 benchmarks/bench_view.py [--events 1000000] [--segments-gib 1] [--sites 200000] [--runs 2]
+                                     [--kineto-memory 2000000] [--kineto-other 6000000]
                                      [--chromium /usr/bin/chromium]    (0 skips a case)
 """
 
@@ -67,6 +70,21 @@ def sites_snapshot(sites: int) -> Path:
     return path
 
 
+def kineto_trace(memory: int, other: int) -> Path:
+    """bench_kineto.py's generated profiler trace (the same file it writes and reads, made once)."""
+    import json
+
+    from bench_kineto import write_trace
+
+    data = HERE / "data"
+    data.mkdir(exist_ok=True)
+    path = data / f"kineto_{memory}_{other}.pt.trace.json"
+    answer = path.with_name(path.name + ".answer.json")
+    if not path.exists() or not answer.exists():
+        answer.write_text(json.dumps(write_trace(path, memory, other)))
+    return path
+
+
 def in_browser(chromium: str, page: Path, zooms: int = 20) -> tuple[float, list[float], int]:
     """(first draw ms: from navigation start to the first frame painted with every chart, zoom redraw ms
     each, level drawn at the deepest zoom) in headless Chromium."""
@@ -92,6 +110,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000, help="entries of the stacked snapshot (0: skip it)")
     ap.add_argument("--segments-gib", type=float, default=1.0, help="size of the many-segments snapshot (0: skip it)")
     ap.add_argument("--sites", type=int, default=200_000, help="distinct sites of the many-sites snapshot (0: skip it)")
+    ap.add_argument("--kineto-memory", type=int, default=2_000_000, help="[memory] events of the profiler trace (0: skip it)")
+    ap.add_argument("--kineto-other", type=int, default=6_000_000, help="other events of the profiler trace")
     ap.add_argument("--runs", type=int, default=2, help="runs of each command; the fastest is kept")
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     a = ap.parse_args()
@@ -102,6 +122,9 @@ def main() -> None:
         cases.append(("many segments", segments_snapshot(a.segments_gib)))
     if a.sites:
         cases.append((f"{a.sites:,} distinct sites", sites_snapshot(a.sites)))
+    if a.kineto_memory:
+        cases.append((f"profiler trace, {a.kineto_memory:,} memory events among {a.kineto_other:,} others",
+                      kineto_trace(a.kineto_memory, a.kineto_other)))
 
     def best(args):
         return min((run(args) for _ in range(a.runs)), key=lambda r: r[0])

@@ -30,9 +30,9 @@ def _named(o: dict, kind: str) -> list:
 def test_each_lanes_events_carry_the_op_frame_and_kernel_the_generator_says(tmp_path):
     truths = write_ranks(tmp_path / "run", 21, world_size=2)
     lanes = _view(tmp_path / "run").value.lanes
-    assert len(lanes) == 2
-    for rank, (lane, truth) in enumerate(zip(lanes, truths)):
-        want = [e for e in truth.gpu_events if e["device_id"] == rank]
+    assert [lane.title for lane in lanes] == ["run, rank 0 cuda:0", "run, rank 1 cuda:1", "run, rank 0 cpu", "run, rank 1 cpu"]
+    for rank, (lane, truth) in enumerate(zip(lanes, truths + truths)):  # each rank's GPU, then each rank's CPU apart
+        want = [e for e in truth.gpu_events if e["device_id"] == rank] if rank < 2 else truth.cpu_events
         o = lane.ops
         assert o["events"] == o["carried"] == len(want)
         assert _named(o, "op") == [e["op"] for e in want]
@@ -62,7 +62,7 @@ def test_a_thinned_lane_carries_only_the_names_of_the_events_it_keeps():
 def test_the_page_budget_thins_the_ops_and_says_so(tmp_path, monkeypatch):
     from veotrace.viewer import budget
 
-    write_ranks(tmp_path / "run", 5, world_size=2, steps=40)  # ~1,700 events a lane
+    write_ranks(tmp_path / "run", 5, world_size=2, steps=40, cpu_events=False)  # ~1,700 events a lane, GPU lanes only
     monkeypatch.setattr(budget, "DATA_BYTES", 40_000)  # a budget the first try cannot meet
     r = _view(tmp_path / "run")
     assert all(lane.ops["carried"] < lane.ops["events"] for lane in r.value.lanes)
@@ -171,7 +171,7 @@ def test_long_distinct_op_names_are_cut_until_the_page_fits(tmp_path, monkeypatc
     from veotrace.viewer import budget
     from veotrace.viewer.page import data_json
 
-    trace, truth = profiler_trace(41, rank=0, world_size=1, device_id=0, steps=30)
+    trace, truth = profiler_trace(41, rank=0, world_size=1, device_id=0, steps=30, cpu_events=False)
     k = 0
     for ev in trace["traceEvents"]:
         if ev.get("cat") == "cpu_op":

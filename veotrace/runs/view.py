@@ -94,7 +94,7 @@ def view(paths, output=None, *, site_filter: str | None = None, site_depth: int 
     per_input = POINTS_BUDGET // max(1, len(paths))
     lanes, notes = [], []
     for given in paths:
-        lanes += _lanes_of(given, rule, options, report, per_input, step_range)
+        lanes += _lanes_of(given, rule, options, report, per_input, step_range, notes)
     from veotrace.errors import printable
     from veotrace.viewer.budget import fit
     from veotrace.viewer.model import ViewResult
@@ -121,7 +121,7 @@ def _check_target(output: Path) -> None:
     check_writable(output, "view", "a file name such as view.html")
 
 
-def _lanes_of(given, rule, options, report, budget: int, step_range=None) -> list:
+def _lanes_of(given, rule, options, report, budget: int, step_range=None, notes: list | None = None) -> list:
     """The lanes of one input: a snapshot's devices (``view.snapshot``), or a log's (``view.logs``)."""
     from veotrace.sources import resolve_inputs
 
@@ -144,26 +144,74 @@ def _lanes_of(given, rule, options, report, budget: int, step_range=None) -> lis
 
         raise UsageError(f"{given}: --from/--to step a PyTorch snapshot's entries; a log's map is fragmentation's at "
                          "its instants", hint="Drop --from/--to, or give a snapshot")
-    return _log_lanes(given, name, options, report, budget)
+    return _log_lanes(given, name, options, report, budget, found, [] if notes is None else notes)
 
 
-def _log_lanes(given, name: str, options, report, budget: int) -> list:
+def _log_lanes(given, name: str, options, report, budget: int, found=(), notes: list | None = None) -> list:
     """A log's lanes: the bands from its events, then ``fragmentation``'s own replay of it for the maps
-    at the lanes' instants and the fragmentation beneath (so each is ``fragmentation --at`` there)."""
-    from veotrace.runs.fragmentation import read_and_replay
+    at the lanes' instants and the fragmentation beneath (so each is ``fragmentation --at`` there).
+
+    A profiler trace (or a folder of ranks) is read once per file, with its spans (``viewer.profiler``): the
+    lanes (one per rank and GPU, then each rank's CPU apart), the replay and the ops on hover all take that one
+    read. Events without addresses (a 2021 profiler trace, a log without an address column) are drawn as the
+    running sum of their sizes, without maps; one line in ``notes`` (the page) and on stderr says so."""
     from veotrace.sources.base import ReadReport
+    from veotrace.viewer import logs
+    from veotrace.viewer import profiler as prof
+
+    profiler = bool(found) and all(fmt.name == "kineto" for _, fmt in found)
+    got = prof.read(found, options, report) if profiler else None
+    devices = logs.replay_log(common.event_batches([given], options=options, report=ReadReport(), columns=logs.COLUMNS,
+                                                   events=None if got is None else got.events))
+    cpu = logs.replay_log(got.cpu) if got is not None else {}
+    reserved = prof.with_totals({**devices, **cpu}, got.lanes) if got is not None else {}
+    everyone = {**devices, **cpu}
+    t0 = min((int(dv.entries.t[dv.entries.t >= 0].min()) for dv in everyone.values() if (dv.entries.t >= 0).any()),
+             default=None)
+    lanes, instants = {}, {}
+    share = budget // max(1, len(everyone))
+    for d, dv in everyone.items():
+        facts = got.lanes.get(d) if got is not None else None
+        lane, _ = logs.log_lane(dv, title=f"{name}, {facts.text if facts else f'device {d}'}", t0_ns=t0,
+                                points_budget=share, what="a profiler trace's [memory] event" if profiler else
+                                "an alloc/free log")
+        lanes[d] = lane
+        if d in reserved:
+            if d not in cpu:  # the CPU's Total Reserved: nothing a caching allocator holds
+                lane.reserved = np.r_[reserved[d][:1], reserved[d]][lane.state]
+            lane.notes.append(prof.totals_note(got.lanes[d].live_before, gpu=d not in cpu,
+                                               mismatches=got.lanes[d].mismatches))
+        if d in cpu:
+            lane.notes.append("the CPU's memory events (Device Type 0), kept apart from every GPU's numbers: no segment "
+                              "map (the replay and fragmentation are the GPUs')")
+        elif dv.addressed:
+            for t, label in logs.instants_ns(lane, dv.entries, KEYFRAMES).items():
+                instants.setdefault(t, {})[d] = (label, dv.entries)
+    placed = {d for d, dv in devices.items() if dv.addressed}
+    if placed:
+        _add_maps(given, lanes, placed, instants, t0, options, report, None if got is None else got.events)
+    if len(placed) < len(devices):
+        line = (f"{name}: its events have no addresses: the lanes show the live bytes over time (the running sum of "
+                f"their {'Bytes' if profiler else 'sizes'}); the memory map (blocks, segments, fragmentation) needs "
+                "addresses, which this input lacks")
+        notes.append(line)
+        report.warnings.append(f"Note: {line}")
+    if got is not None and not devices and cpu:
+        line = f"{name}: the trace holds no GPU memory events: its lanes are the CPU's (Device Type 0), with no map"
+        notes.append(line)
+        report.warnings.append(f"Note: {line}")
+    if got is not None:
+        prof.add_ops(lanes, t0, got.ops)
+    return [lanes[d] for d in sorted(devices)] + [lanes[d] for d in sorted(cpu, reverse=True)]
+
+
+def _add_maps(given, lanes: dict, placed: set, instants: dict, t0, options, report, events) -> None:
+    """The maps at the lanes' instants and the fragmentation beneath, from ``fragmentation``'s own replay (the
+    devices whose events have addresses, ``placed``)."""
+    from veotrace.runs.fragmentation import read_and_replay
     from veotrace.viewer import logs
     from veotrace.viewer.maps import replay_map
 
-    devices = logs.replay_log(common.event_batches([given], options=options, report=ReadReport(), columns=logs.COLUMNS))
-    t0 = min((int(e.t[e.t >= 0].min()) for e, _ in devices.values() if (e.t >= 0).any()), default=None)
-    lanes, instants = {}, {}
-    for d, (e, names) in devices.items():
-        lane, _ = logs.log_lane(e, names, title=f"{name}, device {d}", t0_ns=t0,
-                                points_budget=budget // max(1, len(devices)))
-        lanes[d] = lane
-        for t, label in logs.instants_ns(lane, e, KEYFRAMES).items():
-            instants.setdefault(t, {})[d] = (label, e)
     kw = {"max_gap": None}
 
     def on_at(at_ns: int, d: int, state) -> None:
@@ -180,8 +228,11 @@ def _log_lanes(given, name: str, options, report, budget: int) -> list:
     from veotrace.frag.metrics import DEFAULT_MAX_GAP, DEFAULT_THRESHOLD
 
     kw.update(max_gap=DEFAULT_MAX_GAP, threshold=DEFAULT_THRESHOLD)
-    result = read_and_replay([given], options=options, report=report, at_each=sorted(instants), on_at=on_at)
+    result = read_and_replay([given], options=options, report=report, at_each=sorted(instants), on_at=on_at,
+                             events=events)
     for d, lane in lanes.items():
+        if d not in placed:
+            continue
         logs.add_windows(lane, result.windows, d, t0)
         st = result.final_states.get(d)
         if st is not None:
@@ -191,50 +242,3 @@ def _log_lanes(given, name: str, options, report, budget: int) -> list:
                               "make": lambda rows, st=st: replay_map(st, max_gap=kw["max_gap"], threshold=kw["threshold"],
                                                                      max_rows=rows)})
         lane.maps.sort(key=lambda m: m["state"])
-    _add_ops(given, lanes, t0, options, report)
-    return [lanes[d] for d in sorted(lanes)]
-
-
-def _add_ops(given, lanes: dict, t0, options, report) -> None:
-    """A profiler trace's lanes get the op, Python frame, kernel and module enclosing each memory event (the
-    reader's second scan), shown on hover (``viewer.ops``); other inputs have none."""
-    from veotrace.runs.profiler import kineto_inputs
-    from veotrace.sources.base import call_guarded
-    from veotrace.sources.kineto.trace import cached_read, lane, pc_not_cpu
-    from veotrace.viewer.ops import KINDS, MAX_OP_EVENTS, lane_ops, thin
-
-    files = kineto_inputs([given], options, report) if t0 is not None else []
-    parts: dict = {}
-    for path in files:
-        read = call_guarded(path, cached_read, path, options, report, context=True)
-        if read.ops is None:
-            continue
-        t = read.table
-        gpu = pc_not_cpu(t)
-        t = t.filter(gpu) if gpu is not None else t
-        names_of = read.ops.column("name").cast("string").to_numpy(zero_copy_only=False)
-        key = lane(read, t.column("device_id").to_numpy())
-        cols = {k: t.column(f"{k}_id").fill_null(-1).to_numpy() for k in KINDS}
-        ts, size = t.column("ts_ns").to_numpy(), t.column("bytes").to_numpy()
-        for d in np.unique(key).tolist():
-            m = key == d
-            parts.setdefault(d, []).append(((ts[m] - t0) / 1e9, size[m], {k: c[m] for k, c in cols.items()}, names_of))
-    for d, got in parts.items():
-        if d not in lanes:
-            continue
-        # one file per lane in a run (a rank's devices); several: ids made unique by each file's offset
-        offset, xs, sizes, ids, names = 0, [], [], {k: [] for k in KINDS}, []
-        for x, size, c, names_of in got:
-            xs.append(x)
-            sizes.append(size)
-            for k in KINDS:
-                ids[k].append(np.where(c[k] >= 0, c[k] + offset, -1))
-            names.append(names_of)
-            offset += names_of.size
-        x = np.concatenate(xs)
-        order = np.argsort(x, kind="stable")
-        full = lane_ops(x[order], np.concatenate(sizes)[order], {k: np.concatenate(v)[order] for k, v in ids.items()},
-                        np.concatenate(names))
-        lanes[d].ops_full, lanes[d].ops = full, thin(full, MAX_OP_EVENTS)
-        lanes[d].notes.append("hover the timeline: the op, Python frame and GPU kernel enclosing the memory event at "
-                              "or before the cursor")

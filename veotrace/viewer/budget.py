@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from veotrace.viewer.lanes import DETAIL_RADIUS
+from veotrace.viewer.levels import BASE_BUCKETS
+
 #: The bound of a whole page (its data, the chart library, the viewer's script and style, the markup).
 PAGE_BYTES = 8 * 2**20
 #: Of it, the bound of the embedded data (the rest: uPlot, view.js and view.css, about 90 KB, and the markup).
@@ -27,6 +30,9 @@ SITE_BYTES = 1 << 20
 #: The shares of each try: (map rows, site bytes, summary levels dropped, texts cut).
 TRIES = ((1, 1, 0, False), (1 / 2, 1 / 2, 0, False), (1 / 4, 1 / 4, 1, True), (1 / 16, 1 / 16, 2, True),
          (1 / 64, 1 / 64, 3, True))
+#: The coarsest a lane is summarised when many lanes share the page (``Lane.squeeze``; the usual coarsest is
+#: ``levels.BASE_BUCKETS``).
+MIN_BUCKETS = 16
 #: What a cut text keeps, and the phases, marks, stack frames and largest allocations a cut page keeps.
 CUT_TEXT, CUT_PHASES, CUT_MARKS, CUT_FRAMES, CUT_ROWS = 120, 200, 100, 12, 20
 
@@ -74,8 +80,25 @@ def fit(result, measure) -> int:
             lane.maps = [finish_map(m, 2 * MIN_MAP_ROWS // 3) for m in lane.maps]
             bound_sites(lane, 4096)
         size = measure(result)
-        result.notes.append(f"the page's budget ({PAGE_BYTES / 2**20:.0f} MiB) left the maps at their smallest and no "
-                            "stacks, phases, marks or steps")
+        said = "left the maps at their smallest and no stacks, phases, marks or steps"
+        base, radius, ops = BASE_BUCKETS, DETAIL_RADIUS, 256
+        while size > DATA_BYTES and base > MIN_BUCKETS:  # many lanes: fewer states, ops and maps in each
+            base, radius, ops = base // 2, radius // 2, max(16, ops // 2)
+            for lane in lanes:
+                lane.squeeze(base, radius)
+                if lane.ops_full is not None:
+                    from veotrace.viewer.ops import thin
+
+                    lane.ops = thin(lane.ops_full, ops, short=CUT_TEXT)
+                if base <= 64:  # the maps of the peak and the end only
+                    lane.maps = [m for m in lane.maps if m["label"].startswith("peak") or m["label"] == "end"] or lane.maps[-1:]
+            size = measure(result)
+            said = (f"left {len(lanes)} lanes at {base:,} summary buckets each ({radius:,} states each side of a peak), "
+                    f"the ops of {ops:,} memory events a lane"
+                    + (", the maps of the peaks and the end only" if base <= 64 else "")
+                    + ", the maps at their smallest and no stacks, phases, marks or steps")
+        result.notes.append(f"the page's budget ({PAGE_BYTES / 2**20:.0f} MiB) {said}"
+                            + ("" if size <= DATA_BYTES else ": still over it (too many lanes; view fewer inputs at once)"))
     return size
 
 

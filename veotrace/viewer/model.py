@@ -163,6 +163,21 @@ class Lane:
         self.bytes, self.blocks = by[:, keep], bl[:, keep]
         self.reserved = None if res is None else res[keep]
 
+    def squeeze(self, base: int, radius: int) -> None:
+        """Fewer states than the coarsest summary level keeps (the page's budget, many lanes): one level of
+        ``base`` buckets (each one's highest and lowest state, the ends), and ``radius`` states on each side of
+        the peak and OOMs, from what the lane kept at first."""
+        from veotrace.viewer.levels import summary_levels
+
+        if self._full is None:
+            self._full = (self.x, self.level, self.state, self.buckets, self.bytes, self.blocks, self.reserved)
+        x, _level, state, _buckets, by, bl, res = self._full
+        near = [int(i) for i in np.searchsorted(state, self.detail) if i < state.size]
+        keep, level = summary_levels(x, by.sum(axis=0), [base], detail=near if radius else [], detail_radius=radius)
+        self.x, self.state, self.buckets, self.level = x[keep], state[keep], [base], level.astype(np.uint8)
+        self.bytes, self.blocks = by[:, keep], bl[:, keep]
+        self.reserved = None if res is None else res[keep]
+
     def summary(self) -> dict:
         """The lane without its columns: what ``to_dict`` and the notebook show."""
         return {"title": self.title, "group_kind": self.group_kind, "x_unit": self.x_unit, "entries": self.entries,

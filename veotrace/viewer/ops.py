@@ -15,9 +15,44 @@ MAX_OP_EVENTS = 20_000
 KINDS = ("op", "frame", "kernel", "module")
 
 
-def lane_ops(x: np.ndarray, size: np.ndarray, ids: dict[str, np.ndarray], names_of: np.ndarray) -> dict:
+class SpanNames:
+    """Each span id's name as the reader holds them: per span an index into its distinct names (a trace of
+    millions of spans has a few thousand names: never one Python string per span)."""
+
+    def __init__(self, index: np.ndarray, names: list) -> None:
+        self.index, self.names = np.asarray(index, np.int64), list(names)
+
+    @classmethod
+    def of(cls, column) -> SpanNames:
+        """From the ``KINETO_OPS`` ``name`` column (dictionary-encoded)."""
+        import pyarrow as pa
+
+        chunks = [c if pa.types.is_dictionary(c.type) else c.dictionary_encode() for c in column.chunks]
+        index, names = [], []
+        for c in chunks:  # each chunk's own dictionary, after the names before it
+            index.append(c.indices.to_numpy(zero_copy_only=False).astype(np.int64) + len(names))
+            names += c.dictionary.to_pylist()
+        return cls(np.concatenate(index) if index else np.zeros(0, np.int64), names)
+
+    @classmethod
+    def concat(cls, parts: list) -> SpanNames:
+        index, names = [], []
+        for p in parts:
+            index.append(p.index + len(names))
+            names += p.names
+        return cls(np.concatenate(index) if index else np.zeros(0, np.int64), names)
+
+    @property
+    def size(self) -> int:
+        return int(self.index.size)
+
+    def __getitem__(self, i: int) -> str:
+        return self.names[self.index[i]]
+
+
+def lane_ops(x: np.ndarray, size: np.ndarray, ids: dict[str, np.ndarray], names_of) -> dict:
     """One lane's ops in full: ``x`` (seconds) and signed ``size`` of each memory event, ``ids[kind]`` its
-    enclosing span's id (-1: none), ``names_of`` each span id's name. ``thin`` makes what the page carries."""
+    enclosing span's id (-1: none), ``names_of`` each span id's name (``SpanNames``, or an array). ``thin`` makes what the page carries."""
     return {"x": np.asarray(x, np.float64), "size": np.asarray(size, np.int64),
             "ids": {k: np.asarray(ids[k], np.int64) for k in KINDS}, "names_of": names_of}
 

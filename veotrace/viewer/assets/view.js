@@ -119,6 +119,8 @@
     const segBox = el("div", "vt-seglane");
     const stepBar = el("div", "vt-stepbar");
     const tableBox = el("div", "vt-allocs");
+    // a lane without maps (no segments or blocks; events without addresses; a CPU lane): no empty map drawn
+    if (!d.maps.length) mapCanvas.style.display = mapInfo.style.display = "none";
     box.append(legend, tools, chartBox, fragBox, segBox, info, el("h4", null, "Segment and block map"), mapPick, stepBar,
                mapHead, mapCanvas, mapInfo, tableBox);
     root.appendChild(box);
@@ -223,8 +225,9 @@
         axes: [{show: false}, {label: "external frag", size: 80}]}, [fx, fy], fragBox);
       fragBox.appendChild(el("p", "vt-note", "External fragmentation (1 - largest free / free) at the end of each window."));
     } else {
-      fragBox.appendChild(el("p", "vt-note", d.x_unit === "s" ? "No external fragmentation per window: no reserved segments." :
-        "No external fragmentation per window: windows need times."));
+      fragBox.appendChild(el("p", "vt-note", d.x_unit !== "s" ? "No external fragmentation per window: windows need times." :
+        d.maps.length ? "No external fragmentation per window: no reserved segments." :
+        "No external fragmentation per window: it needs the segment map (the lane's notes above say why there is none)."));
     }
     lane.frag = frag;
     if (frag) requestAnimationFrame(() => frag.setSize({width: width(), height: 110}));  // once the chart is laid out
@@ -454,7 +457,8 @@
       const peak = maps.findIndex(m => m.label.startsWith("peak allocated"));
       showMap(peak >= 0 ? peak : maps.length - 1);
     } else {
-      mapHead.textContent = "No segment map: the input records no segments or blocks.";
+      mapHead.textContent = "No segment map: the input records no segments or blocks, or its events no addresses " +
+        "(the lane's notes above say which).";
     }
     // click a time (a click without a drag): the nearest instant with a map
     let down = null;
