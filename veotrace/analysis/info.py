@@ -165,7 +165,16 @@ def supports_view(info: FileInfo) -> str | None:
     if info.format == "torch-snapshot" and info.tables.get("segments"):
         return "view"
     arrays = (info.details.get("arrays") or {}).get("arrays")
-    return "view" if not arrays and supports_fragmentation(info) else None
+    if arrays:
+        return None
+    if supports_fragmentation(info):
+        return "view"
+    # without addresses (the 2021 profiler format, a log without an address column): the lanes of live bytes
+    # over time, without a map (viewer.profiler and viewer.logs say so); a profiler trace of CPU events too
+    alloc, counted, timed = _alloc(info)
+    if info.format == "kineto" and info.tables.get("profiler_memory"):
+        return "view"
+    return "view" if counted and timed and not _too_many_devices(info) else None
 
 
 def supports_diff(info: FileInfo) -> str | None:
