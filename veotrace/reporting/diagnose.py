@@ -83,7 +83,7 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     reads = _Reads(runnable, options, report, held)
     prepared = [(job, {**reading, **reads.given(n)}) for n, job in enumerate(runnable)]
     results = [(job, *ran) for job, ran in zip(runnable, _run_all(prepared, on_progress))]
-    value = collect(infos, jobs, results, offsets=offsets, period=period, allocs=reads.allocs)
+    value = collect(infos, jobs, results, offsets=offsets, period=period, allocs=reads.allocs, options=options)
     value.params["fail_on"] = fail_on
     value.notes.extend(_mixed_folders(paths, infos))
     _with_read_warnings(value.findings, report.messages())

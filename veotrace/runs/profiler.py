@@ -184,3 +184,26 @@ def profiler_validation(validation: dict, seed, assumption: str) -> None:
                           f"({sum(s[2] for s in seed.segments):,} bytes) reserved and {len(seed.live)} blocks live "
                           "before profiling began")
     validation["recorded_from"] = "the rises of Total Reserved (each one device allocation of the rise)"
+
+
+def lane_names(paths, options=None) -> dict:
+    """The common table's device number -> its lane's name (``cuda:0``, ``rank 1 hip:0``) of profiler traces,
+    {} for any other input (or one that does not read): how every finding names a profiler trace's devices."""
+    import numpy as np
+
+    from veotrace.errors import VeotraceError
+    from veotrace.sources import ReadOptions, ReadReport
+    from veotrace.sources.kineto.trace import CPU, cached_read, lane, lane_text, lanes
+
+    options = options or ReadOptions()
+    try:
+        files = kineto_inputs(paths, options, ReadReport())
+        out = {}
+        for p in files:
+            read = cached_read(p, options, ReadReport())
+            for key in lanes(read.table):
+                if key[1] != CPU:
+                    out[int(lane(read, np.array([key[2]]))[0])] = lane_text(key)
+        return out
+    except VeotraceError:
+        return {}
