@@ -290,8 +290,14 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
     mem.sort(key=lambda m: (m[0], m[1]))
     truth.events = [m[3] for m in mem]
     events.extend(m[2] for m in mem)
-    order = rng.permutation(len(events))  # the profiler writes spans and instants in its own order
-    body = [events[i] for i in order]
+    if full:  # Kineto's order (as the shared real files hold it): CPU ops, the [memory] events, Python frames,
+        # runtime calls, then the GPU's spans: a file cut mid-write loses the end of that order
+        rank_of = {"cpu_op": 0, "cpu_instant_event": 1, "python_function": 2, "cuda_runtime": 3, "ac2g": 4}
+        body = sorted(events, key=lambda e: (rank_of.get(e.get("cat"), 5) if e.get("pid") != gpu_pid or
+                                             e.get("cat") != "ac2g" else 5, e["ts"]))
+    else:
+        order = rng.permutation(len(events))  # the profiler writes spans and instants in its own order
+        body = [events[i] for i in order]
     body.append({"name": "process_name", "ph": "M", "ts": tsv(ts0_us), "pid": pid, "tid": 0, "args": {"name": "python"}})
     if full:  # Kineto's own span of the whole trace and its iteration mark (string pids)
         body.append({"ph": "X", "cat": "Trace", "ts": tsv(ts0_us), "dur": tsv(t - ts0_us), "pid": "Spans",
@@ -379,7 +385,7 @@ def write_ranks(folder: Path, seed: int = 0, *, world_size: int = 2, device_type
 
 
 def cut_events(path: Path) -> tuple[int, int]:
-    """(the [memory] events complete in a file cut mid-write, the byte the last one ends at): the answer a
+    """(the [memory] events complete in a file cut mid-write, the byte just past the last of them): the answer a
     reader of the cut file must give, found here by parsing each complete event of Kineto's layout alone."""
     data = Path(path).read_bytes()
     if data[:2] == b"\x1f\x8b":
@@ -398,8 +404,9 @@ def cut_events(path: Path) -> tuple[int, int]:
             obj, stop = dec.raw_decode(text, j)
         except ValueError:
             break
-        n += obj.get("name") == "[memory]"
-        end, i = stop, stop
+        if obj.get("name") == "[memory]":
+            n, end = n + 1, stop
+        i = stop
     return n, end
 
 

@@ -236,11 +236,15 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
                 if on_progress is not None:
                     on_progress(raw.tell())
         else:
+            mem_end, after_mem = 0, False  # the end of the last complete [memory] event (as the memory scan says)
             try:
                 for offset, obj in scan.all_events(fh, state, block=max(options.block_bytes // 2, 1 << 16)):
+                    if after_mem:
+                        mem_end, after_mem = state.last_complete_end, False
                     if not isinstance(obj, dict):
                         continue
                     if obj.get("name") == "[memory]":
+                        after_mem = True
                         try:
                             cols.add(obj, None, offset)
                         except _Bad as exc:
@@ -252,6 +256,7 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
             except ValueError as exc:
                 raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
                                        hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
+            state.last_complete_end = state.last_complete_end if after_mem else mem_end
     if not state.has_events_key:
         raise TraceFormatError("no traceEvents list: a profiler trace holds its events there", path=path,
                                hint="Export the trace with prof.export_chrome_trace(...) or tensorboard_trace_handler")
@@ -266,8 +271,8 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     n = len(cols)
     if state.cut:
         result.cut = {"at_byte": state.size, "read_to_byte": state.last_complete_end, "reason": state.cut_reason}
-        report.warnings.append(
-            f"Warning: {path}: {state.cut_reason} at {'decompressed ' if raw is not fh else ''}byte {state.size:,} "
+        report.warnings.append(  # the same words on either scan (the reason, which depends on it, is in ``cut``)
+            f"Warning: {path}: the file stops at {'decompressed ' if raw is not fh else ''}byte {state.size:,} "
             f"(cut mid-write?): read the {n:,} [memory] events complete before byte {state.last_complete_end:,}")
     if state.bad_utf8:
         report.warnings.append(f"Warning: {path}: {state.bad_utf8:,} bytes that are no UTF-8 in names, read as U+FFFD")
