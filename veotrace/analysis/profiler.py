@@ -29,6 +29,21 @@ SEGMENTS_NOTE = ("the trace records the allocator's totals, not its segments: re
                  "fragmentation within segments) is not recorded; from addresses alone it is inferred")
 
 
+def capacity_of(key: tuple, meta: list | None, peak_reserved: int | None) -> dict:
+    """A GPU lane's device from its file's ``deviceProperties`` (``device_name``, ``capacity_bytes``: Kineto's
+    ``totalGlobalMem``) and how close to it the lane ran: ``peak_reserved_share`` of it and ``headroom_bytes``
+    (capacity - peak reserved). {} when no file of that rank lists the device's memory."""
+    files = [m for m in meta or [] if len(meta) == 1 or m.get("rank") == key[0]]
+    for m in files:
+        name, cap = ((m.get("device_memory") or {}).get(str(key[2])) or (None, None))
+        if cap:
+            out = {"device_name": name, "capacity_bytes": cap}
+            if peak_reserved is not None:
+                out.update({"peak_reserved_share": peak_reserved / cap, "headroom_bytes": cap - peak_reserved})
+            return out
+    return {}
+
+
 def _lanes(table: pa.Table):
     from veotrace.sources.kineto.trace import lane_masks, lane_text
 
@@ -54,7 +69,7 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
     all_lanes = list(_lanes(table))
     tr_all, ta_all = table.column("total_reserved_bytes"), table.column("total_allocated_bytes")
     full = tr_all.null_count == 0 and ta_all.null_count == 0
-    for _, name, mask in all_lanes:
+    for key, name, mask in all_lanes:
         c = checks[name]
         cached = None
         if full:  # reserved - allocated: the bytes cached but free after each event
@@ -66,6 +81,8 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
         devices[name]["peak_cached_free_bytes"] = int(cached.max()) if cached is not None and cached.size else None
         devices[name]["pairing"] = c.get("pairing")
         devices[name]["kind"] = "cpu" if name.endswith("cpu") else "gpu"
+        if key[1] != CPU:  # how close to the device's memory it ran, when deviceProperties lists the device
+            devices[name].update(capacity_of(key, meta, devices[name].get("peak_reserved_bytes")))
     lacks = []
     if not gpu:
         lacks.append("GPU memory events: the trace records CPU memory only (Device Type 0); no GPU analysis applies")

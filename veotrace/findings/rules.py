@@ -34,6 +34,9 @@ STRANDED_MIN_SHARE = 0.05
 #: finding on a trace its model is not validated on has 0.6 of the validated one's 0.9 too).
 INFERRED_FREE = "free blocks inferred from the addresses: the trace records no segments"
 INFERRED_CONFIDENCE = 0.6
+#: A device whose peak reserved reaches this share of its memory (known from a profiler trace's
+#: deviceProperties) ran close to full: a finding.
+NEAR_FULL_SHARE = 0.9
 
 
 @dataclass
@@ -54,7 +57,7 @@ class Context:
     def device(self, dev) -> str:
         """How a finding names device ``dev``: the profiler trace's lane name, else ``device N``."""
         try:
-            return self.lanes.get(int(dev)) or f"device {dev}"
+            return (self.lanes.get(int(dev)) or {}).get("lane") or f"device {dev}"
         except (TypeError, ValueError):
             return f"device {dev}"
 
@@ -480,6 +483,7 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                ctx.command, "free or pre-allocate those long-lived blocks elsewhere (they hold "
                                             "segments that could otherwise be released or reused)", bytes_at_stake=pinned))
         out += held(dev, v, ctx)
+    out += near_capacity(ctx)
     grew = d.get("finding")  # a profiler trace: the op during which Total Reserved rose most (analysis.profiler)
     if grew and grew.get("bytes"):
         out.append(Finding("reserved_growth_op", grew["text"], ctx.source, "none", None, None,
@@ -488,6 +492,31 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                                      "peak_reserved_bytes")},
                            ctx.command, "allocate what this op needs once and reuse it, or try an allocator setting "
                                         "(veotrace tune)", bytes_at_stake=grew["bytes"]))
+    return out
+
+
+def near_capacity(ctx: Context) -> list[Finding]:
+    """A profiler trace whose ``deviceProperties`` give a device's memory (``totalGlobalMem``,
+    ``Context.lanes``): a device whose recorded peak of Total Reserved reached NEAR_FULL_SHARE of it or more
+    ran close to full (the next growth fails, or the job set a memory fraction on purpose, as inference
+    servers do). Impact: how far past NEAR_FULL_SHARE the peak went, over the rest (0 at the threshold, 1
+    at full); confidence 0.6: the peak is recorded, whether the job needed more is not."""
+    out = []
+    for dev, f in sorted(ctx.lanes.items()):
+        cap, peak = f.get("capacity_bytes"), f.get("peak_reserved_bytes")
+        if not cap or peak is None or peak < NEAR_FULL_SHARE * cap:
+            continue
+        share = peak / cap
+        out.append(Finding(
+            "near_capacity", f"{f['lane']}: Total Reserved peaked at {gib(peak)}, {share:.1%} of the "
+            f"{f.get('device_name') or 'device'}'s {gib(cap)} (deviceProperties' totalGlobalMem): {gib(max(cap - peak, 0))} "
+            "from full", ctx.source, "none", None, None,
+            min(1.0, max(0.0, (share - NEAR_FULL_SHARE) / (1 - NEAR_FULL_SHARE))), 0.6,
+            {"device": dev, "lane": f["lane"], "device_name": f.get("device_name"), "capacity_bytes": cap,
+             "peak_reserved_bytes": peak, "peak_allocated_bytes": f.get("peak_allocated_bytes"), "share": share,
+             "headroom_bytes": cap - peak}, ctx.command,
+            "if the job OOMs or must grow: see who holds the peak (veotrace sites) and what a setting saves "
+            "(veotrace tune); a fraction set on purpose (inference servers reserve most of the device) is no problem"))
     return out
 
 

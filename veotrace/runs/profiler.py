@@ -186,14 +186,17 @@ def profiler_validation(validation: dict, seed, assumption: str) -> None:
     validation["recorded_from"] = "the rises of Total Reserved (each one device allocation of the rise)"
 
 
+
 def lane_names(paths, options=None) -> dict:
-    """The common table's device number -> its lane's name (``cuda:0``, ``rank 1 hip:0``) of profiler traces,
-    {} for any other input (or one that does not read): how every finding names a profiler trace's devices."""
+    """The common table's device number -> what findings say of its lane, for profiler traces ({} for any other
+    input, or one that does not read): ``lane`` its name (``cuda:0``, ``rank 1 hip:0``), the one name every
+    finding gives it; ``device_name`` and ``capacity_bytes`` from the trace's ``deviceProperties`` (``name``,
+    ``totalGlobalMem``; None when not listed); ``peak_reserved_bytes`` and ``peak_allocated_bytes`` recorded."""
     import numpy as np
 
     from veotrace.errors import VeotraceError
     from veotrace.sources import ReadOptions, ReadReport
-    from veotrace.sources.kineto.trace import CPU, cached_read, lane, lane_text, lanes
+    from veotrace.sources.kineto.trace import CPU, cached_read, device_memory, lane, lane_text, lanes
 
     options = options or ReadOptions()
     try:
@@ -201,9 +204,16 @@ def lane_names(paths, options=None) -> dict:
         out = {}
         for p in files:
             read = cached_read(p, options, ReadReport())
+            props = device_memory(read.head)
             for key in lanes(read.table):
-                if key[1] != CPU:
-                    out[int(lane(read, np.array([key[2]]))[0])] = lane_text(key)
+                if key[1] == CPU:
+                    continue
+                check = read.checks.get(lane_text(key)) or {}
+                name, cap = props.get(key[2], (None, None))
+                out[int(lane(read, np.array([key[2]]))[0])] = {
+                    "lane": lane_text(key), "device_name": name, "capacity_bytes": cap,
+                    "peak_reserved_bytes": check.get("peak_reserved_bytes"),
+                    "peak_allocated_bytes": check.get("peak_allocated_bytes")}
         return out
     except VeotraceError:
         return {}

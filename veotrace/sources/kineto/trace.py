@@ -454,6 +454,19 @@ def lane_masks(table: pa.Table) -> Iterator[tuple[tuple, np.ndarray]]:
         yield key, m
 
 
+def device_memory(head: dict) -> dict:
+    """Device Id -> (its name, its memory in bytes) from the header's ``deviceProperties`` (Kineto's ``name``
+    and ``totalGlobalMem``; either None when absent or not a positive integer)."""
+    out = {}
+    props = head.get("deviceProperties") if isinstance(head.get("deviceProperties"), list) else []
+    for p in props:
+        if isinstance(p, dict) and isinstance(p.get("id"), int):
+            mem = p.get("totalGlobalMem")
+            out[p["id"]] = (str(p["name"]) if p.get("name") is not None else None,
+                            mem if isinstance(mem, int) and not isinstance(mem, bool) and mem > 0 else None)
+    return out
+
+
 def lane_text(key: tuple) -> str:
     """``rank 1 cuda:1``, ``cpu``, ``hip:0``."""
     rank, dtype, did = key
@@ -675,6 +688,7 @@ def _meta(read: MemoryRead) -> dict:
 
     return {b"veotrace.kineto": json.dumps({"path": read.path, "rank": read.rank, "world_size": read.world_size,
                                            "devices": read.devices, "cut": read.cut, "checks": read.checks,
+                                           "device_memory": {str(k): v for k, v in device_memory(read.head).items()},
                                            "bad_utf8": read.bad_utf8, "schema_version": read.head.get("schemaVersion"),
                                            "with_stack": read.head.get("with_stack"),
                                            "profile_memory": read.head.get("profile_memory"),
