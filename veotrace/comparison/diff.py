@@ -96,15 +96,33 @@ def compare(before: Any, after: Any, *, align: str = "time", conditions: list | 
     db, da = side_devices(b), side_devices(a)
     devices = {"compared": sorted(set(db) & set(da)), "only_before": sorted(set(db) - set(da)),
                "only_after": sorted(set(da) - set(db))}
+    lanes = _lanes(b.side, a.side, time_unit, skip_bad_rows, format_hint)
+    if any(lanes):  # profiler traces: each device's lane, its hardware, and the numbers the trace recorded
+        devices["lanes"] = {side: {str(d): {k: f.get(k) for k in ("lane", "rank", "device_name", "capacity_bytes")}
+                                   for d, f in ln.items()} for side, ln in zip(("before", "after"), lanes)}
     classes = D.size_classes(b, a)
-    out = [*D.entropy_deltas(b, a), *D.device_deltas(b, a, devices["compared"]),
+    out = [*D.entropy_deltas(b, a),
+           *D.device_deltas(b, a, devices["compared"], tuple(D.recorded_numbers(ln) for ln in lanes)),
            *D.run_deltas(b, a, classes["js_distance"])]
     out.sort(key=lambda d: DELTA_NAMES.index(d["name"]))
     result = DiffResult(b, a, devices, out, classes, D.settings(b, a), D.sites(b, a, devices["compared"]),
                         pa.concat_tables([series(m, align, devices["compared"]) for m in (b, a)]), align)
     result.fail_on = C.check(conditions or [], out)
     result.notes = _notes(result)
+    if "lanes" in devices:
+        devices["hardware_differs"] = any(n.startswith("Note: the devices differ") for n in result.notes)
     return result
+
+
+def _lanes(before: Side, after: Side, time_unit: Any, skip_bad_rows: bool, format_hint: str | None) -> tuple[dict, dict]:
+    """Each side's lanes by device number when it is a profiler trace (``runs.profiler.lane_names``), else {}.
+    The device numbers pair the lanes: the Device Id on one node (rank r on its device r, as one node runs
+    them), rank x 1000 + Device Id in a multi-node run, so ranks pair with ranks and ``cuda:0`` with ``hip:0``."""
+    from veotrace.runs import common
+    from veotrace.runs.profiler import lane_names
+
+    options, _ = common.reading(getattr(time_unit, "value", time_unit), skip_bad_rows, format_hint)
+    return tuple(lane_names(s.paths, options) if s.kind == "profiler" else {} for s in (before, after))
 
 
 def measure_both(sides: list[Side], **reading: Any) -> list[Measures]:
@@ -132,10 +150,17 @@ def _held(path: Any) -> str:
 def _notes(r: DiffResult) -> list[str]:
     """What the outputs say besides the numbers: devices not compared, analyses a side does not feed."""
     notes = []
+    lanes = r.devices.get("lanes") or {}
+
+    def named(side: str, devs: list) -> str:
+        return ", ".join(((lanes.get(side) or {}).get(str(d)) or {}).get("lane") or str(d) for d in devs)
+
     for name, devs in (("BEFORE", r.devices["only_before"]), ("AFTER", r.devices["only_after"])):
         if devs:
-            notes.append(f"Note: device{'s' if len(devs) > 1 else ''} {', '.join(map(str, devs))} only in {name}: not "
-                         f"compared (compared: {', '.join(map(str, r.devices['compared'])) or 'none'})")
+            side = name.lower()
+            notes.append(f"Note: {'lane' if lanes else 'device'}{'s' if len(devs) > 1 else ''} {named(side, devs)} only "
+                         f"in {name}: not compared (compared: {named(side, r.devices['compared']) or 'none'})")
+    notes += _hardware_notes(r.devices["compared"], lanes)
     snapshots = "snapshot" in (r.before.side.kind, r.after.side.kind)
     for analysis in (a for a in ANALYSES if a != "sites" or snapshots):  # logs never have sites
         why = {s: m.unavailable.get(analysis) for s, m in (("BEFORE", r.before), ("AFTER", r.after))}
@@ -147,3 +172,37 @@ def _notes(r: DiffResult) -> list[str]:
         notes.append("Note: allocator settings not compared (" + " and ".join(
             s for s, m in (("BEFORE", r.before), ("AFTER", r.after)) if m.side.settings is None) + " recorded none)")
     return notes
+
+
+def _hardware_notes(compared: list, lanes: dict) -> list[str]:
+    """What pairs with what on two profiler traces, and whether the devices differ (another GPU, or another
+    vendor's build: CUDA against ROCm): the numbers then compare the same model on two devices, not two runs."""
+    if not lanes or not compared:
+        return []
+    b, a = lanes.get("before") or {}, lanes.get("after") or {}
+    pairs, differ = [], []
+    for d in compared:
+        fb, fa = b.get(str(d)) or {}, a.get(str(d)) or {}
+        if fb.get("lane") != fa.get("lane"):
+            pairs.append(f"{fb.get('lane')} with {fa.get('lane')}")
+        kind_b, kind_a = (str(fb.get("lane") or "").split(" ")[-1].split(":")[0],
+                          str(fa.get("lane") or "").split(" ")[-1].split(":")[0])
+        if fb.get("device_name") != fa.get("device_name") or kind_b != kind_a:
+            differ.append((fb, fa))
+    out = []
+    if pairs:
+        out.append("Note: lanes paired by rank and device: " + "; ".join(pairs))
+    if differ:
+        fb, fa = differ[0]
+
+        def dev(f: dict) -> str:
+            from veotrace.units import gib
+
+            return (f"{f.get('lane')} ({f.get('device_name') or 'an unnamed device'}"
+                    + (f", {gib(f['capacity_bytes'])}" if f.get("capacity_bytes") else "") + ")")
+
+        out.append(f"Note: the devices differ: BEFORE {dev(fb)}, AFTER {dev(fa)}"
+                   + (f" ({len(differ)} lanes)" if len(differ) > 1 else "")
+                   + ": the deltas compare the runs on two devices (another GPU and allocator build), not two runs "
+                     "on one")
+    return out

@@ -191,7 +191,8 @@ def lane_names(paths, options=None) -> dict:
     """The common table's device number -> what findings say of its lane, for profiler traces ({} for any other
     input, or one that does not read): ``lane`` its name (``cuda:0``, ``rank 1 hip:0``), the one name every
     finding gives it; ``device_name`` and ``capacity_bytes`` from the trace's ``deviceProperties`` (``name``,
-    ``totalGlobalMem``; None when not listed); ``peak_reserved_bytes`` and ``peak_allocated_bytes`` recorded."""
+    ``totalGlobalMem``; None when not listed); ``peak_reserved_bytes``, ``peak_allocated_bytes`` and
+    ``reserved_rises`` recorded (the reader's check: bytes live before profiling included); ``rank``, ``device_id``."""
     import numpy as np
 
     from veotrace.errors import VeotraceError
@@ -213,7 +214,8 @@ def lane_names(paths, options=None) -> dict:
                 out[int(lane(read, np.array([key[2]]))[0])] = {
                     "lane": lane_text(key), "device_name": name, "capacity_bytes": cap,
                     "peak_reserved_bytes": check.get("peak_reserved_bytes"),
-                    "peak_allocated_bytes": check.get("peak_allocated_bytes")}
+                    "peak_allocated_bytes": check.get("peak_allocated_bytes"),
+                    "reserved_rises": check.get("reserved_rises"), "rank": key[0], "device_id": key[2]}
         return out
     except VeotraceError:
         return {}
