@@ -150,6 +150,7 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
             from veotrace.runs.profiler import profiler_validation
 
             profiler_validation(result.validation, seed, snap_conf.recorded["profiler_trace"])
+            result.params["seed"] = result.validation["seed"]  # the summary's seeding row says the same
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
     if ooms:  # would each policy have served the request that failed?
         from veotrace.allocators.oomprobe import probe_ooms
