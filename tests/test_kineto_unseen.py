@@ -244,3 +244,36 @@ def test_diff_of_ranks_against_ranks_pairs_them_by_rank(unseen, tmp_path):
     assert any("rank 2 cuda:2, rank 3 cuda:3 only in BEFORE" in n for n in d["notes"])
     peaks = {x["device"]: (x["before"], x["after"]) for x in d["deltas"] if x["name"] == "peak_reserved"}
     assert peaks[1] == (truths[1].peak_reserved[(1, 1)], rocm[1].peak_reserved[(6, 1)])
+
+
+# --- the replay on ranks: traces whose totals follow PyTorch's rules (synth.caching) ---
+
+def _caching_ranks(folder: Path, shape: str) -> list:
+    if shape == "multi-node":  # ranks 0 and 9 of 16 on nodes of 8 GPUs: device ids repeat across nodes
+        folder.mkdir()
+        truths = []
+        for r in (0, 9):
+            trace, truth = profiler_trace(3 + r, rank=r, world_size=16, device_id=r % 8, nodes_gpus=8, full=True,
+                                          allocator="caching", steps=10)
+            write_trace(folder / f"rank{r}.pt.trace.json", trace)
+            truths.append(truth)
+        return truths
+    return write_ranks(folder, 3, full=True, allocator="caching", steps=10,
+                       **(dict(world_size=2, device_type=6) if shape == "rocm" else dict(world_size=4)))
+
+
+@pytest.mark.parametrize("shape", ["nccl", "rocm", "multi-node"])
+def test_simulate_on_ranks_reproduces_every_rise_of_every_rank(tmp_path, shape):
+    truths = _caching_ranks(tmp_path / "run", shape)
+    v = _json("simulate", tmp_path / "run", "-p", "torch")["validation"]
+    rises = sum(sum(t.rises.values()) for t in truths)
+    assert rises > len(truths)
+    assert (v["recorded_segment_allocs"], v["reproduced"], v["extra"]) == (rises, rises, 0)
+    assert v["allocator"]["pytorch_cuda_caching"] is True
+
+
+def test_tune_on_ranks_is_validated_and_says_a_profiler_traces_seed(tmp_path):
+    _caching_ranks(tmp_path / "run", "nccl")
+    d = _json("tune", tmp_path / "run")
+    assert d["recommendation"]["trust"]["validated"] is True
+    assert d["params"]["seed"].startswith("seeded from the first events' totals (assumed layout)")

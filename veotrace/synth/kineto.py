@@ -84,17 +84,29 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
                    rank: int | None = None, world_size: int | None = None, old_format: bool = False,
                    cpu_events: bool = True, live_before: int = 48 << 20, reserved_before: int = (48 << 20) + SEGMENT,
                    ts0_us: float | None = None, nodes_gpus: int | None = None, full: bool = False,
-                   graph_replays: int = 0, reserve_share: float | None = None) -> tuple[dict, KinetoTruth]:
+                   graph_replays: int = 0, reserve_share: float | None = None,
+                   allocator: str = "simple") -> tuple[dict, KinetoTruth]:
     """One rank's trace (the JSON object) and its truth. Times in microseconds from ``ts0_us``; each op
     allocates 1-3 tensors (freed one or two ops later), under a python_function frame, while a kernel runs.
     ``nodes_gpus``: the GPUs one node lists in ``deviceProperties`` (default: the world's, one node).
-    ``full``, ``graph_replays``, ``reserve_share``: see the module's docstring (off: the same file as before)."""
+    ``full``, ``graph_replays``, ``reserve_share``: see the module's docstring (off: the same file as before).
+    ``allocator="caching"``: the GPU's blocks, addresses and Total Reserved come from ``synth.caching``'s
+    allocator written from PyTorch's rules (a cold start: nothing live or reserved before profiling), so the
+    torch model's replay must reproduce every rise of Total Reserved; the default is the module's small rule."""
     rng = np.random.default_rng(seed)
     hip = device_type == 6
     gpu = MI300X if hip else H100
     if reserve_share is not None:  # the job's weights and caches, live before profiling, fill the device
         live_before = int(gpu["totalGlobalMem"] * reserve_share) // SEGMENT * SEGMENT
         reserved_before = live_before + SEGMENT
+    caching = None
+    if allocator == "caching":  # PyTorch's rules (synth.caching), from an empty device
+        from veotrace.synth.caching import CachingAllocator, Settings
+
+        if graph_replays:
+            raise ValueError("allocator='caching' has no CUDA graph pools: give graph_replays=0")
+        caching = CachingAllocator(Settings(device_memory=(MI300X if hip else H100)["totalGlobalMem"]))
+        live_before = reserved_before = 0
     if ts0_us is None:  # CUDA traces: epoch microseconds (integers); ROCm: a monotonic clock with fractions
         ts0_us = 3_545_056_405_505.125 if hip else 1_717_000_000_000_000.0
     pid, tid = 4242 + (rank or 0), 4242 + (rank or 0)
@@ -109,7 +121,8 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
     truth.peak_allocated = {dev: live_before, cpu: 0}
     truth.peak_reserved = {dev: reserved_before, cpu: 0}
     truth.rises = {dev: 0}
-    pre_blocks = [(0x7F00_0000_0000 + i * (8 << 20), 4 << 20) for i in range(3)]  # live before; some freed later
+    blocks: dict[int, object] = {}  # the caching allocator's block of each live address
+    pre_blocks = [] if caching else [(0x7F00_0000_0000 + i * (8 << 20), 4 << 20) for i in range(3)]  # live before
     next_addr = 0x7F10_0000_0000
     ev_idx = 10_000
     mem: list[tuple[float, int, dict, dict]] = []  # (ts, ev_idx, event, truth row)
@@ -128,17 +141,39 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
     pool_addrs: set[int] = set()
     capturing = False
 
+    def gpu_addr(size: int) -> int:
+        """The address of a new GPU block of ``size`` bytes (the caching allocator's, else the next free one)."""
+        nonlocal next_addr
+        if caching is not None:
+            block = caching.malloc(size)
+            blocks[block.addr] = block
+            return block.addr
+        addr = next_addr
+        next_addr += -(-size // 512) * 512 + 512
+        return addr
+
     def memory(ts: float, device: tuple, nbytes: int, addr: int, op: str, frame: str, kernel: str | None) -> None:
         nonlocal ev_idx, seen_gpu
         alloc[device] += nbytes
         grew = 0
+        if caching is not None and device != cpu:
+            if nbytes < 0:
+                caching.free_(blocks.pop(addr))
+            grew = caching.reserved - reserved[device]
+            reserved[device] = caching.reserved
+            if grew and seen_gpu:
+                truth.rises[device] += 1
+                truth.rise_bytes_by_op[op] = truth.rise_bytes_by_op.get(op, 0) + grew
+            nbytes_rule = 0  # the rule below is the simple allocator's
+        else:
+            nbytes_rule = nbytes
         in_pool = device != cpu and (capturing if nbytes > 0 else addr in pool_addrs)
         if in_pool:  # allocated in capture, or a pool block freed (back to the pool, wherever it is freed)
             pool["live"] += nbytes
             (pool_addrs.add if nbytes > 0 else pool_addrs.discard)(addr)
         free_cached = (pool["reserved"] - (pool["live"] - nbytes) if in_pool else
                        reserved[device] - pool["reserved"] - (alloc[device] - pool["live"] - nbytes))
-        if device != cpu and nbytes > 0 and free_cached < nbytes:
+        if device != cpu and nbytes_rule > 0 and free_cached < nbytes_rule:
             grew = -(-nbytes // SEGMENT) * SEGMENT
             reserved[device] += grew
             if in_pool:
@@ -218,8 +253,7 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
             n = int(rng.integers(1, 4))
             for j in range(n):
                 size = int(rng.choice([512, 4096, 1 << 20, 3 << 20, 6 << 20]))
-                addr = next_addr
-                next_addr += -(-size // 512) * 512 + 512
+                addr = gpu_addr(size)
                 memory(k_start + 1 + 2 * j, dev, size, addr, name, frame, kernel)
                 pending.append((op_no + int(rng.integers(1, 3)), addr, size, dev))
             if cpu_events and k % 3 == 0:
@@ -267,8 +301,11 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
             c = launch(c_start + 2, f"{runtime}LaunchKernel", op_no, coll)
             gpu_span(c_start + 2, 30, coll, c, stream=9, **comms)
             size = 8 << 20
-            addr = next_addr
-            next_addr += size + 512
+            if caching is not None:
+                addr = gpu_addr(size)
+            else:
+                addr = next_addr
+                next_addr += size + 512
             memory(c_start + 5, dev, size, addr, op, frame, coll)
             memory(c_start + 30, dev, -size, addr, op, frame, coll)
             op_no += 1 + bool(full)
