@@ -277,3 +277,15 @@ def test_tune_on_ranks_is_validated_and_says_a_profiler_traces_seed(tmp_path):
     d = _json("tune", tmp_path / "run")
     assert d["recommendation"]["trust"]["validated"] is True
     assert d["params"]["seed"].startswith("seeded from the first events' totals (assumed layout)")
+
+
+def test_diagnose_says_which_op_grew_reserved_memory_on_every_rank(unseen):
+    path, truths = unseen["ranks"]
+    found = {f["evidence"]["device"]: f["evidence"] for f in _json("diagnose", path)["findings"]
+             if f["kind"] == "reserved_growth_op"}
+    assert set(found) == {f"rank {r} cuda:{r}" for r, t in enumerate(truths) if t.rise_bytes_by_op}
+    for r, t in enumerate(truths):
+        if t.rise_bytes_by_op:
+            top = max(t.rise_bytes_by_op.values())
+            got = found[f"rank {r} cuda:{r}"]
+            assert got["bytes"] == top and t.rise_bytes_by_op[got["op"]] == top

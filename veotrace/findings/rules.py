@@ -484,15 +484,30 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                             "segments that could otherwise be released or reused)", bytes_at_stake=pinned))
         out += held(dev, v, ctx)
     out += near_capacity(ctx)
-    grew = d.get("finding")  # a profiler trace: the op during which Total Reserved rose most (analysis.profiler)
-    if grew and grew.get("bytes"):
+    out += reserved_growth(d, ctx)
+    return out
+
+
+def reserved_growth(d: dict, ctx: Context) -> list[Finding]:
+    """A profiler trace's ``sites``: on each GPU lane (each rank of a folder of ranks), the op during which its
+    Total Reserved rose most (``analysis.profiler.growth_finding`` of that lane; the JSON's own ``finding`` is
+    the largest over all lanes). Impact: those bytes against the lane's peak reserved; confidence 0.8."""
+    from veotrace.analysis.profiler import growth_finding
+
+    growth = d.get("reserved_growth")
+    found = ([growth_finding({lane: g}) for lane, g in growth.items()] if isinstance(growth, dict)
+             else [d.get("finding")])
+    out = []
+    for grew in found:
+        if not grew or not grew.get("bytes"):
+            continue
         out.append(Finding("reserved_growth_op", grew["text"], ctx.source, "none", None, None,
                            impact(grew["bytes"], grew.get("peak_reserved_bytes")), 0.8,
                            {k: grew.get(k) for k in ("device", "op", "bytes", "rises", "kernels", "device_rise_bytes",
                                                      "peak_reserved_bytes")},
                            ctx.command, "allocate what this op needs once and reuse it, or try an allocator setting "
                                         "(veotrace tune)", bytes_at_stake=grew["bytes"]))
-    return out
+    return sorted(out, key=lambda f: -f.bytes_at_stake)
 
 
 def near_capacity(ctx: Context) -> list[Finding]:
