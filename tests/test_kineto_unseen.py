@@ -289,3 +289,28 @@ def test_diagnose_says_which_op_grew_reserved_memory_on_every_rank(unseen):
             top = max(t.rise_bytes_by_op.values())
             got = found[f"rank {r} cuda:{r}"]
             assert got["bytes"] == top and t.rise_bytes_by_op[got["op"]] == top
+
+
+# --- CUDA/HIP graphs: the private pool the torch model does not keep apart, said as the cause ---
+
+@pytest.mark.parametrize("device_type", [1, 6])
+def test_a_graph_capture_that_misses_the_replay_is_explained_by_its_private_pool(tmp_path, device_type):
+    trace, truth = profiler_trace(7, device_type=device_type, full=True, graph_replays=10, allocator="caching", steps=8)
+    path = write_trace(tmp_path / "g.pt.trace.json", trace)
+    assert truth.graph_pool_rises > 0
+    v = _json("simulate", path, "-p", "torch")["validation"]
+    assert v["recorded_segment_allocs"] == truth.rises[(device_type, 0)]
+    assert not v["meets_targets"]  # the model serves the capture from the general cache
+    assert v["graphs"] == {"capture": 1, "launch": truth.graph_launches}
+    assert v["explanations"][0].startswith("the trace records CUDA/HIP graphs (1 stream captures, 10 graph launches)")
+    why = _json("tune", path)["recommendation"]["why"]
+    assert "misses its validation targets" in why and "graph's private memory pool" in why
+
+
+def test_graph_marks_are_counted_once_across_the_reads_edges(tmp_path):
+    from veotrace.runs.profiler import graph_marks
+
+    for n in (1, 7, 17, 30, 41):  # a mark cut by the 1 MiB read at each place
+        path = tmp_path / f"m{n}.json"
+        path.write_bytes(b" " * ((1 << 20) - n) + b'"hipGraphLaunch", "cudaStreamBeginCapture", "cudaGraphLaunch"')
+        assert graph_marks([path]) == {"capture": 1, "launch": 2}

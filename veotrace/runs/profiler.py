@@ -172,9 +172,47 @@ def replay_input(files: list, options, report, config=None):
     return table, seed_from_totals(table, live_before, reserved_before)
 
 
-def profiler_validation(validation: dict, seed, assumption: str) -> None:
+#: The runtime calls that mark CUDA/HIP graphs in a trace (Kineto's cuda_runtime events, by name).
+GRAPH_MARKS = {"capture": (b'StreamBeginCapture"',), "launch": (b'GraphLaunch"',)}
+
+
+def graph_marks(files: list) -> dict:
+    """How many stream captures (``cudaStreamBeginCapture`` / ``hipStreamBeginCapture``) and graph launches
+    (``cudaGraphLaunch`` / ``hipGraphLaunch``) the traces record: one pass over their bytes, made only when
+    the replay missed its validation targets (a graph's private pool is a cause the model cannot follow)."""
+    from veotrace.sources.base import open_decompressed
+
+    keep = max(len(m) for marks in GRAPH_MARKS.values() for m in marks)
+    out = dict.fromkeys(GRAPH_MARKS, 0)
+
+    def count(text: bytes, sign: int) -> None:
+        for kind, marks in GRAPH_MARKS.items():
+            out[kind] += sign * sum(text.count(m) for m in marks)
+
+    for path in files:
+        fh, raw = open_decompressed(path)
+        tail = b""
+        try:
+            while chunk := fh.read(1 << 20):
+                text = tail + chunk
+                tail = text[-(keep - 1):]  # a mark across the chunks' edge is whole only in the next text
+                count(text, 1)
+                count(tail, -1)  # those in the tail: counted with the next text (or below, at the end)
+        except (OSError, EOFError, ValueError):  # a cut file: what was read is counted
+            pass
+        finally:
+            fh.close()
+            if raw is not fh:
+                raw.close()
+        count(tail, 1)
+    return out
+
+
+def profiler_validation(validation: dict, seed, assumption: str, files: list | None = None) -> None:
     """The validation of a profiler trace says what it is: no snapshot's settings nor final state, the
-    assumed state before profiling, and that the rises of Total Reserved are what it checks against."""
+    assumed state before profiling, and that the rises of Total Reserved are what it checks against. When
+    the replay misses its targets and ``files`` record CUDA/HIP graphs (:func:`graph_marks`), that is said
+    first among the explanations: allocations made during a capture come from the graph's private pool."""
     out = [a for a in validation.get("assumptions", []) if not a.startswith("the snapshot has no allocator_settings")]
     out.insert(0, "a profiler trace records no allocator settings: PyTorch's defaults are assumed (a job that set "
                   "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF / PYTORCH_ALLOC_CONF ran under other rules)")
@@ -184,6 +222,15 @@ def profiler_validation(validation: dict, seed, assumption: str) -> None:
                           f"({sum(s[2] for s in seed.segments):,} bytes) reserved and {len(seed.live)} blocks live "
                           "before profiling began")
     validation["recorded_from"] = "the rises of Total Reserved (each one device allocation of the rise)"
+    if files and validation.get("recorded_segment_allocs") and not validation.get("meets_targets"):
+        marks = graph_marks(files)
+        validation["graphs"] = marks
+        if marks["capture"] or marks["launch"]:
+            validation["explanations"] = [
+                f"the trace records CUDA/HIP graphs ({marks['capture']:,} stream captures, {marks['launch']:,} graph "
+                "launches): what a capture allocates comes from the graph's private memory pool, with segments of its "
+                "own, which the torch model does not keep apart (it serves those requests from the general cache), so "
+                "the device allocations of the pools are not reproduced", *(validation.get("explanations") or [])]
 
 
 

@@ -148,8 +148,10 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
                                      torch_core=torch_core)
         if (snap_conf.recorded or {}).get("profiler_trace"):  # what was assumed to replay a profiler trace
             from veotrace.runs.profiler import profiler_validation
+            from veotrace.sources import ReadReport, resolve_inputs
 
-            profiler_validation(result.validation, seed, snap_conf.recorded["profiler_trace"])
+            profiler_validation(result.validation, seed, snap_conf.recorded["profiler_trace"],
+                                [p for p, _ in resolve_inputs(paths, "alloc_events", options=options, report=ReadReport())])
             result.params["seed"] = result.validation["seed"]  # the summary's seeding row says the same
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
     if ooms:  # would each policy have served the request that failed?

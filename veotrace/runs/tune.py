@@ -153,8 +153,10 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
                               torch_core=torch_core)
         if profiled:  # what simulate says of a profiler trace's seed and validation (runs.profiler)
             from veotrace.runs.profiler import profiler_validation
+            from veotrace.sources import ReadReport, resolve_inputs
 
-            profiler_validation(validation, seed, profiled)
+            profiler_validation(validation, seed, profiled,
+                                [p for p, _ in resolve_inputs(paths, "alloc_events", options=options, report=ReadReport())])
     from veotrace.tuning.program import program_releases
 
     released = program_releases(req, table)  # the program's own empty_cache() calls, for diagnose's rules
@@ -345,7 +347,9 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
         return {"conf": None, "trust": trust,
                 "why": (f"the torch model misses its validation targets on this trace (reproduced "
                         f"{validation['share']:.1%} of the recorded device allocations, {validation['extra']} extra; "
-                        "targets >= 95% and <= 5%): its predictions are not trusted here"),
+                        "targets >= 95% and <= 5%): its predictions are not trusted here"
+                        + (f" ({validation['explanations'][0]})" if any((validation.get("graphs") or {}).values())
+                           else "")),
                 "best_candidate": best}
     unknown = reserved_unknown(req, seed, rows)
     if unknown is not None:  # the input contradicts itself: nothing to recommend from

@@ -103,9 +103,10 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
     if allocator == "caching":  # PyTorch's rules (synth.caching), from an empty device
         from veotrace.synth.caching import CachingAllocator, Settings
 
-        if graph_replays:
-            raise ValueError("allocator='caching' has no CUDA graph pools: give graph_replays=0")
-        caching = CachingAllocator(Settings(device_memory=(MI300X if hip else H100)["totalGlobalMem"]))
+        settings = Settings(device_memory=(MI300X if hip else H100)["totalGlobalMem"])
+        caching = CachingAllocator(settings)
+        graph_pool = CachingAllocator(settings)  # the captured graph's private pool: its own segments
+        graph_pool.va = [[caching.va[0][0] + (1 << 44), 1 << 44]]  # elsewhere in the address space
         live_before = reserved_before = 0
     if ts0_us is None:  # CUDA traces: epoch microseconds (integers); ROCm: a monotonic clock with fractions
         ts0_us = 3_545_056_405_505.125 if hip else 1_717_000_000_000_000.0
@@ -145,8 +146,9 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
         """The address of a new GPU block of ``size`` bytes (the caching allocator's, else the next free one)."""
         nonlocal next_addr
         if caching is not None:
-            block = caching.malloc(size)
-            blocks[block.addr] = block
+            owner = graph_pool if capturing else caching  # in capture, the graph's pool serves every request
+            block = owner.malloc(size)
+            blocks[block.addr] = (owner, block)
             return block.addr
         addr = next_addr
         next_addr += -(-size // 512) * 512 + 512
@@ -157,13 +159,16 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
         alloc[device] += nbytes
         grew = 0
         if caching is not None and device != cpu:
-            if nbytes < 0:
-                caching.free_(blocks.pop(addr))
-            grew = caching.reserved - reserved[device]
-            reserved[device] = caching.reserved
+            if nbytes < 0:  # back to the pool it came from (a graph's blocks to the graph's pool)
+                owner, block = blocks.pop(addr)
+                owner.free_(block)
+            total = caching.reserved + graph_pool.reserved
+            grew = total - reserved[device]
+            reserved[device] = total
             if grew and seen_gpu:
                 truth.rises[device] += 1
                 truth.rise_bytes_by_op[op] = truth.rise_bytes_by_op.get(op, 0) + grew
+                truth.graph_pool_rises += capturing
             nbytes_rule = 0  # the rule below is the simple allocator's
         else:
             nbytes_rule = nbytes
