@@ -286,9 +286,7 @@ def load_trace(paths: list[Path], options, report, conf_text: str | None, *, who
 
     from veotrace.runs.profiler import replay_input
 
-    # a profiler trace is replayed from its own route even when its events were read already (diagnose): the
-    # rises of Total Reserved it validates against and its seed are not in the common events (the read is cached)
-    profiled = not snapshot and all(f.name == "kineto" for _, f in inputs)
+    profiled = events is None and not snapshot and all(f.name == "kineto" for _, f in inputs)
     table, seed = replay_input([p for p, _ in inputs], options, report, config) if profiled else (None, None)
     profiled = table is not None
     if not profiled:
