@@ -314,3 +314,21 @@ def test_graph_marks_are_counted_once_across_the_reads_edges(tmp_path):
         path = tmp_path / f"m{n}.json"
         path.write_bytes(b" " * ((1 << 20) - n) + b'"hipGraphLaunch", "cudaStreamBeginCapture", "cudaGraphLaunch"')
         assert graph_marks([path]) == {"capture": 1, "launch": 2}
+
+
+def test_gate_says_when_the_baseline_ran_on_other_gpus(unseen, tmp_path):
+    (h100, _), (mi300x, _) = unseen["h100"], unseen["mi300x"]
+    base = tmp_path / "base.json"
+    assert run_cli("entropy", h100, "--save-baseline", base).exit_code == 0
+    assert json.loads(base.read_text())["source"]["devices"] == ["cuda:0 (NVIDIA H100 80GB HBM3)"]
+    r = run_cli("gate", mi300x, "-b", base)
+    assert r.exit_code == 0, r.stderr
+    assert ("the baseline ran on cuda:0 (NVIDIA H100 80GB HBM3), this run on hip:0 (AMD Instinct MI300X)"
+            in " ".join(r.stdout.split()))
+    assert "the baseline ran on" not in run_cli("gate", h100, "-b", base).stdout
+
+
+def test_diff_of_profiler_traces_counts_device_allocations_as_rises(unseen):
+    (h100, th), (mi300x, _) = unseen["h100"], unseen["mi300x"]
+    (row,) = [x for x in _json("diff", h100, mi300x)["deltas"] if x["name"] == "device_allocs"]
+    assert row["label"] == "device allocations (rises of Total Reserved)" and row["before"] == th.rises[(1, 0)]

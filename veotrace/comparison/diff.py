@@ -104,6 +104,10 @@ def compare(before: Any, after: Any, *, align: str = "time", conditions: list | 
     out = [*D.entropy_deltas(b, a),
            *D.device_deltas(b, a, devices["compared"], tuple(D.recorded_numbers(ln) for ln in lanes)),
            *D.run_deltas(b, a, classes["js_distance"])]
+    if any(lanes):  # a profiler trace's device allocations are its rises of Total Reserved (hipMalloc on ROCm)
+        for d in out:
+            if d["name"] == "device_allocs":
+                d["label"] = "device allocations (rises of Total Reserved)"
     out.sort(key=lambda d: DELTA_NAMES.index(d["name"]))
     result = DiffResult(b, a, devices, out, classes, D.settings(b, a), D.sites(b, a, devices["compared"]),
                         pa.concat_tables([series(m, align, devices["compared"]) for m in (b, a)]), align)
