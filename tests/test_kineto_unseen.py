@@ -332,3 +332,14 @@ def test_diff_of_profiler_traces_counts_device_allocations_as_rises(unseen):
     (h100, th), (mi300x, _) = unseen["h100"], unseen["mi300x"]
     (row,) = [x for x in _json("diff", h100, mi300x)["deltas"] if x["name"] == "device_allocs"]
     assert row["label"] == "device allocations (rises of Total Reserved)" and row["before"] == th.rises[(1, 0)]
+
+
+@pytest.mark.parametrize("layout", ["compact", "gzip"])
+def test_full_traces_read_the_same_in_any_layout(tmp_path, layout):
+    trace, truth = profiler_trace(9, rank=2, world_size=4, device_id=2, device_type=6, full=True, graph_replays=3)
+    kineto = read_memory(write_trace(tmp_path / "k.json", trace), context=True)
+    other = read_memory(write_trace(tmp_path / ("o.json.gz" if layout == "gzip" else "o.json"), trace,
+                                    compact=layout == "compact"), context=True)
+    cols = [c for c in kineto.table.column_names if c != "source_file"]
+    assert other.table.select(cols).equals(kineto.table.select(cols))
+    assert other.table.num_rows == len(truth.events) and other.rank == 2
