@@ -301,7 +301,7 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
                          "Process Group Ranks": str(list(range(world_size))), "Rank": rank or 0}
                 events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": pid, "tid": tid,
                                "ts": tsv(c_start + 1), "dur": 36, "args": {"External id": op_no + 1, **comms}})
-                op = "record_param_comms"
+                op = "record_param_comms (allreduce)"  # as the reader names it: the op and its collective
             truth.collectives += 1
             c = launch(c_start + 2, f"{runtime}LaunchKernel", op_no, coll)
             gpu_span(c_start + 2, 30, coll, c, stream=9, **comms)

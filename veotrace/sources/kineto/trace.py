@@ -348,6 +348,8 @@ def _span(obj: dict) -> tuple | None:
         return None
     args = obj.get("args") if isinstance(obj.get("args"), dict) else {}
     name = obj.get("name")
+    if name == "record_param_comms" and isinstance(args.get("Collective name"), str):  # torch's op of every collective
+        name = f"record_param_comms ({args['Collective name'][:64]})"  # sites --by op tells allreduce from allgather
     pid, tid = _id(obj.get("pid")), _id(obj.get("tid"))
     dev, stream = args.get("device"), args.get("stream")
     return (obj["cat"], str(name) if name is not None else "", round(ts * 1000), max(round(dur * 1000), 0),
