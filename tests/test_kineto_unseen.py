@@ -343,3 +343,18 @@ def test_full_traces_read_the_same_in_any_layout(tmp_path, layout):
     cols = [c for c in kineto.table.column_names if c != "source_file"]
     assert other.table.select(cols).equals(kineto.table.select(cols))
     assert other.table.num_rows == len(truth.events) and other.rank == 2
+
+
+def test_diff_pairs_a_multi_node_run_with_a_one_node_run_by_rank(unseen, tmp_path):
+    path, truths = unseen["ranks"]  # ranks 0-3 on one node: lanes numbered by Device Id 0-3
+    multi = tmp_path / "multi"
+    multi.mkdir()
+    other = {}
+    for r in range(4):  # the same ranks on two nodes of 2 GPUs: Device Ids 0, 1, 0, 1 (lanes rank x 1000 + id)
+        trace, other[r] = profiler_trace(3 + r, rank=r, world_size=4, device_id=r % 2, nodes_gpus=2, full=True)
+        write_trace(multi / f"rank{r}.pt.trace.json", trace)
+    d = _json("diff", path, multi)
+    assert d["devices"]["compared"] == [0, 1, 2, 3] and not d["devices"]["only_after"]
+    assert [d["devices"]["lanes"]["after"][str(r)]["lane"] for r in range(4)] == [f"rank {r} cuda:{r % 2}" for r in range(4)]
+    peaks = {x["device"]: (x["before"], x["after"]) for x in d["deltas"] if x["name"] == "peak_reserved"}
+    assert peaks == {r: (truths[r].peak_reserved[(1, r)], other[r].peak_reserved[(1, r % 2)]) for r in range(4)}

@@ -93,10 +93,14 @@ def compare(before: Any, after: Any, *, align: str = "time", conditions: list | 
     b, a = measure_both([b_side, a_side], time_unit=getattr(time_unit, "value", time_unit),
                         skip_bad_rows=skip_bad_rows, format_hint=format_hint)
     check_steps(align, b.side, a.side)
+    lanes = _lanes(b.side, a.side, time_unit, skip_bad_rows, format_hint)
+    if all(lanes):  # two profiler traces: AFTER's lanes numbered as BEFORE's lane of the same rank (or device)
+        mapping = pair_lanes(*lanes)
+        renumber(a, mapping)
+        lanes = (lanes[0], {mapping.get(d, d): f for d, f in lanes[1].items()})
     db, da = side_devices(b), side_devices(a)
     devices = {"compared": sorted(set(db) & set(da)), "only_before": sorted(set(db) - set(da)),
                "only_after": sorted(set(da) - set(db))}
-    lanes = _lanes(b.side, a.side, time_unit, skip_bad_rows, format_hint)
     if any(lanes):  # profiler traces: each device's lane, its hardware, and the numbers the trace recorded
         devices["lanes"] = {side: {str(d): {k: f.get(k) for k in ("lane", "rank", "device_name", "capacity_bytes")}
                                    for d, f in ln.items()} for side, ln in zip(("before", "after"), lanes)}
@@ -127,6 +131,55 @@ def _lanes(before: Side, after: Side, time_unit: Any, skip_bad_rows: bool, forma
 
     options, _ = common.reading(getattr(time_unit, "value", time_unit), skip_bad_rows, format_hint)
     return tuple(lane_names(s.paths, options) if s.kind == "profiler" else {} for s in (before, after))
+
+
+def pair_lanes(before: dict, after: dict) -> dict[int, int]:
+    """AFTER's device numbers -> BEFORE's, lane by lane (``runs.profiler.lane_names`` of each side): by rank
+    and the order of the rank's devices when every lane of both sides has a rank, else by Device Id. A
+    multi-node run numbers its lanes rank x 1000 + Device Id and a one-node run by Device Id, so without this
+    their ranks would not meet. AFTER's unpaired lanes get numbers no lane of BEFORE has."""
+    ranked = all(f.get("rank") is not None for f in (*before.values(), *after.values()))
+
+    def keys(lanes: dict) -> dict:
+        if not ranked:
+            return {d: f.get("device_id") for d, f in lanes.items()}
+        out, seen = {}, {}
+        for d, f in sorted(lanes.items(), key=lambda kv: (kv[1]["rank"], kv[1].get("device_id") or 0)):
+            out[d] = (f["rank"], seen.setdefault(f["rank"], 0))
+            seen[f["rank"]] += 1
+        return out
+
+    by_key = {k: d for d, k in keys(before).items()}
+    taken, spare, mapping = set(before), max([*before, *after, 0]) + 1, {}
+    for d, k in sorted(keys(after).items()):
+        if k in by_key:
+            mapping[d] = by_key.pop(k)
+        elif d in taken:
+            mapping[d], spare = spare, spare + 1
+        else:
+            mapping[d] = d
+        taken.add(mapping[d])
+    return mapping
+
+
+def renumber(m: Measures, mapping: dict[int, int]) -> None:
+    """Give side ``m``'s devices the numbers of ``mapping`` (its fragmentation windows and end state, and its
+    events' device list), so every delta and series pairs them with the other side's."""
+    if all(k == v for k, v in mapping.items()):
+        return
+    import pyarrow.compute as pc
+
+    frag = m.value("fragmentation")
+    if frag is not None:
+        col = frag.windows.column("device")
+        keys = pa.array(list(mapping), col.type)
+        found = pc.index_in(col, value_set=keys)
+        new = pc.take(pa.array(list(mapping.values()), col.type), found)
+        frag.windows = frag.windows.set_column(frag.windows.schema.get_field_index("device"), "device",
+                                               pc.if_else(pc.is_null(found), col, new))
+        devs = frag.end.get("devices") or {}
+        frag.end["devices"] = {str(mapping.get(int(k), int(k))): v for k, v in devs.items()}
+    m.side.devices = sorted(mapping.get(d, d) for d in m.side.devices)
 
 
 def measure_both(sides: list[Side], **reading: Any) -> list[Measures]:
