@@ -249,11 +249,15 @@ def test_diff_of_ranks_against_ranks_pairs_them_by_rank(unseen, tmp_path):
 # --- the replay on ranks: traces whose totals follow PyTorch's rules (synth.caching) ---
 
 def _caching_ranks(folder: Path, shape: str) -> list:
-    if shape == "multi-node":  # ranks 0 and 9 of 16 on nodes of 8 GPUs: device ids repeat across nodes
+    if shape in ("multi-node", "visible-devices"):
+        # ranks 0 and 9 of 16 on nodes of 8 GPUs (device ids repeat across nodes), or 4 ranks that each see one
+        # GPU as device 0 (CUDA_VISIBLE_DEVICES per rank: every trace lists one device)
         folder.mkdir()
         truths = []
-        for r in (0, 9):
-            trace, truth = profiler_trace(3 + r, rank=r, world_size=16, device_id=r % 8, nodes_gpus=8, full=True,
+        for r in ((0, 9) if shape == "multi-node" else range(4)):
+            trace, truth = profiler_trace(3 + r, rank=r, world_size=16 if shape == "multi-node" else 4,
+                                          device_id=r % 8 if shape == "multi-node" else 0,
+                                          nodes_gpus=8 if shape == "multi-node" else 1, full=True,
                                           allocator="caching", steps=10)
             write_trace(folder / f"rank{r}.pt.trace.json", trace)
             truths.append(truth)
@@ -262,7 +266,7 @@ def _caching_ranks(folder: Path, shape: str) -> list:
                        **(dict(world_size=2, device_type=6) if shape == "rocm" else dict(world_size=4)))
 
 
-@pytest.mark.parametrize("shape", ["nccl", "rocm", "multi-node"])
+@pytest.mark.parametrize("shape", ["nccl", "rocm", "multi-node", "visible-devices"])
 def test_simulate_on_ranks_reproduces_every_rise_of_every_rank(tmp_path, shape):
     truths = _caching_ranks(tmp_path / "run", shape)
     v = _json("simulate", tmp_path / "run", "-p", "torch")["validation"]
