@@ -362,3 +362,9 @@ def test_diff_pairs_a_multi_node_run_with_a_one_node_run_by_rank(unseen, tmp_pat
     assert [d["devices"]["lanes"]["after"][str(r)]["lane"] for r in range(4)] == [f"rank {r} cuda:{r % 2}" for r in range(4)]
     peaks = {x["device"]: (x["before"], x["after"]) for x in d["deltas"] if x["name"] == "peak_reserved"}
     assert peaks == {r: (truths[r].peak_reserved[(1, r)], other[r].peak_reserved[(1, r % 2)]) for r in range(4)}
+
+
+def test_info_says_the_collectives_library_of_a_rank(unseen):
+    path, _ = unseen["ranks"]
+    version = _json("info", path / "rank1.pt.trace.json")["files"][0]["version"]
+    assert (version["rank"], version["world_size"], version["backend"], version["nccl_version"]) == (1, 4, "nccl", "2.21.5")
