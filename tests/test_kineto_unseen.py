@@ -368,3 +368,21 @@ def test_info_says_the_collectives_library_of_a_rank(unseen):
     path, _ = unseen["ranks"]
     version = _json("info", path / "rank1.pt.trace.json")["files"][0]["version"]
     assert (version["rank"], version["world_size"], version["backend"], version["nccl_version"]) == (1, 4, "nccl", "2.21.5")
+
+
+def test_lane_names_come_from_the_descriptions_without_reading_the_traces_again(unseen, monkeypatch):
+    import veotrace.sources.kineto.trace as trace
+    from veotrace.runs.info import info
+    from veotrace.runs.profiler import lane_names
+
+    path, truths = unseen["ranks"]
+    read = lane_names([path])
+    infos = info([path]).value
+
+    def no_read(*a, **k):
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(trace, "cached_read", no_read)
+    assert lane_names([path], None, infos) == read
+    assert {d: f["lane"] for d, f in read.items()} == {r: f"rank {r} cuda:{r}" for r in range(4)}
+    assert read[1]["peak_reserved_bytes"] == truths[1].peak_reserved[(1, 1)]

@@ -29,6 +29,19 @@ SEGMENTS_NOTE = ("the trace records the allocator's totals, not its segments: re
                  "fragmentation within segments) is not recorded; from addresses alone it is inferred")
 
 
+def lane_device(key: tuple, meta: list | None) -> dict:
+    """A GPU lane's rank, Device Id and ``device``: its number in the common events (the Device Id, or rank x
+    LANE_STRIDE + Device Id when its file's run spans nodes: ``sources.kineto.trace.lane``), so a finding or a
+    diff names it by its lane without reading the file again ({} without the reader's notes)."""
+    from veotrace.sources.kineto.trace import LANE_STRIDE
+
+    files = [m for m in meta or [] if len(meta) == 1 or m.get("rank") == key[0]]
+    if not files:
+        return {}
+    multi = bool(files[0].get("lanes_multi_node")) and key[0] is not None
+    return {"rank": key[0], "device_id": key[2], "device": key[0] * LANE_STRIDE + key[2] if multi else key[2]}
+
+
 def capacity_of(key: tuple, meta: list | None, peak_reserved: int | None) -> dict:
     """A GPU lane's device from its file's ``deviceProperties`` (``device_name``, ``capacity_bytes``: Kineto's
     ``totalGlobalMem``) and how close to it the lane ran: ``peak_reserved_share`` of it and ``headroom_bytes``
@@ -83,6 +96,7 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
         devices[name]["kind"] = "cpu" if name.endswith("cpu") else "gpu"
         if key[1] != CPU:  # how close to the device's memory it ran, when deviceProperties lists the device
             devices[name].update(capacity_of(key, meta, devices[name].get("peak_reserved_bytes")))
+            devices[name].update(lane_device(key, meta))
     lacks = []
     if not gpu:
         lacks.append("GPU memory events: the trace records CPU memory only (Device Type 0); no GPU analysis applies")

@@ -82,7 +82,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
         if source_name(job) not in lane_names:
             from veotrace.runs.profiler import lane_names as names_of
 
-            lane_names[source_name(job)] = names_of(list(job.paths), options)
+            lane_names[source_name(job)] = names_of(list(job.paths), options, infos)
         ctx.lanes = lane_names[source_name(job)]
         rule, d = RULES[job.command], ctx.related.get(job.command) or result.to_dict()
         found = rule(d, ctx, period) if job.command == "coherence" else rule(d, ctx)

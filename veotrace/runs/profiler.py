@@ -234,12 +234,15 @@ def profiler_validation(validation: dict, seed, assumption: str, files: list | N
 
 
 
-def lane_names(paths, options=None) -> dict:
+def lane_names(paths, options=None, infos=None) -> dict:
     """The common table's device number -> what findings say of its lane, for profiler traces ({} for any other
     input, or one that does not read): ``lane`` its name (``cuda:0``, ``rank 1 hip:0``), the one name every
     finding gives it; ``device_name`` and ``capacity_bytes`` from the trace's ``deviceProperties`` (``name``,
     ``totalGlobalMem``; None when not listed); ``peak_reserved_bytes``, ``peak_allocated_bytes`` and
-    ``reserved_rises`` recorded (the reader's check: bytes live before profiling included); ``rank``, ``device_id``."""
+    ``reserved_rises`` recorded (the reader's check: bytes live before profiling included); ``rank``, ``device_id``.
+    ``infos`` (``analysis.info.FileInfo`` of the files, as diagnose and the report have them): their
+    descriptions give the same without reading the traces again (a folder of more ranks than the read cache
+    holds would be read twice); a file they do not describe is read."""
     import numpy as np
 
     from veotrace.errors import VeotraceError
@@ -247,10 +250,19 @@ def lane_names(paths, options=None) -> dict:
     from veotrace.sources.kineto.trace import CPU, cached_read, device_memory, lane, lane_text, lanes
 
     options = options or ReadOptions()
+    described = {str(i.path): ((i.details or {}).get("profiler_memory") or {}).get("lanes") for i in infos or []}
     try:
         files = kineto_inputs(paths, options, ReadReport())
         out = {}
         for p in files:
+            lanes_of = described.get(str(p))
+            if lanes_of and all("device" in d for d in lanes_of.values() if d.get("kind") == "gpu"):
+                for name, d in lanes_of.items():
+                    if d.get("kind") == "gpu":
+                        out[int(d["device"])] = {"lane": name, **{k: d.get(k) for k in (
+                            "device_name", "capacity_bytes", "peak_reserved_bytes", "peak_allocated_bytes",
+                            "reserved_rises", "rank", "device_id")}}
+                continue
             read = cached_read(p, options, ReadReport())
             props = device_memory(read.head)
             for key in lanes(read.table):
