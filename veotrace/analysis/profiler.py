@@ -45,13 +45,13 @@ def lane_device(key: tuple, meta: list | None) -> dict:
 def capacity_of(key: tuple, meta: list | None, peak_reserved: int | None) -> dict:
     """A GPU lane's device from its file's ``deviceProperties`` (``device_name``, ``capacity_bytes``: Kineto's
     ``totalGlobalMem``) and how close to it the lane ran: ``peak_reserved_share`` of it and ``headroom_bytes``
-    (capacity - peak reserved). {} when no file of that rank lists the device's memory."""
+    (capacity - peak reserved). {} when no file of that rank lists the device."""
     files = [m for m in meta or [] if len(meta) == 1 or m.get("rank") == key[0]]
     for m in files:
         name, cap = ((m.get("device_memory") or {}).get(str(key[2])) or (None, None))
-        if cap:
+        if name or cap:
             out = {"device_name": name, "capacity_bytes": cap}
-            if peak_reserved is not None:
+            if cap and peak_reserved is not None:
                 out.update({"peak_reserved_share": peak_reserved / cap, "headroom_bytes": cap - peak_reserved})
             return out
     return {}

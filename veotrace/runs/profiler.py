@@ -233,7 +233,6 @@ def profiler_validation(validation: dict, seed, assumption: str, files: list | N
                 "the device allocations of the pools are not reproduced", *(validation.get("explanations") or [])]
 
 
-
 def lane_names(paths, options=None, infos=None) -> dict:
     """The common table's device number -> what findings say of its lane, for profiler traces ({} for any other
     input, or one that does not read): ``lane`` its name (``cuda:0``, ``rank 1 hip:0``), the one name every
