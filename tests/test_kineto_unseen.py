@@ -386,3 +386,13 @@ def test_lane_names_come_from_the_descriptions_without_reading_the_traces_again(
     assert lane_names([path], None, infos) == read
     assert {d: f["lane"] for d, f in read.items()} == {r: f"rank {r} cuda:{r}" for r in range(4)}
     assert read[1]["peak_reserved_bytes"] == truths[1].peak_reserved[(1, 1)]
+
+
+def test_an_allocation_past_4_gib_goes_through_sites_and_the_replay_exactly(tmp_path):
+    trace, truth = profiler_trace(5, device_type=6, full=True, big_alloc=150 << 30, allocator="caching")
+    path = write_trace(tmp_path / "big.pt.trace.json", trace)
+    peak = _json("sites", path, "--by", "op")["devices"]["hip:0"]
+    assert peak["peak_bytes"] == truth.peak_allocated[(6, 0)] > 150 << 30
+    v = _json("simulate", path, "-p", "torch")
+    assert (v["validation"]["reproduced"], v["validation"]["extra"]) == (truth.rises[(6, 0)], 0)
+    assert v["policies"][0]["peak_reserved_bytes"] == truth.peak_reserved[(6, 0)]

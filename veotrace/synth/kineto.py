@@ -85,14 +85,16 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
                    cpu_events: bool = True, live_before: int = 48 << 20, reserved_before: int = (48 << 20) + SEGMENT,
                    ts0_us: float | None = None, nodes_gpus: int | None = None, full: bool = False,
                    graph_replays: int = 0, reserve_share: float | None = None,
-                   allocator: str = "simple") -> tuple[dict, KinetoTruth]:
+                   allocator: str = "simple", big_alloc: int | None = None) -> tuple[dict, KinetoTruth]:
     """One rank's trace (the JSON object) and its truth. Times in microseconds from ``ts0_us``; each op
     allocates 1-3 tensors (freed one or two ops later), under a python_function frame, while a kernel runs.
     ``nodes_gpus``: the GPUs one node lists in ``deviceProperties`` (default: the world's, one node).
     ``full``, ``graph_replays``, ``reserve_share``: see the module's docstring (off: the same file as before).
     ``allocator="caching"``: the GPU's blocks, addresses and Total Reserved come from ``synth.caching``'s
     allocator written from PyTorch's rules (a cold start: nothing live or reserved before profiling), so the
-    torch model's replay must reproduce every rise of Total Reserved; the default is the module's small rule."""
+    torch model's replay must reproduce every rise of Total Reserved; the default is the module's small rule.
+    ``big_alloc``: one more allocation of that many bytes in the first op, never freed (a KV cache or a model's
+    weights allocated while profiling: sizes past 2**32 through every column)."""
     rng = np.random.default_rng(seed)
     hip = device_type == 6
     gpu = MI300X if hip else H100
@@ -255,6 +257,8 @@ def profiler_trace(seed: int = 0, *, steps: int = 6, ops_per_step: int = 8, devi
             else:
                 gpu_span(k_start, k_dur, kernel, c)
             # allocations inside the kernel's run, each at its own microsecond
+            if big_alloc and op_no == 0:
+                memory(k_start + 1, dev, big_alloc, gpu_addr(big_alloc), name, frame, kernel)
             n = int(rng.integers(1, 4))
             for j in range(n):
                 size = int(rng.choice([512, 4096, 1 << 20, 3 << 20, 6 << 20]))
