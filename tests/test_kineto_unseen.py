@@ -396,3 +396,16 @@ def test_an_allocation_past_4_gib_goes_through_sites_and_the_replay_exactly(tmp_
     v = _json("simulate", path, "-p", "torch")
     assert (v["validation"]["reproduced"], v["validation"]["extra"]) == (truth.rises[(6, 0)], 0)
     assert v["policies"][0]["peak_reserved_bytes"] == truth.peak_reserved[(6, 0)]
+
+
+def test_diagnose_says_when_rankless_traces_of_a_folder_claim_one_device(tmp_path, unseen):
+    (tmp_path / "run").mkdir()
+    for r in range(2):  # no distributedInfo, each process on its device 0
+        trace, _ = profiler_trace(3 + r, device_id=0, full=True, steps=2, ops_per_step=3)
+        write_trace(tmp_path / "run" / f"worker{r}.pt.trace.json", trace)
+    notes = _json("diagnose", tmp_path / "run")["notes"]
+    assert [n for n in notes if "worker0.pt.trace.json and " in n and "both record cuda:0" in n]
+    from veotrace.runs.profiler import lane_clashes
+
+    path, _ = unseen["ranks"]  # ranks name themselves: no clash
+    assert lane_clashes([path]) == []

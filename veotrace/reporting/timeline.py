@@ -63,6 +63,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
     analyses, lanes = [], []
     related: dict[str, dict] = {}  # each source's results by command: a rule reads the others' (findings.rules.Context)
     lane_names: dict[str, dict] = {}  # each profiler trace source's lanes by device number (Context.lanes)
+    clashes: list[str] = []  # traces of one run that claim one device (runs.profiler.lane_clashes)
     for job, result, _ in results:
         if not isinstance(result, str):
             related.setdefault(source_name(job), {})[job.command] = result.to_dict()
@@ -83,6 +84,9 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
             from veotrace.runs.profiler import lane_names as names_of
 
             lane_names[source_name(job)] = names_of(list(job.paths), options, infos)
+            from veotrace.runs.profiler import lane_clashes
+
+            clashes.extend(lane_clashes(list(job.paths), options, infos))
         ctx.lanes = lane_names[source_name(job)]
         rule, d = RULES[job.command], ctx.related.get(job.command) or result.to_dict()
         found = rule(d, ctx, period) if job.command == "coherence" else rule(d, ctx)
@@ -97,7 +101,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
         findings.extend(found)
     findings = rank(findings)
     link(findings)
-    notes = [f"{j.paths[0]}: {j.note}" for j in jobs if j.note]
+    notes = [f"{j.paths[0]}: {j.note}" for j in jobs if j.note] + list(dict.fromkeys(clashes))
     params = {"fail_on": None, "align": dict(offsets), "frame_period_s": period, "axis_zero_ns": t0,
               "severities": {s: floor for s, floor in SEVERITIES}}
     return DiagnoseResult(params, list(sources.values()), analyses, findings, notes, lanes)

@@ -233,6 +233,40 @@ def profiler_validation(validation: dict, seed, assumption: str, files: list | N
                 "the device allocations of the pools are not reproduced", *(validation.get("explanations") or [])]
 
 
+def lane_clashes(paths, options=None, infos=None) -> list[str]:
+    """One line per device number two traces of a run both claim: files that name no rank (no
+    ``distributedInfo``) but record the same Device Id (each worker saw its GPU as device 0, or two runs in one
+    folder). The common events give them one device, so the analyses interleave two processes' events."""
+    import numpy as np
+
+    from veotrace.errors import VeotraceError
+    from veotrace.sources import ReadOptions, ReadReport
+    from veotrace.sources.kineto.trace import CPU, cached_read, lane, lane_text, lanes
+
+    options = options or ReadOptions()
+    described = {str(i.path): ((i.details or {}).get("profiler_memory") or {}).get("lanes") for i in infos or []}
+    owner: dict[int, tuple[str, str]] = {}
+    out = []
+    try:
+        for p in kineto_inputs(paths, options, ReadReport()):
+            lanes_of = described.get(str(p))
+            if lanes_of and all("device" in d for d in lanes_of.values() if d.get("kind") == "gpu"):
+                mine = [(int(d["device"]), name) for name, d in lanes_of.items() if d.get("kind") == "gpu"]
+            else:
+                read = cached_read(p, options, ReadReport())
+                mine = [(int(lane(read, np.array([k[2]]))[0]), lane_text(k)) for k in lanes(read.table) if k[1] != CPU]
+            for dev, name in mine:
+                if dev in owner:
+                    out.append(f"{owner[dev][0]} and {p} both record {name}: the analyses take their events as one "
+                               "device's (no distributedInfo rank tells the two processes apart): analyse each file "
+                               "alone, or record with torch.distributed initialised")
+                else:
+                    owner[dev] = (str(p), name)
+    except VeotraceError:
+        return []
+    return out
+
+
 def lane_names(paths, options=None, infos=None) -> dict:
     """The common table's device number -> what findings say of its lane, for profiler traces ({} for any other
     input, or one that does not read): ``lane`` its name (``cuda:0``, ``rank 1 hip:0``), the one name every
