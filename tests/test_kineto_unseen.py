@@ -405,6 +405,8 @@ def test_diagnose_says_when_rankless_traces_of_a_folder_claim_one_device(tmp_pat
         write_trace(tmp_path / "run" / f"worker{r}.pt.trace.json", trace)
     notes = _json("diagnose", tmp_path / "run")["notes"]
     assert [n for n in notes if "worker0.pt.trace.json and " in n and "both record cuda:0" in n]
+    r = run_cli("simulate", tmp_path / "run", "-p", "torch")  # the replay says it too, once
+    assert r.exit_code == 0 and r.stderr.count("both record cuda:0") == 1
     from veotrace.runs.profiler import lane_clashes
 
     path, _ = unseen["ranks"]  # ranks name themselves: no clash

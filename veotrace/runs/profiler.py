@@ -169,6 +169,9 @@ def replay_input(files: list, options, report, config=None):
     if not tables:
         return None, None
     table = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries().combine_chunks()
+    for line in lane_clashes(files, options) if len(files) > 1 else []:  # two processes on one device number
+        if f"Warning: {line}" not in report.warnings:
+            report.warnings.append(f"Warning: {line}")
     return table, seed_from_totals(table, live_before, reserved_before)
 
 
