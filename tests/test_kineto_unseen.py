@@ -406,7 +406,7 @@ def test_diagnose_says_when_rankless_traces_of_a_folder_claim_one_device(tmp_pat
     notes = _json("diagnose", tmp_path / "run")["notes"]
     assert [n for n in notes if "worker0.pt.trace.json and " in n and "both record cuda:0" in n]
     r = run_cli("simulate", tmp_path / "run", "-p", "torch")  # the replay says it too, once
-    assert r.exit_code == 0 and r.stderr.count("both record cuda:0") == 1
+    assert r.stderr.count("both record cuda:0") == 1  # a warning, or the hint of the pairing's Error it causes
     from veotrace.runs.profiler import lane_clashes
 
     path, _ = unseen["ranks"]  # ranks name themselves: no clash

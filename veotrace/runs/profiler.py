@@ -270,6 +270,13 @@ def lane_clashes(paths, options=None, infos=None) -> list[str]:
     return out
 
 
+def clash_hint(report, hint: str | None) -> str | None:
+    """The hint of an error the replay's pairing raised, led by the clash of two rank-less traces on one device
+    when reading found one (:func:`lane_clashes`): their merged events are the likely cause."""
+    clash = next((w for w in report.warnings if "both record" in w and "no distributedInfo rank" in w), None)
+    return hint if clash is None else clash.removeprefix("Warning: ") + (f"; {hint}" if hint else "")
+
+
 def lane_names(paths, options=None, infos=None) -> dict:
     """The common table's device number -> what findings say of its lane, for profiler traces ({} for any other
     input, or one that does not read): ``lane`` its name (``cuda:0``, ``rank 1 hip:0``), the one name every

@@ -128,6 +128,9 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     except AnalysisError as exc:  # the trace's own pairing: name its file when there is one
         if exc.path is None and len(paths) == 1:
             exc.path = str(paths[0])
+        from veotrace.runs.profiler import clash_hint
+
+        exc.hint = clash_hint(report, exc.hint)  # two rank-less traces on one device: the pairing's likely cause
         raise
     keys = _request_keys(paths, by, req, options, rule) if by is not None else None
     result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,

@@ -110,6 +110,9 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
     except AnalysisError as exc:
         if exc.path is None and len(paths) == 1:
             exc.path = str(paths[0])
+        from veotrace.runs.profiler import clash_hint
+
+        exc.hint = clash_hint(report, exc.hint)  # two rank-less traces on one device: the pairing's likely cause
         raise
     if not req.counts["allocs"]:
         raise AnalysisError("the trace holds no allocation to replay", path=paths[0] if len(paths) == 1 else None,
