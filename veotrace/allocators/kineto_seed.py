@@ -90,7 +90,7 @@ def seed_from_totals(events: pa.Table, live_before: dict[int, int], reserved_bef
             seen.add((d, a))
         elif op == "free" and (d, a) not in seen and (d, a) not in known:
             known[(d, a)] = int(s)
-    seed = Seed()
+    seed = Seed(origin="profiler")
     used: dict[int, int] = {}
     freed: dict[int, int] = {}
     by_dev: dict[int, list] = {}

@@ -43,6 +43,9 @@ class Seed:
     #: ``{seq: verdict}`` of the releases whose frames (read with the snapshot) say who made them
     #: (``releases.release_frames``): the builders classify those runs by them.
     release_frames: dict = field(default_factory=dict)
+    #: What the state was rebuilt from: "snapshot" (a snapshot's segments and blocks, :func:`rebuild`) or
+    #: "profiler" (a profiler trace's first totals, ``kineto_seed``: its layout assumed).
+    origin: str = "snapshot"
     _by_device: dict | None = field(default=None, repr=False, compare=False)
 
     def of_device(self, device: int) -> tuple[list, list]:
@@ -71,9 +74,11 @@ class Seed:
     def describe(self) -> str:
         if not self.used:
             return "not seeded: the trace covers the run from its first allocation"
-        return (f"seeded from the final snapshot and the trace: {len(self.segments)} segments "
-                f"({sum(s[2] for s in self.segments):,} bytes) reserved and {len(self.live)} blocks live "
-                "before recording began")
+        held = (f"{len(self.segments)} segments ({sum(s[2] for s in self.segments):,} bytes) reserved and "
+                f"{len(self.live)} blocks live")
+        if self.origin == "profiler":
+            return f"seeded from the first events' totals (assumed layout): {held} before profiling began"
+        return f"seeded from the final snapshot and the trace: {held} before recording began"
 
 
 def rebuild(events: pa.Table, segments: pa.Table, blocks: pa.Table) -> Seed:

@@ -30,6 +30,34 @@ SEGMENTS_NOTE = ("the trace records the allocator's totals, not its segments: re
                  "fragmentation within segments) is not recorded; from addresses alone it is inferred")
 
 
+def lane_device(key: tuple, meta: list | None) -> dict:
+    """A GPU lane's rank, Device Id and ``device``: its number in the common events (the Device Id, or rank x
+    LANE_STRIDE + Device Id when its file's run spans nodes: ``sources.kineto.trace.lane``), so a finding or a
+    diff names it by its lane without reading the file again ({} without the reader's notes)."""
+    from veotrace.sources.kineto.trace import LANE_STRIDE
+
+    files = [m for m in meta or [] if len(meta) == 1 or m.get("rank") == key[0]]
+    if not files:
+        return {}
+    multi = bool(files[0].get("lanes_multi_node")) and key[0] is not None
+    return {"rank": key[0], "device_id": key[2], "device": key[0] * LANE_STRIDE + key[2] if multi else key[2]}
+
+
+def capacity_of(key: tuple, meta: list | None, peak_reserved: int | None) -> dict:
+    """A GPU lane's device from its file's ``deviceProperties`` (``device_name``, ``capacity_bytes``: Kineto's
+    ``totalGlobalMem``) and how close to it the lane ran: ``peak_reserved_share`` of it and ``headroom_bytes``
+    (capacity - peak reserved). {} when no file of that rank lists the device."""
+    files = [m for m in meta or [] if len(meta) == 1 or m.get("rank") == key[0]]
+    for m in files:
+        name, cap = ((m.get("device_memory") or {}).get(str(key[2])) or (None, None))
+        if name or cap:
+            out = {"device_name": name, "capacity_bytes": cap}
+            if cap and peak_reserved is not None:
+                out.update({"peak_reserved_share": peak_reserved / cap, "headroom_bytes": cap - peak_reserved})
+            return out
+    return {}
+
+
 def _lanes(table: pa.Table):
     from veotrace.sources.kineto.trace import lane_masks, lane_text
 
@@ -55,7 +83,7 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
     all_lanes = list(_lanes(table))
     tr_all, ta_all = table.column("total_reserved_bytes"), table.column("total_allocated_bytes")
     full = tr_all.null_count == 0 and ta_all.null_count == 0
-    for _, name, mask in all_lanes:
+    for key, name, mask in all_lanes:
         c = checks[name]
         cached = None
         if full:  # reserved - allocated: the bytes cached but free after each event
@@ -67,6 +95,9 @@ def profiler_summary(table: pa.Table, meta: list[dict] | None = None) -> dict:
         devices[name]["peak_cached_free_bytes"] = int(cached.max()) if cached is not None and cached.size else None
         devices[name]["pairing"] = c.get("pairing")
         devices[name]["kind"] = "cpu" if name.endswith("cpu") else "gpu"
+        if key[1] != CPU:  # how close to the device's memory it ran, when deviceProperties lists the device
+            devices[name].update(capacity_of(key, meta, devices[name].get("peak_reserved_bytes")))
+            devices[name].update(lane_device(key, meta))
     lacks = []
     if not gpu:
         lacks.append("GPU memory events: the trace records CPU memory only (Device Type 0); no GPU analysis applies")

@@ -110,9 +110,15 @@ def _windows(result: Any) -> tuple[np.ndarray, np.ndarray]:
     return x[keep], y[keep]
 
 
-def device_deltas(b: Measures, a: Measures, devices: list[int]) -> list[dict]:
-    """Per device compared: fragmentation at the allocated peak and at the end, the peaks, device allocations."""
+def device_deltas(b: Measures, a: Measures, devices: list[int], recorded: tuple = ({}, {})) -> list[dict]:
+    """Per device compared: fragmentation at the allocated peak and at the end, the peaks, device allocations.
+    ``recorded``: per side, a profiler trace's recorded numbers by device (:func:`recorded_numbers`), which
+    replace the replay's peaks and device allocations (the replay of its addresses misses the bytes live
+    before profiling and knows no segments)."""
     fb, fa = per_device(b.value("fragmentation")), per_device(a.value("fragmentation"))
+    for mine, rec in zip((fb, fa), recorded):
+        for d, numbers in rec.items():
+            mine.setdefault(d, {}).update(numbers)
     out: list[dict] = []
     for name, label, unit in (("frag_at_peak", "fragmentation at the peak", FRAG),
                               ("frag_at_end", "fragmentation at the end", FRAG),
@@ -120,6 +126,15 @@ def device_deltas(b: Measures, a: Measures, devices: list[int]) -> list[dict]:
                               ("device_allocs", "device allocations (cudaMalloc)", "allocations")):
         out += [delta(name, label, unit, fb.get(d, {}).get(name), fa.get(d, {}).get(name), device=d) for d in devices]
     return out
+
+
+def recorded_numbers(lanes: dict) -> dict[int, dict]:
+    """A profiler trace's own numbers by device (``runs.profiler.lane_names``' facts): the largest Total Reserved
+    and Total Allocated recorded, and the rises of Total Reserved (each a device allocation the allocator made)."""
+    return {d: {k: v for k, v in (("peak_reserved", f.get("peak_reserved_bytes")),
+                                  ("peak_allocated", f.get("peak_allocated_bytes")),
+                                  ("device_allocs", f.get("reserved_rises"))) if v is not None}
+            for d, f in lanes.items()}
 
 
 def per_device(result: Any) -> dict[int, dict]:

@@ -77,7 +77,9 @@ def diff(before, after, *, align: str = DIFF_ALIGN, fail_on: str | list[str] | N
                      format_hint=format_hint)
     messages = [*(f"BEFORE: {m}" for m in result.before.side.report.messages()),
                 *(f"AFTER: {m}" for m in result.after.side.report.messages()), *result.notes]
-    closing = ["No difference: every delta is zero" if result.same else ""]
+    closing = [("No difference: every delta is zero" + (", on two different devices (see the note above)"
+                                                          if result.devices.get("hardware_differs") else ""))
+               if result.same else ""]
     failed = [f for f in result.fail_on if f["failed"]]
     closing += [f"--fail-on {f['condition']}: failed ({', '.join(f['deltas'])})" for f in failed]
     closing += [f"--fail-on {f['condition']}: not evaluated, neither side has that number"

@@ -29,6 +29,14 @@ BURST_MIN_EXCESS = 0.5
 CACHED_MIN_SHARE = 0.05
 #: Free bytes stranded at the end, as a share of the reserved bytes, for a finding.
 STRANDED_MIN_SHARE = 0.05
+#: What a fragmentation finding on a profiler trace says of its free-block numbers, and the factor on its
+#: confidence (the trace records no segments: the free blocks are inferred from the addresses alone; tune's
+#: finding on a trace its model is not validated on has 0.6 of the validated one's 0.9 too).
+INFERRED_FREE = "free blocks inferred from the addresses: the trace records no segments"
+INFERRED_CONFIDENCE = 0.6
+#: A device whose peak reserved reaches this share of its memory (known from a profiler trace's
+#: deviceProperties) ran close to full: a finding.
+NEAR_FULL_SHARE = 0.9
 
 
 @dataclass
@@ -42,6 +50,16 @@ class Context:
     #: The other analyses' JSON of the same source, by command (``tune``'s verdict and the program's own
     #: ``empty_cache()`` calls, which the memory rules follow).
     related: dict = field(default_factory=dict)
+    #: A profiler trace's lanes: the common table's device number -> its lane's name (``cuda:0``,
+    #: ``rank 1 hip:0``), the one name every finding of the source gives a device ({} for other inputs).
+    lanes: dict = field(default_factory=dict)
+
+    def device(self, dev) -> str:
+        """How a finding names device ``dev``: the profiler trace's lane name, else ``device N``."""
+        try:
+            return (self.lanes.get(int(dev)) or {}).get("lane") or f"device {dev}"
+        except (TypeError, ValueError):
+            return f"device {dev}"
 
     def program_releases(self, device) -> list[dict]:
         """The program's own ``empty_cache()`` runs on ``device`` (``tune``'s ``params.program_releases``,
@@ -170,8 +188,14 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
     releases), and the window just before one whose end state is what the call released (no segment event
     between), show the cache the program was giving back: they count as not fragmented, and when the
     worst of the first run was among them, that state is said as a note of its own. Without times, the
-    windows are counted in trace events (axis ``event``: the first event of the run on its device)."""
+    windows are counted in trace events (axis ``event``: the first event of the run on its device).
+
+    On a profiler trace (``recorded_totals`` beside the windows, or the source's lanes known) the segments
+    are not recorded: the free blocks are the replay's, placed from the addresses alone, so the finding says
+    so (INFERRED_FREE) and its confidence is scaled by INFERRED_CONFIDENCE, as tune's finding is on a trace
+    its model is not validated on."""
     p = d.get("params") or {}
+    inferred = d.get("recorded_totals") is not None or bool(ctx.lanes)
     thr = p.get("threshold", FRAGMENTATION_THRESHOLD)
     when = p.get("fragmented_when") or f"largest free block under {thr:.0%} of the free bytes"
     out = []
@@ -212,10 +236,10 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
         said = (f"from event {int(events[first]):,} (window {first} of {len(ws)}, {ws[first].get('events') or 0:,} events "
                 f"each) to the end" if not timed else "from then to the end") if stays else f"for {run} windows in a row"
         out.append(Finding(
-            "fragmentation_crossing", f"device {dev}: fragmented {said} ({when}): {gib(at_stake)} of free bytes outside "
-            "the largest free block",
+            "fragmentation_crossing", f"{ctx.device(dev)}: fragmented {said} ({when}): {gib(at_stake)} of free bytes outside "
+            "the largest free block" + (f" ({INFERRED_FREE})" if inferred else ""),
             ctx.source, axis, start, end, impact(at_stake, peak),
-            1.0 if stays else min(1.0, run / (2 * FRAG_MIN_RUN)),
+            (1.0 if stays else min(1.0, run / (2 * FRAG_MIN_RUN))) * (INFERRED_CONFIDENCE if inferred else 1.0),
             {"device": dev, "threshold": thr, "external_frag_above": 1 - thr, "fragmented_when": when,
              "first_window": ws[first]["window"], "windows_in_a_row": run, "windows_after": tail,
              "stays": stays, "mean_external_frag_after": float(np.mean(frag_after)) if frag_after else None,
@@ -223,6 +247,7 @@ def fragmentation(d: dict, ctx: Context) -> list[Finding]:
              "worst_window": worst["window"], "free_bytes": worst.get("free_bytes"),
              "largest_free_bytes": worst.get("largest_free_bytes"), "device_peak_bytes": peak,
              "windows_in_program_empty_cache": sum(r is not None for r in released),
+             "free_blocks_inferred_from_addresses": inferred,
              "program_empty_cache_runs": releases},
             ctx.command, "see which live blocks strand the free space (veotrace sites); "
             + (ctx.tune_says() or "what a setting saves: veotrace tune"), bytes_at_stake=at_stake))
@@ -267,7 +292,7 @@ def _released_state(w: dict, first_event: int, r: dict, dev, when: str, thr: flo
     outside = _outside(w)
     timed = w.get("start_ns") is not None
     return Finding(
-        "fragmentation_released", f"device {dev}: {gib(outside)} of free bytes outside the largest free block ({when}) "
+        "fragmentation_released", f"{ctx.device(dev)}: {gib(outside)} of free bytes outside the largest free block ({when}) "
         f"while the program released its cache itself: its own empty_cache() gave back {gib(r['bytes'])} in "
         f"{r['segments']:,} segments", ctx.source, "time" if timed else "event",
         ctx.at(w.get("start_ns")) if timed else float(first_event), None, impact(outside, w.get("reserved_bytes_peak")),
@@ -385,7 +410,7 @@ def recorded_ooms(d: dict, ctx: Context) -> list[Finding]:
                   "look outside PyTorch's allocator (other processes, the CUDA context, a memory fraction)"
                   if unreproduced else f"policies that would have served it: {', '.join(rescued)}" if rescued else
                   "no replayed policy serves it: the job needs less memory (see veotrace sites)")
-        out.append(Finding("recorded_oom", f"device {o['device']}: out of memory on a {o['request_bytes'] / 2**30:.2f} GiB "
+        out.append(Finding("recorded_oom", f"{ctx.device(o['device'])}: out of memory on a {o['request_bytes'] / 2**30:.2f} GiB "
                            f"request with {o.get('device_free_bytes', 0) / 2**20:.1f} MiB free"
                            + (" (not reproduced by the model)" if unreproduced else ""), ctx.source, "time",
                            ctx.at(o.get("ts_ns")), None, 1.0, 1.0, {k: o.get(k) for k in (
@@ -416,7 +441,7 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
             cached = peak["cached_free_bytes"]
             share = cached / peak["bytes"]
             gave = _released_next(peak, ctx.program_releases(dev))
-            f = Finding("cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak "
+            f = Finding("cached_free_at_peak", f"{ctx.device(dev)}: {gib(cached)} cached but free at the peak "
                         f"reserved of {gib(peak['bytes'])} ({share:.0%})"
                         + (f", which the program released itself next: its own empty_cache() gave back "
                            f"{gib(gave['bytes'])} in {gave['segments']:,} segments" if gave else ""),
@@ -434,7 +459,7 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                 # the run's own peak once the program's cache was gone: its cached-but-free bytes are the run's
                 cached = after["cached_free_bytes"]
                 out.append(Finding(
-                    "cached_free_at_peak", f"device {dev}: {gib(cached)} cached but free at the peak reserved of "
+                    "cached_free_at_peak", f"{ctx.device(dev)}: {gib(cached)} cached but free at the peak reserved of "
                     f"{gib(after['bytes'])} ({cached / after['bytes']:.0%}) after the program's own empty_cache()",
                     ctx.source, "time", ctx.since_first(after.get("t_s")), None, impact(cached, scale), 0.9,
                     {"device": dev, "peak_reserved_bytes": after["bytes"], "cached_free_bytes": cached,
@@ -448,7 +473,7 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
         top = (pin.get("sites") or [None])[0]
         if top and against and top["stranded_bytes"] >= STRANDED_MIN_SHARE * against:
             pinned = top["stranded_bytes"]
-            out.append(Finding("pinning_site", f"device {dev}: {short_site(top['site'])} pins {gib(pinned)} of free space "
+            out.append(Finding("pinning_site", f"{ctx.device(dev)}: {short_site(top['site'])} pins {gib(pinned)} of free space "
                                f"in {top['segments']} segments at the end ({min(1.0, pinned / against):.0%} of the "
                                f"{what}, {gib(against)})",
                                ctx.source, "none", None, None, impact(pinned, scale), 0.8,
@@ -458,14 +483,55 @@ def sites(d: dict, ctx: Context) -> list[Finding]:
                                ctx.command, "free or pre-allocate those long-lived blocks elsewhere (they hold "
                                             "segments that could otherwise be released or reused)", bytes_at_stake=pinned))
         out += held(dev, v, ctx)
-    grew = d.get("finding")  # a profiler trace: the op during which Total Reserved rose most (analysis.profiler)
-    if grew and grew.get("bytes"):
+    out += near_capacity(ctx)
+    out += reserved_growth(d, ctx)
+    return out
+
+
+def reserved_growth(d: dict, ctx: Context) -> list[Finding]:
+    """A profiler trace's ``sites``: on each GPU lane (each rank of a folder of ranks), the op during which its
+    Total Reserved rose most (``analysis.profiler.growth_finding`` of that lane; the JSON's own ``finding`` is
+    the largest over all lanes). Impact: those bytes against the lane's peak reserved; confidence 0.8."""
+    from veotrace.analysis.profiler import growth_finding
+
+    growth = d.get("reserved_growth")
+    found = ([growth_finding({lane: g}) for lane, g in growth.items()] if isinstance(growth, dict)
+             else [d.get("finding")])
+    out = []
+    for grew in found:
+        if not grew or not grew.get("bytes"):
+            continue
         out.append(Finding("reserved_growth_op", grew["text"], ctx.source, "none", None, None,
                            impact(grew["bytes"], grew.get("peak_reserved_bytes")), 0.8,
                            {k: grew.get(k) for k in ("device", "op", "bytes", "rises", "kernels", "device_rise_bytes",
                                                      "peak_reserved_bytes")},
                            ctx.command, "allocate what this op needs once and reuse it, or try an allocator setting "
                                         "(veotrace tune)", bytes_at_stake=grew["bytes"]))
+    return sorted(out, key=lambda f: -f.bytes_at_stake)
+
+
+def near_capacity(ctx: Context) -> list[Finding]:
+    """A profiler trace whose ``deviceProperties`` give a device's memory (``totalGlobalMem``,
+    ``Context.lanes``): a device whose recorded peak of Total Reserved reached NEAR_FULL_SHARE of it or more
+    ran close to full (the next growth fails, or the job set a memory fraction on purpose, as inference
+    servers do). Impact: how far past NEAR_FULL_SHARE the peak went, over the rest (0 at the threshold, 1
+    at full); confidence 0.6: the peak is recorded, whether the job needed more is not."""
+    out = []
+    for dev, f in sorted(ctx.lanes.items()):
+        cap, peak = f.get("capacity_bytes"), f.get("peak_reserved_bytes")
+        if not cap or peak is None or peak < NEAR_FULL_SHARE * cap:
+            continue
+        share = peak / cap
+        out.append(Finding(
+            "near_capacity", f"{f['lane']}: Total Reserved peaked at {gib(peak)}, {share:.1%} of the "
+            f"{f.get('device_name') or 'device'}'s {gib(cap)} (deviceProperties' totalGlobalMem): {gib(max(cap - peak, 0))} "
+            "from full", ctx.source, "none", None, None,
+            min(1.0, max(0.0, (share - NEAR_FULL_SHARE) / (1 - NEAR_FULL_SHARE))), 0.6,
+            {"device": dev, "lane": f["lane"], "device_name": f.get("device_name"), "capacity_bytes": cap,
+             "peak_reserved_bytes": peak, "peak_allocated_bytes": f.get("peak_allocated_bytes"), "share": share,
+             "headroom_bytes": cap - peak}, ctx.command,
+            "if the job OOMs or must grow: see who holds the peak (veotrace sites) and what a setting saves "
+            "(veotrace tune); a fraction set on purpose (inference servers reserve most of the device) is no problem"))
     return out
 
 
@@ -492,7 +558,7 @@ def held(dev, v: dict, ctx: Context) -> list[Finding]:
              for r in named[:HELD_TOP]]
     more = len(named) - HELD_TOP
     reserved, free = end.get("reserved_bytes"), end.get("free_bytes")
-    return [Finding("held_at_snapshot", f"device {dev}: {gib(total)} live when the snapshot was taken (its trace "
+    return [Finding("held_at_snapshot", f"{ctx.device(dev)}: {gib(total)} live when the snapshot was taken (its trace "
                     f"allocates nothing: this state is all it holds): " + "; ".join(parts)
                     + (f"; {more:,} more sites" if more > 0 else "")
                     + (f"; {gib(unnamed)} with no line of code to name (no stack recorded, or internal frames "

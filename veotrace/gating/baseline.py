@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,8 @@ class Baseline:
     fingerprint: dict
     recorded_at: str
     version: str
+    #: The file's ``source`` object: the CI commit, and the devices a profiler trace ran on (``input_devices``).
+    source: dict = field(default_factory=dict)
 
     @property
     def mean(self) -> float:
@@ -175,12 +177,53 @@ def save_entropy_baseline(path: Path, result: Any, *, paths: list[Path], time_un
     require_windows(series_from_result(result), "the run (for --save-baseline)", window_text(result.params))
     fp = input_fingerprint(list(paths), result.summary.get("first_ns"), result.summary.get("last_ns"))
     commit = os.environ.get("GITHUB_SHA") or os.environ.get("CI_COMMIT_SHA")
-    doc = entropy_baseline(result, fingerprint=fp, time_unit=time_unit, source={"commit": commit} if commit else {})
+    devices = input_devices(list(paths))
+    doc = entropy_baseline(result, fingerprint=fp, time_unit=time_unit,
+                           source={**({"commit": commit} if commit else {}), **({"devices": devices} if devices else {})})
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # e.g. baselines/$CI_COMMIT_SHA.json in a fresh job
     from veotrace.outputs import write_text
 
     write_text(json.dumps(doc, allow_nan=False) + "\n", Path(path), inputs=inputs)
     return Path(path)
+
+
+def input_devices(paths: list) -> list[str]:
+    """The GPUs profiler traces ran on, one ``lane (name)`` each (``cuda:0 (NVIDIA H100 80GB HBM3)``, from
+    ``deviceProperties``); [] for any other input or one that does not read."""
+    from veotrace.errors import VeotraceError
+    from veotrace.sources import ReadOptions, ReadReport, resolve_inputs
+    from veotrace.sources.kineto.trace import CPU, cached_read, device_memory, lane_text, lanes
+
+    out = []
+    try:
+        inputs = resolve_inputs(paths, "alloc_events", options=ReadOptions(), report=ReadReport())
+        for p, fmt in inputs:
+            if fmt.name != "kineto":
+                return []
+            read = cached_read(p, ReadOptions(), ReadReport())
+            names = device_memory(read.head)
+            out += [f"{lane_text(k)} ({(names.get(k[2]) or (None,))[0] or 'unnamed'})" for k in lanes(read.table)
+                    if k[1] != CPU]
+    except VeotraceError:
+        return []
+    return out
+
+
+def device_note(source: dict, paths: list) -> str | None:
+    """A note when the baseline's profiler trace ran on other GPUs than the run's (another model of GPU or
+    another vendor's build): the gate compares the sizes allocated, not the devices."""
+    before = source.get("devices") if isinstance(source, dict) else None
+    if not isinstance(before, list) or not before or not all(isinstance(b, str) for b in before):
+        return None
+    now = input_devices(paths)
+    if not now or sorted(before) == sorted(now):
+        return None
+
+    def listed(devs: list) -> str:
+        return ", ".join(d[:80] for d in devs[:4]) + (f" and {len(devs) - 4:,} more" if len(devs) > 4 else "")
+
+    return (f"the baseline ran on {listed(before)}, this run on {listed(now)}: the gate compares the sizes allocated, "
+            "not the devices (veotrace diff compares their memory)")
 
 
 def read_baseline(path: Path, analysis: str = ENTROPY) -> Baseline:
@@ -259,7 +302,7 @@ def _entropy_baseline(doc: dict, m: Any, path: Path | str) -> Baseline:
         raise damaged("metrics.entropy.windows holds non-numbers") from None
     return Baseline(str(path), ENTROPY, dict(m["params"]), series, m.get("trend") or {}, m.get("segments") or [],
                     m.get("summary") or {}, doc.get("fingerprint") or {}, str(doc.get("recorded_at") or ""),
-                    str(doc.get("veotrace_version") or "?"))
+                    str(doc.get("veotrace_version") or "?"), source=doc.get("source") or {})
 
 
 def _is_int(v: Any) -> bool:

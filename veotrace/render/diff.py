@@ -45,12 +45,20 @@ def delta_cells(d: dict) -> list[str]:
     return [_num(d["before"], d["unit"]), _num(d["after"], d["unit"]), change, verdict]
 
 
+def device_text(result: Any, device: Any) -> str:
+    """``device 0``, or a profiler trace's lanes (``cuda:0``; ``cuda:0 vs hip:0`` when the sides name it apart)."""
+    lanes = (result.devices or {}).get("lanes") or {}
+    names = [((lanes.get(s) or {}).get(str(device)) or {}).get("lane") for s in ("before", "after")]
+    names = list(dict.fromkeys(n for n in names if n))
+    return " vs ".join(names) if names else f"device {device}"
+
+
 def _delta_rows(result: Any) -> list[dict]:
     rows = []
     for d in result.deltas:
         before, after, change, verdict = delta_cells(d)
         unit = f" ({d['unit']})" if d["unit"] == "bits" or "/" in (d["unit"] or "") else ""  # the rest say theirs
-        rows.append({"metric": d["label"] + unit + ("" if d["device"] is None else f" (device {d['device']})"),
+        rows.append({"metric": d["label"] + unit + ("" if d["device"] is None else f" ({device_text(result, d['device'])})"),
                      "unit": d["unit"], "before": before, "after": after, "change": change, "noise": verdict})
     return rows
 
@@ -59,11 +67,18 @@ _DELTA_COLUMNS = [("metric", "metric"), ("before", "before"), ("after", "after")
                   ("noise", "run-to-run noise")]
 
 
+def _verdict(d: dict) -> str:
+    if not d["same"]:
+        return "differences below"
+    return "no difference: every delta is zero" + (", on two different devices" if d["devices"].get("hardware_differs")
+                                                   else "")
+
+
 def render_diff(console: Console, result: Any, *, max_rows: int) -> None:
     """Draw a DiffResult: the sides, the deltas, the size classes, settings and sites, the series side by side."""
     d = result.to_dict()
     console.print(summary_table("Diff", [(s.upper(), _side_text(d[s])) for s in ("before", "after")]
-                                + [("verdict", "no difference: every delta is zero" if d["same"] else "differences below")]))
+                                + [("verdict", _verdict(d))]))
     table, footer = rows_table("Headline deltas (after - before)", _delta_rows(result), _DELTA_COLUMNS, max_rows=0,
                                formatters={k: str for k, _ in _DELTA_COLUMNS})
     console.print(table)
@@ -131,7 +146,7 @@ def _sparks(console: Console, result: Any) -> None:
         lines, lo, hi = aligned_sparks(b, a, SPARK_WIDTH)
         if lines is None:
             continue
-        name = metric + ("" if device is None else f" (device {device})")
+        name = metric + ("" if device is None else f" ({device_text(result, device)})")
         unit = "bytes" if metric.endswith("bytes_peak") else ""
         text = Text(f"{name:<32}", style="bold")
         text.append(lines[0], style="cyan")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape as e
 
 from veotrace.findings.model import SEVERITY_NAMES, fmt_at
 from veotrace.render.console import fmt_bytes, rows_table
@@ -33,23 +34,23 @@ def render_findings(console: Console, result, *, max_rows: int) -> None:
     shown: set[str] = set()  # a note said once, under the first finding it goes with
     for x in f[: min(5, len(f))]:
         if x.links:
-            console.print(f"[dim]{x.title}:[/] " + "; ".join(x.links), highlight=False)
+            console.print(f"[dim]{e(x.title)}:[/] " + e("; ".join(x.links)), highlight=False)
         if x.note:
-            console.print(f"  [dim]a note, not ranked as a problem:[/] {x.note}", highlight=False)
+            console.print(f"  [dim]a note, not ranked as a problem:[/] {e(x.note)}", highlight=False)
         if x.suggestion:
-            console.print(f"  [dim]what to try:[/] {x.suggestion}  [dim]({x.command})[/]", highlight=False)
+            console.print(f"  [dim]what to try:[/] {e(x.suggestion)}  [dim]({e(x.command)})[/]", highlight=False)
         for note in x.notes:
             if note not in shown:
                 shown.add(note)
-                console.print(f"  [dim]note:[/] {note}", highlight=False)
+                console.print(f"  [dim]note:[/] {e(note)}", highlight=False)
     for s in result.sources:
         if s.get("mapping") != "the shared clock":
-            console.print(f"[dim]clock:[/] {s['name']}: {s.get('mapping')}", highlight=False)
+            console.print(f"[dim]clock:[/] {e(str(s['name']))}: {e(str(s.get('mapping')))}", highlight=False)
     for a in result.analyses:
         if a["status"] != "ran":
-            console.print(f"[yellow]not run:[/] {a['command']}: {a['why']}", highlight=False)
+            console.print(f"[yellow]not run:[/] {e(a['command'])}: {e(a['why'])}", highlight=False)
     for note in result.notes:
-        console.print(f"[dim]note:[/] {note}", highlight=False)
+        console.print(f"[dim]note:[/] {e(note)}", highlight=False)
 
 
 def findings_markdown(result) -> str:

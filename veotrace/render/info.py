@@ -122,6 +122,10 @@ def profiler_items(prof: dict | None, timeline: dict | None) -> list[tuple[str, 
             else:
                 text = (f"{d['events']:,} events; peak of the running sum of Bytes {fmt_bytes(d['running_sum_peak_bytes'])} "
                         "(plus the unknown bytes live before profiling)")
+            if d.get("peak_reserved_share") is not None:  # deviceProperties' totalGlobalMem
+                text += (f"; {d['peak_reserved_share']:.1%} of the {d.get('device_name') or 'device'}'s "
+                         f"{fmt_bytes(d['capacity_bytes'])} reserved at the peak ({fmt_bytes(d['headroom_bytes'])} "
+                         "from full)")
             if d.get("mismatches"):
                 text += f"; {d['mismatches']:,} events off the running sum"
             pair = d.get("pairing") or {}

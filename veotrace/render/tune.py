@@ -27,7 +27,7 @@ def render_tune(console: Console, result, *, max_rows: int) -> None:
                    "frag": None if r["gmlake_frag"] is None else f"{r['gmlake_frag']:.3f}"} for r in rows]
     table, footer = rows_table("Candidates (* on the Pareto front: peak reserved vs device allocations; ! known to "
                                "misbehave; a pruned one's numbers are when it stopped)", table_rows,
-                               [("id", "#"), ("conf", "PYTORCH_CUDA_ALLOC_CONF"), ("status", "status"),
+                               [("id", "#"), ("conf", p.get("variable") or "PYTORCH_CUDA_ALLOC_CONF"), ("status", "status"),
                                 ("peak", "peak reserved"), ("allocs", "dev allocs"), ("frees", "dev frees"),
                                 ("flushes", "flushes"), ("ooms", "OOMs"), ("frag", "frag. at peak")],
                                max_rows=max_rows, formatters={"peak": fmt_bytes},

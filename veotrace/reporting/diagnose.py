@@ -83,7 +83,7 @@ def diagnose(paths, *, fail_on: str | None = None, align: list[str] | None = Non
     reads = _Reads(runnable, options, report, held)
     prepared = [(job, {**reading, **reads.given(n)}) for n, job in enumerate(runnable)]
     results = [(job, *ran) for job, ran in zip(runnable, _run_all(prepared, on_progress))]
-    value = collect(infos, jobs, results, offsets=offsets, period=period, allocs=reads.allocs)
+    value = collect(infos, jobs, results, offsets=offsets, period=period, allocs=reads.allocs, options=options)
     value.params["fail_on"] = fail_on
     value.notes.extend(_mixed_folders(paths, infos))
     _with_read_warnings(value.findings, report.messages())
@@ -110,11 +110,22 @@ class _Reads:
 
     def __init__(self, jobs: list, options, report, held) -> None:
         self.options, self.report, self.kept = options, report, held
-        self.key = [tuple(j.paths) if j.command in READ_ONCE else None for j in jobs]
+        self.key = [tuple(j.paths) if j.command in READ_ONCE and not self._own_route(j) else None for j in jobs]
         self.names = [source_name(j) for j in jobs]
         #: Each source's allocations (``findings.align``), for aligning clocks on shared events.
         self.allocs: dict = {}
         self.tables: dict[tuple, object] = {}  # an input's events (None: its read failed)
+
+    def _own_route(self, job) -> bool:
+        """simulate and tune read a profiler trace by its own route (``runs.profiler.replay_input``: the rises of
+        Total Reserved they validate against and the seed from its first totals are not in the common events;
+        given those, diagnose's tune said its model was not validated, as tune alone does not)."""
+        if job.command not in ("simulate", "tune"):
+            return False
+        from veotrace.runs.profiler import kineto_inputs
+        from veotrace.sources import ReadReport
+
+        return bool(kineto_inputs(list(job.paths), self.options, ReadReport()))
 
     def given(self, n: int) -> dict:
         """``{"events_table": table}`` for job ``n`` when its input's events can be read (else nothing)."""

@@ -10,6 +10,9 @@ from pathlib import Path
 #: Formats whose files in one folder are parts of one log (rotation) and are read together; other
 #: files (profiles, exports, frame tables) are each their own run.
 ROTATED = ("alloc-csv", "alloc-jsonl")
+#: Formats whose files in one folder are the ranks of one run (one trace per rank: a lane each), read
+#: together as the commands read such a folder.
+RANKS = ("kineto",)
 _PAIR_KEY = re.compile(r"addr(?:esse)?s?|epe")
 
 
@@ -33,7 +36,8 @@ class Job:
 def plan(infos: list, groups: list[list[int]]) -> list[Job]:
     """The jobs for ``infos`` (analysis.info.FileInfo), files grouped by the PATH that named them.
 
-    Inside a group, alloc logs of one folder and format are read together (rotated logs); every other
+    Inside a group, alloc logs of one folder and format are read together (rotated logs), and so are the
+    profiler traces of one folder (its ranks: one run); every other
     file is its own run; correlate pairs ADDRS with EPE arrays by name; two PATHs that diff compares
     (each one run) are also compared.
     """
@@ -52,7 +56,7 @@ def plan(infos: list, groups: list[list[int]]) -> list[Job]:
                 if base == "diff":  # of two PATHs, not of one file
                     runs.setdefault(g, []).append(info)
                     continue
-                together = info.format in ROTATED and base != "coherence"
+                together = (info.format in ROTATED or info.format in RANKS) and base != "coherence"
                 key = (base, str(Path(info.path).parent), info.format) if together else (base, info.path)
                 sets.setdefault(key, []).append(info)
         arrays = []

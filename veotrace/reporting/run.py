@@ -212,7 +212,11 @@ def report(paths, output, *, time_unit: str = "ns", skip_bad_rows: bool = False,
     inputs = common.input_files(paths)
     size = write_report(built, output, inputs=inputs)
     failed = [s for s in built.sections if s.error]
-    closing = [f"Warning: {s.title} not available: {s.error}" for s in failed]
+    # a file cut mid-write lost data: said once on stderr, as every command says it (the sections' other
+    # read notes are on the page)
+    cut = dict.fromkeys(m for s in built.sections for m in getattr(s.result, "messages", None) or []
+                        if "(cut mid-write?)" in str(m))
+    closing = [*cut, *(f"Warning: {s.title} not available: {s.error}" for s in failed)]
     closing.append(f"Wrote {output} ({size / 1e6:.2f} MB, {len(built.sections) - len(failed)} of "
                    f"{len(built.sections)} analyses)")
     return ReportRun(built, [], inputs, closing=closing)

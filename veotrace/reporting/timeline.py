@@ -45,11 +45,12 @@ class DiagnoseResult:
 
 
 def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | None = None,
-            period: float | None = None, allocs: dict | None = None) -> DiagnoseResult:
+            period: float | None = None, allocs: dict | None = None, options=None) -> DiagnoseResult:
     """The findings of runs already made: ``results`` holds (job, RunResult or the error text of a run that
     refused its input, the command line that ran it) for the jobs that have a rule; ``infos`` (their files' FileInfos) give each
     source's first event; ``allocs`` (source name -> ``findings.align.Allocs``) the allocations each
-    source recorded, on which a source on a clock of its own (or given ``--align SOURCE=auto``) is aligned.
+    source recorded, on which a source on a clock of its own (or given ``--align SOURCE=auto``) is aligned;
+    ``options`` (the ReadOptions) read a profiler trace's lanes, by whose names its findings call its devices.
     The report's first page and ``diagnose`` both end here.
 
     Raises:
@@ -61,6 +62,8 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
     findings: list[Finding] = []
     analyses, lanes = [], []
     related: dict[str, dict] = {}  # each source's results by command: a rule reads the others' (findings.rules.Context)
+    lane_names: dict[str, dict] = {}  # each profiler trace source's lanes by device number (Context.lanes)
+    clashes: list[str] = []  # traces of one run that claim one device (runs.profiler.lane_clashes)
     for job, result, _ in results:
         if not isinstance(result, str):
             related.setdefault(source_name(job), {})[job.command] = result.to_dict()
@@ -77,6 +80,14 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
         else:
             ctx = Context(src["name"], command, t0_ns=None)
         ctx.related = related.get(source_name(job), {})
+        if source_name(job) not in lane_names:
+            from veotrace.runs.profiler import lane_names as names_of
+
+            lane_names[source_name(job)] = names_of(list(job.paths), options, infos)
+            from veotrace.runs.profiler import lane_clashes
+
+            clashes.extend(lane_clashes(list(job.paths), options, infos))
+        ctx.lanes = lane_names[source_name(job)]
         rule, d = RULES[job.command], ctx.related.get(job.command) or result.to_dict()
         found = rule(d, ctx, period) if job.command == "coherence" else rule(d, ctx)
         row = lane(job.command, d, ctx, command)
@@ -90,7 +101,7 @@ def collect(infos: list, jobs: list, results: list[tuple], *, offsets: dict | No
         findings.extend(found)
     findings = rank(findings)
     link(findings)
-    notes = [f"{j.paths[0]}: {j.note}" for j in jobs if j.note]
+    notes = [f"{j.paths[0]}: {j.note}" for j in jobs if j.note] + list(dict.fromkeys(clashes))
     params = {"fail_on": None, "align": dict(offsets), "frame_period_s": period, "axis_zero_ns": t0,
               "severities": {s: floor for s, floor in SEVERITIES}}
     return DiagnoseResult(params, list(sources.values()), analyses, findings, notes, lanes)

@@ -176,6 +176,9 @@ def _run(paths, baseline_path, history_path, opts, requested, skip_bad_rows, for
         notes.append(f"mean per period split at hours {','.join(f'{h:g}' for h in opts.segments)}")
     if fp["digest"] == base.fingerprint.get("digest"):
         notes.append("the run's inputs are the baseline's own (same files, sizes and time span)")
+    other = bl.device_note(base.source, list(paths))  # a profiler trace's baseline from other GPUs
+    if other:
+        notes.append(other)
     result = GateResult(checks, {"entropy": {k: p.get(k) for k in bl.ENTROPY_PARAMS}, **opts.__dict__,
                                  "max_increase": str(opts.max_increase), "segments": list(opts.segments)},
                         {"path": base.path, "recorded_at": base.recorded_at, "veotrace_version": base.version,

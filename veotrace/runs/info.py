@@ -54,8 +54,11 @@ def info(paths, *, time_unit: str = "ns", skip_bad_rows: bool = False, format_hi
             alloc["recorded_ooms"] = with_device_free(alloc["recorded_ooms"], oom_free_bytes(common.as_paths(i.path)[0]))
     messages = []
     for p in probes:
-        p.report.warnings.clear()  # reader notes (e.g. "no time_us") are part of the description
-        messages.extend(p.report.messages())
+        # reader notes (e.g. "no time_us") are part of the description; a file cut mid-write is said on stderr too,
+        # as every other command says it (data is lost: never only in a table)
+        cut = [w for w in p.report.warnings if "(cut mid-write?)" in w]
+        p.report.warnings.clear()
+        messages.extend([*cut, *p.report.messages()])
     if skipped:
         one = len(skipped) == 1
         messages.append(f"Warning: skipped {len(skipped)} file{'' if one else 's'} that {'is' if one else 'are'} "

@@ -248,12 +248,53 @@ def replay_input(files: list, options, report, config=None):
     if not tables:
         return None, None
     table = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries().combine_chunks()
+    for line in lane_clashes(files, options) if len(files) > 1 else []:  # two processes on one device number
+        if f"Warning: {line}" not in report.warnings:
+            report.warnings.append(f"Warning: {line}")
     return table, seed_from_totals(table, live_before, reserved_before)
 
 
-def profiler_validation(validation: dict, seed, assumption: str) -> None:
+#: The runtime calls that mark CUDA/HIP graphs in a trace (Kineto's cuda_runtime events, by name).
+GRAPH_MARKS = {"capture": (b'StreamBeginCapture"',), "launch": (b'GraphLaunch"',)}
+
+
+def graph_marks(files: list) -> dict:
+    """How many stream captures (``cudaStreamBeginCapture`` / ``hipStreamBeginCapture``) and graph launches
+    (``cudaGraphLaunch`` / ``hipGraphLaunch``) the traces record: one pass over their bytes, made only when
+    the replay missed its validation targets (a graph's private pool is a cause the model cannot follow)."""
+    from veotrace.sources.base import open_decompressed
+
+    keep = max(len(m) for marks in GRAPH_MARKS.values() for m in marks)
+    out = dict.fromkeys(GRAPH_MARKS, 0)
+
+    def count(text: bytes, sign: int) -> None:
+        for kind, marks in GRAPH_MARKS.items():
+            out[kind] += sign * sum(text.count(m) for m in marks)
+
+    for path in files:
+        fh, raw = open_decompressed(path)
+        tail = b""
+        try:
+            while chunk := fh.read(1 << 20):
+                text = tail + chunk
+                tail = text[-(keep - 1):]  # a mark across the chunks' edge is whole only in the next text
+                count(text, 1)
+                count(tail, -1)  # those in the tail: counted with the next text (or below, at the end)
+        except (OSError, EOFError, ValueError):  # a cut file: what was read is counted
+            pass
+        finally:
+            fh.close()
+            if raw is not fh:
+                raw.close()
+        count(tail, 1)
+    return out
+
+
+def profiler_validation(validation: dict, seed, assumption: str, files: list | None = None) -> None:
     """The validation of a profiler trace says what it is: no snapshot's settings nor final state, the
-    assumed state before profiling, and that the rises of Total Reserved are what it checks against."""
+    assumed state before profiling, and that the rises of Total Reserved are what it checks against. When
+    the replay misses its targets and ``files`` record CUDA/HIP graphs (:func:`graph_marks`), that is said
+    first among the explanations: allocations made during a capture come from the graph's private pool."""
     out = [a for a in validation.get("assumptions", []) if not a.startswith("the snapshot has no allocator_settings")]
     out.insert(0, "a profiler trace records no allocator settings: PyTorch's defaults are assumed (a job that set "
                   "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF / PYTORCH_ALLOC_CONF ran under other rules)")
@@ -263,3 +304,99 @@ def profiler_validation(validation: dict, seed, assumption: str) -> None:
                           f"({sum(s[2] for s in seed.segments):,} bytes) reserved and {len(seed.live)} blocks live "
                           "before profiling began")
     validation["recorded_from"] = "the rises of Total Reserved (each one device allocation of the rise)"
+    if files and validation.get("recorded_segment_allocs") and not validation.get("meets_targets"):
+        marks = graph_marks(files)
+        validation["graphs"] = marks
+        if marks["capture"] or marks["launch"]:
+            validation["explanations"] = [
+                f"the trace records CUDA/HIP graphs ({marks['capture']:,} stream captures, {marks['launch']:,} graph "
+                "launches): what a capture allocates comes from the graph's private memory pool, with segments of its "
+                "own, which the torch model does not keep apart (it serves those requests from the general cache), so "
+                "the device allocations of the pools are not reproduced", *(validation.get("explanations") or [])]
+
+
+def lane_clashes(paths, options=None, infos=None) -> list[str]:
+    """One line per device number two traces of a run both claim: files that name no rank (no
+    ``distributedInfo``) but record the same Device Id (each worker saw its GPU as device 0, or two runs in one
+    folder). The common events give them one device, so the analyses interleave two processes' events."""
+    import numpy as np
+
+    from veotrace.errors import VeotraceError
+    from veotrace.sources import ReadOptions, ReadReport
+    from veotrace.sources.kineto.trace import CPU, cached_read, lane, lane_text, lanes
+
+    options = options or ReadOptions()
+    described = {str(i.path): ((i.details or {}).get("profiler_memory") or {}).get("lanes") for i in infos or []}
+    owner: dict[int, tuple[str, str]] = {}
+    out = []
+    try:
+        for p in kineto_inputs(paths, options, ReadReport()):
+            lanes_of = described.get(str(p))
+            if lanes_of and all("device" in d for d in lanes_of.values() if d.get("kind") == "gpu"):
+                mine = [(int(d["device"]), name) for name, d in lanes_of.items() if d.get("kind") == "gpu"]
+            else:
+                read = cached_read(p, options, ReadReport())
+                mine = [(int(lane(read, np.array([k[2]]))[0]), lane_text(k)) for k in lanes(read.table) if k[1] != CPU]
+            for dev, name in mine:
+                if dev in owner:
+                    out.append(f"{owner[dev][0]} and {p} both record {name}: the analyses take their events as one "
+                               "device's (no distributedInfo rank tells the two processes apart): analyse each file "
+                               "alone, or record with torch.distributed initialised")
+                else:
+                    owner[dev] = (str(p), name)
+    except VeotraceError:
+        return []
+    return out
+
+
+def clash_hint(report, hint: str | None) -> str | None:
+    """The hint of an error the replay's pairing raised, led by the clash of two rank-less traces on one device
+    when reading found one (:func:`lane_clashes`): their merged events are the likely cause."""
+    clash = next((w for w in report.warnings if "both record" in w and "no distributedInfo rank" in w), None)
+    return hint if clash is None else clash.removeprefix("Warning: ") + (f"; {hint}" if hint else "")
+
+
+def lane_names(paths, options=None, infos=None) -> dict:
+    """The common table's device number -> what findings say of its lane, for profiler traces ({} for any other
+    input, or one that does not read): ``lane`` its name (``cuda:0``, ``rank 1 hip:0``), the one name every
+    finding gives it; ``device_name`` and ``capacity_bytes`` from the trace's ``deviceProperties`` (``name``,
+    ``totalGlobalMem``; None when not listed); ``peak_reserved_bytes``, ``peak_allocated_bytes`` and
+    ``reserved_rises`` recorded (the reader's check: bytes live before profiling included); ``rank``, ``device_id``.
+    ``infos`` (``analysis.info.FileInfo`` of the files, as diagnose and the report have them): their
+    descriptions give the same without reading the traces again (a folder of more ranks than the read cache
+    holds would be read twice); a file they do not describe is read."""
+    import numpy as np
+
+    from veotrace.errors import VeotraceError
+    from veotrace.sources import ReadOptions, ReadReport
+    from veotrace.sources.kineto.trace import CPU, cached_read, device_memory, lane, lane_text, lanes
+
+    options = options or ReadOptions()
+    described = {str(i.path): ((i.details or {}).get("profiler_memory") or {}).get("lanes") for i in infos or []}
+    try:
+        files = kineto_inputs(paths, options, ReadReport())
+        out = {}
+        for p in files:
+            lanes_of = described.get(str(p))
+            if lanes_of and all("device" in d for d in lanes_of.values() if d.get("kind") == "gpu"):
+                for name, d in lanes_of.items():
+                    if d.get("kind") == "gpu":
+                        out[int(d["device"])] = {"lane": name, **{k: d.get(k) for k in (
+                            "device_name", "capacity_bytes", "peak_reserved_bytes", "peak_allocated_bytes",
+                            "reserved_rises", "rank", "device_id")}}
+                continue
+            read = cached_read(p, options, ReadReport())
+            props = device_memory(read.head)
+            for key in lanes(read.table):
+                if key[1] == CPU:
+                    continue
+                check = read.checks.get(lane_text(key)) or {}
+                name, cap = props.get(key[2], (None, None))
+                out[int(lane(read, np.array([key[2]]))[0])] = {
+                    "lane": lane_text(key), "device_name": name, "capacity_bytes": cap,
+                    "peak_reserved_bytes": check.get("peak_reserved_bytes"),
+                    "peak_allocated_bytes": check.get("peak_allocated_bytes"),
+                    "reserved_rises": check.get("reserved_rises"), "rank": key[0], "device_id": key[2]}
+        return out
+    except VeotraceError:
+        return {}

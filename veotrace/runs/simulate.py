@@ -128,6 +128,9 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
     except AnalysisError as exc:  # the trace's own pairing: name its file when there is one
         if exc.path is None and len(paths) == 1:
             exc.path = str(paths[0])
+        from veotrace.runs.profiler import clash_hint
+
+        exc.hint = clash_hint(report, exc.hint)  # two rank-less traces on one device: the pairing's likely cause
         raise
     keys = _request_keys(paths, by, req, options, rule) if by is not None else None
     result = sim.simulate(req, policies=names, conf=torch_conf, capacity=cap, seed=seed, tiers=tier_spec,
@@ -148,8 +151,11 @@ def simulate(paths, *, policy: str | list[str] | None = None, conf: str | None =
                                      torch_core=torch_core)
         if (snap_conf.recorded or {}).get("profiler_trace"):  # what was assumed to replay a profiler trace
             from veotrace.runs.profiler import profiler_validation
+            from veotrace.sources import ReadReport, resolve_inputs
 
-            profiler_validation(result.validation, seed, snap_conf.recorded["profiler_trace"])
+            profiler_validation(result.validation, seed, snap_conf.recorded["profiler_trace"],
+                                [p for p, _ in resolve_inputs(paths, "alloc_events", options=options, report=ReadReport())])
+            result.params["seed"] = result.validation["seed"]  # the summary's seeding row says the same
     ooms = with_device_free(tap.ooms(), common.oom_free(paths)) if tap.rows else []
     if ooms:  # would each policy have served the request that failed?
         from veotrace.allocators.oomprobe import probe_ooms

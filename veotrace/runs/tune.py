@@ -110,6 +110,9 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
     except AnalysisError as exc:
         if exc.path is None and len(paths) == 1:
             exc.path = str(paths[0])
+        from veotrace.runs.profiler import clash_hint
+
+        exc.hint = clash_hint(report, exc.hint)  # two rank-less traces on one device: the pairing's likely cause
         raise
     if not req.counts["allocs"]:
         raise AnalysisError("the trace holds no allocation to replay", path=paths[0] if len(paths) == 1 else None,
@@ -128,7 +131,9 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
     cands = sp.candidates(values, torch_release=rel, fraction=job_fraction)
     defaults = TorchConf(source="PyTorch defaults", torch_release=rel, per_process_memory_fraction=job_fraction)
     first = []
+    profiled = snap_conf is not None and (snap_conf.recorded or {}).get("profiler_trace")  # kineto_seed.ASSUMPTION
     for label, conf in (("the settings in use" if _has_settings(in_use) else
+                         "the settings in use (PyTorch's defaults: a profiler trace records none)" if profiled else
                          "the settings in use (PyTorch's defaults: the snapshot records none)", in_use),
                         ("PyTorch defaults", defaults)):
         if conf is None:
@@ -149,6 +154,12 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
 
         validation = validate(table, seed, snap_conf, capacity=cap, max_unknown_frees=max_unknown_frees,
                               torch_core=torch_core)
+        if profiled:  # what simulate says of a profiler trace's seed and validation (runs.profiler)
+            from veotrace.runs.profiler import profiler_validation
+            from veotrace.sources import ReadReport, resolve_inputs
+
+            profiler_validation(validation, seed, profiled,
+                                [p for p, _ in resolve_inputs(paths, "alloc_events", options=options, report=ReadReport())])
     from veotrace.tuning.program import program_releases
 
     released = program_releases(req, table)  # the program's own empty_cache() calls, for diagnose's rules
@@ -170,7 +181,9 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
                 "evaluated": sum(r["status"] == "finished" for r in rows),
                 "pruned": sum(r["status"] == "pruned" for r in rows),
                 "requests": len(req), "counts": req.counts,
-                "seed": seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)",
+                "seed": ((validation or {}).get("seed") if profiled else None) or (
+                    seed.describe() if seed is not None else "not seeded (not a PyTorch snapshot)"),
+                "variable": _variable(rel, paths, options),
                 "baselines": {label: i for label, i in first}, "in_use": in_use.to_dict() if in_use else None,
                 "recorded_ooms": in_use_ooms, "program_releases": released, "read": report.to_dict(),
                 "engine": config.kind, "jobs": config.jobs},
@@ -180,6 +193,15 @@ def tune(paths, *, capacity: str | int | None = None, fraction: float | str | No
     lines = common.settings_lines(base) + [f"Note: {n}" for n in notes]
     run = TuneRun(result, [*report.messages(), *lines], common.input_files(paths))
     return run
+
+
+def _variable(rel: str, paths, options) -> str:
+    """The variable the export line names (the release's, a ROCm build's on a ROCm profiler trace): the
+    candidates table's header says the same."""
+    from veotrace.allocators.conf import alloc_conf_variable
+    from veotrace.runs.profiler import profiler_hip
+
+    return alloc_conf_variable(rel, rocm=profiler_hip(paths, options))[0]
 
 
 def _has_settings(conf) -> bool:
@@ -328,7 +350,9 @@ def _recommendation(rec, rows, first, validation, req, seed, limit, core, cands,
         return {"conf": None, "trust": trust,
                 "why": (f"the torch model misses its validation targets on this trace (reproduced "
                         f"{validation['share']:.1%} of the recorded device allocations, {validation['extra']} extra; "
-                        "targets >= 95% and <= 5%): its predictions are not trusted here"),
+                        "targets >= 95% and <= 5%): its predictions are not trusted here"
+                        + (f" ({validation['explanations'][0]})" if any((validation.get("graphs") or {}).values())
+                           else "")),
                 "best_candidate": best}
     unknown = reserved_unknown(req, seed, rows)
     if unknown is not None:  # the input contradicts itself: nothing to recommend from

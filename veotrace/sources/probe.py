@@ -265,6 +265,9 @@ def _kineto(path: Path) -> dict[str, Any]:
     out = {"schema_version": head.get("schemaVersion"), "profile_memory": head.get("profile_memory"),
            "with_stack": head.get("with_stack"), "rank": dist.get("rank"), "world_size": dist.get("world_size"),
            "gpus": [str(p.get("name")) for p in props if isinstance(p, dict)]}
+    for key in ("backend", "nccl_version"):  # the collectives' library (distributedInfo), when the run recorded it
+        if isinstance(dist.get(key), str):
+            out[key] = dist[key][:64]
     for key in ("roctracer_version", "hip_runtime_version", "cuda_runtime_version", "cuda_driver_version"):
         if key in head:
             out[key] = head[key]

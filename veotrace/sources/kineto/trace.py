@@ -236,11 +236,15 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
                 if on_progress is not None:
                     on_progress(raw.tell())
         else:
+            mem_end, after_mem = 0, False  # the end of the last complete [memory] event (as the memory scan says)
             try:
                 for offset, obj in scan.all_events(fh, state, block=max(options.block_bytes // 2, 1 << 16)):
+                    if after_mem:
+                        mem_end, after_mem = state.last_complete_end, False
                     if not isinstance(obj, dict):
                         continue
                     if obj.get("name") == "[memory]":
+                        after_mem = True
                         try:
                             cols.add(obj, None, offset)
                         except _Bad as exc:
@@ -252,6 +256,7 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
             except ValueError as exc:
                 raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
                                        hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
+            state.last_complete_end = state.last_complete_end if after_mem else mem_end
     if not state.has_events_key:
         raise TraceFormatError("no traceEvents list: a profiler trace holds its events there", path=path,
                                hint="Export the trace with prof.export_chrome_trace(...) or tensorboard_trace_handler")
@@ -266,8 +271,8 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     n = len(cols)
     if state.cut:
         result.cut = {"at_byte": state.size, "read_to_byte": state.last_complete_end, "reason": state.cut_reason}
-        report.warnings.append(
-            f"Warning: {path}: {state.cut_reason} at {'decompressed ' if raw is not fh else ''}byte {state.size:,} "
+        report.warnings.append(  # the same words on either scan (the reason, which depends on it, is in ``cut``)
+            f"Warning: {path}: the file stops at {'decompressed ' if raw is not fh else ''}byte {state.size:,} "
             f"(cut mid-write?): read the {n:,} [memory] events complete before byte {state.last_complete_end:,}")
     if state.bad_utf8:
         report.warnings.append(f"Warning: {path}: {state.bad_utf8:,} bytes that are no UTF-8 in names, read as U+FFFD")
@@ -343,6 +348,8 @@ def _span(obj: dict) -> tuple | None:
         return None
     args = obj.get("args") if isinstance(obj.get("args"), dict) else {}
     name = obj.get("name")
+    if name == "record_param_comms" and isinstance(args.get("Collective name"), str):  # torch's op of every collective
+        name = f"record_param_comms ({args['Collective name'][:64]})"  # sites --by op tells allreduce from allgather
     pid, tid = _id(obj.get("pid")), _id(obj.get("tid"))
     dev, stream = args.get("device"), args.get("stream")
     return (obj["cat"], str(name) if name is not None else "", round(ts * 1000), max(round(dur * 1000), 0),
@@ -447,6 +454,19 @@ def lane_masks(table: pa.Table) -> Iterator[tuple[tuple, np.ndarray]]:
         if rank is not None:
             m &= rank == (-1 if key[0] is None else key[0])
         yield key, m
+
+
+def device_memory(head: dict) -> dict:
+    """Device Id -> (its name, its memory in bytes) from the header's ``deviceProperties`` (Kineto's ``name``
+    and ``totalGlobalMem``; either None when absent or not a positive integer)."""
+    out = {}
+    props = head.get("deviceProperties") if isinstance(head.get("deviceProperties"), list) else []
+    for p in props:
+        if isinstance(p, dict) and isinstance(p.get("id"), int):
+            mem = p.get("totalGlobalMem")
+            out[p["id"]] = (str(p["name"]) if p.get("name") is not None else None,
+                            mem if isinstance(mem, int) and not isinstance(mem, bool) and mem > 0 else None)
+    return out
 
 
 def lane_text(key: tuple) -> str:
@@ -670,6 +690,7 @@ def _meta(read: MemoryRead) -> dict:
 
     return {b"veotrace.kineto": json.dumps({"path": read.path, "rank": read.rank, "world_size": read.world_size,
                                            "devices": read.devices, "cut": read.cut, "checks": read.checks,
+                                           "device_memory": {str(k): v for k, v in device_memory(read.head).items()},
                                            "bad_utf8": read.bad_utf8, "schema_version": read.head.get("schemaVersion"),
                                            "with_stack": read.head.get("with_stack"),
                                            "profile_memory": read.head.get("profile_memory"),
