@@ -411,3 +411,22 @@ def test_diagnose_says_when_rankless_traces_of_a_folder_claim_one_device(tmp_pat
 
     path, _ = unseen["ranks"]  # ranks name themselves: no clash
     assert lane_clashes([path]) == []
+
+
+def test_rankless_traces_one_after_the_other_are_one_devices_time_line(tmp_path):
+    """tensorboard_trace_handler writes one file per profiling cycle of one process: no rank, one device, spans
+    one after the other. That is one time line, not two processes on one device: no clash is said."""
+    from veotrace.runs.profiler import lane_clashes
+
+    (tmp_path / "cycles").mkdir()
+    first, _ = profiler_trace(3, device_id=0, steps=2, ops_per_step=3)
+    write_trace(tmp_path / "cycles" / "w.1.pt.trace.json", first)
+    later, _ = profiler_trace(4, device_id=0, steps=2, ops_per_step=3, ts0_us=1_717_000_000_000_000.0 + 60e6)
+    write_trace(tmp_path / "cycles" / "w.2.pt.trace.json", later)
+    assert lane_clashes([tmp_path / "cycles"]) == []
+    r = run_cli("simulate", tmp_path / "cycles", "-p", "torch")
+    assert "both record" not in r.stderr
+    (tmp_path / "cycles" / "w.2.pt.trace.json").unlink()  # the same span twice: a clash, said
+    write_trace(tmp_path / "cycles" / "w.3.pt.trace.json", profiler_trace(5, device_id=0, steps=2, ops_per_step=3)[0])
+    (line,) = lane_clashes([tmp_path / "cycles"])
+    assert "both record cuda:0 over the same time" in line

@@ -316,9 +316,11 @@ def profiler_validation(validation: dict, seed, assumption: str, files: list | N
 
 
 def lane_clashes(paths, options=None, infos=None) -> list[str]:
-    """One line per device number two traces of a run both claim: files that name no rank (no
-    ``distributedInfo``) but record the same Device Id (each worker saw its GPU as device 0, or two runs in one
-    folder). The common events give them one device, so the analyses interleave two processes' events."""
+    """One line per device number two traces of a run both claim at the same time: files that name no rank (no
+    ``distributedInfo``) but record the same Device Id over overlapping spans (each worker saw its GPU as device
+    0, or two runs in one folder). The common events give them one device, so the analyses interleave two
+    processes' events. Traces one after the other on one device (``tensorboard_trace_handler``'s files, one per
+    profiling cycle of one process) are that device's one time line: no clash."""
     import numpy as np
 
     from veotrace.errors import VeotraceError
@@ -327,23 +329,30 @@ def lane_clashes(paths, options=None, infos=None) -> list[str]:
 
     options = options or ReadOptions()
     described = {str(i.path): ((i.details or {}).get("profiler_memory") or {}).get("lanes") for i in infos or []}
-    owner: dict[int, tuple[str, str]] = {}
+    spans = {str(i.path): (i.details or {}).get("profiler_memory") for i in infos or []}
+    owner: dict[int, list[tuple]] = {}
     out = []
     try:
         for p in kineto_inputs(paths, options, ReadReport()):
             lanes_of = described.get(str(p))
-            if lanes_of and all("device" in d for d in lanes_of.values() if d.get("kind") == "gpu"):
+            summary = spans.get(str(p)) or {}
+            if lanes_of and all("device" in d for d in lanes_of.values() if d.get("kind") == "gpu") \
+                    and summary.get("first_ns") is not None:
                 mine = [(int(d["device"]), name) for name, d in lanes_of.items() if d.get("kind") == "gpu"]
+                span = (summary["first_ns"], summary["last_ns"])
             else:
                 read = cached_read(p, options, ReadReport())
                 mine = [(int(lane(read, np.array([k[2]]))[0]), lane_text(k)) for k in lanes(read.table) if k[1] != CPU]
+                ts = read.table.column("ts_ns").to_numpy()
+                span = (int(ts.min()), int(ts.max())) if ts.size else (0, -1)
             for dev, name in mine:
-                if dev in owner:
-                    out.append(f"{owner[dev][0]} and {p} both record {name}: the analyses take their events as one "
-                               "device's (no distributedInfo rank tells the two processes apart): analyse each file "
-                               "alone, or record with torch.distributed initialised")
+                clash = next((o for o in owner.get(dev, []) if o[2] <= span[1] and span[0] <= o[3]), None)
+                if clash is not None:
+                    out.append(f"{clash[0]} and {p} both record {name} over the same time: the analyses take their "
+                               "events as one device's (no distributedInfo rank tells the two processes apart): "
+                               "analyse each file alone, or record with torch.distributed initialised")
                 else:
-                    owner[dev] = (str(p), name)
+                    owner.setdefault(dev, []).append((str(p), name, *span))
     except VeotraceError:
         return []
     return out
