@@ -138,8 +138,9 @@ CASES: dict[str, tuple[list[str], set[str]]] = {
     # the HTML report draws its figures (matplotlib)
     "report": (["report", "{small}", "-o", "{tmp}/report.html"],
                LOG | PLAN | ENGINE | (ENTROPY - {"veotrace.cli.entropy", "veotrace.cli.follow_opts", "veotrace.cli.series_opts"})
-               | {"matplotlib", "PIL", "veotrace.cli.report", "veotrace.plot", "veotrace.runs.bursts", "veotrace.analysis.bursts"}),
-    "diagnose": (["diagnose", TRAINING], LOG | TEXT | PLAN | {"veotrace.cli.diagnose"}),
+               | {"matplotlib", "PIL", "veotrace.cli.report", "veotrace.plot", "veotrace.runs.bursts", "veotrace.analysis.bursts"}
+               | PROFILED),  # asks each source whether it is profiler traces (their lanes' names, clashes)
+    "diagnose": (["diagnose", TRAINING], LOG | TEXT | PLAN | PROFILED | {"veotrace.cli.diagnose"}),
     "banks": (["banks", "--stride", "2"], TEXT | {"numpy", "veotrace.cli.banks", "veotrace.runs.banks", "veotrace.analysis",
                                                  "veotrace.analysis.banks"}),
     # one export_memory_timeline file: its reader (sources.kineto) and the categories' own analysis, windowed by

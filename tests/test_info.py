@@ -43,7 +43,7 @@ def test_sample_alloc_logs_folder(tmp_path):
     assert [f["version"]["compression"] for f in files] == [None, "gzip", "zstd"]
     for f in files:
         assert f["format"] == "alloc-csv" and f["tables"] == {"alloc_events": 10_000}
-        assert f["supports"] == ["entropy", "convert", "bursts", "view", "diff"] and f["problems"] == []  # view: lanes without a map
+        assert f["supports"] == ["entropy", "convert", "bursts", "diff"] and f["problems"] == []
         d = f["details"]["alloc_events"]
         assert sum(d["ops"].values()) == 10_000 and d["streams"] == [0, 1, 2, 3] and d["devices"] == [0]
     first = files[0]["span"]
@@ -216,7 +216,7 @@ def test_table_and_csv_views(tmp_path):
     assert r.exit_code == 0 and "alloc-csv" in r.stdout and "10,000" in r.stdout and "l2-breakpoints" in r.stdout
     r = run_cli("info", SAMPLES / "alloc_logs", "--format", "csv")
     rows = list(pacsv.read_csv(pa.py_buffer(r.stdout.encode())).to_pylist())
-    assert [row["alloc_events"] for row in rows] == [10_000] * 3 and rows[0]["supports"] == "entropy; convert; bursts; view; diff"
+    assert [row["alloc_events"] for row in rows] == [10_000] * 3 and rows[0]["supports"] == "entropy; convert; bursts; diff"
 
 
 # -- bad input ------------------------------------------------------------------------------------

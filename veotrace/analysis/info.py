@@ -169,12 +169,10 @@ def supports_view(info: FileInfo) -> str | None:
         return None
     if supports_fragmentation(info):
         return "view"
-    # without addresses (the 2021 profiler format, a log without an address column): the lanes of live bytes
-    # over time, without a map (viewer.profiler and viewer.logs say so); a profiler trace of CPU events too
-    alloc, counted, timed = _alloc(info)
-    if info.format == "kineto" and info.tables.get("profiler_memory"):
-        return "view"
-    return "view" if counted and timed and not _too_many_devices(info) else None
+    # a profiler trace without addresses (the 2021 format) or of CPU events only: the lanes of live bytes over
+    # time, without a map (viewer.profiler says so). A log without an address column draws so too, but is not
+    # listed: the report would put that map-less page in place of its still pictures of the log
+    return "view" if info.format == "kineto" and info.tables.get("profiler_memory") else None
 
 
 def supports_diff(info: FileInfo) -> str | None:

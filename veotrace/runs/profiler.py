@@ -325,15 +325,22 @@ def lane_clashes(paths, options=None, infos=None) -> list[str]:
 
     from veotrace.errors import VeotraceError
     from veotrace.sources import ReadOptions, ReadReport
-    from veotrace.sources.kineto.trace import CPU, cached_read, lane, lane_text, lanes
 
     options = options or ReadOptions()
+    try:
+        files = kineto_inputs(paths, options, ReadReport())
+    except VeotraceError:
+        return []
+    if len(files) < 2:  # one trace claims its devices alone (no reader loaded for other inputs)
+        return []
+    from veotrace.sources.kineto.trace import CPU, cached_read, lane, lane_text, lanes
+
     described = {str(i.path): ((i.details or {}).get("profiler_memory") or {}).get("lanes") for i in infos or []}
     spans = {str(i.path): (i.details or {}).get("profiler_memory") for i in infos or []}
     owner: dict[int, list[tuple]] = {}
     out = []
     try:
-        for p in kineto_inputs(paths, options, ReadReport()):
+        for p in files:
             lanes_of = described.get(str(p))
             summary = spans.get(str(p)) or {}
             if lanes_of and all("device" in d for d in lanes_of.values() if d.get("kind") == "gpu") \
@@ -378,13 +385,14 @@ def lane_names(paths, options=None, infos=None) -> dict:
 
     from veotrace.errors import VeotraceError
     from veotrace.sources import ReadOptions, ReadReport
-    from veotrace.sources.kineto.trace import CPU, cached_read, device_memory, lane, lane_text, lanes
 
     options = options or ReadOptions()
     described = {str(i.path): ((i.details or {}).get("profiler_memory") or {}).get("lanes") for i in infos or []}
     try:
         files = kineto_inputs(paths, options, ReadReport())
         out = {}
+        if files:
+            from veotrace.sources.kineto.trace import CPU, cached_read, device_memory, lane, lane_text, lanes
         for p in files:
             lanes_of = described.get(str(p))
             if lanes_of and all("device" in d for d in lanes_of.values() if d.get("kind") == "gpu"):
