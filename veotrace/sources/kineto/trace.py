@@ -220,38 +220,19 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     report = report if report is not None else ReadReport()
     cols = _Columns(tid=context)
     state = scan.ScanState()
-    spans = _Spans()
     fh, raw = _open(path)
     with fh:
-        if not context:
-            for batch in scan.memory_events(fh, state, block=scan.MEMORY_BLOCK):
-                if not cols.add_batch([t for _, t in batch], [o for o, _ in batch]):
-                    for offset, text in batch:
-                        try:
-                            cols.add(scan._loads(text), text, offset)
-                        except _Bad as exc:
-                            _bad(path, offset, str(exc), options, report)
-                        except ValueError as exc:
-                            _bad(path, offset, f"is not valid JSON ({str(exc).splitlines()[0][:80]})", options, report)
-                if on_progress is not None:
-                    on_progress(raw.tell())
-        else:
-            try:
-                for offset, obj in scan.all_events(fh, state, block=max(options.block_bytes // 2, 1 << 16)):
-                    if not isinstance(obj, dict):
-                        continue
-                    if obj.get("name") == "[memory]":
-                        try:
-                            cols.add(obj, None, offset)
-                        except _Bad as exc:
-                            _bad(path, offset, str(exc), options, report)
-                    elif obj.get("ph") == "X" and obj.get("cat") in CPU_KINDS + GPU_KINDS:
-                        span = _span(obj)
-                        if span is not None:
-                            spans.add(span)
-            except ValueError as exc:
-                raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
-                                       hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
+        for batch in scan.memory_events(fh, state, block=scan.MEMORY_BLOCK):
+            if not cols.add_batch([t for _, t in batch], [o for o, _ in batch]):
+                for offset, text in batch:
+                    try:
+                        cols.add(scan._loads(text), text, offset)
+                    except _Bad as exc:
+                        _bad(path, offset, str(exc), options, report)
+                    except ValueError as exc:
+                        _bad(path, offset, f"is not valid JSON ({str(exc).splitlines()[0][:80]})", options, report)
+            if on_progress is not None:
+                on_progress(raw.tell())
     if not state.has_events_key:
         raise TraceFormatError("no traceEvents list: a profiler trace holds its events there", path=path,
                                hint="Export the trace with prof.export_chrome_trace(...) or tensorboard_trace_handler")
@@ -272,8 +253,14 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     if state.bad_utf8:
         report.warnings.append(f"Warning: {path}: {state.bad_utf8:,} bytes that are no UTF-8 in names, read as U+FFFD")
     result.table = _table(cols, path, rank)
+    del cols
     if context:
-        result.ops, ids = _context(result.table, spans, path, rank)
+        spans, gpu_keys, span_state = enclosing_spans(path, result.table, block=max(options.block_bytes // 2, 1 << 16))
+        result.bad_utf8 = span_state.bad_utf8  # the full scan decodes every byte: names included
+        if span_state.bad_utf8:
+            report.warnings.append(f"Warning: {path}: {span_state.bad_utf8:,} bytes that are no UTF-8 in names, read "
+                                   "as U+FFFD")
+        result.ops, ids = _context(result.table, spans, path, rank, gpu_keys=gpu_keys)
         for name, col in zip(("op_id", "frame_id", "kernel_id", "module_id"), ids):
             result.table = result.table.set_column(KINETO_MEMORY.get_field_index(name), name, col)
     result.checks = running_sum_check(result.table)
@@ -334,6 +321,151 @@ class _Spans:
     def __len__(self) -> int:
         return len(self.ts)
 
+    def arrays(self) -> dict:
+        """The columns as numpy arrays (views, no copy): kind, name, ts, dur, pid, tid, dev, stream."""
+        out = {"kind": np.frombuffer(self.kind, np.int8), "name": np.frombuffer(self.name, np.int32)}
+        for k in ("ts", "dur", "pid", "tid", "dev", "stream"):
+            out[k] = np.frombuffer(getattr(self, k), np.int64)
+        return out
+
+
+#: The GPU spans :func:`_innermost` looks back over: a memory event's GPU span is the latest-starting one that
+#: holds it among the LOOK_BACK latest to start by then (GPU spans of several streams overlap; nested they are not).
+LOOK_BACK = 16
+#: GPU spans held per device before the held ones are cut down to those that can still answer.
+GPU_PRUNE = 1 << 18
+
+
+class _GpuHeld:
+    """One GPU device's spans (of ``enclosing_spans``) that can answer :func:`_innermost` for its memory events
+    at times ``q`` (sorted): of the spans starting in each interval (q[i-1], q[i]], the LOOK_BACK latest in the
+    spans' order (start, longer first, file order); the others never come within any event's look-back."""
+
+    def __init__(self, q: np.ndarray) -> None:
+        self.q = q
+        self.parts: list[dict] = []
+        self.n = 0
+        self.cap = GPU_PRUNE
+
+    def add(self, cols: dict) -> None:
+        keep = cols["ts"] <= self.q[-1] if self.q.size else np.zeros(cols["ts"].size, bool)
+        if not keep.all():
+            cols = {k: v[keep] for k, v in cols.items()}
+        if cols["ts"].size:
+            self.parts.append(cols)
+            self.n += cols["ts"].size
+        if self.n > self.cap:
+            self.prune()
+            self.cap = max(GPU_PRUNE, 2 * self.n)
+
+    def prune(self) -> dict:
+        if not self.parts:
+            return {}
+        cols = {k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]}
+        order = np.lexsort((cols["seq"], -cols["dur"], cols["ts"]))
+        bucket = np.searchsorted(self.q, cols["ts"][order], side="left")
+        last = np.searchsorted(bucket, bucket, side="right") - 1
+        order = np.sort(order[last - np.arange(order.size) < LOOK_BACK])
+        cols = {k: v[order] for k, v in cols.items()}
+        self.parts, self.n = [cols], order.size
+        return cols
+
+
+def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[dict, set, scan.ScanState]:
+    """The spans :func:`_context` needs for the memory events of ``table``, from a full scan of ``path`` that
+    holds only those (memory bounded by the memory events, not by the trace): a cpu_op / python_function /
+    user_annotation span when it holds (ts <= t <= ts + dur) a memory event of its thread; of a GPU device's spans
+    those :class:`_GpuHeld` keeps (the events of its own device, or all GPU events for spans of a device no event
+    names: the lone-GPU rule). Returns (the spans' columns in file order with ``names``, every GPU device key
+    seen (NONE for spans without one), the scan's state). The answer is the one all the spans give: the
+    innermost span holding an event holds an event, so it is kept (tests/test_kineto.py compares both).
+
+    Raises:
+        TraceFormatError: the event list is no valid JSON.
+    """
+    ts = table.column("ts_ns").to_numpy()
+    tid = table.column("tid").fill_null(NONE).to_numpy()
+    did = table.column("device_id").to_numpy()
+    gpu = table.column("device_type").to_numpy() != CPU
+    by_tid: dict = {}
+    if ts.size:
+        order = np.lexsort((ts, tid))
+        st, tt = tid[order], ts[order]
+        del order
+        cuts = (np.flatnonzero(np.diff(st)) + 1).tolist()
+        for lo, hi in zip([0, *cuts], [*cuts, st.size]):
+            if st[lo] != NONE:
+                by_tid[int(st[lo])] = tt[lo:hi]
+        del st
+    gpu_all = np.sort(ts[gpu])
+    by_dev = {int(d): np.sort(ts[gpu & (did == d)]) for d in np.unique(did[gpu]).tolist()}
+    del ts, tid, did, gpu
+    kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
+    n_cpu = len(CPU_KINDS)
+    names: dict[str, int] = {}
+    cpu_parts: list[dict] = []
+    held: dict[int, _GpuHeld] = {}
+    seq = 0
+    state = scan.ScanState()
+    fh, _ = _open(path)
+    try:
+        with fh:
+            for values in scan.event_blocks(fh, state, block=block):
+                rows = [_span(o) for o in values if isinstance(o, dict) and o.get("ph") == "X"
+                        and o.get("name") != "[memory]" and o.get("cat") in _Spans.KINDS]
+                rows = [r for r in rows if r is not None]
+                if not rows:
+                    continue
+                cat, name, start, dur, pid, tid_s, dev, stream = zip(*rows)
+                n = len(rows)
+                cols = {"seq": np.arange(seq, seq + n, dtype=np.int64),
+                        "kind": np.fromiter((kinds[c] for c in cat), np.int8, n),
+                        "ts": np.fromiter(start, np.int64, n), "dur": np.fromiter(dur, np.int64, n)}
+                for k, v in (("pid", pid), ("tid", tid_s), ("dev", dev), ("stream", stream)):
+                    cols[k] = np.fromiter((NONE if x is None else x for x in v), np.int64, n)
+                seq += n
+                is_cpu = cols["kind"] < n_cpu
+                keep = np.zeros(n, bool)
+                for t in np.unique(cols["tid"][is_cpu]).tolist():
+                    q = by_tid.get(t)
+                    if q is None:
+                        continue
+                    m = np.flatnonzero(is_cpu & (cols["tid"] == t))
+                    s0, e0 = cols["ts"][m], cols["ts"][m] + cols["dur"][m]
+                    keep[m] = np.searchsorted(q, s0, side="left") < np.searchsorted(q, e0, side="right")
+                gpu_rows = np.flatnonzero(~is_cpu)
+                wanted = np.flatnonzero(keep)
+                ids = np.zeros(n, np.int32)
+                for i in np.concatenate([wanted, gpu_rows]).tolist():
+                    nid = names.get(name[i])
+                    if nid is None:
+                        nid = names[name[i]] = len(names)
+                    ids[i] = nid
+                cols["name"] = ids
+                if wanted.size:
+                    cpu_parts.append({k: v[wanted] for k, v in cols.items()})
+                if gpu_rows.size:
+                    g = {k: v[gpu_rows] for k, v in cols.items()}
+                    for key in np.unique(g["dev"]).tolist():
+                        h = held.get(key)
+                        if h is None:
+                            h = held[key] = _GpuHeld(by_dev.get(key, gpu_all))
+                        m = g["dev"] == key
+                        h.add({k: v[m] for k, v in g.items()})
+    except ValueError as exc:
+        raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
+                               hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
+    parts = cpu_parts + [c for c in (h.prune() for h in held.values()) if c]
+    if parts:
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        order = np.argsort(cols.pop("seq"), kind="stable")
+        cols = {k: v[order] for k, v in cols.items()}
+    else:
+        cols = {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32),
+                **{k: np.zeros(0, np.int64) for k in ("ts", "dur", "pid", "tid", "dev", "stream")}}
+    cols["names"] = list(names)
+    return cols, set(held), state
+
 
 def _span(obj: dict) -> tuple | None:
     ts, dur = obj.get("ts"), obj.get("dur")
@@ -345,7 +477,10 @@ def _span(obj: dict) -> tuple | None:
     name = obj.get("name")
     pid, tid = _id(obj.get("pid")), _id(obj.get("tid"))
     dev, stream = args.get("device"), args.get("stream")
-    return (obj["cat"], str(name) if name is not None else "", round(ts * 1000), max(round(dur * 1000), 0),
+    ts_ns, dur_ns = round(ts * 1000), max(round(dur * 1000), 0)
+    if not I64_MIN < ts_ns <= ts_ns + dur_ns <= I64_MAX:
+        return None
+    return (obj["cat"], str(name) if name is not None else "", ts_ns, dur_ns,
             pid, tid,
             dev if isinstance(dev, int) else None, stream if isinstance(stream, int) else None)
 
@@ -728,34 +863,19 @@ def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context
     return read
 
 
-def _context(table: pa.Table, spans: _Spans, path, rank) -> tuple[pa.Table, tuple]:
-    """The ops table of ``spans`` and, for each memory event, the ids of the innermost cpu_op, python_function
-    and ``nn.Module`` frame enclosing it on its thread and of the GPU span running on its device then."""
+def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None) -> tuple[pa.Table, tuple]:
+    """For each memory event, the ids of the innermost cpu_op, python_function and ``nn.Module`` frame enclosing
+    it on its thread and of the GPU span running on its device then, and the ops table of the spans they point
+    at. ``spans``: a ``_Spans`` (every span of the trace) or the columns of :func:`enclosing_spans` (those that
+    can answer), with ``gpu_keys`` the GPU device keys of every GPU span of the trace (a key whose spans were
+    all left out still answers "none" for its events, as all its spans would)."""
     from veotrace.schemas.base import repeated
 
-    n = len(spans)
-    start = np.frombuffer(spans.ts, np.int64) if n else np.zeros(0, np.int64)
-    dur = np.frombuffer(spans.dur, np.int64) if n else np.zeros(0, np.int64)
-    order = np.lexsort((-dur, start))  # by start, the longer (the enclosing) first
-    kind = np.frombuffer(spans.kind, np.int8)[order] if n else np.zeros(0, np.int8)
-    name = np.frombuffer(spans.name, np.int32)[order] if n else np.zeros(0, np.int32)
-    start, dur = start[order], dur[order]
-
-    def col(buf):
-        return np.frombuffer(buf, np.int64)[order] if n else np.zeros(0, np.int64)
-
-    pid, tid_s, dev, stream = col(spans.pid), col(spans.tid), col(spans.dev), col(spans.stream)
-    names = list(spans.names)
-    kinds = pa.array(list(_Spans.KINDS), pa.string())
-    ops = pa.Table.from_arrays([
-        _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
-        pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), kinds),
-        pa.DictionaryArray.from_arrays(pa.array(name), pa.array(names, pa.string())),
-        _masked(start, None, pa.int64()), _masked(dur, None, pa.int64()),
-        _masked(pid, NONE, pa.int64()), _masked(tid_s, NONE, pa.int64()),
-        _masked(np.where(dev == NONE, -1, dev).astype(np.int32), -1, pa.int32()), _masked(stream, NONE, pa.int64()),
-        _nulls(n, pa.int32()) if rank is None else _masked(np.full(n, rank, np.int32), None, pa.int32()),
-        repeated(str(path), n)], schema=KINETO_OPS)
+    cols = spans.arrays() if isinstance(spans, _Spans) else spans
+    names = list(spans.names) if isinstance(spans, _Spans) else cols["names"]
+    order = np.lexsort((-cols["dur"], cols["ts"]))  # by start, the longer (the enclosing) first
+    kind, name, start, dur = cols["kind"][order], cols["name"][order], cols["ts"][order], cols["dur"][order]
+    pid, tid_s, dev, stream = (cols[k][order] for k in ("pid", "tid", "dev", "stream"))
     m = table.num_rows
     ts = table.column("ts_ns").to_numpy()
     tid = table.column("tid").fill_null(NONE).to_numpy()
@@ -766,12 +886,15 @@ def _context(table: pa.Table, spans: _Spans, path, rank) -> tuple[pa.Table, tupl
     is_op = np.isin(kind, [k["cpu_op"], k["user_annotation"], k["Operator"]])
     is_frame = kind == k["python_function"]
     module_name = np.array([x.startswith("nn.Module: ") for x in names] or [False], bool)
-    is_module = is_frame & module_name[name] if n else is_frame
+    is_module = is_frame & module_name[name] if name.size else is_frame
     is_gpu = np.isin(kind, [k[c] for c in GPU_KINDS])
-    gpu_devices = set(np.unique(dev[is_gpu]).tolist()) - {NONE}
+    if gpu_keys is None:
+        gpu_keys = set(np.unique(dev[is_gpu]).tolist())
+    gpu_devices = set(gpu_keys) - {NONE}
     lone = next(iter(gpu_devices)) if len(gpu_devices) == 1 else None
     for which, members, key_col in ((0, is_op, tid_s), (1, is_frame, tid_s), (2, is_gpu, dev), (3, is_module, tid_s)):
-        for key in np.unique(key_col[members]).tolist():
+        keys = sorted(gpu_keys) if which == 2 else np.unique(key_col[members]).tolist()
+        for key in keys:
             idx = np.flatnonzero(members & (key_col == key))
             if which != 2:
                 rows = np.flatnonzero(tid == key) if key != NONE else idx[:0]
@@ -780,10 +903,28 @@ def _context(table: pa.Table, spans: _Spans, path, rank) -> tuple[pa.Table, tupl
                 if lone is not None and not same.any():
                     same = dtype != CPU
                 rows = np.flatnonzero(same)
-            if not rows.size or not idx.size:
+            if not rows.size:
+                continue
+            if not idx.size:  # a device whose spans all start after its events (left out): none holds them
+                found[which][rows] = -1
                 continue
             found[which][rows] = _innermost(start[idx], start[idx] + dur[idx], idx, ts[rows], nested=which != 2)
-    out = tuple(pa.array(f, pa.int64(), mask=f < 0) for f in found)
+    used = np.unique(np.concatenate(found))
+    used = used[used >= 0]  # the ops table holds the spans the events point at, in the spans' order
+    ids = tuple(np.searchsorted(used, f) for f in found)
+    n = used.size
+    kind, name, start, dur, pid, tid_s, dev, stream = (a[used] for a in (kind, name, start, dur, pid, tid_s, dev, stream))
+    kinds = pa.array(list(_Spans.KINDS), pa.string())
+    ops = pa.Table.from_arrays([
+        _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
+        pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), kinds),
+        pa.DictionaryArray.from_arrays(pa.array(name), pa.array(names, pa.string())),
+        _masked(start, None, pa.int64()), _masked(dur, None, pa.int64()),
+        _masked(pid, NONE, pa.int64()), _masked(tid_s, NONE, pa.int64()),
+        _masked(np.where(dev == NONE, -1, dev).astype(np.int32), -1, pa.int32()), _masked(stream, NONE, pa.int64()),
+        _nulls(n, pa.int32()) if rank is None else _masked(np.full(n, rank, np.int32), None, pa.int32()),
+        repeated(str(path), n)], schema=KINETO_OPS)
+    out = tuple(pa.array(i, pa.int64(), mask=f < 0) for i, f in zip(ids, found))
     return ops, out
 
 

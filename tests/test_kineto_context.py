@@ -1,0 +1,133 @@
+"""The ops around each memory event (``sites``, ``view``): the reader keeps only the spans that can answer
+(``enclosing_spans``: memory bounded by the memory events, not by the trace) and must give the answer all the
+spans give. The reference here is the full scan every span (``scan.all_events`` into ``_Spans``), as the reader
+read before; both answer for every event by name, and ``peak_holders`` / ``reserved_growth`` are byte-identical
+JSON, on generated traces (ranks, HIP, the 2021 format, GPU streams overlapping past the look-back) and on the
+real files in ../shared/profiler_traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REAL_TRACES
+from veotrace.analysis.profiler import peak_holders, reserved_growth
+from veotrace.sources.kineto import scan
+from veotrace.sources.kineto.trace import (
+    CPU_KINDS,
+    GPU_KINDS,
+    LOOK_BACK,
+    _context,
+    _open,
+    _span,
+    _Spans,
+    enclosing_spans,
+    read_memory,
+)
+from veotrace.synth.kineto import profiler_trace, write_ranks, write_trace
+
+PROFILER = REAL_TRACES.parent / "profiler_traces"
+KINDS = ("op_id", "frame_id", "kernel_id", "module_id")
+
+
+def _all_spans_context(path: Path, table):
+    """The context from every span of the trace (the reader's former second scan)."""
+    spans = _Spans()
+    fh, _ = _open(path)
+    with fh:
+        for _, obj in scan.all_events(fh, scan.ScanState(), block=1 << 16):
+            if isinstance(obj, dict) and obj.get("name") != "[memory]" and obj.get("ph") == "X" \
+                    and obj.get("cat") in CPU_KINDS + GPU_KINDS:
+                span = _span(obj)
+                if span is not None:
+                    spans.add(span)
+    ops, ids = _context(table, spans, path, None)
+    for name, col in zip(KINDS, ids):
+        table = table.set_column(table.schema.get_field_index(name), name, col)
+    return table, ops, len(spans)
+
+
+def _named(table, ops) -> dict:
+    names = ops.column("name").to_pylist()
+    return {k: [None if i is None else names[i] for i in table.column(k).to_pylist()] for k in KINDS}
+
+
+def _same_answer(path: Path) -> tuple[int, int]:
+    new = read_memory(path, context=True)
+    old_table, old_ops, all_spans = _all_spans_context(path, new.table)
+    assert _named(new.table, new.ops) == _named(old_table, old_ops)
+    for by in ("op", "frame", "module", "kernel"):
+        assert json.dumps(peak_holders(new.table, new.ops, by)) == json.dumps(peak_holders(old_table, old_ops, by))
+    assert json.dumps(reserved_growth(new.table, new.ops)) == json.dumps(reserved_growth(old_table, old_ops))
+    assert new.ops.num_rows == old_ops.num_rows  # both hold the spans the events point at
+    return all_spans, new.ops.num_rows
+
+
+@pytest.mark.parametrize("kw", [{"device_type": 1}, {"device_type": 6}, {"old_format": True},
+                                {"rank": 1, "world_size": 2, "device_id": 1}])
+def test_the_kept_spans_answer_as_all_the_spans(tmp_path, kw):
+    trace, truth = profiler_trace(11, steps=4, **kw)
+    all_spans, kept = _same_answer(write_trace(tmp_path / "t.json", trace))
+    assert 0 < kept < all_spans
+
+
+def test_ranks_answer_as_all_the_spans(tmp_path):
+    write_ranks(tmp_path, 3, world_size=2, steps=3)
+    for path in sorted(tmp_path.glob("*.json*")):
+        _same_answer(path)
+
+
+def _overlapping(path: Path, short: int) -> None:
+    """A long kernel on stream 7 and ``short`` kernels of stream 8 that start during it and end before the memory
+    event: the long one holds the event, and is found only within the look-back."""
+    ev = [{"ph": "X", "cat": "kernel", "name": "long_allreduce", "pid": 0, "tid": 7, "ts": 100, "dur": 1000,
+           "args": {"device": 0, "stream": 7}}]
+    ev += [{"ph": "X", "cat": "kernel", "name": f"short_{i}", "pid": 0, "tid": 8, "ts": 110 + 10 * i, "dur": 2,
+            "args": {"device": 0, "stream": 8}} for i in range(short)]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 50, "dur": 900, "args": {}}]
+    ev += [{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 115 + 10 * short + i,
+            "args": {"Addr": 4096 * (i + 1), "Bytes": 512, "Total Allocated": 512 * (i + 1),
+                                        "Total Reserved": 1 << 21, "Device Type": 1, "Device Id": 0, "Ev Idx": i}}
+           for i in range(3)]
+    ev += [{"ph": "X", "cat": "kernel", "name": "after", "pid": 0, "tid": 8, "ts": 5000, "dur": 2,
+            "args": {"device": 0, "stream": 8}}]
+    path.write_text(json.dumps({"traceEvents": ev}))
+
+
+@pytest.mark.parametrize("short", [3, LOOK_BACK - 2, LOOK_BACK + 4])
+def test_gpu_streams_overlapping_past_the_look_back_answer_as_all_the_spans(tmp_path, short):
+    path = tmp_path / "streams.json"
+    _overlapping(path, short)
+    _same_answer(path)
+    kernels = _named(*(lambda r: (r.table, r.ops))(read_memory(path, context=True)))["kernel_id"]
+    assert kernels == ["long_allreduce" if short + 1 <= LOOK_BACK else None] * 3  # the look-back's own answer
+
+
+@pytest.mark.parametrize("name", ["switchtransformers_trace.json", "tracelens_normalization_layer_test.json.gz",
+                                  pytest.param("kineto_resnet50_worker0.pt.trace.json.gz", marks=pytest.mark.slow),
+                                  "dtu_mlops_trace.json",
+                                  "unsloth_puzzels_trace.json"])
+def test_real_traces_answer_as_all_the_spans(name):
+    path = PROFILER / name
+    if not path.exists():
+        pytest.skip(f"real trace {name} not present in {PROFILER}")
+    _same_answer(path)
+
+
+def test_the_held_gpu_spans_are_bounded_by_the_memory_events(tmp_path):
+    """Many GPU spans between two memory events: at most LOOK_BACK of them are held per interval."""
+    ev = [{"ph": "X", "cat": "kernel", "name": f"k{i % 7}", "pid": 0, "tid": 7, "ts": 10 + i, "dur": 1,
+           "args": {"device": 0, "stream": 7}} for i in range(5000)]
+    ev += [{"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": t,
+            "args": {"Addr": 4096 * (j + 1), "Bytes": 512, "Total Allocated": 512 * (j + 1), "Total Reserved": 1 << 21,
+                     "Device Type": 1, "Device Id": 0, "Ev Idx": j}} for j, t in enumerate((1000, 3000, 4000))]
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    read = read_memory(path)
+    cols, keys, _ = enclosing_spans(path, read.table, block=1 << 14)
+    assert keys == {0} and len(cols["ts"]) <= 3 * LOOK_BACK
+    assert np.all(np.diff(cols["ts"]) > 0)
+    _same_answer(path)
