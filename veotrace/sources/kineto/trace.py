@@ -798,6 +798,7 @@ def alloc_batches(read: MemoryRead, columns: Sequence[str] | None = None) -> Ite
             "source_file": repeated(read.path, n),
         }
         yield pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+    release_unused()  # the batches' and their consumer's temporaries, before the next step
     del ALLOC_EVENTS
 
 
