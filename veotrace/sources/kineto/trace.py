@@ -487,15 +487,15 @@ def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[
         raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
                                hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
     parts = cpu_parts + [c for c in (h.prune() for h in held.values()) if c]
-    if parts:
-        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        order = np.argsort(cols.pop("seq"), kind="stable")
-        cols = {k: v[order] for k, v in cols.items()}
+    gpu_keys = set(held)
+    del cpu_parts, held
+    if parts:  # column by column, each part's column let go once joined (``seq`` keeps the file order)
+        cols = {k: np.concatenate([p.pop(k) for p in parts]) for k in list(parts[0])}
     else:
         cols = {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32),
-                **{k: np.zeros(0, np.int64) for k in ("ts", "dur", "pid", "tid", "dev", "stream")}}
+                **{k: np.zeros(0, np.int64) for k in ("seq", "ts", "dur", "pid", "tid", "dev", "stream")}}
     cols["names"] = list(names)
-    return cols, set(held), state
+    return cols, gpu_keys, state
 
 
 def _span(obj: dict) -> tuple | None:
@@ -905,9 +905,13 @@ def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None)
 
     cols = spans.arrays() if isinstance(spans, _Spans) else spans
     names = list(spans.names) if isinstance(spans, _Spans) else cols["names"]
-    order = np.lexsort((-cols["dur"], cols["ts"]))  # by start, the longer (the enclosing) first
-    kind, name, start, dur = cols["kind"][order], cols["name"][order], cols["ts"][order], cols["dur"][order]
-    pid, tid_s, dev, stream = (cols[k][order] for k in ("pid", "tid", "dev", "stream"))
+    # by start, the longer (the enclosing) first, then file order; only the columns the search reads are
+    # sorted here, the others are taken for the spans the events point at
+    keys = (-cols["dur"], cols["ts"]) if "seq" not in cols else (cols["seq"], -cols["dur"], cols["ts"])
+    order = np.lexsort(keys)
+    del keys
+    kind, start, dur = cols["kind"][order], cols["ts"][order], cols["dur"][order]
+    tid_s, dev = cols["tid"][order], cols["dev"][order]
     m = table.num_rows
     ts = table.column("ts_ns").to_numpy()
     tid = table.column("tid").fill_null(NONE).to_numpy()
@@ -918,7 +922,7 @@ def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None)
     is_op = np.isin(kind, [k["cpu_op"], k["user_annotation"], k["Operator"]])
     is_frame = kind == k["python_function"]
     module_name = np.array([x.startswith("nn.Module: ") for x in names] or [False], bool)
-    is_module = is_frame & module_name[name] if name.size else is_frame
+    is_module = is_frame & module_name[cols["name"]][order] if order.size else is_frame
     is_gpu = np.isin(kind, [k[c] for c in GPU_KINDS])
     if gpu_keys is None:
         gpu_keys = set(np.unique(dev[is_gpu]).tolist())
@@ -945,7 +949,10 @@ def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None)
     used = used[used >= 0]  # the ops table holds the spans the events point at, in the spans' order
     ids = tuple(np.searchsorted(used, f) for f in found)
     n = used.size
-    kind, name, start, dur, pid, tid_s, dev, stream = (a[used] for a in (kind, name, start, dur, pid, tid_s, dev, stream))
+    del kind, start, dur, tid_s, dev, is_op, is_frame, is_module, is_gpu
+    at = order[used]
+    kind, name, start, dur, pid, tid_s, dev, stream = (cols[c][at] for c in ("kind", "name", "ts", "dur", "pid", "tid",
+                                                                            "dev", "stream"))
     kinds = pa.array(list(_Spans.KINDS), pa.string())
     ops = pa.Table.from_arrays([
         _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
