@@ -131,3 +131,23 @@ def test_the_held_gpu_spans_are_bounded_by_the_memory_events(tmp_path):
     assert keys == {0} and len(cols["ts"]) <= 3 * LOOK_BACK
     assert np.all(np.diff(cols["ts"]) > 0)
     _same_answer(path)
+
+
+def test_span_columns_are_the_spans_one_by_one():
+    """The block-wise conversion of span events gives what ``_span`` gives event by event, odd fields included."""
+    from veotrace.sources.kineto.trace import _span_columns, _span_rows
+
+    kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
+    base = {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 2, "ts": 10.5, "dur": 2.25,
+            "args": {"device": 0, "stream": 7}}
+    odd = [{"ts": float("nan")}, {"dur": -3.0}, {"tid": "25738"}, {"tid": "stream 7"}, {"name": None}, {"name": 5},
+           {"args": {"device": True}}, {"args": {"device": "0"}}, {"args": {}}, {"ts": 1e300}, {"pid": None}]
+    blocks = [[dict(base, ts=10.0 + i, dur=1.0 + i) for i in range(5)],
+              [dict(base, ts=10 + i, dur=3, cat="cpu_op") for i in range(5)],
+              [dict(base, **o) for o in odd], [dict(base, ts=1), dict(base, ts=2.5)], [dict(base, args=None)]]
+    for objs in blocks:
+        fast, slow = _span_columns(objs, kinds), _span_rows(objs, kinds)
+        assert (fast is None) == (slow is None)
+        if fast is not None:
+            assert fast[1] == slow[1]
+            assert all(np.array_equal(fast[0][k], slow[0][k]) for k in slow[0]), (fast, slow)
