@@ -151,3 +151,46 @@ def test_span_columns_are_the_spans_one_by_one():
         if fast is not None:
             assert fast[1] == slow[1]
             assert all(np.array_equal(fast[0][k], slow[0][k]) for k in slow[0]), (fast, slow)
+
+
+def _innermost_one_by_one(starts, ends, ids, t, *, nested, look_back=LOOK_BACK):
+    """The search one time after another, as the reader walked it before its walks went array-wide."""
+    res = np.full(t.size, -1, np.int64)
+    at = np.searchsorted(starts, t, side="right") - 1
+    if nested:
+        parent = np.full(starts.size, -1, np.int64)
+        stack: list[int] = []
+        for i in range(starts.size):
+            while stack and ends[stack[-1]] < starts[i]:
+                stack.pop()
+            parent[i] = stack[-1] if stack else -1
+            stack.append(i)
+        for q in range(t.size):
+            i = at[q]
+            while i >= 0 and ends[i] < t[q]:
+                i = parent[i]
+            res[q] = ids[i] if i >= 0 else -1
+        return res
+    for q in range(t.size):
+        i = at[q]
+        lo = max(i - look_back, -1)
+        while i > lo and ends[i] < t[q]:
+            i -= 1
+        res[q] = ids[i] if i > lo else -1
+    return res
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_array_wide_search_is_the_one_by_one_search(seed):
+    from veotrace.sources.kineto.trace import _innermost
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    starts = np.sort(rng.integers(0, 2000, n))
+    ends = starts + rng.integers(0, [5, 50, 600][seed % 3], n)  # short, nested, long overlapping spans
+    ids = rng.permutation(n).astype(np.int64)
+    t = rng.integers(-10, 2700, 500)
+    for nested in (True, False):
+        want = _innermost_one_by_one(starts, ends, ids, t, nested=nested)
+        assert np.array_equal(_innermost(starts, ends, ids, t, nested=nested), want)
+        assert (want >= 0).any()

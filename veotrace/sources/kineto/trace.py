@@ -1054,31 +1054,41 @@ def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None)
 
 
 def _innermost(starts: np.ndarray, ends: np.ndarray, ids: np.ndarray, t: np.ndarray, *, nested: bool,
-               look_back: int = 16) -> np.ndarray:
+               look_back: int = LOOK_BACK) -> np.ndarray:
     """For each time ``t``, the id of the latest-starting span (sorted by start) that holds it, -1 for none.
-    Nested spans (one thread's ops): walk up the parents; GPU spans: look back over the last few."""
+    Nested spans (one thread's ops): walk up the parents; GPU spans: look back over the last ``look_back``.
+    The walks advance every time at once (one array step per level), not one time after another."""
     res = np.full(t.size, -1, np.int64)
     at = np.searchsorted(starts, t, side="right") - 1
     if nested:
         parent = np.full(starts.size, -1, np.int64)
-        stack: list[int] = []
-        for i in range(starts.size):
-            while stack and ends[stack[-1]] < starts[i]:
-                stack.pop()
-            parent[i] = stack[-1] if stack else -1
-            stack.append(i)
-        for q in range(t.size):
-            i = at[q]
-            while i >= 0 and ends[i] < t[q]:
-                i = parent[i]
-            res[q] = ids[i] if i >= 0 else -1
+        stack: list[tuple[int, int]] = []  # (span, its end)
+        for lo in range(0, starts.size, 1 << 16):
+            for i, (s, e) in enumerate(zip(starts[lo:lo + (1 << 16)].tolist(), ends[lo:lo + (1 << 16)].tolist()), lo):
+                while stack and stack[-1][1] < s:
+                    stack.pop()
+                if stack:
+                    parent[i] = stack[-1][0]
+                stack.append((i, e))
+        i = at.copy()
+        walk = np.flatnonzero(i >= 0)
+        while walk.size:  # those whose span ends before their time: up to its parent, until one holds it
+            walk = walk[ends[i[walk]] < t[walk]]
+            i[walk] = parent[i[walk]]
+            walk = walk[i[walk] >= 0]
+        hit = i >= 0
+        res[hit] = ids[i[hit]]
         return res
-    for q in range(t.size):
-        i = at[q]
-        lo = max(i - look_back, -1)
-        while i > lo and ends[i] < t[q]:
-            i -= 1
-        res[q] = ids[i] if i > lo else -1
+    left = np.flatnonzero(at >= 0)
+    for k in range(look_back):  # the k-th latest to start by then, for those not answered yet
+        j = at[left] - k
+        left = left[j >= 0]
+        j = j[j >= 0]
+        holds = ends[j] >= t[left]
+        res[left[holds]] = ids[j[holds]]
+        left = left[~holds]
+        if not left.size:
+            break
     return res
 
 
