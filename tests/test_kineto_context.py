@@ -194,3 +194,21 @@ def test_the_array_wide_search_is_the_one_by_one_search(seed):
         want = _innermost_one_by_one(starts, ends, ids, t, nested=nested)
         assert np.array_equal(_innermost(starts, ends, ids, t, nested=nested), want)
         assert (want >= 0).any()
+
+
+@pytest.mark.parametrize("name", ["switchtransformers_trace.json", "tracelens_normalization_layer_test.json.gz", None])
+def test_pruning_often_answers_as_all_the_spans(tmp_path, monkeypatch, name):
+    """Held spans cut down every few spans (the bounds made tiny) still answer as all the spans do."""
+    import veotrace.sources.kineto.trace as trace
+
+    monkeypatch.setattr(trace, "CPU_PRUNE", 8)
+    monkeypatch.setattr(trace, "GPU_PRUNE", 8)
+    if name is None:
+        trace_obj, _ = profiler_trace(13, steps=6, device_type=6)
+        path = write_trace(tmp_path / "t.json", trace_obj)
+    else:
+        path = PROFILER / name
+        if not path.exists():
+            pytest.skip(f"real trace {name} not present in {PROFILER}")
+    all_spans, kept = _same_answer(path)
+    assert kept < all_spans

@@ -419,6 +419,56 @@ class _GpuHeld:
         return cols
 
 
+#: cpu_op / python_function spans held before those that hold events are cut down to those that answer.
+CPU_PRUNE = 1 << 18
+OP_KINDS = ("cpu_op", "user_annotation", "Operator")
+
+
+class _CpuHeld:
+    """The cpu_op / python_function spans (of ``enclosing_spans``) that hold a memory event of their thread,
+    cut down, whenever they pass a bound that doubles, to those that are the innermost for some event seen so
+    far (an op, a frame, an ``nn.Module`` frame: :func:`_innermost` over what is held). A span that is no
+    event's innermost now never becomes one: a later span can only take an event from the one holding it. So
+    at most one span per memory event and kind is held, whatever the length of the trace."""
+
+    def __init__(self, by_tid: dict) -> None:
+        self.by_tid = by_tid
+        self.parts: list[dict] = []
+        self.n = 0
+        self.cap = CPU_PRUNE
+
+    def add(self, cols: dict, module_name: bytearray) -> None:
+        self.parts.append(cols)
+        self.n += cols["ts"].size
+        if self.n > self.cap:
+            self.prune(module_name)
+            self.cap = max(CPU_PRUNE, 2 * self.n)
+
+    def prune(self, module_name: bytearray) -> dict:
+        if not self.parts:
+            return {}
+        cols = {k: np.concatenate([p.pop(k) for p in self.parts]) for k in list(self.parts[0])}
+        kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
+        kind = cols["kind"]
+        frame = kind == kinds["python_function"]
+        module = frame & np.frombuffer(bytes(module_name), bool)[cols["name"]]
+        order = np.lexsort((cols["seq"], -cols["dur"], cols["ts"]))  # _context's order
+        keep = np.zeros(kind.size, bool)
+        for members in (np.isin(kind, [kinds[c] for c in OP_KINDS]), frame, module):
+            sel = order[members[order]]
+            tids = cols["tid"][sel]
+            for t in np.unique(tids).tolist():
+                q = self.by_tid.get(t)
+                if q is None:
+                    continue
+                rows = sel[tids == t]
+                got = _innermost(cols["ts"][rows], cols["ts"][rows] + cols["dur"][rows], rows, q, nested=True)
+                keep[got[got >= 0]] = True
+        cols = {k: v[keep] for k, v in cols.items()}
+        self.parts, self.n = [cols], int(keep.sum())
+        return cols
+
+
 def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[dict, set, scan.ScanState]:
     """The spans :func:`_context` needs for the memory events of ``table``, from a full scan of ``path`` that
     holds only those (memory bounded by the memory events, not by the trace): a cpu_op / python_function /
@@ -451,7 +501,8 @@ def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[
     kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
     n_cpu = len(CPU_KINDS)
     names: dict[str, int] = {}
-    cpu_parts: list[dict] = []
+    module_name = bytearray()  # per name id: an nn.Module frame's name
+    cpu = _CpuHeld(by_tid)
     held: dict[int, _GpuHeld] = {}
     seq = 0
     state = scan.ScanState()
@@ -485,10 +536,11 @@ def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[
                     nid = names.get(name[i])
                     if nid is None:
                         nid = names[name[i]] = len(names)
+                        module_name.append(name[i].startswith("nn.Module: "))
                     ids[i] = nid
                 cols["name"] = ids
                 if wanted.size:
-                    cpu_parts.append({k: v[wanted] for k, v in cols.items()})
+                    cpu.add({k: v[wanted] for k, v in cols.items()}, module_name)
                 if gpu_rows.size:
                     g = {k: v[gpu_rows] for k, v in cols.items()}
                     for key in np.unique(g["dev"]).tolist():
@@ -500,9 +552,9 @@ def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[
     except ValueError as exc:
         raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
                                hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
-    parts = cpu_parts + [c for c in (h.prune() for h in held.values()) if c]
+    parts = [c for c in [cpu.prune(module_name), *(h.prune() for h in held.values())] if c]
     gpu_keys = set(held)
-    del cpu_parts, held
+    del cpu, held
     if parts:  # column by column, each part's column let go once joined (``seq`` keeps the file order)
         cols = {k: np.concatenate([p.pop(k) for p in parts]) for k in list(parts[0])}
     else:
@@ -1005,7 +1057,7 @@ def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None)
     dtype = table.column("device_type").to_numpy()
     found = [np.full(m, -1, np.int64) for _ in range(4)]
     k = {c: i for i, c in enumerate(_Spans.KINDS)}
-    is_op = np.isin(kind, [k["cpu_op"], k["user_annotation"], k["Operator"]])
+    is_op = np.isin(kind, [k[c] for c in OP_KINDS])
     is_frame = kind == k["python_function"]
     module_name = np.array([x.startswith("nn.Module: ") for x in names] or [False], bool)
     is_module = is_frame & module_name[cols["name"]][order] if order.size else is_frame
