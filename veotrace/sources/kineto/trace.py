@@ -1108,28 +1108,37 @@ def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None)
 def _innermost(starts: np.ndarray, ends: np.ndarray, ids: np.ndarray, t: np.ndarray, *, nested: bool,
                look_back: int = LOOK_BACK) -> np.ndarray:
     """For each time ``t``, the id of the latest-starting span (sorted by start) that holds it, -1 for none.
-    Nested spans (one thread's ops): walk up the parents; GPU spans: look back over the last ``look_back``.
-    The walks advance every time at once (one array step per level), not one time after another."""
+    Nested spans (one thread's ops): the latest-starting that holds it; GPU spans: looking back over the last
+    ``look_back`` only (every time at once, one array step per span looked at)."""
     res = np.full(t.size, -1, np.int64)
     at = np.searchsorted(starts, t, side="right") - 1
-    if nested:
-        parent = np.full(starts.size, -1, np.int64)
-        stack: list[tuple[int, int]] = []  # (span, its end)
-        for lo in range(0, starts.size, 1 << 16):
-            for i, (s, e) in enumerate(zip(starts[lo:lo + (1 << 16)].tolist(), ends[lo:lo + (1 << 16)].tolist()), lo):
-                while stack and stack[-1][1] < s:
+    if nested:  # the latest-starting span (by ``at``) whose end reaches the time: a stack of the spans no
+        # later one outlasts (ends falling from bottom to top), grown span by span up to each time's ``at``
+        # (times in ``at`` order) and searched by bisection: O(log) a time where walking up the parents of
+        # spans that overlap without nesting could take as many steps as the trace has spans
+        from bisect import bisect_right
+
+        order = np.argsort(at, kind="stable")
+        stack: list[int] = []
+        neg_ends: list[int] = []  # -end of each stacked span: rising, for bisect
+        p = 0
+        chunk: list[int] = []
+        base = 0
+        for q, a, tq in zip(order.tolist(), at[order].tolist(), t[order].tolist()):
+            while p <= a:
+                if p - base >= len(chunk):
+                    base = p
+                    chunk = ends[p:p + (1 << 16)].tolist()
+                e = chunk[p - base]
+                while neg_ends and -neg_ends[-1] <= e:
+                    neg_ends.pop()
                     stack.pop()
-                if stack:
-                    parent[i] = stack[-1][0]
-                stack.append((i, e))
-        i = at.copy()
-        walk = np.flatnonzero(i >= 0)
-        while walk.size:  # those whose span ends before their time: up to its parent, until one holds it
-            walk = walk[ends[i[walk]] < t[walk]]
-            i[walk] = parent[i[walk]]
-            walk = walk[i[walk] >= 0]
-        hit = i >= 0
-        res[hit] = ids[i[hit]]
+                stack.append(p)
+                neg_ends.append(-e)
+                p += 1
+            k = bisect_right(neg_ends, -tq) - 1
+            if k >= 0:
+                res[q] = ids[stack[k]]
         return res
     left = np.flatnonzero(at >= 0)
     for k in range(look_back):  # the k-th latest to start by then, for those not answered yet
