@@ -1,6 +1,6 @@
 """The ops around each memory event (``sites``, ``view``): the reader keeps only the spans that can answer
 (``enclosing_spans``: memory bounded by the memory events, not by the trace) and must give the answer all the
-spans give. The reference here is the full scan every span (``scan.all_events`` into ``_Spans``), as the reader
+spans give. The reference here is the full scan of every span (``scan.all_events`` into ``_Spans``), as the reader
 read before; both answer for every event by name, and ``peak_holders`` / ``reserved_growth`` are byte-identical
 JSON, on generated traces (ranks, HIP, the 2021 format, GPU streams overlapping past the look-back) and on the
 real files in ../shared/profiler_traces."""
