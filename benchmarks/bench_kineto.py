@@ -1,12 +1,17 @@
-"""Benchmark for PyTorch profiler traces (issue 45): `veotrace info` and `veotrace fragmentation` on a generated
-trace of about 1 GiB (2M [memory] events among 6M other events: ops, kernels, Python frames, flows), plain and gzip,
-against `json.load` + keeping the memory events, in the same run. Whole-process wall time and peak RSS.
+"""Benchmark for PyTorch profiler traces (issue 45): `veotrace info`, `veotrace fragmentation` and `veotrace sites`
+on a generated trace of about 1 GiB (2M [memory] events among 6M other events: ops, kernels, Python frames, flows),
+plain and gzip, against `json.load` + keeping the memory events, in the same run. Whole-process wall time, CPU time
+and peak RSS.
 
-    python benchmarks/bench_kineto.py                         # 2M memory events, 6M others (~1.0 GiB plain)
+    python benchmarks/bench_kineto.py                         # 2M memory events, 6M others (~1.2 GiB plain)
+    python benchmarks/bench_kineto.py --other 10000000        # the issue's 10M others (~1.7 GiB plain)
     python benchmarks/bench_kineto.py --memory 200000 --other 1000000 --runs 3   # a tenth, quicker
+    python benchmarks/bench_kineto.py --commands sites --cases plain --no-baseline   # one command, short
     python benchmarks/bench_kineto.py --no-baseline           # skip json.load (it needs several GiB of RAM)
 
-Targets: each veotrace command at most 0.5x the time of json.load + filtering, peak RSS at most 0.3 GiB.
+Targets (issue 45): `info` and `fragmentation` at most 0.5x the time of json.load + filtering, peak RSS at most
+0.3 GiB. `sites` (the ops around each event: a second scan of every event) has no time target; its memory is
+reported to show it stays flat (bounded by the memory events, not by the trace).
 The trace is written once under benchmarks/data (never by the test suite). json.load is skipped when the
 machine has less free memory than it would need (about 8x the file), and that is said.
 """
@@ -41,6 +46,9 @@ for e in mem:
     peak[key] = max(peak.get(key, 0), a.get("Total Reserved", 0))
 print(len(mem), sorted(peak.items()))
 """
+
+#: The veotrace commands the benchmark can time, with their arguments after the trace.
+COMMANDS = {"info": ["-f", "json"], "fragmentation": ["-f", "json"], "sites": ["--by", "op", "-f", "json"]}
 
 SEG = 2 << 20
 OTHER_KINDS = ('{"ph":"X","cat":"cpu_op","name":"aten::%s","pid":7,"tid":7,"ts":%d,"dur":%d,"args":{"External id":%d}}',
@@ -144,16 +152,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memory", type=int, default=2_000_000, help="[memory] events")
     ap.add_argument("--other", type=int, default=6_000_000,
-                    help="other events (6M keeps the plain file near 1 GiB; 10M make 1.7 GiB and favour veotrace more)")
+                    help="other events: ops, kernels, frames, flows (default 6M: the plain file near 1.2 GiB; the "
+                         "issue's 10M make 1.7 GiB and favour veotrace more)")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--no-baseline", action="store_true")
-    ap.add_argument("--cases", default="plain,gzip")
+    ap.add_argument("--cases", default="plain,gzip", help="plain,gzip or one of them")
+    ap.add_argument("--commands", default=",".join(COMMANDS),
+                    help=f"the veotrace commands to time, comma-separated (default all: {','.join(COMMANDS)})")
+    ap.add_argument("--data", type=Path, default=DATA, help="where the generated traces are kept (default %(default)s)")
     args = ap.parse_args()
-    DATA.mkdir(exist_ok=True)
+    commands = [c for c in args.commands.split(",") if c]
+    unknown = sorted(set(commands) - set(COMMANDS))
+    if unknown:
+        ap.error(f"--commands: unknown {', '.join(unknown)} (choose from {', '.join(COMMANDS)})")
+    args.data.mkdir(parents=True, exist_ok=True)
     os.environ["PYTHONPATH"] = str(HERE.parent)  # the commands of this checkout, not an installed veotrace
     results = {}
     for case in args.cases.split(","):
-        path = DATA / f"kineto_{args.memory}_{args.other}.pt.trace.json{'.gz' if case == 'gzip' else ''}"
+        path = args.data / f"kineto_{args.memory}_{args.other}.pt.trace.json{'.gz' if case == 'gzip' else ''}"
         answer_path = path.with_name(path.name + ".answer.json")
         if not path.exists() or not answer_path.exists():
             t0 = time.perf_counter()
@@ -163,8 +179,8 @@ def main() -> None:
         answer = json.loads(answer_path.read_text())
         size = path.stat().st_size
         row = {"file_bytes": size, "answer": answer}
-        for name, cmd in (("info", ["info", str(path), "-f", "json"]),
-                          ("fragmentation", ["fragmentation", str(path), "-f", "json"])):
+        for name in commands:
+            cmd = [name, str(path), *COMMANDS[name]]
             wall, rss, out, cpu = median_run([sys.executable, "-m", "veotrace", *cmd], args.runs)
             row[name] = {"seconds": round(wall, 2), "cpu_seconds": round(cpu, 2), "peak_rss_mib": round(rss)}
             if name == "info":  # the answer, checked
@@ -173,6 +189,10 @@ def main() -> None:
                 assert d["peak_reserved_bytes"] == answer["peak_reserved"], d
                 assert d["reserved_rises"] == answer["rises"], d
                 assert d["events"] == answer["memory_events"], d
+            if name == "sites":  # the answer, checked: every rise of Total Reserved, the peak
+                s = json.loads(out)
+                assert s["reserved_growth"]["cuda:0"]["rises"] == answer["rises"], s["reserved_growth"]["cuda:0"]["rises"]
+                assert s["devices"]["cuda:0"]["peak_bytes"] == answer["peak_allocated"], s["devices"]["cuda:0"]["peak_bytes"]
             print(case, name, row[name], flush=True)
         plain_size = size if case == "plain" else path.with_name(path.name[:-3]).stat().st_size \
             if path.with_name(path.name[:-3]).exists() else size * 8
@@ -185,7 +205,7 @@ def main() -> None:
             wall, rss, out, cpu = median_run([sys.executable, "-c", BASELINE, str(path)], args.runs)
             row["json_load"] = {"seconds": round(wall, 2), "cpu_seconds": round(cpu, 2), "peak_rss_mib": round(rss)}
             assert out.split()[0] == str(answer["memory_events"]), out[:200]
-            for name in ("info", "fragmentation"):
+            for name in commands:
                 row[name]["ratio_to_json_load"] = round(row[name]["seconds"] / wall, 3)
                 row[name]["cpu_ratio_to_json_load"] = round(row[name]["cpu_seconds"] / cpu, 3)
         print(case, "json.load", row["json_load"], flush=True)

@@ -291,10 +291,9 @@ def reserved_growth(table: pa.Table, ops: pa.Table | None, *, top: int = GROWTH_
         return names[i] if i is not None and 0 <= i < len(names) else None
 
     ts_all = table.column("ts_ns").to_numpy()
-    op_ids = table.column("op_id").to_pylist()
-    fr_ids = table.column("frame_id").to_pylist()
-    k_ids = table.column("kernel_id").to_pylist()
-    ev = table.column("ev_idx").to_pylist()
+    # ids as arrays (-1: none), not lists of Python ints (80 MB a column on a 2M-event trace)
+    op_ids, fr_ids, k_ids = (_ids(table, c) for c in ("op_id", "frame_id", "kernel_id"))
+    ev_col = table.column("ev_idx")
     for key, name, mask in _lanes(table):
         if key[1] == CPU:
             continue
@@ -308,9 +307,9 @@ def reserved_growth(table: pa.Table, ops: pa.Table | None, *, top: int = GROWTH_
         d = np.diff(tr)
         for j in np.flatnonzero(d > 0) + 1:
             i = int(idx[j])
-            op, kern, frame = name_of(op_ids[i]), name_of(k_ids[i]), name_of(fr_ids[i])
+            op, kern, frame = name_of(int(op_ids[i])), name_of(int(k_ids[i])), name_of(int(fr_ids[i]))
             grew = int(tr[j] - tr[j - 1])
-            rises.append({"ts_ns": int(ts_all[i]), "ev_idx": ev[i], "bytes": grew, "reserved_after_bytes": int(tr[j]),
+            rises.append({"ts_ns": int(ts_all[i]), "ev_idx": ev_col[i].as_py(), "bytes": grew, "reserved_after_bytes": int(tr[j]),
                           "op": op, "frame": frame, "kernel": kern})
             row = by_op[op or "(no op)"]
             row["bytes"] += grew
@@ -322,8 +321,11 @@ def reserved_growth(table: pa.Table, ops: pa.Table | None, *, top: int = GROWTH_
         if idx.size > 1:
             cached = (tr - ta)[:-1].astype(np.float64)
             dt = np.diff(ts_all[idx]).astype(np.float64) / 1e9
-            for j in np.flatnonzero(cached * dt > 0):
-                held[name_of(op_ids[int(idx[j])]) or "(no op)"] += float(cached[j] * dt[j])
+            sel = np.flatnonzero(cached * dt > 0)
+            for lo in range(0, sel.size, CHUNK):  # in chunks: no list of every event at once
+                part = sel[lo:lo + CHUNK]
+                for op_id, v in zip(op_ids[idx[part]].tolist(), (cached[part] * dt[part]).tolist()):
+                    held[name_of(op_id) or "(no op)"] += v
         table_rows = sorted(({"op": k, "bytes": v["bytes"], "rises": v["rises"],
                               "kernels": dict(sorted(v["kernels"].items(), key=lambda kv: -kv[1])[:3])}
                              for k, v in by_op.items()), key=lambda r: (-r["bytes"], r["op"]))
@@ -372,8 +374,10 @@ def peak_holders(table: pa.Table, ops: pa.Table | None, by: str = "op", *, top: 
     out: dict = {}
     if not table.num_rows:
         return out
-    key_ids = table.column(col).to_pylist()
-    addr = table.column("address").to_pylist()
+    key_ids = _ids(table, col)
+    addr_col = table.column("address")
+    addr = addr_col.fill_null(0).to_numpy()
+    no_addr = addr_col.is_null().to_numpy(zero_copy_only=False) if addr_col.null_count else None
     nbytes = table.column("bytes").to_numpy()
     ts = table.column("ts_ns").to_numpy()
     ta_col = table.column("total_allocated_bytes")
@@ -390,22 +394,36 @@ def peak_holders(table: pa.Table, ops: pa.Table | None, by: str = "op", *, top: 
         live: dict = {}
         freed_before = 0
         holders_at_peak = None
-        for j, i in enumerate(idx):
-            a = addr[i]
-            if b[j] > 0:
-                if a is not None:
-                    live[a] = (int(b[j]), key_ids[i])
-            elif a is not None:
-                if live.pop(a, None) is None:
-                    freed_before += int(-b[j])
-            if j == peak_j:
-                holders_at_peak = _group(live, names, by, before - freed_before)
+        for lo in range(0, idx.size, CHUNK):  # in chunks: no list of every event at once
+            part = idx[lo:lo + CHUNK]
+            gone = no_addr[part].tolist() if no_addr is not None else [False] * part.size
+            for j, a, n, k, none in zip(range(lo, lo + part.size), addr[part].tolist(), b[lo:lo + CHUNK].tolist(),
+                                        key_ids[part].tolist(), gone):
+                if none:
+                    a = None
+                if n > 0:
+                    if a is not None:
+                        live[a] = (n, k if k >= 0 else None)
+                elif a is not None:
+                    if live.pop(a, None) is None:
+                        freed_before += -n
+                if j == peak_j:
+                    holders_at_peak = _group(live, names, by, before - freed_before)
         end = _group(live, names, by, before - freed_before)
         out[name] = {"by": by, "peak_bytes": int(level[peak_j]), "peak_at_ns": int(ts[idx[peak_j]]),
                      "peak_is": "Total Allocated" if totals else "running sum of Bytes",
                      "at_peak": (holders_at_peak or [])[:top], "at_end": end[:top],
                      "live_before_bytes": before if totals else None}
     return out
+
+
+#: Events turned into Python values at a time by the loops over every event.
+CHUNK = 1 << 16
+
+
+def _ids(table: pa.Table, name: str) -> np.ndarray:
+    """An id column (op_id, frame_id, ...) as int64, -1 where null."""
+    return table.column(name).fill_null(-1).to_numpy()
 
 
 def _group(live: dict, names: list, by: str, before: int) -> list[dict]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
@@ -316,4 +317,168 @@ def all_events(fh: IO[bytes], state: ScanState, block: int = BLOCK) -> Iterator[
     while more():  # the rest, for the keys after the list
         buf, pos = "", 0
     state.bad_utf8 = _COUNTER[0]
+    parse_tail(tail, state)
+
+
+#: Where one event ends and the next begins in any layout (``}`` ``,`` ``{`` with any whitespace): the cut of a
+#: block handed to orjson. A cut that falls inside a string or a nested object only makes that parse fail.
+_BETWEEN = re.compile(rb"\}\s*,\s*\{")
+
+
+class _Utf8Count:
+    """Counts the bytes of a stream that are no valid UTF-8, as ``all_events`` decodes them (an incremental
+    decoder, every maximal invalid sequence counted by its bytes), decoding only the blocks that are not ASCII."""
+
+    def __init__(self) -> None:
+        self.bad = 0
+        self._dec = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+
+    def feed(self, chunk: bytes, final: bool = False) -> None:
+        if chunk.isascii() and not self._dec.getstate()[0] and not final:
+            return
+        text = self._dec.decode(chunk, final=final)
+        if not text.isascii():
+            self.bad += sum(1 for c in text if "\udc80" <= c <= "\udcff")
+
+
+def _fix_text(obj):
+    """Strings decoded with surrogateescape (the bytes that are no UTF-8 kept one by one) as ``all_events``
+    decodes them: each invalid sequence one U+FFFD."""
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if not obj.isascii() else obj
+    if isinstance(obj, dict):
+        return {_fix_text(k): _fix_text(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_fix_text(v) for v in obj]
+    return obj
+
+
+def event_blocks(fh: IO[bytes], state: ScanState, block: int = BLOCK) -> Iterator[list]:
+    """Yield, block by block, the values of ``traceEvents`` (event dicts), in file order: the same values as
+    :func:`all_events`, several times faster.
+
+    Why: ``all_events`` hands every event to ``json.JSONDecoder.raw_decode`` one by one; here each block is cut
+    at the last place where one event ends and the next begins (``}`` ``,`` ``{``) and parsed by orjson as one
+    array (``[`` + block + ``]``). A cut inside a string or a nested object, NaN, an integer past 64 bits or
+    bytes that are no UTF-8 make orjson refuse the block: that block goes through ``raw_decode`` event by event
+    (as ``all_events``, with the same decoding of bad bytes), so the values are the same either way. The file's
+    bytes that are no UTF-8 are counted in ``state.bad_utf8`` over the whole stream, as ``all_events`` counts.
+    A file cut mid-write ends the scan at its last complete event (``state.cut``); a syntax error inside the
+    list raises ValueError with its byte offset.
+    """
+    dec = json.JSONDecoder()
+    utf8 = _Utf8Count()
+    tail = b""
+    buf, pos, base = b"", 0, 0  # base: absolute offset of buf[0]
+    first, inside, eof, slow = True, False, False, False
+
+    def more() -> None:
+        nonlocal buf, pos, base, tail, first, eof
+        chunk = _read(fh, block, state)
+        if first:
+            parse_head(chunk, state)
+            first = False
+        utf8.feed(chunk, final=not chunk)
+        if chunk:
+            tail = (tail + chunk)[-TAIL:]
+            state.size += len(chunk)
+        base += pos
+        buf = buf[pos:] + chunk
+        pos = 0
+        eof = not chunk
+
+    more()
+    while not inside:  # find the list
+        at = buf.find(b'"traceEvents"')
+        if at >= 0:
+            open_at = buf.find(b"[", at)
+            if open_at >= 0:
+                pos, inside = open_at + 1, True
+                break
+        if eof:
+            break
+        pos = max(len(buf) - 32, 0)
+        more()
+    while inside:
+        n = len(buf)
+        while pos < n and buf[pos] in b" \t\r\n,":
+            pos += 1
+        if pos >= n:
+            if eof:
+                state.cut = True
+                state.cut_reason = state.cut_reason or "the file ends inside the event list"
+                break
+            more()
+            continue
+        if buf[pos] == 0x5D:  # "]"
+            break
+        cut = -1
+        if not slow and _fast_loads is not json.loads:  # the last boundary of the buffer (its last 64 KiB first)
+            for m in _BETWEEN.finditer(buf, max(pos, n - (1 << 16))):
+                cut = m.start()
+            if cut < 0 and n - (1 << 16) > pos:
+                for m in _BETWEEN.finditer(buf, pos):
+                    cut = m.start()
+            if cut < 0 and not eof and n - pos < MAX_EVENT:  # no boundary yet: read on
+                more()
+                continue
+            if cut >= 0:
+                try:
+                    values = _fast_loads(b"[" + buf[pos:cut + 1] + b"]")
+                except _OrjsonError:
+                    values = None
+                if values is not None:
+                    yield values
+                    state.last_complete_end = base + cut + 1
+                    pos = cut + 1
+                    continue
+        # one event at a time (raw_decode), up to the cut (then orjson again) or, in slow mode, to the buffer's end
+        text = buf[pos:].decode("utf-8", "surrogateescape")
+        stop = len(text) if cut < 0 else len(buf[pos:cut + 1].decode("utf-8", "surrogateescape"))
+        i, out, failed = 0, [], None
+        while i < stop:
+            while i < stop and text[i] in " \t\r\n,":
+                i += 1
+            if i >= stop or text[i] == "]":
+                break
+            try:
+                obj, end = dec.raw_decode(text, i)
+            except ValueError as exc:
+                failed = exc
+                break
+            if end >= len(text) and not eof:  # a number cut at the buffer's end parses short: read on
+                failed = ValueError("cut")
+                break
+            out.append(_fix_text(obj))
+            i = end
+        consumed = len(text[:i].encode("utf-8", "surrogateescape"))
+        if out:
+            yield out
+            state.last_complete_end = base + pos + consumed
+        pos += consumed
+        if failed is None:
+            slow = False
+            if i < len(text) and text[i] == "]":
+                break
+            if cut < 0 and eof and pos >= len(buf):
+                state.cut = True
+                state.cut_reason = state.cut_reason or "the file ends inside the event list"
+                break
+            if cut < 0:
+                if eof:
+                    continue
+                more()
+            continue
+        if eof:
+            state.cut = True
+            state.cut_reason = state.cut_reason or "the file ends inside an event"
+            break
+        if len(buf) - pos >= MAX_EVENT:
+            raise ValueError(f"byte {base + pos:,}: {getattr(failed, 'msg', str(failed))}") from None
+        slow = True  # an event continues past the buffer (or is broken): read on, one event at a time
+        more()
+    while not eof:  # the rest, for the keys after the list
+        pos = len(buf)
+        more()
+    state.bad_utf8 = utf8.bad
     parse_tail(tail, state)

@@ -216,47 +216,40 @@ def _bad(path, offset: int, why: str, options: ReadOptions, report: ReadReport) 
 def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None,
                 context: bool = False, on_progress: Callable[[int], None] | None = None) -> MemoryRead:
     """Every ``[memory]`` event of ``path`` in (ts, Ev Idx) order, checked; ``context``: also the spans
-    (``read.ops``) and each event's enclosing op, frame and kernel (a full scan of every event)."""
+    (``read.ops``) and each event's enclosing op, frame and kernel (a second, full scan).
+
+    The cyclic garbage collector is paused while reading: the parsed events are dicts and lists without
+    cycles, and its passes over every block's new objects cost about a third of the parse (measured on a
+    20 MB block of the benchmark's trace: orjson 0.29-0.33 s with it, 0.18-0.20 s without)."""
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_memory(path, options=options, report=report, context=context, on_progress=on_progress)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_memory(path: Path, *, options: ReadOptions, report: ReadReport | None, context: bool,
+                 on_progress: Callable[[int], None] | None) -> MemoryRead:
     report = report if report is not None else ReadReport()
     cols = _Columns(tid=context)
     state = scan.ScanState()
-    spans = _Spans()
     fh, raw = _open(path)
     with fh:
-        if not context:
-            for batch in scan.memory_events(fh, state, block=scan.MEMORY_BLOCK):
-                if not cols.add_batch([t for _, t in batch], [o for o, _ in batch]):
-                    for offset, text in batch:
-                        try:
-                            cols.add(scan._loads(text), text, offset)
-                        except _Bad as exc:
-                            _bad(path, offset, str(exc), options, report)
-                        except ValueError as exc:
-                            _bad(path, offset, f"is not valid JSON ({str(exc).splitlines()[0][:80]})", options, report)
-                if on_progress is not None:
-                    on_progress(raw.tell())
-        else:
-            mem_end, after_mem = 0, False  # the end of the last complete [memory] event (as the memory scan says)
-            try:
-                for offset, obj in scan.all_events(fh, state, block=max(options.block_bytes // 2, 1 << 16)):
-                    if after_mem:
-                        mem_end, after_mem = state.last_complete_end, False
-                    if not isinstance(obj, dict):
-                        continue
-                    if obj.get("name") == "[memory]":
-                        after_mem = True
-                        try:
-                            cols.add(obj, None, offset)
-                        except _Bad as exc:
-                            _bad(path, offset, str(exc), options, report)
-                    elif obj.get("ph") == "X" and obj.get("cat") in CPU_KINDS + GPU_KINDS:
-                        span = _span(obj)
-                        if span is not None:
-                            spans.add(span)
-            except ValueError as exc:
-                raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
-                                       hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
-            state.last_complete_end = state.last_complete_end if after_mem else mem_end
+        for batch in scan.memory_events(fh, state, block=scan.MEMORY_BLOCK):
+            if not cols.add_batch([t for _, t in batch], [o for o, _ in batch]):
+                for offset, text in batch:
+                    try:
+                        cols.add(scan._loads(text), text, offset)
+                    except _Bad as exc:
+                        _bad(path, offset, str(exc), options, report)
+                    except ValueError as exc:
+                        _bad(path, offset, f"is not valid JSON ({str(exc).splitlines()[0][:80]})", options, report)
+            if on_progress is not None:
+                on_progress(raw.tell())
     if not state.has_events_key:
         raise TraceFormatError("no traceEvents list: a profiler trace holds its events there", path=path,
                                hint="Export the trace with prof.export_chrome_trace(...) or tensorboard_trace_handler")
@@ -277,15 +270,52 @@ def read_memory(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
     if state.bad_utf8:
         report.warnings.append(f"Warning: {path}: {state.bad_utf8:,} bytes that are no UTF-8 in names, read as U+FFFD")
     result.table = _table(cols, path, rank)
+    del cols
+    release_unused()  # the scan's blocks and parsed batches
     if context:
-        result.ops, ids = _context(result.table, spans, path, rank)
+        spans, gpu_keys, span_state = enclosing_spans(path, result.table, block=scan.MEMORY_BLOCK)
+        result.bad_utf8 = span_state.bad_utf8  # the full scan decodes every byte: names included
+        if span_state.bad_utf8:
+            report.warnings.append(f"Warning: {path}: {span_state.bad_utf8:,} bytes that are no UTF-8 in names, read "
+                                   "as U+FFFD")
+        release_unused()  # the full scan's blocks
+        result.ops, ids = _context(result.table, spans, path, rank, gpu_keys=gpu_keys)
+        del spans
         for name, col in zip(("op_id", "frame_id", "kernel_id", "module_id"), ids):
             result.table = result.table.set_column(KINETO_MEMORY.get_field_index(name), name, col)
     result.checks = running_sum_check(result.table)
     pairing_check(result.table, result.checks)
+    release_unused()  # the checks' and the context's temporaries
     for text in check_lines(path, result.checks):
         report.warnings.append(text)
     return result
+
+
+def release_unused() -> None:
+    """Give the memory freed so far back to the system: Arrow's pool (mimalloc keeps what it freed) and glibc's
+    heap (freed numpy blocks in the middle of the heap stay resident; ``malloc_trim`` returns their pages). On a
+    2M-event trace this lowers what the read leaves resident by ~80-190 MB (measured, /proc/self/status VmRSS),
+    memory the next step (the replay, the analysis) would otherwise add to."""
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim():
+    global _TRIM
+    if _TRIM is False:
+        try:
+            import ctypes
+            import ctypes.util
+
+            _TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl): nothing to trim
+            _TRIM = None
+    return _TRIM
+
+
+_TRIM = False
 
 
 def _open(path: Path):
@@ -339,6 +369,273 @@ class _Spans:
     def __len__(self) -> int:
         return len(self.ts)
 
+    def arrays(self) -> dict:
+        """The columns as numpy arrays (views, no copy): kind, name, ts, dur, pid, tid, dev, stream."""
+        out = {"kind": np.frombuffer(self.kind, np.int8), "name": np.frombuffer(self.name, np.int32)}
+        for k in ("ts", "dur", "pid", "tid", "dev", "stream"):
+            out[k] = np.frombuffer(getattr(self, k), np.int64)
+        return out
+
+
+#: The GPU spans :func:`_innermost` looks back over: a memory event's GPU span is the latest-starting one that
+#: holds it among the LOOK_BACK latest to start by then (GPU spans of several streams overlap; nested they are not).
+LOOK_BACK = 16
+#: GPU spans held per device before the held ones are cut down to those that can still answer.
+GPU_PRUNE = 1 << 18
+
+
+class _GpuHeld:
+    """One GPU device's spans (of ``enclosing_spans``) that can answer :func:`_innermost` for its memory events
+    at times ``q`` (sorted): of the spans starting in each interval (q[i-1], q[i]], the LOOK_BACK latest in the
+    spans' order (start, longer first, file order); the others never come within any event's look-back."""
+
+    def __init__(self, q: np.ndarray) -> None:
+        self.q = q
+        self.parts: list[dict] = []
+        self.n = 0
+        self.cap = GPU_PRUNE
+
+    def add(self, cols: dict) -> None:
+        keep = cols["ts"] <= self.q[-1] if self.q.size else np.zeros(cols["ts"].size, bool)
+        if not keep.all():
+            cols = {k: v[keep] for k, v in cols.items()}
+        if cols["ts"].size:
+            self.parts.append(cols)
+            self.n += cols["ts"].size
+        if self.n > self.cap:
+            self.prune()
+            self.cap = max(GPU_PRUNE, 2 * self.n)
+
+    def prune(self) -> dict:
+        if not self.parts:
+            return {}
+        cols = {k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]}
+        order = np.lexsort((cols["seq"], -cols["dur"], cols["ts"]))
+        bucket = np.searchsorted(self.q, cols["ts"][order], side="left")
+        last = np.searchsorted(bucket, bucket, side="right") - 1
+        order = np.sort(order[last - np.arange(order.size) < LOOK_BACK])
+        cols = {k: v[order] for k, v in cols.items()}
+        self.parts, self.n = [cols], order.size
+        return cols
+
+
+#: cpu_op / python_function spans held before those that hold events are cut down to those that answer (the
+#: bound then grows to 4x what is left: each cut walks every memory event of the thread, so on a trace where
+#: nearly every span answers, cuts at 2x cost ~15 s more of sites' ~70 s CPU on the 1.2 GiB bench trace).
+CPU_PRUNE = 1 << 20
+OP_KINDS = ("cpu_op", "user_annotation", "Operator")
+
+
+class _CpuHeld:
+    """The cpu_op / python_function spans (of ``enclosing_spans``) that hold a memory event of their thread,
+    cut down, whenever they pass a bound that doubles, to those that are the innermost for some event seen so
+    far (an op, a frame, an ``nn.Module`` frame: :func:`_innermost` over what is held). A span that is no
+    event's innermost now never becomes one: a later span can only take an event from the one holding it. So
+    at most one span per memory event and kind is held, whatever the length of the trace."""
+
+    def __init__(self, by_tid: dict) -> None:
+        self.by_tid = by_tid
+        self.parts: list[dict] = []
+        self.n = 0
+        self.cap = CPU_PRUNE
+
+    def add(self, cols: dict, module_name: bytearray) -> None:
+        self.parts.append(cols)
+        self.n += cols["ts"].size
+        if self.n > self.cap:
+            self.prune(module_name)
+            self.cap = max(CPU_PRUNE, 4 * self.n)
+
+    def prune(self, module_name: bytearray) -> dict:
+        if not self.parts:
+            return {}
+        cols = {k: np.concatenate([p.pop(k) for p in self.parts]) for k in list(self.parts[0])}
+        kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
+        kind = cols["kind"]
+        frame = kind == kinds["python_function"]
+        module = frame & np.frombuffer(bytes(module_name), bool)[cols["name"]]
+        order = np.lexsort((cols["seq"], -cols["dur"], cols["ts"]))  # _context's order
+        keep = np.zeros(kind.size, bool)
+        for members in (np.isin(kind, [kinds[c] for c in OP_KINDS]), frame, module):
+            sel = order[members[order]]
+            tids = cols["tid"][sel]
+            for t in np.unique(tids).tolist():
+                q = self.by_tid.get(t)
+                if q is None:
+                    continue
+                rows = sel[tids == t]
+                got = _innermost(cols["ts"][rows], cols["ts"][rows] + cols["dur"][rows], rows, q, nested=True)
+                keep[got[got >= 0]] = True
+        cols = {k: v[keep] for k, v in cols.items()}
+        self.parts, self.n = [cols], int(keep.sum())
+        return cols
+
+
+def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[dict, set, scan.ScanState]:
+    """The spans :func:`_context` needs for the memory events of ``table``, from a full scan of ``path`` that
+    holds only those (memory bounded by the memory events, not by the trace): a cpu_op / python_function /
+    user_annotation span when it holds (ts <= t <= ts + dur) a memory event of its thread; of a GPU device's spans
+    those :class:`_GpuHeld` keeps (the events of its own device, or all GPU events for spans of a device no event
+    names: the lone-GPU rule). Returns (the spans' columns in file order with ``names``, every GPU device key
+    seen (NONE for spans without one), the scan's state). The answer is the one all the spans give: the
+    innermost span holding an event holds an event, so it is kept (tests/test_kineto.py compares both).
+
+    Raises:
+        TraceFormatError: the event list is no valid JSON.
+    """
+    ts = table.column("ts_ns").to_numpy()
+    tid = table.column("tid").fill_null(NONE).to_numpy()
+    did = table.column("device_id").to_numpy()
+    gpu = table.column("device_type").to_numpy() != CPU
+    by_tid: dict = {}
+    if ts.size:
+        order = np.lexsort((ts, tid))
+        st, tt = tid[order], ts[order]
+        del order
+        cuts = (np.flatnonzero(np.diff(st)) + 1).tolist()
+        for lo, hi in zip([0, *cuts], [*cuts, st.size]):
+            if st[lo] != NONE:
+                by_tid[int(st[lo])] = tt[lo:hi]
+        del st
+    gpu_all = np.sort(ts[gpu])
+    by_dev = {int(d): np.sort(ts[gpu & (did == d)]) for d in np.unique(did[gpu]).tolist()}
+    del ts, tid, did, gpu
+    kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
+    n_cpu = len(CPU_KINDS)
+    names: dict[str, int] = {}
+    module_name = bytearray()  # per name id: an nn.Module frame's name
+    cpu = _CpuHeld(by_tid)
+    held: dict[int, _GpuHeld] = {}
+    seq = 0
+    state = scan.ScanState()
+    fh, _ = _open(path)
+    try:
+        with fh:
+            for values in scan.event_blocks(fh, state, block=block):
+                objs = [o for o in values if isinstance(o, dict) and o.get("ph") == "X"
+                        and o.get("name") != "[memory]" and o.get("cat") in _Spans.KINDS]
+                del values
+                got = _span_columns(objs, kinds)
+                if got is None:
+                    continue
+                cols, name = got
+                n = len(name)
+                cols["seq"] = np.arange(seq, seq + n, dtype=np.int64)
+                seq += n
+                is_cpu = cols["kind"] < n_cpu
+                keep = np.zeros(n, bool)
+                for t in np.unique(cols["tid"][is_cpu]).tolist():
+                    q = by_tid.get(t)
+                    if q is None:
+                        continue
+                    m = np.flatnonzero(is_cpu & (cols["tid"] == t))
+                    s0, e0 = cols["ts"][m], cols["ts"][m] + cols["dur"][m]
+                    keep[m] = np.searchsorted(q, s0, side="left") < np.searchsorted(q, e0, side="right")
+                gpu_rows = np.flatnonzero(~is_cpu)
+                wanted = np.flatnonzero(keep)
+                ids = np.zeros(n, np.int32)
+                for i in np.concatenate([wanted, gpu_rows]).tolist():
+                    nid = names.get(name[i])
+                    if nid is None:
+                        nid = names[name[i]] = len(names)
+                        module_name.append(name[i].startswith("nn.Module: "))
+                    ids[i] = nid
+                cols["name"] = ids
+                if wanted.size:
+                    cpu.add({k: v[wanted] for k, v in cols.items()}, module_name)
+                if gpu_rows.size:
+                    g = {k: v[gpu_rows] for k, v in cols.items()}
+                    for key in np.unique(g["dev"]).tolist():
+                        h = held.get(key)
+                        if h is None:
+                            h = held[key] = _GpuHeld(by_dev.get(key, gpu_all))
+                        m = g["dev"] == key
+                        h.add({k: v[m] for k, v in g.items()})
+    except ValueError as exc:
+        raise TraceFormatError(f"the event list is not valid JSON ({exc})", path=path,
+                               hint="Re-export the trace; a file cut mid-write reads up to its last event") from None
+    parts = [c for c in [cpu.prune(module_name), *(h.prune() for h in held.values())] if c]
+    gpu_keys = set(held)
+    del cpu, held
+    if parts:  # column by column, each part's column let go once joined (``seq`` keeps the file order)
+        cols = {k: np.concatenate([p.pop(k) for p in parts]) for k in list(parts[0])}
+    else:
+        cols = {"kind": np.zeros(0, np.int8), "name": np.zeros(0, np.int32),
+                **{k: np.zeros(0, np.int64) for k in ("seq", "ts", "dur", "pid", "tid", "dev", "stream")}}
+    cols["names"] = list(names)
+    return cols, gpu_keys, state
+
+
+def _span_columns(objs: list, kinds: dict) -> tuple[dict, list] | None:
+    """The spans of ``objs`` (span events of the wanted kinds) as columns (kind, ts, dur, pid, tid, dev, stream)
+    and their names, as :func:`_span` makes them one by one (those it refuses left out), field by field over
+    the block: a field of one type throughout (float or int times, int ids, dict args) is converted as an
+    array; a block with anything else goes through :func:`_span` (about 4x slower per span)."""
+    if not objs:
+        return None
+    n = len(objs)
+    ok = np.ones(n, bool)
+    times = []
+    for key in ("ts", "dur"):
+        vals = [o.get(key) for o in objs]
+        types = set(map(type, vals))
+        if types == {float}:
+            a = np.round(np.array(vals, np.float64) * 1000)
+            good = np.isfinite(a) & (a > -9.223372036854775808e18) & (a < 9.223372036854775808e18)
+            ok &= good
+            times.append(np.where(good, a, 0).astype(np.int64))
+        elif types == {int}:
+            try:
+                a = np.array(vals, np.int64)
+            except OverflowError:
+                return _span_rows(objs, kinds)
+            if (np.abs(a) > I64_MAX // 1000).any():
+                return _span_rows(objs, kinds)
+            times.append(a * 1000)
+        else:
+            return _span_rows(objs, kinds)
+    ts_ns, dur_ns = times[0], np.maximum(times[1], 0)
+    ok &= (ts_ns > I64_MIN) & (ts_ns <= I64_MAX - dur_ns)
+    args = [o.get("args") for o in objs]
+    if set(map(type, args)) != {dict}:
+        return _span_rows(objs, kinds)
+    cols = {"kind": np.array([kinds[o["cat"]] for o in objs], np.int8), "ts": ts_ns, "dur": dur_ns}
+    for key, src in (("pid", objs), ("tid", objs), ("dev", args), ("stream", args)):
+        vals = [o.get({"dev": "device"}.get(key, key)) for o in src]
+        types = set(map(type, vals))
+        try:
+            if types == {int}:
+                a = np.array(vals, np.int64)
+            elif key in ("dev", "stream"):
+                a = np.array([v if isinstance(v, int) else NONE for v in vals], np.int64)
+            else:
+                a = np.array([NONE if v is None else v for v in map(_id, vals)], np.int64)
+        except OverflowError:
+            return _span_rows(objs, kinds)
+        cols[key] = a
+    names = [o.get("name") for o in objs]
+    if set(map(type, names)) != {str}:
+        names = [str(x) if x is not None else "" for x in names]
+    if not ok.all():
+        keep = np.flatnonzero(ok)
+        cols = {k: v[keep] for k, v in cols.items()}
+        names = [names[i] for i in keep.tolist()]
+    return (cols, names) if names else None
+
+
+def _span_rows(objs: list, kinds: dict) -> tuple[dict, list] | None:
+    """:func:`_span_columns` one span at a time (a block with mixed or unusual field types)."""
+    rows = [r for r in map(_span, objs) if r is not None]
+    if not rows:
+        return None
+    cat, name, start, dur, pid, tid_s, dev, stream = zip(*rows)
+    n = len(rows)
+    cols = {"kind": np.fromiter((kinds[c] for c in cat), np.int8, n),
+            "ts": np.fromiter(start, np.int64, n), "dur": np.fromiter(dur, np.int64, n)}
+    for k, v in (("pid", pid), ("tid", tid_s), ("dev", dev), ("stream", stream)):
+        cols[k] = np.fromiter((NONE if x is None else x for x in v), np.int64, n)
+    return cols, list(name)
+
 
 def _span(obj: dict) -> tuple | None:
     ts, dur = obj.get("ts"), obj.get("dur")
@@ -352,9 +649,13 @@ def _span(obj: dict) -> tuple | None:
         name = f"record_param_comms ({args['Collective name'][:64]})"  # sites --by op tells allreduce from allgather
     pid, tid = _id(obj.get("pid")), _id(obj.get("tid"))
     dev, stream = args.get("device"), args.get("stream")
-    return (obj["cat"], str(name) if name is not None else "", round(ts * 1000), max(round(dur * 1000), 0),
+    ts_ns, dur_ns = round(ts * 1000), max(round(dur * 1000), 0)
+    if not I64_MIN < ts_ns <= ts_ns + dur_ns <= I64_MAX:
+        return None
+    return (obj["cat"], str(name) if name is not None else "", ts_ns, dur_ns,
             pid, tid,
-            dev if isinstance(dev, int) else None, stream if isinstance(stream, int) else None)
+            dev if isinstance(dev, int) and I64_MIN < dev <= I64_MAX else None,
+            stream if isinstance(stream, int) and I64_MIN < stream <= I64_MAX else None)
 
 
 def _masked(values: np.ndarray, sentinel: int | None, typ) -> pa.Array:
@@ -633,7 +934,7 @@ def alloc_batches(read: MemoryRead, columns: Sequence[str] | None = None) -> Ite
     schema = alloc_events_schema(columns)
     t = t.filter(gpu) if gpu is not None else t
     ops_dict = pa.array(["alloc", "free"], pa.string())
-    kinds = sorted(set(t.column("device_type").to_numpy().tolist()))
+    kinds = np.unique(t.column("device_type").to_numpy()).tolist()  # not a list of every event's type (16 MB at 2M)
     kind_dict = pa.array([device_name(k) for k in kinds], pa.string())
     for start in range(0, t.num_rows, BATCH_ROWS):
         part = t.slice(start, BATCH_ROWS)
@@ -652,6 +953,7 @@ def alloc_batches(read: MemoryRead, columns: Sequence[str] | None = None) -> Ite
             "source_file": repeated(read.path, n),
         }
         yield pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+    release_unused()  # the batches' and their consumer's temporaries, before the next step
     del ALLOC_EVENTS
 
 
@@ -755,24 +1057,64 @@ def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context
     return read
 
 
-def _context(table: pa.Table, spans: _Spans, path, rank) -> tuple[pa.Table, tuple]:
-    """The ops table of ``spans`` and, for each memory event, the ids of the innermost cpu_op, python_function
-    and ``nn.Module`` frame enclosing it on its thread and of the GPU span running on its device then."""
+def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None) -> tuple[pa.Table, tuple]:
+    """For each memory event, the ids of the innermost cpu_op, python_function and ``nn.Module`` frame enclosing
+    it on its thread and of the GPU span running on its device then, and the ops table of the spans they point
+    at. ``spans``: a ``_Spans`` (every span of the trace) or the columns of :func:`enclosing_spans` (those that
+    can answer), with ``gpu_keys`` the GPU device keys of every GPU span of the trace (a key whose spans were
+    all left out still answers "none" for its events, as all its spans would)."""
     from veotrace.schemas.base import repeated
 
-    n = len(spans)
-    start = np.frombuffer(spans.ts, np.int64) if n else np.zeros(0, np.int64)
-    dur = np.frombuffer(spans.dur, np.int64) if n else np.zeros(0, np.int64)
-    order = np.lexsort((-dur, start))  # by start, the longer (the enclosing) first
-    kind = np.frombuffer(spans.kind, np.int8)[order] if n else np.zeros(0, np.int8)
-    name = np.frombuffer(spans.name, np.int32)[order] if n else np.zeros(0, np.int32)
-    start, dur = start[order], dur[order]
-
-    def col(buf):
-        return np.frombuffer(buf, np.int64)[order] if n else np.zeros(0, np.int64)
-
-    pid, tid_s, dev, stream = col(spans.pid), col(spans.tid), col(spans.dev), col(spans.stream)
-    names = list(spans.names)
+    cols = spans.arrays() if isinstance(spans, _Spans) else spans
+    names = list(spans.names) if isinstance(spans, _Spans) else cols["names"]
+    # by start, the longer (the enclosing) first, then file order; only the columns the search reads are
+    # sorted here, the others are taken for the spans the events point at
+    keys = (-cols["dur"], cols["ts"]) if "seq" not in cols else (cols["seq"], -cols["dur"], cols["ts"])
+    order = np.lexsort(keys)
+    del keys
+    kind, start, dur = cols["kind"][order], cols["ts"][order], cols["dur"][order]
+    tid_s, dev = cols["tid"][order], cols["dev"][order]
+    m = table.num_rows
+    ts = table.column("ts_ns").to_numpy()
+    tid = table.column("tid").fill_null(NONE).to_numpy()
+    did = table.column("device_id").to_numpy()
+    dtype = table.column("device_type").to_numpy()
+    found = [np.full(m, -1, np.int64) for _ in range(4)]
+    k = {c: i for i, c in enumerate(_Spans.KINDS)}
+    is_op = np.isin(kind, [k[c] for c in OP_KINDS])
+    is_frame = kind == k["python_function"]
+    module_name = np.array([x.startswith("nn.Module: ") for x in names] or [False], bool)
+    is_module = is_frame & module_name[cols["name"]][order] if order.size else is_frame
+    is_gpu = np.isin(kind, [k[c] for c in GPU_KINDS])
+    if gpu_keys is None:
+        gpu_keys = set(np.unique(dev[is_gpu]).tolist())
+    gpu_devices = set(gpu_keys) - {NONE}
+    lone = next(iter(gpu_devices)) if len(gpu_devices) == 1 else None
+    for which, members, key_col in ((0, is_op, tid_s), (1, is_frame, tid_s), (2, is_gpu, dev), (3, is_module, tid_s)):
+        keys = sorted(gpu_keys) if which == 2 else np.unique(key_col[members]).tolist()
+        for key in keys:
+            idx = np.flatnonzero(members & (key_col == key))
+            if which != 2:
+                rows = np.flatnonzero(tid == key) if key != NONE else idx[:0]
+            else:  # the GPU's own id; a ROCm trace may number its GPU spans otherwise: the lone GPU then
+                same = (dtype != CPU) & (did == key)
+                if lone is not None and not same.any():
+                    same = dtype != CPU
+                rows = np.flatnonzero(same)
+            if not rows.size:
+                continue
+            if not idx.size:  # a device whose spans all start after its events (left out): none holds them
+                found[which][rows] = -1
+                continue
+            found[which][rows] = _innermost(start[idx], start[idx] + dur[idx], idx, ts[rows], nested=which != 2)
+    used = np.unique(np.concatenate(found))
+    used = used[used >= 0]  # the ops table holds the spans the events point at, in the spans' order
+    ids = tuple(np.searchsorted(used, f) for f in found)
+    n = used.size
+    del kind, start, dur, tid_s, dev, is_op, is_frame, is_module, is_gpu
+    at = order[used]
+    kind, name, start, dur, pid, tid_s, dev, stream = (cols[c][at] for c in ("kind", "name", "ts", "dur", "pid", "tid",
+                                                                            "dev", "stream"))
     kinds = pa.array(list(_Spans.KINDS), pa.string())
     ops = pa.Table.from_arrays([
         _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
@@ -783,63 +1125,55 @@ def _context(table: pa.Table, spans: _Spans, path, rank) -> tuple[pa.Table, tupl
         _masked(np.where(dev == NONE, -1, dev).astype(np.int32), -1, pa.int32()), _masked(stream, NONE, pa.int64()),
         _nulls(n, pa.int32()) if rank is None else _masked(np.full(n, rank, np.int32), None, pa.int32()),
         repeated(str(path), n)], schema=KINETO_OPS)
-    m = table.num_rows
-    ts = table.column("ts_ns").to_numpy()
-    tid = table.column("tid").fill_null(NONE).to_numpy()
-    did = table.column("device_id").to_numpy()
-    dtype = table.column("device_type").to_numpy()
-    found = [np.full(m, -1, np.int64) for _ in range(4)]
-    k = {c: i for i, c in enumerate(_Spans.KINDS)}
-    is_op = np.isin(kind, [k["cpu_op"], k["user_annotation"], k["Operator"]])
-    is_frame = kind == k["python_function"]
-    module_name = np.array([x.startswith("nn.Module: ") for x in names] or [False], bool)
-    is_module = is_frame & module_name[name] if n else is_frame
-    is_gpu = np.isin(kind, [k[c] for c in GPU_KINDS])
-    gpu_devices = set(np.unique(dev[is_gpu]).tolist()) - {NONE}
-    lone = next(iter(gpu_devices)) if len(gpu_devices) == 1 else None
-    for which, members, key_col in ((0, is_op, tid_s), (1, is_frame, tid_s), (2, is_gpu, dev), (3, is_module, tid_s)):
-        for key in np.unique(key_col[members]).tolist():
-            idx = np.flatnonzero(members & (key_col == key))
-            if which != 2:
-                rows = np.flatnonzero(tid == key) if key != NONE else idx[:0]
-            else:  # the GPU's own id; a ROCm trace may number its GPU spans otherwise: the lone GPU then
-                same = (dtype != CPU) & (did == key)
-                if lone is not None and not same.any():
-                    same = dtype != CPU
-                rows = np.flatnonzero(same)
-            if not rows.size or not idx.size:
-                continue
-            found[which][rows] = _innermost(start[idx], start[idx] + dur[idx], idx, ts[rows], nested=which != 2)
-    out = tuple(pa.array(f, pa.int64(), mask=f < 0) for f in found)
+    out = tuple(pa.array(i, pa.int64(), mask=f < 0) for i, f in zip(ids, found))
     return ops, out
 
 
 def _innermost(starts: np.ndarray, ends: np.ndarray, ids: np.ndarray, t: np.ndarray, *, nested: bool,
-               look_back: int = 16) -> np.ndarray:
+               look_back: int = LOOK_BACK) -> np.ndarray:
     """For each time ``t``, the id of the latest-starting span (sorted by start) that holds it, -1 for none.
-    Nested spans (one thread's ops): walk up the parents; GPU spans: look back over the last few."""
+    Nested spans (one thread's ops): the latest-starting that holds it; GPU spans: looking back over the last
+    ``look_back`` only (every time at once, one array step per span looked at)."""
     res = np.full(t.size, -1, np.int64)
     at = np.searchsorted(starts, t, side="right") - 1
-    if nested:
-        parent = np.full(starts.size, -1, np.int64)
+    if nested:  # the latest-starting span (by ``at``) whose end reaches the time: a stack of the spans no
+        # later one outlasts (ends falling from bottom to top), grown span by span up to each time's ``at``
+        # (times in ``at`` order) and searched by bisection: O(log) a time where walking up the parents of
+        # spans that overlap without nesting could take as many steps as the trace has spans
+        from bisect import bisect_right
+
+        order = np.argsort(at, kind="stable")
         stack: list[int] = []
-        for i in range(starts.size):
-            while stack and ends[stack[-1]] < starts[i]:
-                stack.pop()
-            parent[i] = stack[-1] if stack else -1
-            stack.append(i)
-        for q in range(t.size):
-            i = at[q]
-            while i >= 0 and ends[i] < t[q]:
-                i = parent[i]
-            res[q] = ids[i] if i >= 0 else -1
+        neg_ends: list[int] = []  # -end of each stacked span: rising, for bisect
+        p = 0
+        chunk: list[int] = []
+        base = 0
+        for q, a, tq in zip(order.tolist(), at[order].tolist(), t[order].tolist()):
+            while p <= a:
+                if p - base >= len(chunk):
+                    base = p
+                    chunk = ends[p:p + (1 << 16)].tolist()
+                e = chunk[p - base]
+                while neg_ends and -neg_ends[-1] <= e:
+                    neg_ends.pop()
+                    stack.pop()
+                stack.append(p)
+                neg_ends.append(-e)
+                p += 1
+            k = bisect_right(neg_ends, -tq) - 1
+            if k >= 0:
+                res[q] = ids[stack[k]]
         return res
-    for q in range(t.size):
-        i = at[q]
-        lo = max(i - look_back, -1)
-        while i > lo and ends[i] < t[q]:
-            i -= 1
-        res[q] = ids[i] if i > lo else -1
+    left = np.flatnonzero(at >= 0)
+    for k in range(look_back):  # the k-th latest to start by then, for those not answered yet
+        j = at[left] - k
+        left = left[j >= 0]
+        j = j[j >= 0]
+        holds = ends[j] >= t[left]
+        res[left[holds]] = ids[j[holds]]
+        left = left[~holds]
+        if not left.size:
+            break
     return res
 
 
