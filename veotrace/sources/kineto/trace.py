@@ -616,6 +616,8 @@ def _span_columns(objs: list, kinds: dict) -> tuple[dict, list] | None:
     names = [o.get("name") for o in objs]
     if set(map(type, names)) != {str}:
         names = [str(x) if x is not None else "" for x in names]
+    if "record_param_comms" in names:  # torch's op of every collective, named by its collective (as _span does)
+        names = [_span_name(x, a) if x == "record_param_comms" else x for x, a in zip(names, args)]
     if not ok.all():
         keep = np.flatnonzero(ok)
         cols = {k: v[keep] for k, v in cols.items()}
@@ -637,6 +639,14 @@ def _span_rows(objs: list, kinds: dict) -> tuple[dict, list] | None:
     return cols, list(name)
 
 
+def _span_name(name, args: dict):
+    """A span's name; ``record_param_comms`` (torch's op of every collective) with its collective, so that
+    ``sites --by op`` tells allreduce from allgather."""
+    if name == "record_param_comms" and isinstance(args.get("Collective name"), str):
+        return f"record_param_comms ({args['Collective name'][:64]})"
+    return name
+
+
 def _span(obj: dict) -> tuple | None:
     ts, dur = obj.get("ts"), obj.get("dur")
     if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or isinstance(ts, bool):
@@ -645,8 +655,7 @@ def _span(obj: dict) -> tuple | None:
         return None
     args = obj.get("args") if isinstance(obj.get("args"), dict) else {}
     name = obj.get("name")
-    if name == "record_param_comms" and isinstance(args.get("Collective name"), str):  # torch's op of every collective
-        name = f"record_param_comms ({args['Collective name'][:64]})"  # sites --by op tells allreduce from allgather
+    name = _span_name(name, args)
     pid, tid = _id(obj.get("pid")), _id(obj.get("tid"))
     dev, stream = args.get("device"), args.get("stream")
     ts_ns, dur_ns = round(ts * 1000), max(round(dur * 1000), 0)
