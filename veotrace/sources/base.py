@@ -216,6 +216,20 @@ def open_decompressed(path: Path) -> tuple[IO[bytes], object]:
     return pa.CompressedInputStream(raw, kind), raw
 
 
+def parquet_metadata(path, key: bytes) -> bytes | None:
+    """The value of ``key`` in a local Parquet file's schema metadata (what ``convert`` records beside its
+    events), or None: no such key, not a local path, or not a readable Parquet file (its reader says why)."""
+    if not isinstance(path, Path):
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return (pq.read_schema(path).metadata or {}).get(key)
+    except (OSError, pa.ArrowException, UnicodeError):
+        return None
+
+
 def detail(exc: BaseException) -> str:
     """An exception's text for a one-line message: its first line, at most 160 characters."""
     lines = str(exc).strip().splitlines()

@@ -63,15 +63,11 @@ def sides_of(path) -> list[Path] | None:
     Raises:
         TraceFormatError: the metadata is damaged or a side table is not beside the file.
     """
-    import pyarrow.parquet as pq
+    from veotrace.sources.base import parquet_metadata
 
     if not isinstance(path, Path) or not path.name.endswith(".parquet"):
         return None
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowException, UnicodeError):  # not a readable Parquet file: its reader says why
-        return None
-    raw = meta.get(KEY)
+    raw = parquet_metadata(path, KEY)
     if raw is None:
         return None
     try:
@@ -87,14 +83,9 @@ def sides_of(path) -> list[Path] | None:
 
 def is_side(path) -> bool:
     """Whether ``path`` is a side table ``convert`` wrote (a Parquet file with the read's metadata)."""
-    if not isinstance(path, Path) or not path.name.endswith(".parquet"):
-        return False
-    import pyarrow.parquet as pq
+    from veotrace.sources.base import parquet_metadata
 
-    try:
-        return SIDE_KEY in (pq.read_schema(path).metadata or {})
-    except (OSError, pa.ArrowException, UnicodeError):
-        return False
+    return isinstance(path, Path) and path.name.endswith(".parquet") and parquet_metadata(path, SIDE_KEY) is not None
 
 
 def read_side(path: Path, *, context: bool) -> tuple[dict, list[str]]:

@@ -72,15 +72,9 @@ def metadata(snapshot: Path, segments: Path, blocks: Path, allocator_settings: d
 
 def converted_snapshot(path: Path) -> ConvertedSnapshot | None:
     """The snapshot a Parquet events file was converted from, or None (any other Parquet file, a URL)."""
-    import pyarrow.parquet as pq
+    from veotrace.sources.base import parquet_metadata
 
-    if not isinstance(path, Path):
-        return None
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowException, UnicodeError):  # not a readable Parquet file: its reader says why
-        return None
-    raw = meta.get(KEY)
+    raw = parquet_metadata(path, KEY)
     if raw is None:
         return None
     try:
