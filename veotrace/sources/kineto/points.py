@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from veotrace.errors import TraceFormatError
 from veotrace.schemas.kineto import KINETO_TIMELINE_POINTS, TIMELINE_CATEGORIES
-from veotrace.sources.base import ReadOptions, ReadReport, open_decompressed
-from veotrace.sources.kineto.timeline import RAW_HINT, int_matrix, loads_ints
+from veotrace.sources.base import ReadOptions, ReadReport
+from veotrace.sources.kineto.timeline import RAW_HINT, int_matrix, load_export
 
 #: A point's sizes: the plot's leading 0, then one per category.
 WIDTH = len(TIMELINE_CATEGORIES) + 1
@@ -56,17 +56,8 @@ def read_points(path: Path, *, options: ReadOptions = ReadOptions(), report: Rea
         TraceFormatError: not valid JSON (a cut file), not ``[times, sizes]`` of equal lengths, a bad point
             (unless ``options.skip_bad_rows``: skipped and counted), or times that go back.
     """
-    from veotrace.sources.limits import read_bounded
-
     report = report if report is not None else ReadReport()
-    fh, _ = open_decompressed(path)
-    with fh:
-        data = read_bounded(path, fh)
-    try:
-        doc, plain = loads_ints(data)
-    except ValueError as exc:
-        raise TraceFormatError(f"not a valid memory timeline JSON ({str(exc)[:80]})", path=path,
-                               hint="Re-export it; a cut export cannot be read") from None
+    doc, plain = load_export(path, "memory timeline JSON")
     if not (isinstance(doc, list) and len(doc) == 2 and all(isinstance(x, list) for x in doc)):
         raise TraceFormatError(_SHAPE, path=path, hint=RAW_HINT)
     times, sizes = doc

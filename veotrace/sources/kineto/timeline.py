@@ -23,19 +23,29 @@ RAW_HINT = ("Export the raw form instead: prof.export_memory_timeline('timeline.
             "or better the trace itself: prof.export_chrome_trace('trace.json') with profile_memory=True")
 
 
-def read_timeline(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None) -> pa.Table:
-    """The rows as ``KINETO_TIMELINE`` (a bounded read: the raw export is one JSON list)."""
+def load_export(path: Path, what: str):
+    """An ``export_memory_timeline`` file (either form: one JSON document, plain or gzip) read within the size
+    bound and parsed: ``(document, plain)`` as :func:`loads_ints` gives them.
+
+    Raises:
+        TraceFormatError: not valid JSON (a cut export cannot be read), naming ``what`` it should have been.
+    """
     from veotrace.sources.limits import read_bounded
 
-    report = report if report is not None else ReadReport()
     fh, _ = open_decompressed(path)
     with fh:
         data = read_bounded(path, fh)
     try:
-        rows, plain = loads_ints(data)
+        return loads_ints(data)
     except ValueError as exc:
-        raise TraceFormatError(f"not a valid memory timeline ({str(exc)[:80]})", path=path,
+        raise TraceFormatError(f"not a valid {what} ({str(exc)[:80]})", path=path,
                                hint="Re-export it; a cut export cannot be read") from None
+
+
+def read_timeline(path: Path, *, options: ReadOptions = ReadOptions(), report: ReadReport | None = None) -> pa.Table:
+    """The rows as ``KINETO_TIMELINE`` (a bounded read: the raw export is one JSON list)."""
+    report = report if report is not None else ReadReport()
+    rows, plain = load_export(path, "memory timeline")
     if not isinstance(rows, list):
         raise TraceFormatError("a memory timeline is a list of [ts, action, bytes, category] rows", path=path)
     whole = int_matrix(rows, 4) if plain else None
