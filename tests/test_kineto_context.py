@@ -1,12 +1,13 @@
 """The ops around each memory event (``sites``, ``view``): the reader keeps only the spans that can answer
 (``enclosing_spans``: memory bounded by the memory events, not by the trace) and must give the answer all the
-spans give. The reference here is the full scan of every span (``scan.all_events`` into ``_Spans``), as the reader
-read before; both answer for every event by name, and ``peak_holders`` / ``reserved_growth`` are byte-identical
+spans give. The reference here is every span of the trace, read whole with ``json`` and converted one by one
+(``_span``); both answer for every event by name, and ``peak_holders`` / ``reserved_growth`` are byte-identical
 JSON, on generated traces (ranks, HIP, the 2021 format, GPU streams overlapping past the look-back) and on the
 real files in ../shared/profiler_traces."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -15,15 +16,11 @@ import pytest
 
 from tests.conftest import REAL_TRACES
 from veotrace.analysis.profiler import peak_holders, reserved_growth
-from veotrace.sources.kineto import scan
 from veotrace.sources.kineto.trace import (
-    CPU_KINDS,
-    GPU_KINDS,
     LOOK_BACK,
+    SPAN_KINDS,
     _context,
-    _open,
-    _span,
-    _Spans,
+    _span_rows,
     enclosing_spans,
     read_memory,
 )
@@ -34,20 +31,18 @@ KINDS = ("op_id", "frame_id", "kernel_id", "module_id")
 
 
 def _all_spans_context(path: Path, table):
-    """The context from every span of the trace (the reader's former second scan)."""
-    spans = _Spans()
-    fh, _ = _open(path)
-    with fh:
-        for _, obj in scan.all_events(fh, scan.ScanState(), block=1 << 16):
-            if isinstance(obj, dict) and obj.get("name") != "[memory]" and obj.get("ph") == "X" \
-                    and obj.get("cat") in CPU_KINDS + GPU_KINDS:
-                span = _span(obj)
-                if span is not None:
-                    spans.add(span)
-    ops, ids = _context(table, spans, path, None)
+    """The context from every span of the trace, read whole with json (the reader's former second scan held all)."""
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    objs = [o for o in doc["traceEvents"] if isinstance(o, dict) and o.get("name") != "[memory]"
+            and o.get("ph") == "X" and o.get("cat") in SPAN_KINDS]
+    cols, names = _span_rows(objs, {c: i for i, c in enumerate(SPAN_KINDS)})
+    codes = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    cols.update(name=np.array([codes[n] for n in names], np.int32), names=list(codes))
+    ops, ids = _context(table, cols, path, None)
     for name, col in zip(KINDS, ids):
         table = table.set_column(table.schema.get_field_index(name), name, col)
-    return table, ops, len(spans)
+    return table, ops, len(names)
 
 
 def _named(table, ops) -> dict:
@@ -137,7 +132,7 @@ def test_span_columns_are_the_spans_one_by_one():
     """The block-wise conversion of span events gives what ``_span`` gives event by event, odd fields included."""
     from veotrace.sources.kineto.trace import _span_columns, _span_rows
 
-    kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
+    kinds = {c: i for i, c in enumerate(SPAN_KINDS)}
     base = {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 2, "ts": 10.5, "dur": 2.25,
             "args": {"device": 0, "stream": 7}}
     odd = [{"ts": float("nan")}, {"dur": -3.0}, {"tid": "25738"}, {"tid": "stream 7"}, {"name": None}, {"name": 5},

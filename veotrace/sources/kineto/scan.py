@@ -229,105 +229,14 @@ def memory_events(fh: IO[bytes], state: ScanState, block: int = BLOCK) -> Iterat
     parse_tail(tail, state)
 
 
-def _count_bad(exc: UnicodeDecodeError) -> tuple[str, int]:
-    _COUNTER[0] += exc.end - exc.start
-    return "\ufffd", exc.end
-
-
-_COUNTER = [0]
-codecs.register_error("veotrace-count", _count_bad)
-
-
-def all_events(fh: IO[bytes], state: ScanState, block: int = BLOCK) -> Iterator[tuple[int, dict]]:
-    """Yield ``(approximate byte offset, event dict)`` for every object of ``traceEvents``, in file order,
-    decoding one event at a time (``json.JSONDecoder.raw_decode``) so that nothing but the current block is
-    held. Bytes that are no valid UTF-8 become U+FFFD and are counted in ``state.bad_utf8``.
-
-    Raises:
-        ValueError: a syntax error inside the list (not at the end of a cut file), with its byte offset.
-    """
-    dec = json.JSONDecoder()
-    decoder = codecs.getincrementaldecoder("utf-8")("veotrace-count")
-    _COUNTER[0] = 0
-    buf, base = "", 0  # base: bytes consumed before buf (counted in UTF-8)
-    tail = b""
-    first, inside, eof = True, False, False
-    pos = 0
-
-    def more() -> bool:
-        nonlocal buf, pos, base, tail, first, eof
-        chunk = _read(fh, block, state)
-        if first:
-            parse_head(chunk, state)
-            first = False
-        if chunk:
-            tail = (tail + chunk)[-TAIL:]
-            state.size += len(chunk)
-        base += len(buf[:pos].encode("utf-8"))
-        buf = buf[pos:] + decoder.decode(chunk, final=not chunk)
-        pos = 0
-        eof = not chunk
-        return bool(chunk)
-
-    more()
-    while not inside:  # find the list
-        at = buf.find('"traceEvents"')
-        if at >= 0:
-            open_at = buf.find("[", at)
-            if open_at >= 0:
-                pos, inside = open_at + 1, True
-                break
-        if eof:
-            break
-        keep = max(len(buf) - 32, 0)
-        base += len(buf[:keep].encode("utf-8"))
-        buf, pos = buf[keep:], 0
-        more()
-    while inside:
-        n = len(buf)
-        while pos < n and buf[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= n:
-            if eof:
-                state.cut = True
-                state.cut_reason = state.cut_reason or "the file ends inside the event list"
-                break
-            more()
-            continue
-        if buf[pos] == "]":
-            break
-        try:
-            obj, end = dec.raw_decode(buf, pos)
-        except ValueError as exc:
-            if not eof and len(buf) - pos < MAX_EVENT:
-                more()
-                continue
-            if eof:
-                state.cut = True
-                state.cut_reason = state.cut_reason or "the file ends inside an event"
-                break
-            raise ValueError(f"byte {base + len(buf[:pos].encode('utf-8')):,}: {exc.msg}") from None
-        if end >= len(buf) and not eof:  # a number cut at the block's end parses short: read on
-            more()
-            continue
-        offset = base + pos  # characters past base: close to bytes for the ASCII of a trace
-        yield offset, obj
-        state.last_complete_end = base + end
-        pos = end
-    while more():  # the rest, for the keys after the list
-        buf, pos = "", 0
-    state.bad_utf8 = _COUNTER[0]
-    parse_tail(tail, state)
-
-
 #: Where one event ends and the next begins in any layout (``}`` ``,`` ``{`` with any whitespace): the cut of a
 #: block handed to orjson. A cut that falls inside a string or a nested object only makes that parse fail.
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 
 
 class _Utf8Count:
-    """Counts the bytes of a stream that are no valid UTF-8, as ``all_events`` decodes them (an incremental
-    decoder, every maximal invalid sequence counted by its bytes), decoding only the blocks that are not ASCII."""
+    """Counts the bytes of a stream that are no valid UTF-8 (an incremental decoder: every maximal invalid
+    sequence counted by its bytes), decoding only the blocks that are not ASCII."""
 
     def __init__(self) -> None:
         self.bad = 0
@@ -342,8 +251,8 @@ class _Utf8Count:
 
 
 def _fix_text(obj):
-    """Strings decoded with surrogateescape (the bytes that are no UTF-8 kept one by one) as ``all_events``
-    decodes them: each invalid sequence one U+FFFD."""
+    """Strings decoded with surrogateescape (the bytes that are no UTF-8 kept one by one) as an incremental UTF-8
+    decoder that replaces gives them: each invalid sequence one U+FFFD."""
     if isinstance(obj, str):
         return obj.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if not obj.isascii() else obj
     if isinstance(obj, dict):
@@ -354,15 +263,15 @@ def _fix_text(obj):
 
 
 def event_blocks(fh: IO[bytes], state: ScanState, block: int = BLOCK) -> Iterator[list]:
-    """Yield, block by block, the values of ``traceEvents`` (event dicts), in file order: the same values as
-    :func:`all_events`, several times faster.
+    """Yield, block by block, the values of ``traceEvents`` (event dicts), in file order, holding nothing but the
+    current block.
 
-    Why: ``all_events`` hands every event to ``json.JSONDecoder.raw_decode`` one by one; here each block is cut
-    at the last place where one event ends and the next begins (``}`` ``,`` ``{``) and parsed by orjson as one
-    array (``[`` + block + ``]``). A cut inside a string or a nested object, NaN, an integer past 64 bits or
-    bytes that are no UTF-8 make orjson refuse the block: that block goes through ``raw_decode`` event by event
-    (as ``all_events``, with the same decoding of bad bytes), so the values are the same either way. The file's
-    bytes that are no UTF-8 are counted in ``state.bad_utf8`` over the whole stream, as ``all_events`` counts.
+    How: each block is cut at the last place where one event ends and the next begins (``}`` ``,`` ``{``) and
+    parsed by orjson as one array (``[`` + block + ``]``), several times faster than decoding event by event. A
+    cut inside a string or a nested object, NaN, an integer past 64 bits or bytes that are no UTF-8 make orjson
+    refuse the block: that block goes through ``json.JSONDecoder.raw_decode`` event by event (bytes that are no
+    UTF-8 become U+FFFD), so the values are the same either way. The file's bytes that are no UTF-8 are counted in
+    ``state.bad_utf8`` over the whole stream.
     A file cut mid-write ends the scan at its last complete event (``state.cut``); a syntax error inside the
     list raises ValueError with its byte offset.
     """

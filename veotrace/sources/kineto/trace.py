@@ -343,38 +343,8 @@ def _id(v) -> int | None:
     return None
 
 
-class _Spans:
-    """The spans of a full scan in compact columns (names once each, in a dictionary): a long run's millions of
-    ops and kernels held at ~60 bytes each, not as Python objects."""
-
-    KINDS = CPU_KINDS + GPU_KINDS
-
-    def __init__(self) -> None:
-        self.kind, self.name = array("b"), array("i")
-        self.ts, self.dur, self.pid, self.tid, self.dev, self.stream = (array("q") for _ in range(6))
-        self.names: dict[str, int] = {}
-
-    def add(self, span: tuple) -> None:
-        cat, name, ts, dur, pid, tid, dev, stream = span
-        self.kind.append(self.KINDS.index(cat))
-        nid = self.names.get(name)
-        if nid is None:
-            nid = self.names[name] = len(self.names)
-        self.name.append(nid)
-        self.ts.append(ts)
-        self.dur.append(dur)
-        for col, v in ((self.pid, pid), (self.tid, tid), (self.dev, dev), (self.stream, stream)):
-            col.append(NONE if v is None else v)
-
-    def __len__(self) -> int:
-        return len(self.ts)
-
-    def arrays(self) -> dict:
-        """The columns as numpy arrays (views, no copy): kind, name, ts, dur, pid, tid, dev, stream."""
-        out = {"kind": np.frombuffer(self.kind, np.int8), "name": np.frombuffer(self.name, np.int32)}
-        for k in ("ts", "dur", "pid", "tid", "dev", "stream"):
-            out[k] = np.frombuffer(getattr(self, k), np.int64)
-        return out
+#: The span kinds a memory event's context is found among, in the order of the ops table's ``kind`` codes.
+SPAN_KINDS = CPU_KINDS + GPU_KINDS
 
 
 #: The GPU spans :func:`_innermost` looks back over: a memory event's GPU span is the latest-starting one that
@@ -450,7 +420,7 @@ class _CpuHeld:
         if not self.parts:
             return {}
         cols = {k: np.concatenate([p.pop(k) for p in self.parts]) for k in list(self.parts[0])}
-        kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
+        kinds = {c: i for i, c in enumerate(SPAN_KINDS)}
         kind = cols["kind"]
         frame = kind == kinds["python_function"]
         module = frame & np.frombuffer(bytes(module_name), bool)[cols["name"]]
@@ -500,7 +470,7 @@ def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[
     gpu_all = np.sort(ts[gpu])
     by_dev = {int(d): np.sort(ts[gpu & (did == d)]) for d in np.unique(did[gpu]).tolist()}
     del ts, tid, did, gpu
-    kinds = {c: i for i, c in enumerate(_Spans.KINDS)}
+    kinds = {c: i for i, c in enumerate(SPAN_KINDS)}
     n_cpu = len(CPU_KINDS)
     names: dict[str, int] = {}
     module_name = bytearray()  # per name id: an nn.Module frame's name
@@ -513,7 +483,7 @@ def enclosing_spans(path, table: pa.Table, *, block: int = scan.BLOCK) -> tuple[
         with fh:
             for values in scan.event_blocks(fh, state, block=block):
                 objs = [o for o in values if isinstance(o, dict) and o.get("ph") == "X"
-                        and o.get("name") != "[memory]" and o.get("cat") in _Spans.KINDS]
+                        and o.get("name") != "[memory]" and o.get("cat") in SPAN_KINDS]
                 del values
                 got = _span_columns(objs, kinds)
                 if got is None:
@@ -1066,16 +1036,16 @@ def cached_read(path: Path, options: ReadOptions, report: ReadReport, *, context
     return read
 
 
-def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None) -> tuple[pa.Table, tuple]:
+def _context(table: pa.Table, cols: dict, path, rank, *, gpu_keys: set | None = None) -> tuple[pa.Table, tuple]:
     """For each memory event, the ids of the innermost cpu_op, python_function and ``nn.Module`` frame enclosing
     it on its thread and of the GPU span running on its device then, and the ops table of the spans they point
-    at. ``spans``: a ``_Spans`` (every span of the trace) or the columns of :func:`enclosing_spans` (those that
-    can answer), with ``gpu_keys`` the GPU device keys of every GPU span of the trace (a key whose spans were
+    at. ``cols``: span columns (kind, name, ts, dur, pid, tid, dev, stream as arrays, ``names`` the names the
+    name codes index; optionally ``seq``, the file order), as :func:`enclosing_spans` gives those that can
+    answer, with ``gpu_keys`` the GPU device keys of every GPU span of the trace (a key whose spans were
     all left out still answers "none" for its events, as all its spans would)."""
     from veotrace.schemas.base import repeated
 
-    cols = spans.arrays() if isinstance(spans, _Spans) else spans
-    names = list(spans.names) if isinstance(spans, _Spans) else cols["names"]
+    names = cols["names"]
     # by start, the longer (the enclosing) first, then file order; only the columns the search reads are
     # sorted here, the others are taken for the spans the events point at
     keys = (-cols["dur"], cols["ts"]) if "seq" not in cols else (cols["seq"], -cols["dur"], cols["ts"])
@@ -1089,7 +1059,7 @@ def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None)
     did = table.column("device_id").to_numpy()
     dtype = table.column("device_type").to_numpy()
     found = [np.full(m, -1, np.int64) for _ in range(4)]
-    k = {c: i for i, c in enumerate(_Spans.KINDS)}
+    k = {c: i for i, c in enumerate(SPAN_KINDS)}
     is_op = np.isin(kind, [k[c] for c in OP_KINDS])
     is_frame = kind == k["python_function"]
     module_name = np.array([x.startswith("nn.Module: ") for x in names] or [False], bool)
@@ -1124,7 +1094,7 @@ def _context(table: pa.Table, spans, path, rank, *, gpu_keys: set | None = None)
     at = order[used]
     kind, name, start, dur, pid, tid_s, dev, stream = (cols[c][at] for c in ("kind", "name", "ts", "dur", "pid", "tid",
                                                                             "dev", "stream"))
-    kinds = pa.array(list(_Spans.KINDS), pa.string())
+    kinds = pa.array(list(SPAN_KINDS), pa.string())
     ops = pa.Table.from_arrays([
         _masked(np.arange(n, dtype=np.int64), None, pa.int64()),
         pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), kinds),
