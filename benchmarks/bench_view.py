@@ -35,54 +35,52 @@ from bench_sites import run  # noqa: E402 (one veotrace child process: wall seco
 MAX_HTML = 8 * 2**20
 
 
+def made(name: str, write) -> Path:
+    """``benchmarks/data/NAME``, written by ``write(path)`` the first time it is asked for."""
+    data = HERE / "data"
+    data.mkdir(exist_ok=True)
+    path = data / name
+    if not path.exists():
+        write(path)
+    return path
+
+
 def snapshot(events: int, depth: int = 20, stacks: int = 200) -> Path:
     from veotrace.synth.torch import stacked_snapshot
 
-    data = HERE / "data"
-    data.mkdir(exist_ok=True)
-    path = data / f"stacked_{events}_{depth}_{stacks}.pickle"
-    if not path.exists():
-        path.write_bytes(pickle.dumps(stacked_snapshot(events=events, depth=depth, stacks=stacks)))
-    return path
+    return made(f"stacked_{events}_{depth}_{stacks}.pickle",
+                lambda path: path.write_bytes(pickle.dumps(stacked_snapshot(events=events, depth=depth, stacks=stacks))))
 
 
 def segments_snapshot(gib: float) -> Path:
     """The generated snapshot of many segments, about ``gib`` GiB (written as it is made)."""
     from veotrace.synth.segmented import write_segmented
 
-    data = HERE / "data"
-    data.mkdir(exist_ok=True)
-    path = data / f"segmented_{gib:g}gib.pickle"
-    if not path.exists():
-        write_segmented(path, target_bytes=int(gib * 2**30), depth=20, stacks=200, seed=0)
-    return path
+    return made(f"segmented_{gib:g}gib.pickle",
+                lambda path: write_segmented(path, target_bytes=int(gib * 2**30), depth=20, stacks=200, seed=0))
 
 
 def sites_snapshot(sites: int) -> Path:
     """A snapshot of ``sites`` distinct sites (each allocation a new site until every one is met)."""
     from veotrace.synth.segmented import write_segmented
 
-    data = HERE / "data"
-    data.mkdir(exist_ok=True)
-    path = data / f"sites_{sites}.pickle"
-    if not path.exists():
-        write_segmented(path, events=int(sites * 2.8), depth=6, stacks=sites, distinct=True, seed=0)
-    return path
+    return made(f"sites_{sites}.pickle", lambda path: write_segmented(path, events=int(sites * 2.8), depth=6,
+                                                                      stacks=sites, distinct=True, seed=0))
 
 
 def kineto_trace(memory: int, other: int) -> Path:
-    """bench_kineto.py's generated profiler trace (the same file it writes and reads, made once)."""
+    """bench_kineto.py's generated profiler trace (the same file it writes and reads, made once, its answer beside
+    it: the answer is written last, so a trace without one, or an answer without its trace, is made again)."""
     import json
 
     from bench_kineto import write_trace
 
-    data = HERE / "data"
-    data.mkdir(exist_ok=True)
-    path = data / f"kineto_{memory}_{other}.pt.trace.json"
-    answer = path.with_name(path.name + ".answer.json")
-    if not path.exists() or not answer.exists():
-        answer.write_text(json.dumps(write_trace(path, memory, other)))
-    return path
+    name = f"kineto_{memory}_{other}.pt.trace.json"
+    if not (HERE / "data" / name).exists():  # an answer without its trace is made again with it
+        (HERE / "data" / (name + ".answer.json")).unlink(missing_ok=True)
+    made(name + ".answer.json", lambda answer: answer.write_text(
+        json.dumps(write_trace(answer.with_name(name), memory, other))))
+    return HERE / "data" / name
 
 
 def in_browser(chromium: str, page: Path, zooms: int = 20) -> tuple[float, list[float], int]:
