@@ -74,3 +74,17 @@ def test_a_side_table_gone_gets_one_line_naming_the_file(tmp_path):
     (line,) = r.stderr.strip().splitlines()
     assert re.match(rf"Error: {re.escape(str(out))}: converted from a profiler trace, but its table t.profiler-0.parquet "
                     "is not beside it", line)
+
+
+def test_a_trace_of_cpu_events_only_is_refused_as_before_and_writes_nothing(tmp_path):
+    args = {"Addr": 4096, "Bytes": 64, "Total Allocated": 64, "Total Reserved": 0, "Device Type": 0, "Device Id": -1}
+    event = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1.0, "args": args}
+    path = tmp_path / "cpu.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [event, dict(event, ts=2.0)]}))
+    out = tmp_path / "out" / "t.parquet"
+    out.parent.mkdir()
+    r = run_cli("convert", path, "-o", out)
+    assert r.exit_code == 1 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {path}: the trace holds no GPU memory events")
+    assert list(out.parent.iterdir()) == []

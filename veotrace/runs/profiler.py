@@ -183,16 +183,16 @@ def convert_traces(files: list, output, options, report, config, inputs) -> dict
     GPU event (the events route then says why) or ``files`` are such side tables already."""
     from veotrace.engine.ranks import read_ranks
     from veotrace.outputs import output_file
+    from veotrace.schemas.kineto import CPU
     from veotrace.sources.convert import write_parquet
     from veotrace.sources.kineto.converted import is_side, metadata, side_paths, write_side
-    from veotrace.sources.kineto.trace import alloc_batches, pc_not_cpu
+    from veotrace.sources.kineto.trace import alloc_batches
 
     if any(is_side(p) for p in files):
         return None
     reads = read_ranks(files, options, report, context=True, config=config)
-    if not any(r.table.num_rows and (pc_not_cpu(r.table) is not None or r.table.column("device_type")[0].as_py() != 0)
-               for r in reads):
-        return None
+    if not any((r.table.column("device_type").to_numpy() != CPU).any() for r in reads):
+        return None  # no GPU event: the events' route says so
     sides = [side_paths(output, k) for k in range(len(files))]
     with output_file(output, "wb", inputs=inputs) as sink:
         rows = write_parquet((b for r in reads for b in alloc_batches(r)), sink,
