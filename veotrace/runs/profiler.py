@@ -35,13 +35,18 @@ def read_run(files: list, options, report, *, context: bool, config=None):
     """The memory events of every trace of the run as one ``KINETO_MEMORY`` table (ops ids made unique across
     files) and, with ``context``, the one ``KINETO_OPS`` table; with ``config`` parallel (``--jobs``, Dask) the
     ranks are read on its workers (``engine.ranks``) and joined here in file order: the same tables."""
+    from veotrace.engine.ranks import read_ranks
+
+    return join_reads(read_ranks(files, options, report, context=context, config=config), context=context)
+
+
+def join_reads(reads: list, *, context: bool):
+    """:func:`read_run`'s tables from the ``MemoryRead`` of each trace, in file order."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from veotrace.engine.ranks import read_ranks
-
     tables, ops, offset = [], [], 0
-    for read in read_ranks(files, options, report, context=context, config=config):
+    for read in reads:
         t = read.table
         if context and read.ops is not None:
             for name in ("op_id", "frame_id", "kernel_id", "module_id"):
@@ -135,7 +140,8 @@ def recorded_totals(paths, options, report, *, config=None) -> tuple[dict, dict]
     from veotrace.sources.kineto.trace import lane
 
     parts: dict = {}
-    for read in read_ranks(files, options, report, config=config):  # in file order, as the replay read them
+    reads = read_ranks(files, options, report, config=config)  # in file order, as the replay read them
+    for read in reads:
         t = read.table
         if not t.num_rows or t.column("total_allocated_bytes").null_count or t.column("total_reserved_bytes").null_count:
             continue
@@ -154,7 +160,7 @@ def recorded_totals(paths, options, report, *, config=None) -> tuple[dict, dict]
             order = np.argsort(ts, kind="stable")
             ts, ta, tr, nb = ts[order], ta[order], tr[order], nb[order]
         steps[d] = lane_steps(ts, ta, tr, nb)
-    table, _ = read_run(files, options, report, context=False, config=config)
+    table, _ = join_reads(reads, context=False)  # read once: with --jobs a second read_ranks reads again
     devices = totals_series(table)
     if not devices:
         return None
